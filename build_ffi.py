@@ -1,0 +1,108 @@
+"""cffi build script for pytrace_cffi's C core (API mode, out of line).
+
+The C lives in real files under c_src/; this script only lists them and repeats
+the plain-C interface of c_src/pt_core.h for cffi. Run by setuptools through
+``cffi_modules`` (see setup.py), or directly: ``python build_ffi.py``.
+"""
+import os
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+C_SRC = os.path.join(HERE, "c_src")
+
+# The oldest CPython we load on; the module is tagged abi3 for it.
+LIMITED_API = "0x03090000"
+
+CDEF = """
+#define PT_OK 0
+#define PT_ERR_NOMEM -1
+#define PT_ERR_STATE -2
+#define PT_ERR_PYTHON -3
+#define PT_ERR_ARG -4
+
+#define PT_EV_PY_CALL 0
+#define PT_EV_PY_RETURN 1
+#define PT_EV_C_CALL 2
+#define PT_EV_C_RETURN 3
+#define PT_EV_PY_SEED 4
+
+#define PT_FLAG_C_CALLS 1
+#define PT_FLAG_NOOP 2
+
+#define PT_BACKEND_PROFILE 1
+#define PT_BACKEND_MONITOR 2
+
+#define PT_SLICE_C 1
+#define PT_SLICE_SEEDED 2
+#define PT_SLICE_OPEN_AT_STOP 4
+
+typedef struct pt_tracer pt_tracer;
+
+typedef struct {
+    int64_t ts;
+    uint32_t key;
+    uint32_t kind;
+} pt_event;
+
+typedef struct {
+    uint64_t tstate_id;
+    uint64_t ident;
+    uint64_t native_id;
+    uint64_t n_events;
+    uint64_t n_calls;
+    uint64_t dropped;
+} pt_thread_info;
+
+typedef struct {
+    int64_t start;
+    int64_t end;
+    uint32_t key;
+    uint32_t flags;
+    int64_t parent;
+} pt_slice;
+
+pt_tracer *pt_tracer_new(int flags, int backend);
+void pt_tracer_free(pt_tracer *tracer);
+const char *pt_last_error(pt_tracer *tracer);
+
+int pt_start(pt_tracer *tracer, int tool_id, long long event_mask);
+int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
+int pt_stop(pt_tracer *tracer);
+int pt_hot_error(pt_tracer *tracer);
+int pt_monitor_callbacks(pt_tracer *tracer, void *py_list);
+
+int64_t pt_now_ns(void);
+int64_t pt_start_ns(pt_tracer *tracer);
+int64_t pt_stop_ns(pt_tracer *tracer);
+uint64_t pt_current_tstate_id(void);
+int pt_thread_count(pt_tracer *tracer);
+int pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out);
+int pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t cap);
+int pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
+                     uint32_t n_hidden, pt_slice *out, uint64_t cap,
+                     uint64_t *n_out);
+uint32_t pt_key_count(pt_tracer *tracer);
+int pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list);
+"""
+
+SOURCES = ["pt_core.c", "pt_hooks.c", "pt_replay.c"]
+
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF)
+ffibuilder.set_source(
+    "pytrace_cffi._core",
+    '#include "pt_core.h"',
+    # Relative to this file: setuptools runs from here and wants relative paths.
+    sources=[os.path.join("c_src", name) for name in SOURCES],
+    include_dirs=[C_SRC],
+    define_macros=[("Py_LIMITED_API", LIMITED_API)],
+    extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Werror=implicit-function-declaration",
+                        "-Werror=int-conversion"],
+    py_limited_api=True,
+)
+
+if __name__ == "__main__":
+    # In-place build for development: pytrace_cffi/_core.abi3.so beside the package.
+    os.chdir(HERE)
+    ffibuilder.compile(tmpdir=HERE, verbose=False)

@@ -1,0 +1,497 @@
+/* pt_core.c - tracer state: per-thread event buffers, the key table, and the
+ * plain-C reading interface. The hooks themselves live in pt_hooks.c, replay in
+ * pt_replay.c.
+ */
+#include "pt_internal.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ======================================================================== */
+/* Errors                                                                   */
+/* ======================================================================== */
+
+void
+pt_set_error(pt_tracer *tracer, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tracer->error, sizeof tracer->error, fmt, ap);
+    va_end(ap);
+    (void)code;
+}
+
+/* Returns a new reference: str as UTF-8 bytes, or NULL. Consumes str. */
+static PyObject *
+pt_utf8(PyObject *str)
+{
+    PyObject *bytes = str && PyUnicode_Check(str)
+        ? PyUnicode_AsEncodedString(str, "utf-8", "replace") : NULL;
+    Py_XDECREF(str);
+    if (!bytes)
+        PyErr_Clear();
+    return bytes;
+}
+
+/* Moves the pending Python exception into tracer->error and clears it, so no
+ * exception ever leaks out through cffi. */
+void
+pt_set_error_from_python(pt_tracer *tracer, const char *what)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *text = pt_utf8(value ? PyObject_Str(value) : NULL);
+    PyObject *type_name = pt_utf8(type ? PyObject_GetAttrString(type, "__name__") : NULL);
+    pt_set_error(tracer, PT_ERR_PYTHON, "%s: %s: %s", what,
+                 type_name ? PyBytes_AsString(type_name) : "error",
+                 text ? PyBytes_AsString(text) : "(no message)");
+    Py_XDECREF(type_name);
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    PyErr_Clear();
+}
+
+const char *
+pt_last_error(pt_tracer *tracer)
+{
+    return tracer->error;
+}
+
+int
+pt_hot_error(pt_tracer *tracer)
+{
+    return tracer->hot_error;
+}
+
+/* ======================================================================== */
+/* Lifecycle                                                                */
+/* ======================================================================== */
+
+static uint64_t pt_next_generation = 1;   /* only advanced atomically */
+
+pt_tracer *
+pt_tracer_new(int flags, int backend)
+{
+    pt_tracer *tracer = calloc(1, sizeof *tracer);
+    if (!tracer)
+        return NULL;
+    tracer->generation = __atomic_fetch_add(&pt_next_generation, 1, __ATOMIC_RELAXED);
+    tracer->flags = flags;
+    tracer->backend = backend;
+    tracer->slot_mask = 1023;
+    tracer->slots = calloc(tracer->slot_mask + 1, sizeof(pt_key_slot));
+    tracer->sources_cap = 1024;
+    tracer->sources = calloc(tracer->sources_cap, sizeof(PyObject *));
+    tracer->n_keys = 1;   /* id 0 means "unknown" */
+    if (!tracer->slots || !tracer->sources) {
+        free(tracer->slots);
+        free(tracer->sources);
+        free(tracer);
+        return NULL;
+    }
+    PyGILState_STATE gil = PyGILState_Ensure();
+    tracer->handle = pt_handle_new(tracer);
+    if (!tracer->handle)
+        PyErr_Clear();
+    PyGILState_Release(gil);
+    if (!tracer->handle) {
+        free(tracer->slots);
+        free(tracer->sources);
+        free(tracer);
+        return NULL;
+    }
+    return tracer;
+}
+
+void
+pt_tracer_free(pt_tracer *tracer)
+{
+    if (!tracer)
+        return;
+    /* A tracer is only freed stopped (the Python wrapper guarantees it), so no
+     * hook can still reach it. At interpreter teardown we skip the decrefs. */
+    if (Py_IsInitialized()) {
+        PyGILState_STATE gil = PyGILState_Ensure();
+        pt_handle_detach(tracer->handle);
+        Py_CLEAR(tracer->handle);
+        Py_CLEAR(tracer->monitoring_missing);
+        for (uint32_t i = 0; i < tracer->n_keys; i++)
+            Py_CLEAR(tracer->sources[i]);
+        PyGILState_Release(gil);
+    }
+    pt_thread *thread = tracer->threads;
+    while (thread) {
+        pt_thread *next_thread = thread->next;
+        pt_chunk *chunk = thread->head;
+        while (chunk) {
+            pt_chunk *next_chunk = chunk->next;
+            free(chunk);
+            chunk = next_chunk;
+        }
+        free(thread);
+        thread = next_thread;
+    }
+    free(tracer->slots);
+    free(tracer->sources);
+    free(tracer);
+}
+
+/* ======================================================================== */
+/* Per-thread buffers                                                       */
+/* ======================================================================== */
+
+pt_thread *
+pt_thread_find(pt_tracer *tracer, uint64_t tstate_id)
+{
+    for (pt_thread *t = tracer->threads; t; t = t->next)
+        if (t->tstate_id == tstate_id)
+            return t;
+    return NULL;
+}
+
+pt_thread *
+pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
+              uint64_t native_id)
+{
+    pt_thread *thread = calloc(1, sizeof *thread);
+    if (!thread)
+        return NULL;
+    thread->tstate_id = tstate_id;
+    thread->ident = ident;
+    thread->native_id = native_id;
+    thread->index = tracer->n_threads++;
+    thread->next = tracer->threads;
+    tracer->threads = thread;
+    return thread;
+}
+
+/* Appends a fresh chunk; never copies recorded events. */
+int
+pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
+{
+    pt_chunk *chunk = malloc(sizeof *chunk);
+    if (!chunk) {
+        if (!tracer->hot_error) {
+            tracer->hot_error = PT_ERR_NOMEM;
+            pt_set_error(tracer, PT_ERR_NOMEM,
+                         "out of memory for trace events; later events were dropped");
+        }
+        return PT_ERR_NOMEM;
+    }
+    chunk->next = NULL;
+    chunk->used = 0;
+    if (thread->tail) {
+        thread->tail->used = (uint64_t)(thread->cursor - thread->tail->events);
+        thread->tail->next = chunk;
+    } else {
+        thread->head = chunk;
+    }
+    thread->tail = chunk;
+    thread->cursor = chunk->events;
+    thread->limit = chunk->events + PT_CHUNK_EVENTS;
+    return PT_OK;
+}
+
+static uint64_t
+pt_chunk_used(const pt_thread *thread, const pt_chunk *chunk)
+{
+    return chunk == thread->tail ? (uint64_t)(thread->cursor - chunk->events)
+                                 : chunk->used;
+}
+
+/* ======================================================================== */
+/* Key table                                                                */
+/* ======================================================================== */
+
+static inline uint32_t
+pt_key_hash(const void *a, const void *b)
+{
+    uint64_t h = ((uint64_t)(uintptr_t)a >> 4) ^ ((uint64_t)(uintptr_t)b * 0x9E3779B97F4A7C15ull);
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static int
+pt_key_table_grow(pt_tracer *tracer)
+{
+    uint32_t new_mask = tracer->slot_mask * 2 + 1;
+    pt_key_slot *slots = calloc((size_t)new_mask + 1, sizeof(pt_key_slot));
+    if (!slots)
+        return PT_ERR_NOMEM;
+    for (uint32_t i = 0; i <= tracer->slot_mask; i++) {
+        pt_key_slot *old = &tracer->slots[i];
+        if (!old->id)
+            continue;
+        uint32_t j = pt_key_hash(old->a, old->b) & new_mask;
+        while (slots[j].id)
+            j = (j + 1) & new_mask;
+        slots[j] = *old;
+    }
+    free(tracer->slots);
+    tracer->slots = slots;
+    tracer->slot_mask = new_mask;
+    return PT_OK;
+}
+
+/* Cold path: a key seen for the first time. Takes ownership of source (a new
+ * reference, or NULL after a failure, which is recorded as the sticky error). */
+static uint32_t
+pt_key_insert(pt_tracer *tracer, const void *a, const void *b, PyObject *source)
+{
+    if (!source) {
+        if (!tracer->hot_error) {
+            tracer->hot_error = PT_ERR_PYTHON;
+            pt_set_error_from_python(tracer, "naming a traced function");
+        }
+        PyErr_Clear();
+        return 0;
+    }
+    if ((tracer->n_keys + 1) * 2 > tracer->slot_mask + 1 &&
+        pt_key_table_grow(tracer) != PT_OK)
+        goto nomem;
+    if (tracer->n_keys == tracer->sources_cap) {
+        uint32_t cap = tracer->sources_cap * 2;
+        PyObject **sources = realloc(tracer->sources, cap * sizeof(PyObject *));
+        if (!sources)
+            goto nomem;
+        memset(sources + tracer->sources_cap, 0,
+               (cap - tracer->sources_cap) * sizeof(PyObject *));
+        tracer->sources = sources;
+        tracer->sources_cap = cap;
+    }
+    uint32_t id = tracer->n_keys++;
+    tracer->sources[id] = source;
+    uint32_t j = pt_key_hash(a, b) & tracer->slot_mask;
+    while (tracer->slots[j].id)
+        j = (j + 1) & tracer->slot_mask;
+    tracer->slots[j].a = a;
+    tracer->slots[j].b = b;
+    tracer->slots[j].id = id;
+    return id;
+
+nomem:
+    Py_DECREF(source);
+    if (!tracer->hot_error) {
+        tracer->hot_error = PT_ERR_NOMEM;
+        pt_set_error(tracer, PT_ERR_NOMEM, "out of memory for the function table");
+    }
+    return 0;
+}
+
+static inline uint32_t
+pt_key_lookup(pt_tracer *tracer, const void *a, const void *b)
+{
+    uint32_t j = pt_key_hash(a, b) & tracer->slot_mask;
+    for (;;) {
+        pt_key_slot *slot = &tracer->slots[j];
+        if (slot->a == a && slot->b == b && slot->id)
+            return slot->id;
+        if (!slot->id)
+            return 0;
+        j = (j + 1) & tracer->slot_mask;
+    }
+}
+
+uint32_t
+pt_key_for_code(pt_tracer *tracer, PyObject *code)
+{
+    uint32_t id = pt_key_lookup(tracer, code, NULL);
+    if (id)
+        return id;
+    Py_INCREF(code);   /* held until the tracer is freed, so the address never aliases */
+    return pt_key_insert(tracer, code, NULL, code);
+}
+
+/* Returns a new reference: the owner a built-in is named after, as
+ * sys.setprofile's bound method would show it (module, type or None). */
+static PyObject *
+pt_builtin_owner(PyObject *self)
+{
+    PyObject *owner;
+    if (!self)
+        owner = Py_None;
+    else if (PyModule_Check(self) || PyType_Check(self))
+        owner = self;
+    else
+        owner = (PyObject *)Py_TYPE(self);
+    Py_INCREF(owner);
+    return owner;
+}
+
+/* Returns a new reference: the (owner, name, keepalive) tuple naming a built-in. */
+static PyObject *
+pt_builtin_source(PyObject *callable, PyObject *self, PyObject *keepalive)
+{
+    PyObject *name = PyObject_GetAttrString(callable, "__name__");
+    if (!name)
+        return NULL;
+    PyObject *owner = pt_builtin_owner(self);
+    PyObject *source = PyTuple_Pack(3, owner, name, keepalive ? keepalive : Py_None);
+    Py_DECREF(owner);
+    Py_DECREF(name);
+    return source;
+}
+
+/* callable is a PyCFunction (self_arg ignored) or a method descriptor called on
+ * self_arg. Both name the same built-in the way a bound method would. */
+uint32_t
+pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, PyObject *self_arg)
+{
+    const void *a;
+    PyObject *self;
+    int is_function = PyCFunction_Check(callable);
+    if (is_function) {
+        a = (const void *)PyCFunction_GetFunction(callable);
+        self = PyCFunction_GetSelf(callable);
+    } else {
+        a = callable;
+        self = self_arg;
+    }
+    const void *b;
+    if (!self)
+        b = NULL;
+    else if (PyModule_Check(self) || PyType_Check(self))
+        b = self;
+    else
+        b = Py_TYPE(self);
+    uint32_t id = pt_key_lookup(tracer, a, b);
+    if (id)
+        return id;
+
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *source = pt_builtin_source(callable, self, is_function ? NULL : callable);
+    id = pt_key_insert(tracer, a, b, source);
+    PyErr_Restore(type, value, tb);
+    return id;
+}
+
+/* ======================================================================== */
+/* Reading                                                                  */
+/* ======================================================================== */
+
+int64_t pt_now_ns(void) { return pt_clock(); }
+int64_t pt_start_ns(pt_tracer *tracer) { return tracer->start_ns; }
+int64_t pt_stop_ns(pt_tracer *tracer) { return tracer->stop_ns; }
+int pt_thread_count(pt_tracer *tracer) { return tracer->n_threads; }
+uint32_t pt_key_count(pt_tracer *tracer) { return tracer->n_keys; }
+
+uint64_t
+pt_current_tstate_id(void)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    uint64_t id = PyThreadState_GetID(PyThreadState_Get());
+    PyGILState_Release(gil);
+    return id;
+}
+
+static pt_thread *
+pt_thread_at(pt_tracer *tracer, int index)
+{
+    for (pt_thread *t = tracer->threads; t; t = t->next)
+        if (t->index == index)
+            return t;
+    return NULL;
+}
+
+/* Threads are read only once stopped: their buffers no longer move. */
+static pt_thread *
+pt_thread_for_reading(pt_tracer *tracer, int index)
+{
+    if (tracer->state != PT_STATE_STOPPED) {
+        pt_set_error(tracer, PT_ERR_STATE, "the trace can only be read after stop");
+        return NULL;
+    }
+    pt_thread *thread = pt_thread_at(tracer, index);
+    if (!thread)
+        pt_set_error(tracer, PT_ERR_ARG, "no thread at index %d", index);
+    return thread;
+}
+
+int
+pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out)
+{
+    pt_thread *thread = pt_thread_for_reading(tracer, index);
+    if (!thread)
+        return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
+    memset(out, 0, sizeof *out);
+    out->tstate_id = thread->tstate_id;
+    out->ident = thread->ident;
+    out->native_id = thread->native_id;
+    out->dropped = thread->dropped;
+    for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next) {
+        uint64_t used = pt_chunk_used(thread, chunk);
+        out->n_events += used;
+        for (uint64_t i = 0; i < used; i++) {
+            uint32_t kind = chunk->events[i].kind;
+            out->n_calls += (kind == PT_EV_PY_CALL || kind == PT_EV_C_CALL ||
+                             kind == PT_EV_PY_SEED);
+        }
+    }
+    return PT_OK;
+}
+
+int
+pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t cap)
+{
+    pt_thread *thread = pt_thread_for_reading(tracer, index);
+    if (!thread)
+        return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
+    uint64_t n = 0;
+    for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next) {
+        uint64_t used = pt_chunk_used(thread, chunk);
+        if (n + used > cap) {
+            pt_set_error(tracer, PT_ERR_ARG, "event buffer too small");
+            return PT_ERR_ARG;
+        }
+        memcpy(out + n, chunk->events, used * sizeof(pt_event));
+        n += used;
+    }
+    return PT_OK;
+}
+
+/* Iterates a thread's events in order; used by replay. */
+int
+pt_thread_events_each(pt_tracer *tracer, int index,
+                      int (*visit)(void *ctx, const pt_event *ev, uint64_t n),
+                      void *ctx)
+{
+    pt_thread *thread = pt_thread_for_reading(tracer, index);
+    if (!thread)
+        return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
+    for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next) {
+        int rc = visit(ctx, chunk->events, pt_chunk_used(thread, chunk));
+        if (rc != PT_OK)
+            return rc;
+    }
+    return PT_OK;
+}
+
+int
+pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list)
+{
+    int rc = PT_OK;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *list = (PyObject *)py_list;
+    if (!PyList_Check(list)) {
+        pt_set_error(tracer, PT_ERR_ARG, "pt_key_sources needs a list");
+        rc = PT_ERR_ARG;
+        goto done;
+    }
+    for (uint32_t i = first; i < tracer->n_keys; i++) {
+        PyObject *source = tracer->sources[i] ? tracer->sources[i] : Py_None;
+        if (PyList_Append(list, source) < 0) {
+            pt_set_error_from_python(tracer, "pt_key_sources");
+            rc = PT_ERR_PYTHON;
+            goto done;
+        }
+    }
+done:
+    PyGILState_Release(gil);
+    return rc;
+}

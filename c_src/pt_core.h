@@ -1,0 +1,108 @@
+/* pt_core.h - the plain-C interface of pytrace_cffi's core.
+ *
+ * This is what Python sees through cffi (build_ffi.py repeats these declarations
+ * in its cdef): integers, pointers, caller-owned buffers and status codes. No
+ * Python object crosses it except where a function says "py_list": there Python
+ * passes id(list) of a list it owns, and the C side appends to it with the GIL held.
+ *
+ * Every entry point takes the GIL itself (cffi releases it around calls).
+ */
+#ifndef PT_CORE_H
+#define PT_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Status codes. Anything but PT_OK leaves a message in pt_last_error(). */
+#define PT_OK 0
+#define PT_ERR_NOMEM -1     /* an allocation failed */
+#define PT_ERR_STATE -2     /* wrong lifecycle step (start twice, stop before start) */
+#define PT_ERR_PYTHON -3    /* a Python API call failed; the message says which */
+#define PT_ERR_ARG -4       /* an index or size out of range */
+
+/* Event kinds. An event is 16 bytes: when, what happened, to which key. */
+#define PT_EV_PY_CALL 0     /* a Python frame started or resumed */
+#define PT_EV_PY_RETURN 1   /* a Python frame returned, yielded or unwound */
+#define PT_EV_C_CALL 2      /* a built-in function or method was called */
+#define PT_EV_C_RETURN 3    /* ... and returned or raised */
+#define PT_EV_PY_SEED 4     /* a frame already active when the thread was attached */
+
+/* Tracer flags. */
+#define PT_FLAG_C_CALLS 1   /* record built-in calls */
+#define PT_FLAG_NOOP 2      /* hooks installed, nothing recorded: the benchmark floor */
+
+/* Backends. */
+#define PT_BACKEND_PROFILE 1    /* PyEval_SetProfile, per thread (3.9-3.11) */
+#define PT_BACKEND_MONITOR 2    /* sys.monitoring, interpreter-wide (3.12+) */
+
+typedef struct pt_tracer pt_tracer;
+
+typedef struct {
+    int64_t ts;             /* nanoseconds, CLOCK_MONOTONIC */
+    uint32_t key;           /* interned code object or built-in; 0 = unknown */
+    uint32_t kind;          /* PT_EV_* */
+} pt_event;
+
+typedef struct {
+    uint64_t tstate_id;     /* PyThreadState_GetID: unique for the process's life */
+    uint64_t ident;         /* threading.get_ident() */
+    uint64_t native_id;     /* OS thread id */
+    uint64_t n_events;      /* events held */
+    uint64_t n_calls;       /* events that open a slice */
+    uint64_t dropped;       /* events lost (allocation failure) */
+} pt_thread_info;
+
+/* One call after replay: a call paired with its return. */
+typedef struct {
+    int64_t start;          /* ns */
+    int64_t end;            /* ns */
+    uint32_t key;
+    uint32_t flags;         /* PT_SLICE_* */
+    int64_t parent;         /* index of the enclosing slice on the same thread, or -1 */
+} pt_slice;
+
+#define PT_SLICE_C 1            /* a built-in call (else Python) */
+#define PT_SLICE_SEEDED 2       /* began before tracing: started at attach time */
+#define PT_SLICE_OPEN_AT_STOP 4 /* still running at stop: ended at stop time */
+
+/* Lifecycle. pt_tracer_new returns NULL only when out of memory. */
+pt_tracer *pt_tracer_new(int flags, int backend);
+void pt_tracer_free(pt_tracer *tracer);
+const char *pt_last_error(pt_tracer *tracer);
+
+/* Start: seeds the active frames of every thread (up to 128 deep) and installs
+ * the hook. For PT_BACKEND_MONITOR the caller has claimed tool_id and registered
+ * the callbacks from pt_monitor_callbacks; this enables event_mask on tool_id. */
+int pt_start(pt_tracer *tracer, int tool_id, long long event_mask);
+/* Attach the calling thread (a thread born during tracing), seeding its frames
+ * except the innermost skip_frames (the attaching hook's own). */
+int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
+/* Stop: removes the hook from every thread; the buffers stay for reading. */
+int pt_stop(pt_tracer *tracer);
+/* Sticky error raised by the hot path, or PT_OK. */
+int pt_hot_error(pt_tracer *tracer);
+
+/* Appends the monitoring callbacks to py_list as (event name, callable) pairs. */
+int pt_monitor_callbacks(pt_tracer *tracer, void *py_list);
+
+/* Reading. */
+int64_t pt_now_ns(void);
+int64_t pt_start_ns(pt_tracer *tracer);
+int64_t pt_stop_ns(pt_tracer *tracer);
+uint64_t pt_current_tstate_id(void);
+int pt_thread_count(pt_tracer *tracer);
+int pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out);
+/* Copies a thread's raw events into out (cap entries). */
+int pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t cap);
+/* Pairs a thread's calls and returns into slices. Calls whose key has
+ * hidden[key] != 0 are dropped with everything they call, except seeded frames,
+ * which are dropped alone (their callees are the user's). */
+int pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
+                     uint32_t n_hidden, pt_slice *out, uint64_t cap,
+                     uint64_t *n_out);
+uint32_t pt_key_count(pt_tracer *tracer);
+/* Appends, for keys first..count-1, what names each key to py_list: a code
+ * object, or a (owner, name) tuple for a built-in (owner a module, a type or None). */
+int pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list);
+
+#endif /* PT_CORE_H */

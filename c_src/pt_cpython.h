@@ -1,0 +1,58 @@
+/* pt_cpython.h - the CPython surface pytrace_cffi's C core compiles against.
+ *
+ * Everything is built with Py_LIMITED_API=0x03090000 (set by build_ffi.py) so one
+ * abi3 module loads on CPython 3.9-3.13. The few functions below are public,
+ * exported by libpython on every one of those versions, but the limited API does
+ * not declare them: they are profiler plumbing (installing a profile function,
+ * walking frames and thread states). We declare their prototypes here, and only
+ * here, exactly as the full API spells them. No struct internals are read anywhere:
+ * frames, code objects and thread states stay opaque pointers.
+ */
+#ifndef PT_CPYTHON_H
+#define PT_CPYTHON_H
+
+#include <Python.h>
+
+/* ------------------------------------------------------------------------ */
+/* Profile hook (Include/cpython/pystate.h, Include/cpython/ceval.h)         */
+/* ------------------------------------------------------------------------ */
+
+typedef int (*pt_tracefunc)(PyObject *obj, PyFrameObject *frame, int what,
+                            PyObject *arg);
+
+/* Installs func/obj as the current thread's profile function (3.9+). */
+PyAPI_FUNC(void) PyEval_SetProfile(pt_tracefunc func, PyObject *obj);
+
+/* The `what` codes passed to a profile function (stable since Python 2). */
+#define PT_TRACE_CALL 0
+#define PT_TRACE_EXCEPTION 1
+#define PT_TRACE_RETURN 3
+#define PT_TRACE_C_CALL 4
+#define PT_TRACE_C_EXCEPTION 5
+#define PT_TRACE_C_RETURN 6
+
+/* ------------------------------------------------------------------------ */
+/* Frames and thread states (Include/cpython/frameobject.h, pystate.h)       */
+/* ------------------------------------------------------------------------ */
+
+/* Returns a new reference to the calling frame, or NULL (3.9+). */
+PyAPI_FUNC(PyFrameObject *) PyFrame_GetBack(PyFrameObject *frame);
+
+/* Thread-state iteration, used to install the hook on threads that already run
+ * and to seed their active frames at start (3.9+). */
+PyAPI_FUNC(PyThreadState *) PyInterpreterState_ThreadHead(PyInterpreterState *interp);
+PyAPI_FUNC(PyThreadState *) PyThreadState_Next(PyThreadState *tstate);
+
+/* ------------------------------------------------------------------------ */
+/* Limited-API gaps for the 3.9 baseline                                     */
+/* ------------------------------------------------------------------------ */
+
+/* METH_FASTCALL joined the limited API in 3.10; its value never changed. */
+#ifndef METH_FASTCALL
+#define METH_FASTCALL 0x0080
+#endif
+
+typedef PyObject *(*pt_fastcall)(PyObject *self, PyObject *const *args,
+                                 Py_ssize_t nargs);
+
+#endif /* PT_CPYTHON_H */

@@ -1,0 +1,465 @@
+/* pt_hooks.c - the hot path: the PyEval_SetProfile callback (3.9-3.11), the
+ * sys.monitoring callbacks (3.12+), and installing/removing them with the active
+ * frames of every thread seeded at start.
+ *
+ * The hooks never raise and never allocate Python objects, except on the cold
+ * path that interns a function seen for the first time. Failures there set the
+ * tracer's sticky error, which Python raises at stop.
+ */
+#include "pt_internal.h"
+
+/* ======================================================================== */
+/* The handle: the object every hook receives, pointing back to the tracer  */
+/* ======================================================================== */
+
+typedef struct {
+    PyObject_HEAD
+    pt_tracer *tracer;            /* NULL once the tracer is freed */
+} pt_handle;
+
+static void
+pt_handle_dealloc(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    tp_free(self);
+    Py_DECREF(type);
+}
+
+static PyType_Slot pt_handle_slots[] = {
+    {Py_tp_dealloc, (void *)pt_handle_dealloc},
+    {Py_tp_doc, (void *)"pytrace_cffi tracer handle (internal)"},
+    {0, NULL},
+};
+
+static PyType_Spec pt_handle_spec = {
+    "pytrace_cffi._core.Handle", sizeof(pt_handle), 0, Py_TPFLAGS_DEFAULT,
+    pt_handle_slots,
+};
+
+/* Created once, on first use, with the GIL held; never changes afterwards. */
+static PyObject *pt_handle_type;
+
+/* Returns a new reference, or NULL with an exception set. */
+PyObject *
+pt_handle_new(pt_tracer *tracer)
+{
+    if (!pt_handle_type) {
+        pt_handle_type = PyType_FromSpec(&pt_handle_spec);
+        if (!pt_handle_type)
+            return NULL;
+    }
+    allocfunc tp_alloc =
+        (allocfunc)PyType_GetSlot((PyTypeObject *)pt_handle_type, Py_tp_alloc);
+    PyObject *handle = tp_alloc((PyTypeObject *)pt_handle_type, 0);
+    if (handle)
+        ((pt_handle *)handle)->tracer = tracer;
+    return handle;
+}
+
+void
+pt_handle_detach(PyObject *handle)
+{
+    if (handle)
+        ((pt_handle *)handle)->tracer = NULL;
+}
+
+/* ======================================================================== */
+/* Finding the calling thread's buffer                                      */
+/* ======================================================================== */
+
+/* Per OS thread: the buffer it appends to, valid while the generation matches
+ * the running tracer's. Nothing here is shared between threads. */
+static __thread pt_thread *pt_tls_thread;
+static __thread uint64_t pt_tls_generation;
+
+static pt_thread *
+pt_thread_lookup_cold(pt_tracer *tracer)
+{
+    PyThreadState *tstate = PyThreadState_Get();
+    uint64_t tstate_id = PyThreadState_GetID(tstate);
+    pt_thread *thread = pt_thread_find(tracer, tstate_id);
+    if (!thread)
+        thread = pt_thread_new(tracer, tstate_id, PyThread_get_thread_ident(), 0);
+    if (!thread) {
+        if (!tracer->hot_error) {
+            tracer->hot_error = PT_ERR_NOMEM;
+            pt_set_error(tracer, PT_ERR_NOMEM, "out of memory for a thread buffer");
+        }
+        return NULL;
+    }
+    if (!thread->native_id)
+        thread->native_id = PyThread_get_thread_native_id();
+    if (!thread->ident)
+        thread->ident = PyThread_get_thread_ident();
+    pt_tls_thread = thread;
+    pt_tls_generation = tracer->generation;
+    return thread;
+}
+
+static inline pt_thread *
+pt_thread_current(pt_tracer *tracer)
+{
+    if (pt_tls_generation == tracer->generation)
+        return pt_tls_thread;
+    return pt_thread_lookup_cold(tracer);
+}
+
+/* The tracer a hook should record into, or NULL to do nothing. */
+static inline pt_tracer *
+pt_recording_tracer(PyObject *handle)
+{
+    pt_tracer *tracer = ((pt_handle *)handle)->tracer;
+    if (!tracer || tracer->state != PT_STATE_RUNNING || (tracer->flags & PT_FLAG_NOOP))
+        return NULL;
+    return tracer;
+}
+
+/* ======================================================================== */
+/* Backend 1: PyEval_SetProfile (3.9-3.11)                                  */
+/* ======================================================================== */
+
+static int
+pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg)
+{
+    pt_tracer *tracer = pt_recording_tracer(handle);
+    if (!tracer)
+        return 0;
+    pt_thread *thread = pt_thread_current(tracer);
+    if (!thread)
+        return 0;
+    switch (what) {
+    case PT_TRACE_CALL:
+    case PT_TRACE_RETURN: {
+        PyObject *code = (PyObject *)PyFrame_GetCode(frame);
+        uint32_t key = pt_key_for_code(tracer, code);
+        Py_DECREF(code);
+        pt_record(tracer, thread, what == PT_TRACE_CALL ? PT_EV_PY_CALL : PT_EV_PY_RETURN,
+                  key);
+        break;
+    }
+    case PT_TRACE_C_CALL:
+    case PT_TRACE_C_RETURN:
+    case PT_TRACE_C_EXCEPTION:
+        if ((tracer->flags & PT_FLAG_C_CALLS) && PyCFunction_Check(arg)) {
+            uint32_t key = pt_key_for_builtin(tracer, arg, NULL);
+            pt_record(tracer, thread, what == PT_TRACE_C_CALL ? PT_EV_C_CALL : PT_EV_C_RETURN,
+                      key);
+        }
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+/* ======================================================================== */
+/* Backend 2: sys.monitoring (3.12+), METH_FASTCALL callables                */
+/* ======================================================================== */
+
+/* PY_START, PY_RESUME, PY_THROW: (code, offset) -> a call, as sys.setprofile. */
+static PyObject *
+pt_monitor_py_call(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    pt_tracer *tracer = pt_recording_tracer(handle);
+    if (tracer && nargs >= 1) {
+        pt_thread *thread = pt_thread_current(tracer);
+        if (thread)
+            pt_record(tracer, thread, PT_EV_PY_CALL, pt_key_for_code(tracer, args[0]));
+    }
+    Py_RETURN_NONE;
+}
+
+/* PY_RETURN, PY_YIELD, PY_UNWIND: (code, offset, value) -> a return. */
+static PyObject *
+pt_monitor_py_return(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    pt_tracer *tracer = pt_recording_tracer(handle);
+    if (tracer && nargs >= 1) {
+        pt_thread *thread = pt_thread_current(tracer);
+        if (thread)
+            pt_record(tracer, thread, PT_EV_PY_RETURN, pt_key_for_code(tracer, args[0]));
+    }
+    Py_RETURN_NONE;
+}
+
+/* The key of a built-in call as sys.setprofile reports it: a PyCFunction, or a
+ * method descriptor with its self argument (3.12 passes `list.append` and the
+ * list). Every other callable is not a C call: 0. */
+static inline uint32_t
+pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 4 || !(tracer->flags & PT_FLAG_C_CALLS))
+        return 0;
+    PyObject *callable = args[2];
+    if (PyCFunction_Check(callable))
+        return pt_key_for_builtin(tracer, callable, NULL);
+    if (Py_TYPE(callable) == &PyMethodDescr_Type && args[3] != tracer->monitoring_missing)
+        return pt_key_for_builtin(tracer, callable, args[3]);
+    return 0;
+}
+
+/* CALL: (code, offset, callable, arg0). */
+static PyObject *
+pt_monitor_call(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    pt_tracer *tracer = pt_recording_tracer(handle);
+    if (tracer) {
+        uint32_t key = pt_monitor_builtin_key(tracer, args, nargs);
+        pt_thread *thread = key ? pt_thread_current(tracer) : NULL;
+        if (thread)
+            pt_record(tracer, thread, PT_EV_C_CALL, key);
+    }
+    Py_RETURN_NONE;
+}
+
+/* C_RETURN, C_RAISE: (code, offset, callable, arg0). */
+static PyObject *
+pt_monitor_c_return(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    pt_tracer *tracer = pt_recording_tracer(handle);
+    if (tracer) {
+        uint32_t key = pt_monitor_builtin_key(tracer, args, nargs);
+        pt_thread *thread = key ? pt_thread_current(tracer) : NULL;
+        if (thread)
+            pt_record(tracer, thread, PT_EV_C_RETURN, key);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef pt_monitor_methods[] = {
+    {"PY_START", (PyCFunction)(void (*)(void))pt_monitor_py_call, METH_FASTCALL, NULL},
+    {"PY_RESUME", (PyCFunction)(void (*)(void))pt_monitor_py_call, METH_FASTCALL, NULL},
+    {"PY_THROW", (PyCFunction)(void (*)(void))pt_monitor_py_call, METH_FASTCALL, NULL},
+    {"PY_RETURN", (PyCFunction)(void (*)(void))pt_monitor_py_return, METH_FASTCALL, NULL},
+    {"PY_YIELD", (PyCFunction)(void (*)(void))pt_monitor_py_return, METH_FASTCALL, NULL},
+    {"PY_UNWIND", (PyCFunction)(void (*)(void))pt_monitor_py_return, METH_FASTCALL, NULL},
+    {"CALL", (PyCFunction)(void (*)(void))pt_monitor_call, METH_FASTCALL, NULL},
+    {"C_RETURN", (PyCFunction)(void (*)(void))pt_monitor_c_return, METH_FASTCALL, NULL},
+    {"C_RAISE", (PyCFunction)(void (*)(void))pt_monitor_c_return, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+pt_monitor_callbacks(pt_tracer *tracer, void *py_list)
+{
+    int rc = PT_OK;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *list = (PyObject *)py_list;
+    if (!PyList_Check(list)) {
+        pt_set_error(tracer, PT_ERR_ARG, "pt_monitor_callbacks needs a list");
+        rc = PT_ERR_ARG;
+        goto done;
+    }
+    if (!tracer->monitoring_missing) {
+        PyObject *monitoring = PySys_GetObject("monitoring");   /* borrowed */
+        tracer->monitoring_missing =
+            monitoring ? PyObject_GetAttrString(monitoring, "MISSING") : NULL;
+        if (!tracer->monitoring_missing) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "sys.monitoring is not available");
+            pt_set_error_from_python(tracer, "sys.monitoring.MISSING");
+            rc = PT_ERR_PYTHON;
+            goto done;
+        }
+    }
+    for (PyMethodDef *def = pt_monitor_methods; def->ml_name; def++) {
+        PyObject *callback = PyCFunction_NewEx(def, tracer->handle, NULL);
+        PyObject *pair = callback ? Py_BuildValue("(sN)", def->ml_name, callback) : NULL;
+        if (!pair || PyList_Append(list, pair) < 0) {
+            Py_XDECREF(pair);
+            pt_set_error_from_python(tracer, "creating monitoring callbacks");
+            rc = PT_ERR_PYTHON;
+            goto done;
+        }
+        Py_DECREF(pair);
+    }
+done:
+    PyGILState_Release(gil);
+    return rc;
+}
+
+/* ======================================================================== */
+/* Seeding frames that were already running                                 */
+/* ======================================================================== */
+
+/* Records the frames from `top` (a new reference, consumed) outwards as calls at
+ * time ts, outermost first, skipping the innermost skip_frames and keeping at
+ * most PT_SEED_DEPTH. */
+static void
+pt_seed_frames(pt_tracer *tracer, pt_thread *thread, PyFrameObject *top, int skip,
+               int64_t ts)
+{
+    PyFrameObject *frames[PT_SEED_DEPTH];
+    int depth = 0;
+    PyFrameObject *frame = top;
+    while (frame && skip > 0) {
+        PyFrameObject *back = PyFrame_GetBack(frame);
+        Py_DECREF(frame);
+        frame = back;
+        skip--;
+    }
+    while (frame && depth < PT_SEED_DEPTH) {
+        frames[depth++] = frame;
+        frame = PyFrame_GetBack(frame);
+    }
+    Py_XDECREF(frame);
+    for (int i = depth - 1; i >= 0; i--) {
+        PyObject *code = (PyObject *)PyFrame_GetCode(frames[i]);
+        pt_record_at(tracer, thread, PT_EV_PY_SEED, pt_key_for_code(tracer, code), ts);
+        Py_DECREF(code);
+        Py_DECREF(frames[i]);
+    }
+}
+
+/* Looks up the Python thread ident owning `frame` in sys._current_frames(), a
+ * dict {ident: top frame}; 0 when not found. */
+static uint64_t
+pt_ident_for_frame(PyObject *current_frames, PyFrameObject *frame)
+{
+    if (!current_frames || !frame)
+        return 0;
+    PyObject *ident, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(current_frames, &pos, &ident, &value))
+        if (value == (PyObject *)frame)
+            return (uint64_t)PyLong_AsUnsignedLongLong(ident);
+    return 0;
+}
+
+/* ======================================================================== */
+/* Start, attach, stop                                                      */
+/* ======================================================================== */
+
+static int
+pt_enable_monitoring(pt_tracer *tracer, int tool_id, long long event_mask)
+{
+    PyObject *monitoring = PySys_GetObject("monitoring");   /* borrowed */
+    PyObject *result = monitoring
+        ? PyObject_CallMethod(monitoring, "set_events", "iL", tool_id, event_mask)
+        : NULL;
+    if (!result) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "sys.monitoring is not available");
+        pt_set_error_from_python(tracer, "sys.monitoring.set_events");
+        return PT_ERR_PYTHON;
+    }
+    Py_DECREF(result);
+    return PT_OK;
+}
+
+int
+pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
+{
+    int rc = PT_OK;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    if (tracer->state != PT_STATE_NEW) {
+        pt_set_error(tracer, PT_ERR_STATE, "this tracer was already started");
+        rc = PT_ERR_STATE;
+        goto done;
+    }
+    /* From here to the end the GIL is never released: no thread moves between
+     * the snapshot of its frames and the moment its hook is live. */
+    PyObject *current_frames = NULL;
+    PyObject *getter = PySys_GetObject("_current_frames");   /* borrowed */
+    if (getter)
+        current_frames = PyObject_CallObject(getter, NULL);
+    if (!current_frames || !PyDict_Check(current_frames))
+        PyErr_Clear();
+
+    PyThreadState *self_tstate = PyThreadState_Get();
+    PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
+    int64_t now = pt_clock();
+    tracer->start_ns = now;
+    tracer->state = PT_STATE_RUNNING;
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
+         ts = PyThreadState_Next(ts)) {
+        PyFrameObject *top = PyThreadState_GetFrame(ts);   /* new reference */
+        uint64_t ident = ts == self_tstate ? PyThread_get_thread_ident()
+                                           : pt_ident_for_frame(current_frames, top);
+        pt_thread *thread = pt_thread_new(tracer, PyThreadState_GetID(ts), ident,
+                                          ts == self_tstate ? PyThread_get_thread_native_id() : 0);
+        if (!thread) {
+            Py_XDECREF(top);
+            pt_set_error(tracer, PT_ERR_NOMEM, "out of memory for a thread buffer");
+            rc = PT_ERR_NOMEM;
+            break;
+        }
+        if (!(tracer->flags & PT_FLAG_NOOP))
+            pt_seed_frames(tracer, thread, top, 0, now);
+        else
+            Py_XDECREF(top);
+        if (tracer->backend == PT_BACKEND_PROFILE) {
+            PyThreadState *saved = PyThreadState_Swap(ts);
+            PyEval_SetProfile(pt_profile_callback, tracer->handle);
+            PyThreadState_Swap(saved);
+        }
+    }
+    Py_XDECREF(current_frames);
+    if (rc == PT_OK && tracer->backend == PT_BACKEND_MONITOR)
+        rc = pt_enable_monitoring(tracer, tool_id, event_mask);
+    if (rc != PT_OK) {
+        tracer->state = PT_STATE_STOPPED;
+        tracer->stop_ns = pt_clock();
+        if (tracer->backend == PT_BACKEND_PROFILE)
+            for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
+                 ts = PyThreadState_Next(ts)) {
+                PyThreadState *saved = PyThreadState_Swap(ts);
+                PyEval_SetProfile(NULL, NULL);
+                PyThreadState_Swap(saved);
+            }
+    }
+done:
+    PyGILState_Release(gil);
+    return rc;
+}
+
+int
+pt_attach_current_thread(pt_tracer *tracer, int skip_frames)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    if (tracer->state == PT_STATE_RUNNING) {
+        PyThreadState *tstate = PyThreadState_Get();
+        uint64_t tstate_id = PyThreadState_GetID(tstate);
+        if (!pt_thread_find(tracer, tstate_id)) {
+            pt_thread *thread = pt_thread_new(tracer, tstate_id, PyThread_get_thread_ident(),
+                                              PyThread_get_thread_native_id());
+            if (thread && !(tracer->flags & PT_FLAG_NOOP))
+                pt_seed_frames(tracer, thread, PyThreadState_GetFrame(tstate), skip_frames,
+                               pt_clock());
+        }
+        if (tracer->backend == PT_BACKEND_PROFILE)
+            PyEval_SetProfile(pt_profile_callback, tracer->handle);
+    }
+    PyGILState_Release(gil);
+    return PT_OK;
+}
+
+int
+pt_stop(pt_tracer *tracer)
+{
+    int rc = PT_OK;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    if (tracer->state != PT_STATE_RUNNING) {
+        pt_set_error(tracer, PT_ERR_STATE, "this tracer is not running");
+        rc = PT_ERR_STATE;
+        goto done;
+    }
+    tracer->stop_ns = pt_clock();
+    tracer->state = PT_STATE_STOPPED;
+    if (tracer->backend == PT_BACKEND_PROFILE) {
+        PyThreadState *self_tstate = PyThreadState_Get();
+        PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
+        for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
+             ts = PyThreadState_Next(ts)) {
+            if (!pt_thread_find(tracer, PyThreadState_GetID(ts)))
+                continue;
+            PyThreadState *saved = PyThreadState_Swap(ts);
+            PyEval_SetProfile(NULL, NULL);
+            PyThreadState_Swap(saved);
+        }
+    }
+done:
+    PyGILState_Release(gil);
+    return rc;
+}

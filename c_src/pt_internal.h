@@ -1,0 +1,116 @@
+/* pt_internal.h - structures shared by the C units of the core (prefix pt_).
+ *
+ * Threading model: all mutation happens with the GIL held (the hooks run with it;
+ * every public entry point takes it). Each OS thread appends only to its own
+ * pt_thread buffer, found through a thread-local cache, so the hot path shares no
+ * mutable memory between threads. The tracer's key table and thread list are
+ * shared and change only on cold paths, under the GIL.
+ */
+#ifndef PT_INTERNAL_H
+#define PT_INTERNAL_H
+
+#include "pt_cpython.h"
+#include "pt_core.h"
+
+#define PT_CHUNK_EVENTS 65536     /* 1 MiB of events per chunk */
+#define PT_SEED_DEPTH 128         /* frames seeded per thread at attach */
+
+typedef struct pt_chunk {
+    struct pt_chunk *next;
+    uint64_t used;
+    pt_event events[PT_CHUNK_EVENTS];
+} pt_chunk;
+
+typedef struct pt_thread {
+    struct pt_thread *next;       /* tracer->threads list, newest first */
+    pt_event *cursor;             /* next free slot in tail chunk */
+    pt_event *limit;              /* end of tail chunk */
+    pt_chunk *head;
+    pt_chunk *tail;
+    uint64_t dropped;
+    uint64_t tstate_id;
+    uint64_t ident;
+    uint64_t native_id;
+    int index;                    /* position in creation order */
+} pt_thread;
+
+typedef struct {
+    const void *a;                /* code object, or built-in implementation */
+    const void *b;                /* NULL, or the built-in's owner */
+    uint32_t id;
+} pt_key_slot;
+
+struct pt_tracer {
+    uint64_t generation;          /* unique per tracer; validates TLS caches */
+    int flags;
+    int backend;
+    int state;                    /* PT_STATE_* */
+    int hot_error;                /* sticky: first failure seen on a hook */
+    int64_t start_ns;
+    int64_t stop_ns;
+    PyObject *handle;             /* the object our hooks receive; points back here */
+    PyObject *monitoring_missing; /* sys.monitoring.MISSING (3.12+) */
+    pt_thread *threads;
+    int n_threads;
+    /* key table: open addressing, power-of-two capacity */
+    pt_key_slot *slots;
+    uint32_t slot_mask;
+    uint32_t n_keys;              /* ids handed out, including the reserved 0 */
+    PyObject **sources;           /* id -> strong ref naming the key */
+    uint32_t sources_cap;
+    char error[256];
+};
+
+enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
+
+#include <time.h>
+
+/* Monotonic nanoseconds. CLOCK_MONOTONIC is a vDSO read on Linux (~20 ns). */
+static inline int64_t
+pt_clock(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+/* pt_core.c */
+pt_thread *pt_thread_find(pt_tracer *tracer, uint64_t tstate_id);
+pt_thread *pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
+                         uint64_t native_id);
+int pt_thread_grow(pt_tracer *tracer, pt_thread *thread);
+uint32_t pt_key_for_code(pt_tracer *tracer, PyObject *code);
+uint32_t pt_key_for_builtin(pt_tracer *tracer, PyObject *callable,
+                            PyObject *self_arg);
+int pt_thread_events_each(pt_tracer *tracer, int index,
+                          int (*visit)(void *ctx, const pt_event *ev, uint64_t n),
+                          void *ctx);
+void pt_set_error(pt_tracer *tracer, int code, const char *fmt, ...);
+void pt_set_error_from_python(pt_tracer *tracer, const char *what);
+
+/* Appends one event; on allocation failure counts it as dropped. */
+static inline void
+pt_record_at(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key,
+             int64_t ts)
+{
+    if (thread->cursor == thread->limit && pt_thread_grow(tracer, thread) != PT_OK) {
+        thread->dropped++;
+        return;
+    }
+    pt_event *ev = thread->cursor++;
+    ev->ts = ts;
+    ev->key = key;
+    ev->kind = kind;
+}
+
+static inline void
+pt_record(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key)
+{
+    pt_record_at(tracer, thread, kind, key, pt_clock());
+}
+
+/* pt_hooks.c */
+PyObject *pt_handle_new(pt_tracer *tracer);   /* new reference */
+void pt_handle_detach(PyObject *handle);
+
+#endif /* PT_INTERNAL_H */

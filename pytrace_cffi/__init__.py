@@ -1,0 +1,111 @@
+"""pytrace_cffi: a Python function tracer with a small C core built by cffi.
+
+    import pytrace_cffi
+    pytrace_cffi.start()
+    work()
+    trace = pytrace_cffi.stop()
+    trace.export_chrome_trace("trace.json")
+
+or ``with pytrace_cffi.trace() as t: work()``. Every Python and built-in call on
+every thread is recorded; see README.md for the options and the output format.
+"""
+import threading
+
+from ._tracer import Session
+from .errors import TraceError, TracerConflictError, TracerStateError
+from .trace import Call, Trace
+
+__all__ = ["start", "stop", "trace", "is_tracing", "Trace", "Call",
+           "TraceError", "TracerConflictError", "TracerStateError"]
+__version__ = "0.1.0"
+
+_lock = threading.Lock()
+_session = None          # the running Session, or None
+
+
+def _check_options(c_calls=True, noop=False):
+    for name, value in (("c_calls", c_calls), ("noop", noop)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return {"c_calls": c_calls, "noop": noop}
+
+
+def start(**options):
+    """Starts tracing every thread of the process.
+
+    Options:
+      c_calls (bool, default True): also record calls of built-in functions.
+      noop (bool, default False): install the hooks but record nothing; the
+        benchmark's floor.
+    Raises TracerStateError if already tracing, TracerConflictError if another
+    profiler holds the hook pytrace_cffi needs, TypeError for bad options.
+    """
+    global _session
+    options = _check_options(**options)
+    with _lock:
+        if _session is not None:
+            raise TracerStateError("pytrace_cffi is already tracing; call stop() first")
+        session = _session = Session(**options)
+    try:
+        # Last statement on purpose: whatever runs in this frame after the hooks
+        # go live would be recorded as the caller's work.
+        session.start()
+    except BaseException:
+        _session = None
+        raise
+
+
+def stop():
+    """Stops tracing and returns the Trace. Frames still running are closed at
+    this moment. Raises TracerStateError if not tracing, and TraceError (with
+    the trace in its .trace) if the hooks hit a failure while tracing."""
+    global _session
+    with _lock:
+        session = _session
+        if session is None:
+            raise TracerStateError("pytrace_cffi is not tracing; call start() first")
+        _session = None
+        session.stop()
+    result = Trace(session)
+    failure = session.hot_error()
+    if failure:
+        raise TraceError(f"tracing failed: {failure}", trace=result)
+    return result
+
+
+def is_tracing():
+    """True between start() and stop()."""
+    return _session is not None
+
+
+class trace:
+    """Context manager: ``with pytrace_cffi.trace(**options) as t:`` traces the
+    block; after it, ``t.trace`` is the Trace (``t`` also forwards its methods)."""
+
+    def __init__(self, **options):
+        self._options = _check_options(**options)
+        self.trace = None
+
+    def __enter__(self):
+        start(**self._options)
+        return self
+
+    def __exit__(self, *exc_info):
+        self.trace = stop()
+        return False
+
+    def __getattr__(self, name):
+        if name == "trace":
+            raise AttributeError(name)
+        result = self.__dict__.get("trace")
+        if result is None:
+            raise AttributeError(f"{name!r}: the trace is ready once the with block ends")
+        return getattr(result, name)
+
+    def __iter__(self):
+        if self.trace is None:
+            raise TraceError("the trace is ready once the with block ends")
+        return iter(self.trace)
+
+    def __len__(self):
+        return len(self.trace) if self.trace is not None else 0

@@ -1,0 +1,128 @@
+"""Starting and stopping the C core: backend choice, sys.monitoring registration,
+the hook that attaches threads born while tracing, and status codes -> exceptions."""
+import sys
+import threading
+
+from ._core import ffi, lib
+from .errors import TraceError, TracerConflictError, TracerStateError
+
+# sys.monitoring from 3.12: a C callback costs ~2.5x where PyEval_SetProfile ~4x.
+USE_MONITORING = sys.version_info >= (3, 12)
+MONITORING_TOOL_NAME = "pytrace_cffi"
+MONITORING_EVENTS = (
+    "PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND",
+    "CALL", "C_RETURN", "C_RAISE",
+)
+_STATUS_ERRORS = {
+    lib.PT_ERR_NOMEM: MemoryError,
+    lib.PT_ERR_STATE: TracerStateError,
+    lib.PT_ERR_PYTHON: TraceError,
+    lib.PT_ERR_ARG: ValueError,
+}
+
+
+def check(status, tracer_ptr, what):
+    """Maps a C status code to an exception carrying the core's message."""
+    if status == lib.PT_OK:
+        return
+    message = ffi.string(lib.pt_last_error(tracer_ptr)).decode("utf-8", "replace")
+    raise _STATUS_ERRORS.get(status, TraceError)(f"{what}: {message}")
+
+
+class Session:
+    """One start..stop of the C core. Owns the C tracer until a Trace takes it."""
+
+    def __init__(self, c_calls=True, noop=False):
+        flags = (lib.PT_FLAG_C_CALLS if c_calls else 0) | (lib.PT_FLAG_NOOP if noop else 0)
+        backend = lib.PT_BACKEND_MONITOR if USE_MONITORING else lib.PT_BACKEND_PROFILE
+        ptr = lib.pt_tracer_new(flags, backend)
+        if ptr == ffi.NULL:
+            raise MemoryError("cannot allocate the tracer")
+        self.ptr = ffi.gc(ptr, lib.pt_tracer_free)
+        self.thread_objects = {}        # tstate id -> threading.Thread, for names
+        self.thread_names = {}          # ident -> name, snapshots at start and stop
+        self.thread_native_ids = {}     # ident -> OS thread id, likewise
+        self._previous_thread_hook = None
+        self._tool_id = None
+
+    # -- start ---------------------------------------------------------------
+    def start(self):
+        self._snapshot_thread_names()
+        tool_id, mask = -1, 0
+        if USE_MONITORING:
+            tool_id, mask = self._claim_monitoring()
+        self._previous_thread_hook = _get_threading_profile()
+        threading.setprofile(self._on_new_thread)
+        try:
+            check(lib.pt_start(self.ptr, tool_id, mask), self.ptr, "start")
+        except BaseException:
+            threading.setprofile(self._previous_thread_hook)
+            if USE_MONITORING:
+                self._release_monitoring()
+            raise
+
+    def _claim_monitoring(self):
+        monitoring = sys.monitoring
+        tool_id = monitoring.PROFILER_ID
+        try:
+            monitoring.use_tool_id(tool_id, MONITORING_TOOL_NAME)
+        except ValueError:
+            holder = monitoring.get_tool(tool_id)
+            raise TracerConflictError(
+                f"sys.monitoring tool id {tool_id} (PROFILER_ID) is in use by {holder!r}; "
+                "stop that profiler (cProfile uses this id too) before starting pytrace_cffi"
+            ) from None
+        self._tool_id = tool_id
+        callbacks = []
+        check(lib.pt_monitor_callbacks(self.ptr, ffi.cast("void *", id(callbacks))),
+              self.ptr, "monitoring callbacks")
+        mask = 0
+        for event_name, callback in callbacks:
+            event = getattr(monitoring.events, event_name)
+            monitoring.register_callback(tool_id, event, callback)
+            mask |= event
+        return tool_id, mask
+
+    def _release_monitoring(self):
+        monitoring = sys.monitoring
+        tool_id, self._tool_id = self._tool_id, None
+        if tool_id is None:
+            return
+        monitoring.set_events(tool_id, 0)
+        for event_name in MONITORING_EVENTS:
+            monitoring.register_callback(tool_id, getattr(monitoring.events, event_name), None)
+        monitoring.free_tool_id(tool_id)
+
+    def _on_new_thread(self, frame, event, arg):
+        """threading's profile hook: runs once, first thing in each new thread."""
+        if USE_MONITORING:
+            sys.setprofile(None)    # sys.monitoring already sees every thread
+        self.thread_objects[lib.pt_current_tstate_id()] = threading.current_thread()
+        # Skip this hook's own frame; seed run() and threading's bootstrap frames.
+        lib.pt_attach_current_thread(self.ptr, 1)
+
+    def _snapshot_thread_names(self):
+        for thread in threading.enumerate():
+            if thread.ident is not None:
+                self.thread_names[thread.ident] = thread.name
+                self.thread_native_ids[thread.ident] = getattr(thread, "native_id", None) or 0
+
+    # -- stop ----------------------------------------------------------------
+    def stop(self):
+        status = lib.pt_stop(self.ptr)
+        threading.setprofile(self._previous_thread_hook)
+        if USE_MONITORING:
+            self._release_monitoring()
+        check(status, self.ptr, "stop")
+        self._snapshot_thread_names()
+
+    def hot_error(self):
+        """The first failure the hooks swallowed while tracing, or None."""
+        if lib.pt_hot_error(self.ptr) == lib.PT_OK:
+            return None
+        return ffi.string(lib.pt_last_error(self.ptr)).decode("utf-8", "replace")
+
+
+def _get_threading_profile():
+    getter = getattr(threading, "getprofile", None)     # 3.10+
+    return getter() if getter else getattr(threading, "_profile_hook", None)

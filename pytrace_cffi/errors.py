@@ -1,0 +1,17 @@
+"""The exceptions pytrace_cffi raises."""
+
+
+class TraceError(RuntimeError):
+    """A tracing failure. When raised by stop(), `trace` holds what was recorded."""
+
+    def __init__(self, message, trace=None):
+        super().__init__(message)
+        self.trace = trace
+
+
+class TracerConflictError(TraceError):
+    """Another tracer holds a hook that pytrace_cffi needs."""
+
+
+class TracerStateError(TraceError):
+    """start() while tracing, or stop() while not tracing."""

@@ -1,0 +1,53 @@
+"""A small pure-Python tracer on sys.setprofile: the oracle the C core is held to.
+
+It sees what sys.setprofile reports on this interpreter (the current thread, and
+threads started while it runs, through threading.setprofile), and records each
+call with its parent, named exactly as pytrace_cffi names them. Slow by design.
+"""
+import sys
+import threading
+from collections import Counter
+
+from ._names import builtin_function_name, python_function_name
+
+
+class ReferenceTracer:
+    def __init__(self):
+        self.calls = []              # (thread ident, name, parent name or None, kind)
+        self._stacks = {}            # thread ident -> list of open names
+
+    def _hook(self, frame, event, arg):
+        ident = threading.get_ident()
+        stack = self._stacks.setdefault(ident, [])
+        if event == "call":
+            name = python_function_name(frame.f_code)
+            self.calls.append((ident, name, stack[-1] if stack else None, "python"))
+            stack.append(name)
+        elif event == "c_call":
+            name = builtin_function_name(arg)
+            self.calls.append((ident, name, stack[-1] if stack else None, "c"))
+            stack.append(name)
+        elif event in ("return", "c_return", "c_exception"):
+            if stack:
+                stack.pop()
+
+    def start(self):
+        threading.setprofile(self._hook)
+        sys.setprofile(self._hook)
+
+    def stop(self):
+        sys.setprofile(None)
+        threading.setprofile(None)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.stop()
+        return False
+
+    def counts(self, keep=None):
+        """Counter of (name, parent name, kind) for calls that keep(call) accepts."""
+        return Counter((name, parent, kind) for _, name, parent, kind in self.calls
+                       if keep is None or keep(name, parent, kind))
