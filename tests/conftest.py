@@ -1,0 +1,49 @@
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)          # so tests can import the workloads package
+
+
+def _hooks_installed():
+    found = []
+    if sys.getprofile() is not None:
+        found.append(f"sys.getprofile() = {sys.getprofile()!r}")
+    hook = threading.getprofile() if hasattr(threading, "getprofile") else threading._profile_hook
+    if hook is not None:
+        found.append(f"threading profile hook = {hook!r}")
+    if sys.version_info >= (3, 12):
+        tool = sys.monitoring.get_tool(sys.monitoring.PROFILER_ID)
+        if tool is not None:
+            found.append(f"sys.monitoring PROFILER_ID held by {tool!r}")
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_hook_left_behind():
+    """Every test must leave the interpreter without any profile hook."""
+    assert not _hooks_installed(), "a hook was already installed before the test"
+    yield
+    import pytrace_cffi
+    left = _hooks_installed()
+    if pytrace_cffi.is_tracing():
+        pytrace_cffi.stop()
+        left.append("pytrace_cffi was still tracing")
+    assert not left, "hooks left installed: " + "; ".join(left)
+
+
+@pytest.fixture
+def run_python(tmp_path):
+    """Runs code in a fresh interpreter (the one running the tests)."""
+    def run(code, *args, cwd=None, check=True, timeout=120):
+        proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd or tmp_path,
+                              capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\n"
+                                 f"stderr:\n{proc.stderr}")
+        return proc
+    return run

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds the abi3 wheel once, then runs the test suite under every CPython 3.9-3.13
+# found (pyenv's, or python3.X on PATH), each in its own venv under .venvs/.
+# Missing interpreters are skipped; any failing one fails the run.
+# Extra arguments go to pytest, e.g.: bash tests/run_all.sh -k oracle
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+BUILD_PYTHON="${PYTHON:-python3}"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+echo "== building the wheel once with $($BUILD_PYTHON --version)"
+rm -rf dist
+"$BUILD_PYTHON" -m pip wheel --no-deps -q -w dist . || { echo "build failed"; exit 1; }
+WHEEL="$(ls "$ROOT"/dist/pytrace_cffi-*-cp39-abi3-*.whl)" || { echo "no abi3 wheel built"; exit 1; }
+echo "   $WHEEL"
+
+find_python() {
+    local v="$1" found=""
+    if command -v pyenv >/dev/null 2>&1; then
+        found="$(ls "$(pyenv root)"/versions/"$v".*/bin/python"$v" 2>/dev/null | sort -V | tail -n 1)"
+    fi
+    [ -n "$found" ] || found="$(command -v "python$v" 2>/dev/null || true)"
+    echo "$found"
+}
+
+passed=0; failed=0; skipped=0; ran=0; bad_versions=""
+RUN_DIR="$(mktemp -d)"      # run from outside the tree so the installed wheel is tested
+for v in 3.9 3.10 3.11 3.12 3.13; do
+    py="$(find_python "$v")"
+    if [ -z "$py" ]; then echo "== Python $v: not installed, skipped"; continue; fi
+    echo "== Python $v ($py)"
+    venv="$ROOT/.venvs/$v"
+    [ -x "$venv/bin/python" ] || "$py" -m venv "$venv" || { bad_versions+=" $v(venv)"; continue; }
+    "$venv/bin/python" -m pip install -q "cffi>=1.15" "pytest>=7" \
+        && "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$WHEEL" \
+        || { bad_versions+=" $v(install)"; continue; }
+    log="$RUN_DIR/pytest-$v.log"
+    (cd "$RUN_DIR" && "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+        "$ROOT/tests" "$@") 2>&1 | tee "$log"
+    status=${PIPESTATUS[0]}
+    ran=$((ran + 1))
+    summary="$(tail -n 1 "$log")"
+    for kind in passed failed skipped error errors; do
+        n="$(echo "$summary" | grep -oE "[0-9]+ $kind" | grep -oE "[0-9]+" || true)"
+        n="${n:-0}"
+        case "$kind" in
+            passed) passed=$((passed + n)) ;;
+            skipped) skipped=$((skipped + n)) ;;
+            *) failed=$((failed + n)) ;;
+        esac
+    done
+    [ "$status" -eq 0 ] || bad_versions+=" $v"
+done
+rm -rf "$RUN_DIR"
+
+if [ "$ran" -eq 0 ]; then echo "no Python 3.9-3.13 interpreter found"; exit 1; fi
+if [ -n "$bad_versions" ]; then echo "failing interpreters:$bad_versions"; fi
+echo "all interpreters: $passed passed, $failed failed, $skipped skipped"
+[ -z "$bad_versions" ]

@@ -1,0 +1,106 @@
+"""The Python API: lifecycle errors, options, the context manager, iteration."""
+import pytest
+
+import pytrace_cffi
+from pytrace_cffi import TracerStateError
+
+
+def work():
+    return sorted(str(i) for i in range(5))
+
+
+def test_stop_without_start_raises_clearly():
+    with pytest.raises(TracerStateError, match="not tracing"):
+        pytrace_cffi.stop()
+
+
+def test_second_start_raises_and_leaves_the_running_trace_unharmed():
+    pytrace_cffi.start()
+    work()
+    with pytest.raises(TracerStateError, match="already tracing"):
+        pytrace_cffi.start()
+    work()
+    trace = pytrace_cffi.stop()
+    assert len([c for c in trace if c.name.endswith(": work")]) == 2
+    assert not pytrace_cffi.is_tracing()
+
+
+@pytest.mark.parametrize("options, error", [
+    ({"c_calls": "yes"}, TypeError),
+    ({"noop": 1}, TypeError),
+    ({"colour": True}, TypeError),
+])
+def test_bad_options_raise_before_anything_starts(options, error):
+    with pytest.raises(error):
+        pytrace_cffi.start(**options)
+    assert not pytrace_cffi.is_tracing()
+    with pytest.raises(error):
+        pytrace_cffi.trace(**options)
+
+
+def test_context_manager_leaves_the_trace_after_the_block():
+    with pytrace_cffi.trace() as t:
+        assert pytrace_cffi.is_tracing()
+        with pytest.raises(AttributeError, match="once the with block ends"):
+            t.threads
+        work()
+    assert not pytrace_cffi.is_tracing()
+    assert isinstance(t.trace, pytrace_cffi.Trace)
+    assert len(t) == len(t.trace) > 0
+    assert t.threads == t.trace.threads
+
+
+def test_context_manager_stops_on_exception():
+    with pytest.raises(ZeroDivisionError):
+        with pytrace_cffi.trace() as t:
+            1 / 0
+    assert not pytrace_cffi.is_tracing()
+    assert t.trace is not None
+
+
+def test_calls_carry_name_times_thread_parent_and_kind():
+    import threading
+    with pytrace_cffi.trace() as t:
+        work()
+    calls = list(t.trace)
+    assert [c.id for c in calls] == list(range(len(calls)))
+    (top,) = [c for c in calls if c.name.endswith(": work")]
+    assert top.kind == "python"
+    assert top.name == f"{__file__}({work.__code__.co_firstlineno}): work"
+    assert top.thread == threading.get_native_id()
+    children = [c for c in calls if c.parent == top.id]
+    assert [c.name for c in children if c.kind == "c"] == ["builtins.sorted"]
+    assert t.trace.start_ns <= top.start_ns <= top.end_ns <= t.trace.stop_ns
+    assert t.trace.dropped_events == 0
+
+
+def test_noop_mode_records_nothing():
+    with pytrace_cffi.trace(noop=True) as t:
+        work()
+    assert len(t.trace) == 0
+
+
+def test_many_start_stop_cycles():
+    for _ in range(30):
+        with pytrace_cffi.trace() as t:
+            work()
+        assert len([c for c in t.trace if c.name.endswith(": work")]) == 1
+
+
+def test_names_are_stable_and_carry_no_addresses():
+    import re
+    import time
+
+    class Box(list):
+        pass
+
+    with pytrace_cffi.trace() as t:
+        b = Box()
+        b.append(1)
+        time.monotonic()
+        "-".join(["a"])
+    names = {c.name for c in t.trace if c.kind == "c"}
+    assert {"time.monotonic", "str.join"} <= names
+    box_append = "test_api.test_names_are_stable_and_carry_no_addresses.<locals>.Box.append"
+    assert box_append in names
+    assert not [n for n in names if re.search(r"0x[0-9a-f]+", n)]

@@ -1,0 +1,91 @@
+"""Chrome Trace Event JSON: shape, units, args, thread names, nesting, gzip."""
+import gzip
+import json
+import os
+import threading
+
+import pytest
+
+import pytrace_cffi
+
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+@pytest.fixture(scope="module")
+def trace():
+    with pytrace_cffi.trace() as t:
+        worker = threading.Thread(target=fib, args=(8,), name="chrome-worker")
+        worker.start()
+        fib(10)
+        worker.join()
+    return t.trace
+
+
+def load(path):
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_export_is_valid_chrome_json(trace, tmp_path, suffix):
+    path = tmp_path / f"out{suffix}"
+    trace.export_chrome_trace(str(path))
+    data = load(path)
+    events = data["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert len(slices) == len(trace)
+    assert {e["cat"] for e in slices} == {"python_function"}
+    assert {e["pid"] for e in events} == {os.getpid()}
+    assert {e["tid"] for e in slices} == {t.native_id for t in trace.threads}
+    names = {e["tid"]: e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names[threading.get_native_id()] == "MainThread"
+    assert "chrome-worker" in names.values()
+    calls = list(trace)
+    for event, call in zip(slices, calls):
+        assert event["name"] == call.name
+        assert event["args"]["Python id"] == call.id
+        assert event["args"]["Python parent id"] == call.parent
+        # microseconds with nanosecond precision
+        assert round(event["ts"] * 1000) == call.start_ns - trace.start_ns
+        assert round(event["dur"] * 1000) == call.end_ns - call.start_ns
+
+
+def test_slices_nest_exactly_per_thread(trace, tmp_path):
+    path = tmp_path / "nest.json"
+    trace.export_chrome_trace(str(path))
+    slices = [e for e in load(path)["traceEvents"] if e["ph"] == "X"]
+    by_tid = {}
+    for e in slices:
+        by_tid.setdefault(e["tid"], []).append(
+            (round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)))
+    for intervals in by_tid.values():
+        intervals.sort(key=lambda iv: (iv[0], -iv[1]))
+        stack = []
+        for start, end in intervals:
+            while stack and stack[-1] <= start:
+                stack.pop()
+            assert not stack or end <= stack[-1], "a slice crosses its parent's end"
+            stack.append(end)
+
+
+def test_fib_counts_in_export(trace, tmp_path):
+    path = tmp_path / "fib.json"
+    trace.export_chrome_trace(str(path))
+    slices = [e for e in load(path)["traceEvents"] if e["ph"] == "X"]
+    fibs = [e for e in slices if e["name"].endswith(": fib")]
+    calls = lambda n: 1 if n < 2 else 1 + calls(n - 1) + calls(n - 2)   # noqa: E731
+    assert len(fibs) == calls(10) + calls(8)
+
+
+def test_failed_export_keeps_the_trace_for_a_retry(trace, tmp_path):
+    bad = tmp_path / "missing-dir" / "out.json"
+    with pytest.raises(OSError):
+        trace.export_chrome_trace(str(bad))
+    assert not list(tmp_path.glob("missing-dir*"))
+    good = tmp_path / "retry.json"
+    trace.export_chrome_trace(str(good))
+    assert len([e for e in load(good)["traceEvents"] if e["ph"] == "X"]) == len(trace)

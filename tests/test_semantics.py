@@ -1,0 +1,115 @@
+"""What a call is: generators, exceptions, frames at start and at stop."""
+import sys
+
+import pytrace_cffi
+
+from helpers import assert_nested
+
+
+def named(trace, suffix):
+    return [c for c in trace if c.name.endswith(suffix)]
+
+
+def gen(n):
+    for i in range(n):
+        yield i
+
+
+def test_generator_resume_is_a_call_and_yield_a_return():
+    with pytrace_cffi.trace() as traced:
+        values = list(gen(4))
+    assert values == [0, 1, 2, 3]
+    # first entry + 4 resumes after each yield = 5 calls of the generator frame
+    assert len(named(traced.trace, ": gen")) == 5
+    assert_nested(traced.trace)
+
+
+def thrower(depth):
+    if depth == 0:
+        raise KeyError("deep")
+    thrower(depth - 1)
+
+
+def test_exception_unwinding_is_a_return():
+    with pytrace_cffi.trace() as traced:
+        try:
+            thrower(4)
+        except KeyError:
+            pass
+        after = len("after")
+    assert after == 5
+    calls = named(traced.trace, ": thrower")
+    assert len(calls) == 5
+    for parent, child in zip(calls, calls[1:]):
+        assert child.parent == parent.id
+    lens = [c for c in traced.trace if c.name == "builtins.len"]
+    # the call after the exception is not nested inside the unwound frames
+    assert lens[-1].parent != calls[0].id and lens[-1].start_ns >= calls[0].end_ns
+    assert_nested(traced.trace)
+
+
+def test_builtin_that_raises_is_a_c_call():
+    with pytrace_cffi.trace() as traced:
+        try:
+            int("x")
+        except ValueError:
+            pass
+    ints = [c for c in traced.trace if c.kind == "c" and c.name == "int"] or \
+        [c for c in traced.trace if c.kind == "c" and "int" in c.name]
+    # int is a type, not a built-in function: like sys.setprofile, no C call
+    assert ints == []
+    with pytrace_cffi.trace() as traced:
+        try:
+            [].index(1)
+        except ValueError:
+            pass
+    index_calls = [c for c in traced.trace if c.name == "list.index"]
+    assert len(index_calls) == 1 and index_calls[0].kind == "c"
+
+
+def outer_frame(depth):
+    if depth:
+        return outer_frame(depth - 1)
+    pytrace_cffi.start()
+    len("inside")
+    return None
+
+
+def test_frames_active_at_start_are_seeded_and_closed():
+    outer_frame(3)
+    len("outside")                 # after outer_frame returned, still tracing
+    trace = pytrace_cffi.stop()
+    frames = named(trace, ": outer_frame")
+    assert len(frames) == 4
+    assert all(f.start_ns == trace.start_ns for f in frames)
+    assert all(f.end_ns < trace.stop_ns for f in frames)
+    this_test = named(trace, ": test_frames_active_at_start_are_seeded_and_closed")
+    assert len(this_test) == 1
+    # still running at stop: closed at stop time
+    assert this_test[0].end_ns == trace.stop_ns
+    assert frames[0].parent == this_test[0].id
+    lens = [c for c in trace if c.name == "builtins.len"]
+    assert [l.parent for l in lens] == [frames[-1].id, this_test[0].id]
+    # our own start()/stop() machinery stays out of the trace
+    assert not [c for c in trace if "pytrace_cffi" + __import__("os").sep in c.name]
+    assert_nested(trace)
+
+
+def test_seeding_is_capped_at_128_frames():
+    def dive(depth):
+        if depth:
+            return dive(depth - 1)
+        pytrace_cffi.start()
+        return None
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 1000))
+    try:
+        dive(200)
+    finally:
+        sys.setrecursionlimit(old)
+    trace = pytrace_cffi.stop()
+    seeded = [c for c in trace if c.start_ns == trace.start_ns]
+    assert len(seeded) <= 128
+    assert len(named(trace, ": dive")) >= 100
+    assert_nested(trace)

@@ -1,0 +1,1 @@
+"""Programs the tracer is held to the sys.setprofile oracle on. Each has run()."""
