@@ -26,9 +26,13 @@ CDEF = """
 #define PT_EV_C_CALL 2
 #define PT_EV_C_RETURN 3
 #define PT_EV_PY_SEED 4
+#define PT_EV_TIME 7
+#define PT_KEY_SHIFT 3
+#define PT_KIND_MASK 7
 
 #define PT_FLAG_C_CALLS 1
 #define PT_FLAG_NOOP 2
+#define PT_FLAG_TSC 4
 
 #define PT_BACKEND_PROFILE 1
 #define PT_BACKEND_MONITOR 2
@@ -40,9 +44,8 @@ CDEF = """
 typedef struct pt_tracer pt_tracer;
 
 typedef struct {
-    int64_t ts;
-    uint32_t key;
-    uint32_t kind;
+    uint32_t delta;
+    uint32_t key_kind;
 } pt_event;
 
 typedef struct {
@@ -52,6 +55,7 @@ typedef struct {
     uint64_t n_events;
     uint64_t n_calls;
     uint64_t dropped;
+    int64_t base_ticks;
 } pt_thread_info;
 
 typedef struct {
@@ -72,15 +76,19 @@ int pt_stop(pt_tracer *tracer);
 int pt_hot_error(pt_tracer *tracer);
 int pt_monitor_callbacks(pt_tracer *tracer, void *py_list);
 
-int64_t pt_now_ns(void);
+int pt_tsc_supported(void);
+void pt_clock_pair(int use_tsc, int64_t *ticks, int64_t *ns);
 int64_t pt_start_ns(pt_tracer *tracer);
 int64_t pt_stop_ns(pt_tracer *tracer);
+int64_t pt_start_ticks(pt_tracer *tracer);
+int64_t pt_stop_ticks(pt_tracer *tracer);
 uint64_t pt_current_tstate_id(void);
 int pt_thread_count(pt_tracer *tracer);
 int pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out);
 int pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t cap);
 int pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
-                     uint32_t n_hidden, pt_slice *out, uint64_t cap,
+                     uint32_t n_hidden, int64_t tick0, int64_t ns0,
+                     double ns_per_tick, pt_slice *out, uint64_t cap,
                      uint64_t *n_out);
 uint32_t pt_key_count(pt_tracer *tracer);
 int pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* ======================================================================== */
 /* Errors                                                                   */
@@ -155,11 +156,12 @@ pt_thread_find(pt_tracer *tracer, uint64_t tstate_id)
 
 pt_thread *
 pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
-              uint64_t native_id)
+              uint64_t native_id, int64_t base_ticks)
 {
     pt_thread *thread = calloc(1, sizeof *thread);
     if (!thread)
         return NULL;
+    thread->base_ticks = thread->last_ticks = base_ticks;
     thread->tstate_id = tstate_id;
     thread->ident = ident;
     thread->native_id = native_id;
@@ -169,11 +171,35 @@ pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
     return thread;
 }
 
+/* Returns a chunk of `bytes` (a power of two), asking for a transparent huge page
+ * when it is that big: first-touch page faults are the dearest part of recording. */
+static pt_chunk *
+pt_chunk_alloc(size_t bytes)
+{
+    void *memory = NULL;
+    if (bytes >= PT_CHUNK_BYTES) {
+        if (posix_memalign(&memory, bytes, bytes) != 0)
+            return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(memory, bytes, MADV_HUGEPAGE);
+#endif
+    } else {
+        memory = malloc(bytes);
+        if (!memory)
+            return NULL;
+    }
+    pt_chunk *chunk = memory;
+    chunk->next = NULL;
+    chunk->used = 0;
+    chunk->capacity = (bytes - sizeof(pt_chunk)) / sizeof(pt_event);
+    return chunk;
+}
+
 /* Appends a fresh chunk; never copies recorded events. */
 int
 pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
 {
-    pt_chunk *chunk = malloc(sizeof *chunk);
+    pt_chunk *chunk = pt_chunk_alloc(thread->head ? PT_CHUNK_BYTES : PT_FIRST_CHUNK_BYTES);
     if (!chunk) {
         if (!tracer->hot_error) {
             tracer->hot_error = PT_ERR_NOMEM;
@@ -182,8 +208,6 @@ pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
         }
         return PT_ERR_NOMEM;
     }
-    chunk->next = NULL;
-    chunk->used = 0;
     if (thread->tail) {
         thread->tail->used = (uint64_t)(thread->cursor - thread->tail->events);
         thread->tail->next = chunk;
@@ -192,8 +216,18 @@ pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
     }
     thread->tail = chunk;
     thread->cursor = chunk->events;
-    thread->limit = chunk->events + PT_CHUNK_EVENTS;
+    thread->limit = chunk->events + chunk->capacity;
     return PT_OK;
+}
+
+/* Records a pause longer than a 32-bit delta: delta's high bits ride in the key. */
+void
+pt_append_time(pt_tracer *tracer, pt_thread *thread, uint64_t delta)
+{
+    uint64_t high = delta >> 32;
+    if (high >= PT_MAX_KEYS)
+        high = PT_MAX_KEYS - 1;        /* > 2^61 ticks: decades; clamp */
+    pt_append(tracer, thread, (uint32_t)delta, (uint32_t)high << PT_KEY_SHIFT | PT_EV_TIME);
 }
 
 static uint64_t
@@ -249,6 +283,14 @@ pt_key_insert(pt_tracer *tracer, const void *a, const void *b, PyObject *source)
             pt_set_error_from_python(tracer, "naming a traced function");
         }
         PyErr_Clear();
+        return 0;
+    }
+    if (tracer->n_keys >= PT_MAX_KEYS - 1) {
+        Py_DECREF(source);
+        if (!tracer->hot_error) {
+            tracer->hot_error = PT_ERR_NOMEM;
+            pt_set_error(tracer, PT_ERR_NOMEM, "more than 2^29 distinct functions");
+        }
         return 0;
     }
     if ((tracer->n_keys + 1) * 2 > tracer->slot_mask + 1 &&
@@ -375,9 +417,29 @@ pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, PyObject *self_arg)
 /* Reading                                                                  */
 /* ======================================================================== */
 
-int64_t pt_now_ns(void) { return pt_clock(); }
+int
+pt_tsc_supported(void)
+{
+    return PT_HAVE_TSC;
+}
+
+/* A simultaneous reading of the event clock and CLOCK_MONOTONIC: the tick
+ * reading is the midpoint of two around the nanosecond one. */
+void
+pt_clock_pair(int use_tsc, int64_t *ticks, int64_t *ns)
+{
+    pt_tracer probe;
+    probe.flags = use_tsc && PT_HAVE_TSC ? PT_FLAG_TSC : 0;
+    int64_t before = pt_ticks(&probe);
+    *ns = pt_clock();
+    int64_t after = pt_ticks(&probe);
+    *ticks = before + (after - before) / 2;
+}
+
 int64_t pt_start_ns(pt_tracer *tracer) { return tracer->start_ns; }
 int64_t pt_stop_ns(pt_tracer *tracer) { return tracer->stop_ns; }
+int64_t pt_start_ticks(pt_tracer *tracer) { return tracer->start_ticks; }
+int64_t pt_stop_ticks(pt_tracer *tracer) { return tracer->stop_ticks; }
 int pt_thread_count(pt_tracer *tracer) { return tracer->n_threads; }
 uint32_t pt_key_count(pt_tracer *tracer) { return tracer->n_keys; }
 
@@ -400,7 +462,7 @@ pt_thread_at(pt_tracer *tracer, int index)
 }
 
 /* Threads are read only once stopped: their buffers no longer move. */
-static pt_thread *
+pt_thread *
 pt_thread_for_reading(pt_tracer *tracer, int index)
 {
     if (tracer->state != PT_STATE_STOPPED) {
@@ -424,11 +486,12 @@ pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out)
     out->ident = thread->ident;
     out->native_id = thread->native_id;
     out->dropped = thread->dropped;
+    out->base_ticks = thread->base_ticks;
     for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next) {
         uint64_t used = pt_chunk_used(thread, chunk);
         out->n_events += used;
         for (uint64_t i = 0; i < used; i++) {
-            uint32_t kind = chunk->events[i].kind;
+            uint32_t kind = chunk->events[i].key_kind & PT_KIND_MASK;
             out->n_calls += (kind == PT_EV_PY_CALL || kind == PT_EV_C_CALL ||
                              kind == PT_EV_PY_SEED);
         }

@@ -20,16 +20,22 @@
 #define PT_ERR_PYTHON -3    /* a Python API call failed; the message says which */
 #define PT_ERR_ARG -4       /* an index or size out of range */
 
-/* Event kinds. An event is 16 bytes: when, what happened, to which key. */
+/* Event kinds. An event is 8 bytes: the clock ticks since the thread's previous
+ * event, and what happened to which key (key << PT_KEY_SHIFT | kind). */
 #define PT_EV_PY_CALL 0     /* a Python frame started or resumed */
 #define PT_EV_PY_RETURN 1   /* a Python frame returned, yielded or unwound */
 #define PT_EV_C_CALL 2      /* a built-in function or method was called */
 #define PT_EV_C_RETURN 3    /* ... and returned or raised */
 #define PT_EV_PY_SEED 4     /* a frame already active when the thread was attached */
+#define PT_EV_TIME 7        /* no call: the clock moved delta + (key << 32) ticks */
+#define PT_KEY_SHIFT 3
+#define PT_KIND_MASK 7
+#define PT_MAX_KEYS (1u << 29)
 
 /* Tracer flags. */
 #define PT_FLAG_C_CALLS 1   /* record built-in calls */
 #define PT_FLAG_NOOP 2      /* hooks installed, nothing recorded: the benchmark floor */
+#define PT_FLAG_TSC 4       /* ticks are the CPU's invariant TSC (x86-64), else nanoseconds */
 
 /* Backends. */
 #define PT_BACKEND_PROFILE 1    /* PyEval_SetProfile, per thread (3.9-3.11) */
@@ -38,9 +44,8 @@
 typedef struct pt_tracer pt_tracer;
 
 typedef struct {
-    int64_t ts;             /* nanoseconds, CLOCK_MONOTONIC */
-    uint32_t key;           /* interned code object or built-in; 0 = unknown */
-    uint32_t kind;          /* PT_EV_* */
+    uint32_t delta;         /* ticks since this thread's previous event */
+    uint32_t key_kind;      /* key << PT_KEY_SHIFT | PT_EV_*; key 0 = unknown */
 } pt_event;
 
 typedef struct {
@@ -50,6 +55,7 @@ typedef struct {
     uint64_t n_events;      /* events held */
     uint64_t n_calls;       /* events that open a slice */
     uint64_t dropped;       /* events lost (allocation failure) */
+    int64_t base_ticks;     /* the clock reading the first delta counts from */
 } pt_thread_info;
 
 /* One call after replay: a call paired with its return. */
@@ -85,20 +91,28 @@ int pt_hot_error(pt_tracer *tracer);
 /* Appends the monitoring callbacks to py_list as (event name, callable) pairs. */
 int pt_monitor_callbacks(pt_tracer *tracer, void *py_list);
 
-/* Reading. */
-int64_t pt_now_ns(void);
+/* Clock. Ticks are nanoseconds, or TSC cycles under PT_FLAG_TSC; Python maps them
+ * to nanoseconds with pairs of readings taken by pt_clock_pair. */
+int pt_tsc_supported(void);
+void pt_clock_pair(int use_tsc, int64_t *ticks, int64_t *ns);
 int64_t pt_start_ns(pt_tracer *tracer);
 int64_t pt_stop_ns(pt_tracer *tracer);
+int64_t pt_start_ticks(pt_tracer *tracer);
+int64_t pt_stop_ticks(pt_tracer *tracer);
+
+/* Reading. */
 uint64_t pt_current_tstate_id(void);
 int pt_thread_count(pt_tracer *tracer);
 int pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out);
 /* Copies a thread's raw events into out (cap entries). */
 int pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t cap);
-/* Pairs a thread's calls and returns into slices. Calls whose key has
+/* Pairs a thread's calls and returns into slices, with times in nanoseconds
+ * ns0 + (ticks - tick0) * ns_per_tick. Calls whose key has
  * hidden[key] != 0 are dropped with everything they call, except seeded frames,
  * which are dropped alone (their callees are the user's). */
 int pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
-                     uint32_t n_hidden, pt_slice *out, uint64_t cap,
+                     uint32_t n_hidden, int64_t tick0, int64_t ns0,
+                     double ns_per_tick, pt_slice *out, uint64_t cap,
                      uint64_t *n_out);
 uint32_t pt_key_count(pt_tracer *tracer);
 /* Appends, for keys first..count-1, what names each key to py_list: a code

@@ -80,7 +80,8 @@ pt_thread_lookup_cold(pt_tracer *tracer)
     uint64_t tstate_id = PyThreadState_GetID(tstate);
     pt_thread *thread = pt_thread_find(tracer, tstate_id);
     if (!thread)
-        thread = pt_thread_new(tracer, tstate_id, PyThread_get_thread_ident(), 0);
+        thread = pt_thread_new(tracer, tstate_id, PyThread_get_thread_ident(), 0,
+                               pt_ticks(tracer));
     if (!thread) {
         if (!tracer->hot_error) {
             tracer->hot_error = PT_ERR_NOMEM;
@@ -369,8 +370,9 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
 
     PyThreadState *self_tstate = PyThreadState_Get();
     PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
-    int64_t now = pt_clock();
-    tracer->start_ns = now;
+    int64_t now = pt_ticks(tracer);
+    tracer->start_ticks = now;
+    tracer->start_ns = pt_clock();
     tracer->state = PT_STATE_RUNNING;
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
          ts = PyThreadState_Next(ts)) {
@@ -378,7 +380,8 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
         uint64_t ident = ts == self_tstate ? PyThread_get_thread_ident()
                                            : pt_ident_for_frame(current_frames, top);
         pt_thread *thread = pt_thread_new(tracer, PyThreadState_GetID(ts), ident,
-                                          ts == self_tstate ? PyThread_get_thread_native_id() : 0);
+                                          ts == self_tstate ? PyThread_get_thread_native_id() : 0,
+                                          now);
         if (!thread) {
             Py_XDECREF(top);
             pt_set_error(tracer, PT_ERR_NOMEM, "out of memory for a thread buffer");
@@ -400,6 +403,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
         rc = pt_enable_monitoring(tracer, tool_id, event_mask);
     if (rc != PT_OK) {
         tracer->state = PT_STATE_STOPPED;
+        tracer->stop_ticks = pt_ticks(tracer);
         tracer->stop_ns = pt_clock();
         if (tracer->backend == PT_BACKEND_PROFILE)
             for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
@@ -422,11 +426,12 @@ pt_attach_current_thread(pt_tracer *tracer, int skip_frames)
         PyThreadState *tstate = PyThreadState_Get();
         uint64_t tstate_id = PyThreadState_GetID(tstate);
         if (!pt_thread_find(tracer, tstate_id)) {
+            int64_t now = pt_ticks(tracer);
             pt_thread *thread = pt_thread_new(tracer, tstate_id, PyThread_get_thread_ident(),
-                                              PyThread_get_thread_native_id());
+                                              PyThread_get_thread_native_id(), now);
             if (thread && !(tracer->flags & PT_FLAG_NOOP))
                 pt_seed_frames(tracer, thread, PyThreadState_GetFrame(tstate), skip_frames,
-                               pt_clock());
+                               now);
         }
         if (tracer->backend == PT_BACKEND_PROFILE)
             PyEval_SetProfile(pt_profile_callback, tracer->handle);
@@ -445,6 +450,7 @@ pt_stop(pt_tracer *tracer)
         rc = PT_ERR_STATE;
         goto done;
     }
+    tracer->stop_ticks = pt_ticks(tracer);
     tracer->stop_ns = pt_clock();
     tracer->state = PT_STATE_STOPPED;
     if (tracer->backend == PT_BACKEND_PROFILE) {

@@ -12,13 +12,15 @@
 #include "pt_cpython.h"
 #include "pt_core.h"
 
-#define PT_CHUNK_EVENTS 65536     /* 1 MiB of events per chunk */
-#define PT_SEED_DEPTH 128         /* frames seeded per thread at attach */
+#define PT_FIRST_CHUNK_BYTES (64u << 10)  /* a thread's first chunk: small threads stay small */
+#define PT_CHUNK_BYTES (2u << 20)         /* later chunks: one transparent huge page */
+#define PT_SEED_DEPTH 128                 /* frames seeded per thread at attach */
 
 typedef struct pt_chunk {
     struct pt_chunk *next;
-    uint64_t used;
-    pt_event events[PT_CHUNK_EVENTS];
+    uint64_t used;                /* events written (kept current for non-tail chunks) */
+    uint64_t capacity;
+    pt_event events[];
 } pt_chunk;
 
 typedef struct pt_thread {
@@ -27,6 +29,8 @@ typedef struct pt_thread {
     pt_event *limit;              /* end of tail chunk */
     pt_chunk *head;
     pt_chunk *tail;
+    int64_t last_ticks;           /* clock at this thread's previous event */
+    int64_t base_ticks;           /* clock the first delta counts from */
     uint64_t dropped;
     uint64_t tstate_id;
     uint64_t ident;
@@ -48,6 +52,8 @@ struct pt_tracer {
     int hot_error;                /* sticky: first failure seen on a hook */
     int64_t start_ns;
     int64_t stop_ns;
+    int64_t start_ticks;
+    int64_t stop_ticks;
     PyObject *handle;             /* the object our hooks receive; points back here */
     PyObject *monitoring_missing; /* sys.monitoring.MISSING (3.12+) */
     pt_thread *threads;
@@ -64,8 +70,14 @@ struct pt_tracer {
 enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
 
 #include <time.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <x86intrin.h>
+#define PT_HAVE_TSC 1
+#else
+#define PT_HAVE_TSC 0
+#endif
 
-/* Monotonic nanoseconds. CLOCK_MONOTONIC is a vDSO read on Linux (~20 ns). */
+/* Monotonic nanoseconds. CLOCK_MONOTONIC is a vDSO read on Linux (~24 ns here). */
 static inline int64_t
 pt_clock(void)
 {
@@ -74,10 +86,24 @@ pt_clock(void)
     return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }
 
+/* The event clock: the invariant TSC (~10 ns) when Python found the kernel itself
+ * uses it as clocksource, else CLOCK_MONOTONIC nanoseconds. */
+static inline int64_t
+pt_ticks(const pt_tracer *tracer)
+{
+#if PT_HAVE_TSC
+    if (tracer->flags & PT_FLAG_TSC)
+        return (int64_t)__rdtsc();
+#endif
+    (void)tracer;
+    return pt_clock();
+}
+
 /* pt_core.c */
 pt_thread *pt_thread_find(pt_tracer *tracer, uint64_t tstate_id);
+pt_thread *pt_thread_for_reading(pt_tracer *tracer, int index);
 pt_thread *pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
-                         uint64_t native_id);
+                         uint64_t native_id, int64_t base_ticks);
 int pt_thread_grow(pt_tracer *tracer, pt_thread *thread);
 uint32_t pt_key_for_code(pt_tracer *tracer, PyObject *code);
 uint32_t pt_key_for_builtin(pt_tracer *tracer, PyObject *callable,
@@ -88,25 +114,42 @@ int pt_thread_events_each(pt_tracer *tracer, int index,
 void pt_set_error(pt_tracer *tracer, int code, const char *fmt, ...);
 void pt_set_error_from_python(pt_tracer *tracer, const char *what);
 
-/* Appends one event; on allocation failure counts it as dropped. */
+/* Appends one raw record; on allocation failure counts it as dropped. */
 static inline void
-pt_record_at(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key,
-             int64_t ts)
+pt_append(pt_tracer *tracer, pt_thread *thread, uint32_t delta, uint32_t key_kind)
 {
     if (thread->cursor == thread->limit && pt_thread_grow(tracer, thread) != PT_OK) {
         thread->dropped++;
         return;
     }
     pt_event *ev = thread->cursor++;
-    ev->ts = ts;
-    ev->key = key;
-    ev->kind = kind;
+    ev->delta = delta;
+    ev->key_kind = key_kind;
+}
+
+void pt_append_time(pt_tracer *tracer, pt_thread *thread, uint64_t delta);
+
+/* Appends one event at `ticks` (never before the thread's previous event). */
+static inline void
+pt_record_at(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key,
+             int64_t ticks)
+{
+    uint64_t delta = 0;
+    if (ticks > thread->last_ticks) {
+        delta = (uint64_t)(ticks - thread->last_ticks);
+        thread->last_ticks = ticks;
+        if (delta > UINT32_MAX) {       /* a long pause: carry it in a TIME record */
+            pt_append_time(tracer, thread, delta);
+            delta = 0;
+        }
+    }
+    pt_append(tracer, thread, (uint32_t)delta, key << PT_KEY_SHIFT | kind);
 }
 
 static inline void
 pt_record(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key)
 {
-    pt_record_at(tracer, thread, kind, key, pt_clock());
+    pt_record_at(tracer, thread, kind, key, pt_ticks(tracer));
 }
 
 /* pt_hooks.c */

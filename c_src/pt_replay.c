@@ -20,6 +20,10 @@ typedef struct {
 } pt_open_call;
 
 typedef struct {
+    int64_t ticks;          /* clock at the current event */
+    int64_t tick0;          /* ns = ns0 + (ticks - tick0) * ns_per_tick */
+    int64_t ns0;
+    double ns_per_tick;
     const uint8_t *hidden;
     uint32_t n_hidden;
     pt_slice *out;
@@ -43,8 +47,14 @@ pt_replay_pop(pt_replay_state *st, int64_t ts, uint32_t extra_flags)
         st->hiding--;
 }
 
+static inline int64_t
+pt_replay_ns(const pt_replay_state *st, int64_t ticks)
+{
+    return st->ns0 + (int64_t)((double)(ticks - st->tick0) * st->ns_per_tick);
+}
+
 static int
-pt_replay_push(pt_replay_state *st, const pt_event *ev)
+pt_replay_push(pt_replay_state *st, uint32_t kind, uint32_t key, int64_t ts)
 {
     if (st->depth == st->stack_cap) {
         uint64_t cap = st->stack_cap ? st->stack_cap * 2 : 256;
@@ -54,9 +64,9 @@ pt_replay_push(pt_replay_state *st, const pt_event *ev)
         st->stack = stack;
         st->stack_cap = cap;
     }
-    int seeded = ev->kind == PT_EV_PY_SEED;
-    int is_c = ev->kind == PT_EV_C_CALL;
-    int hidden_key = ev->key < st->n_hidden && st->hidden[ev->key];
+    int seeded = kind == PT_EV_PY_SEED;
+    int is_c = kind == PT_EV_C_CALL;
+    int hidden_key = key < st->n_hidden && st->hidden[key];
     int64_t parent = st->depth ? st->stack[st->depth - 1].child_parent : -1;
     int64_t slice = -1;
     if (!hidden_key && !st->hiding) {
@@ -64,16 +74,16 @@ pt_replay_push(pt_replay_state *st, const pt_event *ev)
             return PT_ERR_ARG;
         slice = (int64_t)st->n++;
         pt_slice *out = &st->out[slice];
-        out->start = ev->ts;
-        out->end = ev->ts;
-        out->key = ev->key;
+        out->start = ts;
+        out->end = ts;
+        out->key = key;
         out->flags = (is_c ? PT_SLICE_C : 0) | (seeded ? PT_SLICE_SEEDED : 0);
         out->parent = parent;
     }
     pt_open_call *call = &st->stack[st->depth++];
     call->slice = slice;
     call->child_parent = slice >= 0 ? slice : parent;
-    call->key = ev->key;
+    call->key = key;
     call->is_c = (uint8_t)is_c;
     call->hides_subtree = (uint8_t)(hidden_key && !seeded);
     if (call->hides_subtree)
@@ -82,20 +92,20 @@ pt_replay_push(pt_replay_state *st, const pt_event *ev)
 }
 
 static void
-pt_replay_return(pt_replay_state *st, const pt_event *ev)
+pt_replay_return(pt_replay_state *st, uint32_t kind, uint32_t key, int64_t ts)
 {
-    uint8_t is_c = ev->kind == PT_EV_C_RETURN;
+    uint8_t is_c = kind == PT_EV_C_RETURN;
     uint64_t i = st->depth;
     while (i > 0) {
         const pt_open_call *call = &st->stack[i - 1];
-        if (call->key == ev->key && call->is_c == is_c)
+        if (call->key == key && call->is_c == is_c)
             break;
         i--;
     }
     if (i == 0)
         return;
     while (st->depth >= i)
-        pt_replay_pop(st, ev->ts, 0);
+        pt_replay_pop(st, ts, 0);
 }
 
 static int
@@ -104,10 +114,18 @@ pt_replay_visit(void *ctx, const pt_event *events, uint64_t n)
     pt_replay_state *st = ctx;
     for (uint64_t i = 0; i < n; i++) {
         const pt_event *ev = &events[i];
-        if (ev->kind == PT_EV_PY_RETURN || ev->kind == PT_EV_C_RETURN) {
-            pt_replay_return(st, ev);
-        } else {
-            int rc = pt_replay_push(st, ev);
+        uint32_t kind = ev->key_kind & PT_KIND_MASK;
+        uint32_t key = ev->key_kind >> PT_KEY_SHIFT;
+        if (kind == PT_EV_TIME) {
+            st->ticks += (int64_t)((uint64_t)ev->delta | (uint64_t)key << 32);
+            continue;
+        }
+        st->ticks += ev->delta;
+        int64_t ts = pt_replay_ns(st, st->ticks);
+        if (kind == PT_EV_PY_RETURN || kind == PT_EV_C_RETURN) {
+            pt_replay_return(st, kind, key, ts);
+        } else if (kind <= PT_EV_PY_SEED) {
+            int rc = pt_replay_push(st, kind, key, ts);
             if (rc != PT_OK)
                 return rc;
         }
@@ -117,18 +135,27 @@ pt_replay_visit(void *ctx, const pt_event *events, uint64_t n)
 
 int
 pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
-                 uint32_t n_hidden, pt_slice *out, uint64_t cap, uint64_t *n_out)
+                 uint32_t n_hidden, int64_t tick0, int64_t ns0, double ns_per_tick,
+                 pt_slice *out, uint64_t cap, uint64_t *n_out)
 {
     pt_replay_state st;
     memset(&st, 0, sizeof st);
+    const pt_thread *thread = pt_thread_for_reading(tracer, index);
+    if (!thread)
+        return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
+    st.ticks = thread->base_ticks;
+    st.tick0 = tick0;
+    st.ns0 = ns0;
+    st.ns_per_tick = ns_per_tick;
     st.hidden = hidden;
     st.n_hidden = n_hidden;
     st.out = out;
     st.cap = cap;
     int rc = pt_thread_events_each(tracer, index, pt_replay_visit, &st);
     if (rc == PT_OK) {
+        int64_t stop_ns = pt_replay_ns(&st, tracer->stop_ticks);
         while (st.depth > 0)
-            pt_replay_pop(&st, tracer->stop_ns, PT_SLICE_OPEN_AT_STOP);
+            pt_replay_pop(&st, stop_ns, PT_SLICE_OPEN_AT_STOP);
         *n_out = st.n;
     } else if (rc == PT_ERR_NOMEM) {
         pt_set_error(tracer, rc, "out of memory during replay");

@@ -3,6 +3,7 @@ the hook that attaches threads born while tracing, and status codes -> exception
 import sys
 import threading
 
+from . import _clock
 from ._core import ffi, lib
 from .errors import TraceError, TracerConflictError, TracerStateError
 
@@ -33,7 +34,8 @@ class Session:
     """One start..stop of the C core. Owns the C tracer until a Trace takes it."""
 
     def __init__(self, c_calls=True, noop=False):
-        flags = (lib.PT_FLAG_C_CALLS if c_calls else 0) | (lib.PT_FLAG_NOOP if noop else 0)
+        flags = ((lib.PT_FLAG_C_CALLS if c_calls else 0) | (lib.PT_FLAG_NOOP if noop else 0)
+                 | (lib.PT_FLAG_TSC if _clock.USE_TSC else 0))
         backend = lib.PT_BACKEND_MONITOR if USE_MONITORING else lib.PT_BACKEND_PROFILE
         ptr = lib.pt_tracer_new(flags, backend)
         if ptr == ffi.NULL:

@@ -3,6 +3,7 @@ import os
 import sys
 from collections import namedtuple
 
+from . import _clock
 from ._core import ffi, lib
 from ._names import name_for_source
 from ._tracer import USE_MONITORING, check
@@ -39,8 +40,15 @@ class Trace:
     def __init__(self, session):
         ptr = session.ptr
         self._ptr = ptr                 # keeps the C buffers (raw events) alive
+        # Ticks -> ns, anchored at start: seeded frames start exactly at start_ns.
         self.start_ns = lib.pt_start_ns(ptr)
-        self.stop_ns = lib.pt_stop_ns(ptr)
+        tick0 = lib.pt_start_ticks(ptr)
+        ns_per_tick = _clock.ns_per_tick()
+        # Same arithmetic as the C replay (double product, truncated), so calls
+        # closed at stop end exactly at stop_ns.
+        self.stop_ns = self.start_ns + int(float(lib.pt_stop_ticks(ptr) - tick0) * ns_per_tick)
+        self.clock = "tsc" if _clock.USE_TSC else "monotonic"
+        self.ns_per_tick = ns_per_tick
         self.pid = os.getpid()
         self.python_version = sys.version.split()[0]
         self.backend = "sys.monitoring" if USE_MONITORING else "PyEval_SetProfile"
@@ -59,8 +67,9 @@ class Trace:
         for index in range(n_threads):
             check(lib.pt_thread_get_info(ptr, index, info), ptr, "thread info")
             slices = ffi.new("pt_slice[]", max(1, info.n_calls))
-            check(lib.pt_thread_replay(ptr, index, hidden, len(hidden), slices,
-                                       info.n_calls, n_out), ptr, "replay")
+            check(lib.pt_thread_replay(ptr, index, hidden, len(hidden), tick0, self.start_ns,
+                                       ns_per_tick, slices, info.n_calls, n_out),
+                  ptr, "replay")
             name = _thread_name(session, info)
             native_id = info.native_id or session.thread_native_ids.get(info.ident, 0)
             self.threads.append(ThreadInfo(index, native_id, info.ident, name,

@@ -113,3 +113,24 @@ def test_seeding_is_capped_at_128_frames():
     assert len(seeded) <= 128
     assert len(named(trace, ": dive")) >= 100
     assert_nested(trace)
+
+
+def sleeper(seconds):
+    import time
+    time.sleep(seconds)
+
+
+def test_pause_longer_than_a_32_bit_tick_delta_keeps_time():
+    from pytrace_cffi import _clock
+    pause = (2 ** 32) * _clock.ns_per_tick() / 1e9 + 0.1
+    if pause > 5:
+        import pytest
+        pytest.skip(f"the event clock would need a {pause:.1f} s pause")
+    with pytrace_cffi.trace() as traced:
+        sleeper(pause)
+        len("after")
+    (call,) = named(traced.trace, ": sleeper")
+    assert abs((call.end_ns - call.start_ns) / 1e9 - pause) < 0.05
+    (after,) = [c for c in traced.trace if c.name == "builtins.len"]
+    assert after.start_ns >= call.end_ns
+    assert_nested(traced.trace)
