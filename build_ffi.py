@@ -68,6 +68,7 @@ typedef struct {
 
 pt_tracer *pt_tracer_new(int flags, int backend);
 void pt_tracer_free(pt_tracer *tracer);
+void pt_release_pool(void);
 const char *pt_last_error(pt_tracer *tracer);
 
 int pt_start(pt_tracer *tracer, int tool_id, long long event_mask);

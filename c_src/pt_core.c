@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
 
 /* ======================================================================== */
@@ -74,6 +75,8 @@ pt_hot_error(pt_tracer *tracer)
 
 static uint64_t pt_next_generation = 1;   /* only advanced atomically */
 
+static void pt_chunk_free(pt_chunk *chunk);
+
 pt_tracer *
 pt_tracer_new(int flags, int backend)
 {
@@ -130,7 +133,7 @@ pt_tracer_free(pt_tracer *tracer)
         pt_chunk *chunk = thread->head;
         while (chunk) {
             pt_chunk *next_chunk = chunk->next;
-            free(chunk);
+            pt_chunk_free(chunk);
             chunk = next_chunk;
         }
         free(thread);
@@ -171,13 +174,56 @@ pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
     return thread;
 }
 
-/* Returns a chunk of `bytes` (a power of two), asking for a transparent huge page
- * when it is that big: first-touch page faults are the dearest part of recording. */
+/* Big chunks freed by dropped traces wait here for the next trace, up to
+ * PT_POOL_CHUNKS: first-touch page faults (the kernel zeroing fresh pages) are the
+ * dearest part of recording, and a tracer started again and again (schedules,
+ * signal windows, benchmarks) should not pay them every time. The pool is the one
+ * piece of process-wide mutable state; it has its own lock because traces can be
+ * freed by the garbage collector on any thread. */
+#define PT_POOL_CHUNKS 8
+static pt_chunk *pt_pool[PT_POOL_CHUNKS];
+static int pt_pool_count;
+static pthread_mutex_t pt_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+pt_chunk_free(pt_chunk *chunk)
+{
+    if (chunk->capacity == (PT_CHUNK_BYTES - sizeof(pt_chunk)) / sizeof(pt_event)) {
+        pthread_mutex_lock(&pt_pool_lock);
+        if (pt_pool_count < PT_POOL_CHUNKS) {
+            pt_pool[pt_pool_count++] = chunk;
+            chunk = NULL;
+        }
+        pthread_mutex_unlock(&pt_pool_lock);
+    }
+    free(chunk);
+}
+
+/* Empties the pool (pytrace_cffi.release_memory()). */
+void
+pt_release_pool(void)
+{
+    pthread_mutex_lock(&pt_pool_lock);
+    while (pt_pool_count > 0)
+        free(pt_pool[--pt_pool_count]);
+    pthread_mutex_unlock(&pt_pool_lock);
+}
+
+/* Returns a chunk of `bytes`; a big one comes from the pool or as a transparent
+ * huge page. */
 static pt_chunk *
 pt_chunk_alloc(size_t bytes)
 {
     void *memory = NULL;
     if (bytes >= PT_CHUNK_BYTES) {
+        pthread_mutex_lock(&pt_pool_lock);
+        if (pt_pool_count > 0)
+            memory = pt_pool[--pt_pool_count];
+        pthread_mutex_unlock(&pt_pool_lock);
+    }
+    if (memory) {
+        /* reused as is */
+    } else if (bytes >= PT_CHUNK_BYTES) {
         if (posix_memalign(&memory, bytes, bytes) != 0)
             return NULL;
 #ifdef MADV_HUGEPAGE
@@ -379,14 +425,34 @@ pt_builtin_source(PyObject *callable, PyObject *self, PyObject *keepalive)
     return source;
 }
 
-/* callable is a PyCFunction (self_arg ignored) or a method descriptor called on
- * self_arg. Both name the same built-in the way a bound method would. */
+/* A key-table entry with this id is no key: it marks (implementation, type) pairs
+ * whose `self` is itself a module or a type (a metaclass's instance), so the key
+ * must use self rather than its type. */
+#define PT_OWNER_IS_SELF 0x80000000u
+
+static void
+pt_key_mark_owner_is_self(pt_tracer *tracer, const void *a, const void *b)
+{
+    if ((tracer->n_keys + 1) * 2 > tracer->slot_mask + 1 && pt_key_table_grow(tracer) != PT_OK)
+        return;     /* without the mark we only take the slow path again */
+    uint32_t j = pt_key_hash(a, b) & tracer->slot_mask;
+    while (tracer->slots[j].id)
+        j = (j + 1) & tracer->slot_mask;
+    tracer->slots[j].a = a;
+    tracer->slots[j].b = b;
+    tracer->slots[j].id = PT_OWNER_IS_SELF;
+}
+
+/* The key of a built-in: a PyCFunction (is_function, self_arg unused), or a
+ * method descriptor called on self_arg. It is named the way sys.setprofile's
+ * bound method would be: after its module, its type (classmethods), or the type
+ * of its self, so keys pair the C implementation with that owner. */
 uint32_t
-pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, PyObject *self_arg)
+pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, int is_function,
+                   PyObject *self_arg)
 {
     const void *a;
     PyObject *self;
-    int is_function = PyCFunction_Check(callable);
     if (is_function) {
         a = (const void *)PyCFunction_GetFunction(callable);
         self = PyCFunction_GetSelf(callable);
@@ -394,14 +460,27 @@ pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, PyObject *self_arg)
         a = callable;
         self = self_arg;
     }
-    const void *b;
-    if (!self)
-        b = NULL;
-    else if (PyModule_Check(self) || PyType_Check(self))
-        b = self;
-    else
-        b = Py_TYPE(self);
-    uint32_t id = pt_key_lookup(tracer, a, b);
+    const void *b = NULL;
+    uint32_t id;
+    if (self) {
+        PyTypeObject *self_type = Py_TYPE(self);
+        if (self_type == &PyModule_Type || self_type == &PyType_Type) {
+            b = self;
+        } else {
+            /* Most calls: a method of an ordinary object, one probe. */
+            id = pt_key_lookup(tracer, a, self_type);
+            if (id && !(id & PT_OWNER_IS_SELF))
+                return id;
+            if (id || PyModule_Check(self) || PyType_Check(self)) {
+                if (!id)
+                    pt_key_mark_owner_is_self(tracer, a, self_type);
+                b = self;
+            } else {
+                b = self_type;
+            }
+        }
+    }
+    id = pt_key_lookup(tracer, a, b);
     if (id)
         return id;
 

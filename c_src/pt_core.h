@@ -74,6 +74,8 @@ typedef struct {
 /* Lifecycle. pt_tracer_new returns NULL only when out of memory. */
 pt_tracer *pt_tracer_new(int flags, int backend);
 void pt_tracer_free(pt_tracer *tracer);
+/* Frees the chunks dropped traces left for reuse (at most 16 MiB). */
+void pt_release_pool(void);
 const char *pt_last_error(pt_tracer *tracer);
 
 /* Start: seeds the active frames of every thread (up to 128 deep) and installs

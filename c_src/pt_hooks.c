@@ -142,8 +142,9 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
     case PT_TRACE_C_CALL:
     case PT_TRACE_C_RETURN:
     case PT_TRACE_C_EXCEPTION:
-        if ((tracer->flags & PT_FLAG_C_CALLS) && PyCFunction_Check(arg)) {
-            uint32_t key = pt_key_for_builtin(tracer, arg, NULL);
+        if ((tracer->flags & PT_FLAG_C_CALLS) &&
+            (Py_TYPE(arg) == &PyCFunction_Type || PyCFunction_Check(arg))) {
+            uint32_t key = pt_key_for_builtin(tracer, arg, 1, NULL);
             pt_record(tracer, thread, what == PT_TRACE_C_CALL ? PT_EV_C_CALL : PT_EV_C_RETURN,
                       key);
         }
@@ -193,10 +194,21 @@ pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args, Py_ssize_t narg
     if (nargs < 4 || !(tracer->flags & PT_FLAG_C_CALLS))
         return 0;
     PyObject *callable = args[2];
+    PyTypeObject *type = Py_TYPE(callable);
+    if (type == &PyCFunction_Type)
+        return pt_key_for_builtin(tracer, callable, 1, NULL);
+    if (type == &PyMethodDescr_Type)
+        return args[3] != tracer->monitoring_missing
+            ? pt_key_for_builtin(tracer, callable, 0, args[3]) : 0;
+    /* CALL fires for every call: answer "not a built-in" fast for Python
+     * functions, bound methods and classes. */
+    for (int i = 0; i < 4; i++)
+        if (tracer->plain_types[i] == type)
+            return 0;
     if (PyCFunction_Check(callable))
-        return pt_key_for_builtin(tracer, callable, NULL);
-    if (Py_TYPE(callable) == &PyMethodDescr_Type && args[3] != tracer->monitoring_missing)
-        return pt_key_for_builtin(tracer, callable, args[3]);
+        return pt_key_for_builtin(tracer, callable, 1, NULL);
+    if (!(PyType_GetFlags(type) & Py_TPFLAGS_HEAPTYPE))   /* static: never freed */
+        tracer->plain_types[tracer->plain_types_next++ & 3] = type;
     return 0;
 }
 

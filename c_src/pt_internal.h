@@ -56,6 +56,8 @@ struct pt_tracer {
     int64_t stop_ticks;
     PyObject *handle;             /* the object our hooks receive; points back here */
     PyObject *monitoring_missing; /* sys.monitoring.MISSING (3.12+) */
+    PyTypeObject *plain_types[4]; /* static types seen not to be built-in functions */
+    unsigned plain_types_next;
     pt_thread *threads;
     int n_threads;
     /* key table: open addressing, power-of-two capacity */
@@ -106,7 +108,7 @@ pt_thread *pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
                          uint64_t native_id, int64_t base_ticks);
 int pt_thread_grow(pt_tracer *tracer, pt_thread *thread);
 uint32_t pt_key_for_code(pt_tracer *tracer, PyObject *code);
-uint32_t pt_key_for_builtin(pt_tracer *tracer, PyObject *callable,
+uint32_t pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, int is_function,
                             PyObject *self_arg);
 int pt_thread_events_each(pt_tracer *tracer, int index,
                           int (*visit)(void *ctx, const pt_event *ev, uint64_t n),

@@ -15,7 +15,7 @@ from ._tracer import Session
 from .errors import TraceError, TracerConflictError, TracerStateError
 from .trace import Call, Trace
 
-__all__ = ["start", "stop", "trace", "is_tracing", "Trace", "Call",
+__all__ = ["start", "stop", "trace", "is_tracing", "release_memory", "Trace", "Call",
            "TraceError", "TracerConflictError", "TracerStateError"]
 __version__ = "0.1.0"
 
@@ -71,6 +71,13 @@ def stop():
     if failure:
         raise TraceError(f"tracing failed: {failure}", trace=result)
     return result
+
+
+def release_memory():
+    """Frees the event buffers that dropped traces keep for the next trace
+    (at most 16 MiB; reusing them spares the kernel zeroing fresh pages)."""
+    from ._core import lib
+    lib.pt_release_pool()
 
 
 def is_tracing():

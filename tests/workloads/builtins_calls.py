@@ -1,8 +1,18 @@
+import abc
 import math
 import time
+from collections import OrderedDict
 
 
 class MyList(list):
+    pass
+
+
+class AbstractMapping(dict, metaclass=abc.ABCMeta):
+    pass
+
+
+class OtherAbstractMapping(dict, metaclass=abc.ABCMeta):
     pass
 
 
@@ -24,4 +34,7 @@ def run():
     for i in range(5):
         f(i)
     b = bytearray(b"abc"); b.upper(); "x".encode().decode()
+    # one C implementation bound to different classes of one metaclass
+    AbstractMapping.fromkeys("ab"); OtherAbstractMapping.fromkeys("cd")
+    OrderedDict.fromkeys("ef"); dict.fromkeys("gh"); int.from_bytes(b"\x01", "big")
     return total, repr(sub), sorted(d)
