@@ -26,6 +26,7 @@ CDEF = """
 #define PT_EV_C_CALL 2
 #define PT_EV_C_RETURN 3
 #define PT_EV_PY_SEED 4
+#define PT_EV_TAG 5
 #define PT_EV_TIME 7
 #define PT_KEY_SHIFT 3
 #define PT_KIND_MASK 7
@@ -64,6 +65,8 @@ typedef struct {
     uint32_t key;
     uint32_t flags;
     int64_t parent;
+    uint32_t tag;
+    uint32_t reserved;
 } pt_slice;
 
 pt_tracer *pt_tracer_new(int flags, int backend);
@@ -76,6 +79,7 @@ int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
 int pt_stop(pt_tracer *tracer);
 int pt_hot_error(pt_tracer *tracer);
 int pt_monitor_callbacks(pt_tracer *tracer, void *py_list);
+int pt_set_watch(pt_tracer *tracer, void *py_tuple);
 
 int pt_tsc_supported(void);
 void pt_clock_pair(int use_tsc, int64_t *ticks, int64_t *ns);
@@ -91,6 +95,8 @@ int pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
                      uint32_t n_hidden, int64_t tick0, int64_t ns0,
                      double ns_per_tick, pt_slice *out, uint64_t cap,
                      uint64_t *n_out);
+uint64_t pt_tagged_slices(const pt_slice *slices, uint64_t n, uint64_t *out, uint64_t cap);
+int64_t pt_validate_slices(const pt_slice *slices, uint64_t n, uint32_t n_keys);
 uint32_t pt_key_count(pt_tracer *tracer);
 int pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list);
 """

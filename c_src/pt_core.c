@@ -90,10 +90,12 @@ pt_tracer_new(int flags, int backend)
     tracer->slots = calloc(tracer->slot_mask + 1, sizeof(pt_key_slot));
     tracer->sources_cap = 1024;
     tracer->sources = calloc(tracer->sources_cap, sizeof(PyObject *));
+    tracer->key_flags = calloc(tracer->sources_cap, 1);
     tracer->n_keys = 1;   /* id 0 means "unknown" */
-    if (!tracer->slots || !tracer->sources) {
+    if (!tracer->slots || !tracer->sources || !tracer->key_flags) {
         free(tracer->slots);
         free(tracer->sources);
+        free(tracer->key_flags);
         free(tracer);
         return NULL;
     }
@@ -105,6 +107,7 @@ pt_tracer_new(int flags, int backend)
     if (!tracer->handle) {
         free(tracer->slots);
         free(tracer->sources);
+        free(tracer->key_flags);
         free(tracer);
         return NULL;
     }
@@ -123,6 +126,9 @@ pt_tracer_free(pt_tracer *tracer)
         pt_handle_detach(tracer->handle);
         Py_CLEAR(tracer->handle);
         Py_CLEAR(tracer->monitoring_missing);
+        Py_CLEAR(tracer->watch_names);
+        Py_CLEAR(tracer->watch_classify);
+        Py_CLEAR(tracer->watch_tag);
         for (uint32_t i = 0; i < tracer->n_keys; i++)
             Py_CLEAR(tracer->sources[i]);
         PyGILState_Release(gil);
@@ -141,6 +147,7 @@ pt_tracer_free(pt_tracer *tracer)
     }
     free(tracer->slots);
     free(tracer->sources);
+    free(tracer->key_flags);
     free(tracer);
 }
 
@@ -350,6 +357,11 @@ pt_key_insert(pt_tracer *tracer, const void *a, const void *b, PyObject *source)
         memset(sources + tracer->sources_cap, 0,
                (cap - tracer->sources_cap) * sizeof(PyObject *));
         tracer->sources = sources;
+        uint8_t *key_flags = realloc(tracer->key_flags, cap);
+        if (!key_flags)
+            goto nomem;     /* sources grew already; harmless */
+        memset(key_flags + tracer->sources_cap, 0, cap - tracer->sources_cap);
+        tracer->key_flags = key_flags;
         tracer->sources_cap = cap;
     }
     uint32_t id = tracer->n_keys++;
@@ -385,6 +397,31 @@ pt_key_lookup(pt_tracer *tracer, const void *a, const void *b)
     }
 }
 
+/* Cold path of a new code object: asks the watcher whether its calls get tagged. */
+static void
+pt_classify_code(pt_tracer *tracer, PyObject *code, uint32_t id)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *name = PyObject_GetAttrString(code, "co_name");
+    int watched = name ? PySet_Contains(tracer->watch_names, name) : -1;
+    Py_XDECREF(name);
+    if (watched > 0) {
+        PyObject *result = PyObject_CallFunctionObjArgs(tracer->watch_classify, code, NULL);
+        long flags = result ? PyLong_AsLong(result) : -1;
+        Py_XDECREF(result);
+        if (flags > 0)
+            tracer->key_flags[id] |= PT_KEYF_TAG;
+        watched = flags < 0 && PyErr_Occurred() ? -1 : 0;
+    }
+    if (watched < 0 && !tracer->hot_error) {
+        tracer->hot_error = PT_ERR_PYTHON;
+        pt_set_error_from_python(tracer, "classifying a code object");
+    }
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+}
+
 uint32_t
 pt_key_for_code(pt_tracer *tracer, PyObject *code)
 {
@@ -392,7 +429,61 @@ pt_key_for_code(pt_tracer *tracer, PyObject *code)
     if (id)
         return id;
     Py_INCREF(code);   /* held until the tracer is freed, so the address never aliases */
-    return pt_key_insert(tracer, code, NULL, code);
+    id = pt_key_insert(tracer, code, NULL, code);
+    if (id && tracer->watch_names)
+        pt_classify_code(tracer, code, id);
+    return id;
+}
+
+/* Asks the watcher for the tag of the call just recorded (its frame is current). */
+void
+pt_tag_call(pt_tracer *tracer, pt_thread *thread, PyFrameObject *frame)
+{
+    if (!frame)
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *result = PyObject_CallFunctionObjArgs(tracer->watch_tag, (PyObject *)frame, NULL);
+    long tag = result ? PyLong_AsLong(result) : -1;
+    Py_XDECREF(result);
+    if (tag > 0 && tag < (long)PT_MAX_KEYS) {
+        pt_append(tracer, thread, 0, (uint32_t)tag << PT_KEY_SHIFT | PT_EV_TAG);
+    } else if (tag < 0 && PyErr_Occurred() && !tracer->hot_error) {
+        tracer->hot_error = PT_ERR_PYTHON;
+        pt_set_error_from_python(tracer, "tagging a call");
+    }
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+}
+
+int
+pt_set_watch(pt_tracer *tracer, void *py_tuple)
+{
+    int rc = PT_OK;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *spec = (PyObject *)py_tuple;
+    PyObject *names, *classify, *tag;
+    if (tracer->state != PT_STATE_NEW) {
+        pt_set_error(tracer, PT_ERR_STATE, "pt_set_watch must come before start");
+        rc = PT_ERR_STATE;
+    } else if (!PyArg_ParseTuple(spec, "OOO", &names, &classify, &tag) ||
+               !PyAnySet_Check(names) || !PyCallable_Check(classify) || !PyCallable_Check(tag)) {
+        PyErr_Clear();
+        pt_set_error(tracer, PT_ERR_ARG, "pt_set_watch needs (set, callable, callable)");
+        rc = PT_ERR_ARG;
+    } else {
+        Py_INCREF(names);
+        Py_INCREF(classify);
+        Py_INCREF(tag);
+        Py_CLEAR(tracer->watch_names);
+        Py_CLEAR(tracer->watch_classify);
+        Py_CLEAR(tracer->watch_tag);
+        tracer->watch_names = names;
+        tracer->watch_classify = classify;
+        tracer->watch_tag = tag;
+    }
+    PyGILState_Release(gil);
+    return rc;
 }
 
 /* Returns a new reference: the owner a built-in is named after, as

@@ -27,6 +27,7 @@
 #define PT_EV_C_CALL 2      /* a built-in function or method was called */
 #define PT_EV_C_RETURN 3    /* ... and returned or raised */
 #define PT_EV_PY_SEED 4     /* a frame already active when the thread was attached */
+#define PT_EV_TAG 5         /* no call: Python tagged the call just made with `key` */
 #define PT_EV_TIME 7        /* no call: the clock moved delta + (key << 32) ticks */
 #define PT_KEY_SHIFT 3
 #define PT_KIND_MASK 7
@@ -65,6 +66,8 @@ typedef struct {
     uint32_t key;
     uint32_t flags;         /* PT_SLICE_* */
     int64_t parent;         /* index of the enclosing slice on the same thread, or -1 */
+    uint32_t tag;           /* what the watcher said of this call, 0 = nothing */
+    uint32_t reserved;
 } pt_slice;
 
 #define PT_SLICE_C 1            /* a built-in call (else Python) */
@@ -89,6 +92,12 @@ int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
 int pt_stop(pt_tracer *tracer);
 /* Sticky error raised by the hot path, or PT_OK. */
 int pt_hot_error(pt_tracer *tracer);
+
+/* Watching: py_tuple is (names, classify, tag). When a code object whose co_name is
+ * in the set `names` is first seen, classify(code) returns nonzero if its calls
+ * are to be tagged; each such call then runs tag(frame), whose int result
+ * (0 < tag < 2^29) is recorded with the call. Call before pt_start. */
+int pt_set_watch(pt_tracer *tracer, void *py_tuple);
 
 /* Appends the monitoring callbacks to py_list as (event name, callable) pairs. */
 int pt_monitor_callbacks(pt_tracer *tracer, void *py_list);
@@ -116,6 +125,12 @@ int pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
                      uint32_t n_hidden, int64_t tick0, int64_t ns0,
                      double ns_per_tick, pt_slice *out, uint64_t cap,
                      uint64_t *n_out);
+/* Indices of the slices that carry a tag (up to cap); returns how many there are. */
+uint64_t pt_tagged_slices(const pt_slice *slices, uint64_t n, uint64_t *out, uint64_t cap);
+/* Checks slices read from a file: keys below n_keys, known flags, parents
+ * earlier in the thread and enclosing their children. -1 if all hold, else the
+ * index of the first slice that breaks one. */
+int64_t pt_validate_slices(const pt_slice *slices, uint64_t n, uint32_t n_keys);
 uint32_t pt_key_count(pt_tracer *tracer);
 /* Appends, for keys first..count-1, what names each key to py_list: a code
  * object, or a (owner, name) tuple for a built-in (owner a module, a type or None). */

@@ -137,6 +137,8 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
         Py_DECREF(code);
         pt_record(tracer, thread, what == PT_TRACE_CALL ? PT_EV_PY_CALL : PT_EV_PY_RETURN,
                   key);
+        if (what == PT_TRACE_CALL)
+            pt_maybe_tag(tracer, thread, key, frame);
         break;
     }
     case PT_TRACE_C_CALL:
@@ -159,7 +161,7 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
 /* Backend 2: sys.monitoring (3.12+), METH_FASTCALL callables                */
 /* ======================================================================== */
 
-/* PY_START, PY_RESUME, PY_THROW: (code, offset) -> a call, as sys.setprofile. */
+/* PY_RESUME, PY_THROW: (code, offset) -> a call, as sys.setprofile. */
 static PyObject *
 pt_monitor_py_call(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -168,6 +170,22 @@ pt_monitor_py_call(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
         pt_thread *thread = pt_thread_current(tracer);
         if (thread)
             pt_record(tracer, thread, PT_EV_PY_CALL, pt_key_for_code(tracer, args[0]));
+    }
+    Py_RETURN_NONE;
+}
+
+/* PY_START: a call, which the watcher may tag (the new frame is current). */
+static PyObject *
+pt_monitor_py_start(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    pt_tracer *tracer = pt_recording_tracer(handle);
+    if (tracer && nargs >= 1) {
+        pt_thread *thread = pt_thread_current(tracer);
+        if (thread) {
+            uint32_t key = pt_key_for_code(tracer, args[0]);
+            pt_record(tracer, thread, PT_EV_PY_CALL, key);
+            pt_maybe_tag(tracer, thread, key, tracer->key_flags[key] ? PyEval_GetFrame() : NULL);
+        }
     }
     Py_RETURN_NONE;
 }
@@ -241,7 +259,7 @@ pt_monitor_c_return(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef pt_monitor_methods[] = {
-    {"PY_START", (PyCFunction)(void (*)(void))pt_monitor_py_call, METH_FASTCALL, NULL},
+    {"PY_START", (PyCFunction)(void (*)(void))pt_monitor_py_start, METH_FASTCALL, NULL},
     {"PY_RESUME", (PyCFunction)(void (*)(void))pt_monitor_py_call, METH_FASTCALL, NULL},
     {"PY_THROW", (PyCFunction)(void (*)(void))pt_monitor_py_call, METH_FASTCALL, NULL},
     {"PY_RETURN", (PyCFunction)(void (*)(void))pt_monitor_py_return, METH_FASTCALL, NULL},

@@ -65,11 +65,17 @@ struct pt_tracer {
     uint32_t slot_mask;
     uint32_t n_keys;              /* ids handed out, including the reserved 0 */
     PyObject **sources;           /* id -> strong ref naming the key */
+    uint8_t *key_flags;           /* id -> PT_KEYF_*, sources_cap entries */
     uint32_t sources_cap;
+    PyObject *watch_names;        /* set of co_names worth classifying, or NULL */
+    PyObject *watch_classify;     /* classify(code) -> int */
+    PyObject *watch_tag;          /* tag(frame) -> int */
     char error[256];
 };
 
 enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
+
+#define PT_KEYF_TAG 1                 /* calls of this key ask the watcher for a tag */
 
 #include <time.h>
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -152,6 +158,16 @@ static inline void
 pt_record(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key)
 {
     pt_record_at(tracer, thread, kind, key, pt_ticks(tracer));
+}
+
+void pt_tag_call(pt_tracer *tracer, pt_thread *thread, PyFrameObject *frame);
+
+/* After a Python call was recorded: let the watcher tag it when its key asks. */
+static inline void
+pt_maybe_tag(pt_tracer *tracer, pt_thread *thread, uint32_t key, PyFrameObject *frame)
+{
+    if (tracer->key_flags[key] & PT_KEYF_TAG)
+        pt_tag_call(tracer, thread, frame);
 }
 
 /* pt_hooks.c */

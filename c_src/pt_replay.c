@@ -79,6 +79,8 @@ pt_replay_push(pt_replay_state *st, uint32_t kind, uint32_t key, int64_t ts)
         out->key = key;
         out->flags = (is_c ? PT_SLICE_C : 0) | (seeded ? PT_SLICE_SEEDED : 0);
         out->parent = parent;
+        out->tag = 0;
+        out->reserved = 0;
     }
     pt_open_call *call = &st->stack[st->depth++];
     call->slice = slice;
@@ -121,6 +123,11 @@ pt_replay_visit(void *ctx, const pt_event *events, uint64_t n)
             continue;
         }
         st->ticks += ev->delta;
+        if (kind == PT_EV_TAG) {
+            if (st->depth && st->stack[st->depth - 1].slice >= 0)
+                st->out[st->stack[st->depth - 1].slice].tag = key;
+            continue;
+        }
         int64_t ts = pt_replay_ns(st, st->ticks);
         if (kind == PT_EV_PY_RETURN || kind == PT_EV_C_RETURN) {
             pt_replay_return(st, kind, key, ts);
@@ -164,4 +171,35 @@ pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
     }
     free(st.stack);
     return rc;
+}
+
+uint64_t
+pt_tagged_slices(const pt_slice *slices, uint64_t n, uint64_t *out, uint64_t cap)
+{
+    uint64_t found = 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (slices[i].tag) {
+            if (found < cap)
+                out[found] = i;
+            found++;
+        }
+    return found;
+}
+
+int64_t
+pt_validate_slices(const pt_slice *slices, uint64_t n, uint32_t n_keys)
+{
+    const uint32_t known_flags = PT_SLICE_C | PT_SLICE_SEEDED | PT_SLICE_OPEN_AT_STOP;
+    for (uint64_t i = 0; i < n; i++) {
+        const pt_slice *s = &slices[i];
+        if (s->key >= n_keys || (s->flags & ~known_flags) || s->start > s->end ||
+            s->parent < -1 || s->parent >= (int64_t)i)
+            return (int64_t)i;
+        if (s->parent >= 0) {
+            const pt_slice *p = &slices[s->parent];
+            if (s->start < p->start || s->end > p->end)
+                return (int64_t)i;
+        }
+    }
+    return -1;
 }

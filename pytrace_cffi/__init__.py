@@ -12,10 +12,11 @@ every thread is recorded; see README.md for the options and the output format.
 import threading
 
 from ._tracer import Session
-from .errors import TraceError, TracerConflictError, TracerStateError
+from .errors import TraceError, TraceFormatError, TracerConflictError, TracerStateError
 from .trace import Call, Trace
 
-__all__ = ["start", "stop", "trace", "is_tracing", "release_memory", "Trace", "Call",
+__all__ = ["start", "stop", "trace", "load", "is_tracing", "release_memory", "Trace", "Call",
+           "TraceFormatError",
            "TraceError", "TracerConflictError", "TracerStateError"]
 __version__ = "0.1.0"
 
@@ -23,11 +24,14 @@ _lock = threading.Lock()
 _session = None          # the running Session, or None
 
 
-def _check_options(c_calls=True, noop=False):
-    for name, value in (("c_calls", c_calls), ("noop", noop)):
+def _check_options(c_calls=True, noop=False, with_modules=True, record_params=False,
+                   trim_paths=True):
+    options = {"c_calls": c_calls, "noop": noop, "with_modules": with_modules,
+               "record_params": record_params, "trim_paths": trim_paths}
+    for name, value in options.items():
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
-    return {"c_calls": c_calls, "noop": noop}
+    return options
 
 
 def start(**options):
@@ -35,6 +39,14 @@ def start(**options):
 
     Options:
       c_calls (bool, default True): also record calls of built-in functions.
+      with_modules (bool, default True): name torch nn.Module calls
+        "nn.Module: <Class>_<N>" and optimizer steps "Optimizer.step#<Class>.step",
+        as torch.profiler does (free until the program imports torch).
+      record_params (bool, default False): keep the metadata (never the values) of
+        each module's parameters at its first call and of each optimizer step's
+        parameters, grads and state; see Trace.params.
+      trim_paths (bool, default True): strip site-packages, sys.path and torch
+        directories from file names, as torch.profiler does.
       noop (bool, default False): install the hooks but record nothing; the
         benchmark's floor.
     Raises TracerStateError if already tracing, TracerConflictError if another
@@ -66,11 +78,18 @@ def stop():
             raise TracerStateError("pytrace_cffi is not tracing; call start() first")
         _session = None
         session.stop()
-    result = Trace(session)
+    result = Trace._from_session(session)
     failure = session.hot_error()
     if failure:
         raise TraceError(f"tracing failed: {failure}", trace=result)
     return result
+
+
+def load(directory):
+    """Loads a trace saved with Trace.save(directory). Reads JSON and raw numbers
+    only; raises TraceFormatError for anything that is not a valid saved trace."""
+    from .saved import load as _load
+    return _load(directory)
 
 
 def release_memory():

@@ -33,7 +33,8 @@ def check(status, tracer_ptr, what):
 class Session:
     """One start..stop of the C core. Owns the C tracer until a Trace takes it."""
 
-    def __init__(self, c_calls=True, noop=False):
+    def __init__(self, c_calls=True, noop=False, with_modules=True, record_params=False,
+                 trim_paths=True):
         flags = ((lib.PT_FLAG_C_CALLS if c_calls else 0) | (lib.PT_FLAG_NOOP if noop else 0)
                  | (lib.PT_FLAG_TSC if _clock.USE_TSC else 0))
         backend = lib.PT_BACKEND_MONITOR if USE_MONITORING else lib.PT_BACKEND_PROFILE
@@ -41,6 +42,13 @@ class Session:
         if ptr == ffi.NULL:
             raise MemoryError("cannot allocate the tracer")
         self.ptr = ffi.gc(ptr, lib.pt_tracer_free)
+        self.trim_paths = trim_paths
+        self.watcher = None
+        if with_modules and not noop:
+            from ._torch import TorchWatcher
+            self.watcher = TorchWatcher(record_params=record_params)
+            spec = self.watcher.watch_spec()
+            check(lib.pt_set_watch(self.ptr, ffi.cast("void *", id(spec))), self.ptr, "watch")
         self.thread_objects = {}        # tstate id -> threading.Thread, for names
         self.thread_names = {}          # ident -> name, snapshots at start and stop
         self.thread_native_ids = {}     # ident -> OS thread id, likewise

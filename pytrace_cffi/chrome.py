@@ -20,12 +20,17 @@ def _chunks(trace):
     pid = trace.pid
     base = trace.start_ns
     escaped = [json.dumps(name) for name in trace.names]
+    # Per-key extra args (e.g. "Python module id"), preformatted with a leading comma.
+    extra = ["" for _ in trace.names]
+    for key, args in trace.key_args.items():
+        extra[key] = "," + json.dumps(args)[1:-1]
     head = {
         "displayTimeUnit": "ns",
         "otherData": {
             "generator": "pytrace_cffi",
             "python": trace.python_version,
             "backend": trace.backend,
+            "clock": trace.clock,
             "start_monotonic_ns": base,
             "stop_monotonic_ns": trace.stop_ns,
             "dropped_events": trace.dropped_events,
@@ -49,7 +54,8 @@ def _chunks(trace):
             lines.append(
                 f'{prefix}{escaped[s.key]},"ts":{_us(start)},"dur":{_us(s.end - s.start)},'
                 f'"args":{{"Python id":{first_id + i},"Python parent id":'
-                f'{"null" if parent < 0 else first_id + parent},"Python thread":{thread_index}}}}}'
+                f'{"null" if parent < 0 else first_id + parent},"Python thread":{thread_index}'
+                f'{extra[s.key]}}}}}'
             )
             if len(lines) >= 65536:
                 yield "".join(lines)

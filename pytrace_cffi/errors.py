@@ -15,3 +15,8 @@ class TracerConflictError(TraceError):
 
 class TracerStateError(TraceError):
     """start() while tracing, or stop() while not tracing."""
+
+
+class TraceFormatError(TraceError):
+    """A saved trace that cannot be read: missing, truncated, corrupt or from an
+    unknown format version."""

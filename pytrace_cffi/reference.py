@@ -8,19 +8,21 @@ import sys
 import threading
 from collections import Counter
 
-from ._names import builtin_function_name, python_function_name
+from ._names import builtin_function_name, path_prefixes, python_function_name
 
 
 class ReferenceTracer:
-    def __init__(self):
+    def __init__(self, trim_paths=True):
         self.calls = []              # (thread ident, name, parent name or None, kind)
         self._stacks = {}            # thread ident -> list of open names
+        self._trim_paths = trim_paths
+        self._prefixes = ()
 
     def _hook(self, frame, event, arg):
         ident = threading.get_ident()
         stack = self._stacks.setdefault(ident, [])
         if event == "call":
-            name = python_function_name(frame.f_code)
+            name = python_function_name(frame.f_code, self._prefixes)
             self.calls.append((ident, name, stack[-1] if stack else None, "python"))
             stack.append(name)
         elif event == "c_call":
@@ -32,6 +34,7 @@ class ReferenceTracer:
                 stack.pop()
 
     def start(self):
+        self._prefixes = path_prefixes() if self._trim_paths else ()
         threading.setprofile(self._hook)
         sys.setprofile(self._hook)
 

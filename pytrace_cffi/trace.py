@@ -5,7 +5,8 @@ from collections import namedtuple
 
 from . import _clock
 from ._core import ffi, lib
-from ._names import name_for_source
+from ._names import name_for_source, path_prefixes
+from ._torch import MODULE_CALL, OPTIMIZER_STEP
 from ._tracer import USE_MONITORING, check
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -14,7 +15,8 @@ Call = namedtuple("Call", "id name start_ns end_ns thread parent kind")
 Call.__doc__ = """One traced call.
 
 id       index of the call in the trace (unique across threads)
-name     "<path>(<first line>): <function>" for Python, e.g. "builtins.len" for C
+name     "<path>(<first line>): <function>" for Python, e.g. "builtins.len" for C,
+         "nn.Module: Linear_0" for a torch module call
 start_ns, end_ns  monotonic nanoseconds (time.monotonic_ns clock)
 thread   OS thread id
 parent   id of the enclosing call on the same thread, or None
@@ -34,48 +36,73 @@ class Trace:
     """Calls recorded between start() and stop(), grouped by thread.
 
     Iterating yields Call tuples, thread by thread, each thread's calls in start
-    order (a parent before its children).
+    order (a parent before its children). `names[key]` names every function;
+    `key_args[key]` holds extra args for some (torch modules); `params` holds the
+    parameter metadata recorded with record_params=True.
     """
 
-    def __init__(self, session):
+    def __init__(self, *, names, key_kinds, key_args, threads, slices, start_ns, stop_ns,
+                 pid, python_version, backend, clock, params, dropped_events=None):
+        self.names = names
+        self.key_kinds = key_kinds
+        self.key_args = key_args
+        self.threads = threads
+        self._slices = slices                 # per thread: (cffi pt_slice array, count)
+        self.start_ns = start_ns
+        self.stop_ns = stop_ns
+        self.pid = pid
+        self.python_version = python_version
+        self.backend = backend
+        self.clock = clock
+        self.params = params
+        self.dropped_events = (sum(t.dropped for t in threads)
+                               if dropped_events is None else dropped_events)
+
+    @classmethod
+    def _from_session(cls, session):
         ptr = session.ptr
-        self._ptr = ptr                 # keeps the C buffers (raw events) alive
-        # Ticks -> ns, anchored at start: seeded frames start exactly at start_ns.
-        self.start_ns = lib.pt_start_ns(ptr)
+        start_ns = lib.pt_start_ns(ptr)
         tick0 = lib.pt_start_ticks(ptr)
         ns_per_tick = _clock.ns_per_tick()
         # Same arithmetic as the C replay (double product, truncated), so calls
         # closed at stop end exactly at stop_ns.
-        self.stop_ns = self.start_ns + int(float(lib.pt_stop_ticks(ptr) - tick0) * ns_per_tick)
-        self.clock = "tsc" if _clock.USE_TSC else "monotonic"
-        self.ns_per_tick = ns_per_tick
-        self.pid = os.getpid()
-        self.python_version = sys.version.split()[0]
-        self.backend = "sys.monitoring" if USE_MONITORING else "PyEval_SetProfile"
+        stop_ns = start_ns + int(float(lib.pt_stop_ticks(ptr) - tick0) * ns_per_tick)
+
         sources = []
         check(lib.pt_key_sources(ptr, 1, ffi.cast("void *", id(sources))), ptr, "key sources")
         sources.insert(0, None)
-        self.names = [name_for_source(source) for source in sources]
-        self.key_kinds = ["c" if isinstance(source, tuple) else "python" for source in sources]
+        prefixes = path_prefixes() if session.trim_paths else ()
+        names = [name_for_source(source, prefixes) for source in sources]
+        key_kinds = ["c" if isinstance(source, tuple) else "python" for source in sources]
         hidden = bytes(1 if _is_own_code(source) else 0 for source in sources)
-        self._sources = sources
-        self.threads = []
-        self._slices = []
-        n_threads = lib.pt_thread_count(ptr)
+
+        threads, slices = [], []
         info = ffi.new("pt_thread_info *")
         n_out = ffi.new("uint64_t *")
-        for index in range(n_threads):
+        for index in range(lib.pt_thread_count(ptr)):
             check(lib.pt_thread_get_info(ptr, index, info), ptr, "thread info")
-            slices = ffi.new("pt_slice[]", max(1, info.n_calls))
-            check(lib.pt_thread_replay(ptr, index, hidden, len(hidden), tick0, self.start_ns,
-                                       ns_per_tick, slices, info.n_calls, n_out),
+            thread_slices = ffi.new("pt_slice[]", max(1, info.n_calls))
+            check(lib.pt_thread_replay(ptr, index, hidden, len(hidden), tick0, start_ns,
+                                       ns_per_tick, thread_slices, info.n_calls, n_out),
                   ptr, "replay")
-            name = _thread_name(session, info)
             native_id = info.native_id or session.thread_native_ids.get(info.ident, 0)
-            self.threads.append(ThreadInfo(index, native_id, info.ident, name,
-                                           info.n_events, info.dropped))
-            self._slices.append((slices, n_out[0]))
-        self.dropped_events = sum(t.dropped for t in self.threads)
+            threads.append(ThreadInfo(index, native_id, info.ident, _thread_name(session, info),
+                                      info.n_events, info.dropped))
+            slices.append((thread_slices, n_out[0]))
+
+        key_args = {}
+        params = {"modules": [], "optimizer_steps": []}
+        watcher = session.watcher
+        if watcher is not None:
+            _name_tagged_calls(watcher.tags, slices, names, key_kinds, key_args)
+            params = {"modules": watcher.modules, "optimizer_steps": watcher.optimizer_steps}
+        trace = cls(names=names, key_kinds=key_kinds, key_args=key_args, threads=threads,
+                    slices=slices, start_ns=start_ns, stop_ns=stop_ns, pid=os.getpid(),
+                    python_version=sys.version.split()[0],
+                    backend="sys.monitoring" if USE_MONITORING else "PyEval_SetProfile",
+                    clock="tsc" if _clock.USE_TSC else "monotonic", params=params)
+        trace._ptr = ptr                      # keeps the raw events alive with the trace
+        return trace
 
     def __len__(self):
         return sum(n for _, n in self._slices)
@@ -106,9 +133,51 @@ class Trace:
         write_chrome_trace(self, path)
         return path
 
+    def save(self, directory):
+        """Writes the trace as a directory (see docs/saved-trace-format.md):
+        meta.json, hashes.json, params.json and slices.bin. Load it back with
+        pytrace_cffi.load(directory)."""
+        from .saved import save
+        save(self, directory)
+        return directory
+
     def __repr__(self):
         return (f"<pytrace_cffi.Trace {len(self)} calls, {len(self.threads)} threads, "
                 f"{(self.stop_ns - self.start_ns) / 1e6:.3f} ms>")
+
+
+def _name_tagged_calls(tags, slices, names, key_kinds, key_args):
+    """Gives tagged calls their torch names through keys of their own: a module
+    call becomes "nn.Module: Linear_0"; the call that ran an optimizer step (the
+    parent of the tagged _optimizer_step_code call) becomes
+    "Optimizer.step#Adam.step". Exporters then need no per-call lookups."""
+    if len(tags) <= 1:
+        return
+    key_for_name = {}
+
+    def key_for(tag_info):
+        key = key_for_name.get(tag_info["name"])
+        if key is None:
+            key = key_for_name[tag_info["name"]] = len(names)
+            names.append(tag_info["name"])
+            key_kinds.append("python")
+            if tag_info["kind"] == MODULE_CALL:
+                key_args[key] = {"Python module id": tag_info["module_id"]}
+        return key
+
+    for thread_slices, n in slices:
+        count = lib.pt_tagged_slices(thread_slices, n, ffi.NULL, 0)
+        if not count:
+            continue
+        indices = ffi.new("uint64_t[]", count)
+        lib.pt_tagged_slices(thread_slices, n, indices, count)
+        for i in indices:
+            s = thread_slices[i]
+            info = tags[s.tag]
+            if info["kind"] == MODULE_CALL:
+                s.key = key_for(info)
+            elif info["kind"] == OPTIMIZER_STEP and s.parent >= 0:
+                thread_slices[s.parent].key = key_for(info)
 
 
 def _thread_name(session, info):

@@ -1,11 +1,19 @@
 """Shared checks: calls by (name, parent name, kind), and exact nesting."""
+import os
 from collections import Counter, defaultdict
+
+from pytrace_cffi._names import path_prefixes, trim_path
+
+
+def trimmed(path):
+    """A file name as traces show it now: sys.path and site prefixes stripped."""
+    return trim_path(os.path.abspath(path), path_prefixes())
 
 
 def in_files(files):
     """keep(name, parent, kind): Python calls of functions in `files`, and built-in
     calls made directly by them. Names start with the file path."""
-    prefixes = tuple(f"{path}(" for path in files)
+    prefixes = tuple(f"{trimmed(path)}(" for path in files)
 
     def keep(name, parent, kind):
         if kind == "python":

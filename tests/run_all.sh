@@ -35,6 +35,13 @@ for v in 3.9 3.10 3.11 3.12 3.13; do
     "$venv/bin/python" -m pip install -q "cffi>=1.15" "pytest>=7" \
         && "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$WHEEL" \
         || { bad_versions+=" $v(install)"; continue; }
+    # torch awareness is tested on 3.11, where torch==2.13.0 is a local CPU build;
+    # elsewhere (or if it cannot be installed) those tests skip.
+    if [ "$v" = "3.11" ] && [ -z "${PYTRACE_SKIP_TORCH:-}" ] \
+        && ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
+        "$venv/bin/python" -m pip install -q torch==2.13.0 \
+            || echo "   torch==2.13.0 could not be installed: its tests will skip"
+    fi
     log="$RUN_DIR/pytest-$v.log"
     (cd "$RUN_DIR" && "$venv/bin/python" -m pytest -q -p no:cacheprovider \
         "$ROOT/tests" "$@") 2>&1 | tee "$log"

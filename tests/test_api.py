@@ -4,6 +4,8 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi import TracerStateError
 
+from helpers import trimmed
+
 
 def work():
     return sorted(str(i) for i in range(5))
@@ -66,7 +68,7 @@ def test_calls_carry_name_times_thread_parent_and_kind():
     assert [c.id for c in calls] == list(range(len(calls)))
     (top,) = [c for c in calls if c.name.endswith(": work")]
     assert top.kind == "python"
-    assert top.name == f"{__file__}({work.__code__.co_firstlineno}): work"
+    assert top.name == f"{trimmed(__file__)}({work.__code__.co_firstlineno}): work"
     assert top.thread == threading.get_native_id()
     children = [c for c in calls if c.parent == top.id]
     assert [c.name for c in children if c.kind == "c"] == ["builtins.sorted"]

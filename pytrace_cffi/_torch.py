@@ -1,0 +1,147 @@
+"""PyTorch awareness: nn.Module calls and optimizer steps, found without importing torch.
+
+The C core asks `classify(code)` once for each new code object named
+`_wrapped_call_impl` or `_optimizer_step_code`; this answers yes only when torch
+is already in sys.modules and the code is torch's own (nn.Module.__call__, or the
+hook torch's optimizers call after each step). Calls of those then run
+`tag(frame)`, which reads the frame's `self` and returns a small integer the C core
+stores with the call. So torch costs nothing until the traced program imports it,
+also when it does so after tracing started.
+"""
+import sys
+
+WATCHED_NAMES = frozenset({"_wrapped_call_impl", "_optimizer_step_code"})
+MODULE_CALL = "module"
+OPTIMIZER_STEP = "optimizer"
+# torch_npu writes this entry into its hash table for the tracer's exit event.
+EXIT_EVENT_NAME = "__torch_npu_profiler_python_tracer_exit"
+
+
+def _torch_code(module_name, class_name, function_name):
+    module = sys.modules.get(module_name)
+    cls = getattr(module, class_name, None)
+    function = getattr(cls, function_name, None)
+    return getattr(function, "__code__", None)
+
+
+def tensor_metadata(tensor):
+    """Shape, dtype, device and requires_grad of a tensor; never its values."""
+    if tensor is None:
+        return None
+    shape = getattr(tensor, "shape", None)
+    if shape is None:                                   # a Python number in optimizer state
+        return {"value": tensor} if isinstance(tensor, (int, float, bool)) else {"type": type(tensor).__name__}
+    return {
+        "shape": list(shape),
+        "dtype": str(getattr(tensor, "dtype", "")).replace("torch.", ""),
+        "device": str(getattr(tensor, "device", "")),
+        "requires_grad": bool(getattr(tensor, "requires_grad", False)),
+    }
+
+
+def _grad_metadata(tensor):
+    grad = getattr(tensor, "grad", None)
+    if grad is None:
+        return None
+    return {"shape": list(grad.shape), "dtype": str(grad.dtype).replace("torch.", "")}
+
+
+def parameter_metadata(name, parameter):
+    entry = {"name": name}
+    if parameter is None:
+        entry["tensor"] = None
+        return entry
+    entry.update(tensor_metadata(parameter))
+    entry["grad"] = _grad_metadata(parameter)
+    return entry
+
+
+class TorchWatcher:
+    """Names module calls and optimizer steps as torch.profiler does, and keeps
+    their parameter metadata when record_params is set."""
+
+    def __init__(self, record_params=False):
+        self.record_params = record_params
+        self.tags = [None]              # tag -> {"kind", "name", ...}; 0 means none
+        self.modules = []               # params.json "modules"
+        self.optimizer_steps = []       # params.json "optimizer_steps"
+        self._module_tags = {}          # id(module) -> tag
+        self._held = []                 # modules and optimizers seen: ids never alias
+        self._instances_per_class = {}
+        self._optimizer_ids = {}        # id(optimizer) -> ordinal
+        self._steps_taken = {}          # optimizer ordinal -> steps seen
+        self._parameter_names = {}      # id(parameter) -> "Linear_0.weight"
+
+    def watch_spec(self):
+        return (set(WATCHED_NAMES), self.classify, self.tag)
+
+    def classify(self, code):
+        if code is _torch_code("torch.nn.modules.module", "Module", "_wrapped_call_impl"):
+            return 1
+        if code is _torch_code("torch.optim.optimizer", "Optimizer", "_optimizer_step_code"):
+            return 1
+        return 0
+
+    def tag(self, frame):
+        owner = frame.f_locals.get("self")
+        if owner is None:
+            return 0
+        if frame.f_code.co_name == "_wrapped_call_impl":
+            return self._module_tag(owner)
+        return self._optimizer_tag(owner)
+
+    def _module_tag(self, module):
+        tag = self._module_tags.get(id(module))
+        if tag is not None:
+            return tag
+        cls = type(module).__name__
+        number = self._instances_per_class.get(cls, 0)
+        self._instances_per_class[cls] = number + 1
+        name = f"nn.Module: {cls}_{number}"
+        module_id = len(self._module_tags)
+        tag = len(self.tags)
+        self.tags.append({"kind": MODULE_CALL, "name": name, "module_id": module_id,
+                          "class": cls})
+        self._module_tags[id(module)] = tag
+        self._held.append(module)
+        if self.record_params:
+            parameters = getattr(module, "_parameters", None) or {}
+            entries = []
+            for pname, parameter in parameters.items():
+                entries.append(parameter_metadata(pname, parameter))
+                if parameter is not None:
+                    self._parameter_names[id(parameter)] = f"{cls}_{number}.{pname}"
+            self.modules.append({"module_id": module_id, "name": name, "class": cls,
+                                 "parameters": entries})
+        return tag
+
+    def _optimizer_tag(self, optimizer):
+        cls = type(optimizer).__name__
+        optimizer_id = self._optimizer_ids.get(id(optimizer))
+        if optimizer_id is None:
+            optimizer_id = self._optimizer_ids[id(optimizer)] = len(self._optimizer_ids)
+            self._held.append(optimizer)
+        step = self._steps_taken.get(optimizer_id, 0)
+        self._steps_taken[optimizer_id] = step + 1
+        tag = len(self.tags)
+        self.tags.append({"kind": OPTIMIZER_STEP, "name": f"Optimizer.step#{cls}.step",
+                          "optimizer_id": optimizer_id, "class": cls, "step": step})
+        if self.record_params:
+            self.optimizer_steps.append(self._describe_step(optimizer, optimizer_id, cls, step))
+        return tag
+
+    def _describe_step(self, optimizer, optimizer_id, cls, step):
+        groups = []
+        state = getattr(optimizer, "state", {}) or {}
+        for index, group in enumerate(getattr(optimizer, "param_groups", []) or []):
+            params = []
+            for parameter in group.get("params", []):
+                entry = parameter_metadata(self._parameter_names.get(id(parameter)), parameter)
+                entry["state"] = {key: tensor_metadata(value)
+                                  for key, value in (state.get(parameter) or {}).items()}
+                params.append(entry)
+            options = {k: v for k, v in group.items()
+                       if k != "params" and isinstance(v, (int, float, bool, str))}
+            groups.append({"index": index, "options": options, "params": params})
+        return {"optimizer_id": optimizer_id, "class": cls, "step": step,
+                "param_groups": groups}

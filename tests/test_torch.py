@@ -1,0 +1,201 @@
+"""PyTorch awareness against torch.profiler itself (torch 2.13 CPU, Python 3.11);
+skipped where torch is not installed."""
+import collections
+import json
+import subprocess
+import sys
+
+import pytest
+
+import pytrace_cffi
+
+torch = pytest.importorskip("torch")
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+
+class Gate(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.proj = torch.nn.Linear(width, width)
+        self.act = torch.nn.GELU()
+
+    def forward(self, x):
+        return self.act(self.proj(x)) * torch.sigmoid(x)
+
+
+class Tower(torch.nn.Module):
+    """Nested and repeated classes: Gate inside Tower, Linear at three depths."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(6, 8)
+        self.gates = torch.nn.ModuleList([Gate(8), Gate(8)])
+        self.norm = torch.nn.LayerNorm(8)
+        self.head = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(),
+                                        torch.nn.Linear(4, 1))
+
+    def forward(self, x):
+        x = self.inp(x)
+        for gate in self.gates:
+            x = x + gate(x)
+        return self.head(self.norm(x))
+
+
+STEPS = 3
+
+
+def make():
+    torch.manual_seed(0)
+    model = Tower()
+    return model, torch.optim.Adam(model.parameters(), lr=1e-3), torch.randn(5, 6)
+
+
+def train(model, optimizer, x):
+    for _ in range(STEPS):
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+
+
+def module_counts(names):
+    return collections.Counter(n for n in names if n.startswith("nn.Module: "))
+
+
+@pytest.fixture(scope="module")
+def torch_profiler_names(tmp_path_factory):
+    model, optimizer, x = make()
+    train(model, optimizer, x)                     # warm up, as for ours
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True, with_modules=True) as p:
+        train(model, optimizer, x)
+    path = tmp_path_factory.mktemp("torch") / "torch.json"
+    p.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    return [e["name"] for e in events if e.get("ph") == "X"]
+
+
+@pytest.fixture(scope="module")
+def ours():
+    model, optimizer, x = make()
+    train(model, optimizer, x)
+    with pytrace_cffi.trace(record_params=True) as t:
+        train(model, optimizer, x)
+    return t.trace, model, optimizer
+
+
+def test_module_slices_equal_torch_profiler(torch_profiler_names, ours):
+    trace, _, _ = ours
+    expected = module_counts(torch_profiler_names)
+    assert expected, "torch.profiler recorded no module slices"
+    assert module_counts(c.name for c in trace) == expected
+    assert {"nn.Module: Linear_0", "nn.Module: Linear_3", "nn.Module: Gate_1",
+            "nn.Module: Tower_0"} <= set(expected)
+
+
+def test_module_slices_nest_like_the_model(ours):
+    trace, _, _ = ours
+    calls = list(trace)
+    by_id = {c.id: c for c in calls}
+
+    def module_ancestor(call):
+        while call.parent is not None:
+            call = by_id[call.parent]
+            if call.name.startswith("nn.Module: "):
+                return call.name
+        return None
+
+    parents = {module_ancestor(c) for c in calls if c.name == "nn.Module: Gate_0"}
+    assert parents == {"nn.Module: Tower_0"}
+    assert {module_ancestor(c) for c in calls if c.name == "nn.Module: Linear_1"} == \
+        {"nn.Module: Gate_0"}
+
+
+def test_optimizer_steps_are_named_and_span_the_step(torch_profiler_names, ours):
+    trace, _, _ = ours
+    steps = [c for c in trace if c.name == "Optimizer.step#Adam.step"]
+    assert len(steps) == STEPS == torch_profiler_names.count("Optimizer.step#Adam.step")
+    calls = list(trace)
+    by_id = {c.id: c for c in calls}
+
+    def ancestors(call):
+        while call.parent is not None:
+            call = by_id[call.parent]
+            yield call
+
+    adam_steps = [c for c in calls if c.name.startswith("torch/optim/adam.py(")
+                  and c.name.endswith(": step")]
+    assert len(adam_steps) == STEPS
+    for step, adam in zip(steps, adam_steps):
+        # the whole step: Adam.step's body runs inside the named slice
+        assert step in ancestors(adam)
+        assert step.start_ns <= adam.start_ns and adam.end_ns <= step.end_ns
+
+
+def test_module_args_carry_python_module_id(ours, tmp_path):
+    trace, _, _ = ours
+    path = tmp_path / "t.json"
+    trace.export_chrome_trace(str(path))
+    events = [e for e in json.loads(path.read_text())["traceEvents"]
+              if e.get("ph") == "X" and e["name"].startswith("nn.Module: ")]
+    ids = {e["name"]: e["args"]["Python module id"] for e in events}
+    assert len(set(ids.values())) == len(ids)
+
+
+def test_params_cover_every_parameter_and_optimizer_state(ours):
+    trace, model, optimizer = ours
+    modules = trace.params["modules"]
+    recorded = {}
+    for module in modules:
+        for p in module["parameters"]:
+            recorded[(module["name"], p["name"])] = p
+    # every parameter of every module, with shape, dtype, device, grad
+    expected = sum(len(m._parameters) for m in model.modules())
+    assert len(recorded) == expected == sum(1 for _ in model.named_parameters())
+    linear0 = recorded[("nn.Module: Linear_0", "weight")]
+    assert linear0["shape"] == [8, 6] and linear0["dtype"] == "float32"
+    assert linear0["device"] == "cpu" and linear0["requires_grad"] is True
+    assert linear0["grad"] is None        # zero_grad() set it to None before forward
+    steps = trace.params["optimizer_steps"]
+    assert len(steps) == STEPS
+    params = steps[-1]["param_groups"][0]["params"]
+    assert len(params) == len(list(model.parameters()))
+    for entry, parameter in zip(params, model.parameters()):
+        assert entry["shape"] == list(parameter.shape)
+        assert set(entry["state"]) == set(optimizer.state[parameter]) == \
+            {"step", "exp_avg", "exp_avg_sq"}
+        assert entry["state"]["exp_avg"]["shape"] == list(parameter.shape)
+        assert entry["grad"]["shape"] == list(parameter.shape)
+        assert entry["name"] is not None and "." in entry["name"]
+    assert steps[-1]["param_groups"][0]["options"]["lr"] == 1e-3
+
+
+def test_torch_frames_are_trimmed(ours):
+    trace, _, _ = ours
+    names = {c.name for c in trace if c.kind == "python"}
+    assert any(n.startswith("torch/nn/modules/module.py(") and n.endswith(": _call_impl")
+               for n in names)
+    assert not [n for n in names if "site-packages" in n]
+
+
+def test_torch_imported_after_start_is_recognised(run_python):
+    code = (
+        "import pytrace_cffi\n"
+        "pytrace_cffi.start()\n"
+        "import torch\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "m(torch.ones(1, 2)).sum().backward(); opt.step()\n"
+        "t = pytrace_cffi.stop()\n"
+        "names = [c.name for c in t]\n"
+        "print(sorted(n for n in set(names) if n.startswith(('nn.Module', 'Optimizer'))))\n"
+    )
+    out = run_python(code).stdout.strip()
+    assert out == ("['Optimizer.step#SGD.step', 'nn.Module: Linear_0', 'nn.Module: Linear_1', "
+                   "'nn.Module: Sequential_0']")
+
+
+def test_without_modules_option_torch_calls_keep_their_function_names():
+    model, optimizer, x = make()
+    with pytrace_cffi.trace(with_modules=False) as t:
+        model(x)
+    assert not [c for c in t.trace if c.name.startswith("nn.Module")]
+    assert [c for c in t.trace if c.name.endswith(": _wrapped_call_impl")]
