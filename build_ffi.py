@@ -66,7 +66,7 @@ typedef struct {
     uint32_t flags;
     int64_t parent;
     uint32_t tag;
-    uint32_t reserved;
+    uint32_t depth;
 } pt_slice;
 
 pt_tracer *pt_tracer_new(int flags, int backend);

@@ -76,10 +76,13 @@ pt_hot_error(pt_tracer *tracer)
 static uint64_t pt_next_generation = 1;   /* only advanced atomically */
 
 static void pt_chunk_free(pt_chunk *chunk);
+static void pt_register_fork_handler(void);
+static pthread_once_t pt_fork_handler_once;
 
 pt_tracer *
 pt_tracer_new(int flags, int backend)
 {
+    pthread_once(&pt_fork_handler_once, pt_register_fork_handler);
     pt_tracer *tracer = calloc(1, sizeof *tracer);
     if (!tracer)
         return NULL;
@@ -191,6 +194,21 @@ pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
 static pt_chunk *pt_pool[PT_POOL_CHUNKS];
 static int pt_pool_count;
 static pthread_mutex_t pt_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t pt_fork_handler_once = PTHREAD_ONCE_INIT;
+
+/* A child forked while another thread held the pool lock must not inherit it. */
+static void
+pt_pool_after_fork_in_child(void)
+{
+    pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;
+    pt_pool_lock = unlocked;
+}
+
+static void
+pt_register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, pt_pool_after_fork_in_child);
+}
 
 static void
 pt_chunk_free(pt_chunk *chunk)

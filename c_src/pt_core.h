@@ -67,7 +67,7 @@ typedef struct {
     uint32_t flags;         /* PT_SLICE_* */
     int64_t parent;         /* index of the enclosing slice on the same thread, or -1 */
     uint32_t tag;           /* what the watcher said of this call, 0 = nothing */
-    uint32_t reserved;
+    uint32_t depth;         /* emitted ancestors on this thread: 0 for a root */
 } pt_slice;
 
 #define PT_SLICE_C 1            /* a built-in call (else Python) */

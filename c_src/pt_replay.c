@@ -80,7 +80,7 @@ pt_replay_push(pt_replay_state *st, uint32_t kind, uint32_t key, int64_t ts)
         out->flags = (is_c ? PT_SLICE_C : 0) | (seeded ? PT_SLICE_SEEDED : 0);
         out->parent = parent;
         out->tag = 0;
-        out->reserved = 0;
+        out->depth = parent >= 0 ? st->out[parent].depth + 1 : 0;
     }
     pt_open_call *call = &st->stack[st->depth++];
     call->slice = slice;
@@ -197,8 +197,10 @@ pt_validate_slices(const pt_slice *slices, uint64_t n, uint32_t n_keys)
             return (int64_t)i;
         if (s->parent >= 0) {
             const pt_slice *p = &slices[s->parent];
-            if (s->start < p->start || s->end > p->end)
+            if (s->start < p->start || s->end > p->end || s->depth != p->depth + 1)
                 return (int64_t)i;
+        } else if (s->depth != 0) {
+            return (int64_t)i;
         }
     }
     return -1;

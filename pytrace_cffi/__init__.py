@@ -9,6 +9,9 @@
 or ``with pytrace_cffi.trace() as t: work()``. Every Python and built-in call on
 every thread is recorded; see README.md for the options and the output format.
 """
+import atexit
+import os
+import sys
 import threading
 
 from ._tracer import Session
@@ -22,6 +25,31 @@ __version__ = "0.1.0"
 
 _lock = threading.Lock()
 _session = None          # the running Session, or None
+
+
+def _after_fork_in_child():
+    """A child forked while tracing stops tracing cleanly; the parent's trace is
+    the parent's. Locks another thread held at fork time are made anew."""
+    global _lock, _session
+    _lock = threading.Lock()
+    session, _session = _session, None
+    if session is not None:
+        session.abandon_in_forked_child()
+
+
+def _stop_at_exit():
+    """Unhooks a tracer still running at interpreter exit."""
+    global _session
+    session, _session = _session, None
+    if session is not None:
+        session.stop()
+        print("pytrace_cffi: still tracing at exit; that trace was discarded (call stop())",
+              file=sys.stderr)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_stop_at_exit)
 
 
 def _check_options(c_calls=True, noop=False, with_modules=True, record_params=False,

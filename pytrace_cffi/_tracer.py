@@ -57,6 +57,7 @@ class Session:
 
     # -- start ---------------------------------------------------------------
     def start(self):
+        _check_no_other_profiler()
         self._snapshot_thread_names()
         tool_id, mask = -1, 0
         if USE_MONITORING:
@@ -126,11 +127,36 @@ class Session:
         check(status, self.ptr, "stop")
         self._snapshot_thread_names()
 
+    def abandon_in_forked_child(self):
+        """In a child forked while tracing: unhook quietly, keep nothing."""
+        lib.pt_stop(self.ptr)
+        threading.setprofile(self._previous_thread_hook)
+        if USE_MONITORING:
+            try:
+                self._release_monitoring()
+            except ValueError:
+                pass
+
     def hot_error(self):
         """The first failure the hooks swallowed while tracing, or None."""
         if lib.pt_hot_error(self.ptr) == lib.PT_OK:
             return None
         return ffi.string(lib.pt_last_error(self.ptr)).decode("utf-8", "replace")
+
+
+def _check_no_other_profiler():
+    """Refuses to start over another profiler's hook rather than silently
+    replacing it (3.12+ checks sys.monitoring's tool id when claiming it)."""
+    current = sys.getprofile()
+    if current is not None and not USE_MONITORING:
+        raise TracerConflictError(
+            f"another profiler is installed on this thread ({current!r}, e.g. cProfile or "
+            "sys.setprofile); stop it before starting pytrace_cffi")
+    hook = _get_threading_profile()
+    if hook is not None:
+        raise TracerConflictError(
+            f"threading.setprofile() already holds a hook for new threads ({hook!r}); "
+            "pytrace_cffi needs it to follow new threads: clear it first")
 
 
 def _get_threading_profile():

@@ -1,0 +1,229 @@
+"""Never break the host program: fork, other profilers, exit while tracing,
+recursion limits, memory across cycles. Risky cases run in their own process."""
+import sys
+import textwrap
+
+import pytest
+
+import pytrace_cffi
+from pytrace_cffi import TracerConflictError
+
+from helpers import assert_nested
+
+
+def dedent(code):
+    return textwrap.dedent(code).lstrip()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_fork_while_tracing_child_stops_cleanly_parent_keeps_its_trace(run_python):
+    proc = run_python(dedent("""
+        import os, sys, threading, pytrace_cffi
+
+        def work(n):
+            return sum(len(str(i)) for i in range(n))
+
+        def child():
+            ok = not pytrace_cffi.is_tracing() and sys.getprofile() is None
+            work(100)
+            pytrace_cffi.start()          # the child may trace on its own
+            work(10)
+            t = pytrace_cffi.stop()
+            ok = ok and sum(1 for c in t if c.name.endswith(": work")) == 1
+            os._exit(0 if ok else 3)
+
+        spinner = threading.Thread(target=work, args=(20000,))
+        pytrace_cffi.start()
+        spinner.start()
+        work(50)
+        pid = os.fork()
+        if pid == 0:
+            child()
+        _, status = os.waitpid(pid, 0)
+        work(60)
+        spinner.join()
+        t = pytrace_cffi.stop()
+        works = [c for c in t if c.name.endswith(": work")]
+        print("child", os.WEXITSTATUS(status), "works", len(works))
+    """))
+    assert proc.stdout.split() == ["child", "0", "works", "3"]
+
+
+def test_cprofile_running_raises_a_clear_conflict_and_keeps_working(run_python):
+    proc = run_python(dedent("""
+        import cProfile, pstats, io, pytrace_cffi
+
+        def target():
+            return sum(range(10))
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            pytrace_cffi.start()
+            print("started")
+        except pytrace_cffi.TracerConflictError as exc:
+            print("conflict:", exc)
+        target()
+        profiler.disable()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).print_stats("target")
+        print("cprofile saw target:", "target" in out.getvalue())
+        print("tracing:", pytrace_cffi.is_tracing())
+    """))
+    assert "conflict:" in proc.stdout and "started" not in proc.stdout
+    assert "cprofile saw target: True" in proc.stdout
+    assert "tracing: False" in proc.stdout
+
+
+def test_sys_setprofile_hook_is_never_silently_replaced():
+    seen = []
+
+    def hook(frame, event, arg):
+        if event == "call":
+            seen.append(frame.f_code.co_name)
+
+    def marker():
+        return 1
+
+    sys.setprofile(hook)
+    try:
+        if sys.version_info >= (3, 12):
+            # sys.monitoring lets both run side by side
+            with pytrace_cffi.trace() as t:
+                marker()
+            assert [c for c in t.trace if c.name.endswith(": marker")]
+        else:
+            with pytest.raises(TracerConflictError, match="another profiler"):
+                pytrace_cffi.start()
+            marker()
+    finally:
+        sys.setprofile(None)
+    assert "marker" in seen
+
+
+def test_threading_profile_hook_of_someone_else_is_a_conflict():
+    import threading
+
+    def other(frame, event, arg):
+        pass
+
+    threading.setprofile(other)
+    try:
+        with pytest.raises(TracerConflictError, match="threading.setprofile"):
+            pytrace_cffi.start()
+        assert not pytrace_cffi.is_tracing()
+    finally:
+        threading.setprofile(None)
+
+
+def test_exit_while_tracing_with_threads_is_clean(run_python):
+    proc = run_python(dedent("""
+        import threading, time, pytrace_cffi
+
+        def spin():
+            end = time.monotonic() + 0.3
+            while time.monotonic() < end:
+                len("x")
+
+        pytrace_cffi.start()
+        for _ in range(3):
+            threading.Thread(target=spin, daemon=True).start()
+        print("bye")
+    """))
+    assert proc.returncode == 0 and proc.stdout.strip() == "bye"
+    assert "still tracing at exit" in proc.stderr
+
+
+def test_sys_exit_inside_traced_code_in_a_thread_pool(run_python):
+    proc = run_python(dedent("""
+        import concurrent.futures, pytrace_cffi
+        pytrace_cffi.start()
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            print(sum(pool.map(len, ["ab", "cde"] * 50)))
+        t = pytrace_cffi.stop()
+        raise SystemExit(len(t.threads) >= 2 and 5)
+    """), check=False)
+    assert proc.returncode == 5, proc.stderr
+    assert proc.stdout.strip() == "250"
+
+
+def recurse(n):
+    return recurse(n + 1)
+
+
+def test_recursion_error_keeps_traces_nested():
+    with pytrace_cffi.trace() as t:
+        with pytest.raises(RecursionError):
+            recurse(0)
+        len("after")
+    calls = [c for c in t.trace if c.name.endswith(": recurse")]
+    assert len(calls) > 100
+    assert_nested(t.trace)
+    (after,) = [c for c in t.trace if c.name == "builtins.len"]
+    assert after.start_ns >= max(c.end_ns for c in calls)
+
+
+def test_generator_close_and_throw_stay_nested():
+    def gen():
+        try:
+            while True:
+                yield 1
+        finally:
+            len("cleanup")
+
+    with pytrace_cffi.trace() as t:
+        g = gen()
+        next(g)
+        g.close()
+        h = gen()
+        next(h)
+        with pytest.raises(KeyError):
+            h.throw(KeyError("x"))
+    assert_nested(t.trace)
+    gens = [c for c in t.trace if c.name.endswith(": gen")]
+    assert len(gens) == 4          # two starts, close and throw re-enter each
+
+
+def test_many_short_lived_threads():
+    import threading
+
+    def tiny(i):
+        return str(i)
+
+    with pytrace_cffi.trace() as t:
+        for batch in range(10):
+            threads = [threading.Thread(target=tiny, args=(i,)) for i in range(10)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+    assert sum(1 for c in t.trace if c.name.endswith(": tiny")) == 100
+    assert_nested(t.trace)
+
+
+def test_fifty_cycles_do_not_grow_memory(run_python):
+    proc = run_python(dedent("""
+        import gc, pytrace_cffi
+
+        def rss_kib():
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * 4
+
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+        def cycle():
+            with pytrace_cffi.trace() as t:
+                fib(18)
+            t.trace.export_chrome_trace("/dev/null")
+            del t
+            gc.collect()
+
+        for _ in range(10):
+            cycle()
+        before = rss_kib()
+        for _ in range(50):
+            cycle()
+        print(rss_kib() - before)
+    """))
+    assert int(proc.stdout) < 4096, f"RSS grew by {proc.stdout.strip()} KiB over 50 cycles"
