@@ -98,10 +98,16 @@ int pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
 uint64_t pt_tagged_slices(const pt_slice *slices, uint64_t n, uint64_t *out, uint64_t cap);
 int64_t pt_validate_slices(const pt_slice *slices, uint64_t n, uint32_t n_keys);
 uint32_t pt_key_count(pt_tracer *tracer);
+int pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
+                     const char *const *names, const uint32_t *name_lens,
+                     const char *const *extras, const uint32_t *extra_lens, uint32_t n_keys,
+                     const char *prefix, uint32_t prefix_len, int64_t base_ns,
+                     uint64_t first_id, uint32_t thread_index, char *out, uint64_t cap,
+                     uint64_t *written);
 int pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list);
 """
 
-SOURCES = ["pt_core.c", "pt_hooks.c", "pt_replay.c"]
+SOURCES = ["pt_core.c", "pt_hooks.c", "pt_replay.c", "pt_export.c"]
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)

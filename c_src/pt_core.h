@@ -132,6 +132,18 @@ uint64_t pt_tagged_slices(const pt_slice *slices, uint64_t n, uint64_t *out, uin
  * index of the first slice that breaks one. */
 int64_t pt_validate_slices(const pt_slice *slices, uint64_t n, uint32_t n_keys);
 uint32_t pt_key_count(pt_tracer *tracer);
+
+/* Chrome JSON export: formats slices[*next..n) as complete events into out until it
+ * is nearly full, advancing *next. Each event is prefix (",\n{...\"name\":"),
+ * names[key] (already JSON-escaped), ts/dur in microseconds with three decimals
+ * relative to base_ns, and args {"Python id", "Python parent id", "Python thread"}
+ * followed by extras[key] (",\"k\":v" or ""). */
+int pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
+                     const char *const *names, const uint32_t *name_lens,
+                     const char *const *extras, const uint32_t *extra_lens, uint32_t n_keys,
+                     const char *prefix, uint32_t prefix_len, int64_t base_ns,
+                     uint64_t first_id, uint32_t thread_index, char *out, uint64_t cap,
+                     uint64_t *written);
 /* Appends, for keys first..count-1, what names each key to py_list: a code
  * object, or a (owner, name) tuple for a built-in (owner a module, a type or None). */
 int pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list);

@@ -1,0 +1,88 @@
+/* pt_export.c - the numeric bulk of the Chrome Trace Event JSON export.
+ *
+ * Python escapes each name once and hands over the escaped bytes; this unit only
+ * copies them and formats numbers, so no string escaping happens in C.
+ */
+#include "pt_internal.h"
+
+#include <string.h>
+
+/* Writes v in decimal at p; returns the end. */
+static char *
+pt_put_u64(char *p, uint64_t v)
+{
+    char digits[20];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        *p++ = digits[--n];
+    return p;
+}
+
+/* Nanoseconds as microseconds with exactly three decimals (negative never occurs:
+ * times are relative to the trace's start and durations are >= 0). */
+static char *
+pt_put_us(char *p, int64_t ns)
+{
+    if (ns < 0)
+        ns = 0;
+    p = pt_put_u64(p, (uint64_t)ns / 1000);
+    uint32_t frac = (uint32_t)((uint64_t)ns % 1000);
+    *p++ = '.';
+    *p++ = (char)('0' + frac / 100);
+    *p++ = (char)('0' + frac / 10 % 10);
+    *p++ = (char)('0' + frac % 10);
+    return p;
+}
+
+static char *
+pt_put(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+
+#define PT_PUT_LITERAL(p, s) pt_put((p), (s), sizeof(s) - 1)
+
+int
+pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
+                 const char *const *names, const uint32_t *name_lens,
+                 const char *const *extras, const uint32_t *extra_lens, uint32_t n_keys,
+                 const char *prefix, uint32_t prefix_len, int64_t base_ns,
+                 uint64_t first_id, uint32_t thread_index, char *out, uint64_t cap,
+                 uint64_t *written)
+{
+    char *p = out;
+    char *end = out + cap;
+    uint64_t i = *next;
+    for (; i < n; i++) {
+        const pt_slice *s = &slices[i];
+        uint32_t key = s->key < n_keys ? s->key : 0;
+        /* numbers and punctuation need well under 256 bytes */
+        if ((uint64_t)(end - p) < (uint64_t)prefix_len + name_lens[key] + extra_lens[key] + 256)
+            break;
+        p = pt_put(p, prefix, prefix_len);
+        p = pt_put(p, names[key], name_lens[key]);
+        p = PT_PUT_LITERAL(p, ",\"ts\":");
+        p = pt_put_us(p, s->start - base_ns);
+        p = PT_PUT_LITERAL(p, ",\"dur\":");
+        p = pt_put_us(p, s->end - s->start);
+        p = PT_PUT_LITERAL(p, ",\"args\":{\"Python id\":");
+        p = pt_put_u64(p, first_id + i);
+        p = PT_PUT_LITERAL(p, ",\"Python parent id\":");
+        if (s->parent < 0)
+            p = PT_PUT_LITERAL(p, "null");
+        else
+            p = pt_put_u64(p, first_id + (uint64_t)s->parent);
+        p = PT_PUT_LITERAL(p, ",\"Python thread\":");
+        p = pt_put_u64(p, thread_index);
+        p = pt_put(p, extras[key], extra_lens[key]);
+        p = PT_PUT_LITERAL(p, "}}");
+    }
+    *next = i;
+    *written = (uint64_t)(p - out);
+    return PT_OK;
+}
