@@ -27,7 +27,11 @@ CDEF = """
 #define PT_EV_C_RETURN 3
 #define PT_EV_PY_SEED 4
 #define PT_EV_TAG 5
+#define PT_EV_ARGS 6
 #define PT_EV_TIME 7
+#define PT_TAG_ARGS_BIT 0x80000000
+#define PT_HIDE_SUBTREE 1
+#define PT_HIDE_ALONE 2
 #define PT_KEY_SHIFT 3
 #define PT_KIND_MASK 7
 
@@ -80,6 +84,8 @@ int pt_stop(pt_tracer *tracer);
 int pt_hot_error(pt_tracer *tracer);
 int pt_monitor_callbacks(pt_tracer *tracer, void *py_list);
 int pt_set_watch(pt_tracer *tracer, void *py_tuple);
+int pt_annotation_api(void *py_dict);
+int pt_annotation_data(pt_tracer *tracer, void *py_args_list, void *py_marks_list);
 
 int pt_tsc_supported(void);
 void pt_clock_pair(int use_tsc, int64_t *ticks, int64_t *ns);
@@ -107,7 +113,7 @@ int pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
 int pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list);
 """
 
-SOURCES = ["pt_core.c", "pt_hooks.c", "pt_replay.c", "pt_export.c"]
+SOURCES = ["pt_core.c", "pt_hooks.c", "pt_replay.c", "pt_export.c", "pt_annotate.c"]
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)

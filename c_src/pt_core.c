@@ -132,6 +132,8 @@ pt_tracer_free(pt_tracer *tracer)
         Py_CLEAR(tracer->watch_names);
         Py_CLEAR(tracer->watch_classify);
         Py_CLEAR(tracer->watch_tag);
+        Py_CLEAR(tracer->annotation_args);
+        Py_CLEAR(tracer->marks);
         for (uint32_t i = 0; i < tracer->n_keys; i++)
             Py_CLEAR(tracer->sources[i]);
         PyGILState_Release(gil);
@@ -438,6 +440,18 @@ pt_classify_code(pt_tracer *tracer, PyObject *code, uint32_t id)
     }
     PyErr_Clear();
     PyErr_Restore(type, value, tb);
+}
+
+uint32_t
+pt_key_find(pt_tracer *tracer, const void *a, const void *b)
+{
+    return pt_key_lookup(tracer, a, b);
+}
+
+uint32_t
+pt_key_add(pt_tracer *tracer, const void *a, const void *b, PyObject *source)
+{
+    return pt_key_insert(tracer, a, b, source);
 }
 
 uint32_t

@@ -28,6 +28,8 @@
 #define PT_EV_C_RETURN 3    /* ... and returned or raised */
 #define PT_EV_PY_SEED 4     /* a frame already active when the thread was attached */
 #define PT_EV_TAG 5         /* no call: Python tagged the call just made with `key` */
+#define PT_EV_ARGS 6        /* no call: the open annotation's args are annotation_args[key] */
+#define PT_TAG_ARGS_BIT 0x80000000u  /* in pt_slice.tag: the rest indexes annotation args */
 #define PT_EV_TIME 7        /* no call: the clock moved delta + (key << 32) ticks */
 #define PT_KEY_SHIFT 3
 #define PT_KIND_MASK 7
@@ -111,6 +113,14 @@ int64_t pt_stop_ns(pt_tracer *tracer);
 int64_t pt_start_ticks(pt_tracer *tracer);
 int64_t pt_stop_ticks(pt_tracer *tracer);
 
+/* Annotations (pt_annotate.c). pt_annotation_api fills py_dict with the
+ * RecordFunction and CapturedStack types and the instant, counter, capture_stack
+ * and symbolize functions. pt_annotation_data appends a stopped tracer's
+ * record_function args dicts and its (kind, ticks, thread index, name, payload)
+ * marks to the two lists. */
+int pt_annotation_api(void *py_dict);
+int pt_annotation_data(pt_tracer *tracer, void *py_args_list, void *py_marks_list);
+
 /* Reading. */
 uint64_t pt_current_tstate_id(void);
 int pt_thread_count(pt_tracer *tracer);
@@ -118,9 +128,11 @@ int pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out);
 /* Copies a thread's raw events into out (cap entries). */
 int pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t cap);
 /* Pairs a thread's calls and returns into slices, with times in nanoseconds
- * ns0 + (ticks - tick0) * ns_per_tick. Calls whose key has
- * hidden[key] != 0 are dropped with everything they call, except seeded frames,
- * which are dropped alone (their callees are the user's). */
+ * ns0 + (ticks - tick0) * ns_per_tick. Calls whose key has hidden[key] ==
+ * PT_HIDE_SUBTREE are dropped with everything they call, except seeded frames;
+ * those and PT_HIDE_ALONE keys are dropped alone (their callees are the user's). */
+#define PT_HIDE_SUBTREE 1
+#define PT_HIDE_ALONE 2
 int pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
                      uint32_t n_hidden, int64_t tick0, int64_t ns0,
                      double ns_per_tick, pt_slice *out, uint64_t cap,

@@ -106,6 +106,17 @@ pt_thread_current(pt_tracer *tracer)
     return pt_thread_lookup_cold(tracer);
 }
 
+pt_thread *
+pt_thread_of_caller(pt_tracer *tracer)
+{
+    return pt_thread_current(tracer);
+}
+
+/* The running tracer, for the user-facing recorders of pt_annotate.c (the hooks
+ * reach theirs through their handle). Written only with the GIL held, at start and
+ * stop: the one process-wide pointer, as there is one profile hook per process. */
+pt_tracer *pt_active_tracer;
+
 /* The tracer a hook should record into, or NULL to do nothing. */
 static inline pt_tracer *
 pt_recording_tracer(PyObject *handle)
@@ -431,6 +442,8 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
     Py_XDECREF(current_frames);
     if (rc == PT_OK && tracer->backend == PT_BACKEND_MONITOR)
         rc = pt_enable_monitoring(tracer, tool_id, event_mask);
+    if (rc == PT_OK)
+        pt_active_tracer = tracer;
     if (rc != PT_OK) {
         tracer->state = PT_STATE_STOPPED;
         tracer->stop_ticks = pt_ticks(tracer);
@@ -483,6 +496,8 @@ pt_stop(pt_tracer *tracer)
     tracer->stop_ticks = pt_ticks(tracer);
     tracer->stop_ns = pt_clock();
     tracer->state = PT_STATE_STOPPED;
+    if (pt_active_tracer == tracer)
+        pt_active_tracer = NULL;
     if (tracer->backend == PT_BACKEND_PROFILE) {
         PyThreadState *self_tstate = PyThreadState_Get();
         PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);

@@ -70,6 +70,8 @@ struct pt_tracer {
     PyObject *watch_names;        /* set of co_names worth classifying, or NULL */
     PyObject *watch_classify;     /* classify(code) -> int */
     PyObject *watch_tag;          /* tag(frame) -> int */
+    PyObject *annotation_args;    /* list: args dicts of record_function calls */
+    PyObject *marks;              /* list: instants and counters */
     char error[256];
 };
 
@@ -114,6 +116,9 @@ pt_thread *pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
                          uint64_t native_id, int64_t base_ticks);
 int pt_thread_grow(pt_tracer *tracer, pt_thread *thread);
 uint32_t pt_key_for_code(pt_tracer *tracer, PyObject *code);
+uint32_t pt_key_find(pt_tracer *tracer, const void *a, const void *b);
+/* Takes ownership of source (a new reference naming the key). */
+uint32_t pt_key_add(pt_tracer *tracer, const void *a, const void *b, PyObject *source);
 uint32_t pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, int is_function,
                             PyObject *self_arg);
 int pt_thread_events_each(pt_tracer *tracer, int index,
@@ -173,5 +178,10 @@ pt_maybe_tag(pt_tracer *tracer, pt_thread *thread, uint32_t key, PyFrameObject *
 /* pt_hooks.c */
 PyObject *pt_handle_new(pt_tracer *tracer);   /* new reference */
 void pt_handle_detach(PyObject *handle);
+pt_thread *pt_thread_of_caller(pt_tracer *tracer);
+extern pt_tracer *pt_active_tracer;
+
+/* pt_annotate.c */
+uint32_t pt_key_for_annotation(pt_tracer *tracer, PyObject *name);
 
 #endif /* PT_INTERNAL_H */

@@ -87,7 +87,7 @@ pt_replay_push(pt_replay_state *st, uint32_t kind, uint32_t key, int64_t ts)
     call->child_parent = slice >= 0 ? slice : parent;
     call->key = key;
     call->is_c = (uint8_t)is_c;
-    call->hides_subtree = (uint8_t)(hidden_key && !seeded);
+    call->hides_subtree = (uint8_t)(hidden_key && st->hidden[key] == PT_HIDE_SUBTREE && !seeded);
     if (call->hides_subtree)
         st->hiding++;
     return PT_OK;
@@ -123,9 +123,10 @@ pt_replay_visit(void *ctx, const pt_event *events, uint64_t n)
             continue;
         }
         st->ticks += ev->delta;
-        if (kind == PT_EV_TAG) {
+        if (kind == PT_EV_TAG || kind == PT_EV_ARGS) {
             if (st->depth && st->stack[st->depth - 1].slice >= 0)
-                st->out[st->stack[st->depth - 1].slice].tag = key;
+                st->out[st->stack[st->depth - 1].slice].tag =
+                    kind == PT_EV_ARGS ? key | PT_TAG_ARGS_BIT : key;
             continue;
         }
         int64_t ts = pt_replay_ns(st, st->ticks);

@@ -15,10 +15,12 @@ import sys
 import threading
 
 from ._tracer import Session
+from .annotations import capture_stack, counter, instant, record_function, symbolize
 from .errors import TraceError, TraceFormatError, TracerConflictError, TracerStateError
 from .trace import Call, Trace
 
 __all__ = ["start", "stop", "trace", "load", "is_tracing", "release_memory", "Trace", "Call",
+           "record_function", "instant", "counter", "capture_stack", "symbolize",
            "TraceFormatError",
            "TraceError", "TracerConflictError", "TracerStateError"]
 __version__ = "0.1.0"

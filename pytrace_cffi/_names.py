@@ -69,10 +69,12 @@ def builtin_function_name(function):
 
 
 def name_for_source(source, prefixes=()):
-    """Names a key from what the C core holds for it: a code object, or an
-    (owner, name, keepalive) tuple for a built-in."""
+    """Names a key from what the C core holds for it: a code object, an
+    (owner, name, keepalive) tuple for a built-in, or a record_function's name."""
     if source is None:
         return "<unknown>"
+    if isinstance(source, str):
+        return source
     if isinstance(source, tuple):
         return builtin_name(source[0], source[1])
     return python_function_name(source, prefixes)

@@ -126,6 +126,9 @@ class Session:
             self._release_monitoring()
         check(status, self.ptr, "stop")
         self._snapshot_thread_names()
+        self.annotation_args, self.marks = [], []
+        check(lib.pt_annotation_data(self.ptr, ffi.cast("void *", id(self.annotation_args)),
+                                     ffi.cast("void *", id(self.marks))), self.ptr, "annotations")
 
     def abandon_in_forked_child(self):
         """In a child forked while tracing: unhook quietly, keep nothing."""

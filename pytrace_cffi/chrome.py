@@ -1,6 +1,8 @@
 """Chrome Trace Event JSON renderer (Perfetto, chrome://tracing).
 
-Each call becomes a complete ("X") slice in category "python_function" with
+Each call becomes a complete ("X") slice in category "python_function" (a
+record_function region: "user_annotation"; instants and counters are "i" and "C"
+events) with
 ts/dur in microseconds at nanosecond precision (three decimals), pid = process
 id, tid = OS thread id, and the args torch's profiler writes ("Python id",
 "Python parent id", "Python thread"). Each thread gets a "thread_name" metadata
@@ -14,6 +16,13 @@ from ._core import ffi, lib
 
 
 CHUNK_BYTES = 4 << 20
+_CATEGORY = {"python": "python_function", "c": "python_function",
+             "annotation": "user_annotation"}
+
+
+def _us(ns):
+    """Nanoseconds as a microsecond JSON number with exactly three decimals."""
+    return f"{ns // 1000}.{ns % 1000:03d}"
 
 
 def _chunks(trace):
@@ -21,7 +30,9 @@ def _chunks(trace):
     formatted by the C core from names escaped once here."""
     pid = trace.pid
     base = trace.start_ns
-    escaped = [json.dumps(name).encode("utf-8") for name in trace.names]
+    # Per key: its category and JSON-escaped name, formatted once.
+    escaped = [f'"cat":"{_CATEGORY[kind]}","name":{json.dumps(name)}'.encode("utf-8")
+               for name, kind in zip(trace.names, trace.key_kinds)]
     # Per-key extra args (e.g. "Python module id"), preformatted with a leading comma.
     extras = [b"" for _ in trace.names]
     for key, args in trace.key_args.items():
@@ -54,7 +65,7 @@ def _chunks(trace):
                            "args": {"name": thread.name}})
         yield (meta if first else ",\n" + meta).encode("utf-8")
         first = False
-        prefix = f',\n{{"ph":"X","cat":"python_function","pid":{pid},"tid":{tid},"name":'
+        prefix = f',\n{{"ph":"X","pid":{pid},"tid":{tid},'
         prefix = prefix.encode("utf-8")
         next_index[0] = 0
         while next_index[0] < n:
@@ -63,6 +74,12 @@ def _chunks(trace):
                                  first_id, thread.index, out, CHUNK_BYTES, written)
             yield ffi.buffer(out, written[0])[:]
         first_id += n
+    for mark in trace.marks:
+        event = {"ph": mark.kind, "name": mark.name, "pid": pid, "tid": mark.thread,
+                 "ts": float(_us(mark.ns - base)), "args": mark.args}
+        if mark.kind == "i":
+            event["s"] = "t"
+        yield (",\n" + json.dumps(event)).encode("utf-8")
     yield b"\n]}\n"
 
 

@@ -24,7 +24,7 @@ FORMAT_VERSION = 1
 SLICES_MAGIC = b"PTSLICES"
 SLICES_HEADER = struct.Struct("<8sIIQ")      # magic, version, record size, record count
 SLICE_RECORD_SIZE = 40
-KINDS = ("python", "c")
+KINDS = ("python", "c", "annotation")
 
 
 def hash_id(name):
@@ -57,6 +57,8 @@ def save(trace, directory):
         # key -> [hash id, kind, extra args]; key 0 is "unknown"
         "keys": [[str(hash_id(name)), kind, trace.key_args.get(key, {})]
                  for key, (name, kind) in enumerate(zip(trace.names, trace.key_kinds))],
+        # instants ("i") and counter samples ("C"): [kind, ns, thread id, name, args]
+        "marks": [list(mark) for mark in trace.marks],
     }
     _write_json(os.path.join(directory, "hashes.json"), hashes)
     _write_json(os.path.join(directory, "params.json"), trace.params)
@@ -100,7 +102,7 @@ def _int(value, what):
 
 
 def load(directory):
-    from .trace import ThreadInfo, Trace
+    from .trace import Mark, ThreadInfo, Trace
     directory = os.fspath(directory)
     _expect(os.path.isdir(directory), f"{directory!r} is not a directory")
     _expect(sys.byteorder == "little", "loading needs a little-endian host")
@@ -144,6 +146,16 @@ def load(directory):
         counts.append(_int(t.get("n_slices"), "n_slices"))
         _expect(counts[-1] >= 0, "n_slices must not be negative")
 
+    marks = meta.get("marks", [])
+    _expect(isinstance(marks, list), "meta.json: marks must be a list")
+    for mark in marks:
+        _expect(isinstance(mark, list) and len(mark) == 5 and mark[0] in ("i", "C")
+                and isinstance(mark[3], str) and isinstance(mark[4], dict),
+                f"meta.json: bad mark {mark!r:.80}")
+        _int(mark[1], "mark time")
+        _int(mark[2], "mark thread")
+    marks = [Mark(*mark) for mark in marks]
+
     path = os.path.join(directory, "slices.bin")
     try:
         size = os.path.getsize(path)
@@ -174,5 +186,5 @@ def load(directory):
                  slices=slices, start_ns=_int(meta.get("start_ns"), "start_ns"),
                  stop_ns=_int(meta.get("stop_ns"), "stop_ns"), pid=_int(meta.get("pid"), "pid"),
                  python_version=str(meta.get("python")), backend=str(meta.get("backend")),
-                 clock=str(meta.get("clock")), params=params,
+                 clock=str(meta.get("clock")), params=params, marks=marks,
                  dropped_events=_int(meta.get("dropped_events"), "dropped_events"))

@@ -1,4 +1,5 @@
 """The trace a stop() returns: per-thread call trees replayed in C, named here."""
+import json
 import os
 import sys
 from collections import namedtuple
@@ -7,6 +8,7 @@ from . import _clock
 from ._core import ffi, lib
 from ._names import name_for_source, path_prefixes
 from ._torch import MODULE_CALL, OPTIMIZER_STEP
+from .annotations import WRAPPER_CODE
 from ._tracer import USE_MONITORING, check
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -20,16 +22,30 @@ name     "<path>(<first line>): <function>" for Python, e.g. "builtins.len" for 
 start_ns, end_ns  monotonic nanoseconds (time.monotonic_ns clock)
 thread   OS thread id
 parent   id of the enclosing call on the same thread, or None
-kind     "python" or "c"
+kind     "python", "c", or "annotation" (a record_function region)
 """
+
+Mark = namedtuple("Mark", "kind ns thread name args")
+Mark.__doc__ = """An instant ("i", args a dict) or a counter sample ("C", args the values)."""
 
 ThreadInfo = namedtuple("ThreadInfo", "index native_id ident name n_events dropped")
 
 
-def _is_own_code(source):
-    """Our own start/stop machinery is left out of traces."""
+def _hiding(source):
+    """Our own start/stop machinery is left out of traces with what it calls; the
+    record_function decorator's wrapper is left out alone."""
+    if source is WRAPPER_CODE:
+        return lib.PT_HIDE_ALONE
     filename = getattr(source, "co_filename", None)
-    return filename is not None and os.path.dirname(os.path.abspath(filename)) == _PACKAGE_DIR
+    if filename is not None and os.path.dirname(os.path.abspath(filename)) == _PACKAGE_DIR:
+        return lib.PT_HIDE_SUBTREE
+    return 0
+
+
+def _kind(source):
+    if isinstance(source, tuple):
+        return "c"
+    return "annotation" if isinstance(source, str) else "python"
 
 
 class Trace:
@@ -42,7 +58,7 @@ class Trace:
     """
 
     def __init__(self, *, names, key_kinds, key_args, threads, slices, start_ns, stop_ns,
-                 pid, python_version, backend, clock, params, dropped_events=None):
+                 pid, python_version, backend, clock, params, marks=(), dropped_events=None):
         self.names = names
         self.key_kinds = key_kinds
         self.key_args = key_args
@@ -55,6 +71,7 @@ class Trace:
         self.backend = backend
         self.clock = clock
         self.params = params
+        self.marks = list(marks)
         self.dropped_events = (sum(t.dropped for t in threads)
                                if dropped_events is None else dropped_events)
 
@@ -73,8 +90,8 @@ class Trace:
         sources.insert(0, None)
         prefixes = path_prefixes() if session.trim_paths else ()
         names = [name_for_source(source, prefixes) for source in sources]
-        key_kinds = ["c" if isinstance(source, tuple) else "python" for source in sources]
-        hidden = bytes(1 if _is_own_code(source) else 0 for source in sources)
+        key_kinds = [_kind(source) for source in sources]
+        hidden = bytes(_hiding(source) for source in sources)
 
         threads, slices = [], []
         info = ffi.new("pt_thread_info *")
@@ -94,13 +111,20 @@ class Trace:
         params = {"modules": [], "optimizer_steps": []}
         watcher = session.watcher
         if watcher is not None:
-            _name_tagged_calls(watcher.tags, slices, names, key_kinds, key_args)
             params = {"modules": watcher.modules, "optimizer_steps": watcher.optimizer_steps}
+        _name_tagged_calls(watcher.tags if watcher else [None], session.annotation_args,
+                           slices, names, key_kinds, key_args)
+
+        def to_ns(ticks):
+            return start_ns + int(float(ticks - tick0) * ns_per_tick)
+        marks = [Mark(kind, to_ns(ticks), threads[index].native_id, name, payload)
+                 for kind, ticks, index, name, payload in session.marks]
         trace = cls(names=names, key_kinds=key_kinds, key_args=key_args, threads=threads,
                     slices=slices, start_ns=start_ns, stop_ns=stop_ns, pid=os.getpid(),
                     python_version=sys.version.split()[0],
                     backend="sys.monitoring" if USE_MONITORING else "PyEval_SetProfile",
-                    clock="tsc" if _clock.USE_TSC else "monotonic", params=params)
+                    clock="tsc" if _clock.USE_TSC else "monotonic", params=params,
+                    marks=marks)
         trace._ptr = ptr                      # keeps the raw events alive with the trace
         return trace
 
@@ -108,7 +132,7 @@ class Trace:
         return sum(n for _, n in self._slices)
 
     def __iter__(self):
-        names, kinds = self.names, ("python", "c")
+        names, kinds = self.names, self.key_kinds
         first_id = 0
         for thread, (slices, n) in zip(self.threads, self._slices):
             tid = thread.native_id
@@ -116,8 +140,7 @@ class Trace:
                 s = slices[i]
                 parent = s.parent
                 yield Call(first_id + i, names[s.key], s.start, s.end, tid,
-                           None if parent < 0 else first_id + parent,
-                           kinds[s.flags & lib.PT_SLICE_C])
+                           None if parent < 0 else first_id + parent, kinds[s.key])
             first_id += n
 
     def thread_slices(self):
@@ -146,14 +169,26 @@ class Trace:
                 f"{(self.stop_ns - self.start_ns) / 1e6:.3f} ms>")
 
 
-def _name_tagged_calls(tags, slices, names, key_kinds, key_args):
-    """Gives tagged calls their torch names through keys of their own: a module
-    call becomes "nn.Module: Linear_0"; the call that ran an optimizer step (the
-    parent of the tagged _optimizer_step_code call) becomes
-    "Optimizer.step#Adam.step". Exporters then need no per-call lookups."""
-    if len(tags) <= 1:
+def _name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args):
+    """Gives tagged calls keys of their own, so exporters need no per-call
+    lookups: a module call becomes "nn.Module: Linear_0"; the call that ran an
+    optimizer step (the parent of the tagged _optimizer_step_code call) becomes
+    "Optimizer.step#Adam.step"; a record_function region with args gets a key
+    carrying those args."""
+    if len(tags) <= 1 and not annotation_args:
         return
     key_for_name = {}
+    key_for_args = {}
+
+    def key_with_args(key, args):
+        identity = (key, json.dumps(args, sort_keys=True))
+        found = key_for_args.get(identity)
+        if found is None:
+            found = key_for_args[identity] = len(names)
+            names.append(names[key])
+            key_kinds.append(key_kinds[key])
+            key_args[found] = dict(args)
+        return found
 
     def key_for(tag_info):
         key = key_for_name.get(tag_info["name"])
@@ -173,6 +208,9 @@ def _name_tagged_calls(tags, slices, names, key_kinds, key_args):
         lib.pt_tagged_slices(thread_slices, n, indices, count)
         for i in indices:
             s = thread_slices[i]
+            if s.tag & lib.PT_TAG_ARGS_BIT:
+                s.key = key_with_args(s.key, annotation_args[s.tag & ~lib.PT_TAG_ARGS_BIT])
+                continue
             info = tags[s.tag]
             if info["kind"] == MODULE_CALL:
                 s.key = key_for(info)

@@ -1,0 +1,604 @@
+/* pt_annotate.c - what user code records on purpose: record_function regions,
+ * instants and counters, and captured stacks with their bulk symbolization.
+ *
+ * These are Python-callable C objects (a type and METH_FASTCALL functions), so a
+ * `with record_function(...)` costs a few C calls and nothing when not tracing.
+ * They reach the running tracer through pt_active_tracer.
+ */
+#include "pt_internal.h"
+
+#include <string.h>
+
+/* The recording tracer, or NULL when not tracing (or in noop mode). */
+static inline pt_tracer *
+pt_annotating_tracer(void)
+{
+    pt_tracer *tracer = pt_active_tracer;
+    if (!tracer || tracer->state != PT_STATE_RUNNING || (tracer->flags & PT_FLAG_NOOP))
+        return NULL;
+    return tracer;
+}
+
+/* ======================================================================== */
+/* Keys for annotation names                                                */
+/* ======================================================================== */
+
+static const char pt_annotation_marker = 'A';
+
+/* The key of a record_function name: its own namespace beside code objects and
+ * built-ins; the source naming it is the name string itself. */
+uint32_t
+pt_key_for_annotation(pt_tracer *tracer, PyObject *name)
+{
+    uint32_t id = pt_key_find(tracer, name, &pt_annotation_marker);
+    if (id)
+        return id;
+    Py_INCREF(name);
+    return pt_key_add(tracer, name, &pt_annotation_marker, name);
+}
+
+/* ======================================================================== */
+/* Argument checking                                                        */
+/* ======================================================================== */
+
+/* Returns a new reference: args as a dict of str -> str/int/float/bool, objects
+ * with a .shape turned into a list of its sizes; None stays None. NULL with
+ * TypeError for anything else. */
+static PyObject *
+pt_checked_args(PyObject *args, const char *what)
+{
+    if (args == Py_None) {
+        Py_INCREF(Py_None);
+        return Py_None;
+    }
+    if (!PyDict_Check(args)) {
+        PyErr_Format(PyExc_TypeError, "%s: args must be a dict or None", what);
+        return NULL;
+    }
+    PyObject *checked = PyDict_New();
+    if (!checked)
+        return NULL;
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(args, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key)) {
+            PyErr_Format(PyExc_TypeError, "%s: args keys must be str", what);
+            goto fail;
+        }
+        PyObject *stored;
+        if (PyUnicode_Check(value) || PyLong_Check(value) || PyFloat_Check(value) ||
+            PyBool_Check(value)) {
+            Py_INCREF(value);
+            stored = value;
+        } else {
+            PyObject *shape = PyObject_GetAttrString(value, "shape");
+            if (!shape) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError,
+                             "%s: args values must be str, int, float, bool or have a .shape",
+                             what);
+                goto fail;
+            }
+            stored = PySequence_List(shape);
+            Py_DECREF(shape);
+            if (!stored)
+                goto fail;
+        }
+        int rc = PyDict_SetItem(checked, key, stored);
+        Py_DECREF(stored);
+        if (rc < 0)
+            goto fail;
+    }
+    return checked;
+fail:
+    Py_DECREF(checked);
+    return NULL;
+}
+
+static int
+pt_check_name(PyObject *name, const char *what)
+{
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "%s: name must be a str", what);
+        return -1;
+    }
+    return 0;
+}
+
+/* ======================================================================== */
+/* record_function                                                          */
+/* ======================================================================== */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *name;
+    PyObject *args;               /* checked dict, or None */
+    uint64_t generation;          /* tracer the key below belongs to */
+    uint32_t key;
+    uint64_t entered_generation;  /* tracer the open region was recorded into */
+} pt_region;
+
+static PyObject *
+pt_region_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"name", "args", NULL};
+    PyObject *name, *region_args = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:record_function", kwlist, &name,
+                                     &region_args))
+        return NULL;
+    if (pt_check_name(name, "record_function") < 0)
+        return NULL;
+    PyObject *checked = pt_checked_args(region_args, "record_function");
+    if (!checked)
+        return NULL;
+    allocfunc tp_alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    pt_region *self = (pt_region *)tp_alloc(type, 0);
+    if (!self) {
+        Py_DECREF(checked);
+        return NULL;
+    }
+    Py_INCREF(name);
+    self->name = name;
+    self->args = checked;
+    return (PyObject *)self;
+}
+
+static void
+pt_region_dealloc(PyObject *op)
+{
+    pt_region *self = (pt_region *)op;
+    PyTypeObject *type = Py_TYPE(op);
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->args);
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    tp_free(op);
+    Py_DECREF(type);
+}
+
+static PyObject *
+pt_region_enter(PyObject *op, PyObject *unused)
+{
+    pt_region *self = (pt_region *)op;
+    pt_tracer *tracer = pt_annotating_tracer();
+    if (tracer) {
+        pt_thread *thread = pt_thread_of_caller(tracer);
+        if (thread) {
+            if (self->generation != tracer->generation) {
+                self->key = pt_key_for_annotation(tracer, self->name);
+                self->generation = tracer->generation;
+            }
+            pt_record(tracer, thread, PT_EV_PY_CALL, self->key);
+            self->entered_generation = tracer->generation;
+            if (self->args != Py_None) {
+                if (!tracer->annotation_args)
+                    tracer->annotation_args = PyList_New(0);
+                Py_ssize_t index = tracer->annotation_args
+                    ? PyList_Size(tracer->annotation_args) : -1;
+                if (index >= 0 && index < (Py_ssize_t)PT_MAX_KEYS &&
+                    PyList_Append(tracer->annotation_args, self->args) == 0)
+                    pt_append(tracer, thread, 0,
+                              (uint32_t)index << PT_KEY_SHIFT | PT_EV_ARGS);
+                else
+                    PyErr_Clear();   /* the region stays, without its args */
+            }
+        }
+    }
+    Py_INCREF(op);
+    return op;
+}
+
+static PyObject *
+pt_region_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    pt_region *self = (pt_region *)op;
+    pt_tracer *tracer = pt_annotating_tracer();
+    if (tracer && self->entered_generation == tracer->generation) {
+        pt_thread *thread = pt_thread_of_caller(tracer);
+        if (thread)
+            pt_record(tracer, thread, PT_EV_PY_RETURN, self->key);
+    }
+    Py_INCREF(Py_False);
+    return Py_False;                /* never swallows the exception */
+}
+
+static PyObject *
+pt_region_get_name(PyObject *op, void *closure)
+{
+    PyObject *name = ((pt_region *)op)->name;
+    Py_INCREF(name);
+    return name;
+}
+
+static PyObject *
+pt_region_get_args(PyObject *op, void *closure)
+{
+    PyObject *args = ((pt_region *)op)->args;
+    if (args == Py_None) {
+        Py_INCREF(Py_None);
+        return Py_None;
+    }
+    return PyDict_Copy(args);
+}
+
+static PyMethodDef pt_region_methods[] = {
+    {"__enter__", pt_region_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))pt_region_exit, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef pt_region_getset[] = {
+    {"name", pt_region_get_name, NULL, NULL, NULL},
+    {"args", pt_region_get_args, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot pt_region_slots[] = {
+    {Py_tp_new, (void *)pt_region_new},
+    {Py_tp_dealloc, (void *)pt_region_dealloc},
+    {Py_tp_methods, pt_region_methods},
+    {Py_tp_getset, pt_region_getset},
+    {Py_tp_doc, (void *)"A named region recorded as a user_annotation slice."},
+    {0, NULL},
+};
+
+static PyType_Spec pt_region_spec = {
+    "pytrace_cffi._core.RecordFunction", sizeof(pt_region), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, pt_region_slots,
+};
+
+/* ======================================================================== */
+/* Instants and counters                                                    */
+/* ======================================================================== */
+
+/* Appends (kind, ticks, thread index, name, payload) to the tracer's marks. */
+static void
+pt_add_mark(pt_tracer *tracer, const char *kind, PyObject *name, PyObject *payload)
+{
+    pt_thread *thread = pt_thread_of_caller(tracer);
+    if (!thread)
+        return;
+    if (!tracer->marks && !(tracer->marks = PyList_New(0))) {
+        PyErr_Clear();
+        return;
+    }
+    PyObject *mark = Py_BuildValue("(sLiOO)", kind, (long long)pt_ticks(tracer),
+                                   thread->index, name, payload);
+    if (!mark || PyList_Append(tracer->marks, mark) < 0)
+        PyErr_Clear();
+    Py_XDECREF(mark);
+}
+
+static PyObject *
+pt_instant(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "instant(name, args=None)");
+        return NULL;
+    }
+    if (pt_check_name(args[0], "instant") < 0)
+        return NULL;
+    PyObject *checked = pt_checked_args(nargs > 1 ? args[1] : Py_None, "instant");
+    if (!checked)
+        return NULL;
+    pt_tracer *tracer = pt_annotating_tracer();
+    if (tracer)
+        pt_add_mark(tracer, "i", args[0], checked);
+    Py_DECREF(checked);
+    Py_RETURN_NONE;
+}
+
+static int
+pt_is_number(PyObject *value)
+{
+    return (PyLong_Check(value) || PyFloat_Check(value)) && !PyBool_Check(value);
+}
+
+static PyObject *
+pt_counter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "counter(name, value)");
+        return NULL;
+    }
+    if (pt_check_name(args[0], "counter") < 0)
+        return NULL;
+    PyObject *value = args[1];
+    if (PyDict_Check(value)) {
+        PyObject *key, *item;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(value, &pos, &key, &item))
+            if (!PyUnicode_Check(key) || !pt_is_number(item)) {
+                PyErr_SetString(PyExc_TypeError,
+                                "counter: a dict value must map str to numbers");
+                return NULL;
+            }
+        value = PyDict_Copy(value);
+    } else if (pt_is_number(value)) {
+        value = Py_BuildValue("{OO}", args[0], value);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "counter: value must be a number or a dict of numbers");
+        return NULL;
+    }
+    if (!value)
+        return NULL;
+    pt_tracer *tracer = pt_annotating_tracer();
+    if (tracer)
+        pt_add_mark(tracer, "C", args[0], value);
+    Py_DECREF(value);
+    Py_RETURN_NONE;
+}
+
+/* ======================================================================== */
+/* Captured stacks                                                          */
+/* ======================================================================== */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t depth;
+    PyObject **codes;             /* strong refs: symbolizable after the frames die */
+    int *lines;
+} pt_stack;
+
+static PyObject *pt_stack_type;
+
+static void
+pt_stack_dealloc(PyObject *op)
+{
+    pt_stack *self = (pt_stack *)op;
+    PyTypeObject *type = Py_TYPE(op);
+    for (Py_ssize_t i = 0; i < self->depth; i++)
+        Py_DECREF(self->codes[i]);
+    PyMem_Free(self->codes);
+    PyMem_Free(self->lines);
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    tp_free(op);
+    Py_DECREF(type);
+}
+
+static Py_ssize_t
+pt_stack_len(PyObject *op)
+{
+    return ((pt_stack *)op)->depth;
+}
+
+static PyType_Slot pt_stack_slots[] = {
+    {Py_tp_dealloc, (void *)pt_stack_dealloc},
+    {Py_sq_length, (void *)pt_stack_len},
+    {Py_tp_doc, (void *)"A captured Python stack: (code, line) pairs, innermost first."},
+    {0, NULL},
+};
+
+static PyType_Spec pt_stack_spec = {
+    "pytrace_cffi._core.CapturedStack", sizeof(pt_stack), 0, Py_TPFLAGS_DEFAULT,
+    pt_stack_slots,
+};
+
+/* capture_stack(max_depth=128): the calling thread's stack, innermost first. */
+static PyObject *
+pt_capture_stack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames)
+{
+    long max_depth = 128;
+    PyObject *depth_arg = nargs == 1 ? args[0] : NULL;
+    Py_ssize_t n_kw = kwnames ? PyTuple_Size(kwnames) : 0;
+    if (n_kw == 1 && nargs == 0 &&
+        PyUnicode_CompareWithASCIIString(PyTuple_GetItem(kwnames, 0), "max_depth") == 0)
+        depth_arg = args[0];
+    else if (n_kw || nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "capture_stack(max_depth=128)");
+        return NULL;
+    }
+    if (depth_arg && !PyLong_Check(depth_arg)) {
+        PyErr_SetString(PyExc_TypeError, "capture_stack: max_depth must be an int");
+        return NULL;
+    }
+    if (depth_arg && ((max_depth = PyLong_AsLong(depth_arg)) < 0 || max_depth > 1 << 20)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "capture_stack: max_depth must be 0..1048576");
+        return NULL;
+    }
+    PyObject *codes_on_stack[128];
+    int lines_on_stack[128];
+    PyObject **codes = codes_on_stack;
+    int *lines = lines_on_stack;
+    Py_ssize_t cap = 128, depth = 0;
+    PyFrameObject *frame = PyEval_GetFrame();       /* borrowed */
+    Py_XINCREF(frame);
+    while (frame && depth < max_depth) {
+        if (depth == cap) {
+            Py_ssize_t new_cap = cap * 2;
+            PyObject **new_codes = PyMem_Malloc(new_cap * sizeof *new_codes);
+            int *new_lines = PyMem_Malloc(new_cap * sizeof *new_lines);
+            if (!new_codes || !new_lines) {
+                PyMem_Free(new_codes);
+                PyMem_Free(new_lines);
+                break;
+            }
+            memcpy(new_codes, codes, depth * sizeof *codes);
+            memcpy(new_lines, lines, depth * sizeof *lines);
+            if (codes != codes_on_stack) {
+                PyMem_Free(codes);
+                PyMem_Free(lines);
+            }
+            codes = new_codes;
+            lines = new_lines;
+            cap = new_cap;
+        }
+        codes[depth] = (PyObject *)PyFrame_GetCode(frame);   /* new reference, kept */
+        lines[depth] = PyFrame_GetLineNumber(frame);
+        depth++;
+        PyFrameObject *back = PyFrame_GetBack(frame);
+        Py_DECREF(frame);
+        frame = back;
+    }
+    Py_XDECREF(frame);
+
+    allocfunc tp_alloc =
+        (allocfunc)PyType_GetSlot((PyTypeObject *)pt_stack_type, Py_tp_alloc);
+    pt_stack *stack = (pt_stack *)tp_alloc((PyTypeObject *)pt_stack_type, 0);
+    PyObject **kept_codes = stack ? PyMem_Malloc((depth ? depth : 1) * sizeof *kept_codes) : NULL;
+    int *kept_lines = kept_codes ? PyMem_Malloc((depth ? depth : 1) * sizeof *kept_lines) : NULL;
+    if (!kept_lines) {
+        for (Py_ssize_t i = 0; i < depth; i++)
+            Py_DECREF(codes[i]);
+        PyMem_Free(kept_codes);
+        Py_XDECREF(stack);
+        stack = NULL;
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+    } else {
+        memcpy(kept_codes, codes, depth * sizeof *codes);
+        memcpy(kept_lines, lines, depth * sizeof *lines);
+        stack->codes = kept_codes;
+        stack->lines = kept_lines;
+        stack->depth = depth;
+    }
+    if (codes != codes_on_stack) {
+        PyMem_Free(codes);
+        PyMem_Free(lines);
+    }
+    return (PyObject *)stack;
+}
+
+/* symbolize(stacks): per stack a list of {"filename", "line", "name"} dicts,
+ * innermost first; each code object's strings are looked up once for all. */
+static PyObject *
+pt_symbolize(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "symbolize(stacks) takes one list of stacks");
+        return NULL;
+    }
+    PyObject *stacks = PySequence_List(args[0]);
+    if (!stacks)
+        return NULL;
+    PyObject *result = NULL, *names_by_code = PyDict_New();
+    PyObject *k_filename = PyUnicode_FromString("filename");
+    PyObject *k_line = PyUnicode_FromString("line");
+    PyObject *k_name = PyUnicode_FromString("name");
+    Py_ssize_t n = PyList_Size(stacks);
+    if (!names_by_code || !k_filename || !k_line || !k_name || !(result = PyList_New(n)))
+        goto fail;
+    for (Py_ssize_t s = 0; s < n; s++) {
+        PyObject *item = PyList_GetItem(stacks, s);     /* borrowed */
+        if (Py_TYPE(item) != (PyTypeObject *)pt_stack_type) {
+            PyErr_SetString(PyExc_TypeError, "symbolize: stacks must come from capture_stack()");
+            goto fail;
+        }
+        pt_stack *stack = (pt_stack *)item;
+        PyObject *frames = PyList_New(stack->depth);
+        if (!frames)
+            goto fail;
+        PyList_SetItem(result, s, frames);               /* steals */
+        for (Py_ssize_t i = 0; i < stack->depth; i++) {
+            PyObject *code = stack->codes[i];
+            PyObject *pair = PyDict_GetItem(names_by_code, code);   /* borrowed */
+            if (!pair) {
+                PyObject *filename = PyObject_GetAttrString(code, "co_filename");
+                PyObject *name = filename ? PyObject_GetAttrString(code, "co_name") : NULL;
+                pair = name ? PyTuple_Pack(2, filename, name) : NULL;
+                Py_XDECREF(filename);
+                Py_XDECREF(name);
+                if (!pair || PyDict_SetItem(names_by_code, code, pair) < 0) {
+                    Py_XDECREF(pair);
+                    goto fail;
+                }
+                Py_DECREF(pair);                         /* the dict holds it */
+            }
+            PyObject *line = PyLong_FromLong(stack->lines[i]);
+            PyObject *entry = line ? PyDict_New() : NULL;
+            if (!entry || PyDict_SetItem(entry, k_filename, PyTuple_GetItem(pair, 0)) < 0 ||
+                PyDict_SetItem(entry, k_line, line) < 0 ||
+                PyDict_SetItem(entry, k_name, PyTuple_GetItem(pair, 1)) < 0) {
+                Py_XDECREF(line);
+                Py_XDECREF(entry);
+                goto fail;
+            }
+            Py_DECREF(line);
+            PyList_SetItem(frames, i, entry);            /* steals */
+        }
+    }
+    goto done;
+fail:
+    Py_CLEAR(result);
+done:
+    Py_XDECREF(names_by_code);
+    Py_XDECREF(k_filename);
+    Py_XDECREF(k_line);
+    Py_XDECREF(k_name);
+    Py_DECREF(stacks);
+    return result;
+}
+
+/* ======================================================================== */
+/* Publishing to Python                                                     */
+/* ======================================================================== */
+
+static PyMethodDef pt_annotate_functions[] = {
+    {"instant", (PyCFunction)(void (*)(void))pt_instant, METH_FASTCALL,
+     "instant(name, args=None): a point event on the timeline."},
+    {"counter", (PyCFunction)(void (*)(void))pt_counter, METH_FASTCALL,
+     "counter(name, value): a counter sample, value a number or a dict of numbers."},
+    {"capture_stack", (PyCFunction)(void (*)(void))pt_capture_stack,
+     METH_FASTCALL | METH_KEYWORDS,
+     "capture_stack(max_depth=128): the current thread's Python stack, cheaply."},
+    {"symbolize", (PyCFunction)(void (*)(void))pt_symbolize, METH_FASTCALL,
+     "symbolize(stacks): lists of {filename, line, name} dicts, innermost first."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *pt_region_type;
+
+int
+pt_annotation_api(void *py_dict)
+{
+    int rc = PT_OK;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *dict = (PyObject *)py_dict;
+    if (!pt_region_type)
+        pt_region_type = PyType_FromSpec(&pt_region_spec);
+    if (!pt_stack_type)
+        pt_stack_type = PyType_FromSpec(&pt_stack_spec);
+    if (!PyDict_Check(dict) || !pt_region_type || !pt_stack_type ||
+        PyDict_SetItemString(dict, "RecordFunction", pt_region_type) < 0 ||
+        PyDict_SetItemString(dict, "CapturedStack", pt_stack_type) < 0) {
+        PyErr_Clear();
+        rc = PT_ERR_PYTHON;
+        goto done;
+    }
+    /* Bound to a module named "pytrace_cffi", traces name them pytrace_cffi.instant
+     * and so on, like any module function. */
+    PyObject *owner = PyModule_New("pytrace_cffi");
+    for (PyMethodDef *def = pt_annotate_functions; owner && def->ml_name; def++) {
+        PyObject *function = PyCFunction_NewEx(def, owner, NULL);
+        if (!function || PyDict_SetItemString(dict, def->ml_name, function) < 0) {
+            Py_XDECREF(function);
+            Py_CLEAR(owner);
+        } else {
+            Py_DECREF(function);
+        }
+    }
+    if (!owner) {
+        PyErr_Clear();
+        rc = PT_ERR_PYTHON;
+    }
+    Py_XDECREF(owner);
+done:
+    PyGILState_Release(gil);
+    return rc;
+}
+
+int
+pt_annotation_data(pt_tracer *tracer, void *py_args_list, void *py_marks_list)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int rc = PT_OK;
+    if ((tracer->annotation_args &&
+         PyList_SetSlice((PyObject *)py_args_list, 0, 0, tracer->annotation_args) < 0) ||
+        (tracer->marks && PyList_SetSlice((PyObject *)py_marks_list, 0, 0, tracer->marks) < 0)) {
+        pt_set_error_from_python(tracer, "reading annotations");
+        rc = PT_ERR_PYTHON;
+    }
+    PyGILState_Release(gil);
+    return rc;
+}
