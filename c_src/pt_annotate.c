@@ -118,25 +118,47 @@ typedef struct {
     uint64_t entered_generation;  /* tracer the open region was recorded into */
 } pt_region;
 
+/* Python's record_function wrapper factory: decorate(region, function). */
+static PyObject *pt_region_decorate;
+
 static PyObject *
 pt_region_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"name", "args", NULL};
-    PyObject *name, *region_args = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:record_function", kwlist, &name,
-                                     &region_args))
+    /* Parsed by hand: this runs for every `with record_function(...)`. */
+    Py_ssize_t nargs = PyTuple_Size(args);
+    PyObject *name = nargs >= 1 ? PyTuple_GetItem(args, 0) : NULL;
+    PyObject *region_args = nargs >= 2 ? PyTuple_GetItem(args, 1) : Py_None;
+    if (kwds && PyDict_Size(kwds)) {
+        PyObject *kw_name = PyDict_GetItemString(kwds, "name");
+        PyObject *kw_args = PyDict_GetItemString(kwds, "args");
+        Py_ssize_t known = (kw_name != NULL) + (kw_args != NULL);
+        if (known != PyDict_Size(kwds) || (kw_name && name) || (kw_args && nargs >= 2)) {
+            PyErr_SetString(PyExc_TypeError, "record_function(name, args=None)");
+            return NULL;
+        }
+        if (kw_name)
+            name = kw_name;
+        if (kw_args)
+            region_args = kw_args;
+    }
+    if (!name || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "record_function(name, args=None)");
         return NULL;
+    }
     if (pt_check_name(name, "record_function") < 0)
         return NULL;
     PyObject *checked = pt_checked_args(region_args, "record_function");
     if (!checked)
         return NULL;
-    allocfunc tp_alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
-    pt_region *self = (pt_region *)tp_alloc(type, 0);
+    /* Plain allocation: the type is final and holds no cycles (no GC needed). */
+    pt_region *self = PyObject_Malloc(sizeof(pt_region));
     if (!self) {
         Py_DECREF(checked);
-        return NULL;
+        return PyErr_NoMemory();
     }
+    PyObject_Init((PyObject *)self, type);      /* takes a reference to the heap type */
+    self->generation = self->entered_generation = 0;
+    self->key = 0;
     Py_INCREF(name);
     self->name = name;
     self->args = checked;
@@ -150,8 +172,7 @@ pt_region_dealloc(PyObject *op)
     PyTypeObject *type = Py_TYPE(op);
     Py_CLEAR(self->name);
     Py_CLEAR(self->args);
-    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
-    tp_free(op);
+    PyObject_Free(op);
     Py_DECREF(type);
 }
 
@@ -201,6 +222,22 @@ pt_region_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     return Py_False;                /* never swallows the exception */
 }
 
+/* As a decorator: returns a function that runs the decorated one in this region. */
+static PyObject *
+pt_region_call(PyObject *op, PyObject *args, PyObject *kwds)
+{
+    PyObject *function = PyTuple_Size(args) == 1 ? PyTuple_GetItem(args, 0) : NULL;
+    if (!function || (kwds && PyDict_Size(kwds)) || !PyCallable_Check(function)) {
+        PyErr_SetString(PyExc_TypeError, "record_function(...) decorates one callable");
+        return NULL;
+    }
+    if (!pt_region_decorate) {
+        PyErr_SetString(PyExc_RuntimeError, "record_function: decorator support not loaded");
+        return NULL;
+    }
+    return PyObject_CallFunctionObjArgs(pt_region_decorate, op, function, NULL);
+}
+
 static PyObject *
 pt_region_get_name(PyObject *op, void *closure)
 {
@@ -237,13 +274,20 @@ static PyType_Slot pt_region_slots[] = {
     {Py_tp_dealloc, (void *)pt_region_dealloc},
     {Py_tp_methods, pt_region_methods},
     {Py_tp_getset, pt_region_getset},
-    {Py_tp_doc, (void *)"A named region recorded as a user_annotation slice."},
+    {Py_tp_call, (void *)pt_region_call},
+    {Py_tp_doc, (void *)
+     "record_function(name, args=None): a region recorded as a \"user_annotation\"\n"
+     "slice named `name`, nested with the function slices around and inside it.\n\n"
+     "A context manager (`with record_function(\"load\"): ...`) and a decorator\n"
+     "(`@record_function(\"step\")`). `args` is a dict of str, int, float or bool\n"
+     "values, or objects with a .shape (recorded as its sizes): the slice's args.\n"
+     "Bad types raise TypeError at construction. Not tracing, it costs a few C calls."},
     {0, NULL},
 };
 
 static PyType_Spec pt_region_spec = {
-    "pytrace_cffi._core.RecordFunction", sizeof(pt_region), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, pt_region_slots,
+    "pytrace_cffi.record_function", sizeof(pt_region), 0, Py_TPFLAGS_DEFAULT,
+    pt_region_slots,
 };
 
 /* ======================================================================== */
@@ -336,7 +380,8 @@ typedef struct {
     PyObject_HEAD
     Py_ssize_t depth;
     PyObject **codes;             /* strong refs: symbolizable after the frames die */
-    int *lines;
+    int *lines;                   /* line numbers, or byte offsets when by_offset */
+    int by_offset;                /* lines resolve at symbolize time (3.11+) */
 } pt_stack;
 
 static PyObject *pt_stack_type;
@@ -425,7 +470,9 @@ pt_capture_stack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
             cap = new_cap;
         }
         codes[depth] = (PyObject *)PyFrame_GetCode(frame);   /* new reference, kept */
-        lines[depth] = PyFrame_GetLineNumber(frame);
+        /* Where available, keep the instruction offset: turning it into a line
+         * scans the line table, work symbolize does once per distinct place. */
+        lines[depth] = PyFrame_GetLasti ? PyFrame_GetLasti(frame) : PyFrame_GetLineNumber(frame);
         depth++;
         PyFrameObject *back = PyFrame_GetBack(frame);
         Py_DECREF(frame);
@@ -452,6 +499,7 @@ pt_capture_stack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         stack->codes = kept_codes;
         stack->lines = kept_lines;
         stack->depth = depth;
+        stack->by_offset = PyFrame_GetLasti != NULL;
     }
     if (codes != codes_on_stack) {
         PyMem_Free(codes);
@@ -460,8 +508,35 @@ pt_capture_stack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     return (PyObject *)stack;
 }
 
+/* One distinct place (code object, line or offset) and the dict naming it. */
+typedef struct {
+    PyObject *code;
+    int where;
+    PyObject *entry;              /* {"filename", "line", "name"}, owned */
+} pt_place;
+
+/* Returns a new reference: the frame dict for code at `where`. */
+static PyObject *
+pt_place_entry(PyObject *code, int where, int by_offset, PyObject *keys[3])
+{
+    int line = by_offset ? (where >= 0 ? PyCode_Addr2Line(code, where) : -1) : where;
+    PyObject *filename = PyObject_GetAttrString(code, "co_filename");
+    PyObject *name = filename ? PyObject_GetAttrString(code, "co_name") : NULL;
+    PyObject *line_obj = name ? PyLong_FromLong(line) : NULL;
+    PyObject *entry = line_obj ? PyDict_New() : NULL;
+    if (entry && (PyDict_SetItem(entry, keys[0], filename) < 0 ||
+                  PyDict_SetItem(entry, keys[1], line_obj) < 0 ||
+                  PyDict_SetItem(entry, keys[2], name) < 0))
+        Py_CLEAR(entry);
+    Py_XDECREF(filename);
+    Py_XDECREF(name);
+    Py_XDECREF(line_obj);
+    return entry;
+}
+
 /* symbolize(stacks): per stack a list of {"filename", "line", "name"} dicts,
- * innermost first; each code object's strings are looked up once for all. */
+ * innermost first. Work is shared across stacks: each distinct place is resolved
+ * once, and its dict is shared by every stack that passes there (read-only). */
 static PyObject *
 pt_symbolize(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -472,12 +547,13 @@ pt_symbolize(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *stacks = PySequence_List(args[0]);
     if (!stacks)
         return NULL;
-    PyObject *result = NULL, *names_by_code = PyDict_New();
-    PyObject *k_filename = PyUnicode_FromString("filename");
-    PyObject *k_line = PyUnicode_FromString("line");
-    PyObject *k_name = PyUnicode_FromString("name");
+    PyObject *keys[3] = {PyUnicode_FromString("filename"), PyUnicode_FromString("line"),
+                         PyUnicode_FromString("name")};
     Py_ssize_t n = PyList_Size(stacks);
-    if (!names_by_code || !k_filename || !k_line || !k_name || !(result = PyList_New(n)))
+    size_t mask = 1023, used = 0;
+    pt_place *places = PyMem_Calloc(mask + 1, sizeof *places);
+    PyObject *result = NULL;
+    if (!keys[0] || !keys[1] || !keys[2] || !places || !(result = PyList_New(n)))
         goto fail;
     for (Py_ssize_t s = 0; s < n; s++) {
         PyObject *item = PyList_GetItem(stacks, s);     /* borrowed */
@@ -492,40 +568,55 @@ pt_symbolize(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyList_SetItem(result, s, frames);               /* steals */
         for (Py_ssize_t i = 0; i < stack->depth; i++) {
             PyObject *code = stack->codes[i];
-            PyObject *pair = PyDict_GetItem(names_by_code, code);   /* borrowed */
-            if (!pair) {
-                PyObject *filename = PyObject_GetAttrString(code, "co_filename");
-                PyObject *name = filename ? PyObject_GetAttrString(code, "co_name") : NULL;
-                pair = name ? PyTuple_Pack(2, filename, name) : NULL;
-                Py_XDECREF(filename);
-                Py_XDECREF(name);
-                if (!pair || PyDict_SetItem(names_by_code, code, pair) < 0) {
-                    Py_XDECREF(pair);
+            int where = stack->lines[i] * 2 + stack->by_offset;   /* keeps kinds apart */
+            size_t j = (((uintptr_t)code >> 4) ^ ((size_t)where * 0x9E3779B1u)) & mask;
+            while (places[j].code && (places[j].code != code || places[j].where != where))
+                j = (j + 1) & mask;
+            if (!places[j].code) {
+                PyObject *entry = pt_place_entry(code, stack->lines[i], stack->by_offset, keys);
+                if (!entry)
                     goto fail;
+                places[j].code = code;
+                places[j].where = where;
+                places[j].entry = entry;
+                if (++used * 2 > mask) {                   /* keep the table half empty */
+                    size_t new_mask = mask * 2 + 1;
+                    pt_place *grown = PyMem_Calloc(new_mask + 1, sizeof *grown);
+                    if (!grown)
+                        goto fail;
+                    for (size_t k = 0; k <= mask; k++) {
+                        if (!places[k].code)
+                            continue;
+                        size_t m = (((uintptr_t)places[k].code >> 4) ^
+                                    ((size_t)places[k].where * 0x9E3779B1u)) & new_mask;
+                        while (grown[m].code)
+                            m = (m + 1) & new_mask;
+                        grown[m] = places[k];
+                    }
+                    PyMem_Free(places);
+                    places = grown;
+                    mask = new_mask;
+                    for (j = (((uintptr_t)code >> 4) ^ ((size_t)where * 0x9E3779B1u)) & mask;
+                         places[j].code != code || places[j].where != where;
+                         j = (j + 1) & mask)
+                        ;
                 }
-                Py_DECREF(pair);                         /* the dict holds it */
             }
-            PyObject *line = PyLong_FromLong(stack->lines[i]);
-            PyObject *entry = line ? PyDict_New() : NULL;
-            if (!entry || PyDict_SetItem(entry, k_filename, PyTuple_GetItem(pair, 0)) < 0 ||
-                PyDict_SetItem(entry, k_line, line) < 0 ||
-                PyDict_SetItem(entry, k_name, PyTuple_GetItem(pair, 1)) < 0) {
-                Py_XDECREF(line);
-                Py_XDECREF(entry);
-                goto fail;
-            }
-            Py_DECREF(line);
-            PyList_SetItem(frames, i, entry);            /* steals */
+            Py_INCREF(places[j].entry);
+            PyList_SetItem(frames, i, places[j].entry);  /* steals */
         }
     }
     goto done;
 fail:
     Py_CLEAR(result);
 done:
-    Py_XDECREF(names_by_code);
-    Py_XDECREF(k_filename);
-    Py_XDECREF(k_line);
-    Py_XDECREF(k_name);
+    if (places) {
+        for (size_t k = 0; k <= mask; k++)
+            Py_XDECREF(places[k].entry);
+        PyMem_Free(places);
+    }
+    for (int k = 0; k < 3; k++)
+        Py_XDECREF(keys[k]);
     Py_DECREF(stacks);
     return result;
 }
@@ -555,12 +646,17 @@ pt_annotation_api(void *py_dict)
     int rc = PT_OK;
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *dict = (PyObject *)py_dict;
+    PyObject *decorate = PyDict_Check(dict) ? PyDict_GetItemString(dict, "decorate") : NULL;
+    if (decorate && !pt_region_decorate) {
+        Py_INCREF(decorate);
+        pt_region_decorate = decorate;
+    }
     if (!pt_region_type)
         pt_region_type = PyType_FromSpec(&pt_region_spec);
     if (!pt_stack_type)
         pt_stack_type = PyType_FromSpec(&pt_stack_spec);
     if (!PyDict_Check(dict) || !pt_region_type || !pt_stack_type ||
-        PyDict_SetItemString(dict, "RecordFunction", pt_region_type) < 0 ||
+        PyDict_SetItemString(dict, "record_function", pt_region_type) < 0 ||
         PyDict_SetItemString(dict, "CapturedStack", pt_stack_type) < 0) {
         PyErr_Clear();
         rc = PT_ERR_PYTHON;

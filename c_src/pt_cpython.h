@@ -43,6 +43,13 @@ PyAPI_FUNC(PyFrameObject *) PyFrame_GetBack(PyFrameObject *frame);
 PyAPI_FUNC(PyThreadState *) PyInterpreterState_ThreadHead(PyInterpreterState *interp);
 PyAPI_FUNC(PyThreadState *) PyThreadState_Next(PyThreadState *tstate);
 
+/* Byte offset of a frame's last instruction: 3.11+, so declared weak and looked
+ * at only when present (3.9 and 3.10 compute the line at capture instead). */
+PyAPI_FUNC(int) PyFrame_GetLasti(PyFrameObject *frame) __attribute__((weak));
+
+/* The source line of a byte offset in a code object (3.9+). */
+PyAPI_FUNC(int) PyCode_Addr2Line(PyObject *code, int byte_offset);
+
 /* ------------------------------------------------------------------------ */
 /* Limited-API gaps for the 3.9 baseline                                     */
 /* ------------------------------------------------------------------------ */
