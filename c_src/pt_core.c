@@ -138,6 +138,8 @@ pt_tracer_free(pt_tracer *tracer)
             Py_CLEAR(tracer->sources[i]);
         PyGILState_Release(gil);
     }
+    if (tracer->spill)
+        fclose(tracer->spill);
     pt_thread *thread = tracer->threads;
     while (thread) {
         pt_thread *next_thread = thread->next;
@@ -268,11 +270,147 @@ pt_chunk_alloc(size_t bytes)
     return chunk;
 }
 
-/* Appends a fresh chunk; never copies recorded events. */
+/* ======================================================================== */
+/* Bounded memory: spilling or dropping the oldest chunk                    */
+/* ======================================================================== */
+
+/* One block of spilled events: which thread, how many, the clock before them. */
+typedef struct {
+    uint32_t thread_index;
+    uint32_t reserved;
+    uint64_t n_events;
+    int64_t base_ticks;
+} pt_spill_block;
+
+/* Writes n events of thread to the spill file; on failure stops spilling (the
+ * sticky error says why) and returns 0, and the caller drops them instead. */
+static int
+pt_spill_events(pt_tracer *tracer, pt_thread *thread, const pt_chunk *chunk,
+                uint64_t n)
+{
+    if (!tracer->spill)
+        return 0;
+    pt_spill_block block = {(uint32_t)thread->index, 0, n, chunk->base_ticks};
+    if (fwrite(&block, sizeof block, 1, tracer->spill) != 1 ||
+        fwrite(chunk->events, sizeof(pt_event), n, tracer->spill) != n) {
+        if (!tracer->hot_error) {
+            tracer->hot_error = PT_ERR_PYTHON;
+            pt_set_error(tracer, PT_ERR_PYTHON,
+                         "writing spilled events failed (disk full?); later ones were dropped");
+        }
+        fclose(tracer->spill);
+        tracer->spill = NULL;
+        return 0;
+    }
+    tracer->spilled_events += n;
+    thread->spilled += n;
+    return 1;
+}
+
+/* Moves the oldest chunk holding events out of memory: to the spill file, or
+ * dropped and counted. A thread's only chunk is emptied in place. Returns 0 when
+ * no chunk holds anything. */
+static int
+pt_evict_oldest(pt_tracer *tracer)
+{
+    pt_thread *owner = NULL;
+    for (pt_thread *t = tracer->threads; t; t = t->next) {
+        pt_chunk *head = t->head;
+        if (head && (head != t->tail || t->cursor > head->events) &&
+            (!owner || head->seq < owner->head->seq))
+            owner = t;
+    }
+    if (!owner)
+        return 0;
+    pt_chunk *victim = owner->head;
+    int is_tail = victim == owner->tail;
+    uint64_t n = is_tail ? (uint64_t)(owner->cursor - victim->events) : victim->used;
+    if (!pt_spill_events(tracer, owner, victim, n))
+        owner->dropped += n;
+    if (is_tail) {
+        victim->used = 0;
+        victim->seq = tracer->chunk_seq++;
+        victim->base_ticks = owner->last_ticks;
+        owner->cursor = victim->events;
+    } else {
+        owner->head = victim->next;
+        tracer->held_events -= victim->capacity;
+        pt_chunk_free(victim);
+    }
+    return 1;
+}
+
+int
+pt_spill_rest(pt_tracer *tracer)
+{
+    while (pt_evict_oldest(tracer))
+        ;
+    int rc = PT_OK;
+    if (tracer->spill) {
+        if (fclose(tracer->spill) != 0) {
+            pt_set_error(tracer, PT_ERR_PYTHON, "closing the spill file failed");
+            rc = PT_ERR_PYTHON;
+        }
+        tracer->spill = NULL;
+    }
+    return rc;
+}
+
+int
+pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path)
+{
+    if (tracer->state != PT_STATE_NEW) {
+        pt_set_error(tracer, PT_ERR_STATE, "bounds are set before start");
+        return PT_ERR_STATE;
+    }
+    if (max_events == 0) {
+        pt_set_error(tracer, PT_ERR_ARG, "max_events must be at least 1");
+        return PT_ERR_ARG;
+    }
+    if (spill_path) {
+        tracer->spill = fopen(spill_path, "wb");
+        if (!tracer->spill) {
+            pt_set_error(tracer, PT_ERR_ARG, "cannot write %s", spill_path);
+            return PT_ERR_ARG;
+        }
+        static const char header[16] = "PTEVENTS\1\0\0\0\x08\0\0\0";
+        if (fwrite(header, sizeof header, 1, tracer->spill) != 1) {
+            fclose(tracer->spill);
+            tracer->spill = NULL;
+            pt_set_error(tracer, PT_ERR_ARG, "cannot write %s", spill_path);
+            return PT_ERR_ARG;
+        }
+    }
+    tracer->max_events = max_events;
+    /* Chunks of about an eighth of the budget, so eviction frees memory finely. */
+    uint64_t per_chunk = max_events / 8;
+    uint64_t largest = (PT_CHUNK_BYTES - sizeof(pt_chunk)) / sizeof(pt_event);
+    tracer->bounded_chunk_events = per_chunk < 512 ? 512 : per_chunk > largest ? largest : per_chunk;
+    return PT_OK;
+}
+
+uint64_t
+pt_spilled_events(pt_tracer *tracer)
+{
+    return tracer->spilled_events;
+}
+
+/* Appends a fresh chunk; never copies recorded events. Under max_events, first
+ * spills or drops the oldest chunks so that what is held stays within it. */
 int
 pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
 {
-    pt_chunk *chunk = pt_chunk_alloc(thread->head ? PT_CHUNK_BYTES : PT_FIRST_CHUNK_BYTES);
+    size_t bytes = thread->head ? PT_CHUNK_BYTES : PT_FIRST_CHUNK_BYTES;
+    if (tracer->max_events) {
+        uint64_t events = tracer->bounded_chunk_events;
+        bytes = sizeof(pt_chunk) + events * sizeof(pt_event);
+        if (thread->tail)
+            thread->tail->used = (uint64_t)(thread->cursor - thread->tail->events);
+        while (tracer->held_events + events > tracer->max_events && pt_evict_oldest(tracer))
+            if (thread->cursor < thread->limit)
+                return PT_OK;          /* this thread's own chunk was emptied in place */
+    }
+    pt_chunk *chunk = pt_chunk_alloc(bytes);
     if (!chunk) {
         if (!tracer->hot_error) {
             tracer->hot_error = PT_ERR_NOMEM;
@@ -281,6 +419,9 @@ pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
         }
         return PT_ERR_NOMEM;
     }
+    chunk->seq = tracer->chunk_seq++;
+    chunk->base_ticks = thread->last_ticks;
+    tracer->held_events += chunk->capacity;
     if (thread->tail) {
         thread->tail->used = (uint64_t)(thread->cursor - thread->tail->events);
         thread->tail->next = chunk;
@@ -300,7 +441,8 @@ pt_append_time(pt_tracer *tracer, pt_thread *thread, uint64_t delta)
     uint64_t high = delta >> 32;
     if (high >= PT_MAX_KEYS)
         high = PT_MAX_KEYS - 1;        /* > 2^61 ticks: decades; clamp */
-    pt_append(tracer, thread, (uint32_t)delta, (uint32_t)high << PT_KEY_SHIFT | PT_EV_TIME);
+    if (pt_append(tracer, thread, (uint32_t)delta, (uint32_t)high << PT_KEY_SHIFT | PT_EV_TIME))
+        thread->last_ticks += (int64_t)((uint64_t)(uint32_t)delta | high << 32);
 }
 
 static uint64_t
@@ -689,6 +831,7 @@ pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out)
     out->native_id = thread->native_id;
     out->dropped = thread->dropped;
     out->base_ticks = thread->base_ticks;
+    out->spilled = thread->spilled;
     for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next) {
         uint64_t used = pt_chunk_used(thread, chunk);
         out->n_events += used;

@@ -59,6 +59,7 @@ typedef struct {
     uint64_t n_calls;       /* events that open a slice */
     uint64_t dropped;       /* events lost (allocation failure) */
     int64_t base_ticks;     /* the clock reading the first delta counts from */
+    uint64_t spilled;       /* events written to the spill file */
 } pt_thread_info;
 
 /* One call after replay: a call paired with its return. */
@@ -94,6 +95,14 @@ int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
 int pt_stop(pt_tracer *tracer);
 /* Sticky error raised by the hot path, or PT_OK. */
 int pt_hot_error(pt_tracer *tracer);
+
+/* Bounded memory: past max_events held, the oldest chunks go to spill_path
+ * (when not NULL: a "PTEVENTS" file of per-thread blocks, see docs/FORMAT.md) or
+ * are dropped and counted. Call before pt_start. pt_spill_rest writes what is
+ * still held after stop and closes the file. */
+int pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path);
+int pt_spill_rest(pt_tracer *tracer);
+uint64_t pt_spilled_events(pt_tracer *tracer);
 
 /* Watching: py_tuple is (names, classify, tag). When a code object whose co_name is
  * in the set `names` is first seen, classify(code) returns nonzero if its calls
@@ -137,6 +146,13 @@ int pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
                      uint32_t n_hidden, int64_t tick0, int64_t ns0,
                      double ns_per_tick, pt_slice *out, uint64_t cap,
                      uint64_t *n_out);
+/* Replay of events read back from a spill file (one thread's blocks, in order). */
+int pt_replay_buffer(const pt_event *events, uint64_t n, int64_t base_ticks, int64_t stop_ticks,
+                     const uint8_t *hidden, uint32_t n_hidden, int64_t tick0, int64_t ns0,
+                     double ns_per_tick, pt_slice *out, uint64_t cap, uint64_t *n_out);
+uint64_t pt_count_calls(const pt_event *events, uint64_t n);
+int64_t pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys);
+
 /* Indices of the slices that carry a tag (up to cap); returns how many there are. */
 uint64_t pt_tagged_slices(const pt_slice *slices, uint64_t n, uint64_t *out, uint64_t cap);
 /* Checks slices read from a file: keys below n_keys, known flags, parents

@@ -20,6 +20,8 @@ typedef struct pt_chunk {
     struct pt_chunk *next;
     uint64_t used;                /* events written (kept current for non-tail chunks) */
     uint64_t capacity;
+    uint64_t seq;                 /* allocation order across threads: oldest goes first */
+    int64_t base_ticks;           /* the thread's clock before this chunk's first event */
     pt_event events[];
 } pt_chunk;
 
@@ -32,6 +34,7 @@ typedef struct pt_thread {
     int64_t last_ticks;           /* clock at this thread's previous event */
     int64_t base_ticks;           /* clock the first delta counts from */
     uint64_t dropped;
+    uint64_t spilled;
     uint64_t tstate_id;
     uint64_t ident;
     uint64_t native_id;
@@ -71,6 +74,14 @@ struct pt_tracer {
     PyObject *watch_classify;     /* classify(code) -> int */
     PyObject *watch_tag;          /* tag(frame) -> int */
     PyObject *annotation_args;    /* list: args dicts of record_function calls */
+    /* bounded memory (max_events): past it the oldest chunks are spilled to
+     * `spill` when set, else dropped and counted */
+    uint64_t max_events;
+    uint64_t held_events;         /* capacity of the chunks held */
+    uint64_t chunk_seq;
+    uint64_t bounded_chunk_events;
+    FILE *spill;
+    uint64_t spilled_events;
     PyObject *marks;              /* list: instants and counters */
     char error[256];
 };
@@ -79,6 +90,7 @@ enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
 
 #define PT_KEYF_TAG 1                 /* calls of this key ask the watcher for a tag */
 
+#include <stdio.h>
 #include <time.h>
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <x86intrin.h>
@@ -127,36 +139,37 @@ int pt_thread_events_each(pt_tracer *tracer, int index,
 void pt_set_error(pt_tracer *tracer, int code, const char *fmt, ...);
 void pt_set_error_from_python(pt_tracer *tracer, const char *what);
 
-/* Appends one raw record; on allocation failure counts it as dropped. */
-static inline void
+/* Appends one raw record; on allocation failure counts it as dropped and
+ * returns 0. */
+static inline int
 pt_append(pt_tracer *tracer, pt_thread *thread, uint32_t delta, uint32_t key_kind)
 {
     if (thread->cursor == thread->limit && pt_thread_grow(tracer, thread) != PT_OK) {
         thread->dropped++;
-        return;
+        return 0;
     }
     pt_event *ev = thread->cursor++;
     ev->delta = delta;
     ev->key_kind = key_kind;
+    return 1;
 }
 
 void pt_append_time(pt_tracer *tracer, pt_thread *thread, uint64_t delta);
 
-/* Appends one event at `ticks` (never before the thread's previous event). */
+/* Appends one event at `ticks` (never before the thread's previous event). The
+ * thread's clock advances only by what was stored, so a chunk started by this
+ * append takes the clock before it as its base. */
 static inline void
 pt_record_at(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key,
              int64_t ticks)
 {
-    uint64_t delta = 0;
-    if (ticks > thread->last_ticks) {
-        delta = (uint64_t)(ticks - thread->last_ticks);
-        thread->last_ticks = ticks;
-        if (delta > UINT32_MAX) {       /* a long pause: carry it in a TIME record */
-            pt_append_time(tracer, thread, delta);
-            delta = 0;
-        }
+    uint64_t delta = ticks > thread->last_ticks ? (uint64_t)(ticks - thread->last_ticks) : 0;
+    if (delta > UINT32_MAX) {           /* a long pause: carry it in a TIME record */
+        pt_append_time(tracer, thread, delta);
+        delta = 0;
     }
-    pt_append(tracer, thread, (uint32_t)delta, key << PT_KEY_SHIFT | kind);
+    if (pt_append(tracer, thread, (uint32_t)delta, key << PT_KEY_SHIFT | kind))
+        thread->last_ticks += (int64_t)delta;
 }
 
 static inline void

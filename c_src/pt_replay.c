@@ -151,7 +151,8 @@ pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
     const pt_thread *thread = pt_thread_for_reading(tracer, index);
     if (!thread)
         return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
-    st.ticks = thread->base_ticks;
+    /* Under max_events the first chunks may be gone: start from the oldest kept. */
+    st.ticks = thread->head ? thread->head->base_ticks : thread->base_ticks;
     st.tick0 = tick0;
     st.ns0 = ns0;
     st.ns_per_tick = ns_per_tick;
@@ -172,6 +173,54 @@ pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
     }
     free(st.stack);
     return rc;
+}
+
+int
+pt_replay_buffer(const pt_event *events, uint64_t n, int64_t base_ticks, int64_t stop_ticks,
+                 const uint8_t *hidden, uint32_t n_hidden, int64_t tick0, int64_t ns0,
+                 double ns_per_tick, pt_slice *out, uint64_t cap, uint64_t *n_out)
+{
+    pt_replay_state st;
+    memset(&st, 0, sizeof st);
+    st.ticks = base_ticks;
+    st.tick0 = tick0;
+    st.ns0 = ns0;
+    st.ns_per_tick = ns_per_tick;
+    st.hidden = hidden;
+    st.n_hidden = n_hidden;
+    st.out = out;
+    st.cap = cap;
+    int rc = pt_replay_visit(&st, events, n);
+    if (rc == PT_OK) {
+        int64_t stop_ns = pt_replay_ns(&st, stop_ticks);
+        while (st.depth > 0)
+            pt_replay_pop(&st, stop_ns, PT_SLICE_OPEN_AT_STOP);
+        *n_out = st.n;
+    }
+    free(st.stack);
+    return rc;
+}
+
+int64_t
+pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t kind = events[i].key_kind & PT_KIND_MASK;
+        if (kind <= PT_EV_PY_SEED && (events[i].key_kind >> PT_KEY_SHIFT) >= n_keys)
+            return (int64_t)i;
+    }
+    return -1;
+}
+
+uint64_t
+pt_count_calls(const pt_event *events, uint64_t n)
+{
+    uint64_t calls = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t kind = events[i].key_kind & PT_KIND_MASK;
+        calls += kind == PT_EV_PY_CALL || kind == PT_EV_C_CALL || kind == PT_EV_PY_SEED;
+    }
+    return calls;
 }
 
 uint64_t

@@ -16,12 +16,14 @@ import threading
 
 from ._tracer import Session
 from .annotations import capture_stack, counter, instant, record_function, symbolize
-from .errors import TraceError, TraceFormatError, TracerConflictError, TracerStateError
+from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
+                     TraceWarning)
+from .saved import SpilledTrace
 from .trace import Call, Trace
 
 __all__ = ["start", "stop", "trace", "load", "is_tracing", "release_memory", "Trace", "Call",
            "record_function", "instant", "counter", "capture_stack", "symbolize",
-           "TraceFormatError",
+           "TraceFormatError", "TraceWarning", "SpilledTrace",
            "TraceError", "TracerConflictError", "TracerStateError"]
 __version__ = "0.1.0"
 
@@ -55,12 +57,26 @@ atexit.register(_stop_at_exit)
 
 
 def _check_options(c_calls=True, noop=False, with_modules=True, record_params=False,
-                   trim_paths=True):
+                   trim_paths=True, max_events=None, output=None):
+    """Validates start() options before anything starts; returns them normalised."""
     options = {"c_calls": c_calls, "noop": noop, "with_modules": with_modules,
                "record_params": record_params, "trim_paths": trim_paths}
     for name, value in options.items():
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    if max_events is not None:
+        if not isinstance(max_events, int) or isinstance(max_events, bool):
+            raise TypeError(f"max_events must be an int, not {type(max_events).__name__}")
+        if not 1 <= max_events <= 2 ** 62:
+            raise ValueError(f"max_events must be at least 1, not {max_events}")
+    if output is not None:
+        if not isinstance(output, (str, bytes, os.PathLike)):
+            raise TypeError(f"output must be a path, not {type(output).__name__}")
+        if max_events is None:
+            raise ValueError("output is where max_events spills events: give max_events too")
+        output = os.fsdecode(output)
+    options["max_events"] = max_events
+    options["output"] = output
     return options
 
 
@@ -69,6 +85,12 @@ def start(**options):
 
     Options:
       c_calls (bool, default True): also record calls of built-in functions.
+      max_events (int, default None): hold at most this many events in memory.
+        Past it, the oldest are spilled to `output` when given (stop() then
+        returns a SpilledTrace; load(output) gives every event back), else dropped:
+        the trace keeps the newest and says how many were dropped.
+      output (path): the saved-trace directory that max_events spills to; created
+        now, before tracing starts.
       with_modules (bool, default True): name torch nn.Module calls
         "nn.Module: <Class>_<N>" and optimizer steps "Optimizer.step#<Class>.step",
         as torch.profiler does (free until the program imports torch).
@@ -108,10 +130,15 @@ def stop():
             raise TracerStateError("pytrace_cffi is not tracing; call start() first")
         _session = None
         session.stop()
-    result = Trace._from_session(session)
+    result = session.result()
     failure = session.hot_error()
     if failure:
         raise TraceError(f"tracing failed: {failure}", trace=result)
+    if result.dropped_events:
+        import warnings
+        warnings.warn(f"pytrace_cffi dropped {result.dropped_events} events "
+                      "(max_events kept the newest; give output= to keep them all)",
+                      TraceWarning, stacklevel=2)
     return result
 
 

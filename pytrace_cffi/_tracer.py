@@ -1,5 +1,6 @@
 """Starting and stopping the C core: backend choice, sys.monitoring registration,
 the hook that attaches threads born while tracing, and status codes -> exceptions."""
+import os
 import sys
 import threading
 
@@ -34,7 +35,7 @@ class Session:
     """One start..stop of the C core. Owns the C tracer until a Trace takes it."""
 
     def __init__(self, c_calls=True, noop=False, with_modules=True, record_params=False,
-                 trim_paths=True):
+                 trim_paths=True, max_events=None, output=None):
         flags = ((lib.PT_FLAG_C_CALLS if c_calls else 0) | (lib.PT_FLAG_NOOP if noop else 0)
                  | (lib.PT_FLAG_TSC if _clock.USE_TSC else 0))
         backend = lib.PT_BACKEND_MONITOR if USE_MONITORING else lib.PT_BACKEND_PROFILE
@@ -43,6 +44,13 @@ class Session:
             raise MemoryError("cannot allocate the tracer")
         self.ptr = ffi.gc(ptr, lib.pt_tracer_free)
         self.trim_paths = trim_paths
+        self.output = output
+        if max_events is not None:
+            spill = ffi.NULL
+            if output is not None:
+                from .saved import prepare_spill_directory
+                spill = os.fsencode(prepare_spill_directory(output))
+            check(lib.pt_set_bounds(self.ptr, max_events, spill), self.ptr, "max_events")
         self.watcher = None
         if with_modules and not noop:
             from ._torch import TorchWatcher
@@ -139,6 +147,14 @@ class Session:
                 self._release_monitoring()
             except ValueError:
                 pass
+
+    def result(self):
+        """The trace of a stopped session: in memory, or spilled to `output`."""
+        if self.output is not None:
+            from .saved import finish_spill
+            return finish_spill(self)
+        from .trace import Trace
+        return Trace._from_session(self)
 
     def hot_error(self):
         """The first failure the hooks swallowed while tracing, or None."""

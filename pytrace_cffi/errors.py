@@ -20,3 +20,7 @@ class TracerStateError(TraceError):
 class TraceFormatError(TraceError):
     """A saved trace that cannot be read: missing, truncated, corrupt or from an
     unknown format version."""
+
+
+class TraceWarning(UserWarning):
+    """Something was lost but tracing went on (events dropped under max_events)."""

@@ -4,7 +4,9 @@
     hashes.json  hash id -> name for every function, module and step seen, plus
                  torch_npu's exit entry
     params.json  parameter metadata (record_params=True), else empty lists
-    slices.bin   the calls, in the C core's pt_slice layout (see FORMAT.md)
+    slices.bin   the calls, in the C core's pt_slice layout (see docs/FORMAT.md)
+    events.bin   instead of slices.bin when tracing spilled under max_events: the
+                 raw 8-byte events in per-thread blocks, replayed by load()
 
 A hash id is the first 8 bytes of BLAKE2b (digest_size=8) of the UTF-8 name, read
 little-endian: the same name gives the same id in every run and process.
@@ -24,6 +26,10 @@ FORMAT_VERSION = 1
 SLICES_MAGIC = b"PTSLICES"
 SLICES_HEADER = struct.Struct("<8sIIQ")      # magic, version, record size, record count
 SLICE_RECORD_SIZE = 40
+EVENTS_MAGIC = b"PTEVENTS"
+EVENTS_HEADER = struct.Struct("<8sII")          # magic, version, record size
+EVENT_BLOCK = struct.Struct("<IIQq")            # thread index, reserved, count, base ticks
+EVENT_RECORD_SIZE = 8
 KINDS = ("python", "c", "annotation")
 
 
@@ -33,35 +39,114 @@ def hash_id(name):
                           "little")
 
 
+class SpilledTrace:
+    """What stop() returns when max_events spilled to a directory: the events
+    stay on disk; load() (or iterating, or exporting) reads them back."""
+
+    def __init__(self, directory, threads, dropped_events, spilled_events):
+        self.directory = directory
+        self.threads = threads
+        self.dropped_events = dropped_events
+        self.spilled_events = spilled_events
+
+    def load(self):
+        return load(self.directory)
+
+    def __iter__(self):
+        return iter(self.load())
+
+    def export_chrome_trace(self, path):
+        return self.load().export_chrome_trace(path)
+
+    def __repr__(self):
+        return (f"<pytrace_cffi.SpilledTrace {self.spilled_events} events in "
+                f"{self.directory!r}>")
+
+
+def prepare_spill_directory(directory):
+    """Creates the spill directory now, so a bad path fails before tracing."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        for stale in ("meta.json", "slices.bin"):
+            if os.path.exists(os.path.join(directory, stale)):
+                os.unlink(os.path.join(directory, stale))
+    except OSError as exc:
+        raise ValueError(f"cannot use {directory!r} as output: {exc}") from None
+    return os.path.join(directory, "events.bin")
+
+
+def finish_spill(session):
+    """After stop: writes what is still in memory to events.bin, then the JSON
+    files that make the directory a saved trace."""
+    from ._tracer import check
+    from .trace import session_facts
+    check(lib.pt_spill_rest(session.ptr), session.ptr, "spilling")
+    facts = session_facts(session)
+    directory = session.output
+    names = facts["names"]
+    meta = _meta(facts["pid"], facts["python"], facts["backend"], facts["clock_name"],
+                 facts["start_ns"], facts["stop_ns"], sum(t.dropped for t in facts["threads"]),
+                 names, facts["key_kinds"], {}, facts["marks"])
+    meta["threads"] = [_thread_meta(t, None) for t in facts["threads"]]
+    for entry, hide in zip(meta["keys"], facts["hidden"]):
+        entry.append(hide)
+    meta["events"] = dict(facts["clock"], file="events.bin")
+    meta["tags"] = facts["tags"]
+    meta["annotation_args"] = facts["annotation_args"]
+    _write_names(directory, names, facts["params"])
+    _write_json(os.path.join(directory, "meta.json"), meta)
+    spilled = sum(info.spilled for info in facts["infos"])
+    return SpilledTrace(directory, facts["threads"], meta["dropped_events"], spilled)
+
+
+def _meta(pid, python, backend, clock, start_ns, stop_ns, dropped, names, key_kinds,
+          key_args, marks):
+    return {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "pid": pid,
+        "python": python,
+        "backend": backend,
+        "clock": clock,
+        "start_ns": start_ns,
+        "stop_ns": stop_ns,
+        "dropped_events": dropped,
+        "hash": "blake2b-64-le",
+        # key -> [hash id, kind, extra args]; key 0 is "unknown"
+        "keys": [[str(hash_id(name)), kind, key_args.get(key, {})]
+                 for key, (name, kind) in enumerate(zip(names, key_kinds))],
+        # instants ("i") and counter samples ("C"): [kind, ns, thread id, name, args]
+        "marks": [list(mark) for mark in marks],
+    }
+
+
+def _thread_meta(thread, n_slices):
+    entry = {"index": thread.index, "native_id": thread.native_id, "ident": thread.ident,
+             "name": thread.name, "n_events": thread.n_events, "dropped": thread.dropped}
+    if n_slices is not None:
+        entry["n_slices"] = n_slices
+    return entry
+
+
+def _write_names(directory, names, params):
+    hashes = {str(hash_id(name)): name for name in names}
+    hashes[str(hash_id(EXIT_EVENT_NAME))] = EXIT_EVENT_NAME
+    _write_json(os.path.join(directory, "hashes.json"), hashes)
+    _write_json(os.path.join(directory, "params.json"), params)
+
+
 def save(trace, directory):
     if sys.byteorder != "little":
         raise TraceFormatError("saving needs a little-endian host")
     directory = os.fspath(directory)
     os.makedirs(directory, exist_ok=True)
-    hashes = {str(hash_id(name)): name for name in trace.names}
-    hashes[str(hash_id(EXIT_EVENT_NAME))] = EXIT_EVENT_NAME
-    meta = {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "pid": trace.pid,
-        "python": trace.python_version,
-        "backend": trace.backend,
-        "clock": trace.clock,
-        "start_ns": trace.start_ns,
-        "stop_ns": trace.stop_ns,
-        "dropped_events": trace.dropped_events,
-        "hash": "blake2b-64-le",
-        "threads": [{"index": t.index, "native_id": t.native_id, "ident": t.ident,
-                     "name": t.name, "n_events": t.n_events, "dropped": t.dropped,
-                     "n_slices": n} for t, _, n in trace.thread_slices()],
-        # key -> [hash id, kind, extra args]; key 0 is "unknown"
-        "keys": [[str(hash_id(name)), kind, trace.key_args.get(key, {})]
-                 for key, (name, kind) in enumerate(zip(trace.names, trace.key_kinds))],
-        # instants ("i") and counter samples ("C"): [kind, ns, thread id, name, args]
-        "marks": [list(mark) for mark in trace.marks],
-    }
-    _write_json(os.path.join(directory, "hashes.json"), hashes)
-    _write_json(os.path.join(directory, "params.json"), trace.params)
+    meta = _meta(trace.pid, trace.python_version, trace.backend, trace.clock, trace.start_ns,
+                 trace.stop_ns, trace.dropped_events, trace.names, trace.key_kinds,
+                 trace.key_args, trace.marks)
+    meta["threads"] = [_thread_meta(t, n) for t, _, n in trace.thread_slices()]
+    if os.path.exists(os.path.join(directory, "events.bin")):
+        os.unlink(os.path.join(directory, "events.bin"))
+    _write_names(directory, trace.names, trace.params)
     total = sum(n for _, _, n in trace.thread_slices())
     tmp = os.path.join(directory, "slices.bin.tmp")
     with open(tmp, "wb") as out:
@@ -120,10 +205,13 @@ def load(directory):
 
     keys = meta.get("keys")
     _expect(isinstance(keys, list) and keys, "meta.json: keys missing")
-    names, key_kinds, key_args = [], [], {}
+    names, key_kinds, key_args, hidden = [], [], {}, bytearray()
     for key, entry in enumerate(keys):
-        _expect(isinstance(entry, list) and len(entry) == 3, f"meta.json: bad key {key}")
-        hid, kind, args = entry
+        _expect(isinstance(entry, list) and len(entry) in (3, 4), f"meta.json: bad key {key}")
+        hid, kind, args = entry[:3]
+        hide = entry[3] if len(entry) == 4 else 0
+        _expect(hide in (0, 1, 2), f"meta.json: key {key} has a bad hide value")
+        hidden.append(hide)
         _expect(hid in hashes, f"meta.json: key {key} has no name in hashes.json")
         _expect(kind in KINDS, f"meta.json: key {key} has kind {kind!r}")
         _expect(isinstance(args, dict), f"meta.json: key {key} args must be an object")
@@ -143,8 +231,9 @@ def load(directory):
                                   _int(t.get("ident"), "ident"), name,
                                   _int(t.get("n_events"), "n_events"),
                                   _int(t.get("dropped"), "dropped")))
-        counts.append(_int(t.get("n_slices"), "n_slices"))
-        _expect(counts[-1] >= 0, "n_slices must not be negative")
+        if "events" not in meta:
+            counts.append(_int(t.get("n_slices"), "n_slices"))
+            _expect(counts[-1] >= 0, "n_slices must not be negative")
 
     marks = meta.get("marks", [])
     _expect(isinstance(marks, list), "meta.json: marks must be a list")
@@ -156,6 +245,10 @@ def load(directory):
         _int(mark[2], "mark thread")
     marks = [Mark(*mark) for mark in marks]
 
+    if "events" in meta:
+        slices, threads = _replay_spilled(directory, meta, threads, names, key_kinds, key_args,
+                                          bytes(hidden))
+        return _trace(meta, names, key_kinds, key_args, threads, slices, params, marks)
     path = os.path.join(directory, "slices.bin")
     try:
         size = os.path.getsize(path)
@@ -182,9 +275,78 @@ def load(directory):
     except OSError as exc:
         raise TraceFormatError(f"{path}: {exc}") from None
 
+    return _trace(meta, names, key_kinds, key_args, threads, slices, params, marks)
+
+
+def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks):
+    from .trace import Trace
     return Trace(names=names, key_kinds=key_kinds, key_args=key_args, threads=threads,
                  slices=slices, start_ns=_int(meta.get("start_ns"), "start_ns"),
                  stop_ns=_int(meta.get("stop_ns"), "stop_ns"), pid=_int(meta.get("pid"), "pid"),
                  python_version=str(meta.get("python")), backend=str(meta.get("backend")),
                  clock=str(meta.get("clock")), params=params, marks=marks,
                  dropped_events=_int(meta.get("dropped_events"), "dropped_events"))
+
+
+def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden):
+    """Reads events.bin's blocks per thread and replays them in C."""
+    from .trace import ThreadInfo, name_tagged_calls
+    events_meta = meta["events"]
+    _expect(isinstance(events_meta, dict) and events_meta.get("file") == "events.bin",
+            "meta.json: bad events entry")
+    tick0 = _int(events_meta.get("tick0"), "tick0")
+    ns0 = _int(events_meta.get("ns0"), "ns0")
+    stop_ticks = _int(events_meta.get("stop_ticks"), "stop_ticks")
+    ns_per_tick = events_meta.get("ns_per_tick")
+    _expect(isinstance(ns_per_tick, float) and 0 < ns_per_tick < 1e6, "meta.json: bad clock")
+    tags = meta.get("tags", [None])
+    annotation_args = meta.get("annotation_args", [])
+    _expect(isinstance(tags, list) and all(t is None or (isinstance(t, dict)
+                                           and isinstance(t.get("name"), str)
+                                           and t.get("kind") in ("module", "optimizer"))
+                                           for t in tags), "meta.json: bad tags")
+    _expect(isinstance(annotation_args, list) and all(isinstance(a, dict)
+                                                      for a in annotation_args),
+            "meta.json: bad annotation args")
+    path = os.path.join(directory, "events.bin")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: {exc}") from None
+    _expect(len(data) >= EVENTS_HEADER.size, f"{path}: truncated header")
+    magic, version, record_size = EVENTS_HEADER.unpack_from(data)
+    _expect(magic == EVENTS_MAGIC and version == FORMAT_VERSION
+            and record_size == EVENT_RECORD_SIZE, f"{path}: not a version-1 events file")
+    blocks = [[] for _ in threads]
+    bases = [None for _ in threads]
+    offset = EVENTS_HEADER.size
+    while offset < len(data):
+        _expect(len(data) - offset >= EVENT_BLOCK.size, f"{path}: truncated block header")
+        index, _, count, base = EVENT_BLOCK.unpack_from(data, offset)
+        offset += EVENT_BLOCK.size
+        _expect(index < len(threads), f"{path}: block for unknown thread {index}")
+        _expect(count <= (len(data) - offset) // EVENT_RECORD_SIZE, f"{path}: truncated block")
+        if bases[index] is None:
+            bases[index] = base
+        blocks[index].append(data[offset:offset + count * EVENT_RECORD_SIZE])
+        offset += count * EVENT_RECORD_SIZE
+    slices, loaded_threads = [], []
+    n_out = ffi.new("uint64_t *")
+    for thread, parts, base in zip(threads, blocks, bases):
+        raw = b"".join(parts)
+        n_events = len(raw) // EVENT_RECORD_SIZE
+        events = ffi.from_buffer("pt_event[]", raw) if raw else ffi.new("pt_event[]", 1)
+        bad = lib.pt_validate_events(events, n_events, len(names))
+        _expect(bad < 0, f"{path}: thread {thread.index}, event {bad} names an unknown key")
+        n_calls = lib.pt_count_calls(events, n_events)
+        out = ffi.new("pt_slice[]", max(1, n_calls))
+        rc = lib.pt_replay_buffer(events, n_events, base if base is not None else tick0,
+                                  stop_ticks, hidden, len(hidden), tick0, ns0, ns_per_tick,
+                                  out, n_calls, n_out)
+        _expect(rc == lib.PT_OK, f"{path}: thread {thread.index} could not be replayed")
+        slices.append((out, n_out[0]))
+        loaded_threads.append(ThreadInfo(thread.index, thread.native_id, thread.ident,
+                                         thread.name, n_events, thread.dropped))
+    name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args)
+    return slices, loaded_threads

@@ -78,53 +78,26 @@ class Trace:
     @classmethod
     def _from_session(cls, session):
         ptr = session.ptr
-        start_ns = lib.pt_start_ns(ptr)
-        tick0 = lib.pt_start_ticks(ptr)
-        ns_per_tick = _clock.ns_per_tick()
-        # Same arithmetic as the C replay (double product, truncated), so calls
-        # closed at stop end exactly at stop_ns.
-        stop_ns = start_ns + int(float(lib.pt_stop_ticks(ptr) - tick0) * ns_per_tick)
-
-        sources = []
-        check(lib.pt_key_sources(ptr, 1, ffi.cast("void *", id(sources))), ptr, "key sources")
-        sources.insert(0, None)
-        prefixes = path_prefixes() if session.trim_paths else ()
-        names = [name_for_source(source, prefixes) for source in sources]
-        key_kinds = [_kind(source) for source in sources]
-        hidden = bytes(_hiding(source) for source in sources)
-
+        facts = session_facts(session)
+        clock = facts["clock"]
+        hidden = bytes(facts["hidden"])
+        names, key_kinds = list(facts["names"]), list(facts["key_kinds"])
         threads, slices = [], []
-        info = ffi.new("pt_thread_info *")
         n_out = ffi.new("uint64_t *")
-        for index in range(lib.pt_thread_count(ptr)):
-            check(lib.pt_thread_get_info(ptr, index, info), ptr, "thread info")
+        for thread, info in zip(facts["threads"], facts["infos"]):
             thread_slices = ffi.new("pt_slice[]", max(1, info.n_calls))
-            check(lib.pt_thread_replay(ptr, index, hidden, len(hidden), tick0, start_ns,
-                                       ns_per_tick, thread_slices, info.n_calls, n_out),
-                  ptr, "replay")
-            native_id = info.native_id or session.thread_native_ids.get(info.ident, 0)
-            threads.append(ThreadInfo(index, native_id, info.ident, _thread_name(session, info),
-                                      info.n_events, info.dropped))
+            check(lib.pt_thread_replay(ptr, thread.index, hidden, len(hidden), clock["tick0"],
+                                       clock["ns0"], clock["ns_per_tick"], thread_slices,
+                                       info.n_calls, n_out), ptr, "replay")
+            threads.append(thread)
             slices.append((thread_slices, n_out[0]))
-
         key_args = {}
-        params = {"modules": [], "optimizer_steps": []}
-        watcher = session.watcher
-        if watcher is not None:
-            params = {"modules": watcher.modules, "optimizer_steps": watcher.optimizer_steps}
-        _name_tagged_calls(watcher.tags if watcher else [None], session.annotation_args,
-                           slices, names, key_kinds, key_args)
-
-        def to_ns(ticks):
-            return start_ns + int(float(ticks - tick0) * ns_per_tick)
-        marks = [Mark(kind, to_ns(ticks), threads[index].native_id, name, payload)
-                 for kind, ticks, index, name, payload in session.marks]
+        name_tagged_calls(facts["tags"], facts["annotation_args"], slices, names, key_kinds,
+                          key_args)
         trace = cls(names=names, key_kinds=key_kinds, key_args=key_args, threads=threads,
-                    slices=slices, start_ns=start_ns, stop_ns=stop_ns, pid=os.getpid(),
-                    python_version=sys.version.split()[0],
-                    backend="sys.monitoring" if USE_MONITORING else "PyEval_SetProfile",
-                    clock="tsc" if _clock.USE_TSC else "monotonic", params=params,
-                    marks=marks)
+                    slices=slices, start_ns=facts["start_ns"], stop_ns=facts["stop_ns"],
+                    pid=facts["pid"], python_version=facts["python"], backend=facts["backend"],
+                    clock=facts["clock_name"], params=facts["params"], marks=facts["marks"])
         trace._ptr = ptr                      # keeps the raw events alive with the trace
         return trace
 
@@ -169,7 +142,58 @@ class Trace:
                 f"{(self.stop_ns - self.start_ns) / 1e6:.3f} ms>")
 
 
-def _name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args):
+def session_facts(session):
+    """Everything a stopped session knows besides its events: clock mapping, key
+    names, kinds and hiding, threads, tags, marks. Shared by the in-memory trace
+    and the spilled one."""
+    ptr = session.ptr
+    start_ns = lib.pt_start_ns(ptr)
+    tick0 = lib.pt_start_ticks(ptr)
+    ns_per_tick = _clock.ns_per_tick()
+    stop_ticks = lib.pt_stop_ticks(ptr)
+
+    def to_ns(ticks):
+        # Same arithmetic as the C replay (double product, truncated), so calls
+        # closed at stop end exactly at stop_ns.
+        return start_ns + int(float(ticks - tick0) * ns_per_tick)
+
+    sources = []
+    check(lib.pt_key_sources(ptr, 1, ffi.cast("void *", id(sources))), ptr, "key sources")
+    sources.insert(0, None)
+    prefixes = path_prefixes() if session.trim_paths else ()
+    threads, infos = [], []
+    for index in range(lib.pt_thread_count(ptr)):
+        info = ffi.new("pt_thread_info *")
+        check(lib.pt_thread_get_info(ptr, index, info), ptr, "thread info")
+        native_id = info.native_id or session.thread_native_ids.get(info.ident, 0)
+        threads.append(ThreadInfo(index, native_id, info.ident, _thread_name(session, info),
+                                  info.n_events, info.dropped))
+        infos.append(info)
+    watcher = session.watcher
+    return {
+        "clock": {"tick0": tick0, "ns0": start_ns, "ns_per_tick": ns_per_tick,
+                  "stop_ticks": stop_ticks},
+        "start_ns": start_ns,
+        "stop_ns": to_ns(stop_ticks),
+        "names": [name_for_source(source, prefixes) for source in sources],
+        "key_kinds": [_kind(source) for source in sources],
+        "hidden": [_hiding(source) for source in sources],
+        "threads": threads,
+        "infos": infos,
+        "tags": watcher.tags if watcher else [None],
+        "annotation_args": session.annotation_args,
+        "params": ({"modules": watcher.modules, "optimizer_steps": watcher.optimizer_steps}
+                   if watcher else {"modules": [], "optimizer_steps": []}),
+        "marks": [Mark(kind, to_ns(ticks), threads[index].native_id, name, payload)
+                  for kind, ticks, index, name, payload in session.marks],
+        "pid": os.getpid(),
+        "python": sys.version.split()[0],
+        "backend": "sys.monitoring" if USE_MONITORING else "PyEval_SetProfile",
+        "clock_name": "tsc" if _clock.USE_TSC else "monotonic",
+    }
+
+
+def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args):
     """Gives tagged calls keys of their own, so exporters need no per-call
     lookups: a module call becomes "nn.Module: Linear_0"; the call that ran an
     optimizer step (the parent of the tagged _optimizer_step_code call) becomes
@@ -209,8 +233,12 @@ def _name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args
         for i in indices:
             s = thread_slices[i]
             if s.tag & lib.PT_TAG_ARGS_BIT:
-                s.key = key_with_args(s.key, annotation_args[s.tag & ~lib.PT_TAG_ARGS_BIT])
+                index = s.tag & ~lib.PT_TAG_ARGS_BIT
+                if index < len(annotation_args):
+                    s.key = key_with_args(s.key, annotation_args[index])
                 continue
+            if s.tag >= len(tags):
+                continue            # a damaged file's stray tag: keep the plain name
             info = tags[s.tag]
             if info["kind"] == MODULE_CALL:
                 s.key = key_for(info)

@@ -1,0 +1,127 @@
+"""max_events: bounded memory, with every event spilled to disk or the newest kept;
+bad options fail before tracing starts."""
+import os
+import textwrap
+import warnings
+
+import pytest
+
+import pytrace_cffi
+from pytrace_cffi import TraceWarning
+
+from helpers import assert_nested
+
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def fib_calls(n):
+    return 1 if n < 2 else 1 + fib_calls(n - 1) + fib_calls(n - 2)
+
+
+def test_spill_keeps_every_event_and_load_gives_them_back(tmp_path):
+    import threading
+    out = tmp_path / "spill"
+    pytrace_cffi.start(max_events=2000, output=str(out))
+    fib(16)
+    worker = threading.Thread(target=fib, args=(14,), name="spiller")
+    worker.start()
+    worker.join()
+    spilled = pytrace_cffi.stop()
+    assert isinstance(spilled, pytrace_cffi.SpilledTrace)
+    assert spilled.dropped_events == 0 and spilled.spilled_events > 2000
+    trace = pytrace_cffi.load(out)
+    fibs = [c for c in trace if c.name.endswith(": fib")]
+    assert len(fibs) == fib_calls(16) + fib_calls(14)
+    assert "spiller" in {t.name for t in trace.threads}
+    assert_nested(trace)
+    json_path = tmp_path / "spilled.json"
+    spilled.export_chrome_trace(str(json_path))
+    assert json_path.stat().st_size > 0
+
+
+def test_without_output_the_newest_events_are_kept_and_drops_are_reported():
+    with pytest.warns(TraceWarning, match="dropped"):
+        with pytrace_cffi.trace(max_events=3000) as t:
+            fib(17)
+            marker()
+    trace = t.trace
+    assert trace.dropped_events > 0
+    total = sum(th.n_events for th in trace.threads)
+    assert total <= 3000 + 1024          # the budget plus one chunk being filled
+    assert [c for c in trace if c.name.endswith(": marker")], "the newest call was dropped"
+    assert_nested(trace)
+
+
+def marker():
+    return None
+
+
+def test_memory_stays_bounded_while_spilling(run_python, tmp_path):
+    proc = run_python(textwrap.dedent(f"""
+        import pytrace_cffi
+
+        def rss_kib():
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * 4
+
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+        fib(20)
+        pytrace_cffi.start(max_events=50_000, output={str(tmp_path / "big")!r})
+        before = rss_kib()
+        for _ in range(6):
+            fib(22)                  # about 690k events in all
+        grown = rss_kib() - before
+        spilled = pytrace_cffi.stop()
+        print(grown, spilled.spilled_events)
+    """))
+    grown, spilled = map(int, proc.stdout.split())
+    assert spilled > 600_000
+    # 50k events are 400 KiB; a full trace would be over 5 MiB
+    assert grown < 2048, f"RSS grew {grown} KiB"
+    trace = pytrace_cffi.load(tmp_path / "big")
+    assert sum(1 for c in trace if c.name.endswith(": fib")) == 6 * fib_calls(22)
+
+
+@pytest.mark.parametrize("options, error", [
+    ({"max_events": -1}, ValueError),
+    ({"max_events": 0}, ValueError),
+    ({"max_events": "many"}, TypeError),
+    ({"max_events": True}, TypeError),
+    ({"output": "somewhere"}, ValueError),            # output needs max_events
+    ({"max_events": 10, "output": 3}, TypeError),
+])
+def test_bad_bounds_fail_before_tracing(options, error):
+    with pytest.raises(error):
+        pytrace_cffi.start(**options)
+    assert not pytrace_cffi.is_tracing()
+
+
+def test_output_that_cannot_be_created_fails_before_tracing(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ValueError, match="cannot use"):
+        pytrace_cffi.start(max_events=10, output=str(blocker / "sub"))
+    assert not pytrace_cffi.is_tracing()
+    assert not os.path.exists(blocker / "sub")
+
+
+def test_damaged_spill_raises_format_error(tmp_path):
+    out = tmp_path / "spill"
+    pytrace_cffi.start(max_events=1000, output=str(out))
+    fib(12)
+    pytrace_cffi.stop()
+    data = (out / "events.bin").read_bytes()
+    (out / "events.bin").write_bytes(data[:-5])
+    with pytest.raises(pytrace_cffi.TraceFormatError):
+        pytrace_cffi.load(out)
+    (out / "events.bin").write_bytes(data[:16] + b"\xff" * 24 + data[40:])
+    with pytest.raises(pytrace_cffi.TraceFormatError):
+        pytrace_cffi.load(out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (out / "events.bin").write_bytes(data)
+        pytrace_cffi.load(out)
