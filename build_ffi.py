@@ -86,12 +86,14 @@ int pt_hot_error(pt_tracer *tracer);
 int pt_monitor_callbacks(pt_tracer *tracer, void *py_list);
 int pt_set_watch(pt_tracer *tracer, void *py_tuple);
 int pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path);
+int pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip);
 int pt_spill_rest(pt_tracer *tracer);
 uint64_t pt_spilled_events(pt_tracer *tracer);
 int pt_replay_buffer(const pt_event *events, uint64_t n, int64_t base_ticks, int64_t stop_ticks,
                      const uint8_t *hidden, uint32_t n_hidden, int64_t tick0, int64_t ns0,
                      double ns_per_tick, pt_slice *out, uint64_t cap, uint64_t *n_out);
 uint64_t pt_count_calls(const pt_event *events, uint64_t n);
+uint64_t pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_index);
 int64_t pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys);
 int pt_annotation_api(void *py_dict);
 int pt_annotation_data(pt_tracer *tracer, void *py_args_list, void *py_marks_list);

@@ -129,6 +129,8 @@ pt_tracer_free(pt_tracer *tracer)
         pt_handle_detach(tracer->handle);
         Py_CLEAR(tracer->handle);
         Py_CLEAR(tracer->monitoring_missing);
+        Py_CLEAR(tracer->monitoring_disable);
+        Py_CLEAR(tracer->code_filter);
         Py_CLEAR(tracer->watch_names);
         Py_CLEAR(tracer->watch_classify);
         Py_CLEAR(tracer->watch_tag);
@@ -584,6 +586,43 @@ pt_classify_code(pt_tracer *tracer, PyObject *code, uint32_t id)
     PyErr_Restore(type, value, tb);
 }
 
+/* Cold path of a new code object: asks the include/exclude filter about it. */
+static void
+pt_filter_code(pt_tracer *tracer, PyObject *code, uint32_t id)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *result = PyObject_CallFunctionObjArgs(tracer->code_filter, code, NULL);
+    int skip = result ? PyObject_IsTrue(result) : -1;
+    Py_XDECREF(result);
+    if (skip > 0)
+        tracer->key_flags[id] |= PT_KEYF_SKIP;
+    else if (skip < 0 && !tracer->hot_error) {
+        tracer->hot_error = PT_ERR_PYTHON;
+        pt_set_error_from_python(tracer, "filtering a code object");
+    }
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+}
+
+int
+pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip)
+{
+    if (tracer->state != PT_STATE_NEW) {
+        pt_set_error(tracer, PT_ERR_STATE, "filters are set before start");
+        return PT_ERR_STATE;
+    }
+    PyGILState_STATE gil = PyGILState_Ensure();
+    tracer->max_depth = max_depth;
+    if (py_skip) {
+        Py_INCREF((PyObject *)py_skip);
+        Py_CLEAR(tracer->code_filter);
+        tracer->code_filter = (PyObject *)py_skip;
+    }
+    PyGILState_Release(gil);
+    return PT_OK;
+}
+
 uint32_t
 pt_key_find(pt_tracer *tracer, const void *a, const void *b)
 {
@@ -606,6 +645,8 @@ pt_key_for_code(pt_tracer *tracer, PyObject *code)
     id = pt_key_insert(tracer, code, NULL, code);
     if (id && tracer->watch_names)
         pt_classify_code(tracer, code, id);
+    if (id && tracer->code_filter)
+        pt_filter_code(tracer, code, id);
     return id;
 }
 

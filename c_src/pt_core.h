@@ -101,6 +101,11 @@ int pt_hot_error(pt_tracer *tracer);
  * are dropped and counted. Call before pt_start. pt_spill_rest writes what is
  * still held after stop and closes the file. */
 int pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path);
+/* Filters, before pt_start: record calls only while fewer than max_depth (0: no
+ * limit) recorded calls are open on the thread; leave out the code objects for
+ * which py_skip(code) (id of a callable, or NULL) is true, with the built-ins they
+ * call. On 3.12+ left-out code is switched off with sys.monitoring.DISABLE. */
+int pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip);
 int pt_spill_rest(pt_tracer *tracer);
 uint64_t pt_spilled_events(pt_tracer *tracer);
 
@@ -151,6 +156,9 @@ int pt_replay_buffer(const pt_event *events, uint64_t n, int64_t base_ticks, int
                      const uint8_t *hidden, uint32_t n_hidden, int64_t tick0, int64_t ns0,
                      double ns_per_tick, pt_slice *out, uint64_t cap, uint64_t *n_out);
 uint64_t pt_count_calls(const pt_event *events, uint64_t n);
+/* Removes slices shorter than min_ns (with their callees) in place, renumbering
+ * parents; new_index is caller scratch of n entries. Returns how many remain. */
+uint64_t pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_index);
 int64_t pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys);
 
 /* Indices of the slices that carry a tag (up to cap); returns how many there are. */

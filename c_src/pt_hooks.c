@@ -128,8 +128,71 @@ pt_recording_tracer(PyObject *handle)
 }
 
 /* ======================================================================== */
+/* Filters: skipped code and max_depth                                      */
+/* ======================================================================== */
+
+static inline int
+pt_skipped(const pt_tracer *tracer, uint32_t key)
+{
+    return tracer->key_flags[key] & PT_KEYF_SKIP;
+}
+
+/* A call is recorded only while fewer than max_depth recorded calls are open on
+ * its thread; deeper ones (and their returns) are counted as suppressed. */
+static inline int
+pt_depth_enter(const pt_tracer *tracer, pt_thread *thread)
+{
+    if (!tracer->max_depth)
+        return 1;
+    if (thread->suppressed || thread->open_calls >= tracer->max_depth) {
+        thread->suppressed++;
+        return 0;
+    }
+    thread->open_calls++;
+    return 1;
+}
+
+static inline int
+pt_depth_leave(const pt_tracer *tracer, pt_thread *thread)
+{
+    if (!tracer->max_depth)
+        return 1;
+    if (thread->suppressed) {
+        thread->suppressed--;
+        return 0;
+    }
+    if (thread->open_calls)
+        thread->open_calls--;
+    return 1;
+}
+
+static inline void
+pt_record_call(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key)
+{
+    if (pt_depth_enter(tracer, thread))
+        pt_record(tracer, thread, kind, key);
+}
+
+static inline void
+pt_record_return(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key)
+{
+    if (pt_depth_leave(tracer, thread))
+        pt_record(tracer, thread, kind, key);
+}
+
+/* ======================================================================== */
 /* Backend 1: PyEval_SetProfile (3.9-3.11)                                  */
 /* ======================================================================== */
+
+/* Whether the built-in called from `frame` is left out with its caller's code. */
+static int
+pt_caller_skipped(pt_tracer *tracer, PyFrameObject *frame)
+{
+    PyObject *code = (PyObject *)PyFrame_GetCode(frame);
+    uint32_t key = pt_key_for_code(tracer, code);
+    Py_DECREF(code);
+    return pt_skipped(tracer, key);
+}
 
 static int
 pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg)
@@ -146,20 +209,27 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
         PyObject *code = (PyObject *)PyFrame_GetCode(frame);
         uint32_t key = pt_key_for_code(tracer, code);
         Py_DECREF(code);
-        pt_record(tracer, thread, what == PT_TRACE_CALL ? PT_EV_PY_CALL : PT_EV_PY_RETURN,
-                  key);
-        if (what == PT_TRACE_CALL)
+        if (pt_skipped(tracer, key))
+            break;
+        if (what == PT_TRACE_RETURN) {
+            pt_record_return(tracer, thread, PT_EV_PY_RETURN, key);
+        } else if (pt_depth_enter(tracer, thread)) {
+            pt_record(tracer, thread, PT_EV_PY_CALL, key);
             pt_maybe_tag(tracer, thread, key, frame);
+        }
         break;
     }
     case PT_TRACE_C_CALL:
     case PT_TRACE_C_RETURN:
     case PT_TRACE_C_EXCEPTION:
         if ((tracer->flags & PT_FLAG_C_CALLS) &&
-            (Py_TYPE(arg) == &PyCFunction_Type || PyCFunction_Check(arg))) {
+            (Py_TYPE(arg) == &PyCFunction_Type || PyCFunction_Check(arg)) &&
+            !(tracer->code_filter && pt_caller_skipped(tracer, frame))) {
             uint32_t key = pt_key_for_builtin(tracer, arg, 1, NULL);
-            pt_record(tracer, thread, what == PT_TRACE_C_CALL ? PT_EV_C_CALL : PT_EV_C_RETURN,
-                      key);
+            if (what == PT_TRACE_C_CALL)
+                pt_record_call(tracer, thread, PT_EV_C_CALL, key);
+            else
+                pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
         }
         break;
     default:
@@ -172,15 +242,38 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
 /* Backend 2: sys.monitoring (3.12+), METH_FASTCALL callables                */
 /* ======================================================================== */
 
-/* PY_RESUME, PY_THROW: (code, offset) -> a call, as sys.setprofile. */
-static PyObject *
-pt_monitor_py_call(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+/* What a callback returns: sys.monitoring.DISABLE switches the event off at this
+ * code location for good (until restart_events), which makes skipped code cost
+ * nothing; only "local" events (start, resume, return, yield, call) accept it. */
+static inline PyObject *
+pt_monitor_result(pt_tracer *tracer, int disable)
+{
+    PyObject *result = disable && tracer->monitoring_disable ? tracer->monitoring_disable
+                                                             : Py_None;
+    Py_INCREF(result);
+    return result;
+}
+
+/* Python frame events: (code, offset, ...). `kind` is a call or a return. */
+static inline PyObject *
+pt_monitor_py_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs,
+                    uint32_t kind, int may_disable, int may_tag)
 {
     pt_tracer *tracer = pt_recording_tracer(handle);
-    if (tracer && nargs >= 1) {
-        pt_thread *thread = pt_thread_current(tracer);
-        if (thread)
-            pt_record(tracer, thread, PT_EV_PY_CALL, pt_key_for_code(tracer, args[0]));
+    if (!tracer || nargs < 1)
+        Py_RETURN_NONE;
+    pt_thread *thread = pt_thread_current(tracer);
+    if (!thread)
+        Py_RETURN_NONE;
+    uint32_t key = pt_key_for_code(tracer, args[0]);
+    if (pt_skipped(tracer, key))
+        return pt_monitor_result(tracer, may_disable);
+    if (kind == PT_EV_PY_RETURN) {
+        pt_record_return(tracer, thread, kind, key);
+    } else if (pt_depth_enter(tracer, thread)) {
+        pt_record(tracer, thread, kind, key);
+        if (may_tag)
+            pt_maybe_tag(tracer, thread, key, tracer->key_flags[key] ? PyEval_GetFrame() : NULL);
     }
     Py_RETURN_NONE;
 }
@@ -189,29 +282,35 @@ pt_monitor_py_call(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 pt_monitor_py_start(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
-    pt_tracer *tracer = pt_recording_tracer(handle);
-    if (tracer && nargs >= 1) {
-        pt_thread *thread = pt_thread_current(tracer);
-        if (thread) {
-            uint32_t key = pt_key_for_code(tracer, args[0]);
-            pt_record(tracer, thread, PT_EV_PY_CALL, key);
-            pt_maybe_tag(tracer, thread, key, tracer->key_flags[key] ? PyEval_GetFrame() : NULL);
-        }
-    }
-    Py_RETURN_NONE;
+    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_CALL, 1, 1);
 }
 
-/* PY_RETURN, PY_YIELD, PY_UNWIND: (code, offset, value) -> a return. */
+/* PY_RESUME: a generator or coroutine resumed is a call, as sys.setprofile. */
+static PyObject *
+pt_monitor_py_resume(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_CALL, 1, 0);
+}
+
+/* PY_THROW: resumed by throw(), a call too; not a local event. */
+static PyObject *
+pt_monitor_py_throw(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_CALL, 0, 0);
+}
+
+/* PY_RETURN, PY_YIELD: a return. */
 static PyObject *
 pt_monitor_py_return(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
-    pt_tracer *tracer = pt_recording_tracer(handle);
-    if (tracer && nargs >= 1) {
-        pt_thread *thread = pt_thread_current(tracer);
-        if (thread)
-            pt_record(tracer, thread, PT_EV_PY_RETURN, pt_key_for_code(tracer, args[0]));
-    }
-    Py_RETURN_NONE;
+    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_RETURN, 1, 0);
+}
+
+/* PY_UNWIND: an exception leaving the frame is a return; not a local event. */
+static PyObject *
+pt_monitor_py_unwind(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_RETURN, 0, 0);
 }
 
 /* The key of a built-in call as sys.setprofile reports it: a PyCFunction, or a
@@ -241,41 +340,45 @@ pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args, Py_ssize_t narg
     return 0;
 }
 
-/* CALL: (code, offset, callable, arg0). */
-static PyObject *
-pt_monitor_call(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+/* CALL, C_RETURN, C_RAISE: (code, offset, callable, arg0). */
+static inline PyObject *
+pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, int is_call)
 {
     pt_tracer *tracer = pt_recording_tracer(handle);
-    if (tracer) {
-        uint32_t key = pt_monitor_builtin_key(tracer, args, nargs);
-        pt_thread *thread = key ? pt_thread_current(tracer) : NULL;
-        if (thread)
-            pt_record(tracer, thread, PT_EV_C_CALL, key);
+    if (!tracer)
+        Py_RETURN_NONE;
+    if (tracer->code_filter && nargs >= 1 && pt_skipped(tracer, pt_key_for_code(tracer, args[0])))
+        return pt_monitor_result(tracer, is_call);
+    uint32_t key = pt_monitor_builtin_key(tracer, args, nargs);
+    pt_thread *thread = key ? pt_thread_current(tracer) : NULL;
+    if (thread) {
+        if (is_call)
+            pt_record_call(tracer, thread, PT_EV_C_CALL, key);
+        else
+            pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
     }
     Py_RETURN_NONE;
 }
 
-/* C_RETURN, C_RAISE: (code, offset, callable, arg0). */
+static PyObject *
+pt_monitor_call(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    return pt_monitor_c_event(handle, args, nargs, 1);
+}
+
 static PyObject *
 pt_monitor_c_return(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
-    pt_tracer *tracer = pt_recording_tracer(handle);
-    if (tracer) {
-        uint32_t key = pt_monitor_builtin_key(tracer, args, nargs);
-        pt_thread *thread = key ? pt_thread_current(tracer) : NULL;
-        if (thread)
-            pt_record(tracer, thread, PT_EV_C_RETURN, key);
-    }
-    Py_RETURN_NONE;
+    return pt_monitor_c_event(handle, args, nargs, 0);
 }
 
 static PyMethodDef pt_monitor_methods[] = {
     {"PY_START", (PyCFunction)(void (*)(void))pt_monitor_py_start, METH_FASTCALL, NULL},
-    {"PY_RESUME", (PyCFunction)(void (*)(void))pt_monitor_py_call, METH_FASTCALL, NULL},
-    {"PY_THROW", (PyCFunction)(void (*)(void))pt_monitor_py_call, METH_FASTCALL, NULL},
+    {"PY_RESUME", (PyCFunction)(void (*)(void))pt_monitor_py_resume, METH_FASTCALL, NULL},
+    {"PY_THROW", (PyCFunction)(void (*)(void))pt_monitor_py_throw, METH_FASTCALL, NULL},
     {"PY_RETURN", (PyCFunction)(void (*)(void))pt_monitor_py_return, METH_FASTCALL, NULL},
     {"PY_YIELD", (PyCFunction)(void (*)(void))pt_monitor_py_return, METH_FASTCALL, NULL},
-    {"PY_UNWIND", (PyCFunction)(void (*)(void))pt_monitor_py_return, METH_FASTCALL, NULL},
+    {"PY_UNWIND", (PyCFunction)(void (*)(void))pt_monitor_py_unwind, METH_FASTCALL, NULL},
     {"CALL", (PyCFunction)(void (*)(void))pt_monitor_call, METH_FASTCALL, NULL},
     {"C_RETURN", (PyCFunction)(void (*)(void))pt_monitor_c_return, METH_FASTCALL, NULL},
     {"C_RAISE", (PyCFunction)(void (*)(void))pt_monitor_c_return, METH_FASTCALL, NULL},
@@ -297,7 +400,9 @@ pt_monitor_callbacks(pt_tracer *tracer, void *py_list)
         PyObject *monitoring = PySys_GetObject("monitoring");   /* borrowed */
         tracer->monitoring_missing =
             monitoring ? PyObject_GetAttrString(monitoring, "MISSING") : NULL;
-        if (!tracer->monitoring_missing) {
+        tracer->monitoring_disable =
+            monitoring ? PyObject_GetAttrString(monitoring, "DISABLE") : NULL;
+        if (!tracer->monitoring_missing || !tracer->monitoring_disable) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_RuntimeError, "sys.monitoring is not available");
             pt_set_error_from_python(tracer, "sys.monitoring.MISSING");
@@ -348,7 +453,9 @@ pt_seed_frames(pt_tracer *tracer, pt_thread *thread, PyFrameObject *top, int ski
     Py_XDECREF(frame);
     for (int i = depth - 1; i >= 0; i--) {
         PyObject *code = (PyObject *)PyFrame_GetCode(frames[i]);
-        pt_record_at(tracer, thread, PT_EV_PY_SEED, pt_key_for_code(tracer, code), ts);
+        uint32_t key = pt_key_for_code(tracer, code);
+        if (!pt_skipped(tracer, key) && pt_depth_enter(tracer, thread))
+            pt_record_at(tracer, thread, PT_EV_PY_SEED, key, ts);
         Py_DECREF(code);
         Py_DECREF(frames[i]);
     }

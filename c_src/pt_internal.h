@@ -35,6 +35,8 @@ typedef struct pt_thread {
     int64_t base_ticks;           /* clock the first delta counts from */
     uint64_t dropped;
     uint64_t spilled;
+    uint32_t open_calls;          /* recorded calls open, counted under max_depth */
+    uint32_t suppressed;          /* calls open beyond max_depth */
     uint64_t tstate_id;
     uint64_t ident;
     uint64_t native_id;
@@ -59,6 +61,9 @@ struct pt_tracer {
     int64_t stop_ticks;
     PyObject *handle;             /* the object our hooks receive; points back here */
     PyObject *monitoring_missing; /* sys.monitoring.MISSING (3.12+) */
+    PyObject *monitoring_disable; /* sys.monitoring.DISABLE (3.12+) */
+    PyObject *code_filter;        /* skip(code) -> bool, or NULL: record all code */
+    uint32_t max_depth;           /* 0: no limit */
     PyTypeObject *plain_types[4]; /* static types seen not to be built-in functions */
     unsigned plain_types_next;
     pt_thread *threads;
@@ -89,6 +94,7 @@ struct pt_tracer {
 enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
 
 #define PT_KEYF_TAG 1                 /* calls of this key ask the watcher for a tag */
+#define PT_KEYF_SKIP 2                /* code left out by the include/exclude filters */
 
 #include <stdio.h>
 #include <time.h>

@@ -255,3 +255,23 @@ pt_validate_slices(const pt_slice *slices, uint64_t n, uint32_t n_keys)
     }
     return -1;
 }
+
+uint64_t
+pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_index)
+{
+    /* A call shorter than min_ns has only shorter callees: its whole subtree
+     * goes, and every kept call's parent is kept, so parents only renumber. */
+    uint64_t kept = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        pt_slice s = slices[i];
+        if (s.end - s.start < min_ns || (s.parent >= 0 && new_index[s.parent] < 0)) {
+            new_index[i] = -1;
+            continue;
+        }
+        new_index[i] = (int64_t)kept;
+        if (s.parent >= 0)
+            s.parent = new_index[s.parent];
+        slices[kept++] = s;
+    }
+    return kept;
+}

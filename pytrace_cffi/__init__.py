@@ -56,8 +56,19 @@ if hasattr(os, "register_at_fork"):
 atexit.register(_stop_at_exit)
 
 
+def _patterns(name, value):
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) for p in value):
+        raise TypeError(f"{name} must be a glob string or a list of them")
+    return list(value)
+
+
 def _check_options(c_calls=True, noop=False, with_modules=True, record_params=False,
-                   trim_paths=True, max_events=None, output=None):
+                   trim_paths=True, max_events=None, output=None, max_depth=None,
+                   include=None, exclude=None, min_duration_us=None):
     """Validates start() options before anything starts; returns them normalised."""
     options = {"c_calls": c_calls, "noop": noop, "with_modules": with_modules,
                "record_params": record_params, "trim_paths": trim_paths}
@@ -75,8 +86,19 @@ def _check_options(c_calls=True, noop=False, with_modules=True, record_params=Fa
         if max_events is None:
             raise ValueError("output is where max_events spills events: give max_events too")
         output = os.fsdecode(output)
-    options["max_events"] = max_events
-    options["output"] = output
+    if max_depth is not None:
+        if not isinstance(max_depth, int) or isinstance(max_depth, bool):
+            raise TypeError(f"max_depth must be an int, not {type(max_depth).__name__}")
+        if not 1 <= max_depth < 2 ** 31:
+            raise ValueError(f"max_depth must be at least 1, not {max_depth}")
+    if min_duration_us is not None:
+        if not isinstance(min_duration_us, (int, float)) or isinstance(min_duration_us, bool):
+            raise TypeError("min_duration_us must be a number of microseconds")
+        if not 0 <= min_duration_us < 1e12:
+            raise ValueError(f"min_duration_us must be >= 0, not {min_duration_us}")
+    options.update(max_events=max_events, output=output, max_depth=max_depth,
+                   include=_patterns("include", include), exclude=_patterns("exclude", exclude),
+                   min_duration_us=min_duration_us)
     return options
 
 
@@ -91,6 +113,14 @@ def start(**options):
         the trace keeps the newest and says how many were dropped.
       output (path): the saved-trace directory that max_events spills to; created
         now, before tracing starts.
+      include, exclude (glob or list of globs): record only Python functions whose
+        source file matches an include pattern and no exclude pattern (fnmatch on
+        the full path, e.g. "*/mypkg/*"), and only the built-ins they call. On
+        3.12+ left-out code is switched off and costs almost nothing.
+      max_depth (int): record a call only while fewer than max_depth recorded calls
+        are open on its thread.
+      min_duration_us (number): leave out calls shorter than this, with their
+        callees (decided at stop).
       with_modules (bool, default True): name torch nn.Module calls
         "nn.Module: <Class>_<N>" and optimizer steps "Optimizer.step#<Class>.step",
         as torch.profiler does (free until the program imports torch).

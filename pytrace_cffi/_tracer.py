@@ -35,7 +35,8 @@ class Session:
     """One start..stop of the C core. Owns the C tracer until a Trace takes it."""
 
     def __init__(self, c_calls=True, noop=False, with_modules=True, record_params=False,
-                 trim_paths=True, max_events=None, output=None):
+                 trim_paths=True, max_events=None, output=None, max_depth=None, include=None,
+                 exclude=None, min_duration_us=None):
         flags = ((lib.PT_FLAG_C_CALLS if c_calls else 0) | (lib.PT_FLAG_NOOP if noop else 0)
                  | (lib.PT_FLAG_TSC if _clock.USE_TSC else 0))
         backend = lib.PT_BACKEND_MONITOR if USE_MONITORING else lib.PT_BACKEND_PROFILE
@@ -45,6 +46,13 @@ class Session:
         self.ptr = ffi.gc(ptr, lib.pt_tracer_free)
         self.trim_paths = trim_paths
         self.output = output
+        self.min_duration_ns = int(min_duration_us * 1000) if min_duration_us else 0
+        self._skip_code = make_code_filter(include, exclude)
+        if max_depth or self._skip_code:
+            check(lib.pt_set_filters(self.ptr, max_depth or 0,
+                                     ffi.cast("void *", id(self._skip_code))
+                                     if self._skip_code else ffi.NULL),
+                  self.ptr, "filters")
         if max_events is not None:
             spill = ffi.NULL
             if output is not None:
@@ -92,6 +100,14 @@ class Session:
                 "stop that profiler (cProfile uses this id too) before starting pytrace_cffi"
             ) from None
         self._tool_id = tool_id
+        global _disabled_locations
+        if _disabled_locations:
+            # An earlier session's filters switched code off with DISABLE, which
+            # lasts until restart_events (it re-enables every tool's locations).
+            monitoring.restart_events()
+            _disabled_locations = False
+        if self._skip_code:
+            _disabled_locations = True
         callbacks = []
         check(lib.pt_monitor_callbacks(self.ptr, ffi.cast("void *", id(callbacks))),
               self.ptr, "monitoring callbacks")
@@ -161,6 +177,23 @@ class Session:
         if lib.pt_hot_error(self.ptr) == lib.PT_OK:
             return None
         return ffi.string(lib.pt_last_error(self.ptr)).decode("utf-8", "replace")
+
+
+_disabled_locations = False       # a session with filters ran on sys.monitoring
+
+
+def make_code_filter(include, exclude):
+    """skip(code) for include/exclude globs on the source path, or None."""
+    if not include and not exclude:
+        return None
+    import fnmatch
+
+    def skip(code):
+        filename = code.co_filename
+        if include and not any(fnmatch.fnmatchcase(filename, p) for p in include):
+            return True
+        return bool(exclude) and any(fnmatch.fnmatchcase(filename, p) for p in exclude)
+    return skip
 
 
 def _check_no_other_profiler():

@@ -90,7 +90,8 @@ def finish_spill(session):
     meta["threads"] = [_thread_meta(t, None) for t in facts["threads"]]
     for entry, hide in zip(meta["keys"], facts["hidden"]):
         entry.append(hide)
-    meta["events"] = dict(facts["clock"], file="events.bin")
+    meta["events"] = dict(facts["clock"], file="events.bin",
+                          min_duration_ns=facts["min_duration_ns"])
     meta["tags"] = facts["tags"]
     meta["annotation_args"] = facts["annotation_args"]
     _write_names(directory, names, facts["params"])
@@ -210,7 +211,8 @@ def load(directory):
         _expect(isinstance(entry, list) and len(entry) in (3, 4), f"meta.json: bad key {key}")
         hid, kind, args = entry[:3]
         hide = entry[3] if len(entry) == 4 else 0
-        _expect(hide in (0, 1, 2), f"meta.json: key {key} has a bad hide value")
+        _expect(isinstance(hid, str), f"meta.json: key {key} has a bad hash id")
+        _expect(_int(hide, "hide") in (0, 1, 2), f"meta.json: key {key} has a bad hide value")
         hidden.append(hide)
         _expect(hid in hashes, f"meta.json: key {key} has no name in hashes.json")
         _expect(kind in KINDS, f"meta.json: key {key} has kind {kind!r}")
@@ -290,7 +292,7 @@ def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks):
 
 def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden):
     """Reads events.bin's blocks per thread and replays them in C."""
-    from .trace import ThreadInfo, name_tagged_calls
+    from .trace import ThreadInfo, drop_short, name_tagged_calls
     events_meta = meta["events"]
     _expect(isinstance(events_meta, dict) and events_meta.get("file") == "events.bin",
             "meta.json: bad events entry")
@@ -298,6 +300,7 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
     ns0 = _int(events_meta.get("ns0"), "ns0")
     stop_ticks = _int(events_meta.get("stop_ticks"), "stop_ticks")
     ns_per_tick = events_meta.get("ns_per_tick")
+    min_duration_ns = _int(events_meta.get("min_duration_ns", 0), "min_duration_ns")
     _expect(isinstance(ns_per_tick, float) and 0 < ns_per_tick < 1e6, "meta.json: bad clock")
     tags = meta.get("tags", [None])
     annotation_args = meta.get("annotation_args", [])
@@ -345,7 +348,7 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
                                   stop_ticks, hidden, len(hidden), tick0, ns0, ns_per_tick,
                                   out, n_calls, n_out)
         _expect(rc == lib.PT_OK, f"{path}: thread {thread.index} could not be replayed")
-        slices.append((out, n_out[0]))
+        slices.append((out, drop_short(out, n_out[0], max(0, min_duration_ns))))
         loaded_threads.append(ThreadInfo(thread.index, thread.native_id, thread.ident,
                                          thread.name, n_events, thread.dropped))
     name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args)

@@ -90,7 +90,8 @@ class Trace:
                                        clock["ns0"], clock["ns_per_tick"], thread_slices,
                                        info.n_calls, n_out), ptr, "replay")
             threads.append(thread)
-            slices.append((thread_slices, n_out[0]))
+            slices.append((thread_slices, drop_short(thread_slices, n_out[0],
+                                                     session.min_duration_ns)))
         key_args = {}
         name_tagged_calls(facts["tags"], facts["annotation_args"], slices, names, key_kinds,
                           key_args)
@@ -142,6 +143,14 @@ class Trace:
                 f"{(self.stop_ns - self.start_ns) / 1e6:.3f} ms>")
 
 
+def drop_short(slices, n, min_duration_ns):
+    """Leaves out calls shorter than min_duration_ns; returns how many remain."""
+    if not min_duration_ns or not n:
+        return n
+    scratch = ffi.new("int64_t[]", n)
+    return lib.pt_drop_short_slices(slices, n, min_duration_ns, scratch)
+
+
 def session_facts(session):
     """Everything a stopped session knows besides its events: clock mapping, key
     names, kinds and hiding, threads, tags, marks. Shared by the in-memory trace
@@ -190,6 +199,7 @@ def session_facts(session):
         "python": sys.version.split()[0],
         "backend": "sys.monitoring" if USE_MONITORING else "PyEval_SetProfile",
         "clock_name": "tsc" if _clock.USE_TSC else "monotonic",
+        "min_duration_ns": session.min_duration_ns,
     }
 
 

@@ -1,0 +1,103 @@
+"""include/exclude, max_depth and min_duration_us."""
+import os
+import time
+
+import pytest
+
+import pytrace_cffi
+from workloads import recursion
+
+from helpers import assert_nested
+
+HERE = os.path.abspath(__file__)
+
+
+def local_work():
+    return len(str(recursion.fib(6)))
+
+
+def depth_of(call, by_id):
+    depth = 0
+    while call.parent is not None:
+        call = by_id[call.parent]
+        depth += 1
+    return depth
+
+
+def fib_calls(n):
+    return 1 if n < 2 else 1 + fib_calls(n - 1) + fib_calls(n - 2)
+
+
+def test_include_keeps_only_matching_files_and_their_builtins():
+    with pytrace_cffi.trace(include=["*/workloads/*"]) as t:
+        local_work()
+    names = [c.name for c in t.trace]
+    assert names.count(next(n for n in names if n.endswith(": fib"))) == fib_calls(6)
+    assert not [n for n in names if n.endswith(": local_work")]
+    # str() and len() are called by local_work (left out), so they go too
+    assert "builtins.len" not in names
+    assert_nested(t.trace)
+
+
+def test_exclude_leaves_out_matching_files():
+    with pytrace_cffi.trace(exclude="*/workloads/*") as t:
+        local_work()
+    names = [c.name for c in t.trace]
+    assert not [n for n in names if n.endswith(": fib")]
+    assert [n for n in names if n.endswith(": local_work")]
+    assert "builtins.len" in names
+    assert_nested(t.trace)
+
+
+def test_excluded_code_is_back_in_the_next_session():
+    with pytrace_cffi.trace(exclude="*/workloads/*"):
+        local_work()
+    with pytrace_cffi.trace() as t:
+        local_work()
+    assert sum(1 for c in t.trace if c.name.endswith(": fib")) == fib_calls(6)
+
+
+@pytest.mark.parametrize("max_depth", [1, 3, 6])
+def test_max_depth_bounds_the_recorded_depth(max_depth):
+    def run():
+        recursion.fib(10)
+
+    with pytrace_cffi.trace(max_depth=max_depth) as t:
+        run()
+    calls = list(t.trace)
+    by_id = {c.id: c for c in calls}
+    assert calls and max(depth_of(c, by_id) for c in calls) == max_depth - 1
+    assert_nested(t.trace)
+    with pytrace_cffi.trace() as full:
+        run()
+    full_calls = list(full.trace)
+    full_by_id = {c.id: c for c in full_calls}
+    expected = sorted(c.name for c in full_calls if depth_of(c, full_by_id) < max_depth)
+    assert sorted(c.name for c in calls) == expected
+
+
+def test_min_duration_drops_short_calls_with_their_callees():
+    def slow():
+        time.sleep(0.01)
+        return len("x")
+
+    with pytrace_cffi.trace(min_duration_us=2000) as t:
+        local_work()
+        slow()
+    names = [c.name for c in t.trace]
+    assert [n for n in names if n.endswith(": slow")]
+    assert "time.sleep" in names
+    assert not [n for n in names if n.endswith(": fib") or n == "builtins.len"]
+    assert all(c.end_ns - c.start_ns >= 2_000_000 for c in t.trace)
+    assert_nested(t.trace)
+
+
+@pytest.mark.parametrize("options, error", [
+    ({"max_depth": 0}, ValueError), ({"max_depth": "3"}, TypeError),
+    ({"include": 3}, TypeError), ({"exclude": [1]}, TypeError),
+    ({"min_duration_us": -1}, ValueError), ({"min_duration_us": "1"}, TypeError),
+])
+def test_bad_filters_fail_before_tracing(options, error):
+    with pytest.raises(error):
+        pytrace_cffi.start(**options)
+    assert not pytrace_cffi.is_tracing()
