@@ -1,34 +1,100 @@
-"""Command line: ``python -m pytrace_cffi run -o trace.json script.py [args...]``."""
+"""Command line: ``python -m pytrace_cffi run|summary|export ...``."""
 import argparse
 import os
 import runpy
 import sys
 
 from . import start, stop
+from .errors import TraceFormatError
 
 EXIT_INTERRUPTED = 130
+OUTPUT_HELP = ("OUT's name picks the format: .json or .json.gz for Chrome trace JSON "
+               "(Perfetto, chrome://tracing), .html for a self-contained page with a "
+               "timeline and the summary, anything else (or a name ending in a path "
+               "separator) for a saved-trace directory")
 
 
 def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m pytrace_cffi",
         description="Trace every Python and built-in call of a program, on all its "
-                    "threads, into a Chrome trace (open it in https://ui.perfetto.dev).")
+                    "threads; summarize a trace; convert it to Chrome JSON (open it in "
+                    "https://ui.perfetto.dev), a self-contained HTML page or a saved-trace "
+                    "directory.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run = commands.add_parser(
         "run", help="run a script or module under the tracer",
         description="Runs SCRIPT (or -m MODULE) as __main__ with its own argv and "
                     "traces the whole run. The trace is written even when the program "
-                    "raises or calls sys.exit; the exit code stays the program's.")
+                    "raises or calls sys.exit; the exit code stays the program's.",
+        epilog=OUTPUT_HELP + ".")
     run.add_argument("-o", "--output", default="trace.json", metavar="OUT",
-                     help="where to write the trace: .json or .json.gz (default: trace.json)")
+                     help="where to write the trace: .json, .json.gz, .html or a "
+                          "directory (default: trace.json)")
     run.add_argument("--no-c-calls", action="store_true",
                      help="record Python functions only, not built-in calls")
     run.add_argument("-m", dest="module", metavar="MODULE",
                      help="run a library module as a script, like python -m")
     run.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]",
                      help="the script and its arguments")
+
+    summary = commands.add_parser(
+        "summary", help="print the functions that took the most time",
+        description="Prints a table of functions with their calls, total time (a "
+                    "recursive function's time counted once) and self time (without "
+                    "the functions it called), in milliseconds.")
+    summary.add_argument("trace", metavar="TRACE",
+                         help="a saved-trace directory, or a .json / .json.gz that "
+                              "pytrace_cffi wrote")
+    summary.add_argument("--sort", choices=("total", "self", "calls", "name"),
+                         default="total", help="order of the rows (default: total)")
+    summary.add_argument("--limit", type=_count, default=20, metavar="N",
+                         help="show the top N functions, 0 for all (default: 20)")
+    summary.add_argument("--per-thread", action="store_true",
+                         help="one table part per thread, each with its top N")
+
+    export = commands.add_parser(
+        "export", help="convert a trace to another format",
+        description="Reads a saved-trace directory or a Chrome .json / .json.gz that "
+                    "pytrace_cffi wrote, and writes it as OUT.",
+        epilog=OUTPUT_HELP + ".")
+    export.add_argument("source", metavar="DIR_OR_JSON",
+                        help="a saved-trace directory, or a .json / .json.gz")
+    export.add_argument("-o", "--output", required=True, metavar="OUT",
+                        help="where to write: .json, .json.gz, .html or a directory")
     return parser
+
+
+def _count(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def _output_format(path):
+    """"json", "html" or "directory", from OUT's name; exits if OUT is an
+    existing file where a directory would go."""
+    if path.endswith((".json", ".json.gz")):
+        return "json"
+    if path.endswith(".html"):
+        return "html"
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SystemExit(f"pytrace_cffi: {path!r} is a file; a saved trace is a directory "
+                         f"(name the output .json, .json.gz or .html for a file)")
+    return "directory"
+
+
+def _write_trace(trace, path):
+    """Writes trace to path in the format its name picks (see _output_format)."""
+    output_format = _output_format(path)
+    if output_format == "json":
+        trace.export_chrome_trace(path)
+    elif output_format == "html":
+        from .html import write_html
+        write_html(trace, path)
+    else:
+        trace.save(path)
 
 
 def _exit_code(exc):
@@ -56,8 +122,7 @@ def _cmd_run(args):
     else:
         raise SystemExit("pytrace_cffi run: give a SCRIPT or -m MODULE")
     output = args.output
-    if not output.endswith((".json", ".json.gz")):
-        raise SystemExit(f"pytrace_cffi: -o must end in .json or .json.gz, not {output!r}")
+    _output_format(output)           # a bad OUT fails now, not after the program ran
 
     sys.argv = argv
     if args.module:
@@ -78,7 +143,7 @@ def _cmd_run(args):
         failure = exc
         exit_code = _exit_code(exc)
     result = stop()
-    result.export_chrome_trace(output)
+    _write_trace(result, output)
     print(f"pytrace_cffi: {len(result)} calls on {len(result.threads)} threads -> {output}",
           file=sys.stderr)
     if failure is not None and not isinstance(failure, (SystemExit, KeyboardInterrupt)):
@@ -87,11 +152,35 @@ def _cmd_run(args):
     return exit_code
 
 
+def _cmd_summary(args):
+    from .summary import format_summary, read_trace, summarize
+    trace = read_trace(args.trace)
+    rows = summarize(trace, sort=args.sort, limit=args.limit or None,
+                     per_thread=args.per_thread)
+    title = (f"{args.trace}: {len(trace)} calls on {len(trace.threads)} threads, "
+             f"{(trace.stop_ns - trace.start_ns) / 1e6:.3f} ms")
+    print(format_summary(rows, title=title))
+    return 0
+
+
+def _cmd_export(args):
+    from .summary import read_trace
+    trace = read_trace(args.source)
+    _write_trace(trace, args.output)
+    print(f"pytrace_cffi: {len(trace)} calls on {len(trace.threads)} threads -> {args.output}",
+          file=sys.stderr)
+    return 0
+
+
+COMMANDS = {"run": _cmd_run, "summary": _cmd_summary, "export": _cmd_export}
+
+
 def main(argv=None):
     args = _parser().parse_args(argv)
-    if args.command == "run":
-        return _cmd_run(args)
-    return 2
+    try:
+        return COMMANDS[args.command](args)
+    except TraceFormatError as exc:
+        raise SystemExit(f"pytrace_cffi: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,239 @@
+"""python -m pytrace_cffi summary / export, run -o by format, progress on terminals."""
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import pytrace_cffi
+from pytrace_cffi._progress import PROGRESS_MIN_SLICES, Progress
+
+SCRIPT = textwrap.dedent("""
+    import sys, threading
+
+    def leaf(n):
+        return n * 2
+
+    def branch(n):
+        return [leaf(i) for i in range(n)]
+
+    def main():
+        worker = threading.Thread(target=branch, args=(7,), name="user-worker")
+        worker.start()
+        branch(5)
+        worker.join()
+        open(sys.argv[1], "w").close()          # shows the program ran
+        sys.exit(int(sys.argv[2]))
+
+    main()
+""")
+
+
+def cli(*args):
+    return [sys.executable, "-m", "pytrace_cffi", *map(str, args)]
+
+
+def run_cli(cwd, *args):
+    return subprocess.run(cli(*args), cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "prog.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+@pytest.fixture
+def saved(tmp_path, script):
+    """A traced run of SCRIPT as a saved-trace directory."""
+    out = tmp_path / "saved"
+    proc = run_cli(tmp_path, "run", "-o", out, script, tmp_path / "ran", 0)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def function_names(trace):
+    return [call.name.rsplit(": ", 1)[-1] for call in trace]
+
+
+@pytest.mark.parametrize("out", ["trace.html", "saved_dir", "saved_dir" + os.sep])
+def test_run_writes_the_format_its_output_names(tmp_path, script, out):
+    proc = run_cli(tmp_path, "run", "-o", out, script, tmp_path / "ran", 3)
+    assert proc.returncode == 3, proc.stderr          # the program's exit code stays
+    assert (tmp_path / "ran").exists()
+    path = tmp_path / out
+    if out.endswith(".html"):
+        text = path.read_text(encoding="utf-8")
+        assert text.startswith("<!DOCTYPE html>") and "prog.py(4): leaf" in text
+    else:
+        names = function_names(pytrace_cffi.load(path))
+        assert names.count("leaf") == 12 and names.count("branch") == 2
+    assert f"-> {out}" in proc.stderr
+
+
+def test_run_refuses_a_file_where_a_directory_would_go(tmp_path, script):
+    (tmp_path / "notes").write_text("keep me")
+    proc = run_cli(tmp_path, "run", "-o", "notes", script, tmp_path / "ran", 0)
+    assert proc.returncode != 0 and "is a file" in proc.stderr
+    assert not (tmp_path / "ran").exists()             # refused before running
+    assert (tmp_path / "notes").read_text() == "keep me"
+
+
+def summary_rows(stdout):
+    """{function: (calls, total ms, self ms)} from the printed table."""
+    rows = {}
+    for line in stdout.splitlines()[3:]:
+        match = re.match(r"\s*(\d+)\s+(\d+\.\d{3})\s+(\d+\.\d{3})\s+(.+)$", line)
+        if match:
+            rows[match.group(4)] = (int(match.group(1)), float(match.group(2)),
+                                    float(match.group(3)))
+    return rows
+
+
+@pytest.mark.parametrize("form", ["dir", "json", "json.gz"])
+def test_summary_reads_every_form(tmp_path, saved, form):
+    source = saved
+    if form != "dir":
+        source = tmp_path / f"trace.{form}"
+        assert run_cli(tmp_path, "export", saved, "-o", source).returncode == 0
+    proc = run_cli(tmp_path, "summary", source, "--limit", "0")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"{source}: ") and "calls on 2 threads" in lines[0]
+    assert lines[1].split() == ["calls", "total", "ms", "self", "ms", "function"]
+    rows = summary_rows(proc.stdout)
+    assert rows["prog.py(4): leaf"][0] == 12
+    assert rows["prog.py(7): branch"][0] == 2
+    assert rows["prog.py(10): main"][0] == 1
+    main = rows["prog.py(10): main"]
+    assert main[2] <= main[1]
+
+
+def test_summary_sort_limit_and_per_thread(tmp_path, saved):
+    everything = summary_rows(run_cli(tmp_path, "summary", saved, "--sort", "calls",
+                                      "--limit", "0").stdout)
+    calls = [row[0] for row in everything.values()]
+    assert calls == sorted(calls, reverse=True) and len(calls) > 3
+    proc = run_cli(tmp_path, "summary", saved, "--sort", "calls", "--limit", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert list(summary_rows(proc.stdout)) == list(everything)[:3]
+    proc = run_cli(tmp_path, "summary", saved, "--per-thread", "--sort", "name", "--limit", "0")
+    lines = proc.stdout.splitlines()
+    assert lines[1].split()[-2:] == ["thread", "function"]
+    leaf_lines = [line.split() for line in lines if line.endswith("leaf")]
+    assert sorted((fields[3], fields[0]) for fields in leaf_lines) == [
+        ("MainThread", "5"), ("user-worker", "7")]
+    names = [line.split(None, 4)[-1] for line in lines[3:] if line and "MainThread" in line]
+    assert names == sorted(names)
+    assert run_cli(tmp_path, "summary", saved, "--sort", "fastest").returncode == 2
+    assert run_cli(tmp_path, "summary", saved, "--limit", "-1").returncode == 2
+
+
+def test_summary_of_a_bad_file_fails_clearly(tmp_path):
+    (tmp_path / "bad.json").write_text("{oops")
+    proc = run_cli(tmp_path, "summary", "bad.json")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("pytrace_cffi: bad.json: not valid JSON")
+    assert "Traceback" not in proc.stderr
+
+
+def test_export_converts_between_all_formats(tmp_path, saved):
+    original = pytrace_cffi.load(saved)
+    steps = [(saved, "a.json.gz"), ("a.json.gz", "b.json"), ("b.json", "c_dir"),
+             ("c_dir", "d.html")]
+    for source, out in steps:
+        proc = run_cli(tmp_path, "export", source, "-o", out)
+        assert proc.returncode == 0, proc.stderr
+        assert f"{len(original)} calls on 2 threads -> {out}" in proc.stderr
+    assert list(pytrace_cffi.load(tmp_path / "c_dir")) == list(original)
+    page = (tmp_path / "d.html").read_text(encoding="utf-8")
+    data = re.search(r'id="pt-meta">(.*?)</script>', page, re.S).group(1)
+    assert json.loads(data)["calls"] == len(original)
+
+
+def test_export_needs_an_output_and_a_readable_source(tmp_path, saved):
+    assert run_cli(tmp_path, "export", saved).returncode == 2
+    proc = run_cli(tmp_path, "export", "missing_dir", "-o", "x.json")
+    assert proc.returncode == 1 and "does not exist" in proc.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("command, words", [
+    ("run", [".json.gz", ".html", "directory", "exit code"]),
+    ("summary", ["--sort", "--limit", "--per-thread", "self time", "recursive"]),
+    ("export", ["DIR_OR_JSON", ".html", "directory"]),
+])
+def test_help_texts(tmp_path, command, words):
+    proc = run_cli(tmp_path, command, "--help")
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    for word in words:
+        assert word in text, word
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("stream, total, shown", [
+    (Terminal(), PROGRESS_MIN_SLICES * 2, True),
+    (Terminal(), 1000, False),                          # too small to be worth it
+    (io.StringIO(), PROGRESS_MIN_SLICES * 2, False),    # not a terminal
+])
+def test_progress_only_for_big_jobs_on_terminals(stream, total, shown):
+    with Progress("writing x", total, stream=stream) as progress:
+        for _ in range(4):
+            progress.advance(total // 4)
+    text = stream.getvalue()
+    if shown:
+        assert text == "\rwriting x: 25%\rwriting x: 50%\rwriting x: 75%\rwriting x: 100%\n"
+    else:
+        assert text == ""
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_export_of_a_big_trace_shows_progress_on_a_terminal_only(tmp_path):
+    from pytrace_cffi._core import ffi
+    from pytrace_cffi.summary import SLICE_RECORD
+    from pytrace_cffi.trace import ThreadInfo, Trace
+    count = PROGRESS_MIN_SLICES + 1
+    slices = ffi.new("pt_slice[]", count)
+    root = SLICE_RECORD.pack(0, 0, 0, 0, -1, 0, 0)      # start, end, key, flags, parent, ...
+    ffi.memmove(slices, root * count, len(root) * count)
+    Trace(names=["<unknown>"], key_kinds=["python"], key_args={},
+          threads=[ThreadInfo(0, 1, 1, "MainThread", 0, 0)], slices=[(slices, count)],
+          start_ns=0, stop_ns=0, pid=1, python_version="3", backend="test",
+          clock="monotonic", params={"modules": [], "optimizer_steps": []}).save(tmp_path / "big")
+    controller, terminal = os.openpty()
+    try:
+        proc = subprocess.Popen(cli("export", "big", "-o", "big.html"), cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=terminal)
+        os.close(terminal)                   # the child holds the terminal now
+        shown = read_all(controller)         # until the child exits
+    finally:
+        os.close(controller)
+    assert proc.wait(timeout=120) == 0
+    assert re.search(r"\rsummarizing: [1-9][0-9]?%", shown)
+    assert re.search(r"\rwriting big.html: [1-9][0-9]?%", shown)
+    assert "\rwriting big.html: 100%\r\n" in shown
+    piped = run_cli(tmp_path, "export", "big", "-o", "big2.html")
+    assert "%" not in piped.stderr
+
+
+def read_all(fd):
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:           # Linux: EIO once the other end is closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode()

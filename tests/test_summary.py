@@ -1,0 +1,232 @@
+"""summarize / format_summary / read_trace: numbers worked out by hand."""
+import gzip
+import json
+
+import pytest
+
+import pytrace_cffi
+from pytrace_cffi import TraceFormatError
+from pytrace_cffi._core import ffi
+from pytrace_cffi.summary import SummaryRow, format_summary, read_trace, summarize
+from pytrace_cffi.trace import ThreadInfo, Trace
+
+US = 1000            # the synthetic trace counts in microseconds
+OUTER, MIDDLE, CRC, LEN = "m.py(1): outer", "m.py(2): middle", "zlib.crc32", "builtins.len"
+
+# (name, start us, end us, parent index) per thread, parents first:
+#   main:  outer [0,100] > middle [10,60] > outer [20,50] > crc32 [25,48]
+#                        > middle [70,90]
+#                        > len [91,92], len [93,94], len [95,96]
+#   other: outer [200,260]
+MAIN = [(OUTER, 0, 100, None), (MIDDLE, 10, 60, 0), (OUTER, 20, 50, 1), (CRC, 25, 48, 2),
+        (MIDDLE, 70, 90, 0), (LEN, 91, 92, 0), (LEN, 93, 94, 0), (LEN, 95, 96, 0)]
+OTHER = [(OUTER, 200, 260, None)]
+# outer: total 100 + 60 (its inner call is inside the outer one: not counted again);
+#        self (100 - 50 - 20 - 3) + (30 - 23) + 60 = 27 + 7 + 60
+EXPECTED = {
+    OUTER: SummaryRow(OUTER, 3, 160 * US, 94 * US, None),
+    MIDDLE: SummaryRow(MIDDLE, 2, 70 * US, 40 * US, None),     # self (50 - 30) + 20
+    CRC: SummaryRow(CRC, 1, 23 * US, 23 * US, None),
+    LEN: SummaryRow(LEN, 3, 3 * US, 3 * US, None),
+}
+
+
+def synthetic_trace(threads):
+    names = ["<unknown>", OUTER, MIDDLE, CRC, LEN]
+    kinds = ["python", "python", "python", "c", "c"]
+    infos, slices = [], []
+    for index, (thread_name, calls) in enumerate(threads):
+        array = ffi.new("pt_slice[]", len(calls))
+        for i, (name, start, end, parent) in enumerate(calls):
+            s = array[i]
+            s.start, s.end, s.key = start * US, end * US, names.index(name)
+            s.flags = 1 if kinds[s.key] == "c" else 0
+            s.parent = -1 if parent is None else parent
+            s.depth = 0 if parent is None else array[parent].depth + 1
+        infos.append(ThreadInfo(index, 100 + index, 200 + index, thread_name, 0, 0))
+        slices.append((array, len(calls)))
+    return Trace(names=names, key_kinds=kinds, key_args={}, threads=infos, slices=slices,
+                 start_ns=0, stop_ns=300 * US, pid=4242, python_version="3.x",
+                 backend="synthetic", clock="monotonic",
+                 params={"modules": [], "optimizer_steps": []})
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return synthetic_trace([("MainThread", MAIN), ("other", OTHER)])
+
+
+def test_totals_count_recursion_once_and_self_excludes_callees(trace):
+    rows = summarize(trace, limit=None)
+    assert {row.name: row for row in rows} == EXPECTED
+    assert sum(row.self_ns for row in rows) == 100 * US + 60 * US   # all time, once
+
+
+@pytest.mark.parametrize("sort, order", [
+    ("total", [OUTER, MIDDLE, CRC, LEN]),
+    ("self", [OUTER, MIDDLE, CRC, LEN]),
+    ("calls", [LEN, OUTER, MIDDLE, CRC]),          # outer and len: 3 calls, by name
+    ("name", [LEN, OUTER, MIDDLE, CRC]),
+])
+def test_sort_keys(trace, sort, order):
+    assert [row.name for row in summarize(trace, sort=sort)] == order
+
+
+def test_sort_by_self_differs_from_total_on_one_thread():
+    main_only = synthetic_trace([("MainThread", MAIN)])
+    assert [r.name for r in summarize(main_only, sort="total")] == [OUTER, MIDDLE, CRC, LEN]
+    assert [r.name for r in summarize(main_only, sort="self")] == [MIDDLE, OUTER, CRC, LEN]
+
+
+def test_limit_and_bad_sort(trace):
+    assert [row.name for row in summarize(trace, limit=2)] == [OUTER, MIDDLE]
+    with pytest.raises(ValueError, match="sort must be one of"):
+        summarize(trace, sort="fastest")
+
+
+def test_per_thread(trace):
+    rows = summarize(trace, per_thread=True, limit=2)
+    assert rows == [
+        SummaryRow(OUTER, 2, 100 * US, 34 * US, "MainThread"),
+        SummaryRow(MIDDLE, 2, 70 * US, 40 * US, "MainThread"),
+        SummaryRow(OUTER, 1, 60 * US, 60 * US, "other"),
+    ]
+
+
+def test_format_summary_is_a_fixed_width_table(trace):
+    text = format_summary(summarize(trace), title="synthetic")
+    lines = text.splitlines()
+    assert lines[0] == "synthetic"
+    assert lines[1].split() == ["calls", "total", "ms", "self", "ms", "function"]
+    assert lines[3].split(None, 3) == ["3", "0.160", "0.094", OUTER]
+    assert lines[6].split(None, 3) == ["3", "0.003", "0.003", LEN]
+    function_column = lines[1].index("function")
+    assert all(line[function_column - 2:function_column] == "  " and
+               line[function_column] != " " for line in lines[2:])
+    per_thread = format_summary(summarize(trace, per_thread=True)).splitlines()
+    assert "thread" in per_thread[0]
+    assert per_thread[-2] == ""                    # a blank line before the next thread
+    assert per_thread[-1].split(None, 4) == ["1", "0.060", "0.060", "other", OUTER]
+    assert "(no calls)" in format_summary([])
+
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def driver():
+    return fib(5) + fib(5)
+
+
+def test_traced_recursion(tmp_path):
+    with pytrace_cffi.trace(c_calls=False) as t:
+        driver()
+    calls = list(t.trace)
+    outer_fibs = [c for c in calls if c.name.endswith(": fib")
+                  and not calls[c.parent].name.endswith(": fib")]
+    driver_call = next(c for c in calls if c.name.endswith(": driver"))
+    rows = {row.name.rsplit(": ", 1)[1]: row for row in summarize(t.trace, limit=None)}
+    assert rows["fib"].calls == 2 * 15
+    # fib's time is its two outermost calls; it calls nothing else, so self == total
+    assert rows["fib"].total_ns == sum(c.end_ns - c.start_ns for c in outer_fibs)
+    assert rows["fib"].self_ns == rows["fib"].total_ns
+    assert rows["driver"].total_ns == driver_call.end_ns - driver_call.start_ns
+    assert rows["driver"].self_ns == rows["driver"].total_ns - rows["fib"].total_ns
+
+
+@pytest.mark.parametrize("form", ["out.json", "out.json.gz", "saved"])
+def test_read_trace_gives_back_what_was_written(trace, tmp_path, form):
+    path = tmp_path / form
+    if form == "saved":
+        trace.save(path)
+    else:
+        trace.export_chrome_trace(path)
+    loaded = read_trace(path)
+    assert list(loaded) == list(trace)
+    assert [t.name for t in loaded.threads] == ["MainThread", "other"]
+    assert (loaded.start_ns, loaded.stop_ns, loaded.pid) == (0, 300 * US, 4242)
+    assert summarize(loaded, limit=None) == summarize(trace, limit=None)
+
+
+def test_read_json_of_a_live_trace_round_trips(tmp_path):
+    with pytrace_cffi.trace() as t:
+        driver()
+        with pytrace_cffi.record_function("region", {"step": 3}):
+            sorted([3, 1, 2])
+        pytrace_cffi.instant("mark", {"k": 1})
+    path = tmp_path / "live.json"
+    t.trace.export_chrome_trace(path)
+    loaded = read_trace(str(path))
+    assert list(loaded) == list(t.trace)             # names, times, parents and kinds
+    assert loaded.marks == t.trace.marks
+    again = tmp_path / "again.json"
+    loaded.export_chrome_trace(again)
+    assert again.read_text() == path.read_text()
+
+
+def chrome_json(trace, tmp_path):
+    path = tmp_path / "good.json"
+    trace.export_chrome_trace(path)
+    return json.loads(path.read_text())
+
+
+def broken(data, change):
+    change(data)
+    return json.dumps(data)
+
+
+def x_events(data):
+    return [e for e in data["traceEvents"] if e["ph"] == "X"]
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("garbage.json", lambda d: "{not json", "not valid JSON"),
+    ("empty.json", lambda d: "", "not valid JSON"),
+    ("list.json", lambda d: "[]", "no traceEvents"),
+    ("foreign.json", lambda d: broken(d, lambda d: d.pop("otherData")),
+     "not written by pytrace_cffi"),
+    ("no_start.json", lambda d: broken(d, lambda d: d["otherData"].pop("start_monotonic_ns")),
+     "start_monotonic_ns"),
+    ("escapes.json", lambda d: broken(d, lambda d: x_events(d)[1].update(dur=1e6)),
+     "does not nest"),
+    ("orphan.json", lambda d: broken(d, lambda d: x_events(d)[1]["args"].update(
+        {"Python parent id": 5})), "not an earlier call"),
+    ("gap.json", lambda d: broken(d, lambda d: x_events(d)[1]["args"].update(
+        {"Python id": 50})), "not consecutive"),
+    ("tid.json", lambda d: broken(d, lambda d: x_events(d)[0].update(tid=999)),
+     "do not match a thread_name"),
+    ("nan.json", lambda d: broken(d, lambda d: x_events(d)[0].update(ts=float("nan"))),
+     "bad ts or dur"),
+    ("phase.json", lambda d: broken(d, lambda d: d["traceEvents"].append({"ph": "B"})),
+     "unexpected phase"),
+    ("category.json", lambda d: broken(d, lambda d: x_events(d)[0].update(cat="gpu")),
+     "unknown category"),
+    ("notes.txt", lambda d: "hello", "neither a saved-trace directory"),
+])
+def test_bad_files_raise_trace_format_error(trace, tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_text(content(chrome_json(trace, tmp_path)))
+    with pytest.raises(TraceFormatError, match=message):
+        read_trace(path)
+
+
+def test_bad_gzip_and_missing_paths(trace, tmp_path):
+    good = tmp_path / "good.json.gz"
+    trace.export_chrome_trace(good)
+    truncated = tmp_path / "truncated.json.gz"
+    truncated.write_bytes(good.read_bytes()[:-20])
+    with pytest.raises(TraceFormatError, match="cannot read"):
+        read_trace(truncated)
+    fake = tmp_path / "fake.json.gz"
+    fake.write_bytes(b"plain text, not gzip")
+    with pytest.raises(TraceFormatError, match="cannot read"):
+        read_trace(fake)
+    with pytest.raises(TraceFormatError, match="does not exist"):
+        read_trace(tmp_path / "missing.json")
+    (tmp_path / "empty_dir").mkdir()
+    with pytest.raises(TraceFormatError, match="meta.json is missing"):
+        read_trace(tmp_path / "empty_dir")
+    with gzip.open(tmp_path / "list.json.gz", "wt") as f:
+        f.write("[1, 2]")
+    with pytest.raises(TraceFormatError, match="no traceEvents"):
+        read_trace(tmp_path / "list.json.gz")
