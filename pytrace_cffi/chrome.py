@@ -13,6 +13,7 @@ import json
 import os
 
 from ._core import ffi, lib
+from ._progress import Progress
 
 
 CHUNK_BYTES = 4 << 20
@@ -25,7 +26,7 @@ def _us(ns):
     return f"{ns // 1000}.{ns % 1000:03d}"
 
 
-def _chunks(trace):
+def _chunks(trace, progress):
     """The JSON text in pieces of about CHUNK_BYTES: metadata here, the slices
     formatted by the C core from names escaped once here."""
     pid = trace.pid
@@ -69,9 +70,11 @@ def _chunks(trace):
         prefix = prefix.encode("utf-8")
         next_index[0] = 0
         while next_index[0] < n:
+            before = next_index[0]
             lib.pt_format_slices(slices, n, next_index, names, name_lens, extra_ptrs,
                                  extra_lens, len(escaped), prefix, len(prefix), base,
                                  first_id, thread.index, out, CHUNK_BYTES, written)
+            progress.advance(next_index[0] - before)
             yield ffi.buffer(out, written[0])[:]
         first_id += n
     for mark in trace.marks:
@@ -93,8 +96,8 @@ def write_chrome_trace(trace, path):
     try:
         # gzip level 6: most of level 9's size at several times its speed
         with (gzip.open(tmp, "wb", compresslevel=6) if path.endswith(".gz")
-              else open(tmp, "wb")) as out:
-            for chunk in _chunks(trace):
+              else open(tmp, "wb")) as out, Progress(f"writing {path}", len(trace)) as progress:
+            for chunk in _chunks(trace, progress):
                 out.write(chunk)
         os.replace(tmp, path)
     except BaseException:
