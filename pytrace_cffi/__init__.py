@@ -19,11 +19,12 @@ from .annotations import capture_stack, counter, instant, record_function, symbo
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
                      TraceWarning)
 from .saved import SpilledTrace
+from .schedule import Action, schedule
 from .trace import Call, Trace
 
 __all__ = ["start", "stop", "trace", "load", "is_tracing", "release_memory", "Trace", "Call",
            "record_function", "instant", "counter", "capture_stack", "symbolize",
-           "TraceFormatError", "TraceWarning", "SpilledTrace",
+           "TraceFormatError", "TraceWarning", "SpilledTrace", "schedule", "Action",
            "TraceError", "TracerConflictError", "TracerStateError"]
 __version__ = "0.1.0"
 
@@ -193,18 +194,44 @@ def is_tracing():
 
 class trace:
     """Context manager: ``with pytrace_cffi.trace(**options) as t:`` traces the
-    block; after it, ``t.trace`` is the Trace (``t`` also forwards its methods)."""
+    block; after it, ``t.trace`` is the Trace (``t`` also forwards its methods).
 
-    def __init__(self, **options):
+    With ``schedule=pytrace_cffi.schedule(wait=, warmup=, active=, repeat=)``,
+    call ``t.step()`` at the end of each loop step: only the scheduled steps are
+    traced, and each finished window goes to ``on_trace_ready(trace)`` (``t.trace``
+    is the latest)."""
+
+    def __init__(self, schedule=None, on_trace_ready=None, **options):
         self._options = _check_options(**options)
         self.trace = None
+        self._scheduled = None
+        if schedule is not None:
+            from .schedule import ScheduledTracing
+            self._scheduled = ScheduledTracing(schedule, on_trace_ready, start, stop,
+                                               self._options)
+        elif on_trace_ready is not None:
+            raise TypeError("on_trace_ready goes with schedule=")
 
     def __enter__(self):
-        start(**self._options)
+        if self._scheduled is not None:
+            self._scheduled.begin()
+        else:
+            start(**self._options)
         return self
 
+    def step(self):
+        """Marks the end of one step of a scheduled loop."""
+        if self._scheduled is None:
+            raise TraceError("step() needs trace(schedule=...)")
+        self._scheduled.step()
+        self.__dict__["trace"] = self._scheduled.last_trace
+
     def __exit__(self, *exc_info):
-        self.trace = stop()
+        if self._scheduled is not None:
+            self._scheduled.end()
+            self.__dict__["trace"] = self._scheduled.last_trace
+        else:
+            self.trace = stop()
         return False
 
     def __getattr__(self, name):
