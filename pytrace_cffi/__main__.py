@@ -4,7 +4,8 @@ import os
 import runpy
 import sys
 
-from . import start, stop
+from . import _check_options
+from ._windows import Windows, signal_number
 from .errors import TraceFormatError
 
 EXIT_INTERRUPTED = 130
@@ -33,6 +34,23 @@ def _parser():
                           "directory (default: trace.json)")
     run.add_argument("--no-c-calls", action="store_true",
                      help="record Python functions only, not built-in calls")
+    run.add_argument("--include", action="append", metavar="GLOB",
+                     help="record only functions whose source path matches GLOB "
+                          "(fnmatch on the full path, e.g. '*/mypkg/*'); repeatable")
+    run.add_argument("--exclude", action="append", metavar="GLOB",
+                     help="leave out functions whose source path matches GLOB; repeatable")
+    run.add_argument("--max-depth", type=_positive, metavar="N",
+                     help="record a call only while fewer than N recorded calls are open")
+    run.add_argument("--min-duration", type=float, metavar="MICROSECONDS",
+                     help="leave out calls shorter than this, with their callees")
+    run.add_argument("--signal", metavar="SIG",
+                     help="trace only between signals: each SIG (e.g. USR2) opens or "
+                          "closes a window, saved to its own numbered file beside OUT "
+                          "(out.1.json, out.2.json, ...)")
+    run.add_argument("--delay", type=float, default=0.0, metavar="SECONDS",
+                     help="start tracing this long after the program starts")
+    run.add_argument("--duration", type=float, metavar="SECONDS",
+                     help="stop tracing this long after it started")
     run.add_argument("-m", dest="module", metavar="MODULE",
                      help="run a library module as a script, like python -m")
     run.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]",
@@ -63,6 +81,13 @@ def _parser():
     export.add_argument("-o", "--output", required=True, metavar="OUT",
                         help="where to write: .json, .json.gz, .html or a directory")
     return parser
+
+
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
 
 
 def _count(text):
@@ -123,6 +148,19 @@ def _cmd_run(args):
         raise SystemExit("pytrace_cffi run: give a SCRIPT or -m MODULE")
     output = args.output
     _output_format(output)           # a bad OUT fails now, not after the program ran
+    if args.delay < 0 or (args.duration is not None and args.duration <= 0):
+        raise SystemExit("pytrace_cffi: --delay must be >= 0 and --duration > 0")
+    if args.signal and (args.delay or args.duration):
+        raise SystemExit("pytrace_cffi: --signal and --delay/--duration do not combine")
+    options = {"c_calls": not args.no_c_calls, "include": args.include,
+               "exclude": args.exclude, "max_depth": args.max_depth,
+               "min_duration_us": args.min_duration}
+    try:
+        _check_options(**options)
+        signum = signal_number(args.signal) if args.signal else None
+    except (TypeError, ValueError) as exc:
+        raise SystemExit(f"pytrace_cffi: {exc}") from None
+    windows = Windows(output, options, _write_trace)
 
     sys.argv = argv
     if args.module:
@@ -131,9 +169,14 @@ def _cmd_run(args):
         sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
     exit_code = 0
     failure = None
-    # start() and the run stay in this one frame: the frames of our own code that
-    # were live at start are left out of the trace, but what they call is kept.
-    start(c_calls=not args.no_c_calls)
+    # The program runs from this frame. Frames of our own code that are live when
+    # tracing starts are left out of the trace, but what they call is kept.
+    if signum is not None:
+        windows.on_signal(signum)
+    elif args.delay or args.duration:
+        windows.after(args.delay, args.duration)
+    else:
+        windows.whole_run()
     try:
         if args.module:
             runpy.run_module(args.module, run_name="__main__", alter_sys=True)
@@ -142,10 +185,7 @@ def _cmd_run(args):
     except BaseException as exc:   # noqa: B902 - the program's own exit, reported below
         failure = exc
         exit_code = _exit_code(exc)
-    result = stop()
-    _write_trace(result, output)
-    print(f"pytrace_cffi: {len(result)} calls on {len(result.threads)} threads -> {output}",
-          file=sys.stderr)
+    windows.finish()
     if failure is not None and not isinstance(failure, (SystemExit, KeyboardInterrupt)):
         import traceback
         traceback.print_exception(type(failure), failure, failure.__traceback__)

@@ -190,6 +190,8 @@ def make_code_filter(include, exclude):
 
     def skip(code):
         filename = code.co_filename
+        if not filename.startswith("<") and not os.path.isabs(filename):
+            filename = os.path.abspath(filename)     # a script run by a relative path
         if include and not any(fnmatch.fnmatchcase(filename, p) for p in include):
             return True
         return bool(exclude) and any(fnmatch.fnmatchcase(filename, p) for p in exclude)

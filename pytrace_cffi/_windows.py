@@ -1,0 +1,96 @@
+"""Tracing windows for `run`: the whole run, or windows opened and closed by a
+signal (each signal toggles; each window gets its own numbered file), or one
+window bounded by --delay and --duration."""
+import os
+import signal
+import sys
+import threading
+
+from . import is_tracing, start, stop
+
+
+def numbered(path, number):
+    """out.json -> out.1.json, out.json.gz -> out.1.json.gz, dir -> dir.1"""
+    for suffix in (".json.gz", ".json", ".html"):
+        if path.endswith(suffix):
+            return f"{path[:-len(suffix)]}.{number}{suffix}"
+    return f"{path.rstrip(os.sep)}.{number}"
+
+
+def signal_number(name):
+    """"USR2", "SIGUSR2" or "12" -> the signal's number; ValueError otherwise."""
+    text = name.upper()
+    if text.isdigit():
+        return int(text)
+    found = getattr(signal, text if text.startswith("SIG") else "SIG" + text, None)
+    if not isinstance(found, int):
+        raise ValueError(f"unknown signal {name!r}")
+    return int(found)
+
+
+class Windows:
+    def __init__(self, output, options, write):
+        self._output = output
+        self._options = options
+        self._write = write
+        self._lock = threading.RLock()
+        self._numbered = False
+        self._count = 0
+        self._timers = []
+
+    # -- ways to drive it ----------------------------------------------------
+    def whole_run(self):
+        self.open()
+
+    def on_signal(self, signum):
+        self._numbered = True
+        signal.signal(signum, lambda *_: self.toggle())
+
+    def after(self, delay, duration):
+        """One window: opens after `delay` seconds, closes `duration` later."""
+        if delay:
+            self._timer(delay, self.open)
+        else:
+            self.open()
+        if duration:
+            self._timer(delay + duration, self.close)
+
+    def _timer(self, seconds, action):
+        timer = threading.Timer(seconds, action)
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    # -- windows -------------------------------------------------------------
+    def open(self):
+        with self._lock:
+            if is_tracing():
+                return
+        # Last statement: what this frame runs once the hooks are live is recorded.
+        start(**self._options)
+
+    def close(self):
+        with self._lock:
+            if not is_tracing():
+                return
+            result = stop()
+            self._count += 1
+            path = numbered(self._output, self._count) if self._numbered else self._output
+            self._write(result, path)
+            print(f"pytrace_cffi: {len(result)} calls on {len(result.threads)} threads "
+                  f"-> {path}", file=sys.stderr)
+
+    def toggle(self):
+        if is_tracing():
+            self.close()
+        else:
+            self.open()
+
+    def finish(self):
+        """At the program's end: closes an open window; says if none was traced."""
+        for timer in self._timers:
+            timer.cancel()
+        self.close()
+        if self._count == 0:
+            print("pytrace_cffi: no window was traced (no signal came, or the program "
+                  "ended before --delay)", file=sys.stderr)
