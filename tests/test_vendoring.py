@@ -1,0 +1,71 @@
+"""Restricted use: the package copied under another package's namespace, and the
+interpreter in isolated (-I) and no-site (-S) modes."""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytrace_cffi
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(pytrace_cffi.__file__))
+SITE_DIR = os.path.dirname(PACKAGE_DIR)
+CFFI_DIR = os.path.dirname(os.path.abspath(__import__("_cffi_backend").__file__))
+
+WORK = textwrap.dedent("""
+    import json, sys, threading
+
+    def fib(n):
+        return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+    def check(tracer, out):
+        with tracer.trace() as t:
+            worker = threading.Thread(target=fib, args=(6,))
+            worker.start()
+            fib(8)
+            worker.join()
+            with tracer.record_function("region"):
+                len("x")
+        t.trace.export_chrome_trace(out)
+        t.trace.save(out + ".dir")
+        loaded = tracer.load(out + ".dir")
+        fibs = sum(1 for c in loaded if c.name.endswith(": fib"))
+        with open(out) as f:
+            events = json.load(f)["traceEvents"]
+        assert fibs == 67 + 25, fibs
+        assert any(e["name"] == "region" for e in events)
+        print("ok", sorted(m for m in sys.modules if m.split(".")[0] == "pytrace_cffi"))
+""")
+
+
+def run(args, cwd, code):
+    proc = subprocess.run([sys.executable, *args, "-c", code], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_vendored_under_another_package(tmp_path):
+    host = tmp_path / "host"
+    shutil.copytree(PACKAGE_DIR, host / "thirdparty" / "tracer",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (host / "thirdparty" / "__init__.py").write_text("")
+    code = (f"import sys; sys.path[:0] = [{str(host)!r}, {CFFI_DIR!r}]\n" + WORK +
+            "from thirdparty import tracer\ncheck(tracer, 'out.json')\n")
+    out = run(["-I"], tmp_path, code)
+    # No Python module is imported under the top-level name; cffi registers its C
+    # extension under the name it was compiled with, which needs no such package.
+    assert out.strip() == "ok ['pytrace_cffi._core', 'pytrace_cffi._core.lib']"
+
+
+def test_isolated_mode(tmp_path):
+    code = (f"import sys; sys.path[:0] = [{SITE_DIR!r}, {CFFI_DIR!r}]\n" + WORK +
+            "import pytrace_cffi\ncheck(pytrace_cffi, 'out.json')\n")
+    assert run(["-I"], tmp_path, code).startswith("ok ")
+
+
+def test_no_site_mode(tmp_path):
+    code = (f"import sys; sys.path[:0] = [{SITE_DIR!r}, {CFFI_DIR!r}]\n" + WORK +
+            "import pytrace_cffi\ncheck(pytrace_cffi, 'out.json')\n")
+    code = "import sys; assert sys.flags.no_site == 1\n" + code
+    assert run(["-S"], tmp_path, code).startswith("ok ")
