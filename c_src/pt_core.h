@@ -156,6 +156,7 @@ int pt_replay_buffer(const pt_event *events, uint64_t n, int64_t base_ticks, int
                      const uint8_t *hidden, uint32_t n_hidden, int64_t tick0, int64_t ns0,
                      double ns_per_tick, pt_slice *out, uint64_t cap, uint64_t *n_out);
 uint64_t pt_count_calls(const pt_event *events, uint64_t n);
+uint32_t pt_max_depth(const pt_slice *slices, uint64_t n);
 /* Removes slices shorter than min_ns (with their callees) in place, renumbering
  * parents; new_index is caller scratch of n entries. Returns how many remain. */
 uint64_t pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_index);

@@ -275,3 +275,13 @@ pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_
     }
     return kept;
 }
+
+uint32_t
+pt_max_depth(const pt_slice *slices, uint64_t n)
+{
+    uint32_t deepest = 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (slices[i].depth > deepest)
+            deepest = slices[i].depth;
+    return deepest;
+}

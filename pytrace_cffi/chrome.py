@@ -86,12 +86,29 @@ def _chunks(trace, progress):
     yield b"\n]}\n"
 
 
+PERFETTO_MAX_DEPTH = 512
+
+
+def _warn_if_too_deep(trace):
+    """Perfetto (and chrome://tracing) draw at most 512 nested slices per thread and
+    drop the deeper ones; say so rather than let calls vanish unnoticed."""
+    deepest = max((lib.pt_max_depth(slices, n) for _, slices, n in trace.thread_slices()),
+                  default=0)
+    if deepest >= PERFETTO_MAX_DEPTH:
+        import warnings
+        from .errors import TraceWarning
+        warnings.warn(f"calls nest {deepest + 1} deep; Perfetto shows only the outer "
+                      f"{PERFETTO_MAX_DEPTH} levels. Trace with max_depth={PERFETTO_MAX_DEPTH} "
+                      "to keep the export within them", TraceWarning, stacklevel=3)
+
+
 def write_chrome_trace(trace, path):
     """Writes trace to path (.json, or gzip-compressed for .json.gz).
 
     Writes to a temporary file beside path and renames it, so a failed export
     leaves neither a truncated file nor a damaged trace: retry at will."""
     path = os.fspath(path)
+    _warn_if_too_deep(trace)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         # gzip level 6: most of level 9's size at several times its speed

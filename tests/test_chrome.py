@@ -89,3 +89,26 @@ def test_failed_export_keeps_the_trace_for_a_retry(trace, tmp_path):
     good = tmp_path / "retry.json"
     trace.export_chrome_trace(str(good))
     assert len([e for e in load(good)["traceEvents"] if e["ph"] == "X"]) == len(trace)
+
+
+def deep(n):
+    return deep(n - 1) if n else 0
+
+
+def test_perfetto_depth_limit_is_warned_about_and_max_depth_avoids_it(tmp_path):
+    import sys
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(2000)
+    try:
+        with pytrace_cffi.trace() as t:
+            deep(600)
+        with pytest.warns(pytrace_cffi.TraceWarning, match="512"):
+            t.trace.export_chrome_trace(str(tmp_path / "deep.json"))
+        with pytrace_cffi.trace(max_depth=512) as bounded:
+            deep(600)
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            bounded.trace.export_chrome_trace(str(tmp_path / "bounded.json"))
+    finally:
+        sys.setrecursionlimit(old)
