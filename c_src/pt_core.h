@@ -29,11 +29,11 @@
 #define PT_EV_PY_SEED 4     /* a frame already active when the thread was attached */
 #define PT_EV_TAG 5         /* no call: Python tagged the call just made with `key` */
 #define PT_EV_ARGS 6        /* no call: the open annotation's args are annotation_args[key] */
-#define PT_TAG_ARGS_BIT 0x80000000u  /* in pt_slice.tag: the rest indexes annotation args */
+#define PT_TAG_ARGS_BIT 0x80000000   /* in pt_slice.tag: the rest indexes annotation args */
 #define PT_EV_TIME 7        /* no call: the clock moved delta + (key << 32) ticks */
 #define PT_KEY_SHIFT 3
 #define PT_KIND_MASK 7
-#define PT_MAX_KEYS (1u << 29)
+#define PT_MAX_KEYS 536870912   /* 2^29: keys fit beside the 3-bit kind */
 
 /* Tracer flags. */
 #define PT_FLAG_C_CALLS 1   /* record built-in calls */

@@ -141,37 +141,53 @@ pt_replay_visit(void *ctx, const pt_event *events, uint64_t n)
     return PT_OK;
 }
 
+/* Prepares a replay starting at `ticks`. */
+static void
+pt_replay_init(pt_replay_state *st, int64_t ticks, const uint8_t *hidden, uint32_t n_hidden,
+               int64_t tick0, int64_t ns0, double ns_per_tick, pt_slice *out, uint64_t cap)
+{
+    memset(st, 0, sizeof *st);
+    st->ticks = ticks;
+    st->tick0 = tick0;
+    st->ns0 = ns0;
+    st->ns_per_tick = ns_per_tick;
+    st->hidden = hidden;
+    st->n_hidden = n_hidden;
+    st->out = out;
+    st->cap = cap;
+}
+
+/* Closes the calls still open at stop time and releases the replay's stack. */
+static void
+pt_replay_finish(pt_replay_state *st, int rc, int64_t stop_ticks, uint64_t *n_out)
+{
+    if (rc == PT_OK) {
+        int64_t stop_ns = pt_replay_ns(st, stop_ticks);
+        while (st->depth > 0)
+            pt_replay_pop(st, stop_ns, PT_SLICE_OPEN_AT_STOP);
+        *n_out = st->n;
+    }
+    free(st->stack);
+}
+
 int
 pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
                  uint32_t n_hidden, int64_t tick0, int64_t ns0, double ns_per_tick,
                  pt_slice *out, uint64_t cap, uint64_t *n_out)
 {
-    pt_replay_state st;
-    memset(&st, 0, sizeof st);
     const pt_thread *thread = pt_thread_for_reading(tracer, index);
     if (!thread)
         return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
+    pt_replay_state st;
     /* Under max_events the first chunks may be gone: start from the oldest kept. */
-    st.ticks = thread->head ? thread->head->base_ticks : thread->base_ticks;
-    st.tick0 = tick0;
-    st.ns0 = ns0;
-    st.ns_per_tick = ns_per_tick;
-    st.hidden = hidden;
-    st.n_hidden = n_hidden;
-    st.out = out;
-    st.cap = cap;
+    pt_replay_init(&st, thread->head ? thread->head->base_ticks : thread->base_ticks,
+                   hidden, n_hidden, tick0, ns0, ns_per_tick, out, cap);
     int rc = pt_thread_events_each(tracer, index, pt_replay_visit, &st);
-    if (rc == PT_OK) {
-        int64_t stop_ns = pt_replay_ns(&st, tracer->stop_ticks);
-        while (st.depth > 0)
-            pt_replay_pop(&st, stop_ns, PT_SLICE_OPEN_AT_STOP);
-        *n_out = st.n;
-    } else if (rc == PT_ERR_NOMEM) {
+    pt_replay_finish(&st, rc, tracer->stop_ticks, n_out);
+    if (rc == PT_ERR_NOMEM)
         pt_set_error(tracer, rc, "out of memory during replay");
-    } else if (rc == PT_ERR_ARG) {
+    else if (rc == PT_ERR_ARG)
         pt_set_error(tracer, rc, "slice buffer too small");
-    }
-    free(st.stack);
     return rc;
 }
 
@@ -181,23 +197,9 @@ pt_replay_buffer(const pt_event *events, uint64_t n, int64_t base_ticks, int64_t
                  double ns_per_tick, pt_slice *out, uint64_t cap, uint64_t *n_out)
 {
     pt_replay_state st;
-    memset(&st, 0, sizeof st);
-    st.ticks = base_ticks;
-    st.tick0 = tick0;
-    st.ns0 = ns0;
-    st.ns_per_tick = ns_per_tick;
-    st.hidden = hidden;
-    st.n_hidden = n_hidden;
-    st.out = out;
-    st.cap = cap;
+    pt_replay_init(&st, base_ticks, hidden, n_hidden, tick0, ns0, ns_per_tick, out, cap);
     int rc = pt_replay_visit(&st, events, n);
-    if (rc == PT_OK) {
-        int64_t stop_ns = pt_replay_ns(&st, stop_ticks);
-        while (st.depth > 0)
-            pt_replay_pop(&st, stop_ns, PT_SLICE_OPEN_AT_STOP);
-        *n_out = st.n;
-    }
-    free(st.stack);
+    pt_replay_finish(&st, rc, stop_ticks, n_out);
     return rc;
 }
 
