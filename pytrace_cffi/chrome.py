@@ -13,6 +13,7 @@ import json
 import os
 
 from ._core import ffi, lib
+from ._files import replaced_atomically
 from ._progress import Progress
 
 
@@ -109,17 +110,10 @@ def write_chrome_trace(trace, path):
     leaves neither a truncated file nor a damaged trace: retry at will."""
     path = os.fspath(path)
     _warn_if_too_deep(trace)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        # gzip level 6: most of level 9's size at several times its speed
-        with (gzip.open(tmp, "wb", compresslevel=6) if path.endswith(".gz")
-              else open(tmp, "wb")) as out, Progress(f"writing {path}", len(trace)) as progress:
-            for chunk in _chunks(trace, progress):
-                out.write(chunk)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    # gzip level 6: most of level 9's size at several times its speed
+    opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6)) if path.endswith(".gz")
+              else (lambda tmp: open(tmp, "wb")))
+    with replaced_atomically(path, opener) as out, \
+            Progress(f"writing {path}", len(trace)) as progress:
+        for chunk in _chunks(trace, progress):
+            out.write(chunk)

@@ -14,6 +14,7 @@ import html
 import json
 import os
 
+from ._files import replaced_atomically
 from ._progress import Progress
 from .summary import SORT_KEYS, slice_records, summarize
 
@@ -30,20 +31,11 @@ def write_html(trace, path):
     Writes to a temporary file beside path and renames it, so a failed export
     never leaves a truncated page."""
     path = os.fspath(path)
-    tmp = f"{path}.tmp{os.getpid()}"
     title = os.path.basename(path)
-    try:
-        with Progress(f"writing {path}", len(trace)) as progress, \
-                open(tmp, "w", encoding="utf-8") as out:
-            for chunk in _chunks(trace, title, progress):
-                out.write(chunk)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with Progress(f"writing {path}", len(trace)) as progress, \
+            replaced_atomically(path, lambda tmp: open(tmp, "w", encoding="utf-8")) as out:
+        for chunk in _chunks(trace, title, progress):
+            out.write(chunk)
 
 
 def _script_json(data):

@@ -18,6 +18,7 @@ import struct
 import sys
 
 from ._core import ffi, lib
+from ._files import replaced_atomically
 from ._torch import EXIT_EVENT_NAME
 from .errors import TraceFormatError
 
@@ -149,21 +150,18 @@ def save(trace, directory):
         os.unlink(os.path.join(directory, "events.bin"))
     _write_names(directory, trace.names, trace.params)
     total = sum(n for _, _, n in trace.thread_slices())
-    tmp = os.path.join(directory, "slices.bin.tmp")
-    with open(tmp, "wb") as out:
+    with replaced_atomically(os.path.join(directory, "slices.bin"),
+                             lambda tmp: open(tmp, "wb")) as out:
         out.write(SLICES_HEADER.pack(SLICES_MAGIC, FORMAT_VERSION, SLICE_RECORD_SIZE, total))
         for _, slices, n in trace.thread_slices():
             out.write(ffi.buffer(slices, n * SLICE_RECORD_SIZE))
-    os.replace(tmp, os.path.join(directory, "slices.bin"))
     # meta.json last: a directory without it is an incomplete save.
     _write_json(os.path.join(directory, "meta.json"), meta)
 
 
 def _write_json(path, data):
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as out:
+    with replaced_atomically(path, lambda tmp: open(tmp, "w", encoding="utf-8")) as out:
         json.dump(data, out)
-    os.replace(tmp, path)
 
 
 def _read_json(directory, name):

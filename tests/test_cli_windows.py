@@ -42,7 +42,7 @@ PROGRAM = textwrap.dedent("""
             nap(2.0 - (time.monotonic() - start))
             phase_c()
         else:
-            phase_a(); phase_b(); phase_c(); nap(0.005)
+            phase_a(); phase_b(); phase_c(); nap(0.05)
 
     main()
 """)
@@ -95,7 +95,8 @@ def test_filters_on_the_command_line(tmp_path):
     proc = run_cli(tmp_path, "--max-depth", "2", "-o", "depth.json", "prog.py", "plain")
     depth_names = names(tmp_path / "depth.json")
     assert not [n for n in depth_names if n.endswith(": phase_a")]
-    proc = run_cli(tmp_path, "--min-duration", "3000", "-o", "long.json", "prog.py", "plain")
+    # phase_a takes ~0.1 ms, nap 50 ms: a wide margin on a loaded machine
+    proc = run_cli(tmp_path, "--min-duration", "20000", "-o", "long.json", "prog.py", "plain")
     long_names = names(tmp_path / "long.json")
     assert any(n.endswith(": nap") for n in long_names)
     assert not [n for n in long_names if n.endswith(": phase_a")]
