@@ -16,13 +16,12 @@
 /* ======================================================================== */
 
 void
-pt_set_error(pt_tracer *tracer, int code, const char *fmt, ...)
+pt_set_error(pt_tracer *tracer, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(tracer->error, sizeof tracer->error, fmt, ap);
     va_end(ap);
-    (void)code;
 }
 
 /* Returns a new reference: str as UTF-8 bytes, or NULL. Consumes str. */
@@ -46,7 +45,7 @@ pt_set_error_from_python(pt_tracer *tracer, const char *what)
     PyErr_Fetch(&type, &value, &tb);
     PyObject *text = pt_utf8(value ? PyObject_Str(value) : NULL);
     PyObject *type_name = pt_utf8(type ? PyObject_GetAttrString(type, "__name__") : NULL);
-    pt_set_error(tracer, PT_ERR_PYTHON, "%s: %s: %s", what,
+    pt_set_error(tracer, "%s: %s: %s", what,
                  type_name ? PyBytes_AsString(type_name) : "error",
                  text ? PyBytes_AsString(text) : "(no message)");
     Py_XDECREF(type_name);
@@ -297,7 +296,7 @@ pt_spill_events(pt_tracer *tracer, pt_thread *thread, const pt_chunk *chunk,
         fwrite(chunk->events, sizeof(pt_event), n, tracer->spill) != n) {
         if (!tracer->hot_error) {
             tracer->hot_error = PT_ERR_PYTHON;
-            pt_set_error(tracer, PT_ERR_PYTHON,
+            pt_set_error(tracer,
                          "writing spilled events failed (disk full?); later ones were dropped");
         }
         fclose(tracer->spill);
@@ -350,7 +349,7 @@ pt_spill_rest(pt_tracer *tracer)
     int rc = PT_OK;
     if (tracer->spill) {
         if (fclose(tracer->spill) != 0) {
-            pt_set_error(tracer, PT_ERR_PYTHON, "closing the spill file failed");
+            pt_set_error(tracer, "closing the spill file failed");
             rc = PT_ERR_PYTHON;
         }
         tracer->spill = NULL;
@@ -362,24 +361,24 @@ int
 pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path)
 {
     if (tracer->state != PT_STATE_NEW) {
-        pt_set_error(tracer, PT_ERR_STATE, "bounds are set before start");
+        pt_set_error(tracer, "bounds are set before start");
         return PT_ERR_STATE;
     }
     if (max_events == 0) {
-        pt_set_error(tracer, PT_ERR_ARG, "max_events must be at least 1");
+        pt_set_error(tracer, "max_events must be at least 1");
         return PT_ERR_ARG;
     }
     if (spill_path) {
         tracer->spill = fopen(spill_path, "wb");
         if (!tracer->spill) {
-            pt_set_error(tracer, PT_ERR_ARG, "cannot write %s", spill_path);
+            pt_set_error(tracer, "cannot write %s", spill_path);
             return PT_ERR_ARG;
         }
         static const char header[16] = "PTEVENTS\1\0\0\0\x08\0\0\0";
         if (fwrite(header, sizeof header, 1, tracer->spill) != 1) {
             fclose(tracer->spill);
             tracer->spill = NULL;
-            pt_set_error(tracer, PT_ERR_ARG, "cannot write %s", spill_path);
+            pt_set_error(tracer, "cannot write %s", spill_path);
             return PT_ERR_ARG;
         }
     }
@@ -387,7 +386,8 @@ pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path)
     /* Chunks of about an eighth of the budget, so eviction frees memory finely. */
     uint64_t per_chunk = max_events / 8;
     uint64_t largest = (PT_CHUNK_BYTES - sizeof(pt_chunk)) / sizeof(pt_event);
-    tracer->bounded_chunk_events = per_chunk < 512 ? 512 : per_chunk > largest ? largest : per_chunk;
+    tracer->bounded_chunk_events =
+        per_chunk < 512 ? 512 : per_chunk > largest ? largest : per_chunk;
     return PT_OK;
 }
 
@@ -416,8 +416,7 @@ pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
     if (!chunk) {
         if (!tracer->hot_error) {
             tracer->hot_error = PT_ERR_NOMEM;
-            pt_set_error(tracer, PT_ERR_NOMEM,
-                         "out of memory for trace events; later events were dropped");
+            pt_set_error(tracer, "out of memory for trace events; later events were dropped");
         }
         return PT_ERR_NOMEM;
     }
@@ -506,7 +505,7 @@ pt_key_insert(pt_tracer *tracer, const void *a, const void *b, PyObject *source)
         Py_DECREF(source);
         if (!tracer->hot_error) {
             tracer->hot_error = PT_ERR_NOMEM;
-            pt_set_error(tracer, PT_ERR_NOMEM, "more than 2^29 distinct functions");
+            pt_set_error(tracer, "more than 2^29 distinct functions");
         }
         return 0;
     }
@@ -542,7 +541,7 @@ nomem:
     Py_DECREF(source);
     if (!tracer->hot_error) {
         tracer->hot_error = PT_ERR_NOMEM;
-        pt_set_error(tracer, PT_ERR_NOMEM, "out of memory for the function table");
+        pt_set_error(tracer, "out of memory for the function table");
     }
     return 0;
 }
@@ -609,7 +608,7 @@ int
 pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip)
 {
     if (tracer->state != PT_STATE_NEW) {
-        pt_set_error(tracer, PT_ERR_STATE, "filters are set before start");
+        pt_set_error(tracer, "filters are set before start");
         return PT_ERR_STATE;
     }
     PyGILState_STATE gil = PyGILState_Ensure();
@@ -679,12 +678,12 @@ pt_set_watch(pt_tracer *tracer, void *py_tuple)
     PyObject *spec = (PyObject *)py_tuple;
     PyObject *names, *classify, *tag;
     if (tracer->state != PT_STATE_NEW) {
-        pt_set_error(tracer, PT_ERR_STATE, "pt_set_watch must come before start");
+        pt_set_error(tracer, "pt_set_watch must come before start");
         rc = PT_ERR_STATE;
     } else if (!PyArg_ParseTuple(spec, "OOO", &names, &classify, &tag) ||
                !PyAnySet_Check(names) || !PyCallable_Check(classify) || !PyCallable_Check(tag)) {
         PyErr_Clear();
-        pt_set_error(tracer, PT_ERR_ARG, "pt_set_watch needs (set, callable, callable)");
+        pt_set_error(tracer, "pt_set_watch needs (set, callable, callable)");
         rc = PT_ERR_ARG;
     } else {
         Py_INCREF(names);
@@ -851,12 +850,12 @@ pt_thread *
 pt_thread_for_reading(pt_tracer *tracer, int index)
 {
     if (tracer->state != PT_STATE_STOPPED) {
-        pt_set_error(tracer, PT_ERR_STATE, "the trace can only be read after stop");
+        pt_set_error(tracer, "the trace can only be read after stop");
         return NULL;
     }
     pt_thread *thread = pt_thread_at(tracer, index);
     if (!thread)
-        pt_set_error(tracer, PT_ERR_ARG, "no thread at index %d", index);
+        pt_set_error(tracer, "no thread at index %d", index);
     return thread;
 }
 
@@ -895,7 +894,7 @@ pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t cap)
     for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next) {
         uint64_t used = pt_chunk_used(thread, chunk);
         if (n + used > cap) {
-            pt_set_error(tracer, PT_ERR_ARG, "event buffer too small");
+            pt_set_error(tracer, "event buffer too small");
             return PT_ERR_ARG;
         }
         memcpy(out + n, chunk->events, used * sizeof(pt_event));
@@ -928,7 +927,7 @@ pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list)
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *list = (PyObject *)py_list;
     if (!PyList_Check(list)) {
-        pt_set_error(tracer, PT_ERR_ARG, "pt_key_sources needs a list");
+        pt_set_error(tracer, "pt_key_sources needs a list");
         rc = PT_ERR_ARG;
         goto done;
     }

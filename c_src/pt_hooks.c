@@ -85,7 +85,7 @@ pt_thread_lookup_cold(pt_tracer *tracer)
     if (!thread) {
         if (!tracer->hot_error) {
             tracer->hot_error = PT_ERR_NOMEM;
-            pt_set_error(tracer, PT_ERR_NOMEM, "out of memory for a thread buffer");
+            pt_set_error(tracer, "out of memory for a thread buffer");
         }
         return NULL;
     }
@@ -392,7 +392,7 @@ pt_monitor_callbacks(pt_tracer *tracer, void *py_list)
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *list = (PyObject *)py_list;
     if (!PyList_Check(list)) {
-        pt_set_error(tracer, PT_ERR_ARG, "pt_monitor_callbacks needs a list");
+        pt_set_error(tracer, "pt_monitor_callbacks needs a list");
         rc = PT_ERR_ARG;
         goto done;
     }
@@ -503,7 +503,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
     int rc = PT_OK;
     PyGILState_STATE gil = PyGILState_Ensure();
     if (tracer->state != PT_STATE_NEW) {
-        pt_set_error(tracer, PT_ERR_STATE, "this tracer was already started");
+        pt_set_error(tracer, "this tracer was already started");
         rc = PT_ERR_STATE;
         goto done;
     }
@@ -532,7 +532,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
                                           now);
         if (!thread) {
             Py_XDECREF(top);
-            pt_set_error(tracer, PT_ERR_NOMEM, "out of memory for a thread buffer");
+            pt_set_error(tracer, "out of memory for a thread buffer");
             rc = PT_ERR_NOMEM;
             break;
         }
@@ -596,7 +596,7 @@ pt_stop(pt_tracer *tracer)
     int rc = PT_OK;
     PyGILState_STATE gil = PyGILState_Ensure();
     if (tracer->state != PT_STATE_RUNNING) {
-        pt_set_error(tracer, PT_ERR_STATE, "this tracer is not running");
+        pt_set_error(tracer, "this tracer is not running");
         rc = PT_ERR_STATE;
         goto done;
     }

@@ -142,7 +142,7 @@ uint32_t pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, int is_functi
 int pt_thread_events_each(pt_tracer *tracer, int index,
                           int (*visit)(void *ctx, const pt_event *ev, uint64_t n),
                           void *ctx);
-void pt_set_error(pt_tracer *tracer, int code, const char *fmt, ...);
+void pt_set_error(pt_tracer *tracer, const char *fmt, ...);
 void pt_set_error_from_python(pt_tracer *tracer, const char *what);
 
 /* Appends one raw record; on allocation failure counts it as dropped and

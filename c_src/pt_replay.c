@@ -185,9 +185,9 @@ pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
     int rc = pt_thread_events_each(tracer, index, pt_replay_visit, &st);
     pt_replay_finish(&st, rc, tracer->stop_ticks, n_out);
     if (rc == PT_ERR_NOMEM)
-        pt_set_error(tracer, rc, "out of memory during replay");
+        pt_set_error(tracer, "out of memory during replay");
     else if (rc == PT_ERR_ARG)
-        pt_set_error(tracer, rc, "slice buffer too small");
+        pt_set_error(tracer, "slice buffer too small");
     return rc;
 }
 

@@ -30,7 +30,9 @@ def tensor_metadata(tensor):
         return None
     shape = getattr(tensor, "shape", None)
     if shape is None:                                   # a Python number in optimizer state
-        return {"value": tensor} if isinstance(tensor, (int, float, bool)) else {"type": type(tensor).__name__}
+        if isinstance(tensor, (int, float, bool)):
+            return {"value": tensor}
+        return {"type": type(tensor).__name__}
     return {
         "shape": list(shape),
         "dtype": str(getattr(tensor, "dtype", "")).replace("torch.", ""),
