@@ -68,7 +68,9 @@ def main():
     extract = per_call(lambda k: [at_depth(depth, traceback.extract_stack) for _ in range(k)],
                        2_000)
     frames = len(at_depth(depth, capture_stack))
-    print(f"capture_stack ({frames} frames):     {(capture - reach) * 1e6:8.2f} us")
+    print(f"capture_stack ({frames} frames):     {(capture - reach) * 1e6:8.2f} us  (fresh frames)")
+    same = at_depth(depth, lambda: per_call(lambda k: [capture_stack() for _ in range(k)], 20_000))
+    print(f"capture_stack, same frames again:{same * 1e6:8.2f} us  (frame objects exist)")
     print(f"traceback.extract_stack:        {(extract - reach) * 1e6:8.2f} us")
     stacks = [at_depth(depth, capture_stack) for _ in range(1000)]
     sym = per_call(lambda k: [symbolize(stacks) for _ in range(k)], 5)

@@ -121,10 +121,33 @@ typedef struct {
 /* Python's record_function wrapper factory: decorate(region, function). */
 static PyObject *pt_region_decorate;
 
+/* Returns a new reference: a region named `name`, its args checked. */
+static PyObject *
+pt_region_create(PyTypeObject *type, PyObject *name, PyObject *region_args)
+{
+    if (pt_check_name(name, "record_function") < 0)
+        return NULL;
+    PyObject *checked = pt_checked_args(region_args, "record_function");
+    if (!checked)
+        return NULL;
+    /* Plain allocation: the type is final and holds no cycles (no GC needed). */
+    pt_region *self = PyObject_Malloc(sizeof(pt_region));
+    if (!self) {
+        Py_DECREF(checked);
+        return PyErr_NoMemory();
+    }
+    PyObject_Init((PyObject *)self, type);      /* takes a reference to the heap type */
+    self->generation = self->entered_generation = 0;
+    self->key = 0;
+    Py_INCREF(name);
+    self->name = name;
+    self->args = checked;
+    return (PyObject *)self;
+}
+
 static PyObject *
 pt_region_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    /* Parsed by hand: this runs for every `with record_function(...)`. */
     Py_ssize_t nargs = PyTuple_Size(args);
     PyObject *name = nargs >= 1 ? PyTuple_GetItem(args, 0) : NULL;
     PyObject *region_args = nargs >= 2 ? PyTuple_GetItem(args, 1) : Py_None;
@@ -145,24 +168,36 @@ pt_region_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "record_function(name, args=None)");
         return NULL;
     }
-    if (pt_check_name(name, "record_function") < 0)
-        return NULL;
-    PyObject *checked = pt_checked_args(region_args, "record_function");
-    if (!checked)
-        return NULL;
-    /* Plain allocation: the type is final and holds no cycles (no GC needed). */
-    pt_region *self = PyObject_Malloc(sizeof(pt_region));
-    if (!self) {
-        Py_DECREF(checked);
-        return PyErr_NoMemory();
+    return pt_region_create(type, name, region_args);
+}
+
+static PyObject *pt_region_type;
+
+/* record_function(name, args=None): the everyday way to make a region. A
+ * METH_FASTCALL function builds no argument tuple, unlike calling the type,
+ * and this runs for every `with record_function(...)`. */
+static PyObject *
+pt_record_function(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                   PyObject *kwnames)
+{
+    PyObject *name = nargs >= 1 ? args[0] : NULL;
+    PyObject *region_args = nargs >= 2 ? args[1] : Py_None;
+    Py_ssize_t n_kw = kwnames ? PyTuple_Size(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < n_kw; i++) {
+        PyObject *keyword = PyTuple_GetItem(kwnames, i);
+        PyObject *value = args[nargs + i];
+        if (!name && PyUnicode_CompareWithASCIIString(keyword, "name") == 0 && nargs == 0)
+            name = value;
+        else if (nargs < 2 && PyUnicode_CompareWithASCIIString(keyword, "args") == 0)
+            region_args = value;
+        else
+            name = NULL, nargs = 3;         /* unknown or repeated: the error below */
     }
-    PyObject_Init((PyObject *)self, type);      /* takes a reference to the heap type */
-    self->generation = self->entered_generation = 0;
-    self->key = 0;
-    Py_INCREF(name);
-    self->name = name;
-    self->args = checked;
-    return (PyObject *)self;
+    if (!name || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "record_function(name, args=None)");
+        return NULL;
+    }
+    return pt_region_create((PyTypeObject *)pt_region_type, name, region_args);
 }
 
 static void
@@ -286,7 +321,7 @@ static PyType_Slot pt_region_slots[] = {
 };
 
 static PyType_Spec pt_region_spec = {
-    "pytrace_cffi.record_function", sizeof(pt_region), 0, Py_TPFLAGS_DEFAULT,
+    "pytrace_cffi.RecordFunction", sizeof(pt_region), 0, Py_TPFLAGS_DEFAULT,
     pt_region_slots,
 };
 
@@ -626,6 +661,15 @@ done:
 /* ======================================================================== */
 
 static PyMethodDef pt_annotate_functions[] = {
+    {"record_function", (PyCFunction)(void (*)(void))pt_record_function,
+     METH_FASTCALL | METH_KEYWORDS,
+     "record_function(name, args=None): a region recorded as a \"user_annotation\"\n"
+     "slice named `name`, nested with the function slices around and inside it.\n\n"
+     "A context manager (`with record_function(\"load\"): ...`) and a decorator\n"
+     "(`@record_function(\"step\")`). `args` is a dict of str, int, float or bool\n"
+     "values, or objects with a .shape (recorded as its sizes): the slice's args.\n"
+     "Bad types raise TypeError at construction. Not tracing, it costs a few C calls.\n"
+     "Returns a RecordFunction."},
     {"instant", (PyCFunction)(void (*)(void))pt_instant, METH_FASTCALL,
      "instant(name, args=None): a point event on the timeline."},
     {"counter", (PyCFunction)(void (*)(void))pt_counter, METH_FASTCALL,
@@ -637,8 +681,6 @@ static PyMethodDef pt_annotate_functions[] = {
      "symbolize(stacks): lists of {filename, line, name} dicts, innermost first."},
     {NULL, NULL, 0, NULL},
 };
-
-static PyObject *pt_region_type;
 
 int
 pt_annotation_api(void *py_dict)
@@ -656,7 +698,7 @@ pt_annotation_api(void *py_dict)
     if (!pt_stack_type)
         pt_stack_type = PyType_FromSpec(&pt_stack_spec);
     if (!PyDict_Check(dict) || !pt_region_type || !pt_stack_type ||
-        PyDict_SetItemString(dict, "record_function", pt_region_type) < 0 ||
+        PyDict_SetItemString(dict, "RecordFunction", pt_region_type) < 0 ||
         PyDict_SetItemString(dict, "CapturedStack", pt_stack_type) < 0) {
         PyErr_Clear();
         rc = PT_ERR_PYTHON;

@@ -15,7 +15,8 @@ import sys
 import threading
 
 from ._tracer import Session
-from .annotations import capture_stack, counter, instant, record_function, symbolize
+from .annotations import (RecordFunction, capture_stack, counter, instant, record_function,
+                          symbolize)
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
                      TraceWarning)
 from .saved import SpilledTrace
@@ -23,7 +24,8 @@ from .schedule import Action, schedule
 from .trace import Call, Trace
 
 __all__ = ["start", "stop", "trace", "load", "is_tracing", "release_memory", "Trace", "Call",
-           "record_function", "instant", "counter", "capture_stack", "symbolize",
+           "record_function", "RecordFunction", "instant", "counter", "capture_stack",
+           "symbolize",
            "TraceFormatError", "TraceWarning", "SpilledTrace", "schedule", "Action",
            "TraceError", "TracerConflictError", "TracerStateError"]
 __version__ = "0.1.0"

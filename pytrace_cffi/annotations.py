@@ -28,6 +28,7 @@ if lib.pt_annotation_api(ffi.cast("void *", id(_api))) != lib.PT_OK:
     raise ImportError("pytrace_cffi: the C annotation API could not be created")
 
 record_function = _api["record_function"]
+RecordFunction = _api["RecordFunction"]
 instant = _api["instant"]
 counter = _api["counter"]
 capture_stack = _api["capture_stack"]

@@ -115,8 +115,18 @@ def test_not_tracing_is_a_no_op_and_bad_types_raise_at_construction():
         counter("c", "high")
     with pytest.raises(TypeError):
         counter("c", {"a": "b"})
+    with pytest.raises(TypeError):
+        record_function("x", {}, 3)
+    with pytest.raises(TypeError):
+        record_function("x", colour=1)
+    with pytest.raises(TypeError):
+        record_function(args={})
     region = record_function("named", {"a": 1})
     assert region.name == "named" and region.args == {"a": 1}
+    assert isinstance(region, pytrace_cffi.RecordFunction)
+    keyworded = record_function(name="kw", args={"b": 2})
+    assert keyworded.name == "kw" and keyworded.args == {"b": 2}
+    assert pytrace_cffi.RecordFunction("typed").name == "typed"
 
 
 def test_instants_and_counters_in_chrome_json(tmp_path):
