@@ -509,7 +509,7 @@ pt_key_insert(pt_tracer *tracer, const void *a, const void *b, PyObject *source)
         }
         return 0;
     }
-    if ((tracer->n_keys + 1) * 2 > tracer->slot_mask + 1 &&
+    if ((tracer->slots_used + 1) * 2 > tracer->slot_mask + 1 &&
         pt_key_table_grow(tracer) != PT_OK)
         goto nomem;
     if (tracer->n_keys == tracer->sources_cap) {
@@ -535,6 +535,7 @@ pt_key_insert(pt_tracer *tracer, const void *a, const void *b, PyObject *source)
     tracer->slots[j].a = a;
     tracer->slots[j].b = b;
     tracer->slots[j].id = id;
+    tracer->slots_used++;
     return id;
 
 nomem:
@@ -738,7 +739,7 @@ pt_builtin_source(PyObject *callable, PyObject *self, PyObject *keepalive)
 static void
 pt_key_mark_owner_is_self(pt_tracer *tracer, const void *a, const void *b)
 {
-    if ((tracer->n_keys + 1) * 2 > tracer->slot_mask + 1 && pt_key_table_grow(tracer) != PT_OK)
+    if ((tracer->slots_used + 1) * 2 > tracer->slot_mask + 1 && pt_key_table_grow(tracer) != PT_OK)
         return;     /* without the mark we only take the slow path again */
     uint32_t j = pt_key_hash(a, b) & tracer->slot_mask;
     while (tracer->slots[j].id)
@@ -746,6 +747,7 @@ pt_key_mark_owner_is_self(pt_tracer *tracer, const void *a, const void *b)
     tracer->slots[j].a = a;
     tracer->slots[j].b = b;
     tracer->slots[j].id = PT_OWNER_IS_SELF;
+    tracer->slots_used++;
 }
 
 /* The key of a built-in: a PyCFunction (is_function, self_arg unused), or a

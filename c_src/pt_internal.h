@@ -72,6 +72,7 @@ struct pt_tracer {
     pt_key_slot *slots;
     uint32_t slot_mask;
     uint32_t n_keys;              /* ids handed out, including the reserved 0 */
+    uint32_t slots_used;          /* keys and owner-is-self marks: the table stays half empty */
     PyObject **sources;           /* id -> strong ref naming the key */
     uint8_t *key_flags;           /* id -> PT_KEYF_*, sources_cap entries */
     uint32_t sources_cap;
