@@ -635,6 +635,8 @@ pt_key_add(pt_tracer *tracer, const void *a, const void *b, PyObject *source)
     return pt_key_insert(tracer, a, b, source);
 }
 
+static void pt_ask_about_code(pt_tracer *tracer, uint32_t id);
+
 uint32_t
 pt_key_for_code(pt_tracer *tracer, PyObject *code)
 {
@@ -643,11 +645,51 @@ pt_key_for_code(pt_tracer *tracer, PyObject *code)
         return id;
     Py_INCREF(code);   /* held until the tracer is freed, so the address never aliases */
     id = pt_key_insert(tracer, code, NULL, code);
-    if (id && tracer->watch_names)
-        pt_classify_code(tracer, code, id);
-    if (id && tracer->code_filter)
-        pt_filter_code(tracer, code, id);
+    if (id && (tracer->watch_names || tracer->code_filter)) {
+        if (tracer->classify_from)
+            return id;     /* pt_start is walking threads: no Python code may run yet */
+        pt_ask_about_code(tracer, id);
+    }
     return id;
+}
+
+/* Runs the watcher's and the filter's Python callbacks about a new code key. */
+static void
+pt_ask_about_code(pt_tracer *tracer, uint32_t id)
+{
+    PyObject *code = tracer->sources[id];
+    if (tracer->watch_names)
+        pt_classify_code(tracer, code, id);
+    if (tracer->code_filter)
+        pt_filter_code(tracer, code, id);
+}
+
+void
+pt_defer_questions(pt_tracer *tracer)
+{
+    tracer->classify_from = tracer->n_keys;
+}
+
+void
+pt_ask_deferred_questions(pt_tracer *tracer)
+{
+    uint32_t first = tracer->classify_from;
+    tracer->classify_from = 0;
+    if (!first || !(tracer->watch_names || tracer->code_filter))
+        return;
+    for (uint32_t id = first; id < tracer->n_keys; id++)
+        if (tracer->sources[id] && !PyTuple_Check(tracer->sources[id]) &&
+            !PyUnicode_Check(tracer->sources[id]))
+            pt_ask_about_code(tracer, id);
+}
+
+int
+pt_key_flags(pt_tracer *tracer, uint8_t *out, uint32_t n)
+{
+    if (n > tracer->n_keys)
+        n = tracer->n_keys;
+    memcpy(out, tracer->key_flags, n);
+    return PT_OK;
 }
 
 /* Asks the watcher for the tag of the call just recorded (its frame is current). */

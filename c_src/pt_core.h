@@ -169,6 +169,10 @@ uint64_t pt_tagged_slices(const pt_slice *slices, uint64_t n, uint64_t *out, uin
  * index of the first slice that breaks one. */
 int64_t pt_validate_slices(const pt_slice *slices, uint64_t n, uint32_t n_keys);
 uint32_t pt_key_count(pt_tracer *tracer);
+/* Copies the first n keys' flags into out (PT_KEY_SKIPPED: left out by the
+ * include/exclude filters). */
+#define PT_KEY_SKIPPED 2
+int pt_key_flags(pt_tracer *tracer, uint8_t *out, uint32_t n);
 
 /* Chrome JSON export: formats slices[*next..n) as complete events into out until it
  * is nearly full, advancing *next. Each event is prefix (",\n{...\"name\":"),

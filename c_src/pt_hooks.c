@@ -518,6 +518,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
 
     PyThreadState *self_tstate = PyThreadState_Get();
     PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
+    pt_defer_questions(tracer);
     int64_t now = pt_ticks(tracer);
     tracer->start_ticks = now;
     tracer->start_ns = pt_clock();
@@ -547,6 +548,10 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
         }
     }
     Py_XDECREF(current_frames);
+    /* The thread walk is over: the watcher and filters may now see the code
+     * objects it met (before any event, as the hooks are not live yet on 3.12+;
+     * on 3.9-3.11 their first events wait for the GIL this thread holds). */
+    pt_ask_deferred_questions(tracer);
     if (rc == PT_OK && tracer->backend == PT_BACKEND_MONITOR)
         rc = pt_enable_monitoring(tracer, tool_id, event_mask);
     if (rc == PT_OK)

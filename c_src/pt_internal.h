@@ -64,6 +64,8 @@ struct pt_tracer {
     PyObject *monitoring_disable; /* sys.monitoring.DISABLE (3.12+) */
     PyObject *code_filter;        /* skip(code) -> bool, or NULL: record all code */
     uint32_t max_depth;           /* 0: no limit */
+    uint32_t classify_from;       /* while nonzero, new code keys from here wait to be
+                                     classified (pt_start runs no Python code) */
     PyTypeObject *plain_types[4]; /* static types seen not to be built-in functions */
     unsigned plain_types_next;
     pt_thread *threads;
@@ -95,7 +97,7 @@ struct pt_tracer {
 enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
 
 #define PT_KEYF_TAG 1                 /* calls of this key ask the watcher for a tag */
-#define PT_KEYF_SKIP 2                /* code left out by the include/exclude filters */
+#define PT_KEYF_SKIP PT_KEY_SKIPPED   /* code left out by the include/exclude filters */
 
 #include <stdio.h>
 #include <time.h>
@@ -136,6 +138,10 @@ pt_thread *pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
 int pt_thread_grow(pt_tracer *tracer, pt_thread *thread);
 uint32_t pt_key_for_code(pt_tracer *tracer, PyObject *code);
 uint32_t pt_key_find(pt_tracer *tracer, const void *a, const void *b);
+/* While pt_start walks the threads, Python callbacks about new code keys wait:
+ * Python code could let other threads run and change the thread list. */
+void pt_defer_questions(pt_tracer *tracer);
+void pt_ask_deferred_questions(pt_tracer *tracer);
 /* Takes ownership of source (a new reference naming the key). */
 uint32_t pt_key_add(pt_tracer *tracer, const void *a, const void *b, PyObject *source);
 uint32_t pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, int is_function,

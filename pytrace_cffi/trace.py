@@ -170,6 +170,12 @@ def session_facts(session):
     check(lib.pt_key_sources(ptr, 1, ffi.cast("void *", id(sources))), ptr, "key sources")
     sources.insert(0, None)
     prefixes = path_prefixes() if session.trim_paths else ()
+    # Code the filters left out can still have frames seeded at start (its key was
+    # classified just after): they are left out alone.
+    flags = ffi.new("uint8_t[]", len(sources))
+    lib.pt_key_flags(ptr, flags, len(sources))
+    hidden = [_hiding(source) or (lib.PT_HIDE_ALONE if flags[key] & lib.PT_KEY_SKIPPED else 0)
+              for key, source in enumerate(sources)]
     threads, infos = [], []
     for index in range(lib.pt_thread_count(ptr)):
         info = ffi.new("pt_thread_info *")
@@ -186,7 +192,7 @@ def session_facts(session):
         "stop_ns": to_ns(stop_ticks),
         "names": [name_for_source(source, prefixes) for source in sources],
         "key_kinds": [_kind(source) for source in sources],
-        "hidden": [_hiding(source) for source in sources],
+        "hidden": hidden,
         "threads": threads,
         "infos": infos,
         "tags": watcher.tags if watcher else [None],

@@ -102,3 +102,17 @@ def test_bad_filters_fail_before_tracing(options, error):
     with pytest.raises(error):
         pytrace_cffi.start(**options)
     assert not pytrace_cffi.is_tracing()
+
+
+def start_here_and_work():
+    pytrace_cffi.start(exclude=HERE)
+    return recursion.fib(5)
+
+
+def test_frames_seeded_at_start_obey_the_filters():
+    start_here_and_work()
+    trace = pytrace_cffi.stop()
+    names = [c.name for c in trace]
+    assert not [n for n in names if "test_filters.py" in n]
+    assert sum(1 for n in names if n.endswith(": fib")) == fib_calls(5)
+    assert_nested(trace)
