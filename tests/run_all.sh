@@ -63,5 +63,5 @@ rm -rf "$RUN_DIR"
 
 if [ "$ran" -eq 0 ]; then echo "no Python 3.9-3.13 interpreter found"; exit 1; fi
 if [ -n "$bad_versions" ]; then echo "failing interpreters:$bad_versions"; fi
-echo "all interpreters: $passed passed, $failed failed, $skipped skipped"
+echo "total: $passed passed, $failed failed, $skipped skipped"
 [ -z "$bad_versions" ]
