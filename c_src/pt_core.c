@@ -488,6 +488,28 @@ pt_key_table_grow(pt_tracer *tracer)
     return PT_OK;
 }
 
+/* Keeps the table at most half full, counting keys and owner-is-self marks. */
+static int
+pt_key_make_room(pt_tracer *tracer)
+{
+    if ((tracer->slots_used + 1) * 2 <= tracer->slot_mask + 1)
+        return PT_OK;
+    return pt_key_table_grow(tracer);
+}
+
+/* Stores (a, b) -> id in the first free slot of its probe sequence. */
+static void
+pt_key_place(pt_tracer *tracer, const void *a, const void *b, uint32_t id)
+{
+    uint32_t j = pt_key_hash(a, b) & tracer->slot_mask;
+    while (tracer->slots[j].id)
+        j = (j + 1) & tracer->slot_mask;
+    tracer->slots[j].a = a;
+    tracer->slots[j].b = b;
+    tracer->slots[j].id = id;
+    tracer->slots_used++;
+}
+
 /* Cold path: a key seen for the first time. Takes ownership of source (a new
  * reference, or NULL after a failure, which is recorded as the sticky error). */
 static uint32_t
@@ -509,8 +531,7 @@ pt_key_insert(pt_tracer *tracer, const void *a, const void *b, PyObject *source)
         }
         return 0;
     }
-    if ((tracer->slots_used + 1) * 2 > tracer->slot_mask + 1 &&
-        pt_key_table_grow(tracer) != PT_OK)
+    if (pt_key_make_room(tracer) != PT_OK)
         goto nomem;
     if (tracer->n_keys == tracer->sources_cap) {
         uint32_t cap = tracer->sources_cap * 2;
@@ -529,13 +550,7 @@ pt_key_insert(pt_tracer *tracer, const void *a, const void *b, PyObject *source)
     }
     uint32_t id = tracer->n_keys++;
     tracer->sources[id] = source;
-    uint32_t j = pt_key_hash(a, b) & tracer->slot_mask;
-    while (tracer->slots[j].id)
-        j = (j + 1) & tracer->slot_mask;
-    tracer->slots[j].a = a;
-    tracer->slots[j].b = b;
-    tracer->slots[j].id = id;
-    tracer->slots_used++;
+    pt_key_place(tracer, a, b, id);
     return id;
 
 nomem:
@@ -781,15 +796,8 @@ pt_builtin_source(PyObject *callable, PyObject *self, PyObject *keepalive)
 static void
 pt_key_mark_owner_is_self(pt_tracer *tracer, const void *a, const void *b)
 {
-    if ((tracer->slots_used + 1) * 2 > tracer->slot_mask + 1 && pt_key_table_grow(tracer) != PT_OK)
-        return;     /* without the mark we only take the slow path again */
-    uint32_t j = pt_key_hash(a, b) & tracer->slot_mask;
-    while (tracer->slots[j].id)
-        j = (j + 1) & tracer->slot_mask;
-    tracer->slots[j].a = a;
-    tracer->slots[j].b = b;
-    tracer->slots[j].id = PT_OWNER_IS_SELF;
-    tracer->slots_used++;
+    if (pt_key_make_room(tracer) == PT_OK)    /* else we only take the slow path again */
+        pt_key_place(tracer, a, b, PT_OWNER_IS_SELF);
 }
 
 /* The key of a built-in: a PyCFunction (is_function, self_arg unused), or a
