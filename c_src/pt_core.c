@@ -927,11 +927,7 @@ pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out)
     for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next) {
         uint64_t used = pt_chunk_used(thread, chunk);
         out->n_events += used;
-        for (uint64_t i = 0; i < used; i++) {
-            uint32_t kind = chunk->events[i].key_kind & PT_KIND_MASK;
-            out->n_calls += (kind == PT_EV_PY_CALL || kind == PT_EV_C_CALL ||
-                             kind == PT_EV_PY_SEED);
-        }
+        out->n_calls += pt_count_calls(chunk->events, used);
     }
     return PT_OK;
 }

@@ -186,7 +186,7 @@ def _int(value, what):
 
 
 def load(directory):
-    from .trace import Mark, ThreadInfo, Trace
+    from .trace import Mark, ThreadInfo
     directory = os.fspath(directory)
     _expect(os.path.isdir(directory), f"{directory!r} is not a directory")
     _expect(sys.byteorder == "little", "loading needs a little-endian host")

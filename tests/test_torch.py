@@ -2,8 +2,6 @@
 skipped where torch is not installed."""
 import collections
 import json
-import subprocess
-import sys
 
 import pytest
 
