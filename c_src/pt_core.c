@@ -457,15 +457,6 @@ pt_chunk_used(const pt_thread *thread, const pt_chunk *chunk)
 /* Key table                                                                */
 /* ======================================================================== */
 
-static inline uint32_t
-pt_key_hash(const void *a, const void *b)
-{
-    uint64_t h = ((uint64_t)(uintptr_t)a >> 4) ^ ((uint64_t)(uintptr_t)b * 0x9E3779B97F4A7C15ull);
-    h ^= h >> 29;
-    h *= 0xBF58476D1CE4E5B9ull;
-    return (uint32_t)(h ^ (h >> 32));
-}
-
 static int
 pt_key_table_grow(pt_tracer *tracer)
 {
@@ -562,20 +553,6 @@ nomem:
     return 0;
 }
 
-static inline uint32_t
-pt_key_lookup(pt_tracer *tracer, const void *a, const void *b)
-{
-    uint32_t j = pt_key_hash(a, b) & tracer->slot_mask;
-    for (;;) {
-        pt_key_slot *slot = &tracer->slots[j];
-        if (slot->a == a && slot->b == b && slot->id)
-            return slot->id;
-        if (!slot->id)
-            return 0;
-        j = (j + 1) & tracer->slot_mask;
-    }
-}
-
 /* Cold path of a new code object: asks the watcher whether its calls get tagged. */
 static void
 pt_classify_code(pt_tracer *tracer, PyObject *code, uint32_t id)
@@ -652,12 +629,11 @@ pt_key_add(pt_tracer *tracer, const void *a, const void *b, PyObject *source)
 
 static void pt_ask_about_code(pt_tracer *tracer, uint32_t id);
 
+/* The cold half of pt_key_for_code (pt_internal.h): a code object seen first. */
 uint32_t
-pt_key_for_code(pt_tracer *tracer, PyObject *code)
+pt_key_for_new_code(pt_tracer *tracer, PyObject *code)
 {
-    uint32_t id = pt_key_lookup(tracer, code, NULL);
-    if (id)
-        return id;
+    uint32_t id;
     Py_INCREF(code);   /* held until the tracer is freed, so the address never aliases */
     id = pt_key_insert(tracer, code, NULL, code);
     if (id && (tracer->watch_names || tracer->code_filter)) {
@@ -788,53 +764,43 @@ pt_builtin_source(PyObject *callable, PyObject *self, PyObject *keepalive)
     return source;
 }
 
-/* A key-table entry with this id is no key: it marks (implementation, type) pairs
- * whose `self` is itself a module or a type (a metaclass's instance), so the key
- * must use self rather than its type. */
-#define PT_OWNER_IS_SELF 0x80000000u
-
-static void
-pt_key_mark_owner_is_self(pt_tracer *tracer, const void *a, const void *b)
+/* Owner-is-self marks: (implementation, type) pairs whose calls have a `self`
+ * that is itself a module or a type (a metaclass's instance), so their key must
+ * use self rather than its type. A mark is filed under the type's address plus
+ * one, an odd address no object has, so marks and keys never meet in a lookup. */
+static inline const void *
+pt_owner_mark(PyTypeObject *type)
 {
-    if (pt_key_make_room(tracer) == PT_OK)    /* else we only take the slow path again */
-        pt_key_place(tracer, a, b, PT_OWNER_IS_SELF);
+    return (const char *)type + 1;
 }
 
-/* The key of a built-in: a PyCFunction (is_function, self_arg unused), or a
- * method descriptor called on self_arg. It is named the way sys.setprofile's
- * bound method would be: after its module, its type (classmethods), or the type
- * of its self, so keys pair the C implementation with that owner. */
-uint32_t
-pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, int is_function,
-                   PyObject *self_arg)
+static void
+pt_key_mark_owner_is_self(pt_tracer *tracer, const void *a, PyTypeObject *type)
 {
-    const void *a;
-    PyObject *self;
-    if (is_function) {
-        a = (const void *)PyCFunction_GetFunction(callable);
-        self = PyCFunction_GetSelf(callable);
-    } else {
-        a = callable;
-        self = self_arg;
-    }
+    if (pt_key_make_room(tracer) == PT_OK)    /* else we only take the slow path again */
+        pt_key_place(tracer, a, pt_owner_mark(type), PT_OWNER_IS_SELF);
+}
+
+/* The cold half of pt_key_for_builtin (pt_internal.h), which has found no key
+ * for implementation `a` called on `self`: subclass instances of modules and
+ * types, owner-is-self marks, and built-ins seen for the first time. */
+uint32_t
+pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
+                        const void *a, PyObject *self)
+{
     const void *b = NULL;
     uint32_t id;
     if (self) {
         PyTypeObject *self_type = Py_TYPE(self);
         if (self_type == &PyModule_Type || self_type == &PyType_Type) {
             b = self;
+        } else if (pt_key_lookup(tracer, a, pt_owner_mark(self_type))) {
+            b = self;
+        } else if (PyModule_Check(self) || PyType_Check(self)) {
+            pt_key_mark_owner_is_self(tracer, a, self_type);
+            b = self;
         } else {
-            /* Most calls: a method of an ordinary object, one probe. */
-            id = pt_key_lookup(tracer, a, self_type);
-            if (id && !(id & PT_OWNER_IS_SELF))
-                return id;
-            if (id || PyModule_Check(self) || PyType_Check(self)) {
-                if (!id)
-                    pt_key_mark_owner_is_self(tracer, a, self_type);
-                b = self;
-            } else {
-                b = self_type;
-            }
+            b = pt_instance_owner(self_type);
         }
     }
     id = pt_key_lookup(tracer, a, b);

@@ -69,9 +69,18 @@ pt_handle_detach(PyObject *handle)
 /* ======================================================================== */
 
 /* Per OS thread: the buffer it appends to, valid while the generation matches
- * the running tracer's. Nothing here is shared between threads. */
-static __thread pt_thread *pt_tls_thread;
-static __thread uint64_t pt_tls_generation;
+ * the running tracer's. Nothing here is shared between threads.
+ *
+ * initial-exec: read straight off the thread pointer. The default model for a
+ * shared object calls __tls_get_addr on every event; these 16 bytes fit easily
+ * in the static TLS glibc keeps spare for libraries loaded later with dlopen. */
+#if defined(__GNUC__) || defined(__clang__)
+#define PT_TLS __thread __attribute__((tls_model("initial-exec")))
+#else
+#define PT_TLS __thread
+#endif
+static PT_TLS pt_thread *pt_tls_thread;
+static PT_TLS uint64_t pt_tls_generation;
 
 static pt_thread *
 pt_thread_lookup_cold(pt_tracer *tracer)
@@ -220,16 +229,27 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
         break;
     }
     case PT_TRACE_C_CALL:
-    case PT_TRACE_C_RETURN:
-    case PT_TRACE_C_EXCEPTION:
         if ((tracer->flags & PT_FLAG_C_CALLS) &&
             (Py_TYPE(arg) == &PyCFunction_Type || PyCFunction_Check(arg)) &&
             !(tracer->code_filter && pt_caller_skipped(tracer, frame))) {
             uint32_t key = pt_key_for_builtin(tracer, arg, 1, NULL);
-            if (what == PT_TRACE_C_CALL)
-                pt_record_call(tracer, thread, PT_EV_C_CALL, key);
+            thread->c_callable = arg;
+            thread->c_key = key;
+            pt_record_call(tracer, thread, PT_EV_C_CALL, key);
+        }
+        break;
+    case PT_TRACE_C_RETURN:
+    case PT_TRACE_C_EXCEPTION:
+        if ((tracer->flags & PT_FLAG_C_CALLS) &&
+            !(tracer->code_filter && pt_caller_skipped(tracer, frame))) {
+            uint32_t key;
+            if (arg == thread->c_callable)
+                key = thread->c_key;
+            else if (Py_TYPE(arg) == &PyCFunction_Type || PyCFunction_Check(arg))
+                key = pt_key_for_builtin(tracer, arg, 1, NULL);
             else
-                pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
+                break;
+            pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
         }
         break;
     default:
@@ -255,7 +275,7 @@ pt_monitor_result(pt_tracer *tracer, int disable)
 }
 
 /* Python frame events: (code, offset, ...). `kind` is a call or a return. */
-static inline PyObject *
+static PT_ALWAYS_INLINE PyObject *
 pt_monitor_py_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs,
                     uint32_t kind, int may_disable, int may_tag)
 {
@@ -341,7 +361,7 @@ pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args, Py_ssize_t narg
 }
 
 /* CALL, C_RETURN, C_RAISE: (code, offset, callable, arg0). */
-static inline PyObject *
+static PT_ALWAYS_INLINE PyObject *
 pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, int is_call)
 {
     pt_tracer *tracer = pt_recording_tracer(handle);
@@ -349,12 +369,24 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
         Py_RETURN_NONE;
     if (tracer->code_filter && nargs >= 1 && pt_skipped(tracer, pt_key_for_code(tracer, args[0])))
         return pt_monitor_result(tracer, is_call);
-    uint32_t key = pt_monitor_builtin_key(tracer, args, nargs);
-    pt_thread *thread = key ? pt_thread_current(tracer) : NULL;
-    if (thread) {
-        if (is_call)
+    if (nargs < 4 || !(tracer->flags & PT_FLAG_C_CALLS))
+        Py_RETURN_NONE;
+    if (is_call) {
+        uint32_t key = pt_monitor_builtin_key(tracer, args, nargs);
+        pt_thread *thread = key ? pt_thread_current(tracer) : NULL;
+        if (thread) {
+            thread->c_callable = args[2];
+            thread->c_arg0 = args[3];
+            thread->c_key = key;
             pt_record_call(tracer, thread, PT_EV_C_CALL, key);
-        else
+        }
+    } else {
+        pt_thread *thread = pt_thread_current(tracer);
+        if (!thread)
+            Py_RETURN_NONE;
+        uint32_t key = args[2] == thread->c_callable && args[3] == thread->c_arg0
+            ? thread->c_key : pt_monitor_builtin_key(tracer, args, nargs);
+        if (key)
             pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
     }
     Py_RETURN_NONE;

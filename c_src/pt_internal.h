@@ -35,6 +35,12 @@ typedef struct pt_thread {
     int64_t base_ticks;           /* clock the first delta counts from */
     uint64_t dropped;
     uint64_t spilled;
+    /* The latest built-in call and its key (0: not a built-in). Its return names
+     * the same objects, alive from call to return, so it reuses the key; a nested
+     * call in between leaves a pair whose objects cannot share those addresses. */
+    const void *c_callable;
+    const void *c_arg0;
+    uint32_t c_key;
     uint32_t open_calls;          /* recorded calls open, counted under max_depth */
     uint32_t suppressed;          /* calls open beyond max_depth */
     uint64_t tstate_id;
@@ -101,6 +107,13 @@ enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
 
 #include <stdio.h>
 #include <time.h>
+
+/* For the hooks' shared bodies, so that each thin callback folds its constants. */
+#if defined(__GNUC__) || defined(__clang__)
+#define PT_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define PT_ALWAYS_INLINE inline
+#endif
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <x86intrin.h>
 #define PT_HAVE_TSC 1
@@ -136,7 +149,7 @@ pt_thread *pt_thread_for_reading(pt_tracer *tracer, int index);
 pt_thread *pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
                          uint64_t native_id, int64_t base_ticks);
 int pt_thread_grow(pt_tracer *tracer, pt_thread *thread);
-uint32_t pt_key_for_code(pt_tracer *tracer, PyObject *code);
+uint32_t pt_key_for_new_code(pt_tracer *tracer, PyObject *code);
 uint32_t pt_key_find(pt_tracer *tracer, const void *a, const void *b);
 /* While pt_start walks the threads, Python callbacks about new code keys wait:
  * Python code could let other threads run and change the thread list. */
@@ -144,8 +157,8 @@ void pt_defer_questions(pt_tracer *tracer);
 void pt_ask_deferred_questions(pt_tracer *tracer);
 /* Takes ownership of source (a new reference naming the key). */
 uint32_t pt_key_add(pt_tracer *tracer, const void *a, const void *b, PyObject *source);
-uint32_t pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, int is_function,
-                            PyObject *self_arg);
+uint32_t pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
+                                 const void *a, PyObject *self);
 int pt_thread_events_each(pt_tracer *tracer, int index,
                           int (*visit)(void *ctx, const pt_event *ev, uint64_t n),
                           void *ctx);
@@ -168,6 +181,88 @@ pt_append(pt_tracer *tracer, pt_thread *thread, uint32_t delta, uint32_t key_kin
 }
 
 void pt_append_time(pt_tracer *tracer, pt_thread *thread, uint64_t delta);
+
+/* ======================================================================== */
+/* Key table lookups, inlined into the hooks                                */
+/* ======================================================================== */
+
+static inline uint32_t
+pt_key_hash(const void *a, const void *b)
+{
+    uint64_t h = ((uint64_t)(uintptr_t)a >> 4) ^ ((uint64_t)(uintptr_t)b * 0x9E3779B97F4A7C15ull);
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+/* The id of (a, b), or 0 when absent. The table is never full (pt_core.c keeps
+ * it at most half used), so the probe ends. */
+static inline uint32_t
+pt_key_lookup(const pt_tracer *tracer, const void *a, const void *b)
+{
+    uint32_t j = pt_key_hash(a, b) & tracer->slot_mask;
+    for (;;) {
+        const pt_key_slot *slot = &tracer->slots[j];
+        if (slot->a == a && slot->b == b && slot->id)
+            return slot->id;
+        if (!slot->id)
+            return 0;
+        j = (j + 1) & tracer->slot_mask;
+    }
+}
+
+/* The key of a code object: one probe on the hot path, the insert (and the
+ * watcher's and filter's questions about new code) out of line. */
+static inline uint32_t
+pt_key_for_code(pt_tracer *tracer, PyObject *code)
+{
+    uint32_t id = pt_key_lookup(tracer, code, NULL);
+    return id ? id : pt_key_for_new_code(tracer, code);
+}
+
+/* Built-in keys pair the implementation with the owner it is named after, in
+ * three namespaces that must never meet, as a type can be both an owner itself
+ * and the type of an owner: a module or a type owning the call is filed under
+ * its own address; the type of an ordinary object under the type's address plus
+ * two; owner-is-self marks (pt_core.c) under the type's address plus one. No
+ * object lives at an odd or 2-mod-4 address (objects are 8-aligned). */
+static inline const void *
+pt_instance_owner(PyTypeObject *type)
+{
+    return (const char *)type + 2;
+}
+
+/* The id of an owner-is-self mark: never read as a key, but no key's id either. */
+#define PT_OWNER_IS_SELF 0x80000000u
+
+/* The key of a built-in: a PyCFunction (is_function, self_arg unused), or a
+ * method descriptor called on self_arg. It is named the way sys.setprofile's
+ * bound method would be: after its module, its type (classmethods), or the type
+ * of its self, so keys pair the C implementation with that owner. The usual
+ * case, a built-in seen before on a plain object or a module, is one probe here;
+ * everything else goes to pt_key_for_builtin_slow. */
+static inline uint32_t
+pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, int is_function,
+                   PyObject *self_arg)
+{
+    const void *a;
+    PyObject *self;
+    if (is_function) {
+        a = (const void *)PyCFunction_GetFunction(callable);
+        self = PyCFunction_GetSelf(callable);
+    } else {
+        a = callable;
+        self = self_arg;
+    }
+    const void *b = NULL;
+    if (self) {
+        PyTypeObject *self_type = Py_TYPE(self);
+        b = self_type == &PyModule_Type || self_type == &PyType_Type ? (const void *)self
+                                                                     : pt_instance_owner(self_type);
+    }
+    uint32_t id = pt_key_lookup(tracer, a, b);
+    return id ? id : pt_key_for_builtin_slow(tracer, callable, is_function, a, self);
+}
 
 /* Appends one event at `ticks` (never before the thread's previous event). The
  * thread's clock advances only by what was stored, so a chunk started by this
