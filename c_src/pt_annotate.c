@@ -411,13 +411,20 @@ pt_counter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* Captured stacks                                                          */
 /* ======================================================================== */
 
+/* One frame of a captured stack. */
 typedef struct {
-    PyObject_HEAD
-    Py_ssize_t depth;
-    PyObject **codes;             /* strong refs: symbolizable after the frames die */
-    int *lines;                   /* line numbers, or byte offsets when by_offset */
-    int by_offset;                /* lines resolve at symbolize time (3.11+) */
+    PyObject *code;               /* strong ref: symbolizable after the frame dies */
+    int where;                    /* line number, or byte offset when by_offset */
+} pt_stack_frame;
+
+/* A var-sized object: the frames live inline, so a capture is one allocation. */
+typedef struct {
+    PyObject_VAR_HEAD
+    int by_offset;                /* `where` resolves to a line at symbolize time (3.11+) */
+    pt_stack_frame frames[1];     /* ob_size of them, innermost first */
 } pt_stack;
+
+#define PT_STACK_DEPTH(stack) Py_SIZE(stack)
 
 static PyObject *pt_stack_type;
 
@@ -426,10 +433,8 @@ pt_stack_dealloc(PyObject *op)
 {
     pt_stack *self = (pt_stack *)op;
     PyTypeObject *type = Py_TYPE(op);
-    for (Py_ssize_t i = 0; i < self->depth; i++)
-        Py_DECREF(self->codes[i]);
-    PyMem_Free(self->codes);
-    PyMem_Free(self->lines);
+    for (Py_ssize_t i = 0; i < PT_STACK_DEPTH(self); i++)
+        Py_DECREF(self->frames[i].code);
     freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
     tp_free(op);
     Py_DECREF(type);
@@ -438,7 +443,7 @@ pt_stack_dealloc(PyObject *op)
 static Py_ssize_t
 pt_stack_len(PyObject *op)
 {
-    return ((pt_stack *)op)->depth;
+    return PT_STACK_DEPTH(op);
 }
 
 static PyType_Slot pt_stack_slots[] = {
@@ -449,7 +454,8 @@ static PyType_Slot pt_stack_slots[] = {
 };
 
 static PyType_Spec pt_stack_spec = {
-    "pytrace_cffi._core.CapturedStack", sizeof(pt_stack), 0, Py_TPFLAGS_DEFAULT,
+    "pytrace_cffi._core.CapturedStack", offsetof(pt_stack, frames), sizeof(pt_stack_frame),
+    Py_TPFLAGS_DEFAULT,
     pt_stack_slots,
 };
 
@@ -477,37 +483,27 @@ pt_capture_stack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
             PyErr_SetString(PyExc_ValueError, "capture_stack: max_depth must be 0..1048576");
         return NULL;
     }
-    PyObject *codes_on_stack[128];
-    int lines_on_stack[128];
-    PyObject **codes = codes_on_stack;
-    int *lines = lines_on_stack;
+    pt_stack_frame on_stack[128];
+    pt_stack_frame *frames = on_stack;
     Py_ssize_t cap = 128, depth = 0;
     PyFrameObject *frame = PyEval_GetFrame();       /* borrowed */
     Py_XINCREF(frame);
     while (frame && depth < max_depth) {
         if (depth == cap) {
-            Py_ssize_t new_cap = cap * 2;
-            PyObject **new_codes = PyMem_Malloc(new_cap * sizeof *new_codes);
-            int *new_lines = PyMem_Malloc(new_cap * sizeof *new_lines);
-            if (!new_codes || !new_lines) {
-                PyMem_Free(new_codes);
-                PyMem_Free(new_lines);
-                break;
-            }
-            memcpy(new_codes, codes, depth * sizeof *codes);
-            memcpy(new_lines, lines, depth * sizeof *lines);
-            if (codes != codes_on_stack) {
-                PyMem_Free(codes);
-                PyMem_Free(lines);
-            }
-            codes = new_codes;
-            lines = new_lines;
-            cap = new_cap;
+            pt_stack_frame *grown = PyMem_Malloc(2 * cap * sizeof *grown);
+            if (!grown)
+                break;                  /* keep the innermost `cap` frames */
+            memcpy(grown, frames, depth * sizeof *frames);
+            if (frames != on_stack)
+                PyMem_Free(frames);
+            frames = grown;
+            cap *= 2;
         }
-        codes[depth] = (PyObject *)PyFrame_GetCode(frame);   /* new reference, kept */
+        frames[depth].code = (PyObject *)PyFrame_GetCode(frame);   /* new reference, kept */
         /* Where available, keep the instruction offset: turning it into a line
          * scans the line table, work symbolize does once per distinct place. */
-        lines[depth] = PyFrame_GetLasti ? PyFrame_GetLasti(frame) : PyFrame_GetLineNumber(frame);
+        frames[depth].where = PyFrame_GetLasti ? PyFrame_GetLasti(frame)
+                                               : PyFrame_GetLineNumber(frame);
         depth++;
         PyFrameObject *back = PyFrame_GetBack(frame);
         Py_DECREF(frame);
@@ -517,29 +513,16 @@ pt_capture_stack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 
     allocfunc tp_alloc =
         (allocfunc)PyType_GetSlot((PyTypeObject *)pt_stack_type, Py_tp_alloc);
-    pt_stack *stack = (pt_stack *)tp_alloc((PyTypeObject *)pt_stack_type, 0);
-    PyObject **kept_codes = stack ? PyMem_Malloc((depth ? depth : 1) * sizeof *kept_codes) : NULL;
-    int *kept_lines = kept_codes ? PyMem_Malloc((depth ? depth : 1) * sizeof *kept_lines) : NULL;
-    if (!kept_lines) {
-        for (Py_ssize_t i = 0; i < depth; i++)
-            Py_DECREF(codes[i]);
-        PyMem_Free(kept_codes);
-        Py_XDECREF(stack);
-        stack = NULL;
-        if (!PyErr_Occurred())
-            PyErr_NoMemory();
-    } else {
-        memcpy(kept_codes, codes, depth * sizeof *codes);
-        memcpy(kept_lines, lines, depth * sizeof *lines);
-        stack->codes = kept_codes;
-        stack->lines = kept_lines;
-        stack->depth = depth;
+    pt_stack *stack = (pt_stack *)tp_alloc((PyTypeObject *)pt_stack_type, depth);
+    if (stack) {
+        memcpy(stack->frames, frames, depth * sizeof *frames);   /* the references move */
         stack->by_offset = PyFrame_GetLasti != NULL;
+    } else {
+        for (Py_ssize_t i = 0; i < depth; i++)
+            Py_DECREF(frames[i].code);
     }
-    if (codes != codes_on_stack) {
-        PyMem_Free(codes);
-        PyMem_Free(lines);
-    }
+    if (frames != on_stack)
+        PyMem_Free(frames);
     return (PyObject *)stack;
 }
 
@@ -597,18 +580,19 @@ pt_symbolize(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto fail;
         }
         pt_stack *stack = (pt_stack *)item;
-        PyObject *frames = PyList_New(stack->depth);
+        PyObject *frames = PyList_New(PT_STACK_DEPTH(stack));
         if (!frames)
             goto fail;
         PyList_SetItem(result, s, frames);               /* steals */
-        for (Py_ssize_t i = 0; i < stack->depth; i++) {
-            PyObject *code = stack->codes[i];
-            int where = stack->lines[i] * 2 + stack->by_offset;   /* keeps kinds apart */
+        for (Py_ssize_t i = 0; i < PT_STACK_DEPTH(stack); i++) {
+            PyObject *code = stack->frames[i].code;
+            int where = stack->frames[i].where * 2 + stack->by_offset;   /* keeps kinds apart */
             size_t j = (((uintptr_t)code >> 4) ^ ((size_t)where * 0x9E3779B1u)) & mask;
             while (places[j].code && (places[j].code != code || places[j].where != where))
                 j = (j + 1) & mask;
             if (!places[j].code) {
-                PyObject *entry = pt_place_entry(code, stack->lines[i], stack->by_offset, keys);
+                PyObject *entry = pt_place_entry(code, stack->frames[i].where, stack->by_offset,
+                                                  keys);
                 if (!entry)
                     goto fail;
                 places[j].code = code;
