@@ -19,7 +19,6 @@ Stacks are timed two ways, because they cost very different amounts:
 """
 import contextlib
 import platform
-import statistics
 import sys
 import time
 import traceback
@@ -27,17 +26,35 @@ import traceback
 import pytrace_cffi
 from pytrace_cffi import capture_stack, record_function, symbolize
 
-ROUNDS = 7
+ROUNDS = 15
 DEPTH = 30
 
 
-def per_call(function, repeat):
-    timings = []
+def best_of(loops):
+    """{name: best seconds per call} of loops {name: (loop(n), n)}, timeit's way:
+    the minimum over ROUNDS rounds, as noise only ever adds time. The loops take
+    turns within each round, so a slow spell of the machine (this VM alternates
+    between a fast and a slow phase) falls on all of them alike."""
+    best = {name: float("inf") for name in loops}
     for _ in range(ROUNDS):
-        start = time.perf_counter()
-        function(repeat)
-        timings.append((time.perf_counter() - start) / repeat)
-    return statistics.median(timings)
+        for name, (loop, repeat) in loops.items():
+            start = time.perf_counter()
+            loop(repeat)
+            best[name] = min(best[name], (time.perf_counter() - start) / repeat)
+    return best
+
+
+def best_traced(loop, repeat, start, stop):
+    """Best seconds per call of loop(repeat) while a tracer records; each round
+    has a tracer of its own, started and stopped outside the timing."""
+    best = float("inf")
+    for _ in range(ROUNDS):
+        start()
+        began = time.perf_counter()
+        loop(repeat)
+        best = min(best, (time.perf_counter() - began) / repeat)
+        stop()
+    return best
 
 
 # One loop per recorder, all of one shape (a global looked up and called in the
@@ -104,23 +121,25 @@ class Report:
 
 
 def recorder_costs(report, torch):
-    n = 200_000
-    null = per_call(with_nullcontext, n)
-    idle = per_call(with_record_function, n)
-    torch_idle = torch and per_call(with_torch_fast, n)
+    n = 50_000
+    loops = {"null": (with_nullcontext, n), "idle": (with_record_function, n)}
+    if torch:
+        loops["torch_idle"] = (with_torch_fast, n)
+        loops["torch_slow"] = (with_torch_record_function, n // 20)
+    best = best_of(loops)
+    null, idle, torch_idle = best["null"], best["idle"], best.get("torch_idle")
     report.row("nullcontext `with`", null)
     report.row("record_function, not tracing", idle, torch_idle,
                target=f"<= 0.5x nullcontext: {idle / null:.2f}x")
     if torch:
-        slow = per_call(with_torch_record_function, n // 10)
-        print(f"{'  (torch.profiler.record_function)':34}{'':10}{slow * 1e9:8.2f}ns")
-    pytrace_cffi.start()
-    tracing = per_call(with_record_function, n // 4)
-    pytrace_cffi.stop()
+        print(f"{'  (torch.profiler.record_function)':34}{'':10}{best['torch_slow'] * 1e9:8.2f}ns")
+    tracing = best_traced(with_record_function, n // 4, pytrace_cffi.start, pytrace_cffi.stop)
     torch_tracing = None
     if torch:
-        with torch["profile"]():
-            torch_tracing = per_call(with_torch_fast, n // 4)
+        profiles = []
+        torch_tracing = best_traced(with_torch_fast, n // 4,
+                                    lambda: profiles.append(torch["profile"]().__enter__()),
+                                    lambda: profiles.pop().__exit__(None, None, None))
     report.row("record_function, tracing", tracing, torch_tracing,
                target=f"<= 1.5x nullcontext: {tracing / null:.2f}x "
                       "(includes tracing the loop itself)")
@@ -128,34 +147,37 @@ def recorder_costs(report, torch):
 
 def stack_costs(report, torch):
     depth = DEPTH - len(traceback.extract_stack())
-    reach = per_call(lambda k: [at_depth(depth, tuple) for _ in range(k)], 20_000)
+    captures = {"ours": capture_stack}
+    if torch:
+        captures["torch"] = torch["gather"]
 
-    def existing(capture):
-        return at_depth(depth, lambda: per_call(lambda k: [capture() for _ in range(k)],
-                                                20_000))
+    def in_fresh_frames(capture):
+        return lambda k: [at_depth(depth, capture) for _ in range(k)]
 
-    def fresh(capture, repeat=20_000):
-        return per_call(lambda k: [at_depth(depth, capture) for _ in range(k)], repeat) - reach
+    def in_existing_frames(capture):
+        return lambda k: [capture() for _ in range(k)]
+
+    fresh = best_of({"reach": (in_fresh_frames(tuple), 10_000),
+                     **{name: (in_fresh_frames(c), 10_000) for name, c in captures.items()},
+                     "extract_stack": (in_fresh_frames(traceback.extract_stack), 500)})
+    fresh = {name: seconds - fresh["reach"] for name, seconds in fresh.items()}
+    existing = at_depth(depth, lambda: best_of(
+        {name: (in_existing_frames(c), 10_000) for name, c in captures.items()}))
 
     frames = len(at_depth(depth, capture_stack))
-    ours_existing, ours_fresh = existing(capture_stack), fresh(capture_stack)
-    torch_existing = torch and existing(torch["gather"])
-    torch_fresh = torch and fresh(torch["gather"])
-    report.row(f"capture_stack ({frames} frames), existing", ours_existing, torch_existing,
-               unit="us", target=f"<= 1 us: {'met' if ours_existing <= 1e-6 else 'NOT met'}")
-    report.row(f"capture_stack ({frames} frames), fresh", ours_fresh, torch_fresh, unit="us",
-               target="(frame objects created by the walk)")
-    extract = fresh(traceback.extract_stack, 2_000)
-    report.row("traceback.extract_stack, fresh", extract, unit="us")
+    report.row(f"capture_stack ({frames} frames), existing", existing["ours"],
+               existing.get("torch"), unit="us",
+               target=f"<= 1 us: {'met' if existing['ours'] <= 1e-6 else 'NOT met'}")
+    report.row(f"capture_stack ({frames} frames), fresh", fresh["ours"], fresh.get("torch"),
+               unit="us", target="(frame objects created by the walk)")
+    report.row("traceback.extract_stack, fresh", fresh["extract_stack"], unit="us")
 
-    stacks = [at_depth(depth, capture_stack) for _ in range(1000)]
-    sym = per_call(lambda k: [symbolize(stacks) for _ in range(k)], 5)
-    torch_sym = None
-    if torch:
-        theirs = [at_depth(depth, torch["gather"]) for _ in range(1000)]
-        torch_sym = per_call(lambda k: [torch["symbolize"](theirs) for _ in range(k)], 5)
-    report.row("symbolize 1000 stacks", sym, torch_sym, unit="ms",
-               target=f"<= 2 ms: {'met' if sym <= 2e-3 else 'NOT met'}")
+    stacks = {name: [at_depth(depth, c) for _ in range(1000)] for name, c in captures.items()}
+    symbolizers = {"ours": symbolize, "torch": torch and torch["symbolize"]}
+    sym = best_of({name: ((lambda k, f=symbolizers[name], s=s: [f(s) for _ in range(k)]), 5)
+                   for name, s in stacks.items()})
+    report.row("symbolize 1000 stacks", sym["ours"], sym.get("torch"), unit="ms",
+               target=f"<= 2 ms: {'met' if sym['ours'] <= 2e-3 else 'NOT met'}")
 
 
 def main():

@@ -214,15 +214,28 @@ def pass_order(configs, pass_index):
     return order[::-1] if pass_index % 2 else order
 
 
-def median_seconds(run, configs, passes):
-    """{config name: median seconds}. Each pass runs every configuration once,
-    in an order that changes from pass to pass, so that a slow spell of the
-    machine falls on all of them alike."""
+def sample_seconds(run, configs, passes):
+    """{config name: [seconds of pass 0, pass 1, ...]}. Each pass runs every
+    configuration once, in an order that changes from pass to pass, so that a
+    slow spell of the machine falls on all of them alike."""
     samples = {config.name: [] for config in configs}
     for pass_index in range(passes):
         for config in pass_order(configs, pass_index):
             samples[config.name].append(time_one_run(config, run))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
+
+
+def paired_ratio(samples, name, other):
+    """(median, lower quartile, upper quartile) of name/other over the passes.
+    The two runs of one pass are seconds apart, so drifts of the machine slower
+    than that (this VM's speed moves by tens of percent over minutes) cancel in
+    each ratio, where a ratio of two medians can pair a fast spell with a slow one."""
+    ratios = sorted(a / b for a, b in zip(samples[name], samples[other]))
+    if len(ratios) < 4:
+        middle = statistics.median(ratios)
+        return middle, ratios[0], ratios[-1]
+    low, middle, high = statistics.quantiles(ratios, n=4)
+    return middle, low, high
 
 
 def benchmark_workload(name, run, configs, rounds):
@@ -232,9 +245,10 @@ def benchmark_workload(name, run, configs, rounds):
         time_one_run(config, run)
     untraced = statistics.median(time_one_run(configs[0], run) for _ in range(3))
     passes = rounds * passes_per_round(untraced)
-    medians = median_seconds(run, configs, passes)
+    samples = sample_seconds(run, configs, passes)
+    medians = {name: statistics.median(values) for name, values in samples.items()}
     return {"name": name, "events": ours.last_events, "dropped": ours.last_dropped,
-            "samples": passes, "medians": medians}
+            "samples": passes, "medians": medians, "runs": samples}
 
 
 # ---------------------------------------------------------------- single-trace costs
@@ -337,14 +351,17 @@ def print_overhead_table(results, rounds):
 def print_ratio_table(results):
     others = [other for other in (FLOOR, VizTracer.name, CProfile.name, TorchProfiler.name)
               if any(other in result["medians"] for result in results)]
-    print("Ratios of median times (ours / other; below 1 means ours is faster)")
+    print("Ratios ours / other, paired within each pass: median (quartiles); "
+          "below 1 means ours is faster")
     print(f"{'workload':<14}" + "".join(f"{'ours/' + other:>22}" for other in others))
     for result in results:
-        medians = result["medians"]
         cells = []
         for other in others:
-            ratio = medians[OURS] / medians[other] if other in medians else None
-            cells.append(f"{ratio:>21.2f}x" if ratio is not None else f"{'-':>22}")
+            if other in result["runs"]:
+                middle, low, high = paired_ratio(result["runs"], OURS, other)
+                cells.append(f"{middle:>9.2f}x ({low:.2f}-{high:.2f})")
+            else:
+                cells.append(f"{'-':>22}")
         print(f"{result['name']:<14}" + "".join(cells))
     print()
 
