@@ -201,3 +201,16 @@ def test_stacks_from_threads_generators_and_dead_frames():
     assert len(capture_stack(max_depth=3)) == 3
     with pytest.raises(TypeError):
         symbolize([object()])
+
+
+def test_deep_stacks_grow_past_the_inline_buffer_and_default_depth_truncates():
+    def deep(n):
+        if n:
+            return deep(n - 1)
+        return capture_stack(max_depth=10_000), capture_stack(), expected_stack()
+    whole, default, expected = deep(300)
+    assert len(whole) == len(expected) > 300
+    assert frames_of(symbolize([whole])[0]) == expected
+    assert len(default) == 128
+    assert [(f, n) for f, _, n in frames_of(symbolize([default])[0])] == \
+        [(f, n) for f, _, n in expected[:128]]
