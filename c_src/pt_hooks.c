@@ -372,14 +372,18 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
     if (nargs < 4 || !(tracer->flags & PT_FLAG_C_CALLS))
         Py_RETURN_NONE;
     if (is_call) {
+        pt_thread *thread = pt_thread_current(tracer);
+        if (!thread)
+            Py_RETURN_NONE;
+        /* Every call, built-in or not, replaces the pair: a return can then meet
+         * only its own call's objects (alive) or a later call's, never objects
+         * freed since and their addresses reused by what is returning now. */
         uint32_t key = pt_monitor_builtin_key(tracer, args, nargs);
-        pt_thread *thread = key ? pt_thread_current(tracer) : NULL;
-        if (thread) {
-            thread->c_callable = args[2];
-            thread->c_arg0 = args[3];
-            thread->c_key = key;
+        thread->c_callable = args[2];
+        thread->c_arg0 = args[3];
+        thread->c_key = key;
+        if (key)
             pt_record_call(tracer, thread, PT_EV_C_CALL, key);
-        }
     } else {
         pt_thread *thread = pt_thread_current(tracer);
         if (!thread)

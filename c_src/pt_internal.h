@@ -35,9 +35,10 @@ typedef struct pt_thread {
     int64_t base_ticks;           /* clock the first delta counts from */
     uint64_t dropped;
     uint64_t spilled;
-    /* The latest built-in call and its key (0: not a built-in). Its return names
-     * the same objects, alive from call to return, so it reuses the key; a nested
-     * call in between leaves a pair whose objects cannot share those addresses. */
+    /* The latest C-level call seen and its key (0: not a built-in). Its return
+     * names the same objects, alive from call to return, so it reuses the key; a
+     * call in between leaves a pair whose objects cannot share those addresses
+     * unless they are the same objects (and so the same key). */
     const void *c_callable;
     const void *c_arg0;
     uint32_t c_key;

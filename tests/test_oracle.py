@@ -12,7 +12,7 @@ from pytrace_cffi.reference import ReferenceTracer
 
 from helpers import assert_nested, diff, in_files, strip_outside_parents, trace_counts
 
-WORKLOADS = ["recursion", "builtins_calls", "builtins_nested", "generators", "exceptions", "objects",
+WORKLOADS = ["recursion", "builtins_calls", "builtins_nested", "reused_addresses", "generators", "exceptions", "objects",
              "asyncio_tasks", "threads"]
 
 
