@@ -335,12 +335,10 @@ pt_monitor_py_unwind(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 
 /* The key of a built-in call as sys.setprofile reports it: a PyCFunction, or a
  * method descriptor with its self argument (3.12 passes `list.append` and the
- * list). Every other callable is not a C call: 0. */
+ * list). Every other callable is not a C call: 0. args holds 4 items. */
 static inline uint32_t
-pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args, Py_ssize_t nargs)
+pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args)
 {
-    if (nargs < 4 || !(tracer->flags & PT_FLAG_C_CALLS))
-        return 0;
     PyObject *callable = args[2];
     PyTypeObject *type = Py_TYPE(callable);
     if (type == &PyCFunction_Type)
@@ -371,25 +369,22 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
         return pt_monitor_result(tracer, is_call);
     if (nargs < 4 || !(tracer->flags & PT_FLAG_C_CALLS))
         Py_RETURN_NONE;
+    pt_thread *thread = pt_thread_current(tracer);
+    if (!thread)
+        Py_RETURN_NONE;
     if (is_call) {
-        pt_thread *thread = pt_thread_current(tracer);
-        if (!thread)
-            Py_RETURN_NONE;
         /* Every call, built-in or not, replaces the pair: a return can then meet
          * only its own call's objects (alive) or a later call's, never objects
          * freed since and their addresses reused by what is returning now. */
-        uint32_t key = pt_monitor_builtin_key(tracer, args, nargs);
+        uint32_t key = pt_monitor_builtin_key(tracer, args);
         thread->c_callable = args[2];
         thread->c_arg0 = args[3];
         thread->c_key = key;
         if (key)
             pt_record_call(tracer, thread, PT_EV_C_CALL, key);
     } else {
-        pt_thread *thread = pt_thread_current(tracer);
-        if (!thread)
-            Py_RETURN_NONE;
         uint32_t key = args[2] == thread->c_callable && args[3] == thread->c_arg0
-            ? thread->c_key : pt_monitor_builtin_key(tracer, args, nargs);
+            ? thread->c_key : pt_monitor_builtin_key(tracer, args);
         if (key)
             pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
     }
