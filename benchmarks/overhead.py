@@ -227,9 +227,10 @@ def sample_seconds(run, configs, passes):
 
 def paired_ratio(samples, name, other):
     """(median, lower quartile, upper quartile) of name/other over the passes.
-    The two runs of one pass are seconds apart, so drifts of the machine slower
-    than that (this VM's speed moves by tens of percent over minutes) cancel in
-    each ratio, where a ratio of two medians can pair a fast spell with a slow one."""
+    The runs of one pass are milliseconds apart, so drifts of the machine slower
+    than that (this VM alternates between a fast and a slow phase, each lasting a
+    fraction of a second to seconds) cancel in each ratio, where a ratio of two
+    medians can pair one configuration's fast phase with another's slow one."""
     ratios = sorted(a / b for a, b in zip(samples[name], samples[other]))
     if len(ratios) < 4:
         middle = statistics.median(ratios)

@@ -766,14 +766,7 @@ pt_builtin_source(PyObject *callable, PyObject *self, PyObject *keepalive)
 
 /* Owner-is-self marks: (implementation, type) pairs whose calls have a `self`
  * that is itself a module or a type (a metaclass's instance), so their key must
- * use self rather than its type. A mark is filed under the type's address plus
- * one, an odd address no object has, so marks and keys never meet in a lookup. */
-static inline const void *
-pt_owner_mark(PyTypeObject *type)
-{
-    return (const char *)type + 1;
-}
-
+ * use self rather than its type (namespaces: pt_internal.h). */
 static void
 pt_key_mark_owner_is_self(pt_tracer *tracer, const void *a, PyTypeObject *type)
 {

@@ -203,6 +203,14 @@ pt_caller_skipped(pt_tracer *tracer, PyFrameObject *frame)
     return pt_skipped(tracer, key);
 }
 
+/* Whether the profile hook's C-call argument is a built-in function (the only
+ * C calls sys.setprofile reports; 3.9-3.11 bind method descriptors first). */
+static inline int
+pt_is_builtin_function(PyObject *arg)
+{
+    return Py_TYPE(arg) == &PyCFunction_Type || PyCFunction_Check(arg);
+}
+
 static int
 pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg)
 {
@@ -230,7 +238,7 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
     }
     case PT_TRACE_C_CALL:
         if ((tracer->flags & PT_FLAG_C_CALLS) &&
-            (Py_TYPE(arg) == &PyCFunction_Type || PyCFunction_Check(arg)) &&
+            pt_is_builtin_function(arg) &&
             !(tracer->code_filter && pt_caller_skipped(tracer, frame))) {
             uint32_t key = pt_key_for_builtin(tracer, arg, 1, NULL);
             thread->c_callable = arg;
@@ -245,7 +253,7 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
             uint32_t key;
             if (arg == thread->c_callable)
                 key = thread->c_key;
-            else if (Py_TYPE(arg) == &PyCFunction_Type || PyCFunction_Check(arg))
+            else if (pt_is_builtin_function(arg))
                 key = pt_key_for_builtin(tracer, arg, 1, NULL);
             else
                 break;

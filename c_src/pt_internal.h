@@ -233,6 +233,12 @@ pt_instance_owner(PyTypeObject *type)
     return (const char *)type + 2;
 }
 
+static inline const void *
+pt_owner_mark(PyTypeObject *type)
+{
+    return (const char *)type + 1;
+}
+
 /* The id of an owner-is-self mark: never read as a key, but no key's id either. */
 #define PT_OWNER_IS_SELF 0x80000000u
 
