@@ -1,7 +1,9 @@
 """PyTorch awareness against torch.profiler itself (torch 2.13 CPU, Python 3.11);
 skipped where torch is not installed."""
 import collections
+import importlib.util
 import json
+import os
 
 import pytest
 
@@ -258,3 +260,38 @@ def test_without_modules_option_torch_calls_keep_their_function_names():
         model(x)
     assert not [c for c in t.trace if c.name.startswith("nn.Module")]
     assert [c for c in t.trace if c.name.endswith(": _wrapped_call_impl")]
+
+
+def load_stand_in_workload():
+    """tests/torch_stand_in/workload.py, here run with the real torch."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_stand_in",
+                        "workload.py")
+    spec = importlib.util.spec_from_file_location("stand_in_workload_real_torch", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stand_in_expectations_are_torch_profilers_own(tmp_path):
+    # test_torch_stand_in.py checks, on every interpreter, the names and ids below
+    # for this workload run on a stand-in torch; here torch.profiler itself, and
+    # our tracer on the real torch, give exactly those.
+    from test_torch_stand_in import EXPECTED_MODULE_CALLS, STEPS
+    workload = load_stand_in_workload()
+    assert workload.STEPS == STEPS
+    model, optimizers, x = workload.make()
+
+    def run():
+        workload.train(model, optimizers, x)
+
+    def in_order(events, prefix):
+        return [(e["name"], e["args"].get("Python module id"))
+                for e in sorted(events, key=lambda e: e["ts"]) if e["name"].startswith(prefix)]
+
+    expected_steps = [("Optimizer.step#SGD.step", None), ("Optimizer.step#Adam.step", None)]
+    torch_events = torch_profiler_slices(run, tmp_path / "torch.json")
+    assert in_order(torch_events, "nn.Module: ") == EXPECTED_MODULE_CALLS * STEPS
+    assert in_order(torch_events, "Optimizer.step#") == expected_steps * STEPS
+    ours = our_slices(run, tmp_path / "ours.json")
+    assert in_order(ours, "nn.Module: ") == EXPECTED_MODULE_CALLS * STEPS
+    assert in_order(ours, "Optimizer.step#") == expected_steps * STEPS
