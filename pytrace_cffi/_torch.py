@@ -69,7 +69,7 @@ class TorchWatcher:
         self.optimizer_steps = []       # params.json "optimizer_steps"
         self._module_tags = {}          # id(module) -> tag
         self._held = []                 # modules and optimizers seen: ids never alias
-        self._instances_per_class = {}
+        self._instances_per_class = {}  # id(class) -> instances of it seen
         self._optimizer_ids = {}        # id(optimizer) -> ordinal
         self._steps_taken = {}          # optimizer ordinal -> steps seen
         self._parameter_names = {}      # id(parameter) -> "Linear_0.weight"
@@ -96,11 +96,18 @@ class TorchWatcher:
         tag = self._module_tags.get(id(module))
         if tag is not None:
             return tag
-        cls = type(module).__name__
-        number = self._instances_per_class.get(cls, 0)
-        self._instances_per_class[cls] = number + 1
+        # torch.profiler numbers instances per class object, not per class name
+        # (two classes named Linear each have a Linear_0), and its "Python module
+        # id" is that same number: Linear_1 has id 1.
+        klass = type(module)
+        number = self._instances_per_class.get(id(klass))
+        if number is None:
+            number = 0
+            self._held.append(klass)        # its id must not be reused by another class
+        self._instances_per_class[id(klass)] = number + 1
+        cls = klass.__name__
         name = f"nn.Module: {cls}_{number}"
-        module_id = len(self._module_tags)
+        module_id = number
         tag = len(self.tags)
         self.tags.append({"kind": MODULE_CALL, "name": name, "module_id": module_id,
                           "class": cls})

@@ -1,7 +1,9 @@
 """PyTorch awareness against torch.profiler itself (torch 2.13 CPU, Python 3.11);
 skipped where torch is not installed."""
 import collections
+import importlib.util
 import json
+import os
 
 import pytest
 
@@ -59,16 +61,43 @@ def module_counts(names):
     return collections.Counter(n for n in names if n.startswith("nn.Module: "))
 
 
-@pytest.fixture(scope="module")
-def torch_profiler_names(tmp_path_factory):
-    model, optimizer, x = make()
-    train(model, optimizer, x)                     # warm up, as for ours
+def torch_profiler_slices(run, path):
+    """The complete events torch.profiler writes for run() (after a warm-up run)."""
+    run()
     with profile(activities=[ProfilerActivity.CPU], with_stack=True, with_modules=True) as p:
-        train(model, optimizer, x)
-    path = tmp_path_factory.mktemp("torch") / "torch.json"
+        run()
     p.export_chrome_trace(str(path))
-    events = json.loads(path.read_text())["traceEvents"]
-    return [e["name"] for e in events if e.get("ph") == "X"]
+    return [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+
+
+def our_slices(run, path):
+    """The complete events our Chrome export writes for run() (after a warm-up run)."""
+    run()
+    with pytrace_cffi.trace() as t:
+        run()
+    t.trace.export_chrome_trace(str(path))
+    return [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+
+
+def module_ids(events):
+    """Module slice name -> the set of "Python module id" values its events carry."""
+    ids = collections.defaultdict(set)
+    for e in events:
+        if e["name"].startswith("nn.Module: "):
+            ids[e["name"]].add(e["args"]["Python module id"])
+    return dict(ids)
+
+
+@pytest.fixture(scope="module")
+def torch_profiler_events(tmp_path_factory):
+    model, optimizer, x = make()
+    return torch_profiler_slices(lambda: train(model, optimizer, x),
+                                 tmp_path_factory.mktemp("torch") / "torch.json")
+
+
+@pytest.fixture(scope="module")
+def torch_profiler_names(torch_profiler_events):
+    return [e["name"] for e in torch_profiler_events]
 
 
 @pytest.fixture(scope="module")
@@ -128,14 +157,48 @@ def test_optimizer_steps_are_named_and_span_the_step(torch_profiler_names, ours)
         assert step.start_ns <= adam.start_ns and adam.end_ns <= step.end_ns
 
 
-def test_module_args_carry_python_module_id(ours, tmp_path):
+def test_module_ids_equal_torch_profiler(torch_profiler_events, ours, tmp_path):
     trace, _, _ = ours
     path = tmp_path / "t.json"
     trace.export_chrome_trace(str(path))
-    events = [e for e in json.loads(path.read_text())["traceEvents"]
-              if e.get("ph") == "X" and e["name"].startswith("nn.Module: ")]
-    ids = {e["name"]: e["args"]["Python module id"] for e in events}
-    assert len(set(ids.values())) == len(ids)
+    ours_ids = module_ids(json.loads(path.read_text())["traceEvents"])
+    expected = module_ids(torch_profiler_events)
+    # torch writes the instance's index within its class: Linear_3 -> 3, Gate_1 -> 1
+    assert expected["nn.Module: Linear_3"] == {3} and expected["nn.Module: Gate_1"] == {1}
+    assert ours_ids == expected
+
+
+class Linear(torch.nn.Module):
+    """Not torch.nn.Linear: another class of the same name, holding one."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def test_classes_sharing_a_name_are_numbered_apart_as_torch_does(tmp_path):
+    # torch.profiler counts instances per class object: torch.nn.Linear and this
+    # file's Linear both have a Linear_0 (and a Linear_1), each with its own id.
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), Linear(), torch.nn.Linear(3, 3), Linear())
+    x = torch.randn(2, 3)
+
+    def run():
+        model(x)
+
+    def in_order(events):
+        return [(e["name"], e["args"]["Python module id"])
+                for e in sorted(events, key=lambda e: e["ts"])
+                if e["name"].startswith("nn.Module: ")]
+
+    expected = in_order(torch_profiler_slices(run, tmp_path / "torch.json"))
+    assert expected == [("nn.Module: Sequential_0", 0),
+                        ("nn.Module: Linear_0", 0), ("nn.Module: Linear_0", 0),
+                        ("nn.Module: Linear_1", 1), ("nn.Module: Linear_2", 2),
+                        ("nn.Module: Linear_1", 1), ("nn.Module: Linear_3", 3)]
+    assert in_order(our_slices(run, tmp_path / "ours.json")) == expected
 
 
 def test_params_cover_every_parameter_and_optimizer_state(ours):
@@ -197,3 +260,38 @@ def test_without_modules_option_torch_calls_keep_their_function_names():
         model(x)
     assert not [c for c in t.trace if c.name.startswith("nn.Module")]
     assert [c for c in t.trace if c.name.endswith(": _wrapped_call_impl")]
+
+
+def load_stand_in_workload():
+    """tests/torch_stand_in/workload.py, here run with the real torch."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_stand_in",
+                        "workload.py")
+    spec = importlib.util.spec_from_file_location("stand_in_workload_real_torch", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stand_in_expectations_are_torch_profilers_own(tmp_path):
+    # test_torch_stand_in.py checks, on every interpreter, the names and ids below
+    # for this workload run on a stand-in torch; here torch.profiler itself, and
+    # our tracer on the real torch, give exactly those.
+    from test_torch_stand_in import EXPECTED_MODULE_CALLS, STEPS
+    workload = load_stand_in_workload()
+    assert workload.STEPS == STEPS
+    model, optimizers, x = workload.make()
+
+    def run():
+        workload.train(model, optimizers, x)
+
+    def in_order(events, prefix):
+        return [(e["name"], e["args"].get("Python module id"))
+                for e in sorted(events, key=lambda e: e["ts"]) if e["name"].startswith(prefix)]
+
+    expected_steps = [("Optimizer.step#SGD.step", None), ("Optimizer.step#Adam.step", None)]
+    torch_events = torch_profiler_slices(run, tmp_path / "torch.json")
+    assert in_order(torch_events, "nn.Module: ") == EXPECTED_MODULE_CALLS * STEPS
+    assert in_order(torch_events, "Optimizer.step#") == expected_steps * STEPS
+    ours = our_slices(run, tmp_path / "ours.json")
+    assert in_order(ours, "nn.Module: ") == EXPECTED_MODULE_CALLS * STEPS
+    assert in_order(ours, "Optimizer.step#") == expected_steps * STEPS

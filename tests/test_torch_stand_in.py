@@ -1,0 +1,227 @@
+"""torch awareness on every interpreter, with a stand-in torch (tests/torch_stand_in/)
+that has the shapes the watcher keys on: Module.__call__ = _wrapped_call_impl, and
+the optimizer step wrapper that calls _optimizer_step_code. Real torch runs only on
+3.11 here; these tests are what exercises the sys.monitoring path (3.12+) that names
+module calls and optimizer steps. The stand-in is importable as `torch` only in the
+subprocesses started here (its directory first on PYTHONPATH), so it never shadows
+a real torch in this process. tests/test_torch.py checks on 3.11 that the expected
+names and ids below are what the real torch.profiler writes for the same workload
+(tests/torch_stand_in/workload.py)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STAND_IN = os.path.join(HERE, "torch_stand_in")
+STEPS = 2           # workload.STEPS
+
+# Module calls of one forward pass of workload.make()'s model, in call order, with
+# their "Python module id": instances are counted per class object, so workload.py's
+# own Linear class has a Linear_0 beside torch.nn.Linear's.
+EXPECTED_MODULE_CALLS = [
+    ("nn.Module: Sequential_0", 0),
+    ("nn.Module: Linear_0", 0), ("nn.Module: ReLU_0", 0),
+    ("nn.Module: Block_0", 0), ("nn.Module: Linear_1", 1), ("nn.Module: ReLU_1", 1),
+    ("nn.Module: Block_1", 1), ("nn.Module: Linear_2", 2), ("nn.Module: ReLU_2", 2),
+    ("nn.Module: Linear_0", 0), ("nn.Module: Linear_3", 3),
+    ("nn.Module: Linear_4", 4),
+]
+# The module-call parent of each module call above (None: the model itself).
+EXPECTED_MODULE_PARENTS = [
+    None,
+    "nn.Module: Sequential_0", "nn.Module: Sequential_0",
+    "nn.Module: Sequential_0", "nn.Module: Block_0", "nn.Module: Block_0",
+    "nn.Module: Sequential_0", "nn.Module: Block_1", "nn.Module: Block_1",
+    "nn.Module: Sequential_0", "nn.Module: Linear_0",
+    "nn.Module: Sequential_0",
+]
+
+TRACE_WORKLOAD = r"""
+import json, sys
+import pytrace_cffi
+{before}
+import torch, workload
+assert torch.__file__.startswith(sys.argv[2]), torch.__file__    # the stand-in, never torch
+model, optimizers, x = workload.make()
+{run}
+trace.export_chrome_trace(sys.argv[1])
+print(json.dumps({{
+    "calls": [list(c) for c in trace],
+    "params": trace.params,
+    "backend": trace.backend,
+}}))
+"""
+
+TRACED_RUN = """
+workload.train(model, optimizers, x)          # warm up, as with real torch
+with pytrace_cffi.trace(record_params=True) as t:
+    workload.train(model, optimizers, x)
+trace = t.trace
+"""
+
+# torch imported after tracing started: its code objects are classified when first
+# seen, which is after the import.
+STARTED_BEFORE_IMPORT = "pytrace_cffi.start(record_params=True)\n"
+RUN_AFTER_START = "workload.train(model, optimizers, x)\ntrace = pytrace_cffi.stop()\n"
+
+
+def run_workload(tmp_path, before="", run=TRACED_RUN):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [STAND_IN] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    chrome = tmp_path / "trace.json"
+    code = TRACE_WORKLOAD.format(before=before, run=run)
+    proc = subprocess.run([sys.executable, "-c", code, str(chrome), STAND_IN], env=env,
+                          cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    calls = [dict(zip(("id", "name", "start_ns", "end_ns", "thread", "parent", "kind"), c))
+             for c in facts["calls"]]
+    events = [e for e in json.loads(chrome.read_text())["traceEvents"] if e.get("ph") == "X"]
+    return calls, events, facts
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    return run_workload(tmp_path_factory.mktemp("stand_in"))
+
+
+def module_calls(calls):
+    return [c for c in sorted(calls, key=lambda c: c["start_ns"])
+            if c["name"].startswith("nn.Module: ")]
+
+
+def ancestors(call, by_id):
+    while call["parent"] is not None:
+        call = by_id[call["parent"]]
+        yield call
+
+
+def test_runs_on_this_interpreters_backend(traced):
+    _, _, facts = traced
+    assert facts["backend"] == ("sys.monitoring" if sys.version_info >= (3, 12)
+                                else "PyEval_SetProfile")
+
+
+def test_module_calls_are_named_and_numbered_as_torch_profiler(traced):
+    calls, events, _ = traced
+    names = [c["name"] for c in module_calls(calls)]
+    assert names == [name for name, _ in EXPECTED_MODULE_CALLS] * STEPS
+    # the Chrome export carries torch's "Python module id" on every module slice
+    exported = [(e["name"], e["args"]["Python module id"])
+                for e in sorted(events, key=lambda e: e["ts"])
+                if e["name"].startswith("nn.Module: ")]
+    assert exported == EXPECTED_MODULE_CALLS * STEPS
+    assert not [e for e in events if not e["name"].startswith("nn.Module: ")
+                and "Python module id" in e["args"]]
+
+
+def test_module_calls_nest_like_the_model_and_span_forward(traced):
+    calls, _, _ = traced
+    by_id = {c["id"]: c for c in calls}
+
+    def module_parent(call):
+        return next((a["name"] for a in ancestors(call, by_id)
+                     if a["name"].startswith("nn.Module: ")), None)
+
+    assert [module_parent(c) for c in module_calls(calls)] == EXPECTED_MODULE_PARENTS * STEPS
+    # a module slice is the __call__ (_wrapped_call_impl) frame: _call_impl is its
+    # child, forward its grandchild, and both end inside it
+    for call in module_calls(calls):
+        children = [c for c in calls if c["parent"] == call["id"]]
+        assert [c["name"].rsplit(": ", 1)[1] for c in children] == ["_call_impl"]
+        forward = [c for c in calls if c["parent"] == children[0]["id"]]
+        assert [c["name"].rsplit(": ", 1)[1] for c in forward] == ["forward"]
+        assert call["start_ns"] <= forward[0]["start_ns"] <= forward[0]["end_ns"] <= \
+            call["end_ns"]
+        assert call["name"].startswith("nn.Module: ") and "torch/nn/modules/" in \
+            children[0]["name"]
+
+
+def test_optimizer_steps_are_named_and_span_the_step(traced):
+    calls, events, _ = traced
+    by_id = {c["id"]: c for c in calls}
+    steps = [c for c in sorted(calls, key=lambda c: c["start_ns"])
+             if c["name"].startswith("Optimizer.step#")]
+    assert [c["name"] for c in steps] == \
+        ["Optimizer.step#SGD.step", "Optimizer.step#Adam.step"] * STEPS
+    for cls, module in (("SGD", "sgd"), ("Adam", "adam")):
+        bodies = [c for c in calls if c["name"].startswith(f"torch/optim/{module}.py(")
+                  and c["name"].endswith(": step")]
+        named = [c for c in steps if c["name"] == f"Optimizer.step#{cls}.step"]
+        assert len(bodies) == len(named) == STEPS
+        for step, body in zip(named, bodies):
+            # the whole step, through _use_grad, runs inside the named slice, and
+            # the tagged _optimizer_step_code call is its child
+            assert step in list(ancestors(body, by_id))
+            assert step["start_ns"] <= body["start_ns"] and body["end_ns"] <= step["end_ns"]
+            hook = [c for c in calls if c["parent"] == step["id"]
+                    and c["name"].endswith(": _optimizer_step_code")]
+            assert len(hook) == 1
+    # the step's own function name is gone: every wrapper call carries the step name
+    assert not [c for c in calls if c["name"].endswith(": wrapper")]
+    assert sorted(e["name"] for e in events if e["name"].startswith("Optimizer.step#")) == \
+        sorted(c["name"] for c in steps)
+
+
+def test_record_params_keeps_module_and_optimizer_metadata(traced):
+    _, _, facts = traced
+    params = facts["params"]
+    modules = params["modules"]
+    # each module once, at its first call, with torch's module id
+    assert [(m["name"], m["module_id"]) for m in modules] == EXPECTED_MODULE_CALLS
+    linear0 = modules[1]
+    assert linear0["class"] == "Linear" and [p["name"] for p in linear0["parameters"]] == \
+        ["weight", "bias"]
+    weight = linear0["parameters"][0]
+    assert weight == {"name": "weight", "shape": [3, 4], "dtype": "float32", "device": "cpu",
+                      "requires_grad": True, "grad": None}     # zero_grad() ran before forward
+    assert modules[-1]["parameters"][1] == {"name": "bias", "tensor": None}    # bias=False
+    assert modules[0]["parameters"] == [] and modules[3]["parameters"] == []
+
+    steps = params["optimizer_steps"]
+    assert [(s["class"], s["optimizer_id"], s["step"]) for s in steps] == \
+        [("SGD", 0, 0), ("Adam", 1, 0), ("SGD", 0, 1), ("Adam", 1, 1)]
+    sgd, adam = steps[2], steps[3]
+    assert sgd["param_groups"][0]["options"] == \
+        {"lr": 0.1, "momentum": 0.9, "differentiable": False}
+    assert [p["name"] for p in sgd["param_groups"][0]["params"]] == \
+        ["Linear_0.weight", "Linear_0.bias", "Linear_1.weight", "Linear_1.bias"]
+    first = sgd["param_groups"][0]["params"][0]
+    assert first["shape"] == [3, 4] and first["grad"] == {"shape": [3, 4], "dtype": "float32"}
+    assert first["state"] == {"momentum_buffer": {"shape": [3, 4], "dtype": "float32",
+                                                  "device": "cpu", "requires_grad": False}}
+    adam_params = adam["param_groups"][0]["params"]
+    # workload.py's own Linear has a Linear_0 too: its inner torch Linear is Linear_3
+    assert [p["name"] for p in adam_params] == \
+        ["Linear_2.weight", "Linear_2.bias", "Linear_3.weight", "Linear_3.bias",
+         "Linear_4.weight"]
+    assert set(adam_params[0]["state"]) == {"step", "exp_avg", "exp_avg_sq"}
+    assert adam_params[0]["state"]["step"]["shape"] == []
+    assert adam_params[-1]["state"]["exp_avg_sq"]["shape"] == [2, 3]
+
+
+def test_torch_imported_after_start_is_recognised(tmp_path):
+    calls, events, facts = run_workload(tmp_path, before=STARTED_BEFORE_IMPORT,
+                                        run=RUN_AFTER_START)
+    assert [c["name"] for c in module_calls(calls)] == \
+        [name for name, _ in EXPECTED_MODULE_CALLS] * STEPS
+    assert sorted(c["name"] for c in calls if c["name"].startswith("Optimizer.step#")) == \
+        ["Optimizer.step#Adam.step"] * STEPS + ["Optimizer.step#SGD.step"] * STEPS
+    assert [(m["name"], m["module_id"]) for m in facts["params"]["modules"]] == \
+        EXPECTED_MODULE_CALLS
+
+
+def test_without_modules_option_the_calls_keep_their_function_names(tmp_path):
+    run = ("with pytrace_cffi.trace(with_modules=False) as t:\n"
+           "    workload.train(model, optimizers, x)\n"
+           "trace = t.trace\n")
+    calls, _, _ = run_workload(tmp_path, run=run)
+    names = [c["name"] for c in calls]
+    assert not [n for n in names if n.startswith(("nn.Module", "Optimizer"))]
+    assert len([n for n in names if n.endswith(": _wrapped_call_impl")]) == \
+        len(EXPECTED_MODULE_CALLS) * STEPS
+    assert len([n for n in names if n.endswith(": wrapper")]) == 2 * STEPS

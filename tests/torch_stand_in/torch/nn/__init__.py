@@ -1,0 +1,2 @@
+from .modules import Linear, Module, ReLU, Sequential  # noqa: F401
+from .parameter import Parameter  # noqa: F401

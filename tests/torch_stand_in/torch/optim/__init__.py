@@ -1,0 +1,3 @@
+from .adam import Adam  # noqa: F401
+from .optimizer import Optimizer  # noqa: F401
+from .sgd import SGD  # noqa: F401
