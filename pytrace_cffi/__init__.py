@@ -214,6 +214,8 @@ def is_tracing():
 class trace:
     """Context manager: ``with pytrace_cffi.trace(**options) as t:`` traces the
     block; after it, ``t.trace`` is the Trace (``t`` also forwards its methods).
+    Inside the block ``t.trace`` is None, and len(t), iterating t or a forwarded
+    attribute raise TracerStateError (an AttributeError too, for attributes).
 
     With ``schedule=pytrace_cffi.schedule(wait=, warmup=, active=, repeat=)``,
     call ``t.step()`` at the end of each loop step: only the scheduled steps are
