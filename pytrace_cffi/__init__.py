@@ -9,12 +9,13 @@
 or ``with pytrace_cffi.trace() as t: work()``. Every Python and built-in call on
 every thread is recorded; see README.md for the options and the output format.
 """
-import atexit
-import os
-import sys
-import threading
+# Imported under private names: dir(pytrace_cffi) lists the public API only.
+import atexit as _atexit
+import os as _os
+import sys as _sys
+import threading as _threading
 
-from ._tracer import Session
+from ._tracer import Session as _Session
 from .annotations import (RecordFunction, capture_stack, counter, instant, record_function,
                           symbolize)
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
@@ -30,7 +31,7 @@ __all__ = ["start", "stop", "trace", "load", "is_tracing", "release_memory", "Tr
            "TraceError", "TracerConflictError", "TracerStateError"]
 __version__ = "0.1.0"
 
-_lock = threading.Lock()
+_lock = _threading.Lock()
 _session = None          # the running Session, or None
 
 
@@ -38,7 +39,7 @@ def _after_fork_in_child():
     """A child forked while tracing stops tracing cleanly; the parent's trace is
     the parent's. Locks another thread held at fork time are made anew."""
     global _lock, _session
-    _lock = threading.Lock()
+    _lock = _threading.Lock()
     session, _session = _session, None
     if session is not None:
         session.abandon_in_forked_child()
@@ -51,12 +52,12 @@ def _stop_at_exit():
     if session is not None:
         session.stop()
         print("pytrace_cffi: still tracing at exit; that trace was discarded (call stop())",
-              file=sys.stderr)
+              file=_sys.stderr)
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(_stop_at_exit)
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_after_fork_in_child)
+_atexit.register(_stop_at_exit)
 
 
 def _patterns(name, value):
@@ -84,11 +85,11 @@ def _check_options(c_calls=True, noop=False, with_modules=True, record_params=Fa
         if not 1 <= max_events <= 2 ** 62:
             raise ValueError(f"max_events must be at least 1, not {max_events}")
     if output is not None:
-        if not isinstance(output, (str, bytes, os.PathLike)):
+        if not isinstance(output, (str, bytes, _os.PathLike)):
             raise TypeError(f"output must be a path, not {type(output).__name__}")
         if max_events is None:
             raise ValueError("output is where max_events spills events: give max_events too")
-        output = os.fsdecode(output)
+        output = _os.fsdecode(output)
     if max_depth is not None:
         if not isinstance(max_depth, int) or isinstance(max_depth, bool):
             raise TypeError(f"max_depth must be an int, not {type(max_depth).__name__}")
@@ -103,6 +104,22 @@ def _check_options(c_calls=True, noop=False, with_modules=True, record_params=Fa
                    include=_patterns("include", include), exclude=_patterns("exclude", exclude),
                    min_duration_us=min_duration_us)
     return options
+
+
+_OPTION_NAMES = _check_options.__code__.co_varnames[:_check_options.__code__.co_argcount]
+
+
+def _options_for(function, given, extra=()):
+    """_check_options(**given), with an unknown name reported as a TypeError from
+    the public `function` the user called, with the closest valid name."""
+    valid = _OPTION_NAMES + tuple(extra)
+    for name in given:
+        if name not in valid:
+            import difflib
+            close = difflib.get_close_matches(name, valid, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}{hint}")
+    return _check_options(**given)
 
 
 def start(**options):
@@ -138,11 +155,11 @@ def start(**options):
     profiler holds the hook pytrace_cffi needs, TypeError for bad options.
     """
     global _session
-    options = _check_options(**options)
+    options = _options_for("start", options)
     with _lock:
         if _session is not None:
             raise TracerStateError("pytrace_cffi is already tracing; call stop() first")
-        session = _session = Session(**options)
+        session = _session = _Session(**options)
     try:
         # Last statement on purpose: whatever runs in this frame after the hooks
         # go live would be recorded as the caller's work.
@@ -197,6 +214,8 @@ def is_tracing():
 class trace:
     """Context manager: ``with pytrace_cffi.trace(**options) as t:`` traces the
     block; after it, ``t.trace`` is the Trace (``t`` also forwards its methods).
+    Inside the block ``t.trace`` is None, and len(t), iterating t or a forwarded
+    attribute raise TracerStateError (an AttributeError too, for attributes).
 
     With ``schedule=pytrace_cffi.schedule(wait=, warmup=, active=, repeat=)``,
     call ``t.step()`` at the end of each loop step: only the scheduled steps are
@@ -204,7 +223,7 @@ class trace:
     is the latest)."""
 
     def __init__(self, schedule=None, on_trace_ready=None, **options):
-        self._options = _check_options(**options)
+        self._options = _options_for("trace", options, extra=("schedule", "on_trace_ready"))
         self.trace = None
         self._scheduled = None
         if schedule is not None:
@@ -236,18 +255,30 @@ class trace:
             self.trace = stop()
         return False
 
+    def _not_ready(self):
+        if self.__dict__.get("_scheduled") is not None:
+            return "no scheduled window has been recorded yet"
+        return "the trace is ready once the with block ends"
+
     def __getattr__(self, name):
         if name == "trace":
             raise AttributeError(name)
         result = self.__dict__.get("trace")
         if result is None:
-            raise AttributeError(f"{name!r}: the trace is ready once the with block ends")
+            raise _TraceNotReadyError(f"{name!r}: {self._not_ready()}")
         return getattr(result, name)
 
     def __iter__(self):
         if self.trace is None:
-            raise TraceError("the trace is ready once the with block ends")
+            raise _TraceNotReadyError(f"iterating: {self._not_ready()}")
         return iter(self.trace)
 
     def __len__(self):
-        return len(self.trace) if self.trace is not None else 0
+        if self.trace is None:
+            raise _TraceNotReadyError(f"len(): {self._not_ready()}")
+        return len(self.trace)
+
+
+class _TraceNotReadyError(TracerStateError, AttributeError):
+    """The trace read from a trace() context manager before it exists. An
+    AttributeError too, so that getattr(t, name, default) and hasattr keep working."""

@@ -14,7 +14,8 @@ class TracerConflictError(TraceError):
 
 
 class TracerStateError(TraceError):
-    """start() while tracing, or stop() while not tracing."""
+    """start() while tracing, stop() while not tracing, or a trace() block's trace
+    read inside the block, before it exists."""
 
 
 class TraceFormatError(TraceError):
