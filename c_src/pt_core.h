@@ -189,12 +189,15 @@ int pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
  * SLICE_END TrackEvent packets (each a Trace.packet entry) into out until it is
  * nearly full, resuming from *cursor (zeroed, last_ns = the sequence clock's
  * value, before the thread's first call). Timestamps are deltas from the previous
- * packet of the sequence. A begin carries events[key] (TrackEvent fields: name
- * iid, category iids, debug annotations), open_mark too when the slice was open
- * at stop, and interned[key] (InternedData fields) the first time key is seen
- * while interned_done[key] is 0. stack holds the open slices (stack_cap entries:
- * the thread's deepest depth + 1). Done when cursor->next == n and cursor->open
- * == 0. PT_ERR_ARG: slices out of time order, a key >= n_keys or too deep. */
+ * packet of the sequence. A begin carries key's bytes of events (TrackEvent
+ * fields: name iid, category iids, debug annotations), open_mark too when the
+ * slice was open at stop, and key's bytes of interned (InternedData fields) the
+ * first time key is seen while interned_done[key] is 0. Key k's bytes are
+ * blob[offsets[k]..offsets[k + 1]); both blobs end with PT_PF_BLOB_PADDING spare
+ * bytes. stack holds the open slices (stack_cap entries: the thread's deepest
+ * depth + 1). Done when cursor->next == n and cursor->open == 0. PT_ERR_ARG:
+ * slices out of time order, a key >= n_keys or too deep. */
+#define PT_PF_BLOB_PADDING 16
 typedef struct {
     uint64_t next;          /* the next slice to begin */
     uint32_t open;          /* slices begun and not yet ended, on the stack */
@@ -202,8 +205,8 @@ typedef struct {
 } pt_pf_cursor;
 int pt_pftrace_slices(const pt_slice *slices, uint64_t n, pt_pf_cursor *cursor,
                       int64_t *stack, uint32_t stack_cap,
-                      const char *const *events, const uint32_t *event_lens,
-                      const char *const *interned, const uint32_t *interned_lens,
+                      const char *events, const uint32_t *event_offsets,
+                      const char *interned, const uint32_t *interned_offsets,
                       uint8_t *interned_done, uint32_t n_keys,
                       const char *open_mark, uint32_t open_mark_len,
                       uint32_t sequence_id, char *out, uint64_t cap, uint64_t *written);

@@ -144,12 +144,13 @@ class _Sink:
         self.pending_bytes = 0
 
     def write(self, data):
+        """data may be a view of a buffer about to be reused: written or copied now."""
         if not self.compress:
             self.out.write(data)
             return
         if self.pending_bytes + len(data) > COMPRESSED_INPUT_BYTES:
             self.flush()
-        self.pending.append(data)
+        self.pending.append(bytes(data))
         self.pending_bytes += len(data)
 
     def flush(self):
@@ -217,8 +218,19 @@ def _thread_head(trace, thread, uuid, sequence_id, interned_head):
     return head + _packet(_bytes(6, clocks), seq)
 
 
+def _blob(parts):
+    """parts joined, with the padding the C side's fixed-size copies read past
+    the last one, and the offsets of each part (len(parts) + 1 of them)."""
+    offsets = [0]
+    for part in parts:
+        offsets.append(offsets[-1] + len(part))
+    blob = ffi.new("char[]", b"".join(parts) + bytes(lib.PT_PF_BLOB_PADDING))
+    return blob, ffi.new("uint32_t[]", offsets)
+
+
 def _chunks(trace, progress, chunk_bytes):
-    """The file's packets in pieces of at most about chunk_bytes."""
+    """The file's packets in pieces of at most about chunk_bytes (bytes, or a view
+    of the C side's buffer that the next piece overwrites)."""
     base_uuid = _uuid_base(trace)
     uuids = {"process": base_uuid, "threads": [], "tids": {}, "counters": {}}
     for index, thread in enumerate(trace.threads):
@@ -250,14 +262,12 @@ def _chunks(trace, progress, chunk_bytes):
                               for iid, name in enumerate(CATEGORIES, 1))
                      + annotation_names.interned())
     n_keys = len(events)
-    event_ptrs = ffi.new("char *[]", [ffi.from_buffer(e) for e in events])
-    event_lens = ffi.new("uint32_t[]", [len(e) for e in events])
-    interned_ptrs = ffi.new("char *[]", [ffi.from_buffer(e) for e in interned])
-    interned_lens = ffi.new("uint32_t[]", [len(e) for e in interned])
+    event_blob, event_offsets = _blob(events)
+    interned_blob, interned_offsets = _blob(interned)
     interned_done = ffi.new("uint8_t[]", max(1, n_keys))
     # Room for the biggest packet, whatever chunk_bytes says.
-    cap = max(chunk_bytes, 2 * (max(event_lens, default=0) + max(interned_lens, default=0)
-                                + len(open_mark)) + 1024)
+    cap = max(chunk_bytes, 2 * (max(map(len, events), default=0)
+                                + max(map(len, interned), default=0) + len(open_mark)) + 1024)
     out = ffi.new("char[]", cap)
     written = ffi.new("uint64_t *")
     cursor = ffi.new("pt_pf_cursor *")
@@ -271,8 +281,8 @@ def _chunks(trace, progress, chunk_bytes):
         cursor.next, cursor.open, cursor.last_ns = 0, 0, trace.start_ns
         while cursor.next < n or cursor.open:
             before = cursor.next, cursor.open
-            status = lib.pt_pftrace_slices(slices, n, cursor, stack, stack_cap, event_ptrs,
-                                           event_lens, interned_ptrs, interned_lens,
+            status = lib.pt_pftrace_slices(slices, n, cursor, stack, stack_cap, event_blob,
+                                           event_offsets, interned_blob, interned_offsets,
                                            interned_done, n_keys, open_mark, len(open_mark),
                                            sequence_id, out, cap, written)
             if status != lib.PT_OK:
@@ -282,7 +292,7 @@ def _chunks(trace, progress, chunk_bytes):
             if (cursor.next, cursor.open) == before:
                 raise RuntimeError("pytrace_cffi: a .pftrace packet did not fit its buffer")
             progress.advance(cursor.next - before[0])
-            yield ffi.buffer(out, written[0])[:]
+            yield ffi.buffer(out, written[0])      # valid until the next round
 
 
 def write_perfetto(trace, path, compress=True):
