@@ -37,7 +37,8 @@ from .errors import TraceFormatError
 CHUNK_BYTES = 4 << 20
 # Input of one compressed_packets packet: under the 512 KiB Perfetto's own writer uses.
 COMPRESSED_INPUT_BYTES = 256 << 10
-COMPRESS_LEVEL = 6
+# zlib level 3: ~2.8 bytes a call on fib, 3-4x the speed of level 6 (~2.3 bytes)
+COMPRESS_LEVEL = 3
 PROCESS_SEQUENCE = 1
 SEQUENCE_CLOCK = 64                 # sequence-scoped clock ids are 64..127
 CLOCK_MONOTONIC = 3                 # BuiltinClock BUILTIN_CLOCK_MONOTONIC
