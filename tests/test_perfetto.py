@@ -387,3 +387,8 @@ def test_cli_run_and_export_write_pftrace(tmp_path):
     assert_same_as_json(pytrace_cffi.load(str(saved)), tmp_path / "compare", True)
     assert len([s for s in decode(again)["slices"]
                 if s["name"].endswith("prog.py(1): f")]) == 465
+
+
+def test_signal_windows_number_pftrace_files_before_the_suffix():
+    from pytrace_cffi._windows import numbered
+    assert numbered("out.pftrace", 2) == "out.2.pftrace"      # was out.pftrace.2: a directory
