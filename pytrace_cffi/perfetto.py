@@ -200,10 +200,10 @@ def _process_sequence(trace, uuids):
                               _bytes(11, _int(9, TYPE_COUNTER) + _int(11, track) + number), seq)
 
 
-def _thread_head(trace, thread, uuid, sequence_id, interned_head):
+def _thread_head(trace, thread, uuid, sequence_id, interned_head, clock_ns):
     """A thread sequence's first packets: its track, defaults, the clock mapping
-    (sequence clock = CLOCK_MONOTONIC at the trace's start, in ns) and the
-    interned categories and annotation names."""
+    (sequence clock = CLOCK_MONOTONIC at clock_ns, in ns) and the interned
+    categories and annotation names."""
     seq = _int(10, sequence_id)
     tid = thread.native_id or thread.ident
     descriptor = _bytes(60, _int(1, uuid) + _int(5, _uuid_base(trace))
@@ -212,9 +212,9 @@ def _thread_head(trace, thread, uuid, sequence_id, interned_head):
     defaults = _bytes(59, _int(58, SEQUENCE_CLOCK) + _bytes(11, _int(11, uuid)))
     head = _packet(descriptor, _int(13, SEQ_INCREMENTAL_STATE_CLEARED), defaults,
                    _bytes(12, interned_head), seq)
-    clocks = (_bytes(1, _int(1, SEQUENCE_CLOCK) + _int(2, trace.start_ns) + _int(3, 1)
+    clocks = (_bytes(1, _int(1, SEQUENCE_CLOCK) + _int(2, clock_ns) + _int(3, 1)
                      + _int(4, 1))
-              + _bytes(1, _int(1, CLOCK_MONOTONIC) + _int(2, trace.start_ns))
+              + _bytes(1, _int(1, CLOCK_MONOTONIC) + _int(2, clock_ns))
               + _int(2, CLOCK_MONOTONIC))        # primary_trace_clock
     return head + _packet(_bytes(6, clocks), seq)
 
@@ -275,11 +275,15 @@ def _chunks(trace, progress, chunk_bytes):
 
     for index, (thread, slices, n) in enumerate(trace.thread_slices()):
         sequence_id = PROCESS_SEQUENCE + 1 + index
-        yield _thread_head(trace, thread, uuids["threads"][index], sequence_id, interned_head)
+        # The sequence's clock starts at the trace's start, or at its first call if
+        # that is earlier (a loaded trace's clock may say so): deltas are never negative.
+        clock_ns = min(trace.start_ns, slices[0].start) if n else trace.start_ns
+        yield _thread_head(trace, thread, uuids["threads"][index], sequence_id, interned_head,
+                           clock_ns)
         stack_cap = lib.pt_max_depth(slices, n) + 1 if n else 1
         stack = ffi.new("int64_t[]", stack_cap)
         ffi.memmove(interned_done, bytes(max(1, n_keys)), max(1, n_keys))
-        cursor.next, cursor.open, cursor.last_ns = 0, 0, trace.start_ns
+        cursor.next, cursor.open, cursor.last_ns = 0, 0, clock_ns
         while cursor.next < n or cursor.open:
             before = cursor.next, cursor.open
             status = lib.pt_pftrace_slices(slices, n, cursor, stack, stack_cap, event_blob,

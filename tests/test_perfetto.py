@@ -366,6 +366,24 @@ def test_out_of_order_slices_raise_and_leave_no_file(rich_trace, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_a_call_before_the_trace_start_keeps_its_time(rich_trace, tmp_path):
+    """A loaded trace may hold a call that began before its start_ns (the JSON
+    writes such a ts as 0): the sequence's clock starts early enough for it."""
+    thread, array, n = next(iter(rich_trace.thread_slices()))
+    copy = ffi.new("pt_slice[]", n)
+    ffi.memmove(copy, array, n * ffi.sizeof("pt_slice"))
+    copy[0].start = rich_trace.start_ns - 1000
+    trace = Trace(names=rich_trace.names, key_kinds=rich_trace.key_kinds, key_args={},
+                  threads=[thread], slices=[(copy, n)], start_ns=rich_trace.start_ns,
+                  stop_ns=rich_trace.stop_ns, pid=rich_trace.pid, python_version="x",
+                  backend="x", clock="x", params={})
+    path = tmp_path / "early.pftrace"
+    trace.export_perfetto(str(path))
+    starts = sorted(s["start"] for s in decode(path)["slices"])
+    assert starts == sorted(copy[i].start for i in range(n))
+    assert starts[0] == rich_trace.start_ns - 1000
+
+
 def test_cli_run_and_export_write_pftrace(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text("def f(n):\n    return n if n < 2 else f(n - 1) + f(n - 2)\nf(12)\n")
