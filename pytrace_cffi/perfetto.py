@@ -24,6 +24,8 @@ Layout:
 A call's "Python id" and "Python parent id" of the JSON are implicit here: the
 calls' begin order (thread by thread) and their nesting.
 """
+import collections
+import concurrent.futures
 import math
 import os
 import struct
@@ -39,6 +41,7 @@ CHUNK_BYTES = 4 << 20
 COMPRESSED_INPUT_BYTES = 256 << 10
 # zlib level 3: ~2.8 bytes a call on fib, 3-4x the speed of level 6 (~2.3 bytes)
 COMPRESS_LEVEL = 3
+COMPRESS_THREADS = 2
 PROCESS_SEQUENCE = 1
 SEQUENCE_CLOCK = 64                 # sequence-scoped clock ids are 64..127
 CLOCK_MONOTONIC = 3                 # BuiltinClock BUILTIN_CLOCK_MONOTONIC
@@ -136,13 +139,19 @@ def _uuid_base(trace):
 
 class _Sink:
     """Writes whole Trace.packet entries, or deflates them into compressed_packets
-    packets of at most COMPRESSED_INPUT_BYTES input each."""
+    packets of at most COMPRESSED_INPUT_BYTES input each. zlib lets go of the GIL
+    while it works, so pieces are deflated on COMPRESS_THREADS threads while the
+    next ones are encoded; at most twice that many wait, and they are written in
+    order."""
 
     def __init__(self, out, compress):
         self.out = out
         self.compress = compress
         self.pending = []
         self.pending_bytes = 0
+        self.in_flight = collections.deque()
+        self.pool = (concurrent.futures.ThreadPoolExecutor(COMPRESS_THREADS)
+                     if compress else None)
 
     def write(self, data):
         """data may be a view of a buffer about to be reused: written or copied now."""
@@ -150,15 +159,33 @@ class _Sink:
             self.out.write(data)
             return
         if self.pending_bytes + len(data) > COMPRESSED_INPUT_BYTES:
-            self.flush()
+            self._submit()
         self.pending.append(bytes(data))
         self.pending_bytes += len(data)
 
-    def flush(self):
+    def _submit(self):
         if self.pending:
-            packed = zlib.compress(b"".join(self.pending), COMPRESS_LEVEL)
-            self.out.write(_packet(_bytes(50, packed)))
+            self.in_flight.append(self.pool.submit(zlib.compress, b"".join(self.pending),
+                                                   COMPRESS_LEVEL))
             self.pending, self.pending_bytes = [], 0
+        while len(self.in_flight) > 2 * COMPRESS_THREADS:
+            self._write_oldest()
+
+    def _write_oldest(self):
+        self.out.write(_packet(_bytes(50, self.in_flight.popleft().result())))
+
+    def finish(self):
+        if self.compress:
+            self._submit()
+            while self.in_flight:
+                self._write_oldest()
+
+    def close(self):
+        """Stops the threads; on failure the pieces still waiting are dropped."""
+        if self.pool is not None:
+            for future in self.in_flight:
+                future.cancel()
+            self.pool.shutdown(wait=True)
 
 
 def _process_sequence(trace, uuids):
@@ -311,6 +338,9 @@ def write_perfetto(trace, path, compress=True):
     with replaced_atomically(path, lambda tmp: open(tmp, "wb")) as out, \
             Progress(f"writing {path}", len(trace)) as progress:
         sink = _Sink(out, compress)
-        for chunk in _chunks(trace, progress, chunk_bytes):
-            sink.write(chunk)
-        sink.flush()
+        try:
+            for chunk in _chunks(trace, progress, chunk_bytes):
+                sink.write(chunk)
+            sink.finish()
+        finally:
+            sink.close()
