@@ -384,6 +384,19 @@ def test_a_call_before_the_trace_start_keeps_its_time(rich_trace, tmp_path):
     assert starts[0] == rich_trace.start_ns - 1000
 
 
+def test_names_that_utf8_cannot_hold_are_escaped(rich_trace, tmp_path):
+    thread, array, n = next(iter(rich_trace.thread_slices()))
+    names = list(rich_trace.names)
+    names[array[0].key] = "/tmp/caf\udce9.py(1): f"    # surrogateescape of a latin-1 path
+    trace = Trace(names=names, key_kinds=rich_trace.key_kinds, key_args={},
+                  threads=[thread], slices=[(array, n)], start_ns=rich_trace.start_ns,
+                  stop_ns=rich_trace.stop_ns, pid=rich_trace.pid, python_version="x",
+                  backend="x", clock="x", params={})
+    path = tmp_path / "odd.pftrace"
+    trace.export_perfetto(str(path))
+    assert "/tmp/caf\\udce9.py(1): f" in {s["name"] for s in decode(path)["slices"]}
+
+
 def test_cli_run_and_export_write_pftrace(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text("def f(n):\n    return n if n < 2 else f(n - 1) + f(n - 2)\nf(12)\n")
