@@ -423,3 +423,26 @@ def test_cli_run_and_export_write_pftrace(tmp_path):
 def test_signal_windows_number_pftrace_files_before_the_suffix():
     from pytrace_cffi._windows import numbered
     assert numbered("out.pftrace", 2) == "out.2.pftrace"      # was out.pftrace.2: a directory
+
+
+def test_torch_modules_and_optimizer_steps(tmp_path):
+    """A real torch run: module calls and optimizer steps keep their names and
+    their "Python module id" annotations, exactly as in the JSON."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(3, 4)
+
+    def step():
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+
+    step()
+    with pytrace_cffi.trace() as t:
+        step()
+    decoded = assert_same_as_json(t.trace, tmp_path, compress=True)
+    modules = [s for s in decoded["slices"] if s["name"].startswith("nn.Module: ")]
+    assert len(modules) == 4            # Sequential, Linear, ReLU, Linear
+    assert all(isinstance(s["args"]["Python module id"], int) for s in modules)
+    assert any(s["name"].startswith("Optimizer.step#") for s in decoded["slices"])
