@@ -10,8 +10,9 @@ from . import is_tracing, start, stop
 
 
 def numbered(path, number):
-    """out.json -> out.1.json, out.json.gz -> out.1.json.gz, dir -> dir.1"""
-    for suffix in (".json.gz", ".json", ".html"):
+    """out.json -> out.1.json, out.json.gz -> out.1.json.gz (.html and .pftrace
+    alike), dir -> dir.1"""
+    for suffix in (".json.gz", ".json", ".html", ".pftrace"):
         if path.endswith(suffix):
             return f"{path[:-len(suffix)]}.{number}{suffix}"
     return f"{path.rstrip(os.sep)}.{number}"

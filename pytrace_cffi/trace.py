@@ -130,6 +130,15 @@ class Trace:
         write_chrome_trace(self, path)
         return path
 
+    def export_perfetto(self, path, compress=True):
+        """Writes Perfetto's native TrackEvent protobuf (.pftrace): several times
+        smaller than JSON and lighter for ui.perfetto.dev, the format for big traces.
+        compress: deflate-compressed packets (about ten times smaller again). On
+        failure the trace is kept for a retry."""
+        from .perfetto import write_perfetto
+        write_perfetto(self, path, compress=compress)
+        return path
+
     def save(self, directory):
         """Writes the trace as a directory (see docs/saved-trace-format.md):
         meta.json, hashes.json, params.json and slices.bin. Load it back with
