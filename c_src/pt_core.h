@@ -106,6 +106,14 @@ int pt_check_hooks(pt_tracer *tracer, int current_only);
 int pt_hooks_lost(pt_tracer *tracer, void *py_list);
 /* The latest event's clock ticks over all threads (the start when none). */
 int64_t pt_last_event_ticks(pt_tracer *tracer);
+/* After pt_stop on PT_BACKEND_PROFILE: 1 when the thread's state was still there
+ * at stop, 0 when the thread had ended (or on sys.monitoring), a status < 0 for a
+ * bad index or a running tracer; *last_ticks gets the clock of its last event.
+ * A thread that ended with calls still open (pt_open_at_stop) had lost our hook
+ * before its frames returned. */
+int pt_thread_at_stop(pt_tracer *tracer, int index, int64_t *last_ticks);
+/* How many slices replay closed at stop time (PT_SLICE_OPEN_AT_STOP). */
+uint64_t pt_open_at_stop(const pt_slice *slices, uint64_t n);
 /* Sticky error raised by the hot path, or PT_OK. */
 int pt_hot_error(pt_tracer *tracer);
 

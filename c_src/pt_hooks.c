@@ -573,8 +573,8 @@ pt_hook_is_ours(pt_tracer *tracer, PyThreadState *ts, PyObject **found)
 
 /* Marks the thread as having lost the hook and appends (index, ticks of its
  * last event, ticks now, found) to tracer->hooks_lost: no event of it was
- * recorded after the loss, so the loss came after that last event. An exception
- * here (out of memory) is cleared; the thread stays marked. */
+ * recorded after the loss, so the loss came after that last event. Out of
+ * memory here becomes the sticky error stop() raises, not a silent omission. */
 static void
 pt_note_hook_lost(pt_tracer *tracer, pt_thread *thread, PyObject *found)
 {
@@ -585,10 +585,11 @@ pt_note_hook_lost(pt_tracer *tracer, pt_thread *thread, PyObject *found)
         ? Py_BuildValue("(iLLO)", thread->index, (long long)thread->last_ticks,
                         (long long)pt_ticks(tracer), found)
         : NULL;
-    if (!item || PyList_Append(tracer->hooks_lost, item) < 0) {
-        PyErr_Clear();
+    if ((!item || PyList_Append(tracer->hooks_lost, item) < 0) && !tracer->hot_error) {
+        tracer->hot_error = PT_ERR_NOMEM;
         pt_set_error(tracer, "out of memory noting a lost hook");
     }
+    PyErr_Clear();
     Py_XDECREF(item);
 }
 
@@ -651,6 +652,16 @@ pt_hooks_lost(pt_tracer *tracer, void *py_list)
     }
     PyGILState_Release(gil);
     return rc;
+}
+
+int
+pt_thread_at_stop(pt_tracer *tracer, int index, int64_t *last_ticks)
+{
+    pt_thread *thread = pt_thread_for_reading(tracer, index);
+    if (!thread)
+        return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
+    *last_ticks = thread->last_ticks;
+    return thread->alive_at_stop;
 }
 
 int64_t
@@ -808,8 +819,10 @@ pt_stop(pt_tracer *tracer)
             pt_thread *thread = pt_thread_find(tracer, PyThreadState_GetID(ts));
             if (!thread)
                 continue;
+            thread->alive_at_stop = 1;
             /* Another profiler's hook found in place of ours stays: removing
-             * it would break that profiler. */
+             * it would break that profiler. When sys.getprofile cannot tell
+             * (-1), the hook is removed as it always was. */
             PyObject *found = NULL;
             if (tracer->getprofile && pt_hook_is_ours(tracer, ts, &found) == 0) {
                 if (!thread->hook_lost)

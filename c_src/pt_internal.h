@@ -49,6 +49,7 @@ typedef struct pt_thread {
     uint64_t native_id;
     int index;                    /* position in creation order */
     int hook_lost;                /* another profiler was found in place of our hook */
+    int alive_at_stop;            /* its thread state was still there at pt_stop */
 } pt_thread;
 
 typedef struct {

@@ -170,11 +170,13 @@ def stop():
         _session = None
         session.stop()
     result = session.result()
-    if session.hook_losses:
+    from ._tracer import finish_hook_losses
+    hook_lost = finish_hook_losses(session, result)
+    if hook_lost:
         import warnings
-        from ._tracer import count_calls, hook_loss_message
-        result.hook_lost = count_calls(session.hook_losses, result)
-        warnings.warn(hook_loss_message(session.hook_losses), TraceWarning, stacklevel=2)
+        from ._tracer import hook_loss_message
+        result.hook_lost = hook_lost
+        warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=2)
     failure = session.hot_error()
     if failure:
         raise TraceError(f"tracing failed: {failure}", trace=result)

@@ -75,7 +75,7 @@ class Session:
         self._event_mask = 0
         # Another profiler taking our hook: the C core notes threads on 3.9-3.11;
         # these hold what Python notices (sys.monitoring, threading's hook).
-        self._check_lock = threading.Lock()
+        self._check_lock = threading.RLock()    # a signal handler may ask mid-check
         self._stopped = False
         self._monitoring_lost = None
         self._thread_hook_lost = None
@@ -323,12 +323,7 @@ def describe_hook_losses(session, raw_losses):
     if not raw_losses:
         return []
     from .trace import _thread_name
-    tick0 = lib.pt_start_ticks(session.ptr)
-    ms_per_tick = _clock.ns_per_tick() / 1e6
-
-    def ms(ticks):
-        return None if ticks is None else round((ticks - tick0) * ms_per_tick, 3)
-
+    ms = _ms_after_start(session)
     infos = []
     for index in range(lib.pt_thread_count(session.ptr)):
         info = ffi.new("pt_thread_info *")
@@ -349,6 +344,42 @@ def describe_hook_losses(session, raw_losses):
             entry["events"] = sum(info.n_events for info in infos)
         losses.append(entry)
     return losses
+
+
+def _ms_after_start(session):
+    """ticks -> milliseconds after start (None stays None)."""
+    tick0 = lib.pt_start_ticks(session.ptr)
+    ms_per_tick = _clock.ns_per_tick() / 1e6
+    return lambda ticks: None if ticks is None else round((ticks - tick0) * ms_per_tick, 3)
+
+
+def finish_hook_losses(session, result):
+    """The Trace.hook_lost entries of a stopped session, once its trace exists:
+    adds threads that lost the hook and ended before any check could see it
+    (3.9-3.11: a thread that ends with our hook returns from all its frames, so
+    one gone at stop with calls still open had lost it), then counts calls."""
+    losses = list(session.hook_losses)
+    per_thread = getattr(result, "thread_slices", None)
+    if not USE_MONITORING and per_thread is not None:
+        reported = {loss.get("thread_index") for loss in losses}
+        last = ffi.new("int64_t *")
+        ms = None
+        for thread, slices, n in per_thread():
+            if thread.index in reported or not n:
+                continue
+            if lib.pt_thread_at_stop(session.ptr, thread.index, last) != 0:
+                continue
+            open_calls = lib.pt_open_at_stop(slices, n)
+            if not open_calls:
+                continue
+            ms = ms or _ms_after_start(session)
+            losses.append({
+                "scope": "thread", "thread": thread.name, "native_id": thread.native_id or None,
+                "after_ms": ms(last[0]), "noticed_ms": ms(lib.pt_stop_ticks(session.ptr)),
+                "taken_by": (f"the thread ended with {open_calls} calls open (closed at stop "
+                             "time here): its hook went before, to something unknown"),
+                "calls": None, "thread_index": thread.index, "events": thread.n_events})
+    return count_calls(losses, result)
 
 
 def count_calls(losses, result):

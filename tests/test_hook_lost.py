@@ -259,6 +259,42 @@ def test_loss_noticed_when_a_new_thread_starts():
             pytrace_cffi.stop()
     assert "bg_after" not in function_names(trace)
     assert [loss["thread"] for loss in trace.hook_lost] == ["short-lived taker"]
+    assert "<OtherProfiler>" in trace.hook_lost[0]["taken_by"]     # seen while it lived
+
+
+@needs_profile_backend
+def test_thread_that_lost_the_hook_and_ended_before_any_check():
+    """Its thread state is gone by stop(), and nothing looked in between: it
+    ended with calls open, which a thread that keeps our hook never does."""
+    other = OtherProfiler()
+
+    def taker_body():
+        bg_before()
+        sys.setprofile(other)
+        bg_after()
+
+    def quiet_body():
+        bg_before()
+
+    pytrace_cffi.start()
+    try:
+        taker = threading.Thread(target=taker_body, name="gone taker")
+        quiet = threading.Thread(target=quiet_body, name="gone quiet")
+        taker.start()
+        quiet.start()
+        taker.join(30)
+        quiet.join(30)
+        with pytest.warns(TraceWarning, match="thread 'gone taker'") as caught:
+            trace = pytrace_cffi.stop()
+    finally:
+        if session_open():
+            pytrace_cffi.stop()
+    assert "gone quiet" not in str(caught[0].message)
+    (loss,) = trace.hook_lost
+    assert loss["thread"] == "gone taker" and loss["native_id"] == taker.native_id
+    assert "ended with" in loss["taken_by"]
+    assert ended_by(trace, "bg_before") <= loss["after_ms"] + 0.001
+    assert "bg_after" not in function_names(trace)
 
 
 # -- threading's hook for new threads ------------------------------------------------
