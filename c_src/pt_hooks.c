@@ -524,11 +524,12 @@ pt_ident_for_frame(PyObject *current_frames, PyFrameObject *frame)
 /* ------------------------------------------------------------------------ */
 
 /* Returns a new reference to sys.getprofile when it is the sys module's own
- * built-in, else NULL (no exception set). Only that function may be called under
- * another thread's state: it reads the current thread state's profile object,
- * runs no Python code and never releases the GIL, and calling it from C reports
- * no C call to any profiler. A replacement (a mock, a Python function) could do
- * anything there, so hooks are then not checked. */
+ * built-in (METH_NOARGS), else NULL (no exception set). Only that function may
+ * run under another thread's state: it reads the current thread state's profile
+ * object, runs no Python code, cannot fail and never releases the GIL. There is
+ * no public getter for another thread's profile function on 3.9-3.11, hence
+ * the swap. A replacement (a mock, a Python function) could do anything there,
+ * so hooks are then not checked. */
 static PyObject *
 pt_builtin_getprofile(void)
 {
@@ -538,6 +539,7 @@ pt_builtin_getprofile(void)
         ? PyObject_GetAttrString(getprofile, "__name__") : NULL;
     int genuine = name && PyUnicode_Check(name) && sys_module &&
                   PyCFunction_GetSelf(getprofile) == sys_module &&
+                  PyCFunction_GetFlags(getprofile) == METH_NOARGS &&
                   PyUnicode_CompareWithASCIIString(name, "getprofile") == 0;
     Py_XDECREF(name);
     PyErr_Clear();
@@ -553,10 +555,14 @@ pt_builtin_getprofile(void)
 static int
 pt_hook_is_ours(pt_tracer *tracer, PyThreadState *ts, PyObject **found)
 {
+    /* Its C function is called directly, as a METH_NOARGS call would: no
+     * recursion counting on ts, no call event for any profiler. */
+    PyCFunction getprofile = PyCFunction_GetFunction(tracer->getprofile);
+    PyObject *sys_module = PyCFunction_GetSelf(tracer->getprofile);
     PyObject *type, *value, *tb;
     PyThreadState *saved = PyThreadState_Swap(ts);
     PyErr_Fetch(&type, &value, &tb);
-    PyObject *current = PyObject_CallObject(tracer->getprofile, NULL);
+    PyObject *current = getprofile(sys_module, NULL);
     if (!current)
         PyErr_Clear();
     PyErr_Restore(type, value, tb);

@@ -297,6 +297,33 @@ def test_thread_that_lost_the_hook_and_ended_before_any_check():
     assert "bg_after" not in function_names(trace)
 
 
+@needs_profile_backend
+def test_a_replaced_sys_getprofile_is_never_run_under_other_threads():
+    """The check runs sys.getprofile's C function under each thread's state; a
+    stand-in (a mock) could run anything there, so then nothing is checked."""
+    real = sys.getprofile
+    asked = []
+
+    def stand_in():
+        asked.append(threading.current_thread().name)
+        return real()
+
+    sys.getprofile = stand_in
+    try:
+        pytrace_cffi.start()
+        worker = threading.Thread(target=bg_before, name="worker")
+        worker.start()
+        worker.join()
+        tracing = pytrace_cffi.is_tracing()
+        trace = stop_quietly()
+    finally:
+        sys.getprofile = real
+        if session_open():
+            pytrace_cffi.stop()
+    assert tracing and "bg_before" in function_names(trace)
+    assert asked == ["MainThread"]      # start()'s own look at this thread only
+
+
 # -- threading's hook for new threads ------------------------------------------------
 
 def test_threading_hook_replaced():
