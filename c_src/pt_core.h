@@ -93,6 +93,27 @@ int pt_start(pt_tracer *tracer, int tool_id, long long event_mask);
 int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
 /* Stop: removes the hook from every thread; the buffers stay for reading. */
 int pt_stop(pt_tracer *tracer);
+/* Another profiler taking the hook (PT_BACKEND_PROFILE; the sys.monitoring
+ * backend is checked in Python): compares the profile hook of each thread we
+ * attached (or of the calling thread only, when current_only) with ours, and
+ * notes each thread found without it once. pt_stop does the same check and
+ * leaves another profiler's hook in place. Returns how many of the checked
+ * threads lack our hook. */
+int pt_check_hooks(pt_tracer *tracer, int current_only);
+/* Appends the losses noted so far to py_list, as (thread index, clock ticks of
+ * that thread's last event, ticks when noticed, the profile object found in place
+ * of ours or None). */
+int pt_hooks_lost(pt_tracer *tracer, void *py_list);
+/* The latest event's clock ticks over all threads (the start when none). */
+int64_t pt_last_event_ticks(pt_tracer *tracer);
+/* After pt_stop on PT_BACKEND_PROFILE: 1 when the thread's state was still there
+ * at stop, 0 when the thread had ended (or on sys.monitoring), a status < 0 for a
+ * bad index or a running tracer; *last_ticks gets the clock of its last event.
+ * A thread that ended with calls still open (pt_open_at_stop) had lost our hook
+ * before its frames returned. */
+int pt_thread_at_stop(pt_tracer *tracer, int index, int64_t *last_ticks);
+/* How many slices replay closed at stop time (PT_SLICE_OPEN_AT_STOP). */
+uint64_t pt_open_at_stop(const pt_slice *slices, uint64_t n);
 /* Sticky error raised by the hot path, or PT_OK. */
 int pt_hot_error(pt_tracer *tracer);
 

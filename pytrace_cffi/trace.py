@@ -54,8 +54,12 @@ class Trace:
     Iterating yields Call tuples, thread by thread, each thread's calls in start
     order (a parent before its children). `names[key]` names every function;
     `key_args[key]` holds extra args for some (torch modules); `params` holds the
-    parameter metadata recorded with record_params=True.
+    parameter metadata recorded with record_params=True. `hook_lost` lists where
+    another profiler took the hook while tracing (dicts: scope, thread, native_id,
+    after_ms, noticed_ms, taken_by, calls, events; see stop()), empty when none.
     """
+
+    hook_lost = ()
 
     def __init__(self, *, names, key_kinds, key_args, threads, slices, start_ns, stop_ns,
                  pid, python_version, backend, clock, params, marks=(), dropped_events=None):
