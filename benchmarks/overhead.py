@@ -51,7 +51,10 @@ import threading
 import time
 import warnings
 
-import pytrace_cffi
+try:
+    import pytrace_cffi
+except ImportError:         # enough to render saved runs (--from)
+    pytrace_cffi = None
 
 WORKLOADS_DIR = os.environ.get("PYTRACE_WORKLOADS") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "workloads")
@@ -571,6 +574,12 @@ def python_version(run_data):
     return tuple(int(part) for part in run_data["env"]["python"].split(".")[:2])
 
 
+def cprofile_sees_one_thread(run_data, workload, name):
+    """cProfile follows only the thread that enabled it before 3.12."""
+    return (workload == "threads_mix" and name == CProfile.name
+            and python_version(run_data) < (3, 12))
+
+
 def megabytes(size):
     if size is None:
         return "-"
@@ -619,11 +628,12 @@ def machine_sentence(runs):
     for run_data in runs:
         for tool in ("viztracer", "torch"):
             if run_data["env"][tool]:
-                versions.setdefault(tool, []).append(
-                    f"{run_data['env'][tool]} ({short_python(run_data)})")
+                versions.setdefault(tool, {}).setdefault(run_data["env"][tool], []).append(
+                    short_python(run_data))
     for tool, label in (("viztracer", "VizTracer"), ("torch", "torch")):
-        if tool in versions:
-            tools.append(f"{label} {', '.join(versions[tool])}")
+        for version, used_on in versions.get(tool, {}).items():
+            where = "" if len(used_on) == len(runs) else f" ({', '.join(used_on)} only)"
+            tools.append(f"{label} {version}{where}")
     dates = sorted({run_data["env"]["date"][:10] for run_data in runs})
     rounds = sorted({run_data["env"]["rounds"] for run_data in runs})
     return (f"Measured {' and '.join(dates)} by `python benchmarks/overhead.py`"
@@ -687,7 +697,7 @@ def markdown_benchmarks(runs):
         describe.update(run_data["env"]["describe"])
     for name in tracer_names(runs):
         lines.append(f"- {name}: {describe.get(name, '')}")
-    lines += ["", "| workload | events | Python | tracer | during the run | start to stop"
+    lines += ["", "| workload | events recorded | Python | tracer | during the run | start to stop"
               " | start to file | file |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for workload in WORKLOAD_NAMES:
         for run_data in runs:
@@ -696,17 +706,19 @@ def markdown_benchmarks(runs):
                 continue
             for name in result["configs"]:
                 if name == UNTRACED:
+                    untraced = statistics.median(sample[IN_RUN] for sample in result["runs"][name])
+                    lines.append(f"| {workload} | | {short_python(run_data)} | {name}"
+                                 f" | {untraced * 1e3:.2f} ms (median) | | | |")
                     continue
                 cells = [cell(workload_ratios(result, name, mode)) for mode in MODES]
+                size = megabytes(file_bytes(result, name))
                 if name == FLOOR:
-                    cells[1] = cells[2] = ""
+                    cells[1] = cells[2] = size = ""
                 events = f"{result['events'] / 1e3:.0f}k" if name == OURS else ""
-                note = ""
-                if workload == "threads_mix" and name == CProfile.name \
-                        and python_version(run_data) < (3, 12):
-                    note = " (main thread only)"
+                note = " (main thread only)" if cprofile_sees_one_thread(run_data, workload,
+                                                                          name) else ""
                 lines.append(f"| {workload} | {events} | {short_python(run_data)} | {name}{note}"
-                             f" | {' | '.join(cells)} | {megabytes(file_bytes(result, name))} |")
+                             f" | {' | '.join(cells)} | {size} |")
     lines += ["", "Ours over each other tracer, paired within each pass (below 1: ours is"
               " faster), during the run / start to file:", ""]
     others = [name for name in (FLOOR, CProfile.name, VizTracer.name, TorchProfiler.name)
@@ -724,7 +736,9 @@ def markdown_benchmarks(runs):
                     cells.append("")
                     continue
                 text = f"{workload_ratios(result, OURS, IN_RUN, other, IN_RUN)[0]:.2f}"
-                if other != FLOOR:
+                if cprofile_sees_one_thread(run_data, workload, other):
+                    text = "(not comparable: main thread only)"
+                elif other != FLOOR:
                     text += f" / {workload_ratios(result, OURS, TO_FILE, other, TO_FILE)[0]:.2f}"
                 cells.append(text)
             lines.append(f"| {workload} | {short_python(run_data)} | {' | '.join(cells)} |")
@@ -826,6 +840,8 @@ def load_workloads(names):
 
 def measure(args):
     """One interpreter's run: {"env", "results", "costs"}, printed as it goes."""
+    if pytrace_cffi is None:
+        sys.exit("pytrace_cffi does not import: install it, or set PYTHONPATH to a built tree")
     selected = args.only or WORKLOAD_NAMES + (TRACE_COSTS,)
     viztracer_module = import_optional("viztracer")
     torch_module = import_optional("torch")
