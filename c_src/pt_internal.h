@@ -266,17 +266,19 @@ pt_record_mark(PyTypeObject *type)
  * bound method would be (pytrace_cffi/_names.py states the rule). The usual
  * cases, a module function or a built-in seen before on a plain object or a
  * type, are one probe here; everything else goes to pt_key_for_builtin_slow. */
-static inline uint32_t
+static PT_ALWAYS_INLINE uint32_t
 pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, int is_function,
                    PyObject *self_arg)
 {
     const void *a;
+    const void *b;
     PyObject *self;
     if (is_function) {
         self = PyCFunction_GetSelf(callable);
         if (!self || Py_TYPE(self) == &PyModule_Type) {
-            uint32_t id = pt_key_lookup(tracer, callable, PT_CALLABLE_KEY);
-            return id ? id : pt_key_for_builtin_slow(tracer, callable, 1, callable, self);
+            a = callable;
+            b = PT_CALLABLE_KEY;
+            goto probe;
         }
         a = (const void *)PyCFunction_GetFunction(callable);
     } else {
@@ -284,8 +286,9 @@ pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, int is_function,
         self = self_arg;
     }
     PyTypeObject *self_type = Py_TYPE(self);
-    const void *b = self_type == &PyModule_Type || self_type == &PyType_Type
-        ? (const void *)self : pt_instance_owner(self_type);
+    b = self_type == &PyModule_Type || self_type == &PyType_Type ? (const void *)self
+                                                                 : pt_instance_owner(self_type);
+probe:;
     uint32_t id = pt_key_lookup(tracer, a, b);
     return id ? id : pt_key_for_builtin_slow(tracer, callable, is_function, a, self);
 }
