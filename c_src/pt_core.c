@@ -854,6 +854,45 @@ pt_key_insert_builtin(pt_tracer *tracer, const void *a, const void *b, PyObject 
     return id;
 }
 
+/* The key of a PyCFunction whose self is a module (or NULL), not found by the
+ * fast path: the function object itself, held by the source, so that several
+ * functions of one module sharing one C function keep their names. A method of
+ * the module's type (mod.__dir__) is bound anew on each access, which would make
+ * a key per call: it is keyed by (implementation, module) instead, and a record
+ * mark on (implementation, type of the module) says so to later calls. */
+static uint32_t
+pt_key_for_module_function(pt_tracer *tracer, PyObject *callable, PyObject *self)
+{
+    if (self) {
+        const void *impl = (const void *)PyCFunction_GetFunction(callable);
+        const void *mark = pt_record_mark(Py_TYPE(self));
+        int bound = pt_key_lookup(tracer, impl, mark) != 0;
+        if (!bound) {
+            uint32_t id = pt_key_lookup(tracer, callable, PT_CALLABLE_KEY);
+            if (id)
+                return id;             /* a module subclass's instance: the fast
+                                          path looked for another key */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyObject *name = PyObject_GetAttrString(callable, "__name__");
+            bound = name && PyUnicode_Check(name) &&
+                    pt_is_bound_method(callable, self, name) > 0;
+            Py_XDECREF(name);
+            PyErr_Clear();
+            PyErr_Restore(type, value, tb);
+            if (bound)
+                pt_key_mark(tracer, impl, mark, PT_SELF_IS_RECORD);
+        }
+        if (bound) {
+            uint32_t id = pt_key_lookup(tracer, impl, self);
+            return id ? id : pt_key_insert_builtin(tracer, impl, self, callable, self, NULL,
+                                                   NULL);
+        }
+    }
+    return pt_key_insert_builtin(tracer, callable, PT_CALLABLE_KEY, callable, self, NULL,
+                                 callable);
+}
+
 /* The cold half of pt_key_for_builtin (pt_internal.h), which has found no key
  * for implementation `a` called on `self` (or, for a function of a module, for
  * the callable itself): first sights, and every call whose key the fast path
@@ -862,11 +901,8 @@ uint32_t
 pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
                         const void *a, PyObject *self)
 {
-    /* A module's function, or one without self: the function object is the key
-     * and the source holds it, so the address never aliases. */
     if (is_function && (!self || Py_TYPE(self) == &PyModule_Type))
-        return pt_key_insert_builtin(tracer, callable, PT_CALLABLE_KEY, callable, self,
-                                     NULL, callable);
+        return pt_key_for_module_function(tracer, callable, self);
 
     PyTypeObject *self_type = Py_TYPE(self);
     const void *b;
@@ -876,6 +912,8 @@ pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
     } else if (is_function && pt_key_lookup(tracer, a, pt_record_mark(self_type))) {
         b = self;
         record = 1;
+    } else if (is_function && PyModule_Check(self)) {
+        return pt_key_for_module_function(tracer, callable, self);
     } else if (pt_key_lookup(tracer, a, pt_owner_mark(self_type))) {
         b = self;
     } else if (PyModule_Check(self) || PyType_Check(self)) {
@@ -884,15 +922,9 @@ pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
     } else {
         b = pt_instance_owner(self_type);
     }
-    if (is_function && !record && b == self && PyModule_Check(self)) {
-        a = callable;                  /* an instance of a module subclass */
-        b = PT_CALLABLE_KEY;
-    }
     uint32_t id = pt_key_lookup(tracer, a, b);
     if (id)
         return id;
-    if (b == PT_CALLABLE_KEY)
-        return pt_key_insert_builtin(tracer, a, b, callable, self, NULL, callable);
 
     PyObject *owner = NULL;            /* NULL: named after pt_builtin_owner(self) */
     if (is_function && b == pt_instance_owner(self_type)) {

@@ -227,13 +227,14 @@ pt_key_for_code(pt_tracer *tracer, PyObject *code)
  *   - a function whose self is a module or NULL: the function object itself
  *     (held by the key's source, so its address never aliases) with
  *     PT_CALLABLE_KEY; C modules may define several functions on one C function,
- *     so the implementation alone would merge them;
+ *     so the implementation alone would merge them (but a method of the module's
+ *     type, bound anew on each access, is keyed like a function record below);
  *   - a module or a type owning the call (a classmethod): the owner's address;
  *   - the type of an ordinary object (a bound method): the type's address plus 2;
  *   - a "function record" self (pybind11 makes every function share one C
  *     dispatcher, each bound to its own record object): the self object itself,
- *     held by the source; (implementation, type) pairs seen to be of that style
- *     carry a mark under the type's address plus 3 (pt_core.c);
+ *     held by the source; (implementation, type) pairs keyed by self carry a
+ *     record mark under the type's address plus 3 (pt_core.c);
  *   - owner-is-self marks (pt_core.c) under the type's address plus 1.
  * No object lives at an odd or 2-mod-4 address (objects are 8-aligned), and none
  * at PT_CALLABLE_KEY. */

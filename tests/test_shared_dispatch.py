@@ -159,3 +159,26 @@ def test_torch_pybind11_functions_get_their_own_names():
     with ReferenceTracer() as reference:
         run()
     _check(_c_counts([(n, p, k) for _, n, p, k in reference.calls], ": run"), expected)
+
+
+def test_module_type_method_bound_per_access_is_one_key(shared_dispatch_ext):
+    """mod.__dir__ is bound anew on every access (3.9-3.11 pass that new object):
+    keyed by C function and module, not one key per call object."""
+    import types
+    sd = shared_dispatch_ext
+    other = types.ModuleType("other_module")
+
+    def run():
+        for _ in range(4):
+            sd.__dir__()
+        for _ in range(3):
+            other.__dir__()
+
+    with ReferenceTracer() as reference:
+        run()
+    with pytrace_cffi.trace() as traced:
+        run()
+    expected = {"shared_dispatch.__dir__": 4, "other_module.__dir__": 3}
+    _check(_c_counts(_ours(traced.trace), ": run"), expected)
+    _check(_c_counts([(n, p, k) for _, n, p, k in reference.calls], ": run"), expected)
+    assert sorted(n for n in traced.trace.names if n.endswith(".__dir__")) == sorted(expected)
