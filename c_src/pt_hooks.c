@@ -344,26 +344,30 @@ pt_monitor_py_unwind(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 /* The key of a built-in call as sys.setprofile reports it: a PyCFunction, or a
  * method descriptor with its self argument (3.12 passes `list.append` and the
  * list). Every other callable is not a C call: 0. args holds 4 items. */
-static inline uint32_t
+static PT_ALWAYS_INLINE uint32_t
 pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args)
 {
     PyObject *callable = args[2];
     PyTypeObject *type = Py_TYPE(callable);
-    if (type == &PyCFunction_Type)
-        return pt_key_for_builtin(tracer, callable, 1, NULL);
-    if (type == &PyMethodDescr_Type)
-        return args[3] != tracer->monitoring_missing
-            ? pt_key_for_builtin(tracer, callable, 0, args[3]) : 0;
-    /* CALL fires for every call: answer "not a built-in" fast for Python
-     * functions, bound methods and classes. */
-    for (int i = 0; i < 4; i++)
-        if (tracer->plain_types[i] == type)
+    int is_function = 1;
+    if (type == &PyMethodDescr_Type) {
+        if (args[3] == tracer->monitoring_missing)
             return 0;
-    if (PyCFunction_Check(callable))
-        return pt_key_for_builtin(tracer, callable, 1, NULL);
-    if (!(PyType_GetFlags(type) & Py_TPFLAGS_HEAPTYPE))   /* static: never freed */
-        tracer->plain_types[tracer->plain_types_next++ & 3] = type;
-    return 0;
+        is_function = 0;
+    } else if (type != &PyCFunction_Type) {
+        /* CALL fires for every call: answer "not a built-in" fast for Python
+         * functions, bound methods and classes. */
+        for (int i = 0; i < 4; i++)
+            if (tracer->plain_types[i] == type)
+                return 0;
+        if (!PyCFunction_Check(callable)) {
+            if (!(PyType_GetFlags(type) & Py_TPFLAGS_HEAPTYPE))   /* static: never freed */
+                tracer->plain_types[tracer->plain_types_next++ & 3] = type;
+            return 0;
+        }
+    }
+    /* one inlined copy of the key lookup, for both kinds */
+    return pt_key_for_builtin(tracer, callable, is_function, args[3]);
 }
 
 /* CALL, C_RETURN, C_RAISE: (code, offset, callable, arg0). */
