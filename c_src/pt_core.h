@@ -102,7 +102,8 @@ int pt_hot_error(pt_tracer *tracer);
  * still held after stop and closes the file. */
 int pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path);
 /* Filters, before pt_start: record calls only while fewer than max_depth (0: no
- * limit) recorded calls are open on the thread; leave out the code objects for
+ * limit) recorded calls made since start are open on the thread (frames already
+ * running at start are recorded and not counted); leave out the code objects for
  * which py_skip(code) (id of a callable, or NULL) is true, with the built-ins they
  * call. On 3.12+ left-out code is switched off with sys.monitoring.DISABLE. */
 int pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip);

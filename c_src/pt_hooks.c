@@ -471,7 +471,11 @@ done:
 
 /* Records the frames from `top` (a new reference, consumed) outwards as calls at
  * time ts, outermost first, skipping the innermost skip_frames and keeping at
- * most PT_SEED_DEPTH. */
+ * most PT_SEED_DEPTH. They do not count toward max_depth: it bounds the calls made
+ * below the point where tracing started, and the frames running then include
+ * pytrace_cffi's own and a launcher's, which are not in the trace (counted, they
+ * used up the budget and left nothing to record). Their returns come after every
+ * counted call has returned, when open_calls is 0 again. */
 static void
 pt_seed_frames(pt_tracer *tracer, pt_thread *thread, PyFrameObject *top, int skip,
                int64_t ts)
@@ -493,7 +497,7 @@ pt_seed_frames(pt_tracer *tracer, pt_thread *thread, PyFrameObject *top, int ski
     for (int i = depth - 1; i >= 0; i--) {
         PyObject *code = (PyObject *)PyFrame_GetCode(frames[i]);
         uint32_t key = pt_key_for_code(tracer, code);
-        if (!pt_skipped(tracer, key) && pt_depth_enter(tracer, thread))
+        if (!pt_skipped(tracer, key))
             pt_record_at(tracer, thread, PT_EV_PY_SEED, key, ts);
         Py_DECREF(code);
         Py_DECREF(frames[i]);
