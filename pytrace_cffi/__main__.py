@@ -146,7 +146,8 @@ def _check_output(path):
         while not os.path.exists(where):          # save() makes missing parents
             where = os.path.dirname(where)
     if not os.path.isdir(where):
-        raise _cannot_write(path, f"{where!r} is not a directory")
+        state = "is not a directory" if os.path.exists(where) else "does not exist"
+        raise _cannot_write(path, f"directory {where!r} {state}")
     try:
         if output_format == "directory" and where != absolute:
             os.rmdir(tempfile.mkdtemp(prefix=".pytrace_cffi-", dir=where))
