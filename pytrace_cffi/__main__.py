@@ -112,15 +112,11 @@ def _count(text):
 
 
 def _output_format(path):
-    """"json", "html" or "directory", from OUT's name; exits if OUT is an
-    existing file where a directory would go."""
+    """"json", "html" or "directory", from OUT's name."""
     if path.endswith((".json", ".json.gz")):
         return "json"
     if path.endswith(".html"):
         return "html"
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise _cannot_write(path, "it is a file; a saved trace is a directory (name the "
-                                  "output .json, .json.gz or .html for a file)")
     return "directory"
 
 
@@ -137,6 +133,9 @@ def _check_output(path):
     system or a missing permission is found before the program runs."""
     output_format = _output_format(path)
     absolute = os.path.abspath(path)
+    if output_format == "directory" and os.path.exists(path) and not os.path.isdir(path):
+        raise _cannot_write(path, "it is a file; a saved trace is a directory (name the "
+                                  "output .json, .json.gz or .html for a file)")
     if output_format != "directory":
         if os.path.isdir(absolute):
             raise _cannot_write(path, "it is a directory")
@@ -182,8 +181,6 @@ def _write_or_fall_back(trace, path):
     except OSError as exc:
         failure = exc
     name = f"pytrace_cffi-{os.getpid()}-{os.path.basename(path.rstrip(os.sep)) or 'trace'}"
-    if _output_format(path) == "directory":
-        name = name.rstrip(os.sep)
     for where in (tempfile.gettempdir(), os.getcwd()):
         fallback = os.path.join(where, name)
         if os.path.exists(fallback):
@@ -410,6 +407,7 @@ def _cmd_summary(args):
 
 def _cmd_export(args):
     from .summary import read_trace
+    _check_output(args.output)
     trace = read_trace(args.source)
     _write_trace(trace, args.output)
     print(f"pytrace_cffi: {len(trace)} calls on {len(trace.threads)} threads -> {args.output}",
@@ -433,7 +431,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except TraceFormatError as exc:
+    except (TraceFormatError, OSError) as exc:
         raise SystemExit(f"pytrace_cffi: {exc}") from None
 
 

@@ -130,3 +130,13 @@ def test_save_errors_name_the_path_given(tmp_path):
         trace.save(tmp_path / "saved")
     assert info.value.filename == str(tmp_path / "saved" / "meta.json")
     assert ".tmp" not in str(info.value)
+
+
+def test_export_to_an_unwritable_output_fails_in_one_line(prog):
+    proc = run_cli(prog, "run", "-o", "saved", "prog.py")
+    assert proc.returncode == 0, proc.stderr
+    for out in ("afile/x.json", "afile"):
+        proc = run_cli(prog, "export", "saved", "-o", out)
+        assert proc.returncode == 2
+        assert proc.stderr.startswith(f"pytrace_cffi: cannot write trace to {out!r}: ")
+        assert len(proc.stderr.splitlines()) == 1 and ".tmp" not in proc.stderr
