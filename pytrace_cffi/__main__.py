@@ -362,7 +362,8 @@ def _cmd_run(args, program):
     run_program = types.FunctionType(code, main.__dict__)
     windows = Windows(output, options, _write_or_fall_back)
     hide_launcher_frames(_launcher_codes())
-    saved_main = sys.modules.get("__main__")
+    # The program's module stays __main__ to the end, as under python: threads and
+    # atexit handlers that outlive its code still unpickle from it.
     sys.modules["__main__"] = main
     exit_code = 0
     failure = None
@@ -385,8 +386,6 @@ def _cmd_run(args, program):
         failure = exc
         exit_code = _exit_code(exc)
     windows.finish()
-    if saved_main is not None:
-        sys.modules["__main__"] = saved_main
     if failure is not None and not isinstance(failure, (SystemExit, KeyboardInterrupt)):
         _print_uncaught(failure)
     if windows.lost and not exit_code:

@@ -179,11 +179,32 @@ def test_the_trace_starts_at_the_programs_first_line(tmp_path, how):
     roots = [e["name"] for e in events
              if e["tid"] == main_tid and e["args"]["Python parent id"] is None]
     # the program's module-level code is the outermost call, and the only one
-    assert events[0]["name"] == "prog.py(1): <module>"
-    assert roots == ["prog.py(1): <module>"]
+    # (its first line is 1, or on 3.9 the first line with code)
+    module_code = f"prog.py({2 if sys.version_info < (3, 10) else 1}): <module>"
+    assert events[0]["name"] == module_code
+    assert roots == [module_code]
     assert not [e["name"] for e in events if any(w in e["name"] for w in LAUNCHER_WORDS)]
     names = [e["name"] for e in events]
     assert names.count("prog.py(4): child") == 2 and names.count("prog.py(7): main") == 1
+
+
+def test_the_programs_own_runpy_calls_stay_in_the_trace(tmp_path):
+    # runpy's code is hidden only where it launched the program (frames running
+    # when tracing started), not where the program calls it itself.
+    (tmp_path / "other.py").write_text("def hello():\n    return 1\n\nhello()\n")
+    (tmp_path / "prog.py").write_text("import runpy\nrunpy.run_path('other.py')\n")
+    proc = run_cli(tmp_path, "run", "-o", "out.json", "-m", "prog")
+    assert proc.returncode == 0, proc.stderr
+    _, events = slices(tmp_path / "out.json")
+    by_id = {e["args"]["Python id"]: e for e in events}
+    [hello] = [e for e in events if e["name"] == "other.py(1): hello"]
+    chain = []
+    while hello["args"]["Python parent id"] is not None:
+        hello = by_id[hello["args"]["Python parent id"]]
+        chain.append(hello["name"].rsplit(": ", 1)[-1])
+    assert chain == ["<module>", "builtins.exec", "_run_code", "_run_module_code", "run_path",
+                     "<module>"]
+    assert events[0]["name"] == "prog.py(1): <module>"
 
 
 BAD_SCRIPT = textwrap.dedent("""

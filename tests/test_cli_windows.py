@@ -97,8 +97,9 @@ def test_filters_on_the_command_line(tmp_path):
     # those two, not an empty trace (the launcher's frames used to fill the budget).
     proc = run_cli(tmp_path, "--max-depth", "2", "-o", "depth.json", "prog.py", "plain")
     assert proc.returncode == 0, proc.stderr
-    assert sorted(names(tmp_path / "depth.json")) == ["prog.py(1): <module>",
-                                                       "prog.py(16): main"]
+    module_line = 2 if sys.version_info < (3, 10) else 1     # 3.9: its first line of code
+    assert sorted(names(tmp_path / "depth.json")) == sorted([
+        f"prog.py({module_line}): <module>", "prog.py(16): main"])
     proc = run_cli(tmp_path, "--max-depth", "3", "-o", "depth3.json", "prog.py", "plain")
     assert proc.returncode == 0, proc.stderr
     assert functions(tmp_path / "depth3.json") == {"<module>", "main", "phase_a", "phase_b",
