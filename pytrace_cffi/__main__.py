@@ -265,7 +265,7 @@ def _find_module(name):
     for i in range(len(parts)):
         sub = ".".join(parts[:i + 1])
         loaded = sys.modules.get(sub)
-        spec = _bootstrap._find_spec(sub, path) if loaded is None else loaded.__spec__
+        spec = getattr(loaded, "__spec__", None) or _bootstrap._find_spec(sub, path)
         if spec is None:
             raise SystemExit(f"pytrace_cffi: No module named {name!r}")
         if i < len(parts) - 1:
@@ -299,7 +299,16 @@ def _main_module(module, program_argv):
     main.__builtins__ = builtins
     if module is not None:
         sys.path[0] = os.getcwd()                 # python -m puts the cwd first
-        spec, code, packages = _find_module(module)
+        try:
+            spec, code, packages = _find_module(module)
+        except Exception:   # noqa: B902 - e.g. a namespace package inside one not imported
+            import runpy    # finds it by importing its packages now, before the trace
+            sys.argv = program_argv
+            try:
+                _, spec, code = runpy._get_module_details(module, runpy._Error)
+            except runpy._Error as exc:
+                raise SystemExit(f"pytrace_cffi: {exc}") from None
+            packages = []
         sys.argv = [spec.origin] + program_argv[1:]
         main.__dict__.update(__file__=spec.origin, __cached__=spec.cached,
                              __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
