@@ -102,11 +102,15 @@ int pt_hot_error(pt_tracer *tracer);
  * still held after stop and closes the file. */
 int pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path);
 /* Filters, before pt_start: record calls only while fewer than max_depth (0: no
- * limit) recorded calls made since start are open on the thread (frames already
- * running at start are recorded and not counted); leave out the code objects for
+ * limit) recorded calls are open on the thread; leave out the code objects for
  * which py_skip(code) (id of a callable, or NULL) is true, with the built-ins they
  * call. On 3.12+ left-out code is switched off with sys.monitoring.DISABLE. */
 int pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip);
+/* Before pt_start: calls of this code object (a borrowed PyObject *) never count
+ * toward max_depth. For code whose frames traces leave out (pytrace_cffi's own,
+ * a launcher's below the program): running when tracing starts, they would use
+ * up the depth budget of calls that are shown. */
+int pt_set_uncounted(pt_tracer *tracer, void *py_code);
 int pt_spill_rest(pt_tracer *tracer);
 uint64_t pt_spilled_events(pt_tracer *tracer);
 

@@ -121,8 +121,7 @@ def start(**options):
         the full path, e.g. "*/mypkg/*"), and only the built-ins they call. On
         3.12+ left-out code is switched off and costs almost nothing.
       max_depth (int): record a call only while fewer than max_depth recorded calls
-        are open on its thread, counting from where tracing started (the frames
-        already running then are recorded and not counted).
+        are open on its thread.
       min_duration_us (number): leave out calls shorter than this, with their
         callees (decided at stop).
       with_modules (bool, default True): name torch nn.Module calls

@@ -57,23 +57,8 @@ def test_excluded_code_is_back_in_the_next_session():
     assert sum(1 for c in t.trace if c.name.endswith(": fib")) == fib_calls(6)
 
 
-def depth_below(call, ancestor_name, by_id):
-    """How many calls deep `call` is under the call named ancestor_name (0: that
-    call itself), or None when it is not under it."""
-    depth = 0
-    while not call.name.endswith(ancestor_name):
-        if call.parent is None:
-            return None
-        call = by_id[call.parent]
-        depth += 1
-    return depth
-
-
 @pytest.mark.parametrize("max_depth", [1, 3, 6])
 def test_max_depth_bounds_the_recorded_depth(max_depth):
-    # Counted from where tracing started: run() is depth 1, fib(10) depth 2, ...
-    # The frames already running (pytest's, this test's) are kept but not counted:
-    # counted, they filled the budget and nothing of run() was recorded.
     def run():
         recursion.fib(10)
 
@@ -81,16 +66,13 @@ def test_max_depth_bounds_the_recorded_depth(max_depth):
         run()
     calls = list(t.trace)
     by_id = {c.id: c for c in calls}
-    below = [d for d in (depth_below(c, ": run", by_id) for c in calls) if d is not None]
-    assert below and max(below) == max_depth - 1
-    assert [c for c in calls if c.name.endswith(": test_max_depth_bounds_the_recorded_depth")]
+    assert calls and max(depth_of(c, by_id) for c in calls) == max_depth - 1
     assert_nested(t.trace)
     with pytrace_cffi.trace() as full:
         run()
     full_calls = list(full.trace)
     full_by_id = {c.id: c for c in full_calls}
-    expected = sorted(c.name for c in full_calls
-                      if (depth_below(c, ": run", full_by_id) or 0) < max_depth)
+    expected = sorted(c.name for c in full_calls if depth_of(c, full_by_id) < max_depth)
     assert sorted(c.name for c in calls) == expected
 
 
