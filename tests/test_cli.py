@@ -297,3 +297,43 @@ def test_demo_docstring_gives_the_readme_command():
     with open(os.path.join(root, "examples", "demo.py"), encoding="utf-8") as f:
         docstring = f.read().split('"""')[1]
     assert readme_command in [line.strip() for line in docstring.splitlines()]
+
+
+def launcher(then):
+    return then()
+
+
+def test_launcher_code_is_left_out_only_where_it_was_running_at_start(tmp_path):
+    # What `run` relies on, in memory and through a spilled trace (hide value 3):
+    # the launcher's frame below the traced code goes, its later calls stay.
+    import pytrace_cffi
+    from pytrace_cffi.trace import hide_launcher_frames
+
+    def work():
+        return launcher(lambda: len("x"))
+
+    def traced(**options):
+        pytrace_cffi.start(**options)
+        work()
+        return pytrace_cffi.stop()
+
+    hide_launcher_frames([launcher.__code__])
+    try:
+        in_memory = launcher(traced)
+        spilled = launcher(lambda: traced(max_events=64, output=tmp_path / "spill"))
+    finally:
+        hide_launcher_frames([])
+    for trace in (in_memory, pytrace_cffi.load(tmp_path / "spill")):
+        calls = list(trace)
+        by_id = {c.id: c for c in calls}
+        shown = [c for c in calls if c.name.endswith(": launcher")]
+        assert len(shown) == 1
+        assert by_id[shown[0].parent].name.endswith(": work")
+        [call] = [c for c in calls if c.name.endswith(": traced")]
+        ancestors = []
+        while call.parent is not None:
+            call = by_id[call.parent]
+            ancestors.append(call.name.rsplit(": ", 1)[-1])
+        assert "launcher" not in ancestors
+        assert "test_launcher_code_is_left_out_only_where_it_was_running_at_start" in ancestors
+    assert isinstance(spilled, pytrace_cffi.SpilledTrace)
