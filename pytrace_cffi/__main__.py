@@ -367,7 +367,11 @@ def _cmd_run(args, program):
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"pytrace_cffi: {exc}") from None
     _check_output(output)           # a bad OUT fails now, not after the program ran
-    code, main, packages = _main_module(module, program_argv)
+    try:
+        code, main, packages = _main_module(module, program_argv)
+    except SyntaxError as exc:      # printed as python prints it: no frames of ours
+        sys.excepthook(type(exc), exc.with_traceback(None), None)
+        return 1
     run_program = types.FunctionType(code, main.__dict__)
     windows = Windows(output, options, _write_or_fall_back)
     hide_launcher_frames(_launcher_codes())

@@ -256,6 +256,16 @@ def without_runpy_frames(lines):
     return kept
 
 
+def test_a_syntax_error_looks_as_under_plain_python(tmp_path):
+    (tmp_path / "broken.py").write_text("x = 1\ndef f(:\n    pass\n")
+    plain = subprocess.run([sys.executable, "broken.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120)
+    traced = run_cli(tmp_path, "run", "-o", "out.json", "broken.py")
+    assert traced.returncode == plain.returncode == 1
+    assert traced.stderr == plain.stderr and "SyntaxError" in traced.stderr
+    assert not (tmp_path / "out.json").exists()
+
+
 MAIN_SEMANTICS = textwrap.dedent("""
     import multiprocessing, pickle, sys
 
