@@ -617,6 +617,25 @@ pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip)
     return PT_OK;
 }
 
+int
+pt_set_uncounted(pt_tracer *tracer, void *py_code)
+{
+    if (tracer->state != PT_STATE_NEW) {
+        pt_set_error(tracer, "uncounted code is set before start");
+        return PT_ERR_STATE;
+    }
+    PyGILState_STATE gil = PyGILState_Ensure();
+    uint32_t key = pt_key_for_code(tracer, (PyObject *)py_code);
+    if (key)
+        tracer->key_flags[key] |= PT_KEYF_UNCOUNTED;
+    PyGILState_Release(gil);
+    if (!key) {
+        pt_set_error(tracer, "out of memory for a code key");
+        return PT_ERR_NOMEM;
+    }
+    return PT_OK;
+}
+
 uint32_t
 pt_key_find(pt_tracer *tracer, const void *a, const void *b)
 {

@@ -127,6 +127,11 @@ int pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path
  * which py_skip(code) (id of a callable, or NULL) is true, with the built-ins they
  * call. On 3.12+ left-out code is switched off with sys.monitoring.DISABLE. */
 int pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip);
+/* Before pt_start: calls of this code object (a borrowed PyObject *) never count
+ * toward max_depth. For code whose frames traces leave out (pytrace_cffi's own,
+ * a launcher's below the program): running when tracing starts, they would use
+ * up the depth budget of calls that are shown. */
+int pt_set_uncounted(pt_tracer *tracer, void *py_code);
 int pt_spill_rest(pt_tracer *tracer);
 uint64_t pt_spilled_events(pt_tracer *tracer);
 
@@ -165,9 +170,13 @@ int pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t 
 /* Pairs a thread's calls and returns into slices, with times in nanoseconds
  * ns0 + (ticks - tick0) * ns_per_tick. Calls whose key has hidden[key] ==
  * PT_HIDE_SUBTREE are dropped with everything they call, except seeded frames;
- * those and PT_HIDE_ALONE keys are dropped alone (their callees are the user's). */
+ * those and PT_HIDE_ALONE keys are dropped alone (their callees are the user's).
+ * PT_HIDE_SEEDED keys are dropped alone when seeded and kept when called during
+ * the trace: a launcher's frames below the program (runpy under python -m) are
+ * not the program's, but the program may call the same code itself. */
 #define PT_HIDE_SUBTREE 1
 #define PT_HIDE_ALONE 2
+#define PT_HIDE_SEEDED 3
 int pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
                      uint32_t n_hidden, int64_t tick0, int64_t ns0,
                      double ns_per_tick, pt_slice *out, uint64_t cap,

@@ -147,22 +147,27 @@ pt_skipped(const pt_tracer *tracer, uint32_t key)
 }
 
 /* A call is recorded only while fewer than max_depth recorded calls are open on
- * its thread; deeper ones (and their returns) are counted as suppressed. */
+ * its thread; deeper ones (and their returns) are counted as suppressed. Calls of
+ * uncounted keys (frames traces leave out) are recorded without counting while
+ * nothing is suppressed; inside a suppressed call they are suppressed too, so that
+ * returns pair with calls (last in, first out) either way. */
 static inline int
-pt_depth_enter(const pt_tracer *tracer, pt_thread *thread)
+pt_depth_enter(const pt_tracer *tracer, pt_thread *thread, uint32_t key)
 {
     if (!tracer->max_depth)
         return 1;
-    if (thread->suppressed || thread->open_calls >= tracer->max_depth) {
+    int uncounted = tracer->key_flags[key] & PT_KEYF_UNCOUNTED;
+    if (thread->suppressed || (thread->open_calls >= tracer->max_depth && !uncounted)) {
         thread->suppressed++;
         return 0;
     }
-    thread->open_calls++;
+    if (!uncounted)
+        thread->open_calls++;
     return 1;
 }
 
 static inline int
-pt_depth_leave(const pt_tracer *tracer, pt_thread *thread)
+pt_depth_leave(const pt_tracer *tracer, pt_thread *thread, uint32_t key)
 {
     if (!tracer->max_depth)
         return 1;
@@ -170,7 +175,7 @@ pt_depth_leave(const pt_tracer *tracer, pt_thread *thread)
         thread->suppressed--;
         return 0;
     }
-    if (thread->open_calls)
+    if (thread->open_calls && !(tracer->key_flags[key] & PT_KEYF_UNCOUNTED))
         thread->open_calls--;
     return 1;
 }
@@ -178,14 +183,14 @@ pt_depth_leave(const pt_tracer *tracer, pt_thread *thread)
 static inline void
 pt_record_call(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key)
 {
-    if (pt_depth_enter(tracer, thread))
+    if (pt_depth_enter(tracer, thread, key))
         pt_record(tracer, thread, kind, key);
 }
 
 static inline void
 pt_record_return(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key)
 {
-    if (pt_depth_leave(tracer, thread))
+    if (pt_depth_leave(tracer, thread, key))
         pt_record(tracer, thread, kind, key);
 }
 
@@ -230,7 +235,7 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
             break;
         if (what == PT_TRACE_RETURN) {
             pt_record_return(tracer, thread, PT_EV_PY_RETURN, key);
-        } else if (pt_depth_enter(tracer, thread)) {
+        } else if (pt_depth_enter(tracer, thread, key)) {
             pt_record(tracer, thread, PT_EV_PY_CALL, key);
             pt_maybe_tag(tracer, thread, key, frame);
         }
@@ -298,10 +303,11 @@ pt_monitor_py_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs,
         return pt_monitor_result(tracer, may_disable);
     if (kind == PT_EV_PY_RETURN) {
         pt_record_return(tracer, thread, kind, key);
-    } else if (pt_depth_enter(tracer, thread)) {
+    } else if (pt_depth_enter(tracer, thread, key)) {
         pt_record(tracer, thread, kind, key);
         if (may_tag)
-            pt_maybe_tag(tracer, thread, key, tracer->key_flags[key] ? PyEval_GetFrame() : NULL);
+            pt_maybe_tag(tracer, thread, key,
+                         tracer->key_flags[key] & PT_KEYF_TAG ? PyEval_GetFrame() : NULL);
     }
     Py_RETURN_NONE;
 }
@@ -497,7 +503,7 @@ pt_seed_frames(pt_tracer *tracer, pt_thread *thread, PyFrameObject *top, int ski
     for (int i = depth - 1; i >= 0; i--) {
         PyObject *code = (PyObject *)PyFrame_GetCode(frames[i]);
         uint32_t key = pt_key_for_code(tracer, code);
-        if (!pt_skipped(tracer, key) && pt_depth_enter(tracer, thread))
+        if (!pt_skipped(tracer, key) && pt_depth_enter(tracer, thread, key))
             pt_record_at(tracer, thread, PT_EV_PY_SEED, key, ts);
         Py_DECREF(code);
         Py_DECREF(frames[i]);

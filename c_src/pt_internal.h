@@ -113,6 +113,7 @@ enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
 
 #define PT_KEYF_TAG 1                 /* calls of this key ask the watcher for a tag */
 #define PT_KEYF_SKIP PT_KEY_SKIPPED   /* code left out by the include/exclude filters */
+#define PT_KEYF_UNCOUNTED 4           /* calls of this key never count toward max_depth */
 
 #include <stdio.h>
 #include <time.h>

@@ -30,10 +30,14 @@ def signal_number(name):
 
 
 class Windows:
+    """write(trace, path) writes a window's trace and returns the path it went to
+    (another one when path failed), or None when it was lost (then .lost)."""
+
     def __init__(self, output, options, write):
         self._output = output
         self._options = options
         self._write = write
+        self.lost = False
         self._lock = threading.RLock()
         self._numbered = False
         self._count = 0
@@ -77,9 +81,12 @@ class Windows:
             result = stop()
             self._count += 1
             path = numbered(self._output, self._count) if self._numbered else self._output
-            self._write(result, path)
+            written = self._write(result, path)
+            if written is None:
+                self.lost = True
+                return
             print(f"pytrace_cffi: {len(result)} calls on {len(result.threads)} threads "
-                  f"-> {path}", file=sys.stderr)
+                  f"-> {written}", file=sys.stderr)
 
     def toggle(self):
         if _has_session():

@@ -210,7 +210,7 @@ def load(directory):
         hid, kind, args = entry[:3]
         hide = entry[3] if len(entry) == 4 else 0
         _expect(isinstance(hid, str), f"meta.json: key {key} has a bad hash id")
-        _expect(_int(hide, "hide") in (0, 1, 2), f"meta.json: key {key} has a bad hide value")
+        _expect(_int(hide, "hide") in (0, 1, 2, 3), f"meta.json: key {key} has a bad hide value")
         hidden.append(hide)
         _expect(hid in hashes, f"meta.json: key {key} has no name in hashes.json")
         _expect(kind in KINDS, f"meta.json: key {key} has kind {kind!r}")

@@ -31,14 +31,29 @@ Mark.__doc__ = """An instant ("i", args a dict) or a counter sample ("C", args t
 ThreadInfo = namedtuple("ThreadInfo", "index native_id ident name n_events dropped")
 
 
+_launcher_codes = {}      # id -> code object (kept alive, so its id stays its own)
+
+
+def hide_launcher_frames(codes):
+    """Frames of these code objects that are already running when tracing starts
+    are left out of traces, alone (what they call is kept); calls of the same
+    code made during the trace are kept. The command line names the frames
+    below the program it runs (runpy's, under `python -m pytrace_cffi`)."""
+    _launcher_codes.clear()
+    _launcher_codes.update((id(code), code) for code in codes)
+
+
 def _hiding(source):
     """Our own start/stop machinery is left out of traces with what it calls; the
-    record_function decorator's wrapper is left out alone."""
+    record_function decorator's wrapper is left out alone; a launcher's frames
+    (see hide_launcher_frames) are left out when seeded."""
     if source is WRAPPER_CODE:
         return lib.PT_HIDE_ALONE
     filename = getattr(source, "co_filename", None)
     if filename is not None and os.path.dirname(os.path.abspath(filename)) == _PACKAGE_DIR:
         return lib.PT_HIDE_SUBTREE
+    if _launcher_codes.get(id(source)) is source:
+        return lib.PT_HIDE_SEEDED
     return 0
 
 
