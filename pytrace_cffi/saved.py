@@ -187,8 +187,16 @@ def _expect(condition, message):
         raise TraceFormatError(message)
 
 
-def _int(value, what):
-    _expect(isinstance(value, int) and not isinstance(value, bool), f"{what} must be an integer")
+INT64 = (-2 ** 63, 2 ** 63 - 1)
+UINT64 = (0, 2 ** 64 - 1)
+
+
+def _int(value, what, bounds=INT64):
+    """An integer the C core can take: times, ticks and counts are int64, thread
+    ids uint64."""
+    _expect(isinstance(value, int) and not isinstance(value, bool),
+            f"meta.json: {what} must be an integer")
+    _expect(bounds[0] <= value <= bounds[1], f"meta.json: {what} {value} is out of range")
     return value
 
 
@@ -213,7 +221,7 @@ def _mark(mark, thread_ids):
         _expect(all(_is_number(v) for v in args.values()),
                 f"{bad}: a counter's values must be numbers")
     _int(ns, "mark time")
-    _expect(_int(thread, "mark thread") in thread_ids,
+    _expect(_int(thread, "mark thread", UINT64) in thread_ids,
             f"meta.json: mark {name!r} names thread {thread}, which meta.json's threads lack")
     return Mark(kind, ns, thread, name, args)
 
@@ -280,8 +288,8 @@ def load(directory):
         for count in ("n_events", "dropped"):
             _expect(_int(t.get(count), count) >= 0,
                     f"meta.json: thread {index} ({name!r}) has a negative {count}")
-        threads.append(ThreadInfo(index, _int(t.get("native_id"), "native_id"),
-                                  _int(t.get("ident"), "ident"), name,
+        threads.append(ThreadInfo(index, _int(t.get("native_id"), "native_id", UINT64),
+                                  _int(t.get("ident"), "ident", UINT64), name,
                                   t["n_events"], t["dropped"]))
         if spilled:
             _expect("n_slices" not in t, f"meta.json: thread {index} ({name!r}) has n_slices, "
