@@ -480,3 +480,17 @@ def test_saved_counts_are_checked(tmp_path, damage, message):
     write_meta(d, meta)
     with pytest.raises(TraceFormatError, match=message):
         pytrace_cffi.load(d)
+
+
+def test_null_instant_args_in_older_chrome_json_read_as_empty(trace, tmp_path):
+    """Earlier exports wrote an instant without args as "args": null; the Chrome
+    reader (summary, export from .json) takes it as {}."""
+    path = tmp_path / "old.json"
+    trace.export_chrome_trace(str(path))
+    data = json.loads(path.read_text())
+    tid = trace.threads[0].native_id
+    data["traceEvents"].append({"ph": "i", "name": "old", "pid": trace.pid, "tid": tid,
+                                "ts": 1.5, "args": None, "s": "t"})
+    path.write_text(json.dumps(data))
+    from pytrace_cffi.summary import read_trace
+    assert read_trace(str(path)).marks == [("i", trace.start_ns + 1500, tid, "old", {})]
