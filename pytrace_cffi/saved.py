@@ -431,6 +431,11 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
                                   stop_ticks, hidden, len(hidden), tick0, ns0, ns_per_tick,
                                   out, n_calls, n_out)
         _expect(rc == lib.PT_OK, f"{path}: thread {thread.index} could not be replayed")
+        # Calls must come out as a saved trace's do: a damaged delta can put a call's
+        # start past the stop it is closed at.
+        bad = lib.pt_validate_slices(out, n_out[0], len(names))
+        _expect(bad < 0, f"{path}: thread {thread.index} ({thread.name!r}): call {bad} ends "
+                         f"before it starts or outside its parent (damaged deltas)")
         slices.append((out, drop_short(out, n_out[0], max(0, min_duration_ns))))
         loaded_threads.append(ThreadInfo(thread.index, thread.native_id, thread.ident,
                                          thread.name, n_events, thread.dropped))

@@ -404,6 +404,8 @@ def set_event(directory, thread, position, key_kind):
     ("reserved", r"reserved field set"),
     ("hash", r"hashes.json: id \d+ is not the hash of its name"),
     ("module tag", r"bad tags"),
+    ("delta past stop", r"thread 0 \('MainThread'\): call \d+ ends before it starts or "
+                        r"outside its parent"),
 ])
 def test_spilled_counts_are_checked(spilled_dir, tmp_path, damage, message):
     target, meta = damaged_copy(spilled_dir, tmp_path)
@@ -443,6 +445,15 @@ def test_spilled_counts_are_checked(spilled_dir, tmp_path, damage, message):
         (target / "hashes.json").write_text(json.dumps(hashes))
     elif damage == "module tag":
         meta["tags"] = [None, {"kind": "module", "name": "nn.Module: Linear_0"}]
+    elif damage == "delta past stop":
+        # the last block has no successor to disagree with: a delta of seconds in
+        # it puts the calls after it past the stop that closes their callers
+        data = bytearray((target / "events.bin").read_bytes())
+        offset, _, count = [b for b in blocks(data) if b[1] == 0][-1]
+        assert count > 3
+        at = offset + BLOCK_HEADER + 2 * 8
+        data[at:at + 4] = (0xFFFFFFF0).to_bytes(4, "little")
+        (target / "events.bin").write_bytes(bytes(data))
     write_meta(target, meta)
     with pytest.raises(TraceFormatError, match=message):
         pytrace_cffi.load(target)
