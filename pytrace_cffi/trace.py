@@ -254,7 +254,8 @@ def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args)
             s = thread_slices[i]
             if s.tag & lib.PT_TAG_ARGS_BIT:
                 index = s.tag & ~lib.PT_TAG_ARGS_BIT
-                if index < len(annotation_args):
+                # empty args need no key of their own (and would export as ",")
+                if index < len(annotation_args) and annotation_args[index]:
                     s.key = key_with_args(s.key, annotation_args[index])
                 continue
             if s.tag >= len(tags):

@@ -505,3 +505,17 @@ def test_null_instant_args_in_older_chrome_json_read_as_empty(trace, tmp_path):
     path.write_text(json.dumps(data))
     from pytrace_cffi.summary import read_trace
     assert read_trace(str(path)).marks == [("i", trace.start_ns + 1500, tid, "old", {})]
+
+
+def test_region_with_empty_args_exports_valid_json_and_round_trips(tmp_path):
+    with pytrace_cffi.trace() as t:
+        with pytrace_cffi.record_function("empty region", {}):
+            pass
+        with pytrace_cffi.record_function("region", {"k": 1}):
+            pass
+    loaded, text = assert_round_trip(t.trace, tmp_path / "d", tmp_path)
+    assert loaded.key_args == t.trace.key_args
+    regions = {e["name"]: e["args"] for e in json.loads(text)["traceEvents"]
+               if e.get("cat") == "user_annotation"}
+    assert regions["region"]["k"] == 1
+    assert "k" not in regions["empty region"] and "Python id" in regions["empty region"]
