@@ -190,7 +190,14 @@ uint32_t pt_max_depth(const pt_slice *slices, uint64_t n);
 /* Removes slices shorter than min_ns (with their callees) in place, renumbering
  * parents; new_index is caller scratch of n entries. Returns how many remain. */
 uint64_t pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_index);
-int64_t pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys);
+/* Checks events read from a file: call, return and seed keys below n_keys, tag
+ * indexes below n_tags, annotation-args indexes below n_args. -1 if all hold,
+ * else the index of the first event that breaks one. */
+int64_t pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys, uint32_t n_tags,
+                           uint32_t n_args);
+/* The ticks a run of events advances its thread's clock by (mod 2^64): where
+ * the next spilled block of the thread must start. */
+uint64_t pt_events_ticks(const pt_event *events, uint64_t n);
 
 /* Indices of the slices that carry a tag (up to cap); returns how many there are. */
 uint64_t pt_tagged_slices(const pt_slice *slices, uint64_t n, uint64_t *out, uint64_t cap);

@@ -217,14 +217,31 @@ pt_open_at_stop(const pt_slice *slices, uint64_t n)
 }
 
 int64_t
-pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys)
+pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys, uint32_t n_tags,
+                   uint32_t n_args)
 {
     for (uint64_t i = 0; i < n; i++) {
         uint32_t kind = events[i].key_kind & PT_KIND_MASK;
-        if (kind <= PT_EV_PY_SEED && (events[i].key_kind >> PT_KEY_SHIFT) >= n_keys)
+        uint32_t key = events[i].key_kind >> PT_KEY_SHIFT;
+        if ((kind <= PT_EV_PY_SEED && key >= n_keys) || (kind == PT_EV_TAG && key >= n_tags) ||
+            (kind == PT_EV_ARGS && key >= n_args))
             return (int64_t)i;
     }
     return -1;
+}
+
+uint64_t
+pt_events_ticks(const pt_event *events, uint64_t n)
+{
+    /* unsigned: a damaged file's deltas may add past 2^63; callers compare mod 2^64 */
+    uint64_t ticks = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t delta = events[i].delta;
+        if ((events[i].key_kind & PT_KIND_MASK) == PT_EV_TIME)
+            delta |= (uint64_t)(events[i].key_kind >> PT_KEY_SHIFT) << 32;
+        ticks += delta;
+    }
+    return ticks;
 }
 
 uint64_t

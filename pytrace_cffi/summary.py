@@ -301,6 +301,8 @@ def _split_events(path, events):
 
 def _read_mark(path, number, event):
     name, ts, tid, args = event.get("name"), event.get("ts"), event.get("tid"), event.get("args")
+    if args is None and event["ph"] == "i":
+        args = {}           # an instant without args, as earlier exports wrote it
     _expect(isinstance(name, str) and _is_time(ts) and type(tid) is int
             and isinstance(args, dict),
             f"{path}: event {number}: an instant or counter needs a name, ts, tid and args")

@@ -26,7 +26,11 @@ kind     "python", "c", or "annotation" (a record_function region)
 """
 
 Mark = namedtuple("Mark", "kind ns thread name args")
-Mark.__doc__ = """An instant ("i", args a dict) or a counter sample ("C", args the values)."""
+Mark.__doc__ = """An instant ("i") or a counter sample ("C") at ns on thread (OS thread id).
+
+args is always a dict: an instant's args ({} when none were given; a .shape
+recorded as its list of integer sizes), or a counter's series -> number
+(counter(name, 3) gives {name: 3}). See docs/FORMAT.md."""
 
 ThreadInfo = namedtuple("ThreadInfo", "index native_id ident name n_events dropped")
 
@@ -159,7 +163,7 @@ class Trace:
         return path
 
     def save(self, directory):
-        """Writes the trace as a directory (see docs/saved-trace-format.md):
+        """Writes the trace as a directory (see docs/FORMAT.md):
         meta.json, hashes.json, params.json and slices.bin. Load it back with
         pytrace_cffi.load(directory)."""
         from .saved import save
@@ -278,7 +282,8 @@ def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args)
             s = thread_slices[i]
             if s.tag & lib.PT_TAG_ARGS_BIT:
                 index = s.tag & ~lib.PT_TAG_ARGS_BIT
-                if index < len(annotation_args):
+                # empty args need no key of their own (and would export as ",")
+                if index < len(annotation_args) and annotation_args[index]:
                     s.key = key_with_args(s.key, annotation_args[index])
                 continue
             if s.tag >= len(tags):
