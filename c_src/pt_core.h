@@ -164,6 +164,18 @@ int64_t pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys);
 
 /* Indices of the slices that carry a tag (up to cap); returns how many there are. */
 uint64_t pt_tagged_slices(const pt_slice *slices, uint64_t n, uint64_t *out, uint64_t cap);
+/* torch's record_function regions made explicit. region_keys[tag] (tags below
+ * n_tags) is the key of the region a tagged call (record_function.__enter__)
+ * opens, PT_REGION_EXIT for a call (__exit__) that closes the innermost region
+ * opened beside it, else 0. Copies in[0..n) to out with a region slice before
+ * each opening call: from its start to the closing call's end (or, unclosed,
+ * the enclosing call's end), enclosing the opening call, the calls made between
+ * and the closing call. scratch: 3 * n entries. Returns the count written
+ * (n + regions; UINT64_MAX if cap is short); with out NULL, only the number of
+ * regions. */
+#define PT_REGION_EXIT 0xFFFFFFFF
+uint64_t pt_insert_regions(const pt_slice *in, uint64_t n, const uint32_t *region_keys,
+                           uint32_t n_tags, pt_slice *out, uint64_t cap, int64_t *scratch);
 /* Checks slices read from a file: keys below n_keys, known flags, parents
  * earlier in the thread and enclosing their children. -1 if all hold, else the
  * index of the first slice that breaks one. */

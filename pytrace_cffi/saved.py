@@ -19,7 +19,7 @@ import sys
 
 from ._core import ffi, lib
 from ._files import replaced_atomically
-from ._torch import EXIT_EVENT_NAME
+from ._torch import EXIT_EVENT_NAME, TAG_KINDS
 from .errors import TraceFormatError
 
 FORMAT_NAME = "pytrace_cffi-trace"
@@ -290,7 +290,7 @@ def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks):
 
 def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden):
     """Reads events.bin's blocks per thread and replays them in C."""
-    from .trace import ThreadInfo, drop_short, name_tagged_calls
+    from .trace import ThreadInfo, TorchRegions, drop_short, name_tagged_calls
     events_meta = meta["events"]
     _expect(isinstance(events_meta, dict) and events_meta.get("file") == "events.bin",
             "meta.json: bad events entry")
@@ -304,7 +304,7 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
     annotation_args = meta.get("annotation_args", [])
     _expect(isinstance(tags, list) and all(t is None or (isinstance(t, dict)
                                            and isinstance(t.get("name"), str)
-                                           and t.get("kind") in ("module", "optimizer"))
+                                           and t.get("kind") in TAG_KINDS)
                                            for t in tags), "meta.json: bad tags")
     _expect(isinstance(annotation_args, list) and all(isinstance(a, dict)
                                                       for a in annotation_args),
@@ -334,6 +334,7 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
         offset += count * EVENT_RECORD_SIZE
     slices, loaded_threads = [], []
     n_out = ffi.new("uint64_t *")
+    regions = TorchRegions(tags, names, key_kinds)
     for thread, parts, base in zip(threads, blocks, bases):
         raw = b"".join(parts)
         n_events = len(raw) // EVENT_RECORD_SIZE
@@ -346,7 +347,8 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
                                   stop_ticks, hidden, len(hidden), tick0, ns0, ns_per_tick,
                                   out, n_calls, n_out)
         _expect(rc == lib.PT_OK, f"{path}: thread {thread.index} could not be replayed")
-        slices.append((out, drop_short(out, n_out[0], max(0, min_duration_ns))))
+        out, n = regions.insert(out, n_out[0])
+        slices.append((out, drop_short(out, n, max(0, min_duration_ns))))
         loaded_threads.append(ThreadInfo(thread.index, thread.native_id, thread.ident,
                                          thread.name, n_events, thread.dropped))
     name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args)
