@@ -126,6 +126,11 @@ int64_t pt_start_ns(pt_tracer *tracer);
 int64_t pt_stop_ns(pt_tracer *tracer);
 int64_t pt_start_ticks(pt_tracer *tracer);
 int64_t pt_stop_ticks(pt_tracer *tracer);
+/* The CLOCK_MONOTONIC / CLOCK_REALTIME pairs read at start (at_stop 0) and at
+ * stop (1): a monotonic and a realtime reading of one moment, and the
+ * uncertainty of their pairing, in ns. PT_ERR_STATE before that moment. */
+int pt_realtime_anchor(pt_tracer *tracer, int at_stop, int64_t *monotonic_ns,
+                       int64_t *realtime_ns, int64_t *spread_ns);
 
 /* Annotations (pt_annotate.c). pt_annotation_api fills py_dict with the
  * RecordFunction and CapturedStack types and the instant, counter, capture_stack

@@ -17,6 +17,7 @@ import os
 import struct
 import sys
 
+from ._clock import checked_anchor
 from ._core import ffi, lib
 from ._files import replaced_atomically
 from ._torch import EXIT_EVENT_NAME, TAG_KINDS
@@ -87,7 +88,8 @@ def finish_spill(session):
     names = facts["names"]
     meta = _meta(facts["pid"], facts["python"], facts["backend"], facts["clock_name"],
                  facts["start_ns"], facts["stop_ns"], sum(t.dropped for t in facts["threads"]),
-                 names, facts["key_kinds"], {}, facts["marks"])
+                 names, facts["key_kinds"], {}, facts["marks"],
+                 realtime_anchor=facts["realtime_anchor"])
     meta["threads"] = [_thread_meta(t, None) for t in facts["threads"]]
     for entry, hide in zip(meta["keys"], facts["hidden"]):
         entry.append(hide)
@@ -102,7 +104,7 @@ def finish_spill(session):
 
 
 def _meta(pid, python, backend, clock, start_ns, stop_ns, dropped, names, key_kinds,
-          key_args, marks):
+          key_args, marks, realtime_anchor=None):
     return {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
@@ -113,6 +115,7 @@ def _meta(pid, python, backend, clock, start_ns, stop_ns, dropped, names, key_ki
         "start_ns": start_ns,
         "stop_ns": stop_ns,
         "dropped_events": dropped,
+        "realtime_anchor": realtime_anchor,
         "hash": "blake2b-64-le",
         # key -> [hash id, kind, extra args]; key 0 is "unknown"
         "keys": [[str(hash_id(name)), kind, key_args.get(key, {})]
@@ -144,7 +147,7 @@ def save(trace, directory):
     os.makedirs(directory, exist_ok=True)
     meta = _meta(trace.pid, trace.python_version, trace.backend, trace.clock, trace.start_ns,
                  trace.stop_ns, trace.dropped_events, trace.names, trace.key_kinds,
-                 trace.key_args, trace.marks)
+                 trace.key_args, trace.marks, realtime_anchor=trace.realtime_anchor)
     meta["threads"] = [_thread_meta(t, n) for t, _, n in trace.thread_slices()]
     if os.path.exists(os.path.join(directory, "events.bin")):
         os.unlink(os.path.join(directory, "events.bin"))
@@ -285,7 +288,15 @@ def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks):
                  stop_ns=_int(meta.get("stop_ns"), "stop_ns"), pid=_int(meta.get("pid"), "pid"),
                  python_version=str(meta.get("python")), backend=str(meta.get("backend")),
                  clock=str(meta.get("clock")), params=params, marks=marks,
-                 dropped_events=_int(meta.get("dropped_events"), "dropped_events"))
+                 dropped_events=_int(meta.get("dropped_events"), "dropped_events"),
+                 realtime_anchor=_anchor(meta.get("realtime_anchor")))
+
+
+def _anchor(value):
+    try:
+        return checked_anchor(value)
+    except ValueError as exc:
+        raise TraceFormatError(f"meta.json: {exc}") from None
 
 
 def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden):

@@ -54,11 +54,14 @@ class Trace:
     Iterating yields Call tuples, thread by thread, each thread's calls in start
     order (a parent before its children). `names[key]` names every function;
     `key_args[key]` holds extra args for some (torch modules); `params` holds the
-    parameter metadata recorded with record_params=True.
+    parameter metadata recorded with record_params=True; `realtime_anchor` pairs
+    the monotonic clock of start_ns/stop_ns with wall-clock (CLOCK_REALTIME) time
+    at start and at stop.
     """
 
     def __init__(self, *, names, key_kinds, key_args, threads, slices, start_ns, stop_ns,
-                 pid, python_version, backend, clock, params, marks=(), dropped_events=None):
+                 pid, python_version, backend, clock, params, marks=(), dropped_events=None,
+                 realtime_anchor=None):
         self.names = names
         self.key_kinds = key_kinds
         self.key_args = key_args
@@ -72,6 +75,9 @@ class Trace:
         self.clock = clock
         self.params = params
         self.marks = list(marks)
+        # {"start": {...}, "stop": {...}}, each {"monotonic_ns", "realtime_ns",
+        # "spread_ns"}: wall-clock time of the trace (None for files written before)
+        self.realtime_anchor = realtime_anchor
         self.dropped_events = (sum(t.dropped for t in threads)
                                if dropped_events is None else dropped_events)
 
@@ -100,7 +106,8 @@ class Trace:
         trace = cls(names=names, key_kinds=key_kinds, key_args=key_args, threads=threads,
                     slices=slices, start_ns=facts["start_ns"], stop_ns=facts["stop_ns"],
                     pid=facts["pid"], python_version=facts["python"], backend=facts["backend"],
-                    clock=facts["clock_name"], params=facts["params"], marks=facts["marks"])
+                    clock=facts["clock_name"], params=facts["params"], marks=facts["marks"],
+                    realtime_anchor=facts["realtime_anchor"])
         trace._ptr = ptr                      # keeps the raw events alive with the trace
         return trace
 
@@ -252,6 +259,7 @@ def session_facts(session):
         "backend": "sys.monitoring" if USE_MONITORING else "PyEval_SetProfile",
         "clock_name": "tsc" if _clock.USE_TSC else "monotonic",
         "min_duration_ns": session.min_duration_ns,
+        "realtime_anchor": _clock.realtime_anchor(ptr),
     }
 
 
