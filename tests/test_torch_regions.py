@@ -80,3 +80,29 @@ def test_an_exit_without_a_region_and_no_regions_change_nothing():
     out, n = TorchRegions(TAGS[:1] + TAGS[3:], list(names), ["python"] * len(names)).insert(
         slices, len(rows))
     assert out == slices and TorchRegions(TAGS[:1] + TAGS[3:], [], []).keys is None
+
+
+def test_the_step_is_named_on_torchs_region_or_else_on_the_wrapper():
+    from pytrace_cffi.trace import name_tagged_calls
+    step_name = "Optimizer.step#Adam.step"
+    tags = [None, {"kind": "region", "name": step_name}, {"kind": "region_end", "name": ""},
+            {"kind": "optimizer", "name": step_name, "optimizer_id": 0, "class": "Adam",
+             "step": 0}]
+
+    def named(with_region):
+        # the profile_hook_step wrapper: record_function(step name) around the step,
+        # then the tagged _optimizer_step_code call
+        rows = [("wrapper", 0, 100, -1, 0), ("enter", 1, 2, 0, 1 if with_region else 0),
+                ("step_code", 50, 51, 0, 3), ("exit", 90, 91, 0, 2 if with_region else 0)]
+        names, slices = replayed(rows)
+        kinds = ["python"] * len(names)
+        out, n = TorchRegions(tags, names, kinds).insert(slices, len(rows))
+        name_tagged_calls(tags, [], [(out, n)], names, kinds, {})
+        return [(names[out[i].key], kinds[out[i].key]) for i in range(n)]
+
+    # torch's region is the step, as in torch.profiler; the wrapper keeps its name
+    assert named(True) == [("wrapper", "python"), (step_name, "annotation"),
+                           ("enter", "python"), ("step_code", "python"), ("exit", "python")]
+    # no region around it: the wrapper call carries the step's name
+    assert named(False) == [(step_name, "python"), ("enter", "python"),
+                            ("step_code", "python"), ("exit", "python")]
