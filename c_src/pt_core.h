@@ -175,9 +175,9 @@ uint64_t pt_tagged_slices(const pt_slice *slices, uint64_t n, uint64_t *out, uin
  * opened beside it, else 0. Copies in[0..n) to out with a region slice before
  * each opening call: from its start to the closing call's end (or, unclosed,
  * the enclosing call's end), enclosing the opening call, the calls made between
- * and the closing call. scratch: 3 * n entries. Returns the count written
- * (n + regions; UINT64_MAX if cap is short); with out NULL, only the number of
- * regions. */
+ * and the closing call. cap: n + the number of regions; scratch: n + 2 * that
+ * number of entries. Returns the count written (UINT64_MAX if cap is short);
+ * with out NULL, only the number of regions. */
 #define PT_REGION_EXIT 0xFFFFFFFF
 uint64_t pt_insert_regions(const pt_slice *in, uint64_t n, const uint32_t *region_keys,
                            uint32_t n_tags, pt_slice *out, uint64_t cap, int64_t *scratch);

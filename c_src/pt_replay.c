@@ -307,9 +307,10 @@ pt_insert_regions(const pt_slice *in, uint64_t n, const uint32_t *region_keys, u
      * exactly the direct children of that parent and the calls whose parent
      * was emitted after the region (a call started after the opener that is
      * not inside the parent cannot be inside anything emitted since). */
+    uint64_t max_open = cap > n ? cap - n : 0;      /* one per region at most */
     int64_t *map = scratch;
     int64_t *open_parent = scratch + n;
-    int64_t *open_region = scratch + 2 * n;
+    int64_t *open_region = scratch + n + max_open;
     uint64_t n_open = 0, m = 0;
     int64_t thread_end = 0;
     for (uint64_t i = 0; i < n; i++)
@@ -333,7 +334,7 @@ pt_insert_regions(const pt_slice *in, uint64_t n, const uint32_t *region_keys, u
         uint32_t tag = in[i].tag;
         uint32_t region_key = tag < n_tags ? region_keys[tag] : 0;
         if (region_key && region_key != PT_REGION_EXIT) {
-            if (m + 1 >= cap)
+            if (m + 1 >= cap || n_open >= max_open)
                 return UINT64_MAX;
             pt_slice *r = &out[m];
             r->start = in[i].start;

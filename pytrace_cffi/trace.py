@@ -187,7 +187,7 @@ class TorchRegions:
         if not extra:
             return slices, n
         out = ffi.new("pt_slice[]", n + extra)
-        scratch = ffi.new("int64_t[]", 3 * n)
+        scratch = ffi.new("int64_t[]", n + 2 * extra)
         written = lib.pt_insert_regions(slices, n, self.keys, self.n_tags, out, n + extra,
                                         scratch)
         if written != n + extra:

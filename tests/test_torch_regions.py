@@ -106,3 +106,14 @@ def test_the_step_is_named_on_torchs_region_or_else_on_the_wrapper():
     # no region around it: the wrapper call carries the step's name
     assert named(False) == [(step_name, "python"), ("enter", "python"),
                             ("step_code", "python"), ("exit", "python")]
+
+
+def test_a_short_output_buffer_is_refused_not_overrun():
+    rows = [("f", 0, 100, -1, 0), ("enter", 10, 12, 0, A), ("exit", 40, 41, 0, EXIT)]
+    names, slices = replayed(rows)
+    keys = ffi.new("uint32_t[]", [0, 1, 2, lib.PT_REGION_EXIT])
+    assert lib.pt_insert_regions(slices, 3, keys, 4, ffi.NULL, 0, ffi.NULL) == 1
+    out = ffi.new("pt_slice[]", 4)
+    scratch = ffi.new("int64_t[]", 3 + 2)
+    assert lib.pt_insert_regions(slices, 3, keys, 4, out, 3, scratch) == 2 ** 64 - 1
+    assert lib.pt_insert_regions(slices, 3, keys, 4, out, 4, scratch) == 4
