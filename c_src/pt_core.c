@@ -135,6 +135,8 @@ pt_tracer_free(pt_tracer *tracer)
         Py_CLEAR(tracer->watch_tag);
         Py_CLEAR(tracer->annotation_args);
         Py_CLEAR(tracer->marks);
+        Py_CLEAR(tracer->getprofile);
+        Py_CLEAR(tracer->hooks_lost);
         for (uint32_t i = 0; i < tracer->n_keys; i++)
             Py_CLEAR(tracer->sources[i]);
         PyGILState_Release(gil);

@@ -93,6 +93,27 @@ int pt_start(pt_tracer *tracer, int tool_id, long long event_mask);
 int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
 /* Stop: removes the hook from every thread; the buffers stay for reading. */
 int pt_stop(pt_tracer *tracer);
+/* Another profiler taking the hook (PT_BACKEND_PROFILE; the sys.monitoring
+ * backend is checked in Python): compares the profile hook of each thread we
+ * attached (or of the calling thread only, when current_only) with ours, and
+ * notes each thread found without it once. pt_stop does the same check and
+ * leaves another profiler's hook in place. Returns how many of the checked
+ * threads lack our hook. */
+int pt_check_hooks(pt_tracer *tracer, int current_only);
+/* Appends the losses noted so far to py_list, as (thread index, clock ticks of
+ * that thread's last event, ticks when noticed, the profile object found in place
+ * of ours or None). */
+int pt_hooks_lost(pt_tracer *tracer, void *py_list);
+/* The latest event's clock ticks over all threads (the start when none). */
+int64_t pt_last_event_ticks(pt_tracer *tracer);
+/* After pt_stop on PT_BACKEND_PROFILE: 1 when the thread's state was still there
+ * at stop, 0 when the thread had ended (or on sys.monitoring), a status < 0 for a
+ * bad index or a running tracer; *last_ticks gets the clock of its last event.
+ * A thread that ended with calls still open (pt_open_at_stop) had lost our hook
+ * before its frames returned. */
+int pt_thread_at_stop(pt_tracer *tracer, int index, int64_t *last_ticks);
+/* How many slices replay closed at stop time (PT_SLICE_OPEN_AT_STOP). */
+uint64_t pt_open_at_stop(const pt_slice *slices, uint64_t n);
 /* Sticky error raised by the hot path, or PT_OK. */
 int pt_hot_error(pt_tracer *tracer);
 
@@ -202,6 +223,31 @@ int pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
                      const char *prefix, uint32_t prefix_len, int64_t base_ns,
                      uint64_t first_id, uint32_t thread_index, char *out, uint64_t cap,
                      uint64_t *written);
+/* Perfetto export (pt_perfetto.c): encodes a thread's slices as SLICE_BEGIN /
+ * SLICE_END TrackEvent packets (each a Trace.packet entry) into out until it is
+ * nearly full, resuming from *cursor (zeroed, last_ns = the sequence clock's
+ * value, before the thread's first call). Timestamps are deltas from the previous
+ * packet of the sequence. A begin carries key's bytes of events (TrackEvent
+ * fields: name iid, category iids, debug annotations), open_mark too when the
+ * slice was open at stop, and key's bytes of interned (InternedData fields) the
+ * first time key is seen while interned_done[key] is 0. Key k's bytes are
+ * blob[offsets[k]..offsets[k + 1]); both blobs end with PT_PF_BLOB_PADDING spare
+ * bytes. stack holds the open slices (stack_cap entries: the thread's deepest
+ * depth + 1). Done when cursor->next == n and cursor->open == 0. PT_ERR_ARG:
+ * slices out of time order, a key >= n_keys or too deep. */
+#define PT_PF_BLOB_PADDING 16
+typedef struct {
+    uint64_t next;          /* the next slice to begin */
+    uint32_t open;          /* slices begun and not yet ended, on the stack */
+    int64_t last_ns;        /* timestamp of the sequence's previous packet */
+} pt_pf_cursor;
+int pt_pftrace_slices(const pt_slice *slices, uint64_t n, pt_pf_cursor *cursor,
+                      int64_t *stack, uint32_t stack_cap,
+                      const char *events, const uint32_t *event_offsets,
+                      const char *interned, const uint32_t *interned_offsets,
+                      uint8_t *interned_done, uint32_t n_keys,
+                      const char *open_mark, uint32_t open_mark_len,
+                      uint32_t sequence_id, char *out, uint64_t cap, uint64_t *written);
 /* Appends, for keys first..count-1, what names each key to py_list: a code
  * object, or a (owner, name) tuple for a built-in (owner a module, a type or None). */
 int pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list);

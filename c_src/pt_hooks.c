@@ -519,6 +519,169 @@ pt_ident_for_frame(PyObject *current_frames, PyFrameObject *frame)
 /* Start, attach, stop                                                      */
 /* ======================================================================== */
 
+/* ------------------------------------------------------------------------ */
+/* 3.9-3.11: noticing another profiler that replaced our hook on a thread    */
+/* ------------------------------------------------------------------------ */
+
+/* Returns a new reference to sys.getprofile when it is the sys module's own
+ * built-in (METH_NOARGS), else NULL (no exception set). Only that function may
+ * run under another thread's state: it reads the current thread state's profile
+ * object, runs no Python code, cannot fail and never releases the GIL. There is
+ * no public getter for another thread's profile function on 3.9-3.11, hence
+ * the swap. A replacement (a mock, a Python function) could do anything there,
+ * so hooks are then not checked. */
+static PyObject *
+pt_builtin_getprofile(void)
+{
+    PyObject *sys_module = PyImport_AddModule("sys");        /* borrowed */
+    PyObject *getprofile = PySys_GetObject("getprofile");    /* borrowed */
+    PyObject *name = getprofile && PyCFunction_Check(getprofile)
+        ? PyObject_GetAttrString(getprofile, "__name__") : NULL;
+    int genuine = name && PyUnicode_Check(name) && sys_module &&
+                  PyCFunction_GetSelf(getprofile) == sys_module &&
+                  PyCFunction_GetFlags(getprofile) == METH_NOARGS &&
+                  PyUnicode_CompareWithASCIIString(name, "getprofile") == 0;
+    Py_XDECREF(name);
+    PyErr_Clear();
+    if (!genuine)
+        return NULL;
+    Py_INCREF(getprofile);
+    return getprofile;
+}
+
+/* Whether thread state ts still has our profile hook: 1 yes, -1 unknown, 0 no,
+ * and then *found is a new reference to the profile object in its place (None
+ * when there is no hook). The GIL is held; ts's pending exception is kept. */
+static int
+pt_hook_is_ours(pt_tracer *tracer, PyThreadState *ts, PyObject **found)
+{
+    /* Its C function is called directly, as a METH_NOARGS call would: no
+     * recursion counting on ts, no call event for any profiler. */
+    PyCFunction getprofile = PyCFunction_GetFunction(tracer->getprofile);
+    PyObject *sys_module = PyCFunction_GetSelf(tracer->getprofile);
+    PyObject *type, *value, *tb;
+    PyThreadState *saved = PyThreadState_Swap(ts);
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *current = getprofile(sys_module, NULL);
+    if (!current)
+        PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    PyThreadState_Swap(saved);
+    if (!current)
+        return -1;
+    if (current == tracer->handle) {
+        Py_DECREF(current);
+        return 1;
+    }
+    *found = current;
+    return 0;
+}
+
+/* Marks the thread as having lost the hook and appends (index, ticks of its
+ * last event, ticks now, found) to tracer->hooks_lost: no event of it was
+ * recorded after the loss, so the loss came after that last event. Out of
+ * memory here becomes the sticky error stop() raises, not a silent omission. */
+static void
+pt_note_hook_lost(pt_tracer *tracer, pt_thread *thread, PyObject *found)
+{
+    thread->hook_lost = 1;
+    if (!tracer->hooks_lost)
+        tracer->hooks_lost = PyList_New(0);
+    PyObject *item = tracer->hooks_lost
+        ? Py_BuildValue("(iLLO)", thread->index, (long long)thread->last_ticks,
+                        (long long)pt_ticks(tracer), found)
+        : NULL;
+    if ((!item || PyList_Append(tracer->hooks_lost, item) < 0) && !tracer->hot_error) {
+        tracer->hot_error = PT_ERR_NOMEM;
+        pt_set_error(tracer, "out of memory noting a lost hook");
+    }
+    PyErr_Clear();
+    Py_XDECREF(item);
+}
+
+/* 1 when ts is one of our threads and its hook is no longer ours. */
+static int
+pt_check_thread_hook(pt_tracer *tracer, PyThreadState *ts)
+{
+    PyObject *found = NULL;
+    if (pt_hook_is_ours(tracer, ts, &found) != 0)
+        return 0;
+    /* Only threads that lack the hook are looked up: the thread list is walked
+     * once per such thread, not once per live thread. */
+    pt_thread *thread = pt_thread_find(tracer, PyThreadState_GetID(ts));
+    if (thread && !thread->hook_lost)
+        pt_note_hook_lost(tracer, thread, found);
+    Py_DECREF(found);
+    return thread != NULL;
+}
+
+int
+pt_check_hooks(pt_tracer *tracer, int current_only)
+{
+    int lost = 0;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    if (tracer->backend == PT_BACKEND_PROFILE && tracer->state == PT_STATE_RUNNING &&
+        tracer->getprofile) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyThreadState *self_tstate = PyThreadState_Get();
+        if (current_only) {
+            lost = pt_check_thread_hook(tracer, self_tstate);
+        } else {
+            PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
+            for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
+                 ts = PyThreadState_Next(ts))
+                lost += pt_check_thread_hook(tracer, ts);
+        }
+        PyErr_Restore(type, value, tb);
+    }
+    PyGILState_Release(gil);
+    return lost;
+}
+
+int
+pt_hooks_lost(pt_tracer *tracer, void *py_list)
+{
+    int rc = PT_OK;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *list = (PyObject *)py_list;
+    if (!PyList_Check(list)) {
+        pt_set_error(tracer, "pt_hooks_lost needs a list");
+        rc = PT_ERR_ARG;
+    } else if (tracer->hooks_lost) {
+        Py_ssize_t n = PyList_Size(tracer->hooks_lost);
+        for (Py_ssize_t i = 0; i < n && rc == PT_OK; i++)
+            if (PyList_Append(list, PyList_GetItem(tracer->hooks_lost, i)) < 0) {
+                pt_set_error_from_python(tracer, "listing lost hooks");
+                rc = PT_ERR_PYTHON;
+            }
+    }
+    PyGILState_Release(gil);
+    return rc;
+}
+
+int
+pt_thread_at_stop(pt_tracer *tracer, int index, int64_t *last_ticks)
+{
+    pt_thread *thread = pt_thread_for_reading(tracer, index);
+    if (!thread)
+        return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
+    *last_ticks = thread->last_ticks;
+    return thread->alive_at_stop;
+}
+
+int64_t
+pt_last_event_ticks(pt_tracer *tracer)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();     /* the hooks write last_ticks */
+    int64_t last = tracer->start_ticks;
+    for (pt_thread *t = tracer->threads; t; t = t->next)
+        if (t->last_ticks > last)
+            last = t->last_ticks;
+    PyGILState_Release(gil);
+    return last;
+}
+
 static int
 pt_enable_monitoring(pt_tracer *tracer, int tool_id, long long event_mask)
 {
@@ -554,6 +717,9 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
         current_frames = PyObject_CallObject(getter, NULL);
     if (!current_frames || !PyDict_Check(current_frames))
         PyErr_Clear();
+
+    if (tracer->backend == PT_BACKEND_PROFILE && !tracer->getprofile)
+        tracer->getprofile = pt_builtin_getprofile();
 
     PyThreadState *self_tstate = PyThreadState_Get();
     PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
@@ -653,16 +819,31 @@ pt_stop(pt_tracer *tracer)
     if (pt_active_tracer == tracer)
         pt_active_tracer = NULL;
     if (tracer->backend == PT_BACKEND_PROFILE) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
         PyThreadState *self_tstate = PyThreadState_Get();
         PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
         for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
              ts = PyThreadState_Next(ts)) {
-            if (!pt_thread_find(tracer, PyThreadState_GetID(ts)))
+            pt_thread *thread = pt_thread_find(tracer, PyThreadState_GetID(ts));
+            if (!thread)
                 continue;
+            thread->alive_at_stop = 1;
+            /* Another profiler's hook found in place of ours stays: removing
+             * it would break that profiler. When sys.getprofile cannot tell
+             * (-1), the hook is removed as it always was. */
+            PyObject *found = NULL;
+            if (tracer->getprofile && pt_hook_is_ours(tracer, ts, &found) == 0) {
+                if (!thread->hook_lost)
+                    pt_note_hook_lost(tracer, thread, found);
+                Py_DECREF(found);
+                continue;
+            }
             PyThreadState *saved = PyThreadState_Swap(ts);
             PyEval_SetProfile(NULL, NULL);
             PyThreadState_Swap(saved);
         }
+        PyErr_Restore(type, value, tb);
     }
 done:
     PyGILState_Release(gil);

@@ -48,6 +48,8 @@ typedef struct pt_thread {
     uint64_t ident;
     uint64_t native_id;
     int index;                    /* position in creation order */
+    int hook_lost;                /* another profiler was found in place of our hook */
+    int alive_at_stop;            /* its thread state was still there at pt_stop */
 } pt_thread;
 
 typedef struct {
@@ -99,6 +101,12 @@ struct pt_tracer {
     FILE *spill;
     uint64_t spilled_events;
     PyObject *marks;              /* list: instants and counters */
+    /* 3.9-3.11: sys.getprofile, checked at start to be the built-in (it reads the
+     * current thread state's profile object), and the threads found to have lost
+     * our hook: a list of (thread index, last event ticks, ticks when noticed, the
+     * profile object found instead). */
+    PyObject *getprofile;
+    PyObject *hooks_lost;
     char error[256];
 };
 

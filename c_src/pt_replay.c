@@ -203,6 +203,16 @@ pt_replay_buffer(const pt_event *events, uint64_t n, int64_t base_ticks, int64_t
     return rc;
 }
 
+uint64_t
+pt_open_at_stop(const pt_slice *slices, uint64_t n)
+{
+    uint64_t open = 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (slices[i].flags & PT_SLICE_OPEN_AT_STOP)
+            open++;
+    return open;
+}
+
 int64_t
 pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys)
 {

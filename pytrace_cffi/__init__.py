@@ -9,12 +9,13 @@
 or ``with pytrace_cffi.trace() as t: work()``. Every Python and built-in call on
 every thread is recorded; see README.md for the options and the output format.
 """
-import atexit
-import os
-import sys
-import threading
+# Imported under private names: dir(pytrace_cffi) lists the public API only.
+import atexit as _atexit
+import os as _os
+import sys as _sys
+import threading as _threading
 
-from ._tracer import Session
+from ._tracer import Session as _Session
 from .annotations import (RecordFunction, capture_stack, counter, instant, record_function,
                           symbolize)
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
@@ -31,7 +32,7 @@ __all__ = ["start", "stop", "trace", "load", "is_tracing", "release_memory", "Tr
            "TraceError", "TracerConflictError", "TracerStateError"]
 __version__ = "0.1.0"
 
-_lock = threading.Lock()
+_lock = _threading.Lock()
 _session = None          # the running Session, or None
 
 
@@ -39,7 +40,7 @@ def _after_fork_in_child():
     """A child forked while tracing stops tracing cleanly; the parent's trace is
     the parent's. Locks another thread held at fork time are made anew."""
     global _lock, _session
-    _lock = threading.Lock()
+    _lock = _threading.Lock()
     session, _session = _session, None
     if session is not None:
         session.abandon_in_forked_child()
@@ -52,12 +53,12 @@ def _stop_at_exit():
     if session is not None:
         session.stop()
         print("pytrace_cffi: still tracing at exit; that trace was discarded (call stop())",
-              file=sys.stderr)
+              file=_sys.stderr)
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(_stop_at_exit)
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_after_fork_in_child)
+_atexit.register(_stop_at_exit)
 
 
 def _patterns(name, value):
@@ -85,11 +86,11 @@ def _check_options(c_calls=True, noop=False, with_modules=True, record_params=Fa
         if not 1 <= max_events <= 2 ** 62:
             raise ValueError(f"max_events must be at least 1, not {max_events}")
     if output is not None:
-        if not isinstance(output, (str, bytes, os.PathLike)):
+        if not isinstance(output, (str, bytes, _os.PathLike)):
             raise TypeError(f"output must be a path, not {type(output).__name__}")
         if max_events is None:
             raise ValueError("output is where max_events spills events: give max_events too")
-        output = os.fsdecode(output)
+        output = _os.fsdecode(output)
     if max_depth is not None:
         if not isinstance(max_depth, int) or isinstance(max_depth, bool):
             raise TypeError(f"max_depth must be an int, not {type(max_depth).__name__}")
@@ -104,6 +105,22 @@ def _check_options(c_calls=True, noop=False, with_modules=True, record_params=Fa
                    include=_patterns("include", include), exclude=_patterns("exclude", exclude),
                    min_duration_us=min_duration_us)
     return options
+
+
+_OPTION_NAMES = _check_options.__code__.co_varnames[:_check_options.__code__.co_argcount]
+
+
+def _options_for(function, given, extra=()):
+    """_check_options(**given), with an unknown name reported as a TypeError from
+    the public `function` the user called, with the closest valid name."""
+    valid = _OPTION_NAMES + tuple(extra)
+    for name in given:
+        if name not in valid:
+            import difflib
+            close = difflib.get_close_matches(name, valid, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}{hint}")
+    return _check_options(**given)
 
 
 def start(**options):
@@ -139,11 +156,11 @@ def start(**options):
     profiler holds the hook pytrace_cffi needs, TypeError for bad options.
     """
     global _session
-    options = _check_options(**options)
+    options = _options_for("start", options)
     with _lock:
         if _session is not None:
             raise TracerStateError("pytrace_cffi is already tracing; call stop() first")
-        session = _session = Session(**options)
+        session = _session = _Session(**options)
     try:
         # Last statement on purpose: whatever runs in this frame after the hooks
         # go live would be recorded as the caller's work.
@@ -156,7 +173,13 @@ def start(**options):
 def stop():
     """Stops tracing and returns the Trace. Frames still running are closed at
     this moment. Raises TracerStateError if not tracing, and TraceError (with
-    the trace in its .trace) if the hooks hit a failure while tracing."""
+    the trace in its .trace) if the hooks hit a failure while tracing.
+
+    Works after another profiler took the hook too (is_tracing() is then False,
+    but the session is still there to stop): warns with a TraceWarning naming
+    where the hook was lost, when (after which recorded event) and to what, and
+    what was recorded up to then; the same facts are in the trace's hook_lost.
+    A hook found in place of ours is left alone."""
     global _session
     with _lock:
         session = _session
@@ -165,6 +188,13 @@ def stop():
         _session = None
         session.stop()
     result = session.result()
+    from ._tracer import finish_hook_losses
+    hook_lost = finish_hook_losses(session, result)
+    if hook_lost:
+        import warnings
+        from ._tracer import hook_loss_message
+        result.hook_lost = hook_lost
+        warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=2)
     failure = session.hot_error()
     if failure:
         raise TraceError(f"tracing failed: {failure}", trace=result)
@@ -191,13 +221,25 @@ def release_memory():
 
 
 def is_tracing():
-    """True between start() and stop()."""
+    """True between start() and stop() while the hook records: False once
+    another profiler took it (sys.setprofile, torch.profiler, cProfile...)
+    from the calling thread on 3.9-3.11, or took pytrace_cffi's sys.monitoring
+    tool, events or callbacks on 3.12+ (where sys.setprofile coexists). stop()
+    must still be called then: it returns what was recorded and warns."""
+    session = _session
+    return session is not None and session.check_hooks(current_only=True)
+
+
+def _has_session():
+    """Whether start() ran without its stop(), recording or not (for the CLI)."""
     return _session is not None
 
 
 class trace:
     """Context manager: ``with pytrace_cffi.trace(**options) as t:`` traces the
     block; after it, ``t.trace`` is the Trace (``t`` also forwards its methods).
+    Inside the block ``t.trace`` is None, and len(t), iterating t or a forwarded
+    attribute raise TracerStateError (an AttributeError too, for attributes).
 
     With ``schedule=pytrace_cffi.schedule(wait=, warmup=, active=, repeat=)``,
     call ``t.step()`` at the end of each loop step: only the scheduled steps are
@@ -205,7 +247,7 @@ class trace:
     is the latest)."""
 
     def __init__(self, schedule=None, on_trace_ready=None, **options):
-        self._options = _check_options(**options)
+        self._options = _options_for("trace", options, extra=("schedule", "on_trace_ready"))
         self.trace = None
         self._scheduled = None
         if schedule is not None:
@@ -237,18 +279,30 @@ class trace:
             self.trace = stop()
         return False
 
+    def _not_ready(self):
+        if self.__dict__.get("_scheduled") is not None:
+            return "no scheduled window has been recorded yet"
+        return "the trace is ready once the with block ends"
+
     def __getattr__(self, name):
         if name == "trace":
             raise AttributeError(name)
         result = self.__dict__.get("trace")
         if result is None:
-            raise AttributeError(f"{name!r}: the trace is ready once the with block ends")
+            raise _TraceNotReadyError(f"{name!r}: {self._not_ready()}")
         return getattr(result, name)
 
     def __iter__(self):
         if self.trace is None:
-            raise TraceError("the trace is ready once the with block ends")
+            raise _TraceNotReadyError(f"iterating: {self._not_ready()}")
         return iter(self.trace)
 
     def __len__(self):
-        return len(self.trace) if self.trace is not None else 0
+        if self.trace is None:
+            raise _TraceNotReadyError(f"len(): {self._not_ready()}")
+        return len(self.trace)
+
+
+class _TraceNotReadyError(TracerStateError, AttributeError):
+    """The trace read from a trace() context manager before it exists. An
+    AttributeError too, so that getattr(t, name, default) and hasattr keep working."""

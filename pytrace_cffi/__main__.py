@@ -111,12 +111,14 @@ def _count(text):
 
 
 def _output_format(path):
-    """"json", "html" or "directory", from OUT's name; exits if OUT is an
+    """"json", "html", "perfetto" or "directory", from OUT's name; exits if OUT is an
     existing file where a directory would go."""
     if path.endswith((".json", ".json.gz")):
         return "json"
     if path.endswith(".html"):
         return "html"
+    if path.endswith(".pftrace"):
+        return "perfetto"
     if os.path.exists(path) and not os.path.isdir(path):
         raise SystemExit(f"pytrace_cffi: {path!r} is a file; a saved trace is a directory "
                          f"(name the output .json, .json.gz or .html for a file)")
@@ -128,6 +130,8 @@ def _write_trace(trace, path):
     output_format = _output_format(path)
     if output_format == "json":
         trace.export_chrome_trace(path)
+    elif output_format == "perfetto":
+        trace.export_perfetto(path)
     elif output_format == "html":
         from .html import write_html
         write_html(trace, path)

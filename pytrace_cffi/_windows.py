@@ -6,12 +6,13 @@ import signal
 import sys
 import threading
 
-from . import is_tracing, start, stop
+from . import _has_session, start, stop
 
 
 def numbered(path, number):
-    """out.json -> out.1.json, out.json.gz -> out.1.json.gz, dir -> dir.1"""
-    for suffix in (".json.gz", ".json", ".html"):
+    """out.json -> out.1.json, out.json.gz -> out.1.json.gz (.html and .pftrace
+    alike), dir -> dir.1"""
+    for suffix in (".json.gz", ".json", ".html", ".pftrace"):
         if path.endswith(suffix):
             return f"{path[:-len(suffix)]}.{number}{suffix}"
     return f"{path.rstrip(os.sep)}.{number}"
@@ -64,14 +65,14 @@ class Windows:
     # -- windows -------------------------------------------------------------
     def open(self):
         with self._lock:
-            if is_tracing():
+            if _has_session():
                 return
         # Last statement: what this frame runs once the hooks are live is recorded.
         start(**self._options)
 
     def close(self):
         with self._lock:
-            if not is_tracing():
+            if not _has_session():
                 return
             result = stop()
             self._count += 1
@@ -81,7 +82,7 @@ class Windows:
                   f"-> {path}", file=sys.stderr)
 
     def toggle(self):
-        if is_tracing():
+        if _has_session():
             self.close()
         else:
             self.open()

@@ -14,7 +14,8 @@ class TracerConflictError(TraceError):
 
 
 class TracerStateError(TraceError):
-    """start() while tracing, or stop() while not tracing."""
+    """start() while tracing, stop() while not tracing, or a trace() block's trace
+    read inside the block, before it exists."""
 
 
 class TraceFormatError(TraceError):
@@ -23,4 +24,5 @@ class TraceFormatError(TraceError):
 
 
 class TraceWarning(UserWarning):
-    """Something was lost but tracing went on (events dropped under max_events)."""
+    """Something was lost but a trace was kept: events dropped under max_events,
+    or another profiler took the hook before stop()."""

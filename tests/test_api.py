@@ -40,11 +40,53 @@ def test_bad_options_raise_before_anything_starts(options, error):
         pytrace_cffi.trace(**options)
 
 
+@pytest.mark.parametrize("function", [pytrace_cffi.start, pytrace_cffi.trace])
+def test_unknown_option_names_the_public_function_and_the_closest_option(function):
+    name = function.__name__
+    with pytest.raises(TypeError) as raised:
+        function(c_call=False)
+    assert str(raised.value) == (f"{name}() got an unexpected keyword argument 'c_call'; "
+                                 "did you mean 'c_calls'?")
+    with pytest.raises(TypeError) as raised:
+        function(maxdepth=3)
+    assert str(raised.value).endswith("did you mean 'max_depth'?")
+    with pytest.raises(TypeError) as raised:
+        function(colour=True)
+    assert str(raised.value) == f"{name}() got an unexpected keyword argument 'colour'"
+    assert not pytrace_cffi.is_tracing()
+
+
+def test_trace_suggests_its_own_arguments_too():
+    with pytest.raises(TypeError, match=r"^trace\(\) .* 'schedul'; did you mean 'schedule'\?$"):
+        pytrace_cffi.trace(schedul=None)
+
+
+def test_dir_shows_the_public_api():
+    import types
+    public = [name for name in dir(pytrace_cffi) if not name.startswith("_")]
+    stray = [name for name in public if name not in pytrace_cffi.__all__ and not (
+        isinstance(getattr(pytrace_cffi, name), types.ModuleType)
+        and getattr(pytrace_cffi, name).__name__ == f"pytrace_cffi.{name}")]
+    assert stray == []
+    assert set(pytrace_cffi.__all__) <= set(public)
+
+
+def test_reading_the_trace_inside_the_block_raises_clearly():
+    with pytrace_cffi.trace() as t:
+        work()
+        for read in (len, list, lambda t: t.threads):
+            with pytest.raises(TracerStateError, match="once the with block ends"):
+                read(t)
+        # still an AttributeError for attribute reads, so defaults keep working
+        with pytest.raises(AttributeError):
+            t.threads
+        assert getattr(t, "threads", None) is None
+    assert len(t) == len(list(t)) > 0
+
+
 def test_context_manager_leaves_the_trace_after_the_block():
     with pytrace_cffi.trace() as t:
         assert pytrace_cffi.is_tracing()
-        with pytest.raises(AttributeError, match="once the with block ends"):
-            t.threads
         work()
     assert not pytrace_cffi.is_tracing()
     assert isinstance(t.trace, pytrace_cffi.Trace)

@@ -112,3 +112,33 @@ def test_perfetto_depth_limit_is_warned_about_and_max_depth_avoids_it(tmp_path):
             bounded.trace.export_chrome_trace(str(tmp_path / "bounded.json"))
     finally:
         sys.setrecursionlimit(old)
+    # What was written: all 601 calls of deep unbounded; bounded, exactly 512 levels
+    # (the frames running at start, then deep down to the cap), and nothing cut short.
+    assert levels(tmp_path / "deep.json").count(deep_name()) == 601
+    names = levels(tmp_path / "bounded.json")
+    assert len(names) == 512
+    first = names.index(deep_name())
+    assert first > 0 and set(names[first:]) == {deep_name()}
+    assert len([c for c in bounded.trace if c.name == deep_name()]) == 512 - first
+
+
+def deep_name():
+    from helpers import trimmed
+    return f"{trimmed(__file__)}({deep.__code__.co_firstlineno}): deep"
+
+
+def levels(path):
+    """The main thread's deepest chain of nested slices in an exported file,
+    outermost first, by name, following the parent ids."""
+    slices = [e for e in load(path)["traceEvents"]
+              if e["ph"] == "X" and e["tid"] == threading.get_native_id()]
+    by_id = {e["args"]["Python id"]: e for e in slices}
+
+    def chain(event):
+        out = []
+        while event is not None:
+            out.append(event["name"])
+            parent = event["args"]["Python parent id"]
+            event = by_id[parent] if parent is not None else None
+        return out[::-1]
+    return max((chain(e) for e in slices), key=len, default=[])

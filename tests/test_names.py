@@ -1,0 +1,176 @@
+"""Names checked against literal expectations, independently of pytrace_cffi._names.
+
+The oracle (reference.py) names functions with the tracer's own naming code, so
+it can only confirm counts. Here a fixed workload's calls are compared with
+names, callers and counts written out by hand: "(<first line>): <co_name>" for
+Python code in this file (first line as CPython reports it, the decorator's
+line for a decorated function), "<module or type>.<name>" for built-ins.
+Line numbers below are literal: moving the workload breaks the test on purpose.
+"""
+import io
+import math
+import os
+import sys
+import time
+from collections import Counter
+
+import pytrace_cffi
+
+
+class Box(list):
+    pass
+
+
+class Shape:
+    def __init__(self, side):                          # line 25
+        self.side = side
+
+    def area(self):                                    # line 28
+        return self.side * self.side
+
+    @classmethod                                       # line 31
+    def unit(cls):
+        return cls(1)
+
+    @staticmethod                                      # line 35
+    def check(value):
+        return isinstance(value, Shape)
+
+
+def plain(x):                                          # line 40
+    return x + 1
+
+
+def outer():                                           # line 44
+    def inner(y):                                      # line 45
+        return y * 2
+    return inner(3) + inner(4)
+
+
+def gen(n):                                            # line 50
+    for i in range(n):
+        yield i
+
+
+def workload():                                        # line 55
+    out = []
+    box = Box()
+    for i in range(3):
+        out.append(plain(i))
+        box.append(i)
+    shape = Shape.unit()
+    shape.area()
+    Shape.check(shape)
+    outer()
+    double = lambda v: v * 2  # noqa: E731             # line 65
+    double(5)
+    total = sum(gen(3))
+    squares = [v * v for v in range(3)]                # line 68
+    evens = list(v for v in range(4) if v % 2 == 0)    # line 69
+    ordered = sorted(["bb", "a", "ccc"], key=lambda s: len(s))   # line 70
+    config = {"k": 1}
+    config.get("k")
+    config.get("missing", 0)
+    ", ".join(["x", "y"])
+    time.perf_counter()
+    math.sqrt(16.0)
+    buf = io.StringIO()
+    buf.write("text")
+    buf.getvalue()
+    dict.fromkeys("ab")
+    int.from_bytes(b"\x01\x00", "little")
+    list.append(out, 9)
+    str.upper("a")
+    push = box.append
+    push(7)
+    out.__len__()          # a slot wrapper: not a built-in function, not recorded
+    getattr(shape, "side")
+    max(1, 2)
+    return len(out) + len(box) + total + len(squares) + len(evens) + len(ordered)
+
+
+W = "(55): workload"
+
+# (name, caller) -> calls. Types called (Box(), Shape via cls(1), range, list,
+# io.StringIO) are no built-in function calls, as under sys.setprofile.
+EXPECTED = {
+    ("(40): plain", W): 3,
+    ("list.append", W): 4,                 # out.append x3, list.append(out, 9)
+    ("test_names.Box.append", W): 4,       # named after self's type: box.append x3, push(7)
+    ("(31): unit", W): 1,
+    ("(25): __init__", "(31): unit"): 1,
+    ("(28): area", W): 1,
+    ("(35): check", W): 1,
+    ("builtins.isinstance", "(35): check"): 1,
+    ("(44): outer", W): 1,
+    ("(45): inner", "(44): outer"): 2,
+    ("(65): <lambda>", W): 1,
+    ("builtins.sum", W): 1,
+    ("(50): gen", "builtins.sum"): 4,      # first entry + 3 resumes after a yield
+    ("(69): <genexpr>", W): 3,             # entry, resume after 0, resume after 2
+    ("builtins.sorted", W): 1,
+    ("(70): <lambda>", "builtins.sorted"): 3,
+    ("builtins.len", "(70): <lambda>"): 3,
+    ("dict.get", W): 2,
+    ("str.join", W): 1,
+    ("time.perf_counter", W): 1,
+    ("math.sqrt", W): 1,
+    ("_io.StringIO.write", W): 1,
+    ("_io.StringIO.getvalue", W): 1,
+    ("dict.fromkeys", W): 1,
+    ("int.from_bytes", W): 1,
+    ("str.upper", W): 1,
+    ("builtins.getattr", W): 1,
+    ("builtins.max", W): 1,
+    ("builtins.len", W): 5,
+}
+if sys.version_info < (3, 12):
+    # PEP 709: from 3.12 a list comprehension runs inline in its function, no call.
+    EXPECTED[("(68): <listcomp>", W)] = 1
+
+
+def traced_workload(**options):
+    with pytrace_cffi.trace(**options) as t:
+        workload()
+    calls = list(t.trace)
+    (top,) = [c for c in calls if c.name.endswith(W)]
+    # The file part, checked here against this file's own path; stripped below.
+    path = top.name[:-len(W)]
+    here = os.path.abspath(__file__)
+    assert path.endswith("test_names.py") and (path == here or here.endswith(os.sep + path))
+    by_id = {c.id: c for c in calls}
+
+    def short(name):
+        return name[len(path):] if name.startswith(path + "(") else name
+
+    def under_workload(call):
+        while call.parent is not None:
+            call = by_id[call.parent]
+            if call.id == top.id:
+                return True
+        return False
+    return Counter((short(c.name), short(by_id[c.parent].name)) for c in calls
+                   if under_workload(c)), path
+
+
+def test_names_of_a_fixed_workload():
+    counts, path = traced_workload()
+    assert dict(counts) == EXPECTED
+
+
+def test_without_c_calls_only_the_python_names_remain():
+    counts, _ = traced_workload(c_calls=False)
+    # Python calls whose caller was a built-in now hang from the workload.
+    expected = Counter()
+    for (name, caller), n in EXPECTED.items():
+        if name.startswith("("):
+            expected[(name, caller if caller.startswith("(") else W)] += n
+    assert dict(counts) == dict(expected)
+
+
+def test_the_literal_lines_are_this_file_s():
+    # Guards the literals above, not the tracer: edits that move the workload
+    # must update EXPECTED too.
+    functions = [Shape.__init__, Shape.area, Shape.unit.__func__, Shape.check, plain, outer,
+                 gen, workload]
+    assert [f.__code__.co_firstlineno for f in functions] == [25, 28, 31, 35, 40, 44, 50, 55]
