@@ -100,19 +100,19 @@ class TorchWatcher:
         return 0
 
     def tag(self, frame):
-        owner = frame.f_locals.get("self")
-        if owner is None:
-            return 0
         name = frame.f_code.co_name
-        if name == "_wrapped_call_impl":
-            return self._module_tag(owner)
-        if name == "__enter__":
-            return self._region_tag(owner)
-        if name == "__exit__":
+        if name == "__exit__":          # needs no locals (f_locals builds a dict on 3.9-3.12)
             if not self._region_exit_tag:
                 self._region_exit_tag = len(self.tags)
                 self.tags.append({"kind": REGION_EXIT, "name": ""})
             return self._region_exit_tag
+        owner = frame.f_locals.get("self")
+        if owner is None:
+            return 0
+        if name == "_wrapped_call_impl":
+            return self._module_tag(owner)
+        if name == "__enter__":
+            return self._region_tag(owner)
         return self._optimizer_tag(owner)
 
     def _region_tag(self, region):
