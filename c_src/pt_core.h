@@ -152,6 +152,11 @@ int64_t pt_start_ns(pt_tracer *tracer);
 int64_t pt_stop_ns(pt_tracer *tracer);
 int64_t pt_start_ticks(pt_tracer *tracer);
 int64_t pt_stop_ticks(pt_tracer *tracer);
+/* The CLOCK_MONOTONIC / CLOCK_REALTIME pairs read at start (at_stop 0) and at
+ * stop (1): a monotonic and a realtime reading of one moment, and the
+ * uncertainty of their pairing, in ns. PT_ERR_STATE before that moment. */
+int pt_realtime_anchor(pt_tracer *tracer, int at_stop, int64_t *monotonic_ns,
+                       int64_t *realtime_ns, int64_t *spread_ns);
 
 /* Annotations (pt_annotate.c). pt_annotation_api fills py_dict with the
  * RecordFunction and CapturedStack types and the instant, counter, capture_stack
@@ -201,6 +206,18 @@ uint64_t pt_events_ticks(const pt_event *events, uint64_t n);
 
 /* Indices of the slices that carry a tag (up to cap); returns how many there are. */
 uint64_t pt_tagged_slices(const pt_slice *slices, uint64_t n, uint64_t *out, uint64_t cap);
+/* torch's record_function regions made explicit. region_keys[tag] (tags below
+ * n_tags) is the key of the region a tagged call (record_function.__enter__)
+ * opens, PT_REGION_EXIT for a call (__exit__) that closes the innermost region
+ * opened beside it, else 0. Copies in[0..n) to out with a region slice before
+ * each opening call: from its start to the closing call's end (or, unclosed,
+ * the enclosing call's end), enclosing the opening call, the calls made between
+ * and the closing call. cap: n + the number of regions; scratch: n + 2 * that
+ * number of entries. Returns the count written (UINT64_MAX if cap is short);
+ * with out NULL, only the number of regions. */
+#define PT_REGION_EXIT 0xFFFFFFFF
+uint64_t pt_insert_regions(const pt_slice *in, uint64_t n, const uint32_t *region_keys,
+                           uint32_t n_tags, pt_slice *out, uint64_t cap, int64_t *scratch);
 /* Checks slices read from a file: keys below n_keys, known flags, parents
  * earlier in the thread and enclosing their children. -1 if all hold, else the
  * index of the first slice that breaks one. */

@@ -734,6 +734,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
     PyThreadState *self_tstate = PyThreadState_Get();
     PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
     pt_defer_questions(tracer);
+    pt_take_anchor(tracer->anchor[0]);
     int64_t now = pt_ticks(tracer);
     tracer->start_ticks = now;
     tracer->start_ns = pt_clock();
@@ -775,6 +776,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
         tracer->state = PT_STATE_STOPPED;
         tracer->stop_ticks = pt_ticks(tracer);
         tracer->stop_ns = pt_clock();
+        pt_take_anchor(tracer->anchor[1]);
         if (tracer->backend == PT_BACKEND_PROFILE)
             for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
                  ts = PyThreadState_Next(ts)) {
@@ -822,6 +824,7 @@ pt_stop(pt_tracer *tracer)
     }
     tracer->stop_ticks = pt_ticks(tracer);
     tracer->stop_ns = pt_clock();
+    pt_take_anchor(tracer->anchor[1]);
     tracer->state = PT_STATE_STOPPED;
     if (pt_active_tracer == tracer)
         pt_active_tracer = NULL;

@@ -68,6 +68,7 @@ struct pt_tracer {
     int64_t stop_ns;
     int64_t start_ticks;
     int64_t stop_ticks;
+    int64_t anchor[2][3];         /* at start, at stop: monotonic ns, realtime ns, spread */
     PyObject *handle;             /* the object our hooks receive; points back here */
     PyObject *monitoring_missing; /* sys.monitoring.MISSING (3.12+) */
     PyObject *monitoring_disable; /* sys.monitoring.DISABLE (3.12+) */
@@ -334,6 +335,9 @@ pt_maybe_tag(pt_tracer *tracer, pt_thread *thread, uint32_t key, PyFrameObject *
     if (tracer->key_flags[key] & PT_KEYF_TAG)
         pt_tag_call(tracer, thread, frame);
 }
+
+/* pt_core.c: a CLOCK_MONOTONIC / CLOCK_REALTIME pair (monotonic, realtime, spread ns). */
+void pt_take_anchor(int64_t out[3]);
 
 /* pt_hooks.c */
 PyObject *pt_handle_new(pt_tracer *tracer);   /* new reference */

@@ -317,3 +317,77 @@ pt_max_depth(const pt_slice *slices, uint64_t n)
             deepest = slices[i].depth;
     return deepest;
 }
+
+uint64_t
+pt_insert_regions(const pt_slice *in, uint64_t n, const uint32_t *region_keys, uint32_t n_tags,
+                  pt_slice *out, uint64_t cap, int64_t *scratch)
+{
+    /* Counting pass: one region per opening call. */
+    if (!out) {
+        uint64_t openers = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            uint32_t tag = in[i].tag;
+            openers += tag < n_tags && region_keys[tag] && region_keys[tag] != PT_REGION_EXIT;
+        }
+        return openers;
+    }
+    /* scratch: map old index -> new, then the open regions' (old parent of the
+     * opening call, new index of the region), innermost last. A region stays
+     * open while the calls met descend from its opener's parent: those are
+     * exactly the direct children of that parent and the calls whose parent
+     * was emitted after the region (a call started after the opener that is
+     * not inside the parent cannot be inside anything emitted since). */
+    uint64_t max_open = cap > n ? cap - n : 0;      /* one per region at most */
+    int64_t *map = scratch;
+    int64_t *open_parent = scratch + n;
+    int64_t *open_region = scratch + n + max_open;
+    uint64_t n_open = 0, m = 0;
+    int64_t thread_end = 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (in[i].end > thread_end || i == 0)
+            thread_end = in[i].end;
+    for (uint64_t i = 0; i <= n; i++) {
+        int64_t parent = i < n ? in[i].parent : -2;     /* -2: past the end, all close */
+        while (n_open) {
+            int64_t enclosing = open_parent[n_open - 1], region = open_region[n_open - 1];
+            if (parent == enclosing || (parent >= 0 && map[parent] > region))
+                break;
+            out[region].end = enclosing >= 0 ? in[enclosing].end : thread_end;
+            n_open--;
+        }
+        if (i == n)
+            break;
+        if (m >= cap)
+            return UINT64_MAX;
+        int64_t new_parent = n_open && parent == open_parent[n_open - 1]
+            ? open_region[n_open - 1] : (parent >= 0 ? map[parent] : -1);
+        uint32_t tag = in[i].tag;
+        uint32_t region_key = tag < n_tags ? region_keys[tag] : 0;
+        if (region_key && region_key != PT_REGION_EXIT) {
+            if (m + 1 >= cap || n_open >= max_open)
+                return UINT64_MAX;
+            pt_slice *r = &out[m];
+            r->start = in[i].start;
+            r->end = in[i].end;
+            r->key = region_key;
+            r->flags = 0;
+            r->parent = new_parent;
+            r->tag = 0;
+            r->depth = new_parent >= 0 ? out[new_parent].depth + 1 : 0;
+            open_parent[n_open] = parent;
+            open_region[n_open] = (int64_t)m;
+            n_open++;
+            new_parent = (int64_t)m++;
+        }
+        pt_slice *s = &out[m];
+        *s = in[i];
+        s->parent = new_parent;
+        s->depth = new_parent >= 0 ? out[new_parent].depth + 1 : 0;
+        map[i] = (int64_t)m++;
+        if (region_key == PT_REGION_EXIT && n_open && parent == open_parent[n_open - 1]) {
+            out[open_region[n_open - 1]].end = in[i].end;
+            n_open--;
+        }
+    }
+    return m;
+}

@@ -1,4 +1,4 @@
-"""Command line: ``python -m pytrace_cffi run|summary|export ...``."""
+"""Command line: ``python -m pytrace_cffi run|summary|export|merge ...``."""
 import argparse
 import builtins
 import importlib
@@ -95,6 +95,19 @@ def _parser():
                         help="a saved-trace directory, or a .json / .json.gz")
     export.add_argument("-o", "--output", required=True, metavar="OUT",
                         help="where to write: .json, .json.gz, .pftrace, .html or a directory")
+
+    merge = commands.add_parser(
+        "merge", help="put a trace on torch.profiler's timeline, in one Chrome trace",
+        description="Writes one Chrome trace with torch.profiler's events (cpu_op, "
+                    "user_annotation, GPU kernels: its export_chrome_trace file) and our "
+                    "Python calls on the same timeline and thread tracks. Where torch "
+                    "recorded Python calls too (with_stack=True), ours replace them.")
+    merge.add_argument("trace", metavar="OURS",
+                       help="our trace: a .json / .json.gz or a saved-trace directory")
+    merge.add_argument("torch_trace", metavar="TORCH_JSON",
+                       help="torch.profiler's Chrome trace (.json or .json.gz)")
+    merge.add_argument("-o", "--output", required=True, metavar="OUT",
+                       help="where to write the merged trace: .json or .json.gz")
     return parser
 
 
@@ -432,7 +445,19 @@ def _cmd_export(args):
     return 0
 
 
-COMMANDS = {"summary": _cmd_summary, "export": _cmd_export}     # run: see main()
+def _cmd_merge(args):
+    from .merge import merge_torch
+    if not args.output.endswith((".json", ".json.gz")):
+        raise SystemExit(f"pytrace_cffi: the merged trace is Chrome JSON: name it .json or "
+                         f".json.gz, not {args.output!r}")
+    merge_torch(args.trace, args.torch_trace, args.output)
+    print(f"pytrace_cffi: {args.trace} on the timeline of {args.torch_trace} -> {args.output}",
+          file=sys.stderr)
+    return 0
+
+
+COMMANDS = {"summary": _cmd_summary, "export": _cmd_export,      # run: see main()
+            "merge": _cmd_merge}
 
 
 def main(argv=None):

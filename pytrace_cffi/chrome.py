@@ -57,6 +57,7 @@ def _chunks(trace, progress):
             "start_monotonic_ns": base,
             "stop_monotonic_ns": trace.stop_ns,
             "dropped_events": trace.dropped_events,
+            "realtime_anchor": trace.realtime_anchor,
         },
     }
     yield ('{' + json.dumps(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8")

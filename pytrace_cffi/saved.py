@@ -17,9 +17,10 @@ import os
 import struct
 import sys
 
+from ._clock import checked_anchor
 from ._core import ffi, lib
 from ._files import replaced_atomically
-from ._torch import EXIT_EVENT_NAME
+from ._torch import EXIT_EVENT_NAME, TAG_KINDS
 from .errors import TraceFormatError
 
 FORMAT_NAME = "pytrace_cffi-trace"
@@ -93,7 +94,8 @@ def finish_spill(session):
                for thread, info in zip(facts["threads"], facts["infos"])]
     meta = _meta(facts["pid"], facts["python"], facts["backend"], facts["clock_name"],
                  facts["start_ns"], facts["stop_ns"], sum(t.dropped for t in threads),
-                 names, facts["key_kinds"], {}, facts["marks"])
+                 names, facts["key_kinds"], {}, facts["marks"],
+                 realtime_anchor=facts["realtime_anchor"])
     meta["threads"] = [_thread_meta(t, None) for t in threads]
     for entry, hide in zip(meta["keys"], facts["hidden"]):
         entry.append(hide)
@@ -108,7 +110,7 @@ def finish_spill(session):
 
 
 def _meta(pid, python, backend, clock, start_ns, stop_ns, dropped, names, key_kinds,
-          key_args, marks):
+          key_args, marks, realtime_anchor=None):
     return {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
@@ -119,6 +121,7 @@ def _meta(pid, python, backend, clock, start_ns, stop_ns, dropped, names, key_ki
         "start_ns": start_ns,
         "stop_ns": stop_ns,
         "dropped_events": dropped,
+        "realtime_anchor": realtime_anchor,
         "hash": "blake2b-64-le",
         # key -> [hash id, kind, extra args]; key 0 is "unknown"
         "keys": [[str(hash_id(name)), kind, key_args.get(key, {})]
@@ -151,7 +154,7 @@ def save(trace, directory):
     os.makedirs(directory, exist_ok=True)
     meta = _meta(trace.pid, trace.python_version, trace.backend, trace.clock, trace.start_ns,
                  trace.stop_ns, trace.dropped_events, trace.names, trace.key_kinds,
-                 trace.key_args, trace.marks)
+                 trace.key_args, trace.marks, realtime_anchor=trace.realtime_anchor)
     meta["threads"] = [_thread_meta(t, n) for t, _, n in trace.thread_slices()]
     if os.path.exists(os.path.join(directory, "events.bin")):
         os.unlink(os.path.join(directory, "events.bin"))
@@ -348,12 +351,20 @@ def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks):
                  stop_ns=_int(meta.get("stop_ns"), "stop_ns"), pid=_int(meta.get("pid"), "pid"),
                  python_version=str(meta.get("python")), backend=str(meta.get("backend")),
                  clock=str(meta.get("clock")), params=params, marks=marks,
-                 dropped_events=_int(meta.get("dropped_events"), "dropped_events"))
+                 dropped_events=_int(meta.get("dropped_events"), "dropped_events"),
+                 realtime_anchor=_anchor(meta.get("realtime_anchor")))
+
+
+def _anchor(value):
+    try:
+        return checked_anchor(value)
+    except ValueError as exc:
+        raise TraceFormatError(f"meta.json: {exc}") from None
 
 
 def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden):
     """Reads events.bin's blocks per thread and replays them in C."""
-    from .trace import ThreadInfo, drop_short, name_tagged_calls
+    from .trace import ThreadInfo, TorchRegions, drop_short, name_tagged_calls
     events_meta = meta["events"]
     _expect(isinstance(events_meta, dict) and events_meta.get("file") == "events.bin",
             "meta.json: bad events entry")
@@ -368,8 +379,8 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
     # Index 0 means "no tag"; a module's tag carries its id (its call's args).
     _expect(isinstance(tags, list) and tags and tags[0] is None
             and all(isinstance(t, dict) and isinstance(t.get("name"), str)
-                    and (t.get("kind") == "optimizer"
-                         or (t.get("kind") == "module" and _is_int(t.get("module_id"))))
+                    and t.get("kind") in TAG_KINDS
+                    and (t.get("kind") != "module" or _is_int(t.get("module_id")))
                     for t in tags[1:]), "meta.json: bad tags")
     _expect(isinstance(annotation_args, list) and all(isinstance(a, dict)
                                                       for a in annotation_args),
@@ -414,6 +425,7 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
         blocks[index].append(block)
     slices, loaded_threads = [], []
     n_out = ffi.new("uint64_t *")
+    regions = TorchRegions(tags, names, key_kinds)
     for thread, parts, base in zip(threads, blocks, bases):
         raw = b"".join(parts)
         n_events = len(raw) // EVENT_RECORD_SIZE
@@ -436,7 +448,8 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
         bad = lib.pt_validate_slices(out, n_out[0], len(names))
         _expect(bad < 0, f"{path}: thread {thread.index} ({thread.name!r}): call {bad} ends "
                          f"before it starts or outside its parent (damaged deltas)")
-        slices.append((out, drop_short(out, n_out[0], max(0, min_duration_ns))))
+        out, n = regions.insert(out, n_out[0])
+        slices.append((out, drop_short(out, n, max(0, min_duration_ns))))
         loaded_threads.append(ThreadInfo(thread.index, thread.native_id, thread.ident,
                                          thread.name, n_events, thread.dropped))
     name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args)
