@@ -54,6 +54,20 @@ def _parser():
                      help="record a call only while fewer than N recorded calls are open")
     run.add_argument("--min-duration", type=float, metavar="MICROSECONDS",
                      help="leave out calls shorter than this, with their callees")
+    run.add_argument("--max-events", type=_positive, metavar="N",
+                     help="hold at most about N events in memory; past it the oldest are "
+                          "dropped (the trace says how many), or with --spill written to disk")
+    run.add_argument("--spill", action="store_true",
+                     help="with --max-events: keep every event, spilling the oldest to a "
+                          "temporary directory beside OUT (removed once OUT is written)")
+    run.add_argument("--no-modules", action="store_true",
+                     help="do not name torch nn.Module calls, optimizer steps and regions")
+    run.add_argument("--record-params", action="store_true",
+                     help="keep the metadata (never the values) of torch module and "
+                          "optimizer-step parameters")
+    run.add_argument("--no-trim-paths", action="store_true",
+                     help="keep file names whole (by default site-packages, sys.path and "
+                          "torch prefixes are stripped, as torch.profiler does)")
     run.add_argument("--signal", metavar="SIG",
                      help="trace only between signals: each SIG (e.g. USR2) opens or "
                           "closes a window, saved to its own numbered file beside OUT "
@@ -376,9 +390,13 @@ def _cmd_run(args, program):
         raise SystemExit("pytrace_cffi: --delay must be >= 0 and --duration > 0")
     if args.signal and (args.delay or args.duration):
         raise SystemExit("pytrace_cffi: --signal and --delay/--duration do not combine")
+    if args.spill and not args.max_events:
+        raise SystemExit("pytrace_cffi: --spill goes with --max-events N")
     options = {"c_calls": not args.no_c_calls, "include": args.include,
                "exclude": args.exclude, "max_depth": args.max_depth,
-               "min_duration_us": args.min_duration}
+               "min_duration_us": args.min_duration, "max_events": args.max_events,
+               "with_modules": not args.no_modules, "record_params": args.record_params,
+               "trim_paths": not args.no_trim_paths}
     try:
         _check_options(**options)
         signum = signal_number(args.signal) if args.signal else None
@@ -391,7 +409,7 @@ def _cmd_run(args, program):
         sys.excepthook(type(exc), exc.with_traceback(None), None)
         return 1
     run_program = types.FunctionType(code, main.__dict__)
-    windows = Windows(output, options, _write_or_fall_back)
+    windows = Windows(output, options, _write_or_fall_back, spill=args.spill)
     hide_launcher_frames(_launcher_codes())
     # The program's module stays __main__ to the end, as under python: threads and
     # atexit handlers that outlive its code still unpickle from it.
