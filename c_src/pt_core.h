@@ -39,6 +39,10 @@
 #define PT_FLAG_C_CALLS 1   /* record built-in calls */
 #define PT_FLAG_NOOP 2      /* hooks installed, nothing recorded: the benchmark floor */
 #define PT_FLAG_TSC 4       /* ticks are the CPU's invariant TSC (x86-64), else nanoseconds */
+#define PT_FLAG_UNWRAP_METHODS 8    /* sys.monitoring: a bound method whose function is a
+                                       built-in is a call of that built-in, as this
+                                       interpreter's sys.setprofile reports it (Python
+                                       decides: 3.12.5+ and 3.13) */
 
 /* Backends. */
 #define PT_BACKEND_PROFILE 1    /* PyEval_SetProfile, per thread (3.9-3.11) */

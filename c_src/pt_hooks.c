@@ -347,11 +347,34 @@ pt_monitor_py_unwind(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
     return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_RETURN, 0, 0);
 }
 
+/* A bound method under PT_FLAG_UNWRAP_METHODS. sys.setprofile on 3.12.5+ and 3.13
+ * (CPython gh-122029) reports calling a bound method whose function is a
+ * PyCFunction as a c_call of that function (3.12.0-3.12.4 report only its return;
+ * 3.14 has CALL see the function itself). So: the function's key, as if called
+ * directly. CALL then unpacks the method, holding its function and self until the
+ * C_RETURN, which names those two: on a call (caller set) the thread's pair is
+ * re-pointed at them, so that the return finds this key. Out of line: bound
+ * Python methods pass here too. */
+static PT_NOINLINE uint32_t
+pt_monitor_method_key(pt_tracer *tracer, PyObject *method, pt_thread *caller)
+{
+    PyObject *function = PyMethod_Function(method);      /* borrowed */
+    if (!function || !PyCFunction_Check(function))
+        return 0;
+    if (caller) {
+        caller->c_callable = function;
+        caller->c_arg0 = PyMethod_Self(method);
+    }
+    return pt_key_for_builtin(tracer, function, 1, NULL);
+}
+
 /* The key of a built-in call as sys.setprofile reports it: a PyCFunction, or a
  * method descriptor with its self argument (3.12 passes `list.append` and the
- * list). Every other callable is not a C call: 0. args holds 4 items. */
+ * list), or (see pt_monitor_method_key) a bound method of a PyCFunction. Every
+ * other callable is not a C call: 0. args holds 4 items; caller is the thread
+ * whose (callable, arg0) pair a CALL just stored, NULL for a return. */
 static PT_ALWAYS_INLINE uint32_t
-pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args)
+pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args, pt_thread *caller)
 {
     PyObject *callable = args[2];
     PyTypeObject *type = Py_TYPE(callable);
@@ -366,6 +389,9 @@ pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args)
         for (int i = 0; i < 4; i++)
             if (tracer->plain_types[i] == type)
                 return 0;
+        /* past the cache, so Python functions never pay for this test */
+        if (type == &PyMethod_Type && (tracer->flags & PT_FLAG_UNWRAP_METHODS))
+            return pt_monitor_method_key(tracer, callable, caller);
         if (!PyCFunction_Check(callable)) {
             if (!(PyType_GetFlags(type) & Py_TPFLAGS_HEAPTYPE))   /* static: never freed */
                 tracer->plain_types[tracer->plain_types_next++ & 3] = type;
@@ -394,15 +420,15 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
         /* Every call, built-in or not, replaces the pair: a return can then meet
          * only its own call's objects (alive) or a later call's, never objects
          * freed since and their addresses reused by what is returning now. */
-        uint32_t key = pt_monitor_builtin_key(tracer, args);
         thread->c_callable = args[2];
         thread->c_arg0 = args[3];
+        uint32_t key = pt_monitor_builtin_key(tracer, args, thread);
         thread->c_key = key;
         if (key)
             pt_record_call(tracer, thread, PT_EV_C_CALL, key);
     } else {
         uint32_t key = args[2] == thread->c_callable && args[3] == thread->c_arg0
-            ? thread->c_key : pt_monitor_builtin_key(tracer, args);
+            ? thread->c_key : pt_monitor_builtin_key(tracer, args, NULL);
         if (key)
             pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
     }
