@@ -506,20 +506,33 @@ done:
 /* ======================================================================== */
 
 /* Records the frames from `top` (a new reference, consumed) outwards as calls at
- * time ts, outermost first, skipping the innermost skip_frames and keeping at
- * most PT_SEED_DEPTH. */
+ * time ts, outermost first, skipping the innermost `skip` frames and keeping at
+ * most PT_SEED_DEPTH of the rest. Skipped frames are recorded nowhere. When
+ * their returns will be seen (skipped_return: pt_start's caller, whose frames
+ * return while tracing, unlike an attaching hook's, which runs untraced), they
+ * still enter the max_depth count after the seeded ones, as seeded frames would:
+ * their returns leave it, and must find it as it would have been. */
 static void
 pt_seed_frames(pt_tracer *tracer, pt_thread *thread, PyFrameObject *top, int skip,
-               int64_t ts)
+               int skipped_return, int64_t ts)
 {
     PyFrameObject *frames[PT_SEED_DEPTH];
+    uint32_t skipped_keys[PT_SEED_DEPTH];
     int depth = 0;
+    int n_skipped = 0;
     PyFrameObject *frame = top;
-    while (frame && skip > 0) {
+    if (skip > PT_SEED_DEPTH)   /* the rest are seeded: entered and left alike */
+        skip = PT_SEED_DEPTH;
+    while (frame && n_skipped < skip) {
+        if (skipped_return) {
+            PyObject *code = (PyObject *)PyFrame_GetCode(frame);
+            skipped_keys[n_skipped] = pt_key_for_code(tracer, code);
+            Py_DECREF(code);
+        }
+        n_skipped++;
         PyFrameObject *back = PyFrame_GetBack(frame);
         Py_DECREF(frame);
         frame = back;
-        skip--;
     }
     while (frame && depth < PT_SEED_DEPTH) {
         frames[depth++] = frame;
@@ -534,6 +547,10 @@ pt_seed_frames(pt_tracer *tracer, pt_thread *thread, PyFrameObject *top, int ski
         Py_DECREF(code);
         Py_DECREF(frames[i]);
     }
+    if (skipped_return)
+        for (int i = n_skipped - 1; i >= 0; i--)
+            if (!pt_skipped(tracer, skipped_keys[i]))
+                (void)pt_depth_enter(tracer, thread, skipped_keys[i]);
 }
 
 /* Looks up the Python thread ident owning `frame` in sys._current_frames(), a
@@ -736,7 +753,7 @@ pt_enable_monitoring(pt_tracer *tracer, int tool_id, long long event_mask)
 }
 
 int
-pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
+pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames)
 {
     int rc = PT_OK;
     PyGILState_STATE gil = PyGILState_Ensure();
@@ -779,7 +796,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
             break;
         }
         if (!(tracer->flags & PT_FLAG_NOOP))
-            pt_seed_frames(tracer, thread, top, 0, now);
+            pt_seed_frames(tracer, thread, top, ts == self_tstate ? own_frames : 0, 1, now);
         else
             Py_XDECREF(top);
         if (tracer->backend == PT_BACKEND_PROFILE) {
@@ -827,7 +844,7 @@ pt_attach_current_thread(pt_tracer *tracer, int skip_frames)
                                               PyThread_get_thread_native_id(), now);
             if (thread && !(tracer->flags & PT_FLAG_NOOP))
                 pt_seed_frames(tracer, thread, PyThreadState_GetFrame(tstate), skip_frames,
-                               now);
+                               0, now);
         }
         if (tracer->backend == PT_BACKEND_PROFILE)
             PyEval_SetProfile(pt_profile_callback, tracer->handle);

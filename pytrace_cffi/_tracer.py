@@ -46,6 +46,21 @@ def check(status, tracer_ptr, what):
     raise _STATUS_ERRORS.get(status, TraceError)(f"{what}: {message}")
 
 
+def _own_frames():
+    """How many of the calling thread's innermost frames, from our caller (the
+    frame calling pt_start) outward, run pytrace_cffi's own code: start()'s
+    machinery, whichever way it was reached (start(), trace().__enter__, the
+    CLI's windows). Traces hide those frames, so pt_start does not seed them and
+    the 128 frames it seeds are all the user's."""
+    from .trace import _hiding
+    count = 0
+    frame = sys._getframe(1)
+    while frame is not None and _hiding(frame.f_code) == lib.PT_HIDE_SUBTREE:
+        count += 1
+        frame = frame.f_back
+    return count
+
+
 class Session:
     """One start..stop of the C core. Owns the C tracer until a Trace takes it."""
 
@@ -112,7 +127,7 @@ class Session:
         try:
             if self._max_depth:
                 self._uncount_hidden_frames()
-            check(lib.pt_start(self.ptr, tool_id, mask), self.ptr, "start")
+            check(lib.pt_start(self.ptr, tool_id, mask, _own_frames()), self.ptr, "start")
         except BaseException:
             threading.setprofile(self._previous_thread_hook)
             if USE_MONITORING:
