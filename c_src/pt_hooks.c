@@ -359,8 +359,17 @@ static PT_NOINLINE uint32_t
 pt_monitor_method_key(pt_tracer *tracer, PyObject *method, pt_thread *caller)
 {
     PyObject *function = PyMethod_Function(method);      /* borrowed */
-    if (!function || !PyCFunction_Check(function))
+    if (!function)
         return 0;
+    PyTypeObject *type = Py_TYPE(function);
+    if (type != &PyCFunction_Type) {
+        /* a bound Python method: its function's type is cached as plain */
+        for (int i = 0; i < 4; i++)
+            if (tracer->plain_types[i] == type)
+                return 0;
+        if (!PyCFunction_Check(function))
+            return 0;
+    }
     if (caller) {
         caller->c_callable = function;
         caller->c_arg0 = PyMethod_Self(method);
@@ -371,12 +380,13 @@ pt_monitor_method_key(pt_tracer *tracer, PyObject *method, pt_thread *caller)
 /* The key of a built-in call as sys.setprofile reports it: a PyCFunction, or a
  * method descriptor with its self argument (3.12 passes `list.append` and the
  * list), or (see pt_monitor_method_key) a bound method of a PyCFunction. Every
- * other callable is not a C call: 0. args holds 4 items; caller is the thread
- * whose (callable, arg0) pair a CALL just stored, NULL for a return. */
+ * other callable is not a C call: 0. callable is args[2] (args holds 4 items:
+ * args[3] is read only when needed); caller is the thread whose (callable, arg0)
+ * pair a CALL just stored, NULL for a return. */
 static PT_ALWAYS_INLINE uint32_t
-pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args, pt_thread *caller)
+pt_monitor_builtin_key(pt_tracer *tracer, PyObject *callable, PyObject *const *args,
+                       pt_thread *caller)
 {
-    PyObject *callable = args[2];
     PyTypeObject *type = Py_TYPE(callable);
     int is_function = 1;
     if (type == &PyMethodDescr_Type) {
@@ -389,8 +399,9 @@ pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args, pt_thread *call
         for (int i = 0; i < 4; i++)
             if (tracer->plain_types[i] == type)
                 return 0;
-        /* past the cache, so Python functions never pay for this test */
-        if (type == &PyMethod_Type && (tracer->flags & PT_FLAG_UNWRAP_METHODS))
+        /* past the cache, so Python functions never pay for this test; laid
+         * out of line, so built-in calls and returns do not either */
+        if (PT_UNLIKELY(type == &PyMethod_Type) && (tracer->flags & PT_FLAG_UNWRAP_METHODS))
             return pt_monitor_method_key(tracer, callable, caller);
         if (!PyCFunction_Check(callable)) {
             if (!(PyType_GetFlags(type) & Py_TPFLAGS_HEAPTYPE))   /* static: never freed */
@@ -420,15 +431,16 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
         /* Every call, built-in or not, replaces the pair: a return can then meet
          * only its own call's objects (alive) or a later call's, never objects
          * freed since and their addresses reused by what is returning now. */
-        thread->c_callable = args[2];
+        PyObject *callable = args[2];   /* read once: the stores may alias args */
+        thread->c_callable = callable;
         thread->c_arg0 = args[3];
-        uint32_t key = pt_monitor_builtin_key(tracer, args, thread);
+        uint32_t key = pt_monitor_builtin_key(tracer, callable, args, thread);
         thread->c_key = key;
         if (key)
             pt_record_call(tracer, thread, PT_EV_C_CALL, key);
     } else {
         uint32_t key = args[2] == thread->c_callable && args[3] == thread->c_arg0
-            ? thread->c_key : pt_monitor_builtin_key(tracer, args, NULL);
+            ? thread->c_key : pt_monitor_builtin_key(tracer, args[2], args, NULL);
         if (key)
             pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
     }

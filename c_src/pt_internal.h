@@ -128,6 +128,12 @@ enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
 #define PT_ALWAYS_INLINE inline
 #define PT_NOINLINE
 #endif
+/* Branch layout for the hooks (spelt as pt_perfetto.c spells it) */
+#if defined(__GNUC__)
+#define PT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define PT_UNLIKELY(x) (x)
+#endif
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <x86intrin.h>
 #define PT_HAVE_TSC 1
