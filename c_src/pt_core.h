@@ -39,6 +39,10 @@
 #define PT_FLAG_C_CALLS 1   /* record built-in calls */
 #define PT_FLAG_NOOP 2      /* hooks installed, nothing recorded: the benchmark floor */
 #define PT_FLAG_TSC 4       /* ticks are the CPU's invariant TSC (x86-64), else nanoseconds */
+#define PT_FLAG_UNWRAP_METHODS 8    /* sys.monitoring: a bound method whose function is a
+                                       built-in is a call of that built-in, as this
+                                       interpreter's sys.setprofile reports it (Python
+                                       decides: 3.12.5+ and 3.13) */
 
 /* Backends. */
 #define PT_BACKEND_PROFILE 1    /* PyEval_SetProfile, per thread (3.9-3.11) */
@@ -86,8 +90,11 @@ const char *pt_last_error(pt_tracer *tracer);
 
 /* Start: seeds the active frames of every thread (up to 128 deep) and installs
  * the hook. For PT_BACKEND_MONITOR the caller has claimed tool_id and registered
- * the callbacks from pt_monitor_callbacks; this enables event_mask on tool_id. */
-int pt_start(pt_tracer *tracer, int tool_id, long long event_mask);
+ * the callbacks from pt_monitor_callbacks; this enables event_mask on tool_id.
+ * The innermost own_frames frames of the calling thread (the caller's start
+ * machinery, which traces leave out) are not seeded and do not count toward the
+ * 128; they return while tracing, so they still enter the max_depth count. */
+int pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames);
 /* Attach the calling thread (a thread born during tracing), seeding its frames
  * except the innermost skip_frames (the attaching hook's own). */
 int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);

@@ -347,13 +347,46 @@ pt_monitor_py_unwind(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
     return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_RETURN, 0, 0);
 }
 
+/* A bound method under PT_FLAG_UNWRAP_METHODS. sys.setprofile on 3.12.5+ and 3.13
+ * (CPython gh-122029) reports calling a bound method whose function is a
+ * PyCFunction as a c_call of that function (3.12.0-3.12.4 report only its return;
+ * 3.14 has CALL see the function itself). So: the function's key, as if called
+ * directly. CALL then unpacks the method, holding its function and self until the
+ * C_RETURN, which names those two: on a call (caller set) the thread's pair is
+ * re-pointed at them, so that the return finds this key. Out of line: bound
+ * Python methods pass here too. */
+static PT_NOINLINE uint32_t
+pt_monitor_method_key(pt_tracer *tracer, PyObject *method, pt_thread *caller)
+{
+    PyObject *function = PyMethod_Function(method);      /* borrowed */
+    if (!function)
+        return 0;
+    PyTypeObject *type = Py_TYPE(function);
+    if (type != &PyCFunction_Type) {
+        /* a bound Python method: its function's type is cached as plain */
+        for (int i = 0; i < 4; i++)
+            if (tracer->plain_types[i] == type)
+                return 0;
+        if (!PyCFunction_Check(function))
+            return 0;
+    }
+    if (caller) {
+        caller->c_callable = function;
+        caller->c_arg0 = PyMethod_Self(method);
+    }
+    return pt_key_for_builtin(tracer, function, 1, NULL);
+}
+
 /* The key of a built-in call as sys.setprofile reports it: a PyCFunction, or a
  * method descriptor with its self argument (3.12 passes `list.append` and the
- * list). Every other callable is not a C call: 0. args holds 4 items. */
+ * list), or (see pt_monitor_method_key) a bound method of a PyCFunction. Every
+ * other callable is not a C call: 0. callable is args[2] (args holds 4 items:
+ * args[3] is read only when needed); caller is the thread whose (callable, arg0)
+ * pair a CALL just stored, NULL for a return. */
 static PT_ALWAYS_INLINE uint32_t
-pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args)
+pt_monitor_builtin_key(pt_tracer *tracer, PyObject *callable, PyObject *const *args,
+                       pt_thread *caller)
 {
-    PyObject *callable = args[2];
     PyTypeObject *type = Py_TYPE(callable);
     int is_function = 1;
     if (type == &PyMethodDescr_Type) {
@@ -366,6 +399,10 @@ pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args)
         for (int i = 0; i < 4; i++)
             if (tracer->plain_types[i] == type)
                 return 0;
+        /* past the cache, so Python functions never pay for this test; laid
+         * out of line, so built-in calls and returns do not either */
+        if (PT_UNLIKELY(type == &PyMethod_Type) && (tracer->flags & PT_FLAG_UNWRAP_METHODS))
+            return pt_monitor_method_key(tracer, callable, caller);
         if (!PyCFunction_Check(callable)) {
             if (!(PyType_GetFlags(type) & Py_TPFLAGS_HEAPTYPE))   /* static: never freed */
                 tracer->plain_types[tracer->plain_types_next++ & 3] = type;
@@ -394,15 +431,16 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
         /* Every call, built-in or not, replaces the pair: a return can then meet
          * only its own call's objects (alive) or a later call's, never objects
          * freed since and their addresses reused by what is returning now. */
-        uint32_t key = pt_monitor_builtin_key(tracer, args);
-        thread->c_callable = args[2];
+        PyObject *callable = args[2];   /* read once: the stores may alias args */
+        thread->c_callable = callable;
         thread->c_arg0 = args[3];
+        uint32_t key = pt_monitor_builtin_key(tracer, callable, args, thread);
         thread->c_key = key;
         if (key)
             pt_record_call(tracer, thread, PT_EV_C_CALL, key);
     } else {
         uint32_t key = args[2] == thread->c_callable && args[3] == thread->c_arg0
-            ? thread->c_key : pt_monitor_builtin_key(tracer, args);
+            ? thread->c_key : pt_monitor_builtin_key(tracer, args[2], args, NULL);
         if (key)
             pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
     }
@@ -480,20 +518,33 @@ done:
 /* ======================================================================== */
 
 /* Records the frames from `top` (a new reference, consumed) outwards as calls at
- * time ts, outermost first, skipping the innermost skip_frames and keeping at
- * most PT_SEED_DEPTH. */
+ * time ts, outermost first, skipping the innermost `skip` frames and keeping at
+ * most PT_SEED_DEPTH of the rest. Skipped frames are recorded nowhere. When
+ * their returns will be seen (skipped_return: pt_start's caller, whose frames
+ * return while tracing, unlike an attaching hook's, which runs untraced), they
+ * still enter the max_depth count after the seeded ones, as seeded frames would:
+ * their returns leave it, and must find it as it would have been. */
 static void
 pt_seed_frames(pt_tracer *tracer, pt_thread *thread, PyFrameObject *top, int skip,
-               int64_t ts)
+               int skipped_return, int64_t ts)
 {
     PyFrameObject *frames[PT_SEED_DEPTH];
+    uint32_t skipped_keys[PT_SEED_DEPTH];
     int depth = 0;
+    int n_skipped = 0;
     PyFrameObject *frame = top;
-    while (frame && skip > 0) {
+    if (skip > PT_SEED_DEPTH)   /* the rest are seeded: entered and left alike */
+        skip = PT_SEED_DEPTH;
+    while (frame && n_skipped < skip) {
+        if (skipped_return) {
+            PyObject *code = (PyObject *)PyFrame_GetCode(frame);
+            skipped_keys[n_skipped] = pt_key_for_code(tracer, code);
+            Py_DECREF(code);
+        }
+        n_skipped++;
         PyFrameObject *back = PyFrame_GetBack(frame);
         Py_DECREF(frame);
         frame = back;
-        skip--;
     }
     while (frame && depth < PT_SEED_DEPTH) {
         frames[depth++] = frame;
@@ -508,6 +559,10 @@ pt_seed_frames(pt_tracer *tracer, pt_thread *thread, PyFrameObject *top, int ski
         Py_DECREF(code);
         Py_DECREF(frames[i]);
     }
+    if (skipped_return)
+        for (int i = n_skipped - 1; i >= 0; i--)
+            if (!pt_skipped(tracer, skipped_keys[i]))
+                (void)pt_depth_enter(tracer, thread, skipped_keys[i]);
 }
 
 /* Looks up the Python thread ident owning `frame` in sys._current_frames(), a
@@ -710,7 +765,7 @@ pt_enable_monitoring(pt_tracer *tracer, int tool_id, long long event_mask)
 }
 
 int
-pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
+pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames)
 {
     int rc = PT_OK;
     PyGILState_STATE gil = PyGILState_Ensure();
@@ -754,7 +809,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
             break;
         }
         if (!(tracer->flags & PT_FLAG_NOOP))
-            pt_seed_frames(tracer, thread, top, 0, now);
+            pt_seed_frames(tracer, thread, top, ts == self_tstate ? own_frames : 0, 1, now);
         else
             Py_XDECREF(top);
         if (tracer->backend == PT_BACKEND_PROFILE) {
@@ -803,7 +858,7 @@ pt_attach_current_thread(pt_tracer *tracer, int skip_frames)
                                               PyThread_get_thread_native_id(), now);
             if (thread && !(tracer->flags & PT_FLAG_NOOP))
                 pt_seed_frames(tracer, thread, PyThreadState_GetFrame(tstate), skip_frames,
-                               now);
+                               0, now);
         }
         if (tracer->backend == PT_BACKEND_PROFILE)
             PyEval_SetProfile(pt_profile_callback, tracer->handle);

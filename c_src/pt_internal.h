@@ -76,7 +76,8 @@ struct pt_tracer {
     uint32_t max_depth;           /* 0: no limit */
     uint32_t classify_from;       /* while nonzero, new code keys from here wait to be
                                      classified (pt_start runs no Python code) */
-    PyTypeObject *plain_types[4]; /* static types seen not to be built-in functions */
+    PyTypeObject *plain_types[4]; /* static types seen not to be built-in functions
+                                     (never PyMethod_Type under PT_FLAG_UNWRAP_METHODS) */
     unsigned plain_types_next;
     pt_thread *threads;
     int n_threads;
@@ -119,11 +120,20 @@ enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
 #include <stdio.h>
 #include <time.h>
 
-/* For the hooks' shared bodies, so that each thin callback folds its constants. */
+/* For the hooks' shared bodies, so that each thin callback folds its constants;
+ * and for the rarer cases kept out of them. */
 #if defined(__GNUC__) || defined(__clang__)
 #define PT_ALWAYS_INLINE inline __attribute__((always_inline))
+#define PT_NOINLINE __attribute__((noinline))
 #else
 #define PT_ALWAYS_INLINE inline
+#define PT_NOINLINE
+#endif
+/* Branch layout for the hooks (spelt as pt_perfetto.c spells it) */
+#if defined(__GNUC__)
+#define PT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define PT_UNLIKELY(x) (x)
 #endif
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <x86intrin.h>

@@ -10,6 +10,21 @@ from .errors import TraceError, TracerConflictError, TracerStateError
 
 # sys.monitoring from 3.12: a C callback costs ~2.5x where PyEval_SetProfile ~4x.
 USE_MONITORING = sys.version_info >= (3, 12)
+
+
+def profile_unwraps_bound_builtins(version_info=sys.version_info):
+    """Whether sys.setprofile, on the sys.monitoring backend of this version,
+    reports calling a bound method object whose function is a built-in
+    (types.MethodType(len, x)(), every pybind11 class method) as a c_call of that
+    built-in. CPython gh-122029 made its legacy shim look inside such methods in
+    3.12.5 and 3.13.0rc1; 3.12.0-3.12.4 report only their c_return, and 3.14
+    dropped the shim's unwrapping (gh-130898: CALL sees the function itself). On
+    3.9-3.11 the profile backend sees what sys.setprofile sees: nothing to do."""
+    if tuple(version_info[:2]) == (3, 12):
+        return tuple(version_info[:3]) >= (3, 12, 5)
+    if tuple(version_info[:2]) == (3, 13):
+        return tuple(version_info[:4]) >= (3, 13, 0, "candidate")
+    return False
 MONITORING_TOOL_NAME = "pytrace_cffi"
 MONITORING_EVENTS = (
     "PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND",
@@ -31,6 +46,21 @@ def check(status, tracer_ptr, what):
     raise _STATUS_ERRORS.get(status, TraceError)(f"{what}: {message}")
 
 
+def _own_frames():
+    """How many of the calling thread's innermost frames, from our caller (the
+    frame calling pt_start) outward, run pytrace_cffi's own code: start()'s
+    machinery, whichever way it was reached (start(), trace().__enter__, the
+    CLI's windows). Traces hide those frames, so pt_start does not seed them and
+    the 128 frames it seeds are all the user's."""
+    from .trace import _hiding
+    count = 0
+    frame = sys._getframe(1)
+    while frame is not None and _hiding(frame.f_code) == lib.PT_HIDE_SUBTREE:
+        count += 1
+        frame = frame.f_back
+    return count
+
+
 class Session:
     """One start..stop of the C core. Owns the C tracer until a Trace takes it."""
 
@@ -38,7 +68,9 @@ class Session:
                  trim_paths=True, max_events=None, output=None, max_depth=None, include=None,
                  exclude=None, min_duration_us=None):
         flags = ((lib.PT_FLAG_C_CALLS if c_calls else 0) | (lib.PT_FLAG_NOOP if noop else 0)
-                 | (lib.PT_FLAG_TSC if _clock.USE_TSC else 0))
+                 | (lib.PT_FLAG_TSC if _clock.USE_TSC else 0)
+                 | (lib.PT_FLAG_UNWRAP_METHODS
+                    if USE_MONITORING and profile_unwraps_bound_builtins() else 0))
         backend = lib.PT_BACKEND_MONITOR if USE_MONITORING else lib.PT_BACKEND_PROFILE
         ptr = lib.pt_tracer_new(flags, backend)
         if ptr == ffi.NULL:
@@ -95,7 +127,7 @@ class Session:
         try:
             if self._max_depth:
                 self._uncount_hidden_frames()
-            check(lib.pt_start(self.ptr, tool_id, mask), self.ptr, "start")
+            check(lib.pt_start(self.ptr, tool_id, mask, _own_frames()), self.ptr, "start")
         except BaseException:
             threading.setprofile(self._previous_thread_hook)
             if USE_MONITORING:

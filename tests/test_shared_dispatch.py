@@ -182,3 +182,21 @@ def test_module_type_method_bound_per_access_is_one_key(shared_dispatch_ext):
     _check(_c_counts(_ours(traced.trace), ": run"), expected)
     _check(_c_counts([(n, p, k) for _, n, p, k in reference.calls], ": run"), expected)
     assert sorted(n for n in traced.trace.names if n.endswith(".__dir__")) == sorted(expected)
+
+
+def test_pybind11_style_class_methods(shared_dispatch_ext):
+    """widget.m1() calls a bound method whose function is a built-in (pybind11's
+    instancemethod): recorded, under the built-in's own name, exactly where
+    sys.setprofile reports it (tests/test_oracle.py compares call for call)."""
+    from pytrace_cffi._tracer import USE_MONITORING, profile_unwraps_bound_builtins
+    workload = importlib.import_module("workloads.shared_dispatch_methods")
+    workload.run()
+    with pytrace_cffi.trace() as traced:
+        workload.run()
+    with ReferenceTracer() as reference:
+        workload.run()
+    reported = (profile_unwraps_bound_builtins() if USE_MONITORING
+                else sys.version_info >= (3, 11))      # 3.11's CALL unpacks the method
+    expected = workload.EXPECTED if reported else {name: 0 for name in workload.EXPECTED}
+    _check(_c_counts(_ours(traced.trace), ": run"), expected)
+    _check(_c_counts([(n, p, k) for _, n, p, k in reference.calls], ": run"), expected)

@@ -11,7 +11,13 @@
  *                  last is named like a method capsules have, but is not it;
  *   n1, n2         one C function, no self at all;
  *   Thing.ping, Thing.pong
- *                  ordinary methods, the control.
+ *                  ordinary methods, the control;
+ *   Widget.m1, Widget.m2
+ *                  pybind11 class methods: one C dispatcher (METH_O: the
+ *                  instance comes as the argument), each function bound to its
+ *                  own capsule and wrapped in an instancemethod in the class
+ *                  dict, so widget.m1() calls a bound `method` object whose
+ *                  __func__ is the PyCFunction; they return the instance.
  *
  * Every shared function returns its self (None when it has none).
  */
@@ -63,6 +69,19 @@ static PyMethodDef record_defs[] = {
     {"n2", shared_call, METH_NOARGS, NULL},
 };
 
+static PyObject *
+method_call(PyObject *record, PyObject *instance)
+{
+    (void)record;
+    Py_INCREF(instance);
+    return instance;
+}
+
+static PyMethodDef widget_defs[] = {
+    {"m1", method_call, METH_O, NULL},
+    {"m2", method_call, METH_O, NULL},
+};
+
 static PyMethodDef thing_methods[] = {
     {"ping", thing_ping, METH_NOARGS, NULL},
     {"pong", thing_pong, METH_NOARGS, NULL},
@@ -76,6 +95,14 @@ static PyType_Slot thing_slots[] = {
 
 static PyType_Spec thing_spec = {
     "shared_dispatch.Thing", sizeof(PyObject), 0, Py_TPFLAGS_DEFAULT, thing_slots,
+};
+
+static PyType_Slot widget_slots[] = {
+    {0, NULL},
+};
+
+static PyType_Spec widget_spec = {
+    "shared_dispatch.Widget", sizeof(PyObject), 0, Py_TPFLAGS_DEFAULT, widget_slots,
 };
 
 static PyType_Slot record_slots[] = {
@@ -107,6 +134,24 @@ add_function(PyObject *module, PyObject *module_name, int index, PyObject *self)
     return rc;
 }
 
+/* Sets widget_defs[index] on the class as pybind11 does a method: the function
+ * bound to its own capsule, wrapped in an instancemethod. */
+static int
+add_method(PyObject *widget_type, PyObject *module_name, int index)
+{
+    PyObject *capsule = PyCapsule_New((void *)&widget_defs[index], "shared_dispatch.method",
+                                      NULL);
+    PyObject *function = capsule ? PyCFunction_NewEx(&widget_defs[index], capsule,
+                                                     module_name) : NULL;
+    PyObject *method = function ? PyInstanceMethod_New(function) : NULL;
+    int rc = method ? PyObject_SetAttrString(widget_type, widget_defs[index].ml_name, method)
+                    : -1;
+    Py_XDECREF(method);
+    Py_XDECREF(function);
+    Py_XDECREF(capsule);
+    return rc;
+}
+
 PyMODINIT_FUNC
 PyInit_shared_dispatch(void)
 {
@@ -116,8 +161,15 @@ PyInit_shared_dispatch(void)
     PyObject *module_name = PyUnicode_FromString("shared_dispatch");
     PyObject *record_type = PyType_FromSpec(&record_spec);
     PyObject *thing_type = PyType_FromSpec(&thing_spec);
-    if (!module_name || !record_type || !thing_type)
+    PyObject *widget_type = PyType_FromSpec(&widget_spec);
+    if (!module_name || !record_type || !thing_type || !widget_type)
         goto fail;
+    for (int i = 0; i < 2; i++)
+        if (add_method(widget_type, module_name, i) < 0)
+            goto fail;
+    if (PyModule_AddObject(module, "Widget", widget_type) < 0)
+        goto fail;
+    widget_type = NULL;                 /* the module holds it now */
     for (int i = 0; i < 3; i++) {
         PyObject *record = PyObject_CallObject(record_type, NULL);
         if (!record || add_function(module, module_name, i, record) < 0)
@@ -143,6 +195,7 @@ PyInit_shared_dispatch(void)
     return module;
 
 fail:
+    Py_XDECREF(widget_type);
     Py_XDECREF(thing_type);
     Py_XDECREF(record_type);
     Py_XDECREF(module_name);
