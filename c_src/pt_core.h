@@ -132,6 +132,10 @@ int pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip);
  * a launcher's below the program): running when tracing starts, they would use
  * up the depth budget of calls that are shown. */
 int pt_set_uncounted(pt_tracer *tracer, void *py_code);
+/* Before pt_start and after pt_set_filters (skip_imports): calls of this code
+ * object (a borrowed PyObject *, the import machinery's entry point) are left
+ * out with everything they call, on their thread, until they return. */
+int pt_set_import_entry(pt_tracer *tracer, void *py_code);
 int pt_spill_rest(pt_tracer *tracer);
 uint64_t pt_spilled_events(pt_tracer *tracer);
 

@@ -73,10 +73,11 @@ def _patterns(name, value):
 
 def _check_options(c_calls=True, noop=False, with_modules=True, record_params=False,
                    trim_paths=True, max_events=None, output=None, max_depth=None,
-                   include=None, exclude=None, min_duration_us=None):
+                   include=None, exclude=None, min_duration_us=None, skip_imports=False):
     """Validates start() options before anything starts; returns them normalised."""
     options = {"c_calls": c_calls, "noop": noop, "with_modules": with_modules,
-               "record_params": record_params, "trim_paths": trim_paths}
+               "record_params": record_params, "trim_paths": trim_paths,
+               "skip_imports": skip_imports}
     for name, value in options.items():
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
@@ -140,11 +141,16 @@ def start(**options):
         3.12+ left-out code is switched off and costs almost nothing.
       max_depth (int): record a call only while fewer than max_depth recorded calls
         are open on its thread.
+      skip_imports (bool, default False): leave out the calls made while a module
+        is being imported (the import machinery's calls and the module's code run
+        at import time), with their callees; the rest of the program is recorded.
       min_duration_us (number): leave out calls shorter than this, with their
         callees (decided at stop).
       with_modules (bool, default True): name torch nn.Module calls
         "nn.Module: <Class>_<N>" and optimizer steps "Optimizer.step#<Class>.step",
-        as torch.profiler does (free until the program imports torch).
+        as torch.profiler does (free until the program imports torch). These calls
+        and torch's record_function regions are kept under include/exclude
+        filters that leave out torch's code; what torch runs inside them is not.
       record_params (bool, default False): keep the metadata (never the values) of
         each module's parameters at its first call and of each optimizer step's
         parameters, grads and state; see Trace.params.

@@ -60,6 +60,9 @@ def _parser():
     run.add_argument("--spill", action="store_true",
                      help="with --max-events: keep every event, spilling the oldest to a "
                           "temporary directory beside OUT (removed once OUT is written)")
+    run.add_argument("--skip-imports", action="store_true",
+                     help="leave out the calls made while a module is being imported "
+                          "(import-time code, the import machinery), with their callees")
     run.add_argument("--no-modules", action="store_true",
                      help="do not name torch nn.Module calls, optimizer steps and regions")
     run.add_argument("--record-params", action="store_true",
@@ -396,7 +399,7 @@ def _cmd_run(args, program):
                "exclude": args.exclude, "max_depth": args.max_depth,
                "min_duration_us": args.min_duration, "max_events": args.max_events,
                "with_modules": not args.no_modules, "record_params": args.record_params,
-               "trim_paths": not args.no_trim_paths}
+               "trim_paths": not args.no_trim_paths, "skip_imports": args.skip_imports}
     try:
         _check_options(**options)
         signum = signal_number(args.signal) if args.signal else None
