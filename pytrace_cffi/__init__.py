@@ -25,7 +25,8 @@ from .saved import SpilledTrace
 from .schedule import Action, schedule
 from .trace import Call, Trace
 
-__all__ = ["start", "stop", "trace", "load", "is_tracing", "release_memory", "Trace", "Call",
+__all__ = ["start", "stop", "trace", "step", "load", "is_tracing", "release_memory", "Trace",
+           "Call",
            "record_function", "RecordFunction", "instant", "counter", "capture_stack",
            "symbolize", "merge_torch",
            "TraceFormatError", "TraceWarning", "SpilledTrace", "schedule", "Action",
@@ -34,6 +35,7 @@ __version__ = "0.1.0"
 
 _lock = _threading.Lock()
 _session = None          # the running Session, or None
+_step_hook = None        # the running schedule's step (run --schedule, trace(schedule=))
 
 
 def _after_fork_in_child():
@@ -236,6 +238,22 @@ def is_tracing():
     return session is not None and session.check_hooks(current_only=True)
 
 
+def step():
+    """Marks the end of one step of the program's loop, for the schedule that
+    runs it: `python -m pytrace_cffi run --schedule wait,warmup,active[,repeat]`,
+    or an open ``trace(schedule=...)`` block (the same as its t.step()). Without
+    one it does nothing, so a program may call it whether traced or not."""
+    hook = _step_hook
+    if hook is not None:
+        hook()
+
+
+def _set_step_hook(hook):
+    """run --schedule's step, for step() (None: none)."""
+    global _step_hook
+    _step_hook = hook
+
+
 def _has_session():
     """Whether start() ran without its stop(), recording or not (for the CLI)."""
     return _session is not None
@@ -264,7 +282,9 @@ class trace:
             raise TypeError("on_trace_ready goes with schedule=")
 
     def __enter__(self):
+        global _step_hook
         if self._scheduled is not None:
+            self._outer_step_hook, _step_hook = _step_hook, self.step
             self._scheduled.begin()
         else:
             start(**self._options)
@@ -278,7 +298,9 @@ class trace:
         self.__dict__["trace"] = self._scheduled.last_trace
 
     def __exit__(self, *exc_info):
+        global _step_hook
         if self._scheduled is not None:
+            _step_hook = self.__dict__.pop("_outer_step_hook", None)
             self._scheduled.end()
             self.__dict__["trace"] = self._scheduled.last_trace
         else:
