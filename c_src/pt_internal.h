@@ -118,8 +118,9 @@ enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
 #define PT_KEYF_UNCOUNTED 4           /* calls of this key never count toward max_depth */
 #define PT_KEYF_IMPORT 8              /* the import machinery's entry (skip_imports): its
                                          calls and all they call are suppressed */
-#define PT_KEYF_NAMED 16              /* code the filters leave out, kept because the watcher
-                                         names its calls; the built-ins it calls stay out */
+#define PT_KEYF_NAMED PT_KEY_NAMED    /* code the filters leave out, kept because the
+                                         watcher names its calls; the built-ins it calls
+                                         stay out */
 
 /* Whether the built-ins called by code of this key are left out with it. */
 static inline int

@@ -31,13 +31,14 @@ if options.pop("exclude_torch", False):
     options["exclude"] = [torch_dir + "/*"]
 with pytrace_cffi.trace(**options) as t:
     workload.train_with_regions(model, optimizers, x)
+result = t.trace
+if isinstance(result, pytrace_cffi.SpilledTrace):
+    result = result.load()
 calls = [dict(zip(("id", "name", "start_ns", "end_ns", "thread", "parent", "kind"), c))
-         for c in t.trace]
+         for c in result]
 print(json.dumps(calls))
 """
 
-# the tagged calls that carry the names: they stay under the filter
-CARRIERS = (": __enter__", ": __exit__", ": _optimizer_step_code")
 
 
 def run(tmp_path, real=False, **options):
@@ -68,8 +69,8 @@ def test_exclude_torch_keeps_every_named_slice_and_no_other_torch_function(tmp_p
     filtered = run(tmp_path, c_calls=c_calls, exclude_torch=True)
     assert named(filtered) == named(everything)
     assert sum(named(everything).values()) > 30
-    assert [c for c in everything if is_torch(c) and not c["name"].endswith(CARRIERS)]
-    assert not [c["name"] for c in filtered if is_torch(c) and not c["name"].endswith(CARRIERS)]
+    assert [c for c in everything if is_torch(c)]
+    assert not [c["name"] for c in filtered if is_torch(c)]
     # the user's forward methods stay, each nested under its module's slice
     by_id = {c["id"]: c for c in filtered}
     forwards = [c for c in filtered if c["name"].endswith(": forward")]
@@ -78,18 +79,38 @@ def test_exclude_torch_keeps_every_named_slice_and_no_other_torch_function(tmp_p
                                  and c["name"].endswith(": forward")]) > 0
     for forward in forwards:
         assert by_id[forward["parent"]]["name"].startswith("nn.Module: ")
-    # the built-ins torch's kept calls make are left out with torch
-    builtins_in_torch = [c for c in filtered if c["kind"] == "builtin"
-                         and c["parent"] is not None
-                         and by_id[c["parent"]]["name"].endswith(CARRIERS)]
-    assert not builtins_in_torch
+    check_builtins(everything, filtered)
+
+
+def check_builtins(everything, filtered):
+    """The built-ins torch's kept calls make are left out with torch's code: the
+    filtered trace's are those its own code calls."""
+    by_id = {c["id"]: c for c in everything}
+
+    def caller(call):       # torch's regions are no callers: the code around them is
+        call = by_id[call["parent"]]
+        while call["kind"] == "annotation":
+            call = by_id[call["parent"]]
+        return call
+
+    own = collections.Counter(c["name"] for c in everything if c["kind"] == "c" and
+                              c["parent"] is not None and not is_torch(caller(c)))
+    assert collections.Counter(c["name"] for c in filtered if c["kind"] == "c") == own
+
+
+def test_named_slices_survive_the_filter_in_a_spilled_trace(tmp_path):
+    everything = run(tmp_path)
+    filtered = run(tmp_path, exclude_torch=True, max_events=100,
+                   output=str(tmp_path / "spilled"))
+    assert named(filtered) == named(everything)
+    assert not [c["name"] for c in filtered if is_torch(c)]
 
 
 def test_include_not_matching_torch_keeps_the_named_slices(tmp_path):
     everything = run(tmp_path)
     filtered = run(tmp_path, include=[os.path.join(STAND_IN, "workload.py")])
     assert named(filtered) == named(everything)
-    assert not [c["name"] for c in filtered if is_torch(c) and not c["name"].endswith(CARRIERS)]
+    assert not [c["name"] for c in filtered if is_torch(c)]
 
 
 def test_real_torch_exclude_site_packages_keeps_the_named_slices(tmp_path):
@@ -99,9 +120,10 @@ def test_real_torch_exclude_site_packages_keeps_the_named_slices(tmp_path):
     assert named(filtered) == named(everything)
     assert named(everything)["Optimizer.step#Adam.step"] == 2
     assert named(everything)["nn.Module: Sequential_0"] == 2
-    assert [c for c in everything if is_torch(c) and not c["name"].endswith(CARRIERS)]
-    assert not [c["name"] for c in filtered if is_torch(c) and not c["name"].endswith(CARRIERS)]
+    assert [c for c in everything if is_torch(c)]
+    assert not [c["name"] for c in filtered if is_torch(c)]
     by_id = {c["id"]: c for c in filtered}
     forwards = [c for c in filtered if c["name"].endswith(": forward")]
     assert forwards and all(by_id[f["parent"]]["name"].startswith("nn.Module: ")
                             for f in forwards)
+    check_builtins(everything, filtered)
