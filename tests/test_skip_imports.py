@@ -2,6 +2,7 @@
 imported (its import-time code, the import machinery) are left out with their
 callees; everything else the program calls is recorded. Each program runs in a
 fresh interpreter, so that its modules are really imported while tracing."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -152,3 +153,34 @@ def test_skip_imports_must_be_a_bool():
     with pytest.raises(TypeError, match="skip_imports"):
         pytrace_cffi.start(skip_imports="yes")
     assert not pytrace_cffi.is_tracing()
+
+
+TORCH_PROGRAM = textwrap.dedent("""
+    import json, sys
+    import pytrace_cffi
+
+    def after_import(torch):
+        return torch.ones(2).sum()
+
+    pytrace_cffi.start(skip_imports=sys.argv[1] == "1")
+    import torch
+    after_import(torch)
+    trace = pytrace_cffi.stop()
+    print(json.dumps([c.name for c in trace]))
+""")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_skip_imports_leaves_out_import_torch(tmp_path):
+    (tmp_path / "prog.py").write_text(TORCH_PROGRAM)
+    found = {}
+    for skip in ("0", "1"):
+        proc = subprocess.run([sys.executable, "prog.py", skip], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        found[skip] = json.loads(proc.stdout)
+    assert len(found["0"]) > 50_000          # import torch: hundreds of thousands of calls
+    assert not [n for n in found["1"] if n.startswith("torch/") and "_find_and_load" in n]
+    # what is left is the program's: after_import and what it calls
+    assert counts(found["1"], ["after_import"]) == {"after_import": 1}
+    assert len(found["1"]) < 100
