@@ -264,15 +264,18 @@ class _LoadedHook:
             self._finding = False
         loader = spec.loader
         exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return None
         loaded = self._loaded
 
         def exec_then_register(module):
             exec_module(module)
             loaded(module)
         try:
+            if exec_module is None:
+                raise TypeError
             loader.exec_module = exec_then_register
         except (AttributeError, TypeError):
+            print(f"pytrace_cffi: cannot follow the loading of {name} (its loader is "
+                  f"{type(loader).__name__}): --schedule counts only pytrace_cffi.step() "
+                  "calls", file=sys.stderr)
             return None
         return spec
