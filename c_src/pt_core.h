@@ -139,6 +139,10 @@ int pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip);
  * a launcher's below the program): running when tracing starts, they would use
  * up the depth budget of calls that are shown. */
 int pt_set_uncounted(pt_tracer *tracer, void *py_code);
+/* Before pt_start and after pt_set_filters (skip_imports): calls of this code
+ * object (a borrowed PyObject *, the import machinery's entry point) are left
+ * out with everything they call, on their thread, until they return. */
+int pt_set_import_entry(pt_tracer *tracer, void *py_code);
 int pt_spill_rest(pt_tracer *tracer);
 uint64_t pt_spilled_events(pt_tracer *tracer);
 
@@ -189,6 +193,10 @@ int pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t 
 #define PT_HIDE_SUBTREE 1
 #define PT_HIDE_ALONE 2
 #define PT_HIDE_SEEDED 3
+/* Kept by replay, for what it carries (a torch region's __enter__/__exit__, an
+ * optimizer step's hook: code the filters leave out but whose calls the watcher
+ * names); pt_drop_keys removes what still has the key once names are given. */
+#define PT_HIDE_CARRIER 4
 int pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
                      uint32_t n_hidden, int64_t tick0, int64_t ns0,
                      double ns_per_tick, pt_slice *out, uint64_t cap,
@@ -199,6 +207,11 @@ int pt_replay_buffer(const pt_event *events, uint64_t n, int64_t base_ticks, int
                      double ns_per_tick, pt_slice *out, uint64_t cap, uint64_t *n_out);
 uint64_t pt_count_calls(const pt_event *events, uint64_t n);
 uint32_t pt_max_depth(const pt_slice *slices, uint64_t n);
+/* Removes the slices whose key has drop[key] set (keys below n_drop), each alone:
+ * its children go to its nearest kept ancestor. In place, renumbering parents
+ * and depths; new_index is caller scratch of n entries. Returns how many remain. */
+uint64_t pt_drop_keys(pt_slice *slices, uint64_t n, const uint8_t *drop, uint32_t n_drop,
+                      int64_t *new_index);
 /* Removes slices shorter than min_ns (with their callees) in place, renumbering
  * parents; new_index is caller scratch of n entries. Returns how many remain. */
 uint64_t pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_index);
@@ -233,6 +246,7 @@ uint32_t pt_key_count(pt_tracer *tracer);
 /* Copies the first n keys' flags into out (PT_KEY_SKIPPED: left out by the
  * include/exclude filters). */
 #define PT_KEY_SKIPPED 2
+#define PT_KEY_NAMED 16     /* left out by the filters but kept: the watcher names its calls */
 int pt_key_flags(pt_tracer *tracer, uint8_t *out, uint32_t n);
 
 /* Chrome JSON export: formats slices[*next..n) as complete events into out until it
