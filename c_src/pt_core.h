@@ -178,6 +178,13 @@ int pt_replay_buffer(const pt_event *events, uint64_t n, int64_t base_ticks, int
                      double ns_per_tick, pt_slice *out, uint64_t cap, uint64_t *n_out);
 uint64_t pt_count_calls(const pt_event *events, uint64_t n);
 uint32_t pt_max_depth(const pt_slice *slices, uint64_t n);
+/* HTML reduction (pt_reduce.c): the slices kept when they last at least min_ns or
+ * sit above depth top_levels, and their parent is kept. Writes the first cap kept
+ * indices to kept and their self time over all slices (duration less every direct
+ * callee's) to self_ns; cap 0 only counts. Returns how many are kept, -1 when out
+ * of memory. */
+int64_t pt_reduce_slices(const pt_slice *slices, uint64_t n, int64_t min_ns, uint32_t top_levels,
+                         uint64_t *kept, int64_t *self_ns, uint64_t cap);
 /* Removes slices shorter than min_ns (with their callees) in place, renumbering
  * parents; new_index is caller scratch of n entries. Returns how many remain. */
 uint64_t pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_index);

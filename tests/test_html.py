@@ -13,6 +13,7 @@ import pytest
 
 import pytrace_cffi
 from pytrace_cffi._core import ffi
+from pytrace_cffi import html as html_module
 from pytrace_cffi.html import CALLS_PER_CHUNK, write_html
 from pytrace_cffi.trace import ThreadInfo, Trace
 
@@ -246,3 +247,179 @@ def test_clicking_a_call_shows_its_details(chromium, page, tmp_path):
     assert fields["Thread"].startswith("MainThread")
     assert fields["Depth"] == "0"
     assert fields["Duration"].endswith("s")
+
+
+# --- big traces: a reduced timeline -------------------------------------------------
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def busy_work():
+    html_branch(40)
+    return fib(16) + fib(12)
+
+
+@pytest.fixture(scope="module")
+def busy_trace():
+    with pytrace_cffi.trace() as t:
+        busy_work()
+    return t.trace
+
+
+def kept_by_rule(trace, min_ns, top_levels):
+    """Per thread, the indices of the calls the reduction's rule keeps, worked out
+    from the Call tuples: at least min_ns long or above depth top_levels, and the
+    parent kept; with each kept call's self time over all its callees."""
+    result = []
+    first_id = 0
+    for thread, _, n in trace.thread_slices():
+        calls = [c for c in trace if c.thread == thread.native_id]
+        assert len(calls) == n
+        depth, kept, self_ns = {}, [], {}
+        for c in calls:
+            depth[c.id] = 0 if c.parent is None else depth[c.parent] + 1
+            parent_kept = c.parent is None or c.parent in self_ns
+            if parent_kept and (c.end_ns - c.start_ns >= min_ns or depth[c.id] < top_levels):
+                kept.append(c.id - first_id)
+                self_ns[c.id] = c.end_ns - c.start_ns
+        for c in calls:
+            if c.parent is not None and c.parent in self_ns:
+                self_ns[c.parent] -= c.end_ns - c.start_ns
+        result.append((kept, [self_ns[first_id + i] for i in kept]))
+        first_id += n
+    return result
+
+
+def decode_reduced(flat, start_ns):
+    """(indices, starts, durations, keys, depths, self times) of a reduced page's array."""
+    indices, starts, time, index = [], [], start_ns, -1
+    for j in range(0, len(flat), 6):
+        time += flat[j]
+        index += flat[j + 4] + 1
+        indices.append(index)
+        starts.append(time)
+    return indices, starts, flat[1::6], flat[2::6], flat[3::6], flat[5::6]
+
+
+def test_small_pages_are_not_reduced(busy_trace, tmp_path):
+    path = tmp_path / "small.html"
+    write_html(busy_trace, path, call_budget=len(busy_trace))
+    text = path.read_text(encoding="utf-8")
+    assert embedded(text, "pt-meta")["reduced"] is None
+    assert sum(len(f) for f in embedded(text, "pt-slices")) == 4 * len(busy_trace)
+
+
+def test_a_reduced_page_keeps_exactly_what_the_rule_keeps(busy_trace, tmp_path):
+    budget = len(busy_trace) // 10
+    path = tmp_path / "reduced.html"
+    write_html(busy_trace, path, call_budget=budget)
+    text = path.read_text(encoding="utf-8")
+    meta, flats = embedded(text, "pt-meta"), embedded(text, "pt-slices")
+    reduced = meta["reduced"]
+    span = busy_trace.stop_ns - busy_trace.start_ns
+    assert reduced["calls"] == len(busy_trace) and reduced["budget"] == budget
+    assert 0 < reduced["shown"] <= budget
+    assert reduced["min_ns"] >= span / html_module.REDUCED_WIDTH_PX
+    expected = kept_by_rule(busy_trace, reduced["min_ns"], reduced["top_levels"])
+    assert sum(len(kept) for kept, _ in expected) == reduced["shown"]
+    calls = list(busy_trace)
+    first_id = 0
+    for (kept, self_ns), flat, (_, _, n) in zip(expected, flats, busy_trace.thread_slices()):
+        indices, starts, durations, keys, depths, selfs = decode_reduced(flat, meta["start_ns"])
+        assert indices == kept
+        assert selfs == self_ns
+        chosen = [calls[first_id + i] for i in kept]
+        assert starts == [c.start_ns for c in chosen]
+        assert durations == [c.end_ns - c.start_ns for c in chosen]
+        assert [busy_trace.names[k] for k in keys] == [c.name for c in chosen]
+        first_id += n
+    # The summary table still counts every call.
+    summary = {row[0].rsplit(": ", 1)[-1]: row[1] for row in meta["summary"]["rows"]}
+    assert summary["fib"] == sum(1 for c in calls if c.name.endswith(": fib"))
+    assert summary["html_leaf"] == 40
+
+
+def test_the_reduction_gives_up_top_levels_then_raises_the_threshold():
+    # 1000 back-to-back 5 ns calls at depth 0 over 10 us: one pixel is 3 ns, so only
+    # a threshold of 6 ns gets them under a budget of 100.
+    trace = synthetic_trace(1000)
+    assert html_module.choose_reduction(trace, 1000) is None
+    assert html_module.choose_reduction(trace, 999) == html_module.Reduction(
+        min_ns=6, top_levels=0, shown=0, calls=1000, budget=999)
+    with pytest.raises(ValueError, match="call_budget"):
+        write_html(trace, "never.html", call_budget=0)
+
+
+@pytest.fixture(scope="module")
+def reduced_page(busy_trace, tmp_path_factory):
+    path = tmp_path_factory.mktemp("html") / "reduced.html"
+    write_html(busy_trace, path, call_budget=len(busy_trace) // 10)
+    return path
+
+
+def test_reduced_page_renders_and_says_what_was_left_out(chromium, busy_trace, reduced_page,
+                                                         tmp_path):
+    meta = embedded(reduced_page.read_text(encoding="utf-8"), "pt-meta")
+    dom = chromium("--dump-dom", "--virtual-time-budget=5000", reduced_page.as_uri())
+    notice = re.search(r'<div id="notice">(.*?)</div>', dom, re.S).group(1)
+    shown, calls = meta["reduced"]["shown"], len(busy_trace)
+    assert f"{shown} of {calls} calls shown" in notice
+    assert f"The {calls - shown} left out" in notice
+    assert ".pftrace" in notice and "ui.perfetto.dev" in notice
+    body = re.search(r'<table id="summary">.*?<tbody>(.*?)</tbody>', dom, re.S).group(1)
+    cells = dict(re.findall(r"<tr[^>]*><td[^>]*>[^<]*: (\w+)</td><td>(\d+)</td>", body))
+    assert int(cells["fib"]) == sum(1 for c in busy_trace if c.name.endswith(": fib"))
+    assert f"{calls} calls on 1 thread" in dom
+    shot = tmp_path / "reduced.png"
+    chromium(f"--screenshot={shot}", "--window-size=1000,700", "--virtual-time-budget=5000",
+             reduced_page.as_uri())
+    _, _, channels, rows = png_pixels(shot.read_bytes())
+    coloured = sum(max(row[x:x + 3]) - min(row[x:x + 3]) > 40
+                   for row in rows[150:] for x in range(0, len(row), channels))
+    assert coloured > 5000
+
+
+def test_reduced_page_details_give_the_full_traces_ids(chromium, busy_trace, reduced_page,
+                                                       tmp_path):
+    # Click a wide kept call with many calls left out before it: its id, parent id
+    # and self time must be the full trace's, not those among the kept calls.
+    text = reduced_page.read_text(encoding="utf-8")
+    meta, flat = embedded(text, "pt-meta"), embedded(text, "pt-slices")[0]
+    indices = decode_reduced(flat, meta["start_ns"])[0]
+    calls = list(busy_trace)
+    span = meta["stop_ns"] - meta["start_ns"]
+    wide = [(index - position, calls[index]) for position, index in enumerate(indices)
+            if calls[index].end_ns - calls[index].start_ns > span / 20]
+    skipped, call = max(wide, key=lambda pair: pair[0])
+    assert skipped > 0
+    depth, parent = 0, call.parent
+    while parent is not None:
+        depth, parent = depth + 1, calls[parent].parent
+    x = ((call.start_ns + call.end_ns) / 2 - meta["start_ns"]) / span
+    click = f"""<script>
+      const canvas = document.getElementById("canvas"), box = canvas.getBoundingClientRect();
+      const at = {{clientX: box.left + box.width * {x}, clientY: box.top + 24 + 20 +
+                   16 * {depth} + 8, bubbles: true}};
+      canvas.dispatchEvent(new MouseEvent("mousedown", at));
+      canvas.dispatchEvent(new MouseEvent("mouseup", at));
+    </script>"""
+    clicked = tmp_path / "clicked.html"
+    clicked.write_text(text.replace("</body>", click + "</body>"), encoding="utf-8")
+    dom = chromium("--dump-dom", "--virtual-time-budget=5000", "--window-size=1000,3000",
+                   clicked.as_uri())
+    details = re.search(r'<div id="details">(.*?)</div>', dom, re.S).group(1)
+    fields = dict(re.findall(r"<td>([^<]*)</td><td>([^<]*)</td>", details))
+    assert fields["Python id"] == str(call.id)
+    assert fields["Depth"] == str(depth)
+    assert fields["Python parent id"].split()[0] == str(call.parent)
+    children = sum(c.end_ns - c.start_ns for c in calls if c.parent == call.id)
+    assert fields["Self time"] == format_ns(call.end_ns - call.start_ns - children)
+
+
+def format_ns(ns):
+    """The page's formatNs."""
+    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "\u00b5s")):
+        if ns >= scale:
+            return f"{ns / scale:.3f} {unit}"
+    return f"{round(ns)} ns"
