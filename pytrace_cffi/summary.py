@@ -8,19 +8,25 @@ while the same function is already on the stack adds to its calls and its self
 time, not to its total. Self time is a call's time minus its callees' time.
 
 read_trace() opens what pytrace_cffi writes: a saved-trace directory, or a Chrome
-.json / .json.gz it exported.
+.json / .json.gz it exported. Our JSON has one event per line, so it is read line
+by line into packed slice arrays (40 bytes a call) without ever holding the text or
+a Python object per call; a file in another layout (reformatted, say) is parsed
+whole, which needs many times its size in memory (a TraceWarning says so when the
+file is big).
 """
 import gzip
 import json
 import os
 import re
 import struct
+import warnings
 import zlib
+from array import array
 from collections import namedtuple
 
 from ._core import ffi, lib
 from ._progress import Progress
-from .errors import TraceFormatError
+from .errors import TraceFormatError, TraceWarning
 
 SummaryRow = namedtuple("SummaryRow", "name calls total_ns self_ns thread")
 SummaryRow.__doc__ = """One function's line in a summary; thread is the thread's
@@ -171,13 +177,28 @@ MAX_MICROSECONDS = 2 ** 52                   # ~143 years; rejects inf, nan and 
 
 
 def _read_chrome_trace(path):
-    from .trace import Mark, ThreadInfo, Trace
+    try:
+        try:
+            return _read_chrome_lines(path)
+        except _OtherLayout as exc:
+            reason = exc.args[0]
+        if os.path.getsize(path) > WHOLE_READ_NOTE_BYTES:
+            warnings.warn(f"{path}: not in pytrace_cffi's one-event-per-line layout "
+                          f"({reason}); reading it whole, which takes many times its size "
+                          f"in memory", TraceWarning, stacklevel=3)
+        return _read_chrome_whole(path)
+    except (struct.error, OverflowError):
+        raise TraceFormatError(f"{path}: a time is out of range") from None
+
+
+def _read_chrome_whole(path):
+    """Any layout: json.loads of the whole text, then the events."""
+    from .trace import ThreadInfo
     data = _load_json(path)
     _expect(isinstance(data, dict) and isinstance(data.get("traceEvents"), list),
             f"{path}: not a Chrome trace (no traceEvents list)")
     other = data.get("otherData")
-    _expect(isinstance(other, dict) and other.get("generator") == "pytrace_cffi",
-            f"{path}: not written by pytrace_cffi (otherData.generator is missing)")
+    _check_other(path, other)
     start_ns = _other_int(path, other, "start_monotonic_ns")
     thread_meta, calls, marks, pid = _split_events(path, data["traceEvents"])
     keys = _Keys()
@@ -185,14 +206,29 @@ def _read_chrome_trace(path):
     first_id = 0
     with Progress(f"reading {path}", sum(len(c) for c in calls)) as progress:
         for index, ((tid, thread_name), thread_calls) in enumerate(zip(thread_meta, calls)):
-            array = _thread_slices(path, thread_calls, first_id, start_ns, keys)
-            bad = lib.pt_validate_slices(array, len(thread_calls), len(keys.names))
-            _expect(bad < 0, f"{path}: thread {index}: call {first_id + bad} does not nest "
-                             f"inside its parent")
+            packed = _thread_slices(path, thread_calls, first_id, start_ns, keys)
             threads.append(ThreadInfo(index, tid, 0, thread_name, 0, 0))
-            slices.append((array, len(thread_calls)))
+            slices.append(_validated(path, index, first_id, packed, len(thread_calls), keys))
             first_id += len(thread_calls)
             progress.advance(len(thread_calls))
+    return _chrome_trace(path, other, keys, threads, slices, marks, pid)
+
+
+def _check_other(path, other):
+    _expect(isinstance(other, dict) and other.get("generator") == "pytrace_cffi",
+            f"{path}: not written by pytrace_cffi (otherData.generator is missing)")
+
+
+def _validated(path, index, first_id, array, count, keys):
+    bad = lib.pt_validate_slices(array, count, len(keys.names))
+    _expect(bad < 0, f"{path}: thread {index}: call {first_id + bad} does not nest "
+                     f"inside its parent")
+    return array, count
+
+
+def _chrome_trace(path, other, keys, threads, slices, marks, pid):
+    from .trace import Mark, Trace
+    start_ns = _other_int(path, other, "start_monotonic_ns")
     return Trace(names=keys.names, key_kinds=keys.kinds, key_args=keys.args, threads=threads,
                  slices=slices, start_ns=start_ns,
                  stop_ns=_other_int(path, other, "stop_monotonic_ns"), pid=pid,
@@ -202,6 +238,212 @@ def _read_chrome_trace(path):
                  marks=[Mark(kind, start_ns + ts_ns, tid, name, args)
                         for kind, ts_ns, tid, name, args in marks],
                  dropped_events=_other_int(path, other, "dropped_events"))
+
+
+# --- our layout, line by line -------------------------------------------------------
+
+WHOLE_READ_NOTE_BYTES = 64 << 20             # warn before parsing a file this big whole
+LINES_PER_PROGRESS = 65536
+
+
+class _OtherLayout(Exception):
+    """The file is not laid out as pytrace_cffi writes it: parse it whole."""
+
+
+# A call exactly as pt_format_slices writes it; anything else on a line goes
+# through json.loads and the checks of the whole-file path. The name ends at the
+# first '","ts":', as a quote inside a JSON string is always escaped; whether the
+# name and the extra args are valid JSON is checked once per function (_line_key).
+_CALL_LINE = re.compile(
+    rb'\{"ph":"X","pid":(\d+),"tid":(\d+),"cat":"(python_function|user_annotation)",'
+    rb'"name":(".*?"),"ts":(\d{1,13})\.(\d{3}),"dur":(\d{1,13})\.(\d{3}),'
+    rb'"args":\{"Python id":(\d+),"Python parent id":(\d+|null),"Python thread":(\d+)'
+    rb'(.*)\}\}\Z', re.S)
+_HEAD_END = b'"traceEvents":['
+
+
+class _LineThread:
+    """One thread's calls while they are read: packed slices and their depths."""
+
+    def __init__(self, index, tid, name, first_id):
+        self.index, self.tid, self.name, self.first_id = index, tid, name, first_id
+        self.tid_text, self.index_text = str(tid).encode(), str(index).encode()
+        self.packed = bytearray()
+        self.depths = array("I")
+
+    def add(self, path, call_id, parent_id, key, flags, start, end):
+        """Appends a call given its id, parent id (None for a root) and key."""
+        count = len(self.depths)
+        if call_id != self.first_id + count:
+            raise _OtherLayout(f"call {call_id} is out of order")
+        if parent_id is None:
+            parent, depth = -1, 0
+        else:
+            parent = parent_id - self.first_id
+            if not 0 <= parent < count:
+                raise TraceFormatError(f"{path}: call {call_id}: parent {parent_id} is not an "
+                                       f"earlier call on its thread")
+            depth = self.depths[parent] + 1
+        self.packed += SLICE_RECORD.pack(start, end, key, flags, parent, 0, depth)
+        self.depths.append(depth)
+
+    def slices(self):
+        """(cffi pt_slice array, count) over the packed bytes, without a copy."""
+        count = len(self.depths)
+        self.depths = None
+        if not count:
+            return ffi.new("pt_slice[]", 1), 0
+        return ffi.from_buffer("pt_slice[]", self.packed), count
+
+
+def _read_chrome_lines(path):
+    """The Trace in a file of pytrace_cffi's layout: the head on its first line,
+    "traceEvents":[ on the second, then one event per line (a comma after all but
+    the last) and "]}". Raises _OtherLayout as soon as the file is laid out otherwise."""
+    try:
+        with open(path, "rb") as raw_file:
+            lines = gzip.GzipFile(fileobj=raw_file, mode="rb") if path.endswith(".gz") \
+                else raw_file
+            with Progress(f"reading {path}", os.path.getsize(path)) as progress:
+                return _parse_lines(path, lines, raw_file, progress)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceFormatError(f"{path}: cannot read ({exc})") from None
+
+
+def _parse_lines(path, lines, raw_file, progress):
+    from .trace import ThreadInfo
+    head = lines.readline().rstrip()
+    if not (head.startswith(b"{") and head.endswith(b",")
+            and lines.readline().rstrip() == _HEAD_END):
+        raise _OtherLayout("the head is not on its own lines")
+    try:
+        other = json.loads(head[:-1] + b"}").get("otherData")
+    except ValueError:
+        raise _OtherLayout("the head is not JSON on its own") from None
+    _check_other(path, other)
+    start_ns = _other_int(path, other, "start_monotonic_ns")
+    keys = _Keys()
+    key_of_text = {}                          # (category, name, extra args) text -> key
+    flags_of_key = []
+    threads, slices, marks, thread_of_tid = [], [], [], {}
+    thread, pid, number, first_id, ended = None, 0, -1, 0, False
+    call_line = _CALL_LINE.match
+    pack, c_flag = SLICE_RECORD.pack, lib.PT_SLICE_C
+    position = 0
+    for line in lines:
+        line = line.rstrip()
+        if not line:
+            continue
+        if ended:
+            raise TraceFormatError(f"{path}: not valid JSON (text after the closing ]}})")
+        if line == b"]}":
+            ended = True
+            continue
+        if ended is None:
+            raise TraceFormatError(f"{path}: not valid JSON (no comma after event {number})")
+        if line.endswith(b","):
+            line = line[:-1]
+        else:
+            ended = None                      # the last event: "]}" must follow
+        number += 1
+        if number % LINES_PER_PROGRESS == 0:
+            progress.advance(raw_file.tell() - position)
+            position = raw_file.tell()
+        match = call_line(line)
+        if (match is not None and thread is not None and match[2] == thread.tid_text
+                and match[11] == thread.index_text):
+            pid_text, _, category, name, ts, ts_frac, dur, dur_frac, call_id, parent_id, \
+                _, extra = match.groups()
+            key = key_of_text.get((category, name, extra))
+            if key is None:
+                key = _line_key(keys, category, name, extra)
+                if key is not None:
+                    key_of_text[(category, name, extra)] = key
+                    flags_of_key.extend([0] * (len(keys.names) - len(flags_of_key)))
+                    flags_of_key[key] = c_flag if keys.kinds[key] == "c" else 0
+        else:
+            key = None
+        if key is not None:
+            count = len(thread.depths)
+            call_id = int(call_id)
+            if call_id != thread.first_id + count:
+                raise _OtherLayout(f"call {call_id} is out of order")
+            if parent_id == b"null":
+                parent, depth = -1, 0
+            else:
+                parent = int(parent_id) - thread.first_id
+                if not 0 <= parent < count:
+                    raise TraceFormatError(f"{path}: call {call_id}: parent "
+                                           f"{int(parent_id)} is not an earlier call on its "
+                                           f"thread")
+                depth = thread.depths[parent] + 1
+            start = start_ns + int(ts + ts_frac)
+            thread.packed += pack(start, start + int(dur + dur_frac), key, flags_of_key[key],
+                                  parent, 0, depth)
+            thread.depths.append(depth)
+            pid = pid_text
+            continue
+        # Not a call as we write them (or its name or args need a closer look):
+        # parsed and checked like an event of the whole file.
+        try:
+            event = json.loads(line)
+        except ValueError as exc:
+            raise TraceFormatError(f"{path}: event {number}: not valid JSON ({exc})") from None
+        if type(event) is not dict:
+            raise TraceFormatError(f"{path}: event {number} is not an object")
+        phase = event.get("ph")
+        if phase == "M" and event.get("name") == "thread_name":
+            tid = event.get("tid")
+            name = (event.get("args") or {}).get("name")
+            _expect(type(tid) is int and isinstance(name, str),
+                    f"{path}: event {number}: a thread_name needs an integer tid and a name")
+            if thread is not None:
+                threads.append(ThreadInfo(thread.index, thread.tid, 0, thread.name, 0, 0))
+                slices.append(thread.slices())
+                first_id += slices[-1][1]
+            thread_of_tid[tid] = len(threads)
+            thread = _LineThread(len(threads), tid, name, first_id)
+        elif phase == "X":
+            index, (call_id, parent_id, name, category, ts_ns, dur_ns, extra) = \
+                _read_call(path, number, event, thread_of_tid)
+            if thread is None or index != thread.index:
+                raise _OtherLayout(f"event {number} is not with its thread's calls")
+            key = keys.key(name, category, extra)
+            flags_of_key.extend([0] * (len(keys.names) - len(flags_of_key)))
+            flags_of_key[key] = c_flag if keys.kinds[key] == "c" else 0
+            thread.add(path, call_id, parent_id, key, flags_of_key[key], start_ns + ts_ns,
+                       start_ns + ts_ns + dur_ns)
+            pid = event.get("pid")
+            if type(pid) is not int:
+                raise TraceFormatError(f"{path}: event {number}: pid must be an integer")
+        elif phase in ("i", "C"):
+            marks.append(_read_mark(path, number, event))
+        else:
+            raise TraceFormatError(f"{path}: event {number}: unexpected phase {phase!r}")
+    if not ended:
+        raise TraceFormatError(f"{path}: not valid JSON (it ends before the closing ]}})")
+    if thread is not None:
+        threads.append(ThreadInfo(thread.index, thread.tid, 0, thread.name, 0, 0))
+        slices.append(thread.slices())
+    first_id = 0
+    for index, (thread_array, count) in enumerate(slices):
+        _validated(path, index, first_id, thread_array, count, keys)
+        first_id += count
+    return _chrome_trace(path, other, keys, threads, slices, marks, int(pid))
+
+
+def _line_key(keys, category, name, extra):
+    """The key of a call's category, JSON name and extra args text (a comma, then
+    members of the args object), or None when those args name a standard arg."""
+    try:
+        args = json.loads(b"{" + extra[1:] + b"}") if extra else None
+        name = json.loads(name)
+    except ValueError:
+        return None
+    if args is not None and (type(args) is not dict or
+                             any(arg in args for arg in _STANDARD_ARGS)):
+        return None
+    return keys.key(name, category.decode(), args)
 
 
 class _Keys:

@@ -5,6 +5,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 import threading
 import types
 import zlib
@@ -423,3 +424,50 @@ def format_ns(ns):
         if ns >= scale:
             return f"{ns / scale:.3f} {unit}"
     return f"{round(ns)} ns"
+
+
+BIG_PAGE = r"""
+import json, os, resource, sys
+import pytrace_cffi
+from pytrace_cffi.html import write_html
+
+def tiny(i):
+    return i
+
+def work(n):
+    for i in range(n):
+        tiny(i)
+
+with pytrace_cffi.trace(c_calls=False) as t:
+    work(int(sys.argv[1]))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+write_html(t.trace, sys.argv[2])
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"calls": len(t.trace), "rss_before_kb": before, "rss_after_kb": after}))
+"""
+
+
+def test_a_million_call_page_stays_small(tmp_path):
+    # 1.5M calls of a 100 ns function: in full the page would be ~25 MB; reduced it
+    # keeps what a screen can show and the summary of every call.
+    path = tmp_path / "big.html"
+    script = tmp_path / "big_page.py"
+    script.write_text(BIG_PAGE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(pytrace_cffi.__file__))] +
+        [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    proc = subprocess.run([sys.executable, str(script), "1500000", str(path)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert facts["calls"] > 1_500_000
+    assert path.stat().st_size < 4 << 20
+    # Writing the page costs little beyond the trace itself (the full page's text
+    # alone would be ~25 MB, its Python strings several times that).
+    assert facts["rss_after_kb"] - facts["rss_before_kb"] < 64 << 10
+    text = path.read_text(encoding="utf-8")
+    meta = embedded(text, "pt-meta")
+    assert meta["reduced"]["calls"] == facts["calls"]
+    assert meta["reduced"]["shown"] == sum(len(f) for f in embedded(text, "pt-slices")) // 6
+    summary = {row[0].rsplit(": ", 1)[-1]: row[1] for row in meta["summary"]["rows"]}
+    assert summary["tiny"] == 1_500_000
