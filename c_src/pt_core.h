@@ -185,6 +185,13 @@ uint32_t pt_max_depth(const pt_slice *slices, uint64_t n);
  * of memory. */
 int64_t pt_reduce_slices(const pt_slice *slices, uint64_t n, int64_t min_ns, uint32_t top_levels,
                          uint64_t *kept, int64_t *self_ns, uint64_t cap);
+/* Summary (pt_summary.c): adds one thread's slices to per-name calls, total_ns
+ * (recursion counted once) and self_ns (less direct callees), n_names entries
+ * each; name_of_key maps each of n_keys keys to its name. times_open is scratch
+ * of n_names zeros, left zeroed. PT_ERR_ARG: a key or name out of range. */
+int pt_summarize_slices(const pt_slice *slices, uint64_t n, const uint32_t *name_of_key,
+                        uint32_t n_keys, uint32_t n_names, uint64_t *calls, int64_t *total_ns,
+                        int64_t *self_ns, uint32_t *times_open);
 /* Removes slices shorter than min_ns (with their callees) in place, renumbering
  * parents; new_index is caller scratch of n entries. Returns how many remain. */
 uint64_t pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_index);

@@ -39,8 +39,6 @@ SORT_KEYS = {
     "name": lambda row: (row.name,),
 }
 
-PROGRESS_STEP = 65536                        # slices between progress reports
-
 # pt_slice as packed native-order bytes: start, end, key, flags, parent, tag, depth.
 SLICE_RECORD = struct.Struct("=qqIIqII")
 _SLICE_FIELDS = ("start", "end", "key", "flags", "parent", "tag", "depth")
@@ -64,52 +62,33 @@ def summarize(trace, sort="total", limit=20, per_thread=False):
         raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}, not {sort!r}")
     unique_names = sorted(set(trace.names))
     name_id = {name: index for index, name in enumerate(unique_names)}
-    name_of_key = [name_id[name] for name in trace.names]
-    tables = []
-    with Progress("summarizing", len(trace)) as progress:
-        table = {}
-        for thread, slices, count in trace.thread_slices():
-            if per_thread:
-                table = {}
-                tables.append((thread.name, table))
-            _accumulate(slice_records(slices, count), count, name_of_key, table, progress)
-    if not per_thread:
-        tables.append((None, table))
+    n_names = len(unique_names)
+    name_of_key = ffi.new("uint32_t[]", [name_id[name] for name in trace.names])
+    times_open = ffi.new("uint32_t[]", max(1, n_names))
+
+    def new_table():
+        # per name id: calls, total ns, self ns
+        return (ffi.new("uint64_t[]", max(1, n_names)), ffi.new("int64_t[]", max(1, n_names)),
+                ffi.new("int64_t[]", max(1, n_names)))
+
+    tables = [] if per_thread else [(None, new_table())]
+    for thread, slices, count in trace.thread_slices():
+        if per_thread:
+            tables.append((thread.name, new_table()))
+        status = lib.pt_summarize_slices(slices, count, name_of_key, len(trace.names), n_names,
+                                         *tables[-1][1], times_open)
+        if status == lib.PT_ERR_NOMEM:
+            raise MemoryError("out of memory while summarizing the trace")
+        if status != lib.PT_OK:
+            raise TraceFormatError(f"thread {thread.index}: a call's key is out of range")
     rows = []
-    for thread_name, table in tables:
-        thread_rows = [SummaryRow(unique_names[name], calls, total, self_time, thread_name)
-                       for name, (calls, total, self_time) in table.items()]
+    for thread_name, (calls, total, self_time) in tables:
+        thread_rows = [SummaryRow(unique_names[name], calls[name], total[name], self_time[name],
+                                  thread_name)
+                       for name in range(n_names) if calls[name]]
         thread_rows.sort(key=SORT_KEYS[sort])
         rows.extend(thread_rows[:limit])
     return rows
-
-
-def _accumulate(records, count, name_of_key, table, progress):
-    """Adds one thread's `count` slices to table: name id -> [calls, total ns, self
-    ns]. Slices come parent first, so the open calls form a stack ending at the parent."""
-    open_slices, open_names = [], []
-    times_open = {}                          # name id -> how often it is on the stack
-    for index, (start, end, key, _flags, parent, _tag, _depth) in enumerate(records):
-        if index % PROGRESS_STEP == PROGRESS_STEP - 1:
-            progress.advance(PROGRESS_STEP)
-        while open_slices and open_slices[-1] != parent:
-            open_slices.pop()
-            times_open[open_names.pop()] -= 1
-        name = name_of_key[key]
-        duration = end - start
-        stats = table.get(name)
-        if stats is None:
-            stats = table[name] = [0, 0, 0]
-        stats[0] += 1
-        stats[2] += duration
-        if open_names:
-            table[open_names[-1]][2] -= duration
-        if not times_open.get(name):
-            stats[1] += duration
-        open_slices.append(index)
-        open_names.append(name)
-        times_open[name] = times_open.get(name, 0) + 1
-    progress.advance(count % PROGRESS_STEP)
 
 
 NUMBER_COLUMNS = 3                           # calls, total ms, self ms: right-aligned
