@@ -185,6 +185,35 @@ uint32_t pt_max_depth(const pt_slice *slices, uint64_t n);
  * of memory. */
 int64_t pt_reduce_slices(const pt_slice *slices, uint64_t n, int64_t min_ns, uint32_t top_levels,
                          uint64_t *kept, int64_t *self_ns, uint64_t cap);
+/* Reading our Chrome JSON back (pt_jsonlines.c). pt_line_keys maps a call line's
+ * function text - from "cat": to the name's closing quote, and the extra args
+ * after "Python thread" - to its key and slice flags. pt_read_call_lines appends
+ * the call lines of thread from text[*pos..len) (each ending ",\n", exactly as
+ * pt_format_slices writes them, of a known function, its id the next of the
+ * thread's and its parent an earlier call of it) and stops at the first other
+ * line, or a line without its newline yet; moves *pos past the lines taken and
+ * returns how many. pt_line_thread_push appends one call (PT_ERR_ARG: parent not
+ * an earlier call of the thread). The slices are malloc'd: pt_free_slices. */
+typedef struct pt_line_keys pt_line_keys;
+typedef struct {
+    pt_slice *slices;       /* grown with realloc */
+    uint64_t count;
+    uint64_t cap;
+    int64_t start_ns;       /* the trace's start: "ts" counts from it */
+    uint64_t first_id;      /* "Python id" of the thread's first call */
+    uint64_t tid;
+    uint32_t thread_index;  /* "Python thread" */
+    uint64_t pid;           /* of the last call taken */
+} pt_line_thread;
+pt_line_keys *pt_line_keys_new(void);
+void pt_line_keys_free(pt_line_keys *keys);
+int pt_line_keys_add(pt_line_keys *keys, const char *ident, uint32_t ident_len, const char *extra,
+                     uint32_t extra_len, uint32_t key, uint32_t flags);
+uint64_t pt_read_call_lines(const pt_line_keys *keys, pt_line_thread *thread, const char *text,
+                            uint64_t len, uint64_t *pos);
+int pt_line_thread_push(pt_line_thread *thread, int64_t start, int64_t end, uint32_t key,
+                        uint32_t flags, int64_t parent);
+void pt_free_slices(pt_slice *slices);
 /* Summary (pt_summary.c): adds one thread's slices to per-name calls, total_ns
  * (recursion counted once) and self_ns (less direct callees), n_names entries
  * each; name_of_key maps each of n_keys keys to its name. times_open is scratch

@@ -21,7 +21,6 @@ import re
 import struct
 import warnings
 import zlib
-from array import array
 from collections import namedtuple
 
 from ._core import ffi, lib
@@ -222,7 +221,7 @@ def _chrome_trace(path, other, keys, threads, slices, marks, pid):
 # --- our layout, line by line -------------------------------------------------------
 
 WHOLE_READ_NOTE_BYTES = 64 << 20             # warn before parsing a file this big whole
-LINES_PER_PROGRESS = 65536
+BLOCK_BYTES = 4 << 20                        # read at a time
 
 
 class _OtherLayout(Exception):
@@ -242,37 +241,48 @@ _HEAD_END = b'"traceEvents":['
 
 
 class _LineThread:
-    """One thread's calls while they are read: packed slices and their depths."""
+    """One thread's calls while they are read, in a C-grown pt_slice array."""
 
-    def __init__(self, index, tid, name, first_id):
+    def __init__(self, index, tid, name, first_id, start_ns):
         self.index, self.tid, self.name, self.first_id = index, tid, name, first_id
         self.tid_text, self.index_text = str(tid).encode(), str(index).encode()
-        self.packed = bytearray()
-        self.depths = array("I")
+        self.state = ffi.new("pt_line_thread *")
+        self.state.start_ns, self.state.first_id = start_ns, first_id
+        self.state.thread_index = index
+        # A tid C cannot compare leaves every line of the thread to Python.
+        self.fast = 0 <= tid < 2 ** 64
+        if self.fast:
+            self.state.tid = tid
 
     def add(self, path, call_id, parent_id, key, flags, start, end):
         """Appends a call given its id, parent id (None for a root) and key."""
-        count = len(self.depths)
+        count = self.state.count
         if call_id != self.first_id + count:
             raise _OtherLayout(f"call {call_id} is out of order")
-        if parent_id is None:
-            parent, depth = -1, 0
-        else:
+        parent = -1
+        if parent_id is not None:
             parent = parent_id - self.first_id
             if not 0 <= parent < count:
                 raise TraceFormatError(f"{path}: call {call_id}: parent {parent_id} is not an "
                                        f"earlier call on its thread")
-            depth = self.depths[parent] + 1
-        self.packed += SLICE_RECORD.pack(start, end, key, flags, parent, 0, depth)
-        self.depths.append(depth)
+        if not -2 ** 63 <= start <= end < 2 ** 63:
+            raise OverflowError
+        if lib.pt_line_thread_push(self.state, start, end, key, flags, parent) != lib.PT_OK:
+            raise MemoryError("out of memory while reading a trace")
 
     def slices(self):
-        """(cffi pt_slice array, count) over the packed bytes, without a copy."""
-        count = len(self.depths)
-        self.depths = None
+        """(cffi pt_slice array, count): the slices, now owned by the array."""
+        count = self.state.count
         if not count:
             return ffi.new("pt_slice[]", 1), 0
-        return ffi.from_buffer("pt_slice[]", self.packed), count
+        slices = ffi.gc(self.state.slices, lib.pt_free_slices)
+        self.state.slices = ffi.NULL
+        return slices, count
+
+    def release(self):
+        """Frees the slices not handed over (reading failed)."""
+        lib.pt_free_slices(self.state.slices)
+        self.state.slices = ffi.NULL
 
 
 def _read_chrome_lines(path):
@@ -281,87 +291,116 @@ def _read_chrome_lines(path):
     the last) and "]}". Raises _OtherLayout as soon as the file is laid out otherwise."""
     try:
         with open(path, "rb") as raw_file:
-            lines = gzip.GzipFile(fileobj=raw_file, mode="rb") if path.endswith(".gz") \
+            stream = gzip.GzipFile(fileobj=raw_file, mode="rb") if path.endswith(".gz") \
                 else raw_file
             with Progress(f"reading {path}", os.path.getsize(path)) as progress:
-                return _parse_lines(path, lines, raw_file, progress)
+                reader = _LineReader(path)
+                try:
+                    reader.read(stream, raw_file, progress)
+                finally:
+                    reader.release()
+                return reader.trace()
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc})") from None
 
 
-def _parse_lines(path, lines, raw_file, progress):
-    from .trace import ThreadInfo
-    head = lines.readline().rstrip()
-    if not (head.startswith(b"{") and head.endswith(b",")
-            and lines.readline().rstrip() == _HEAD_END):
-        raise _OtherLayout("the head is not on its own lines")
-    try:
-        other = json.loads(head[:-1] + b"}").get("otherData")
-    except ValueError:
-        raise _OtherLayout("the head is not JSON on its own") from None
-    _check_other(path, other)
-    start_ns = _other_int(path, other, "start_monotonic_ns")
-    keys = _Keys()
-    key_of_text = {}                          # (category, name, extra args) text -> key
-    flags_of_key = []
-    threads, slices, marks, thread_of_tid = [], [], [], {}
-    thread, pid, number, first_id, ended = None, 0, -1, 0, False
-    call_line = _CALL_LINE.match
-    pack, c_flag = SLICE_RECORD.pack, lib.PT_SLICE_C
-    position = 0
-    for line in lines:
+class _LineReader:
+    """Reads the events after the head: runs of call lines in C (pt_read_call_lines),
+    each line C leaves here, with the checks of the whole-file path."""
+
+    def __init__(self, path):
+        self.path = path
+        self.keys = _Keys()
+        self.line_keys = ffi.gc(lib.pt_line_keys_new(), lib.pt_line_keys_free)
+        if self.line_keys == ffi.NULL:
+            raise MemoryError("out of memory while reading a trace")
+        self.key_of_text = {}                 # (category, name, extra args) text -> key
+        self.threads, self.slices, self.marks, self.thread_of_tid = [], [], [], {}
+        self.thread, self.pid, self.number, self.first_id = None, 0, -1, 0
+        self.ended = False                    # None after the last event, True after "]}"
+
+    def read(self, stream, raw_file, progress):
+        path = self.path
+        head = stream.readline().rstrip()
+        if not (head.startswith(b"{") and head.endswith(b",")
+                and stream.readline().rstrip() == _HEAD_END):
+            raise _OtherLayout("the head is not on its own lines")
+        try:
+            self.other = json.loads(head[:-1] + b"}").get("otherData")
+        except (ValueError, AttributeError):
+            raise _OtherLayout("the head is not JSON on its own") from None
+        _check_other(path, self.other)
+        self.start_ns = _other_int(path, self.other, "start_monotonic_ns")
+        position = ffi.new("uint64_t *")
+        pending = b""
+        done = raw_file.tell()
+        while True:
+            block = stream.read(BLOCK_BYTES)
+            text = pending + block if pending else block
+            buffer = ffi.from_buffer(text)
+            start = 0
+            while True:
+                thread = self.thread
+                if thread is not None and thread.fast and self.ended is False:
+                    position[0] = start
+                    taken = lib.pt_read_call_lines(self.line_keys, thread.state, buffer,
+                                                   len(text), position)
+                    if taken:
+                        self.number += taken
+                        self.pid = thread.state.pid
+                        start = position[0]
+                newline = text.find(b"\n", start)
+                if newline < 0:
+                    break
+                self.line(text[start:newline])
+                start = newline + 1
+            pending = text[start:]
+            progress.advance(raw_file.tell() - done)
+            done = raw_file.tell()
+            if not block:
+                break
+        if pending:
+            self.line(pending)
+        if not self.ended:
+            raise TraceFormatError(f"{path}: not valid JSON (it ends before the closing ]}})")
+        self.end_thread()
+
+    def line(self, line):
+        path = self.path
         line = line.rstrip()
         if not line:
-            continue
-        if ended:
+            return
+        if self.ended:
             raise TraceFormatError(f"{path}: not valid JSON (text after the closing ]}})")
         if line == b"]}":
-            ended = True
-            continue
-        if ended is None:
-            raise TraceFormatError(f"{path}: not valid JSON (no comma after event {number})")
+            self.ended = True
+            return
+        if self.ended is None:
+            raise TraceFormatError(f"{path}: not valid JSON (no comma after event "
+                                   f"{self.number})")
         if line.endswith(b","):
             line = line[:-1]
         else:
-            ended = None                      # the last event: "]}" must follow
-        number += 1
-        if number % LINES_PER_PROGRESS == 0:
-            progress.advance(raw_file.tell() - position)
-            position = raw_file.tell()
-        match = call_line(line)
+            self.ended = None                 # the last event: "]}" must follow
+        self.number += 1
+        number, thread = self.number, self.thread
+        match = _CALL_LINE.match(line)
         if (match is not None and thread is not None and match[2] == thread.tid_text
                 and match[11] == thread.index_text):
-            pid_text, _, category, name, ts, ts_frac, dur, dur_frac, call_id, parent_id, \
-                _, extra = match.groups()
-            key = key_of_text.get((category, name, extra))
+            category, name, extra = match.group(3, 4, 12)
+            key = self.key_of_text.get((category, name, extra))
             if key is None:
-                key = _line_key(keys, category, name, extra)
+                key = _line_key(self.keys, category, name, extra)
                 if key is not None:
-                    key_of_text[(category, name, extra)] = key
-                    flags_of_key.extend([0] * (len(keys.names) - len(flags_of_key)))
-                    flags_of_key[key] = c_flag if keys.kinds[key] == "c" else 0
-        else:
-            key = None
-        if key is not None:
-            count = len(thread.depths)
-            call_id = int(call_id)
-            if call_id != thread.first_id + count:
-                raise _OtherLayout(f"call {call_id} is out of order")
-            if parent_id == b"null":
-                parent, depth = -1, 0
-            else:
-                parent = int(parent_id) - thread.first_id
-                if not 0 <= parent < count:
-                    raise TraceFormatError(f"{path}: call {call_id}: parent "
-                                           f"{int(parent_id)} is not an earlier call on its "
-                                           f"thread")
-                depth = thread.depths[parent] + 1
-            start = start_ns + int(ts + ts_frac)
-            thread.packed += pack(start, start + int(dur + dur_frac), key, flags_of_key[key],
-                                  parent, 0, depth)
-            thread.depths.append(depth)
-            pid = pid_text
-            continue
+                    self._new_line_key(line[match.start(3) - len(b'"cat":"'):match.end(4)],
+                                       (category, name, extra), key)
+            if key is not None:
+                parent_id = match[10]
+                start = self.start_ns + int(match[5] + match[6])
+                thread.add(path, int(match[9]), None if parent_id == b"null" else int(parent_id),
+                           key, self.flags_of(key), start, start + int(match[7] + match[8]))
+                self.pid = match[1]
+                return
         # Not a call as we write them (or its name or args need a closer look):
         # parsed and checked like an event of the whole file.
         try:
@@ -376,39 +415,58 @@ def _parse_lines(path, lines, raw_file, progress):
             name = (event.get("args") or {}).get("name")
             _expect(type(tid) is int and isinstance(name, str),
                     f"{path}: event {number}: a thread_name needs an integer tid and a name")
-            if thread is not None:
-                threads.append(ThreadInfo(thread.index, thread.tid, 0, thread.name, 0, 0))
-                slices.append(thread.slices())
-                first_id += slices[-1][1]
-            thread_of_tid[tid] = len(threads)
-            thread = _LineThread(len(threads), tid, name, first_id)
+            self.end_thread()
+            self.thread_of_tid[tid] = len(self.threads)
+            self.thread = _LineThread(len(self.threads), tid, name, self.first_id,
+                                      self.start_ns)
         elif phase == "X":
             index, (call_id, parent_id, name, category, ts_ns, dur_ns, extra) = \
-                _read_call(path, number, event, thread_of_tid)
+                _read_call(path, number, event, self.thread_of_tid)
             if thread is None or index != thread.index:
                 raise _OtherLayout(f"event {number} is not with its thread's calls")
-            key = keys.key(name, category, extra)
-            flags_of_key.extend([0] * (len(keys.names) - len(flags_of_key)))
-            flags_of_key[key] = c_flag if keys.kinds[key] == "c" else 0
-            thread.add(path, call_id, parent_id, key, flags_of_key[key], start_ns + ts_ns,
-                       start_ns + ts_ns + dur_ns)
-            pid = event.get("pid")
-            if type(pid) is not int:
+            key = self.keys.key(name, category, extra)
+            thread.add(path, call_id, parent_id, key, self.flags_of(key), self.start_ns + ts_ns,
+                       self.start_ns + ts_ns + dur_ns)
+            self.pid = event.get("pid")
+            if type(self.pid) is not int:
                 raise TraceFormatError(f"{path}: event {number}: pid must be an integer")
         elif phase in ("i", "C"):
-            marks.append(_read_mark(path, number, event))
+            self.marks.append(_read_mark(path, number, event))
         else:
             raise TraceFormatError(f"{path}: event {number}: unexpected phase {phase!r}")
-    if not ended:
-        raise TraceFormatError(f"{path}: not valid JSON (it ends before the closing ]}})")
-    if thread is not None:
-        threads.append(ThreadInfo(thread.index, thread.tid, 0, thread.name, 0, 0))
-        slices.append(thread.slices())
-    first_id = 0
-    for index, (thread_array, count) in enumerate(slices):
-        _validated(path, index, first_id, thread_array, count, keys)
-        first_id += count
-    return _chrome_trace(path, other, keys, threads, slices, marks, int(pid))
+
+    def flags_of(self, key):
+        return lib.PT_SLICE_C if self.keys.kinds[key] == "c" else 0
+
+    def _new_line_key(self, ident, text, key):
+        """Tells C the function text of a key, so its next calls are read there."""
+        self.key_of_text[text] = key
+        extra = text[2]
+        if len(ident) < 2 ** 32 and len(extra) < 2 ** 32:
+            if lib.pt_line_keys_add(self.line_keys, ident, len(ident), extra, len(extra), key,
+                                    self.flags_of(key)) != lib.PT_OK:
+                raise MemoryError("out of memory while reading a trace")
+
+    def end_thread(self):
+        thread = self.thread
+        if thread is not None:
+            from .trace import ThreadInfo
+            self.threads.append(ThreadInfo(thread.index, thread.tid, 0, thread.name, 0, 0))
+            self.slices.append(thread.slices())
+            self.first_id += self.slices[-1][1]
+            self.thread = None
+
+    def release(self):
+        if self.thread is not None:
+            self.thread.release()
+
+    def trace(self):
+        first_id = 0
+        for index, (slices, count) in enumerate(self.slices):
+            _validated(self.path, index, first_id, slices, count, self.keys)
+            first_id += count
+        return _chrome_trace(self.path, self.other, self.keys, self.threads, self.slices,
+                             self.marks, int(self.pid))
 
 
 def _line_key(keys, category, name, extra):
