@@ -175,10 +175,12 @@ pt_literal(pt_cursor *c, const char *s, size_t n)
 
 #define PT_LITERAL(c, s) pt_literal((c), (s), sizeof(s) - 1)
 
-/* An unsigned decimal of 1 to max_digits digits (max_digits <= 19: no overflow). */
+/* An unsigned decimal of 1 to max_digits digits (max_digits <= 19: no overflow),
+ * without the leading zeros JSON forbids. */
 static int
 pt_digits(pt_cursor *c, int max_digits, uint64_t *value)
 {
+    const char *first = c->p;
     uint64_t v = 0;
     int n = 0;
     while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
@@ -187,7 +189,7 @@ pt_digits(pt_cursor *c, int max_digits, uint64_t *value)
         v = v * 10 + (uint64_t)(*c->p++ - '0');
     }
     *value = v;
-    return n > 0;
+    return n > 0 && !(n > 1 && *first == '0');
 }
 
 /* Microseconds with exactly three decimals, as pt_put_us writes them, in ns. */
@@ -199,8 +201,13 @@ pt_microseconds(pt_cursor *c, int64_t *ns)
     if (!pt_digits(c, 13, &whole) || !PT_LITERAL(c, "."))
         return 0;
     frac_start = c->p;
-    if (!pt_digits(c, 3, &frac) || c->p - frac_start != 3)
-        return 0;
+    for (int i = 0; i < 3; i++)
+        if (c->p == c->end || *c->p < '0' || *c->p > '9')
+            return 0;
+        else
+            c->p++;
+    frac = (uint64_t)(frac_start[0] - '0') * 100 + (uint64_t)(frac_start[1] - '0') * 10 +
+           (uint64_t)(frac_start[2] - '0');
     *ns = (int64_t)(whole * 1000 + frac);
     return 1;
 }

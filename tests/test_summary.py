@@ -364,6 +364,8 @@ def edit_line(lines, number, change):
         '"Python parent id":0', '"Python parent id":7')), "not an earlier call"),
     ("badname.json", lambda lines: edit_line(lines, 4, lambda l: re.sub(
         r'"name":"[^"]*"', '"name":"a"b"', l)), "event 2: not valid JSON"),
+    ("zeros.json", lambda lines: edit_line(lines, 5, lambda l: l.replace('"tid":', '"tid":0')),
+     "event 3: not valid JSON"),
     ("phase.json", lambda lines: edit_line(lines, 4, lambda l: l.replace('"ph":"X"',
                                                                          '"ph":"B"')),
      "unexpected phase"),
