@@ -311,34 +311,75 @@ def test_small_pages_are_not_reduced(busy_trace, tmp_path):
     assert sum(len(f) for f in embedded(text, "pt-slices")) == 4 * len(busy_trace)
 
 
-def test_a_reduced_page_keeps_exactly_what_the_rule_keeps(busy_trace, tmp_path):
-    budget = len(busy_trace) // 10
-    path = tmp_path / "reduced.html"
-    write_html(busy_trace, path, call_budget=budget)
+def check_reduced_page(trace, budget, path):
+    """Writes trace's page with budget and checks its calls are exactly those the
+    rule keeps, with the full trace's ids and self times; returns the page's meta."""
+    write_html(trace, path, call_budget=budget)
     text = path.read_text(encoding="utf-8")
     meta, flats = embedded(text, "pt-meta"), embedded(text, "pt-slices")
     reduced = meta["reduced"]
-    span = busy_trace.stop_ns - busy_trace.start_ns
-    assert reduced["calls"] == len(busy_trace) and reduced["budget"] == budget
+    span = trace.stop_ns - trace.start_ns
+    assert reduced["calls"] == len(trace) and reduced["budget"] == budget
     assert 0 < reduced["shown"] <= budget
     assert reduced["min_ns"] >= span / html_module.REDUCED_WIDTH_PX
-    expected = kept_by_rule(busy_trace, reduced["min_ns"], reduced["top_levels"])
+    expected = kept_by_rule(trace, reduced["min_ns"], reduced["top_levels"])
     assert sum(len(kept) for kept, _ in expected) == reduced["shown"]
-    calls = list(busy_trace)
+    calls = list(trace)
     first_id = 0
-    for (kept, self_ns), flat, (_, _, n) in zip(expected, flats, busy_trace.thread_slices()):
+    for (kept, self_ns), flat, (_, _, n) in zip(expected, flats, trace.thread_slices()):
         indices, starts, durations, keys, depths, selfs = decode_reduced(flat, meta["start_ns"])
         assert indices == kept
         assert selfs == self_ns
         chosen = [calls[first_id + i] for i in kept]
         assert starts == [c.start_ns for c in chosen]
         assert durations == [c.end_ns - c.start_ns for c in chosen]
-        assert [busy_trace.names[k] for k in keys] == [c.name for c in chosen]
+        assert [trace.names[k] for k in keys] == [c.name for c in chosen]
         first_id += n
+    return meta
+
+
+def test_a_reduced_page_keeps_exactly_what_the_rule_keeps(busy_trace, tmp_path):
+    meta = check_reduced_page(busy_trace, len(busy_trace) // 10, tmp_path / "reduced.html")
     # The summary table still counts every call.
+    calls = list(busy_trace)
     summary = {row[0].rsplit(": ", 1)[-1]: row[1] for row in meta["summary"]["rows"]}
     assert summary["fib"] == sum(1 for c in calls if c.name.endswith(": fib"))
     assert summary["html_leaf"] == 40
+
+
+def levels_trace():
+    """A root over 100 us; 300 short children (10 ns, each calling a 5 ns one) and
+    one long child (50 us) with 50 short children and a long one of its own."""
+    calls = [(0, 100_000, -1)]                         # (start, end, parent) from 0
+    for i in range(300):
+        calls.append((100 + 20 * i, 110 + 20 * i, 0))
+        calls.append((102 + 20 * i, 107 + 20 * i, len(calls) - 1))
+    calls.append((40_000, 90_000, 0))
+    long_child = len(calls) - 1
+    calls.extend((40_000 + 100 * i, 40_010 + 100 * i, long_child) for i in range(50))
+    calls.append((50_000, 70_000, long_child))         # depth 2, 20 us: kept
+    calls.append((60_000, 61_000, len(calls) - 1))     # depth 3, 1 us: kept
+    calls.append((62_000, 62_010, len(calls) - 2))     # depth 3, 10 ns: left out
+    slices = ffi.new("pt_slice[]", len(calls))
+    for i, (start, end, parent) in enumerate(calls):
+        slices[i].start, slices[i].end, slices[i].key = 1000 + start, 1000 + end, 1 + (i % 3)
+        slices[i].parent = parent
+        slices[i].depth = 0 if parent < 0 else slices[parent].depth + 1
+    return Trace(names=["<unknown>", "f.py(1): a", "f.py(2): b", "f.py(3): c"],
+                 key_kinds=["python"] * 4, key_args={},
+                 threads=[ThreadInfo(0, 7, 7, "MainThread", 2 * len(calls), 0)],
+                 slices=[(slices, len(calls))], start_ns=1000, stop_ns=101_000,
+                 pid=1, python_version="3", backend="test", clock="monotonic",
+                 params={"modules": [], "optimizer_steps": []})
+
+
+def test_the_top_levels_are_kept_whole_while_they_fit(tmp_path):
+    trace = levels_trace()
+    meta = check_reduced_page(trace, 400, tmp_path / "levels.html")
+    # A pixel is 25 ns: the top two levels whole (root, 300 + 1 children), and of the
+    # deeper calls the two that last 1 us or more.
+    assert meta["reduced"] == {"min_ns": 25, "top_levels": 2, "shown": 304, "calls": 655,
+                               "budget": 400}
 
 
 def test_the_reduction_gives_up_top_levels_then_raises_the_threshold():
