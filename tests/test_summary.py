@@ -1,12 +1,17 @@
 """summarize / format_summary / read_trace: numbers worked out by hand."""
 import gzip
-import re
 import json
+import os
+import re
+import subprocess
+import sys
+import types
 
 import pytest
 
 import pytrace_cffi
-from pytrace_cffi import TraceFormatError
+from pytrace_cffi import TraceFormatError, TraceWarning
+from pytrace_cffi import summary as summary_module
 from pytrace_cffi._core import ffi
 from pytrace_cffi.summary import SummaryRow, format_summary, read_trace, summarize
 from pytrace_cffi.trace import ThreadInfo, Trace
@@ -234,14 +239,6 @@ def test_bad_gzip_and_missing_paths(trace, tmp_path):
 
 
 # --- big JSON: read line by line ----------------------------------------------------
-
-import os
-import subprocess
-import sys
-import types
-
-from pytrace_cffi import TraceWarning
-from pytrace_cffi import summary as summary_module
 
 # Names and args that try to end the name or the args early on the line.
 TRICKY = types.FunctionType(fib.__code__.replace(co_name='a","ts":1.000,"dur":2}},\\'),
