@@ -278,9 +278,11 @@ pt_call_line(const pt_line_keys *keys, pt_line_thread *thread, const char *line,
         keys, pt_line_key_hash(ident, ident_len, c.p, extra_len), ident, ident_len, c.p, extra_len);
     if (known->text == NULL)
         return 0;
-    if (__builtin_add_overflow(thread->start_ns, ts, &start) ||
-        __builtin_add_overflow(start, dur, &ts))
+    /* ts and dur are below 10^16 (13 digits of microseconds): only a start near
+     * INT64_MAX overflows, and Python reports that one */
+    if (thread->start_ns > INT64_MAX - ts || thread->start_ns + ts > INT64_MAX - dur)
         return 0;
+    start = thread->start_ns + ts;
     if (pt_line_thread_push(thread, start, start + dur, known->key, known->flags, parent) != PT_OK)
         return 0;
     thread->pid = pid;
