@@ -127,6 +127,11 @@ int pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path
  * which py_skip(code) (id of a callable, or NULL) is true, with the built-ins they
  * call. On 3.12+ left-out code is switched off with sys.monitoring.DISABLE. */
 int pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip);
+/* Before pt_start: calls of this code object (a borrowed PyObject *) never count
+ * toward max_depth. For code whose frames traces leave out (pytrace_cffi's own,
+ * a launcher's below the program): running when tracing starts, they would use
+ * up the depth budget of calls that are shown. */
+int pt_set_uncounted(pt_tracer *tracer, void *py_code);
 int pt_spill_rest(pt_tracer *tracer);
 uint64_t pt_spilled_events(pt_tracer *tracer);
 
@@ -147,6 +152,11 @@ int64_t pt_start_ns(pt_tracer *tracer);
 int64_t pt_stop_ns(pt_tracer *tracer);
 int64_t pt_start_ticks(pt_tracer *tracer);
 int64_t pt_stop_ticks(pt_tracer *tracer);
+/* The CLOCK_MONOTONIC / CLOCK_REALTIME pairs read at start (at_stop 0) and at
+ * stop (1): a monotonic and a realtime reading of one moment, and the
+ * uncertainty of their pairing, in ns. PT_ERR_STATE before that moment. */
+int pt_realtime_anchor(pt_tracer *tracer, int at_stop, int64_t *monotonic_ns,
+                       int64_t *realtime_ns, int64_t *spread_ns);
 
 /* Annotations (pt_annotate.c). pt_annotation_api fills py_dict with the
  * RecordFunction and CapturedStack types and the instant, counter, capture_stack
@@ -165,9 +175,13 @@ int pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t 
 /* Pairs a thread's calls and returns into slices, with times in nanoseconds
  * ns0 + (ticks - tick0) * ns_per_tick. Calls whose key has hidden[key] ==
  * PT_HIDE_SUBTREE are dropped with everything they call, except seeded frames;
- * those and PT_HIDE_ALONE keys are dropped alone (their callees are the user's). */
+ * those and PT_HIDE_ALONE keys are dropped alone (their callees are the user's).
+ * PT_HIDE_SEEDED keys are dropped alone when seeded and kept when called during
+ * the trace: a launcher's frames below the program (runpy under python -m) are
+ * not the program's, but the program may call the same code itself. */
 #define PT_HIDE_SUBTREE 1
 #define PT_HIDE_ALONE 2
+#define PT_HIDE_SEEDED 3
 int pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
                      uint32_t n_hidden, int64_t tick0, int64_t ns0,
                      double ns_per_tick, pt_slice *out, uint64_t cap,
@@ -224,10 +238,29 @@ int pt_summarize_slices(const pt_slice *slices, uint64_t n, const uint32_t *name
 /* Removes slices shorter than min_ns (with their callees) in place, renumbering
  * parents; new_index is caller scratch of n entries. Returns how many remain. */
 uint64_t pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_index);
-int64_t pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys);
+/* Checks events read from a file: call, return and seed keys below n_keys, tag
+ * indexes below n_tags, annotation-args indexes below n_args. -1 if all hold,
+ * else the index of the first event that breaks one. */
+int64_t pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys, uint32_t n_tags,
+                           uint32_t n_args);
+/* The ticks a run of events advances its thread's clock by (mod 2^64): where
+ * the next spilled block of the thread must start. */
+uint64_t pt_events_ticks(const pt_event *events, uint64_t n);
 
 /* Indices of the slices that carry a tag (up to cap); returns how many there are. */
 uint64_t pt_tagged_slices(const pt_slice *slices, uint64_t n, uint64_t *out, uint64_t cap);
+/* torch's record_function regions made explicit. region_keys[tag] (tags below
+ * n_tags) is the key of the region a tagged call (record_function.__enter__)
+ * opens, PT_REGION_EXIT for a call (__exit__) that closes the innermost region
+ * opened beside it, else 0. Copies in[0..n) to out with a region slice before
+ * each opening call: from its start to the closing call's end (or, unclosed,
+ * the enclosing call's end), enclosing the opening call, the calls made between
+ * and the closing call. cap: n + the number of regions; scratch: n + 2 * that
+ * number of entries. Returns the count written (UINT64_MAX if cap is short);
+ * with out NULL, only the number of regions. */
+#define PT_REGION_EXIT 0xFFFFFFFF
+uint64_t pt_insert_regions(const pt_slice *in, uint64_t n, const uint32_t *region_keys,
+                           uint32_t n_tags, pt_slice *out, uint64_t cap, int64_t *scratch);
 /* Checks slices read from a file: keys below n_keys, known flags, parents
  * earlier in the thread and enclosing their children. -1 if all hold, else the
  * index of the first slice that breaks one. */

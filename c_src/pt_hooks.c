@@ -147,22 +147,27 @@ pt_skipped(const pt_tracer *tracer, uint32_t key)
 }
 
 /* A call is recorded only while fewer than max_depth recorded calls are open on
- * its thread; deeper ones (and their returns) are counted as suppressed. */
+ * its thread; deeper ones (and their returns) are counted as suppressed. Calls of
+ * uncounted keys (frames traces leave out) are recorded without counting while
+ * nothing is suppressed; inside a suppressed call they are suppressed too, so that
+ * returns pair with calls (last in, first out) either way. */
 static inline int
-pt_depth_enter(const pt_tracer *tracer, pt_thread *thread)
+pt_depth_enter(const pt_tracer *tracer, pt_thread *thread, uint32_t key)
 {
     if (!tracer->max_depth)
         return 1;
-    if (thread->suppressed || thread->open_calls >= tracer->max_depth) {
+    int uncounted = tracer->key_flags[key] & PT_KEYF_UNCOUNTED;
+    if (thread->suppressed || (thread->open_calls >= tracer->max_depth && !uncounted)) {
         thread->suppressed++;
         return 0;
     }
-    thread->open_calls++;
+    if (!uncounted)
+        thread->open_calls++;
     return 1;
 }
 
 static inline int
-pt_depth_leave(const pt_tracer *tracer, pt_thread *thread)
+pt_depth_leave(const pt_tracer *tracer, pt_thread *thread, uint32_t key)
 {
     if (!tracer->max_depth)
         return 1;
@@ -170,7 +175,7 @@ pt_depth_leave(const pt_tracer *tracer, pt_thread *thread)
         thread->suppressed--;
         return 0;
     }
-    if (thread->open_calls)
+    if (thread->open_calls && !(tracer->key_flags[key] & PT_KEYF_UNCOUNTED))
         thread->open_calls--;
     return 1;
 }
@@ -178,14 +183,14 @@ pt_depth_leave(const pt_tracer *tracer, pt_thread *thread)
 static inline void
 pt_record_call(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key)
 {
-    if (pt_depth_enter(tracer, thread))
+    if (pt_depth_enter(tracer, thread, key))
         pt_record(tracer, thread, kind, key);
 }
 
 static inline void
 pt_record_return(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key)
 {
-    if (pt_depth_leave(tracer, thread))
+    if (pt_depth_leave(tracer, thread, key))
         pt_record(tracer, thread, kind, key);
 }
 
@@ -230,7 +235,7 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
             break;
         if (what == PT_TRACE_RETURN) {
             pt_record_return(tracer, thread, PT_EV_PY_RETURN, key);
-        } else if (pt_depth_enter(tracer, thread)) {
+        } else if (pt_depth_enter(tracer, thread, key)) {
             pt_record(tracer, thread, PT_EV_PY_CALL, key);
             pt_maybe_tag(tracer, thread, key, frame);
         }
@@ -298,10 +303,11 @@ pt_monitor_py_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs,
         return pt_monitor_result(tracer, may_disable);
     if (kind == PT_EV_PY_RETURN) {
         pt_record_return(tracer, thread, kind, key);
-    } else if (pt_depth_enter(tracer, thread)) {
+    } else if (pt_depth_enter(tracer, thread, key)) {
         pt_record(tracer, thread, kind, key);
         if (may_tag)
-            pt_maybe_tag(tracer, thread, key, tracer->key_flags[key] ? PyEval_GetFrame() : NULL);
+            pt_maybe_tag(tracer, thread, key,
+                         tracer->key_flags[key] & PT_KEYF_TAG ? PyEval_GetFrame() : NULL);
     }
     Py_RETURN_NONE;
 }
@@ -344,26 +350,30 @@ pt_monitor_py_unwind(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 /* The key of a built-in call as sys.setprofile reports it: a PyCFunction, or a
  * method descriptor with its self argument (3.12 passes `list.append` and the
  * list). Every other callable is not a C call: 0. args holds 4 items. */
-static inline uint32_t
+static PT_ALWAYS_INLINE uint32_t
 pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args)
 {
     PyObject *callable = args[2];
     PyTypeObject *type = Py_TYPE(callable);
-    if (type == &PyCFunction_Type)
-        return pt_key_for_builtin(tracer, callable, 1, NULL);
-    if (type == &PyMethodDescr_Type)
-        return args[3] != tracer->monitoring_missing
-            ? pt_key_for_builtin(tracer, callable, 0, args[3]) : 0;
-    /* CALL fires for every call: answer "not a built-in" fast for Python
-     * functions, bound methods and classes. */
-    for (int i = 0; i < 4; i++)
-        if (tracer->plain_types[i] == type)
+    int is_function = 1;
+    if (type == &PyMethodDescr_Type) {
+        if (args[3] == tracer->monitoring_missing)
             return 0;
-    if (PyCFunction_Check(callable))
-        return pt_key_for_builtin(tracer, callable, 1, NULL);
-    if (!(PyType_GetFlags(type) & Py_TPFLAGS_HEAPTYPE))   /* static: never freed */
-        tracer->plain_types[tracer->plain_types_next++ & 3] = type;
-    return 0;
+        is_function = 0;
+    } else if (type != &PyCFunction_Type) {
+        /* CALL fires for every call: answer "not a built-in" fast for Python
+         * functions, bound methods and classes. */
+        for (int i = 0; i < 4; i++)
+            if (tracer->plain_types[i] == type)
+                return 0;
+        if (!PyCFunction_Check(callable)) {
+            if (!(PyType_GetFlags(type) & Py_TPFLAGS_HEAPTYPE))   /* static: never freed */
+                tracer->plain_types[tracer->plain_types_next++ & 3] = type;
+            return 0;
+        }
+    }
+    /* one inlined copy of the key lookup, for both kinds */
+    return pt_key_for_builtin(tracer, callable, is_function, args[3]);
 }
 
 /* CALL, C_RETURN, C_RAISE: (code, offset, callable, arg0). */
@@ -493,7 +503,7 @@ pt_seed_frames(pt_tracer *tracer, pt_thread *thread, PyFrameObject *top, int ski
     for (int i = depth - 1; i >= 0; i--) {
         PyObject *code = (PyObject *)PyFrame_GetCode(frames[i]);
         uint32_t key = pt_key_for_code(tracer, code);
-        if (!pt_skipped(tracer, key) && pt_depth_enter(tracer, thread))
+        if (!pt_skipped(tracer, key) && pt_depth_enter(tracer, thread, key))
             pt_record_at(tracer, thread, PT_EV_PY_SEED, key, ts);
         Py_DECREF(code);
         Py_DECREF(frames[i]);
@@ -724,6 +734,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
     PyThreadState *self_tstate = PyThreadState_Get();
     PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
     pt_defer_questions(tracer);
+    pt_take_anchor(tracer->anchor[0]);
     int64_t now = pt_ticks(tracer);
     tracer->start_ticks = now;
     tracer->start_ns = pt_clock();
@@ -765,6 +776,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
         tracer->state = PT_STATE_STOPPED;
         tracer->stop_ticks = pt_ticks(tracer);
         tracer->stop_ns = pt_clock();
+        pt_take_anchor(tracer->anchor[1]);
         if (tracer->backend == PT_BACKEND_PROFILE)
             for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
                  ts = PyThreadState_Next(ts)) {
@@ -812,6 +824,7 @@ pt_stop(pt_tracer *tracer)
     }
     tracer->stop_ticks = pt_ticks(tracer);
     tracer->stop_ns = pt_clock();
+    pt_take_anchor(tracer->anchor[1]);
     tracer->state = PT_STATE_STOPPED;
     if (pt_active_tracer == tracer)
         pt_active_tracer = NULL;

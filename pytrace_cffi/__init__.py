@@ -20,13 +20,14 @@ from .annotations import (RecordFunction, capture_stack, counter, instant, recor
                           symbolize)
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
                      TraceWarning)
+from .merge import merge_torch
 from .saved import SpilledTrace
 from .schedule import Action, schedule
 from .trace import Call, Trace
 
 __all__ = ["start", "stop", "trace", "load", "is_tracing", "release_memory", "Trace", "Call",
            "record_function", "RecordFunction", "instant", "counter", "capture_stack",
-           "symbolize",
+           "symbolize", "merge_torch",
            "TraceFormatError", "TraceWarning", "SpilledTrace", "schedule", "Action",
            "TraceError", "TracerConflictError", "TracerStateError"]
 __version__ = "0.1.0"

@@ -48,6 +48,7 @@ class Session:
         self.output = output
         self.min_duration_ns = int(min_duration_us * 1000) if min_duration_us else 0
         self._skip_code = make_code_filter(include, exclude)
+        self._max_depth = max_depth
         if max_depth or self._skip_code:
             check(lib.pt_set_filters(self.ptr, max_depth or 0,
                                      ffi.cast("void *", id(self._skip_code))
@@ -92,12 +93,31 @@ class Session:
         self._thread_hook = self._on_new_thread
         threading.setprofile(self._thread_hook)
         try:
+            if self._max_depth:
+                self._uncount_hidden_frames()
             check(lib.pt_start(self.ptr, tool_id, mask), self.ptr, "start")
         except BaseException:
             threading.setprofile(self._previous_thread_hook)
             if USE_MONITORING:
                 self._release_monitoring()
             raise
+
+    def _uncount_hidden_frames(self):
+        """max_depth counts the calls a trace shows: the code of running frames
+        that traces leave out (ours, from here down; a launcher's) never counts."""
+        from .trace import _hiding
+        tops = list(sys._current_frames().values())
+        tops.append(sys._getframe())
+        seen = set()
+        for frame in tops:
+            while frame is not None:
+                code = frame.f_code
+                if id(code) not in seen:
+                    seen.add(id(code))
+                    if _hiding(code):
+                        check(lib.pt_set_uncounted(self.ptr, ffi.cast("void *", id(code))),
+                              self.ptr, "uncounted code")
+                frame = frame.f_back
 
     def _claim_monitoring(self):
         monitoring = sys.monitoring

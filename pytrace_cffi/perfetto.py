@@ -47,6 +47,7 @@ COMPRESS_THREADS = 2
 PROCESS_SEQUENCE = 1
 SEQUENCE_CLOCK = 64                 # sequence-scoped clock ids are 64..127
 CLOCK_MONOTONIC = 3                 # BuiltinClock BUILTIN_CLOCK_MONOTONIC
+CLOCK_REALTIME = 1                  # BuiltinClock BUILTIN_CLOCK_REALTIME
 SEQ_INCREMENTAL_STATE_CLEARED = 1
 TYPE_INSTANT, TYPE_COUNTER = 3, 4    # TrackEvent.Type (SLICE_BEGIN/END: in C)
 CATEGORIES = ("python_function", "user_annotation")     # iids 1 and 2
@@ -196,9 +197,14 @@ def _process_sequence(trace, uuids):
     """Sequence 1's packets: process and counter tracks, the trace's facts, marks."""
     seq = _int(10, PROCESS_SEQUENCE)
     base = trace.start_ns
-    # Trace time is CLOCK_MONOTONIC, as in the JSON, from the file's first packet on.
-    yield _packet(_bytes(6, _bytes(1, _int(1, CLOCK_MONOTONIC) + _int(2, base))
-                         + _int(2, CLOCK_MONOTONIC)), seq)
+    # Trace time is CLOCK_MONOTONIC, as in the JSON, from the file's first packet on;
+    # the realtime anchor, when the trace has one, maps it onto CLOCK_REALTIME too.
+    clocks = _bytes(1, _int(1, CLOCK_MONOTONIC) + _int(2, base))
+    anchor = (trace.realtime_anchor or {}).get("start")
+    if anchor:
+        realtime = anchor["realtime_ns"] + (base - anchor["monotonic_ns"])
+        clocks += _bytes(1, _int(1, CLOCK_REALTIME) + _int(2, realtime))
+    yield _packet(_bytes(6, clocks + _int(2, CLOCK_MONOTONIC)), seq)
     yield _packet(_bytes(60, _int(1, uuids["process"])
                          + _bytes(3, _int(1, trace.pid) + _bytes(6, "python"))),
                   _int(13, SEQ_INCREMENTAL_STATE_CLEARED),
@@ -210,7 +216,7 @@ def _process_sequence(trace, uuids):
     facts = {"generator": "pytrace_cffi", "python": trace.python_version,
              "backend": trace.backend, "clock": trace.clock,
              "start_monotonic_ns": base, "stop_monotonic_ns": trace.stop_ns,
-             "dropped_events": trace.dropped_events}
+             "dropped_events": trace.dropped_events, "realtime_anchor": trace.realtime_anchor}
     yield _packet(_int(8, base), _bytes(11, _int(9, TYPE_INSTANT) + _int(11, uuids["process"])
                                         + _bytes(23, "pytrace_cffi")
                                         + _AnnotationNames.plain(facts)

@@ -13,7 +13,9 @@ from pytrace_cffi.reference import ReferenceTracer
 from helpers import assert_nested, diff, in_files, strip_outside_parents, trace_counts
 
 WORKLOADS = ["recursion", "builtins_calls", "builtins_nested", "reused_addresses", "generators", "exceptions", "objects",
-             "asyncio_tasks", "threads"]
+             "asyncio_tasks", "threads", "shared_dispatch_calls"]
+# workloads that import tests/ext/shared_dispatch.c, built by this fixture first
+NEEDS_EXTENSION = {"shared_dispatch_calls": "shared_dispatch_ext"}
 
 
 def _files(module):
@@ -21,7 +23,9 @@ def _files(module):
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
-def test_calls_match_oracle(name):
+def test_calls_match_oracle(name, request):
+    if name in NEEDS_EXTENSION:
+        request.getfixturevalue(NEEDS_EXTENSION[name])
     module = importlib.import_module(f"workloads.{name}")
     keep = in_files(_files(module))
     module.run()                                  # warm caches alike for both runs

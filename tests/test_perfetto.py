@@ -22,6 +22,7 @@ pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
 
 SEQ_INCREMENTAL_STATE_CLEARED = 1
 CLOCK_MONOTONIC = 3
+CLOCK_REALTIME = 1
 STANDARD_ARGS = ("Python id", "Python parent id", "Python thread")
 
 
@@ -105,6 +106,9 @@ def decode(path):
             if snapshot.HasField("primary_trace_clock"):
                 out["primary_clock"] = snapshot.primary_trace_clock
             clocks = {c.clock_id: c for c in snapshot.clocks}
+            if CLOCK_REALTIME in clocks:
+                out["realtime_at"] = (clocks[CLOCK_MONOTONIC].timestamp,
+                                      clocks[CLOCK_REALTIME].timestamp)
             monotonic = clocks[CLOCK_MONOTONIC].timestamp
             for clock_id, c in clocks.items():
                 if 64 <= clock_id < 128:
@@ -211,7 +215,7 @@ def pftrace_view(decoded):
                     sort_keys=True))
         for s in decoded["slices"])
     instants = sorted((threads[i["track"]][1], i["name"], i["ts"],
-                       json.dumps(i["args"] or None))
+                       json.dumps(i["args"]))
                       for i in decoded["instants"] if i["track"] in threads)
     counters = []
     for track, ts, value in decoded["counter_values"]:
@@ -228,6 +232,12 @@ def assert_same_as_json(trace, tmp_path, compress):
     decoded = decode(path)
     assert (decoded["compressed"] > 0) == compress
     assert decoded["primary_clock"] == CLOCK_MONOTONIC
+    if trace.realtime_anchor is None:                 # e.g. read from an old file
+        assert "realtime_at" not in decoded
+    else:                                             # CLOCK_REALTIME mapped as the JSON's
+        anchor = trace.realtime_anchor["start"]
+        assert decoded["realtime_at"] == (trace.start_ns, anchor["realtime_ns"]
+                                          + trace.start_ns - anchor["monotonic_ns"])
     ours, theirs = pftrace_view(decoded), json_view(trace, tmp_path)
     assert len(ours["slices"]) == len(trace)
     assert ours["slices"] == theirs["slices"]
