@@ -135,6 +135,7 @@ pt_tracer_free(pt_tracer *tracer)
         Py_CLEAR(tracer->watch_tag);
         Py_CLEAR(tracer->annotation_args);
         Py_CLEAR(tracer->marks);
+        Py_CLEAR(tracer->spill_hook);
         for (uint32_t i = 0; i < tracer->n_keys; i++)
             Py_CLEAR(tracer->sources[i]);
         PyGILState_Release(gil);
@@ -308,21 +309,11 @@ pt_spill_events(pt_tracer *tracer, pt_thread *thread, const pt_chunk *chunk,
     return 1;
 }
 
-/* Moves the oldest chunk holding events out of memory: to the spill file, or
- * dropped and counted. A thread's only chunk is emptied in place. Returns 0 when
- * no chunk holds anything. */
-static int
-pt_evict_oldest(pt_tracer *tracer)
+/* Moves owner's oldest chunk out of memory: to the spill file, or dropped and
+ * counted. A thread's only chunk is emptied in place. */
+static void
+pt_evict_head(pt_tracer *tracer, pt_thread *owner)
 {
-    pt_thread *owner = NULL;
-    for (pt_thread *t = tracer->threads; t; t = t->next) {
-        pt_chunk *head = t->head;
-        if (head && (head != t->tail || t->cursor > head->events) &&
-            (!owner || head->seq < owner->head->seq))
-            owner = t;
-    }
-    if (!owner)
-        return 0;
     pt_chunk *victim = owner->head;
     int is_tail = victim == owner->tail;
     uint64_t n = is_tail ? (uint64_t)(owner->cursor - victim->events) : victim->used;
@@ -338,7 +329,61 @@ pt_evict_oldest(pt_tracer *tracer)
         tracer->held_events -= victim->capacity;
         pt_chunk_free(victim);
     }
+}
+
+/* Evicts the oldest chunk holding events of any thread. Returns 0 when no chunk
+ * holds anything. */
+static int
+pt_evict_oldest(pt_tracer *tracer)
+{
+    pt_thread *owner = NULL;
+    for (pt_thread *t = tracer->threads; t; t = t->next) {
+        pt_chunk *head = t->head;
+        if (head && (head != t->tail || t->cursor > head->events) &&
+            (!owner || head->seq < owner->head->seq))
+            owner = t;
+    }
+    if (!owner)
+        return 0;
+    pt_evict_head(tracer, owner);
     return 1;
+}
+
+/* Runs the spill hook (see pt_set_spill_hook), keeping any pending exception.
+ * It may release the GIL (it writes a file): other threads can record meanwhile. */
+static void
+pt_run_spill_hook(pt_tracer *tracer)
+{
+    if (tracer->spill_hook_busy || tracer->classify_from)
+        return;
+    tracer->spill_hook_busy = 1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *result = PyObject_CallObject(tracer->spill_hook, NULL);
+    if (!result && !tracer->hot_error) {
+        tracer->hot_error = PT_ERR_PYTHON;
+        pt_set_error_from_python(tracer, "writing key names before a spill");
+    }
+    Py_XDECREF(result);
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    tracer->spill_hook_busy = 0;
+}
+
+/* Spills this thread's full chunk at once and empties it in place (the spill
+ * hook's mode). Returns 0 when it cannot (nothing to spill, or the file failed). */
+static int
+pt_spill_own_chunk(pt_tracer *tracer, pt_thread *thread)
+{
+    pt_run_spill_hook(tracer);
+    /* The hook may have let other threads run; one of them may have emptied this
+     * thread's chunk already (more threads than max_events has chunks), or stopped. */
+    if (thread->cursor < thread->limit)
+        return 1;
+    if (!tracer->spill || tracer->state != PT_STATE_RUNNING || thread->head != thread->tail)
+        return 0;
+    pt_evict_head(tracer, thread);
+    return thread->cursor < thread->limit;
 }
 
 int
@@ -374,6 +419,9 @@ pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path)
             pt_set_error(tracer, "cannot write %s", spill_path);
             return PT_ERR_ARG;
         }
+        /* Unbuffered: a block is in the file once written (a killed process keeps
+         * it), and a forked child's copy of the stream has nothing to flush. */
+        setvbuf(tracer->spill, NULL, _IONBF, 0);
         static const char header[16] = "PTEVENTS\1\0\0\0\x08\0\0\0";
         if (fwrite(header, sizeof header, 1, tracer->spill) != 1) {
             fclose(tracer->spill);
@@ -388,6 +436,28 @@ pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path)
     uint64_t largest = (PT_CHUNK_BYTES - sizeof(pt_chunk)) / sizeof(pt_event);
     tracer->bounded_chunk_events =
         per_chunk < 512 ? 512 : per_chunk > largest ? largest : per_chunk;
+    return PT_OK;
+}
+
+int
+pt_set_spill_hook(pt_tracer *tracer, void *py_hook)
+{
+    if (tracer->state != PT_STATE_NEW || !tracer->spill) {
+        pt_set_error(tracer, "the spill hook is set after the spill file, before start");
+        return PT_ERR_STATE;
+    }
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int ok = PyCallable_Check((PyObject *)py_hook);
+    if (ok) {
+        Py_INCREF((PyObject *)py_hook);
+        Py_CLEAR(tracer->spill_hook);
+        tracer->spill_hook = (PyObject *)py_hook;
+    }
+    PyGILState_Release(gil);
+    if (!ok) {
+        pt_set_error(tracer, "the spill hook must be callable");
+        return PT_ERR_ARG;
+    }
     return PT_OK;
 }
 
@@ -408,6 +478,8 @@ pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
         bytes = sizeof(pt_chunk) + events * sizeof(pt_event);
         if (thread->tail)
             thread->tail->used = (uint64_t)(thread->cursor - thread->tail->events);
+        if (tracer->spill_hook && thread->tail && pt_spill_own_chunk(tracer, thread))
+            return PT_OK;
         while (tracer->held_events + events > tracer->max_events && pt_evict_oldest(tracer))
             if (thread->cursor < thread->limit)
                 return PT_OK;          /* this thread's own chunk was emptied in place */

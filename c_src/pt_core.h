@@ -108,6 +108,12 @@ int pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path
 int pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip);
 int pt_spill_rest(pt_tracer *tracer);
 uint64_t pt_spilled_events(pt_tracer *tracer);
+/* After pt_set_bounds with a spill file, before pt_start: every chunk is spilled
+ * as soon as it is full (each thread holds one chunk), and py_hook (id of a
+ * callable taking no arguments) runs just before each spill, so that what the
+ * file's events need (key names) can be written first. Not run while the hook
+ * itself runs on another thread, nor while pt_start walks the threads. */
+int pt_set_spill_hook(pt_tracer *tracer, void *py_hook);
 
 /* Watching: py_tuple is (names, classify, tag). When a code object whose co_name is
  * in the set `names` is first seen, classify(code) returns nonzero if its calls

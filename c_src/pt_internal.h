@@ -97,6 +97,10 @@ struct pt_tracer {
     uint64_t bounded_chunk_events;
     FILE *spill;
     uint64_t spilled_events;
+    /* pt_set_spill_hook: each full chunk goes to the spill file at once (a killed
+     * process loses at most one chunk per thread), after spill_hook() has run */
+    PyObject *spill_hook;
+    int spill_hook_busy;
     PyObject *marks;              /* list: instants and counters */
     char error[256];
 };

@@ -51,6 +51,9 @@ def _parser():
                      help="start tracing this long after the program starts")
     run.add_argument("--duration", type=float, metavar="SECONDS",
                      help="stop tracing this long after it started")
+    run.add_argument("--no-follow", action="store_true",
+                     help="trace this process only, not the Python processes it starts "
+                          "(by default each is traced too and joined into OUT)")
     run.add_argument("-m", dest="module", metavar="MODULE",
                      help="run a library module as a script, like python -m")
     run.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]",
@@ -161,6 +164,9 @@ def _cmd_run(args):
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"pytrace_cffi: {exc}") from None
     windows = Windows(output, options, _write_trace)
+    if not args.no_follow:
+        from .processes import make_run_windows
+        windows = make_run_windows(output, options, _write_trace)
 
     sys.argv = argv
     if args.module:

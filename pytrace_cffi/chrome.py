@@ -27,11 +27,12 @@ def _us(ns):
     return f"{ns // 1000}.{ns % 1000:03d}"
 
 
-def _chunks(trace, progress):
+def _chunks(trace, progress, base=None):
     """The JSON text in pieces of about CHUNK_BYTES: metadata here, the slices
-    formatted by the C core from names escaped once here."""
+    formatted by the C core from names escaped once here. Times count from base
+    (default: the trace's start)."""
     pid = trace.pid
-    base = trace.start_ns
+    base = trace.start_ns if base is None else base
     # Per key: its category and JSON-escaped name, formatted once.
     escaped = [f'"cat":"{_CATEGORY[kind]}","name":{json.dumps(name)}'.encode("utf-8")
                for name, kind in zip(trace.names, trace.key_kinds)]
