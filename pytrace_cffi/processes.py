@@ -111,6 +111,9 @@ def process_facts(forked=False):
         if name != "MainProcess":
             facts["label"] = name
             return facts
+    if "--multiprocessing-fork" in sys.argv:     # spawn/forkserver, ended before its name came
+        facts["label"] = "multiprocessing child"
+        return facts
     program = sys.argv[0] if sys.argv and sys.argv[0] else "python"
     if program in ("-c", "-"):
         program = "python " + program
@@ -416,6 +419,9 @@ def _restore_exit_paths():
         pass
 
 
+_popen = threading.local()
+
+
 def _audit(event, args):
     """Audit hook (installed once): saves the trace before os.exec replaces the
     process, and notes children that will not be followed."""
@@ -430,6 +436,11 @@ def _audit(event, args):
             finish_here()
             return
         executable, argv, env = args[0], args[1], args[-1]
+        if event == "subprocess.Popen":
+            _popen.argv = list(argv or ())
+        elif getattr(_popen, "argv", None) == list(argv or ()):
+            _popen.argv = None      # the same launch: Popen uses posix_spawn (3.13)
+            return
         reason = _unfollowable(executable, argv, env)
         if reason:
             record = {"pid": os.getpid(), "command": [os.fsdecode(a) for a in argv or ()],

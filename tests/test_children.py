@@ -1,0 +1,375 @@
+"""Following child processes (processes.py): fork, multiprocessing, subprocess,
+killed and never-ending children, labels, joining, and `run` end to end. Every
+traced program runs in its own interpreter, with a timeout."""
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import pytrace_cffi
+from pytrace_cffi import processes
+
+TIMEOUT = 120
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env(**extra):
+    env = dict(os.environ)
+    env.pop(processes.ENV, None)
+    env.update(extra)
+    return env
+
+
+def run_script(tmp_path, source, *args, env=None, timeout=TIMEOUT, check=True):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(source))
+    proc = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=timeout, env=env or _env())
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\n"
+                             f"stderr:\n{proc.stderr}")
+    return proc
+
+
+def counts(job_dir, marker="unique_"):
+    """{pid: (label, state, Counter of function names containing marker)}."""
+    out = {}
+    for result in processes.status(job_dir):
+        trace, facts, state, _ = processes.read_process(result.directory)
+        names = collections.Counter(call.name.rsplit(": ", 1)[-1] for call in trace
+                                    if marker in call.name and call.kind == "python")
+        out[result.pid] = (result.label, state, names)
+    return out
+
+
+def totals(found):
+    total = collections.Counter()
+    for _, _, names in found.values():
+        total.update(names)
+    return total
+
+
+def test_os_fork_child_traced_from_the_fork(tmp_path):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import os, sys
+        import pytrace_cffi
+        def unique_parent(): pass
+        def unique_child(): pass
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        for _ in range(7): unique_parent()
+        pid = os.fork()
+        if pid == 0:
+            for _ in range(1234): unique_child()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        unique_parent()
+        pytrace_cffi.stop()
+        print(os.getpid(), pid)
+    """, str(job))
+    parent, child = map(int, proc.stdout.split())
+    found = counts(job)
+    assert set(found) == {parent, child}
+    assert found[parent][2] == {"unique_parent": 8}
+    # The child keeps none of the parent's events and records its own from the fork.
+    assert found[child][2] == {"unique_child": 1234}
+    assert found[child][:2] == ("prog.py (fork)", "complete")
+    meta = json.loads((job / f"proc-{child}" / "meta.json").read_text())
+    assert meta["ppid"] == parent and meta["argv"][0].endswith("prog.py")
+    assert meta["host"] == os.uname().nodename and meta["root"] is False
+    # One timeline: the child's calls lie between the parent's fork and its wait.
+    out = tmp_path / "all.json"
+    results = processes.join(job, out)
+    assert [r.pid for r in results] == [parent, child]
+    events = json.loads(out.read_text())["traceEvents"]
+    lanes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert lanes == {parent: "prog.py", child: "prog.py (fork)"}
+    fork = [e for e in events if e["pid"] == parent and e.get("name") == "posix.fork"]
+    child_calls = [e for e in events if e["pid"] == child and "unique_child" in e["name"]]
+    assert len(fork) == 1 and len(child_calls) == 1234
+    assert fork[0]["ts"] <= min(e["ts"] for e in child_calls)
+    assert max(e["ts"] + e["dur"] for e in child_calls) <= fork[0]["ts"] + 60e6
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_multiprocessing_pool(tmp_path, method):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import os, sys, multiprocessing as mp
+        import pytrace_cffi
+        def unique_task(i):
+            return os.getpid()
+        if __name__ == "__main__":
+            pytrace_cffi.start(follow_children=True, output=sys.argv[2])
+            with mp.get_context(sys.argv[1]).Pool(2) as pool:
+                pids = pool.map(unique_task, range(300), chunksize=5)
+            pytrace_cffi.stop()
+            print(os.getpid(), " ".join(f"{p}:{pids.count(p)}" for p in set(pids)))
+    """, method, str(job))
+    root, *ran = proc.stdout.split()
+    ran = {int(p): int(n) for p, n in (item.split(":") for item in ran)}
+    found = counts(job)
+    assert found[int(root)][2] == {}
+    prefix = {"fork": "ForkPoolWorker-", "spawn": "SpawnPoolWorker-",
+              "forkserver": "ForkServerPoolWorker-"}[method]
+    workers = {pid: v for pid, v in found.items() if pid != int(root)}
+    assert set(ran) <= set(workers) and 1 <= len(workers) <= 2, (found, ran)
+    for pid, (label, _, _) in workers.items():
+        # A spawned worker that the pool terminates while it starts up (it ran no
+        # task) may not know its name yet, or not even have started tracing.
+        assert label.startswith(prefix) or (
+            label == "multiprocessing child" and method != "fork" and pid not in ran), found
+    if method == "fork":
+        assert len(workers) == 2
+    # Each worker's trace has exactly the tasks it ran, whether it ended by
+    # os._exit (fork) or sys.exit, or was terminated by the pool (SIGTERM).
+    for pid, (label, state, names) in workers.items():
+        assert state == "complete"
+        assert names.get("unique_task", 0) == ran.get(pid, 0), (pid, names, ran)
+    assert totals(found) == {"unique_task": 300}
+
+
+def test_subprocess_of_python(tmp_path):
+    job = tmp_path / "job"
+    helper = tmp_path / "helper.py"
+    helper.write_text("import os\ndef unique_helper(): pass\nfor _ in range(77): unique_helper()\n"
+                      "print(os.getpid())\n")
+    proc = run_script(tmp_path, """
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        out = subprocess.run([sys.executable, sys.argv[2]], check=True, timeout=60,
+                             capture_output=True, text=True).stdout
+        pytrace_cffi.stop()
+        print(out.strip())
+        assert "PYTRACE_CFFI_FOLLOW" not in __import__("os").environ
+    """, str(job), str(helper))
+    child = int(proc.stdout.split()[-1])
+    found = counts(job)
+    assert found[child] == ("helper.py", "complete", {"unique_helper": 77})
+    assert len(found) == 2
+
+
+def test_sigkilled_child_keeps_its_spilled_part(tmp_path):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import os, subprocess, sys, time
+        import pytrace_cffi
+        child = '''
+        import sys, time
+        def unique_victim(i): return i
+        for i in range(5000): unique_victim(i)
+        open(sys.argv[1], "w").close()
+        time.sleep(600)
+        '''
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1], max_events=4096)
+        marker = sys.argv[1] + ".marker"
+        p = subprocess.Popen([sys.executable, "-c", child.replace("\\n        ", "\\n"), marker])
+        deadline = time.time() + 60
+        while not os.path.exists(marker) and time.time() < deadline:
+            time.sleep(0.01)
+        p.kill()
+        p.wait(timeout=30)
+        def unique_after(): pass
+        unique_after()
+        pytrace_cffi.stop()
+        print(p.pid, p.returncode)
+    """, str(job))
+    child, code = map(int, proc.stdout.split())
+    assert code == -signal.SIGKILL
+    found = counts(job)
+    label, state, names = found[child]
+    assert state == "recovered" and label == "python -c"
+    # max_events=4096: chunks of 512 events, at most one (on its one thread) lost,
+    # so of 5000 calls (2 events each) at least 5000 - 256 are kept.
+    assert 5000 - 256 <= names["unique_victim"] < 5000, names
+    assert found[proc and int(proc.stdout.split()[0]) and next(
+        pid for pid in found if pid != child)][2] == {"unique_after": 1}
+    results = {r.pid: r for r in processes.join(job, tmp_path / "all.json.gz")}
+    assert results[child].state == "recovered" and "killed" in results[child].note
+
+
+def test_child_that_never_exits_does_not_hold_the_parent(tmp_path):
+    job = tmp_path / "job"
+    started = time.monotonic()
+    proc = run_script(tmp_path, """
+        import os, subprocess, sys, time
+        import pytrace_cffi
+        from pytrace_cffi import processes
+        child = "import sys, time\\ndef unique_forever(): pass\\n" \\
+                "for _ in range(3000): unique_forever()\\n" \\
+                "open(sys.argv[1], 'w').close()\\nwhile True: time.sleep(1)\\n"
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1], max_events=2048)
+        marker = sys.argv[1] + ".marker"
+        p = subprocess.Popen([sys.executable, "-c", child, marker],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while not os.path.exists(marker):
+            time.sleep(0.01)
+        pytrace_cffi.stop()
+        results = processes.join(sys.argv[1], sys.argv[1] + ".json")
+        print(p.pid, [r.state for r in results if r.pid == p.pid][0])
+        # the parent exits now, leaving the child running
+    """, str(job), timeout=60)
+    child, state = proc.stdout.split()
+    child = int(child)
+    try:
+        assert time.monotonic() - started < 60
+        assert state == "running"
+        events = json.loads((tmp_path / "job.json").read_text())["traceEvents"]
+        merged = [e for e in events if e["pid"] == child and "unique_forever" in e["name"]]
+        # One chunk (512 events, the smallest) at most is not yet spilled.
+        assert 3000 - 256 <= len(merged) < 3000
+        assert any(e["name"] == "process_name" and e["pid"] == child for e in events)
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_labels_from_the_torchrun_environment(tmp_path):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import subprocess, sys, os
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        for rank in (1, 0):
+            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+            subprocess.run([sys.executable, "-c", "def unique_rank(): pass\\nunique_rank()"],
+                           env=env, check=True, timeout=60)
+        pytrace_cffi.stop()
+    """, str(job))
+    results = processes.join(job, tmp_path / "all.json")
+    assert [r.label for r in results] == ["prog.py", "rank 0", "rank 1"]
+    for r in results[1:]:
+        meta = json.loads(open(os.path.join(r.directory, "meta.json")).read())
+        rank = int(r.label.split()[1])
+        assert (meta["rank"], meta["local_rank"], meta["world_size"]) == (rank, rank, 2)
+    events = json.loads((tmp_path / "all.json").read_text())["traceEvents"]
+    order = {e["pid"]: e["args"]["sort_index"] for e in events
+             if e["name"] == "process_sort_index"}
+    assert [order[r.pid] for r in results] == [0, 1, 2]
+    assert totals(counts(job)) == {"unique_rank": 2}
+
+
+def test_unfollowed_children_are_reported(tmp_path):
+    job = tmp_path / "job"
+    run_script(tmp_path, """
+        import subprocess, sys, os
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        subprocess.run(["true"], check=True, timeout=60)
+        subprocess.run([sys.executable, "-I", "-c", "pass"], check=True, timeout=60)
+        subprocess.run([sys.executable, "-c", "pass"], env={"PATH": os.environ["PATH"]},
+                       check=True, timeout=60)
+        pytrace_cffi.stop()
+    """, str(job))
+    reasons = [(child["command"][0 if child["command"][0] == "true" else 1], child["reason"])
+               for child in processes.unfollowed(job)]
+    assert reasons == [("true", "not a Python interpreter"),
+                       ("-I", "started with -I (no site / PYTHONPATH: the bootstrap cannot "
+                              "load)"),
+                       ("-c", "its environment was replaced without PYTRACE_CFFI_FOLLOW")]
+    assert len(processes.status(job)) == 1
+
+
+def test_bootstrap_failure_leaves_the_child_running(tmp_path):
+    env = _env(PYTRACE_CFFI_FOLLOW="{not json",
+               PYTHONPATH=os.pathsep.join([processes.BOOT_DIR, os.environ.get("PYTHONPATH", ""),
+                                           ROOT]))
+    proc = subprocess.run([sys.executable, "-c", "import pytrace_cffi as p; print(p.is_tracing())"],
+                          capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert proc.returncode == 0 and proc.stdout == "False\n"
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"pytrace_cffi: not tracing pid ")
+
+
+def test_bootstrap_chains_an_existing_sitecustomize(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import builtins\nbuiltins.UNIQUE_SITE = 42\n")
+    job = tmp_path / "job"
+    config = json.dumps({"dir": str(job), "options": {"c_calls": True}, "package": ROOT})
+    env = _env(PYTRACE_CFFI_FOLLOW=config,
+               PYTHONPATH=os.pathsep.join([processes.BOOT_DIR, str(other),
+                                           os.environ.get("PYTHONPATH", ""), ROOT]))
+    proc = subprocess.run([sys.executable, "-c", "import pytrace_cffi as p; "
+                           "print(UNIQUE_SITE, p.is_tracing())"],
+                          capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "42 True\n" and proc.stderr == ""
+    [result] = processes.status(job)
+    assert result.state == "complete" and result.label == "python -c"
+
+
+def test_no_follow(tmp_path):
+    out = tmp_path / "out.json"
+    script = tmp_path / "prog.py"
+    script.write_text("import os\npid = os.fork()\nif pid == 0:\n"
+                      "    import pytrace_cffi\n    print(pytrace_cffi.is_tracing())\n"
+                      "    os._exit(0)\nos.waitpid(pid, 0)\n")
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "--no-follow", "-o",
+                           str(out), str(script)], capture_output=True, text=True,
+                          timeout=TIMEOUT, cwd=tmp_path, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "False\n"
+    assert not os.path.exists(processes.job_dir_for(str(out)))
+    pids = {e["pid"] for e in json.loads(out.read_text())["traceEvents"]}
+    assert len(pids) == 1
+
+
+def test_follow_children_needs_output():
+    with pytest.raises(ValueError, match="follow_children=True needs output"):
+        pytrace_cffi.start(follow_children=True)
+    with pytest.raises(TypeError, match="follow_children must be a bool"):
+        pytrace_cffi.start(follow_children=1, output="x")
+    assert not pytrace_cffi.is_tracing()
+
+
+def test_run_follows_children_end_to_end(tmp_path):
+    out = tmp_path / "out.json"
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent("""
+        import os, subprocess, sys
+        def unique_main(): pass
+        def unique_forked(): pass
+        if __name__ == "__main__":
+            unique_main()
+            pid = os.fork()
+            if pid == 0:
+                for _ in range(50): unique_forked()
+                os._exit(0)
+            os.waitpid(pid, 0)
+            subprocess.run([sys.executable, "-c",
+                            "def unique_sub(): pass\\nfor _ in range(9): unique_sub()"],
+                           check=True, timeout=60)
+            subprocess.run(["true"], check=True, timeout=60)
+            print(os.getpid(), pid)
+    """))
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out),
+                           str(script)], capture_output=True, text=True, timeout=TIMEOUT,
+                          cwd=tmp_path, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    root, forked = map(int, proc.stdout.split())
+    events = json.loads(out.read_text())["traceEvents"]
+    lanes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert len(lanes) == 3 and lanes[root] == "prog.py" and lanes[forked] == "prog.py (fork)"
+    [sub] = set(lanes) - {root, forked}
+    assert lanes[sub] == "python -c"
+    by_pid = collections.Counter((e["pid"], e["name"].rsplit(": ", 1)[-1]) for e in events
+                                 if e.get("ph") == "X" and "unique_" in e["name"])
+    assert by_pid == {(root, "unique_main"): 1, (forked, "unique_forked"): 50,
+                      (sub, "unique_sub"): 9}
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("pytrace_cffi: 3 processes, ") and lines[0].endswith(str(out))
+    assert sorted(line.split(":")[1].strip() for line in lines[1:4]) == sorted(
+        f"pid {pid} ({lanes[pid]})" for pid in lanes)
+    assert all("): complete, " in line for line in lines[1:4])
+    assert lines[4] == ("pytrace_cffi:   not followed: 'true' started by pid "
+                        f"{root}: not a Python interpreter")
+    assert len(lines) == 5
+    # Joined and complete: the per-process directories are not left behind.
+    assert not os.path.exists(processes.job_dir_for(str(out)))
