@@ -373,3 +373,103 @@ def test_run_follows_children_end_to_end(tmp_path):
     assert len(lines) == 5
     # Joined and complete: the per-process directories are not left behind.
     assert not os.path.exists(processes.job_dir_for(str(out)))
+
+
+# -- torch (3.11 venv) ---------------------------------------------------------
+
+def _run_cli(tmp_path, *args, timeout=300):
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
+                          env=_env())
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_dataloader_workers_labelled(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+        def unique_getitem(i):
+            return torch.tensor([float(i)])
+        class Items(Dataset):
+            def __len__(self): return 40
+            def __getitem__(self, i): return unique_getitem(i)
+        def unique_consume(batch): return len(batch)
+        if __name__ == "__main__":
+            n = sum(unique_consume(b) for b in DataLoader(Items(), batch_size=4, num_workers=2))
+            print(n)
+    """))
+    out = tmp_path / "dl.json.gz"
+    proc = _run_cli(tmp_path, "--include", "*/train.py", "-o", str(out), str(script))
+    assert proc.stdout == "40\n"
+    import gzip
+    events = json.loads(gzip.open(out).read())["traceEvents"]
+    lanes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert sorted(lanes.values()) == ["DataLoader worker 0", "DataLoader worker 1", "train.py"]
+    calls = collections.Counter((lanes[e["pid"]], e["name"].rsplit(": ", 1)[-1])
+                                for e in events if e.get("ph") == "X")
+    # Batches of 4 go to the workers in turn: each fetches 5 batches, 20 items.
+    assert calls[("train.py", "unique_consume")] == 10
+    for worker in ("DataLoader worker 0", "DataLoader worker 1"):
+        assert calls[(worker, "unique_getitem")] == 20
+        assert calls[(worker, "__getitem__")] == 20
+    assert "DataLoader worker 0" in proc.stderr and "DataLoader worker 1" in proc.stderr
+
+
+def test_torchrun_ranks_labelled_and_aligned(tmp_path):
+    pytest.importorskip("torch")
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if not os.path.exists(torchrun):
+        pytest.skip("no torchrun beside this interpreter")
+    script = tmp_path / "ddp.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        import torch.distributed as dist
+        def unique_step(model, opt, x):
+            opt.zero_grad()
+            model(x).sum().backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+            opt.step()
+        if __name__ == "__main__":
+            dist.init_process_group("gloo")
+            torch.manual_seed(dist.get_rank())
+            model = torch.nn.Linear(8, 4)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(5):
+                unique_step(model, opt, torch.randn(16, 8))
+            dist.destroy_process_group()
+    """))
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "ddp.json"
+    proc = _run_cli(tmp_path, "--include", "*/ddp.py", "--include", "*/distributed_c10d.py",
+                    "-o", str(out), torchrun, "--nproc_per_node", "2", "--master_port",
+                    str(port), str(script))
+    events = json.loads(out.read_text())["traceEvents"]
+    lanes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    order = {e["pid"]: e["args"]["sort_index"] for e in events
+             if e["name"] == "process_sort_index"}
+    assert sorted(lanes.values(), key=lambda name: order[
+        next(p for p in lanes if lanes[p] == name)]) == ["torchrun", "rank 0", "rank 1"]
+    ranks = {name: pid for pid, name in lanes.items() if name.startswith("rank")}
+    per_rank = {}
+    for name, pid in ranks.items():
+        mine = sorted((e for e in events if e.get("ph") == "X" and e["pid"] == pid),
+                      key=lambda e: e["ts"])
+        assert sum(e["name"].endswith(": unique_step") for e in mine) == 5
+        per_rank[name] = [(e["ts"], e["ts"] + e["dur"]) for e in mine
+                          if e["name"].endswith(": all_reduce")]
+    # 5 steps x 2 parameters; each all_reduce ends on every rank after it began
+    # on every rank (gloo's all_reduce waits for all of them).
+    assert [len(v) for v in per_rank.values()] == [10, 10]
+    for k in range(10):
+        starts = [per_rank[r][k][0] for r in per_rank]
+        ends = [per_rank[r][k][1] for r in per_rank]
+        assert max(starts) <= min(ends), (k, per_rank)
+    for name, pid in ranks.items():
+        assert f"pid {pid} ({name}): complete" in proc.stderr
