@@ -170,6 +170,9 @@ class _KeyNames:
         prefixes = path_prefixes() if self.trim_paths else ()
         names = [name_for_source(source, prefixes) for source in sources]
         record = {"first": self.keys_written,
+                  # the first record also holds the clock's start, for recover()
+                  **({"start_ns": lib.pt_start_ns(self.ptr),
+                      "tick0": lib.pt_start_ticks(self.ptr)} if not self.keys_written else {}),
                   "keys": [[str(hash_id(name)), _kind(source), _hiding(source)]
                            for name, source in zip(names, sources)],
                   "names": {str(hash_id(name)): name for name in names},
@@ -214,6 +217,14 @@ class FollowSession(Session):
         self._saved_env = None
 
     def start(self):
+        # Everything before the hooks go live: what runs after would be recorded.
+        sidecar = dict(process_facts(self.forked), pid=os.getpid(), root=self.root,
+                       clock_name="tsc" if _clock.USE_TSC else "monotonic",
+                       python=sys.version.split()[0],
+                       backend="sys.monitoring" if USE_MONITORING else "PyEval_SetProfile")
+        _write_json(os.path.join(self.process_dir, PROCESS_FILE), sidecar)
+        if self.root:
+            _write_json(os.path.join(self.job_dir, JOB_FILE), {"root_pid": os.getpid()})
         self._set_environment()
         _install_exit_paths(self.root)
         try:
@@ -221,17 +232,6 @@ class FollowSession(Session):
         except BaseException:
             self._restore_environment()
             raise
-        # Hooks are live; this package's frames are left out of the trace.
-        facts = process_facts(self.forked)
-        sidecar = dict(facts, pid=os.getpid(), root=self.root,
-                       start_ns=lib.pt_start_ns(self.ptr), tick0=lib.pt_start_ticks(self.ptr),
-                       clock_name="tsc" if _clock.USE_TSC else "monotonic",
-                       python=sys.version.split()[0],
-                       backend="sys.monitoring" if USE_MONITORING else "PyEval_SetProfile")
-        _write_json(os.path.join(self.process_dir, PROCESS_FILE), sidecar)
-        if self.root:
-            _write_json(os.path.join(self.job_dir, JOB_FILE),
-                        {"root_pid": os.getpid(), "start_ns": sidecar["start_ns"]})
 
     def _set_environment(self):
         config = json.dumps({"dir": self.job_dir, "options": self.follow_options,
@@ -575,9 +575,26 @@ def recover(directory, facts=None):
                         FORMAT_VERSION, _load_parts)
     if facts is None:
         facts = read_process(directory)[1]
+    facts = dict(facts)
+    records = []
+    try:
+        with open(os.path.join(directory, KEYS_FILE), "rb") as f:
+            lines = f.read().decode("utf-8", "replace").split("\n")
+    except OSError:
+        lines = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue                      # the last line of a killed writer
+        if isinstance(record, dict):
+            records.append(record)
+    if records:
+        facts.update(start_ns=records[0].get("start_ns"), tick0=records[0].get("tick0"))
     for name in ("pid", "start_ns", "tick0", "clock_name"):
         if not isinstance(facts.get(name), (int, str)):
-            raise TraceFormatError(f"{directory}: process.json lacks {name}")
+            raise TraceFormatError(f"{directory}: nothing was spilled yet" if name in (
+                "start_ns", "tick0") else f"{directory}: process.json lacks {name}")
     path = os.path.join(directory, "events.bin")
     try:
         with open(path, "rb") as f:
@@ -612,16 +629,7 @@ def recover(directory, facts=None):
         threads[index] += count
         offset = body + count * EVENT_RECORD_SIZE
     keys, names, tags = [], {}, []
-    try:
-        with open(os.path.join(directory, KEYS_FILE), "rb") as f:
-            lines = f.read().decode("utf-8").split("\n")
-    except OSError:
-        lines = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue                      # the last line of a killed writer
+    for record in records:
         if record.get("first") == len(keys):
             keys.extend(record["keys"])
             names.update(record["names"])

@@ -43,8 +43,9 @@ def counts(job_dir, marker="unique_"):
     for result in processes.status(job_dir):
         trace, facts, state, _ = processes.read_process(result.directory)
         names = collections.Counter(call.name.rsplit(": ", 1)[-1] for call in trace
-                                    if marker in call.name and call.kind == "python")
-        out[result.pid] = (result.label, state, names)
+                                    if marker in call.name and (not marker or call.kind == "python"))
+        key = result.pid if result.pid not in out else os.path.basename(result.directory)
+        out[key] = (result.label, state, names)
     return out
 
 
@@ -80,6 +81,11 @@ def test_os_fork_child_traced_from_the_fork(tmp_path):
     # The child keeps none of the parent's events and records its own from the fork.
     assert found[child][2] == {"unique_child": 1234}
     assert found[child][:2] == ("prog.py (fork)", "complete")
+    # Nothing of the follow machinery shows: the whole of both traces.
+    everything = counts(job, marker="")
+    assert everything[parent][2] == {"<module>": 1, "unique_parent": 8, "posix.fork": 1,
+                                     "posix.waitpid": 1}
+    assert everything[child][2] == {"<module>": 1, "unique_child": 1234}
     meta = json.loads((job / f"proc-{child}" / "meta.json").read_text())
     assert meta["ppid"] == parent and meta["argv"][0].endswith("prog.py")
     assert meta["host"] == os.uname().nodename and meta["root"] is False
@@ -154,6 +160,30 @@ def test_subprocess_of_python(tmp_path):
     found = counts(job)
     assert found[child] == ("helper.py", "complete", {"unique_helper": 77})
     assert len(found) == 2
+
+
+def test_exec_saves_before_and_traces_after(tmp_path):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import os, sys
+        import pytrace_cffi
+        def unique_before_exec(): pass
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        pid = os.fork()
+        if pid == 0:
+            for _ in range(5): unique_before_exec()
+            os.execv(sys.executable, [sys.executable, "-c",
+                     "def unique_after_exec(): pass\\nfor _ in range(6): unique_after_exec()"])
+        os.waitpid(pid, 0)
+        pytrace_cffi.stop()
+        print(pid)
+    """, str(job))
+    child = int(proc.stdout)
+    by_dir = {os.path.basename(r.directory): (r.pid, r.label, r.state)
+              for r in processes.status(job)}
+    assert by_dir[f"proc-{child}"] == (child, "prog.py (fork)", "complete")
+    assert by_dir[f"proc-{child}-2"] == (child, "python -c", "complete")
+    assert totals(counts(job)) == {"unique_before_exec": 5, "unique_after_exec": 6}
 
 
 def test_sigkilled_child_keeps_its_spilled_part(tmp_path):
