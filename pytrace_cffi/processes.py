@@ -465,9 +465,9 @@ def _unfollowable(executable, argv, env):
         return "not a Python interpreter"
     flags = [a for a in argv[1:] if a.startswith("-") and not a.startswith("--")]
     for flag in flags:
-        if flag in ("-c", "-m"):
-            break
-        if "I" in flag or "S" in flag or "E" in flag:
+        if flag in ("-c", "-m") or flag.startswith(("-W", "-X", "-c", "-m")):
+            break                      # their values are no interpreter options
+        if set(flag[1:]) & set("ISE"):
             return f"started with {flag} (no site / PYTHONPATH: the bootstrap cannot load)"
     if env is not None:
         get = env.get if hasattr(env, "get") else dict(env).get
