@@ -111,14 +111,32 @@ def process_facts(forked=False):
         if name != "MainProcess":
             facts["label"] = name
             return facts
-    if "--multiprocessing-fork" in sys.argv:     # spawn/forkserver, ended before its name came
-        facts["label"] = "multiprocessing child"
+    if "--multiprocessing-fork" in sys.argv or (forked and _armed is not None):
+        facts["label"] = "multiprocessing child"    # ended before its name came
         return facts
+    if forked:
+        name = _forking_process_name()
+        if name:                                     # multiprocessing "fork", early
+            facts["label"] = name
+            return facts
     program = sys.argv[0] if sys.argv and sys.argv[0] else "python"
     if program in ("-c", "-"):
         program = "python " + program
     facts["label"] = os.path.basename(program) + (" (fork)" if forked else "")
     return facts
+
+
+def _forking_process_name():
+    """In a child of multiprocessing's fork start method before _bootstrap names
+    it: the Process object's name, from the Popen._launch frame that forked."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_launch" and os.path.basename(code.co_filename) == "popen_fork.py":
+            name = getattr(frame.f_locals.get("process_obj"), "name", None)
+            return name if isinstance(name, str) else None
+        frame = frame.f_back
+    return None
 
 
 def _host():

@@ -133,6 +133,11 @@ def test_multiprocessing_pool(tmp_path, method):
             label == "multiprocessing child" and method != "fork" and pid not in ran), found
     if method == "fork":
         assert len(workers) == 2
+        # Named at the fork already, before multiprocessing's _bootstrap names it
+        # (process.json is written then): a worker terminated that early keeps it.
+        for pid in workers:
+            early = json.loads((job / f"proc-{pid}" / "process.json").read_text())["label"]
+            assert early.startswith(prefix)
     # Each worker's trace has exactly the tasks it ran, whether it ended by
     # os._exit (fork) or sys.exit, or was terminated by the pool (SIGTERM).
     for pid, (label, state, names) in workers.items():
