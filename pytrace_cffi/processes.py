@@ -308,6 +308,7 @@ def continue_in_forked_child(session):
 
 def _start_child_session(options):
     import pytrace_cffi
+    _install_exit_paths(root=False)        # first: a SIGTERM now still exits as it would
     child = FollowSession(options, root=False, forked=True)
     pytrace_cffi._session = child
     try:

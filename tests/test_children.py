@@ -29,12 +29,27 @@ def _env(**extra):
 def run_script(tmp_path, source, *args, env=None, timeout=TIMEOUT, check=True):
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent(source))
-    proc = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=timeout, env=env or _env())
+    proc = run_command([sys.executable, str(script), *args], tmp_path, env or _env(), timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\n"
                              f"stderr:\n{proc.stderr}")
     return proc
+
+
+def run_command(command, cwd, env, timeout):
+    """subprocess.run in its own session; on a timeout, what every process of
+    that session was doing goes into the failure, and they are all killed."""
+    with subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            ps = subprocess.run(["ps", "-s", str(proc.pid), "-o", "pid,ppid,stat,wchan:24,args"],
+                                capture_output=True, text=True).stdout
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise AssertionError(f"timed out after {timeout} s:\n{ps}\nstderr:\n{err}")
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
 def counts(job_dir, marker="unique_"):
@@ -42,7 +57,7 @@ def counts(job_dir, marker="unique_"):
     out = {}
     for result in processes.status(job_dir):
         trace, facts, state, _ = processes.read_process(result.directory)
-        names = collections.Counter(call.name.rsplit(": ", 1)[-1] for call in trace
+        names = collections.Counter(call.name.rsplit(": ", 1)[-1] for call in trace or ()
                                     if marker in call.name and (not marker or call.kind == "python"))
         key = result.pid if result.pid not in out else os.path.basename(result.directory)
         out[key] = (result.label, state, names)
@@ -128,11 +143,11 @@ def test_multiprocessing_pool(tmp_path, method):
     assert set(ran) <= set(workers) and 1 <= len(workers) <= 2, (found, ran)
     for pid, (label, _, _) in workers.items():
         # A spawned worker that the pool terminates while it starts up (it ran no
-        # task) may not know its name yet, or not even have started tracing.
+        # task: the other took them all) may not know its name yet, or not even
+        # have started tracing.
         assert label.startswith(prefix) or (
             label == "multiprocessing child" and method != "fork" and pid not in ran), found
     if method == "fork":
-        assert len(workers) == 2
         # Named at the fork already, before multiprocessing's _bootstrap names it
         # (process.json is written then): a worker terminated that early keeps it.
         for pid in workers:
@@ -141,7 +156,9 @@ def test_multiprocessing_pool(tmp_path, method):
     # Each worker's trace has exactly the tasks it ran, whether it ended by
     # os._exit (fork) or sys.exit, or was terminated by the pool (SIGTERM).
     for pid, (label, state, names) in workers.items():
-        assert state == "complete"
+        # (terminated between its fork and the SIGTERM handler's installation, a
+        # worker that ran nothing has only its process.json: "lost")
+        assert state == "complete" or (state == "lost" and pid not in ran), found
         assert names.get("unique_task", 0) == ran.get(pid, 0), (pid, names, ran)
     assert totals(found) == {"unique_task": 300}
 
@@ -413,9 +430,8 @@ def test_run_follows_children_end_to_end(tmp_path):
 # -- torch (3.11 venv) ---------------------------------------------------------
 
 def _run_cli(tmp_path, *args, timeout=300):
-    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
-                          env=_env())
+    proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", *args], tmp_path, _env(),
+                       timeout)
     assert proc.returncode == 0, proc.stderr
     return proc
 
