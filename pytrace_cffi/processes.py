@@ -27,6 +27,7 @@ the program name), on CLOCK_MONOTONIC (one host). It never waits for a process:
 one still running is joined as far as its files go and reported as such.
 """
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -244,11 +245,18 @@ class FollowSession(Session):
         if self.root:
             _write_json(os.path.join(self.job_dir, JOB_FILE), {"root_pid": os.getpid()})
         self._set_environment()
-        _install_exit_paths(self.root)
         try:
+            _install_exit_paths(self.root)
             super().start()
         except BaseException:
+            # Nothing of it stays: no environment, no wrapped exits, no directory.
             self._restore_environment()
+            _restore_exit_paths()
+            import shutil
+            shutil.rmtree(self.process_dir, ignore_errors=True)
+            if self.root:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self.job_dir, JOB_FILE))
             raise
 
     def _set_environment(self):
@@ -742,6 +750,13 @@ def join(inputs, output):
         raise ValueError(f"join writes .json or .json.gz, not {output!r}")
     items = sorted(_read_all(inputs), key=_sort_key)
     traced = [(r, t, f) for r, (t, f) in items if t is not None]
+    hosts = sorted({f.get("host") for _, _, f in traced if f.get("host")})
+    if len(hosts) > 1:
+        import warnings
+        from .errors import TraceWarning
+        warnings.warn(f"the processes ran on {len(hosts)} hosts ({', '.join(hosts)}): "
+                      "CLOCK_MONOTONIC differs between hosts, so their lanes are not "
+                      "aligned with each other", TraceWarning, stacklevel=2)
     if not traced:
         raise TraceFormatError("no process in " + ", ".join(map(str, [inputs]))
                                + " could be read")

@@ -524,3 +524,70 @@ def test_torchrun_ranks_labelled_and_aligned(tmp_path):
         assert max(starts) <= min(ends), (k, per_rank)
     for name, pid in ranks.items():
         assert f"pid {pid} ({name}): complete" in proc.stderr
+
+
+def test_posix_spawn_of_python(tmp_path):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import os, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-c",
+                             "def unique_spawned(): pass\\nfor _ in range(21): unique_spawned()"],
+                             os.environ)
+        os.waitpid(pid, 0)
+        pytrace_cffi.stop()
+        print(pid)
+    """, str(job))
+    found = counts(job)
+    assert found[int(proc.stdout)] == ("python -c", "complete", {"unique_spawned": 21})
+
+
+def test_failed_start_leaves_nothing_behind(tmp_path):
+    import threading
+    job = tmp_path / "job"
+    threading.setprofile(lambda *a: None)       # another tool's hook: start() refuses
+    try:
+        with pytest.raises(pytrace_cffi.TracerConflictError):
+            pytrace_cffi.start(follow_children=True, output=str(job))
+    finally:
+        threading.setprofile(None)
+    assert processes.ENV not in os.environ
+    assert processes.BOOT_DIR not in os.environ.get("PYTHONPATH", "")
+    assert os._exit is processes._real_exit
+    assert os.listdir(job) == []
+
+
+def test_join_warns_about_several_hosts(tmp_path):
+    job = tmp_path / "job"
+    run_script(tmp_path, """
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60)
+        pytrace_cffi.stop()
+    """, str(job))
+    [child] = [r for r in processes.status(job) if r.label == "python -c"]
+    meta_path = os.path.join(child.directory, "meta.json")
+    meta = json.loads(open(meta_path).read())
+    meta["host"] = "elsewhere"
+    with open(meta_path, "w") as f:
+        json.dump(meta, f)
+    with pytest.warns(pytrace_cffi.TraceWarning, match="2 hosts"):
+        processes.join(job, tmp_path / "all.json")
+
+
+def test_run_to_a_directory_keeps_the_children(tmp_path):
+    out = tmp_path / "outdir"
+    script = tmp_path / "prog.py"
+    script.write_text("import subprocess, sys\ndef unique_root(): pass\nunique_root()\n"
+                      "subprocess.run([sys.executable, '-c', 'pass'], check=True, timeout=60)\n")
+    proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out),
+                        str(script)], tmp_path, _env(), TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    # OUT is the program's own saved trace, as without children; all are kept beside.
+    trace = pytrace_cffi.load(out)
+    assert sum(call.name.endswith(": unique_root") for call in trace) == 1
+    job = processes.job_dir_for(str(out))
+    assert sorted(r.label for r in processes.status(job)) == ["prog.py", "python -c"]
+    assert f"{out} holds this process only; all 2 are in {job}" in proc.stderr
