@@ -677,7 +677,8 @@ def recover(directory, facts=None):
                  for t in range(len(tags), max_tag + 1)])
     ns_per_tick = _clock.ns_per_tick() if facts["clock_name"] == "tsc" else 1.0
     stop_ns = facts["start_ns"] + int(float(end_ticks - facts["tick0"]) * ns_per_tick)
-    thread_list = [{"index": i, "native_id": 0, "ident": i + 1, "name": f"thread {i}",
+    # OS thread ids are known only at stop: lanes 1, 2, ... stand in for them.
+    thread_list = [{"index": i, "native_id": i + 1, "ident": i + 1, "name": f"thread {i}",
                     "n_events": threads.get(i, 0), "dropped": 0}
                    for i in range(max(threads, default=-1) + 1)]
     meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "pid": facts["pid"],

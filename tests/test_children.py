@@ -591,3 +591,72 @@ def test_run_to_a_directory_keeps_the_children(tmp_path):
     job = processes.job_dir_for(str(out))
     assert sorted(r.label for r in processes.status(job)) == ["prog.py", "python -c"]
     assert f"{out} holds this process only; all 2 are in {job}" in proc.stderr
+
+
+def test_fork_child_keeps_the_filters(tmp_path):
+    job = tmp_path / "job"
+    run_script(tmp_path, """
+        import json, os, sys
+        import pytrace_cffi
+        def unique_leaf(): pass
+        def unique_helper(): unique_leaf()
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1], include="*/prog.py",
+                           c_calls=False)
+        for _ in range(3): unique_helper()
+        pid = os.fork()
+        if pid == 0:
+            for _ in range(7):
+                unique_helper()
+                json.dumps({})
+            os._exit(0)
+        os.waitpid(pid, 0)
+        pytrace_cffi.stop()
+    """, str(job))
+    found = counts(job, marker="")
+    assert sorted((dict(names) for _, _, names in found.values()),
+                  key=lambda names: sum(names.values())) == [
+        {"<module>": 1, "unique_helper": 3, "unique_leaf": 3},
+        {"<module>": 1, "unique_helper": 7, "unique_leaf": 7}]
+
+
+def test_sigkilled_child_with_threads_loses_at_most_a_chunk_per_thread(tmp_path):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import os, subprocess, sys, time
+        import pytrace_cffi
+        child = '''
+        import sys, threading, time
+        def unique_in_thread(i): return i
+        def work():
+            for i in range(4000): unique_in_thread(i)
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        open(sys.argv[1], "w").close()
+        time.sleep(600)
+        '''
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1], max_events=8192,
+                           c_calls=False)
+        marker = sys.argv[1] + ".marker"
+        p = subprocess.Popen([sys.executable, "-c", child.replace("\\n        ", "\\n"), marker])
+        deadline = time.time() + 60
+        while not os.path.exists(marker) and time.time() < deadline:
+            time.sleep(0.01)
+        p.kill()
+        p.wait(timeout=30)
+        pytrace_cffi.stop()
+        print(p.pid)
+    """, str(job))
+    child = int(proc.stdout)
+    [result] = [r for r in processes.status(job) if r.pid == child]
+    assert result.state == "recovered"
+    trace = processes.recover(result.directory)
+    per_thread = collections.Counter(call.thread for call in trace
+                                     if call.name.endswith(": unique_in_thread"))
+    # Chunks of 1024 events: each worker thread keeps all but at most its last
+    # chunk (512 calls); its calls were spilled chunk by chunk as it ran.
+    assert len(per_thread) == 2, per_thread
+    for n in per_thread.values():
+        assert 4000 - 512 <= n <= 4000
+    names = {t.name for t in trace.threads}
+    assert all(name.startswith("thread ") for name in names)
