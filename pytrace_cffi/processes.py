@@ -773,8 +773,13 @@ def _write_joined(traced, path):
     base = min(t.start_ns for _, t, _ in traced)
     opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6)) if path.endswith(".gz")
               else (lambda tmp: open(tmp, "wb")))
+    root = traced[0][1]
     head = {"displayTimeUnit": "ns",
             "otherData": {"generator": "pytrace_cffi", "start_monotonic_ns": base,
+                          "stop_monotonic_ns": max(t.stop_ns for _, t, _ in traced),
+                          "python": root.python_version, "backend": root.backend,
+                          "clock": root.clock,
+                          "dropped_events": sum(t.dropped_events for _, t, _ in traced),
                           "processes": [dict(pid=r.pid, label=r.label, state=r.state,
                                              host=f.get("host"), ppid=f.get("ppid"),
                                              argv=f.get("argv"))
@@ -783,13 +788,17 @@ def _write_joined(traced, path):
     with replaced_atomically(path, opener) as out, \
             Progress(f"writing {path}", total) as progress:
         out.write(('{' + json.dumps(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8"))
+        first_id = first_thread = 0
         for order, (result, trace, _) in enumerate(traced):
             for name, args in (("process_name", {"name": result.label}),
                                ("process_sort_index", {"sort_index": order})):
                 event = {"ph": "M", "name": name, "pid": trace.pid, "tid": 0, "args": args}
                 out.write(((",\n" if order or name != "process_name" else "")
                            + json.dumps(event)).encode("utf-8"))
-            pieces = _chunks(trace, progress, base=base)
+            pieces = _chunks(trace, progress, base=base, first_id=first_id,
+                             first_thread=first_thread)
+            first_id += len(trace)
+            first_thread += len(trace.threads)
             next(pieces)                      # its own header
             for piece in pieces:
                 if piece == b"\n]}\n":

@@ -116,6 +116,11 @@ def test_os_fork_child_traced_from_the_fork(tmp_path):
     assert len(fork) == 1 and len(child_calls) == 1234
     assert fork[0]["ts"] <= min(e["ts"] for e in child_calls)
     assert max(e["ts"] + e["dur"] for e in child_calls) <= fork[0]["ts"] + 60e6
+    # The joined file reads back as one trace of both processes (summary, export).
+    from pytrace_cffi.summary import read_trace
+    both = read_trace(str(out))
+    assert len(both) == sum(r.calls for r in results) and len(both.threads) == 2
+    assert sum(call.name.endswith(": unique_child") for call in both) == 1234
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
