@@ -350,6 +350,7 @@ def start_from_environment():
     config = os.environ.get(ENV)
     if not config:
         return
+    job_dir = None
     try:
         config = json.loads(config)
         job_dir, options = config["dir"], dict(config["options"])
@@ -366,7 +367,11 @@ def start_from_environment():
         _child_job = job_dir
         pytrace_cffi.start(follow_children=True, output=job_dir, **options)
     except Exception as exc:     # noqa: BLE001 - never break the child
-        _say(f"not tracing pid {os.getpid()} ({exc.__class__.__name__}: {exc})")
+        reason = f"{exc.__class__.__name__}: {exc}"
+        _say(f"not tracing pid {os.getpid()} ({reason})")
+        if job_dir is not None:       # the parent's `run` reports it too
+            _note_unfollowed(job_dir, {"pid": os.getppid(), "command": _command_line(),
+                                       "reason": f"its tracing failed to start ({reason})"})
 
 
 def _say(text):
@@ -470,15 +475,23 @@ def _audit(event, args):
             return
         reason = _unfollowable(executable, argv, env)
         if reason:
-            record = {"pid": os.getpid(), "command": [os.fsdecode(a) for a in argv or ()],
-                      "reason": reason}
-            fd = os.open(os.path.join(session.job_dir, UNFOLLOWED_FILE),
-                         os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, (json.dumps(record) + "\n").encode("utf-8"))
-            finally:
-                os.close(fd)
+            _note_unfollowed(session.job_dir, {
+                "pid": os.getpid(), "command": [os.fsdecode(a) for a in argv or ()],
+                "reason": reason})
     except Exception:            # noqa: BLE001 - an audit hook must never fail the call
+        pass
+
+
+def _note_unfollowed(job_dir, record):
+    """Appends a child that is not traced to DIR/unfollowed.jsonl. Never raises."""
+    try:
+        fd = os.open(os.path.join(job_dir, UNFOLLOWED_FILE),
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(record) + "\n").encode("utf-8"))
+        finally:
+            os.close(fd)
+    except OSError:
         pass
 
 

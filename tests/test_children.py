@@ -344,6 +344,22 @@ def test_bootstrap_failure_leaves_the_child_running(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(f"pytrace_cffi: not tracing pid ")
 
 
+def test_bootstrap_failure_is_noted_for_the_parent(tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    config = json.dumps({"dir": str(job), "options": {"no_such_option": 1}, "package": ROOT})
+    env = _env(PYTRACE_CFFI_FOLLOW=config,
+               PYTHONPATH=os.pathsep.join([processes.BOOT_DIR, os.environ.get("PYTHONPATH", ""),
+                                           ROOT]))
+    proc = subprocess.run([sys.executable, "-c", "print('ran')"], capture_output=True,
+                          text=True, timeout=TIMEOUT, env=env)
+    assert proc.returncode == 0 and proc.stdout == "ran\n"
+    [noted] = processes.unfollowed(job)
+    assert noted["pid"] == os.getpid() and noted["command"][1:] == ["-c", "print('ran')"]
+    assert noted["reason"].startswith("its tracing failed to start (TypeError: start() got "
+                                      "an unexpected keyword argument 'no_such_option'")
+
+
 def test_bootstrap_chains_an_existing_sitecustomize(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
