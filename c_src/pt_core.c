@@ -354,7 +354,7 @@ pt_evict_oldest(pt_tracer *tracer)
 static void
 pt_run_spill_hook(pt_tracer *tracer)
 {
-    if (tracer->spill_hook_busy || tracer->classify_from)
+    if (tracer->spill_hook_busy || tracer->classify_from || tracer->state != PT_STATE_RUNNING)
         return;
     tracer->spill_hook_busy = 1;
     PyObject *type, *value, *tb;
@@ -371,16 +371,20 @@ pt_run_spill_hook(pt_tracer *tracer)
 }
 
 /* Spills this thread's full chunk at once and empties it in place (the spill
- * hook's mode). Returns 0 when it cannot (nothing to spill, or the file failed). */
+ * hook's mode). Returns 1 when done, 0 when it cannot (nothing to spill, or the
+ * file failed), -1 when tracing stopped meanwhile (the event is dropped). */
 static int
 pt_spill_own_chunk(pt_tracer *tracer, pt_thread *thread)
 {
     pt_run_spill_hook(tracer);
-    /* The hook may have let other threads run; one of them may have emptied this
-     * thread's chunk already (more threads than max_events has chunks), or stopped. */
+    /* The hook may have let other threads run: one of them may have stopped
+     * tracing (stop() waits for a hook in progress, not for this tail), or emptied
+     * this thread's chunk already (more threads than max_events has chunks). */
+    if (tracer->state != PT_STATE_RUNNING)
+        return -1;
     if (thread->cursor < thread->limit)
         return 1;
-    if (!tracer->spill || tracer->state != PT_STATE_RUNNING || thread->head != thread->tail)
+    if (!tracer->spill || thread->head != thread->tail)
         return 0;
     pt_evict_head(tracer, thread);
     return thread->cursor < thread->limit;
@@ -478,8 +482,11 @@ pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
         bytes = sizeof(pt_chunk) + events * sizeof(pt_event);
         if (thread->tail)
             thread->tail->used = (uint64_t)(thread->cursor - thread->tail->events);
-        if (tracer->spill_hook && thread->tail && pt_spill_own_chunk(tracer, thread))
-            return PT_OK;
+        if (tracer->spill_hook && thread->tail) {
+            int spilled = pt_spill_own_chunk(tracer, thread);
+            if (spilled)
+                return spilled > 0 ? PT_OK : PT_ERR_STATE;
+        }
         while (tracer->held_events + events > tracer->max_events && pt_evict_oldest(tracer))
             if (thread->cursor < thread->limit)
                 return PT_OK;          /* this thread's own chunk was emptied in place */

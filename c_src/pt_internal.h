@@ -175,9 +175,13 @@ void pt_set_error_from_python(pt_tracer *tracer, const char *what);
 static inline int
 pt_append(pt_tracer *tracer, pt_thread *thread, uint32_t delta, uint32_t key_kind)
 {
-    if (thread->cursor == thread->limit && pt_thread_grow(tracer, thread) != PT_OK) {
-        thread->dropped++;
-        return 0;
+    if (thread->cursor == thread->limit) {
+        int rc = pt_thread_grow(tracer, thread);
+        if (rc != PT_OK) {
+            if (rc != PT_ERR_STATE)    /* PT_ERR_STATE: after stop, no loss */
+                thread->dropped++;
+            return 0;
+        }
     }
     pt_event *ev = thread->cursor++;
     ev->delta = delta;

@@ -175,8 +175,15 @@ class _KeyNames:
         self.watcher = watcher
         self.keys_written = 0
         self.tags_written = 0
+        # Held while writing, and by stop(): a hook that let other threads run is
+        # not cut short by a stop. Reentrant: a SIGTERM handler may stop from here.
+        self.lock = threading.RLock()
 
     def __call__(self):
+        with self.lock:
+            self._write_new()
+
+    def _write_new(self):
         from .saved import hash_id
         from .trace import _hiding, _kind
         n_keys = lib.pt_key_count(self.ptr)
@@ -280,7 +287,8 @@ class FollowSession(Session):
 
     def stop(self):
         try:
-            super().stop()
+            with self._key_names.lock:
+                super().stop()
         finally:
             self._restore_environment()
         facts = process_facts(self.forked)   # labels known only now (e.g. worker ids)

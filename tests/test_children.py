@@ -681,3 +681,30 @@ def test_sigkilled_child_with_threads_loses_at_most_a_chunk_per_thread(tmp_path)
         assert 4000 - 512 <= n <= 4000
     names = {t.name for t in trace.threads}
     assert all(name.startswith("thread ") for name in names)
+
+
+def test_stop_while_threads_spill(tmp_path):
+    """Threads filling chunks (each spill runs the key-names hook, which may let
+    other threads run) while stop() comes: no crash, and no event counted as
+    dropped (one recorded after the stop is no loss). Probabilistic: 20 rounds."""
+    proc = run_script(tmp_path, """
+        import shutil, sys, threading, time, warnings
+        import pytrace_cffi
+        warnings.simplefilter("error")
+        def unique_spin(stop):
+            while not stop.is_set():
+                sum(range(20))
+        for _ in range(20):
+            shutil.rmtree(sys.argv[1], ignore_errors=True)
+            stop = threading.Event()
+            pytrace_cffi.start(follow_children=True, output=sys.argv[1], max_events=4096)
+            threads = [threading.Thread(target=unique_spin, args=(stop,)) for _ in range(4)]
+            for t in threads: t.start()
+            time.sleep(0.02)
+            trace = pytrace_cffi.stop()
+            stop.set()
+            for t in threads: t.join()
+            assert trace.dropped_events == 0 and len(trace.load()) > 0
+        print("ok")
+    """, str(tmp_path / "job"))
+    assert proc.stdout == "ok\n" and proc.stderr == ""
