@@ -26,7 +26,8 @@ def plain_c_interface(header_path):
                          if not _PREPROCESSOR_ONLY.match(line))
 
 
-SOURCES = ["pt_core.c", "pt_hooks.c", "pt_replay.c", "pt_export.c", "pt_annotate.c"]
+SOURCES = ["pt_core.c", "pt_hooks.c", "pt_replay.c", "pt_export.c", "pt_perfetto.c",
+           "pt_annotate.c"]
 
 ffibuilder = FFI()
 ffibuilder.cdef(plain_c_interface(os.path.join(C_SRC, "pt_core.h")))

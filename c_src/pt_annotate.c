@@ -41,6 +41,31 @@ pt_key_for_annotation(pt_tracer *tracer, PyObject *name)
 /* Argument checking                                                        */
 /* ======================================================================== */
 
+/* Returns a new reference: a .shape as a list of exact ints. Sizes are checked
+ * here, so a saved trace or a Chrome export never meets one JSON cannot hold. */
+static PyObject *
+pt_shape_sizes(PyObject *shape, const char *what)
+{
+    PyObject *sizes = PySequence_List(shape);
+    if (!sizes)
+        return NULL;
+    Py_ssize_t n = PyList_Size(sizes);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *index = PyNumber_Index(PyList_GetItem(sizes, i));
+        /* 3.9's PyNumber_Index keeps int subclasses (bool): store a plain int */
+        PyObject *size = index ? PyNumber_Long(index) : NULL;
+        Py_XDECREF(index);
+        if (!size) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s: a .shape must hold integer sizes", what);
+            Py_DECREF(sizes);
+            return NULL;
+        }
+        PyList_SetItem(sizes, i, size);
+    }
+    return sizes;
+}
+
 /* Returns a new reference: args as a dict of str -> str/int/float/bool, objects
  * with a .shape turned into a list of its sizes; None stays None. NULL with
  * TypeError for anything else. */
@@ -79,7 +104,7 @@ pt_checked_args(PyObject *args, const char *what)
                              what);
                 goto fail;
             }
-            stored = PySequence_List(shape);
+            stored = pt_shape_sizes(shape, what);
             Py_DECREF(shape);
             if (!stored)
                 goto fail;
@@ -357,6 +382,12 @@ pt_instant(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (pt_check_name(args[0], "instant") < 0)
         return NULL;
     PyObject *checked = pt_checked_args(nargs > 1 ? args[1] : Py_None, "instant");
+    if (checked == Py_None) {
+        /* One payload shape for every mark, a dict: saved traces, Chrome's "args"
+         * and the readers of both expect an object. */
+        Py_DECREF(checked);
+        checked = PyDict_New();
+    }
     if (!checked)
         return NULL;
     pt_tracer *tracer = pt_annotating_tracer();

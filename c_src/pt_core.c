@@ -10,6 +10,9 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <errno.h>
+#include <signal.h>
+#include <time.h>
 
 /* ======================================================================== */
 /* Errors                                                                   */
@@ -136,6 +139,8 @@ pt_tracer_free(pt_tracer *tracer)
         Py_CLEAR(tracer->annotation_args);
         Py_CLEAR(tracer->marks);
         Py_CLEAR(tracer->spill_hook);
+        Py_CLEAR(tracer->getprofile);
+        Py_CLEAR(tracer->hooks_lost);
         for (uint32_t i = 0; i < tracer->n_keys; i++)
             Py_CLEAR(tracer->sources[i]);
         PyGILState_Release(gil);
@@ -202,12 +207,15 @@ static int pt_pool_count;
 static pthread_mutex_t pt_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t pt_fork_handler_once = PTHREAD_ONCE_INIT;
 
+static void pt_sigterm_after_fork(void);
+
 /* A child forked while another thread held the pool lock must not inherit it. */
 static void
 pt_pool_after_fork_in_child(void)
 {
     pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;
     pt_pool_lock = unlocked;
+    pt_sigterm_after_fork();
 }
 
 static void
@@ -694,6 +702,25 @@ pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip)
     return PT_OK;
 }
 
+int
+pt_set_uncounted(pt_tracer *tracer, void *py_code)
+{
+    if (tracer->state != PT_STATE_NEW) {
+        pt_set_error(tracer, "uncounted code is set before start");
+        return PT_ERR_STATE;
+    }
+    PyGILState_STATE gil = PyGILState_Ensure();
+    uint32_t key = pt_key_for_code(tracer, (PyObject *)py_code);
+    if (key)
+        tracer->key_flags[key] |= PT_KEYF_UNCOUNTED;
+    PyGILState_Release(gil);
+    if (!key) {
+        pt_set_error(tracer, "out of memory for a code key");
+        return PT_ERR_NOMEM;
+    }
+    return PT_OK;
+}
+
 uint32_t
 pt_key_find(pt_tracer *tracer, const void *a, const void *b)
 {
@@ -829,62 +856,211 @@ pt_builtin_owner(PyObject *self)
     return owner;
 }
 
-/* Returns a new reference: the (owner, name, keepalive) tuple naming a built-in. */
+/* Returns a new reference: the (owner, name, keepalive) tuple naming a built-in.
+ * owner is NULL for pt_builtin_owner(self), else a new reference it consumes. */
 static PyObject *
-pt_builtin_source(PyObject *callable, PyObject *self, PyObject *keepalive)
+pt_builtin_source(PyObject *callable, PyObject *self, PyObject *owner, PyObject *keepalive)
 {
     PyObject *name = PyObject_GetAttrString(callable, "__name__");
-    if (!name)
+    if (!name) {
+        Py_XDECREF(owner);
         return NULL;
-    PyObject *owner = pt_builtin_owner(self);
+    }
+    if (!owner)
+        owner = pt_builtin_owner(self);
     PyObject *source = PyTuple_Pack(3, owner, name, keepalive ? keepalive : Py_None);
     Py_DECREF(owner);
     Py_DECREF(name);
     return source;
 }
 
-/* Owner-is-self marks: (implementation, type) pairs whose calls have a `self`
- * that is itself a module or a type (a metaclass's instance), so their key must
- * use self rather than its type (namespaces: pt_internal.h). */
+/* Marks (namespaces: pt_internal.h) record what the slow path learnt about an
+ * (implementation, type of self) pair: owner-is-self marks, whose calls have a
+ * `self` that is itself a module or a type (a metaclass's instance), so their key
+ * uses self rather than its type; record marks, whose calls are told apart by
+ * self (pt_record_module). */
 static void
-pt_key_mark_owner_is_self(pt_tracer *tracer, const void *a, PyTypeObject *type)
+pt_key_mark(pt_tracer *tracer, const void *a, const void *mark, uint32_t id)
 {
     if (pt_key_make_room(tracer) == PT_OK)    /* else we only take the slow path again */
-        pt_key_place(tracer, a, pt_owner_mark(type), PT_OWNER_IS_SELF);
+        pt_key_place(tracer, a, mark, id);
+}
+
+/* Whether `callable`, a PyCFunction bound to `self` (neither module nor type), is
+ * an ordinary bound method: the method descriptor type(self) holds under the
+ * callable's name, bound to self, is equal to it (same self, same C function).
+ * Looks only at the classes' dictionaries, so no user code runs. 1, 0, or -1
+ * with an exception set. pytrace_cffi/_names.py applies the same rule. */
+static int
+pt_is_bound_method(PyObject *callable, PyObject *self, PyObject *name)
+{
+    PyObject *type = (PyObject *)Py_TYPE(self);
+    PyObject *mro = PyObject_GetAttrString(type, "__mro__");
+    if (!mro)
+        return -1;
+    PyObject *attr = NULL;
+    Py_ssize_t n = PyTuple_Check(mro) ? PyTuple_Size(mro) : 0;
+    for (Py_ssize_t i = 0; i < n && !attr; i++) {
+        PyObject *dict = PyObject_GetAttrString(PyTuple_GetItem(mro, i), "__dict__");
+        if (!dict) {
+            Py_DECREF(mro);
+            return -1;
+        }
+        attr = PyObject_GetItem(dict, name);
+        Py_DECREF(dict);
+        if (!attr) {
+            if (!PyErr_ExceptionMatches(PyExc_KeyError)) {
+                Py_DECREF(mro);
+                return -1;
+            }
+            PyErr_Clear();
+        }
+    }
+    Py_DECREF(mro);
+    if (!attr)
+        return 0;
+    int result = 0;
+    if (Py_TYPE(attr) == &PyMethodDescr_Type) {
+        PyObject *bound = PyObject_CallMethod(attr, "__get__", "OO", self, type);
+        result = bound ? PyObject_RichCompareBool(bound, callable, Py_EQ) : -1;
+        Py_XDECREF(bound);
+    }
+    Py_DECREF(attr);
+    return result;
+}
+
+/* Returns a new reference: the str `callable.__module__` when callable is bound to
+ * a "function record" self (not an ordinary bound method of type(self), and
+ * naming a module), else NULL; errors count as "no" (today's naming). */
+static PyObject *
+pt_record_module(PyObject *callable, PyObject *self)
+{
+    PyObject *module = NULL;
+    PyObject *name = PyObject_GetAttrString(callable, "__name__");
+    if (name && PyUnicode_Check(name) && pt_is_bound_method(callable, self, name) == 0) {
+        module = PyObject_GetAttrString(callable, "__module__");
+        if (module && !PyUnicode_Check(module))
+            Py_CLEAR(module);
+    }
+    Py_XDECREF(name);
+    PyErr_Clear();
+    return module;
+}
+
+/* Inserts the key (a, b) of a built-in, named by pt_builtin_source. */
+static uint32_t
+pt_key_insert_builtin(pt_tracer *tracer, const void *a, const void *b, PyObject *callable,
+                      PyObject *self, PyObject *owner, PyObject *keepalive)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *source = pt_builtin_source(callable, self, owner, keepalive);
+    uint32_t id = pt_key_insert(tracer, a, b, source);
+    PyErr_Restore(type, value, tb);
+    return id;
+}
+
+/* The key of a PyCFunction whose self is a module (or NULL), not found by the
+ * fast path: the function object itself, held by the source, so that several
+ * functions of one module sharing one C function keep their names. A method of
+ * the module's type (mod.__dir__) is bound anew on each access, which would make
+ * a key per call: it is keyed by (implementation, module) instead, and a record
+ * mark on (implementation, type of the module) says so to later calls. */
+static uint32_t
+pt_key_for_module_function(pt_tracer *tracer, PyObject *callable, PyObject *self)
+{
+    if (self) {
+        const void *impl = (const void *)PyCFunction_GetFunction(callable);
+        const void *mark = pt_record_mark(Py_TYPE(self));
+        int bound = pt_key_lookup(tracer, impl, mark) != 0;
+        if (!bound) {
+            uint32_t id = pt_key_lookup(tracer, callable, PT_CALLABLE_KEY);
+            if (id)
+                return id;             /* a module subclass's instance: the fast
+                                          path looked for another key */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyObject *name = PyObject_GetAttrString(callable, "__name__");
+            bound = name && PyUnicode_Check(name) &&
+                    pt_is_bound_method(callable, self, name) > 0;
+            Py_XDECREF(name);
+            PyErr_Clear();
+            PyErr_Restore(type, value, tb);
+            if (bound)
+                pt_key_mark(tracer, impl, mark, PT_SELF_IS_RECORD);
+        }
+        if (bound) {
+            uint32_t id = pt_key_lookup(tracer, impl, self);
+            return id ? id : pt_key_insert_builtin(tracer, impl, self, callable, self, NULL,
+                                                   NULL);
+        }
+    }
+    return pt_key_insert_builtin(tracer, callable, PT_CALLABLE_KEY, callable, self, NULL,
+                                 callable);
 }
 
 /* The cold half of pt_key_for_builtin (pt_internal.h), which has found no key
- * for implementation `a` called on `self`: subclass instances of modules and
- * types, owner-is-self marks, and built-ins seen for the first time. */
+ * for implementation `a` called on `self` (or, for a function of a module, for
+ * the callable itself): first sights, and every call whose key the fast path
+ * does not compute (function records, subclass instances of modules and types). */
 uint32_t
 pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
                         const void *a, PyObject *self)
 {
-    const void *b = NULL;
-    uint32_t id;
-    if (self) {
-        PyTypeObject *self_type = Py_TYPE(self);
-        if (self_type == &PyModule_Type || self_type == &PyType_Type) {
-            b = self;
-        } else if (pt_key_lookup(tracer, a, pt_owner_mark(self_type))) {
-            b = self;
-        } else if (PyModule_Check(self) || PyType_Check(self)) {
-            pt_key_mark_owner_is_self(tracer, a, self_type);
-            b = self;
-        } else {
-            b = pt_instance_owner(self_type);
-        }
+    if (is_function && (!self || Py_TYPE(self) == &PyModule_Type))
+        return pt_key_for_module_function(tracer, callable, self);
+
+    PyTypeObject *self_type = Py_TYPE(self);
+    const void *b;
+    int record = 0;
+    if (self_type == &PyType_Type || self_type == &PyModule_Type) {
+        b = self;
+    } else if (is_function && pt_key_lookup(tracer, a, pt_record_mark(self_type))) {
+        b = self;
+        record = 1;
+    } else if (is_function && PyModule_Check(self)) {
+        return pt_key_for_module_function(tracer, callable, self);
+    } else if (pt_key_lookup(tracer, a, pt_owner_mark(self_type))) {
+        b = self;
+    } else if (PyModule_Check(self) || PyType_Check(self)) {
+        pt_key_mark(tracer, a, pt_owner_mark(self_type), PT_OWNER_IS_SELF);
+        b = self;
+    } else {
+        b = pt_instance_owner(self_type);
     }
-    id = pt_key_lookup(tracer, a, b);
+    uint32_t id = pt_key_lookup(tracer, a, b);
     if (id)
         return id;
 
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyObject *source = pt_builtin_source(callable, self, is_function ? NULL : callable);
-    id = pt_key_insert(tracer, a, b, source);
-    PyErr_Restore(type, value, tb);
-    return id;
+    PyObject *owner = NULL;            /* NULL: named after pt_builtin_owner(self) */
+    if (is_function && b == pt_instance_owner(self_type)) {
+        /* First sight of this implementation on this type: an ordinary bound
+         * method, or one of many functions that share a dispatcher? Asked once:
+         * the mark sends later calls of the second kind straight to their key. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        owner = pt_record_module(callable, self);
+        PyErr_Restore(type, value, tb);
+        if (owner) {
+            pt_key_mark(tracer, a, pt_record_mark(self_type), PT_SELF_IS_RECORD);
+            b = self;
+            record = 1;
+            id = pt_key_lookup(tracer, a, b);   /* there when the mark found no room */
+            if (id) {
+                Py_DECREF(owner);
+                return id;
+            }
+        }
+    } else if (record) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        owner = pt_record_module(callable, self);
+        PyErr_Restore(type, value, tb);
+    }
+    /* A record's key is its self, which the source holds; a method descriptor's
+     * is the descriptor. */
+    PyObject *keepalive = record ? self : is_function ? NULL : callable;
+    return pt_key_insert_builtin(tracer, a, b, callable, self, owner, keepalive);
 }
 
 /* ======================================================================== */
@@ -908,6 +1084,67 @@ pt_clock_pair(int use_tsc, int64_t *ticks, int64_t *ns)
     *ns = pt_clock();
     int64_t after = pt_ticks(&probe);
     *ticks = before + (after - before) / 2;
+}
+
+static int64_t
+pt_timespec_ns(const struct timespec *t)
+{
+    return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
+}
+
+#define PT_ANCHOR_PAIRS 7
+
+/* Puts the trace on wall-clock time (torch.profiler's timeline) without
+ * touching the event clock: each CLOCK_REALTIME reading sits between two
+ * CLOCK_MONOTONIC ones; of PT_ANCHOR_PAIRS such pairs the one with the median
+ * offset wins (a preemption inside one pair moves only that pair), and the
+ * spread (range of the offsets, at least the winner's bracket) says how far
+ * to trust it. */
+void
+pt_take_anchor(int64_t out[3])
+{
+    int64_t mono[PT_ANCHOR_PAIRS], offset[PT_ANCHOR_PAIRS], width[PT_ANCHOR_PAIRS];
+    int64_t sorted[PT_ANCHOR_PAIRS];
+    for (int i = 0; i < PT_ANCHOR_PAIRS; i++) {
+        struct timespec before, real, after;
+        clock_gettime(CLOCK_MONOTONIC, &before);
+        clock_gettime(CLOCK_REALTIME, &real);
+        clock_gettime(CLOCK_MONOTONIC, &after);
+        int64_t b = pt_timespec_ns(&before), a = pt_timespec_ns(&after);
+        mono[i] = b + (a - b) / 2;
+        width[i] = a - b;
+        offset[i] = pt_timespec_ns(&real) - mono[i];
+        sorted[i] = offset[i];
+    }
+    for (int i = 1; i < PT_ANCHOR_PAIRS; i++)
+        for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+            int64_t t = sorted[j];
+            sorted[j] = sorted[j - 1];
+            sorted[j - 1] = t;
+        }
+    int64_t median = sorted[PT_ANCHOR_PAIRS / 2];
+    int chosen = 0;
+    while (offset[chosen] != median)
+        chosen++;
+    int64_t spread = sorted[PT_ANCHOR_PAIRS - 1] - sorted[0];
+    out[0] = mono[chosen];
+    out[1] = mono[chosen] + median;
+    out[2] = spread > width[chosen] ? spread : width[chosen];
+}
+
+int
+pt_realtime_anchor(pt_tracer *tracer, int at_stop, int64_t *monotonic_ns, int64_t *realtime_ns,
+                   int64_t *spread_ns)
+{
+    if (tracer->state == PT_STATE_NEW || (at_stop && tracer->state != PT_STATE_STOPPED)) {
+        pt_set_error(tracer, "no clock anchor before start (at start) or stop (at stop)");
+        return PT_ERR_STATE;
+    }
+    const int64_t *anchor = tracer->anchor[at_stop ? 1 : 0];
+    *monotonic_ns = anchor[0];
+    *realtime_ns = anchor[1];
+    *spread_ns = anchor[2];
+    return PT_OK;
 }
 
 int64_t pt_start_ns(pt_tracer *tracer) { return tracer->start_ns; }
@@ -1028,4 +1265,79 @@ pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list)
 done:
     PyGILState_Release(gil);
     return rc;
+}
+
+/* ======================================================================== */
+/* SIGTERM relay (processes.py)                                             */
+/* ======================================================================== */
+
+/* A Python-level SIGTERM handler only notes the signal for the eval loop. If the
+ * signal lands just before the main thread blocks in a C call that is not
+ * interrupted later (multiprocessing's semaphore wait: the idle Pool worker that
+ * Pool.terminate() signals), the handler never runs and the process never exits.
+ * The relay runs Python's C handler, then re-sends SIGTERM every 200 ms: one of
+ * those interrupts the wait and the Python handler runs (it ends the process). */
+#ifdef __linux__
+static void (*pt_python_sigterm)(int);
+static timer_t pt_sigterm_timer;
+static int pt_sigterm_timer_made;
+
+static void
+pt_sigterm_relay(int sig)
+{
+    int saved = errno;
+    if (pt_python_sigterm)
+        pt_python_sigterm(sig);
+    if (pt_sigterm_timer_made) {
+        struct itimerspec again = {{0, 200000000}, {0, 200000000}};
+        timer_settime(pt_sigterm_timer, 0, &again, NULL);    /* async-signal-safe */
+    }
+    errno = saved;
+}
+
+/* Timers are not inherited by fork: the child makes its own. */
+static void
+pt_sigterm_after_fork(void)
+{
+    pt_sigterm_timer_made = 0;
+}
+#else
+static void pt_sigterm_after_fork(void) {}
+#endif
+
+int
+pt_sigterm_guard(int on)
+{
+#ifdef __linux__
+    if (!on) {
+        if (pt_sigterm_timer_made) {
+            timer_delete(pt_sigterm_timer);
+            pt_sigterm_timer_made = 0;
+        }
+        return PT_OK;
+    }
+    struct sigaction current;
+    if (sigaction(SIGTERM, NULL, &current) != 0 || (current.sa_flags & SA_SIGINFO) ||
+        current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN)
+        return PT_ERR_STATE;
+    if (!pt_sigterm_timer_made) {
+        struct sigevent event;
+        memset(&event, 0, sizeof event);
+        event.sigev_notify = SIGEV_SIGNAL;
+        event.sigev_signo = SIGTERM;
+        if (timer_create(CLOCK_MONOTONIC, &event, &pt_sigterm_timer) != 0)
+            return PT_ERR_STATE;
+        pt_sigterm_timer_made = 1;
+    }
+    if (current.sa_handler != pt_sigterm_relay) {
+        pt_python_sigterm = current.sa_handler;
+        current.sa_handler = pt_sigterm_relay;
+        if (sigaction(SIGTERM, &current, NULL) != 0)
+            return PT_ERR_STATE;
+    }
+    return PT_OK;
+#else
+    (void)on;
+    return PT_OK;
+#endif
 }

@@ -39,6 +39,10 @@
 #define PT_FLAG_C_CALLS 1   /* record built-in calls */
 #define PT_FLAG_NOOP 2      /* hooks installed, nothing recorded: the benchmark floor */
 #define PT_FLAG_TSC 4       /* ticks are the CPU's invariant TSC (x86-64), else nanoseconds */
+#define PT_FLAG_UNWRAP_METHODS 8    /* sys.monitoring: a bound method whose function is a
+                                       built-in is a call of that built-in, as this
+                                       interpreter's sys.setprofile reports it (Python
+                                       decides: 3.12.5+ and 3.13) */
 
 /* Backends. */
 #define PT_BACKEND_PROFILE 1    /* PyEval_SetProfile, per thread (3.9-3.11) */
@@ -86,13 +90,37 @@ const char *pt_last_error(pt_tracer *tracer);
 
 /* Start: seeds the active frames of every thread (up to 128 deep) and installs
  * the hook. For PT_BACKEND_MONITOR the caller has claimed tool_id and registered
- * the callbacks from pt_monitor_callbacks; this enables event_mask on tool_id. */
-int pt_start(pt_tracer *tracer, int tool_id, long long event_mask);
+ * the callbacks from pt_monitor_callbacks; this enables event_mask on tool_id.
+ * The innermost own_frames frames of the calling thread (the caller's start
+ * machinery, which traces leave out) are not seeded and do not count toward the
+ * 128; they return while tracing, so they still enter the max_depth count. */
+int pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames);
 /* Attach the calling thread (a thread born during tracing), seeding its frames
  * except the innermost skip_frames (the attaching hook's own). */
 int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
 /* Stop: removes the hook from every thread; the buffers stay for reading. */
 int pt_stop(pt_tracer *tracer);
+/* Another profiler taking the hook (PT_BACKEND_PROFILE; the sys.monitoring
+ * backend is checked in Python): compares the profile hook of each thread we
+ * attached (or of the calling thread only, when current_only) with ours, and
+ * notes each thread found without it once. pt_stop does the same check and
+ * leaves another profiler's hook in place. Returns how many of the checked
+ * threads lack our hook. */
+int pt_check_hooks(pt_tracer *tracer, int current_only);
+/* Appends the losses noted so far to py_list, as (thread index, clock ticks of
+ * that thread's last event, ticks when noticed, the profile object found in place
+ * of ours or None). */
+int pt_hooks_lost(pt_tracer *tracer, void *py_list);
+/* The latest event's clock ticks over all threads (the start when none). */
+int64_t pt_last_event_ticks(pt_tracer *tracer);
+/* After pt_stop on PT_BACKEND_PROFILE: 1 when the thread's state was still there
+ * at stop, 0 when the thread had ended (or on sys.monitoring), a status < 0 for a
+ * bad index or a running tracer; *last_ticks gets the clock of its last event.
+ * A thread that ended with calls still open (pt_open_at_stop) had lost our hook
+ * before its frames returned. */
+int pt_thread_at_stop(pt_tracer *tracer, int index, int64_t *last_ticks);
+/* How many slices replay closed at stop time (PT_SLICE_OPEN_AT_STOP). */
+uint64_t pt_open_at_stop(const pt_slice *slices, uint64_t n);
 /* Sticky error raised by the hot path, or PT_OK. */
 int pt_hot_error(pt_tracer *tracer);
 
@@ -106,6 +134,11 @@ int pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path
  * which py_skip(code) (id of a callable, or NULL) is true, with the built-ins they
  * call. On 3.12+ left-out code is switched off with sys.monitoring.DISABLE. */
 int pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip);
+/* Before pt_start: calls of this code object (a borrowed PyObject *) never count
+ * toward max_depth. For code whose frames traces leave out (pytrace_cffi's own,
+ * a launcher's below the program): running when tracing starts, they would use
+ * up the depth budget of calls that are shown. */
+int pt_set_uncounted(pt_tracer *tracer, void *py_code);
 int pt_spill_rest(pt_tracer *tracer);
 uint64_t pt_spilled_events(pt_tracer *tracer);
 /* After pt_set_bounds with a spill file, before pt_start: every chunk is spilled
@@ -114,6 +147,11 @@ uint64_t pt_spilled_events(pt_tracer *tracer);
  * file's events need (key names) can be written first. Not run while the hook
  * itself runs on another thread, nor while pt_start walks the threads. */
 int pt_set_spill_hook(pt_tracer *tracer, void *py_hook);
+/* on: wraps the SIGTERM handler Python installed (signal.signal) with a relay that
+ * runs it and then re-sends SIGTERM every 200 ms until the process ends (Linux;
+ * elsewhere nothing); off: stops the re-sending. PT_ERR_STATE if no Python
+ * handler is installed. */
+int pt_sigterm_guard(int on);
 
 /* Watching: py_tuple is (names, classify, tag). When a code object whose co_name is
  * in the set `names` is first seen, classify(code) returns nonzero if its calls
@@ -132,6 +170,11 @@ int64_t pt_start_ns(pt_tracer *tracer);
 int64_t pt_stop_ns(pt_tracer *tracer);
 int64_t pt_start_ticks(pt_tracer *tracer);
 int64_t pt_stop_ticks(pt_tracer *tracer);
+/* The CLOCK_MONOTONIC / CLOCK_REALTIME pairs read at start (at_stop 0) and at
+ * stop (1): a monotonic and a realtime reading of one moment, and the
+ * uncertainty of their pairing, in ns. PT_ERR_STATE before that moment. */
+int pt_realtime_anchor(pt_tracer *tracer, int at_stop, int64_t *monotonic_ns,
+                       int64_t *realtime_ns, int64_t *spread_ns);
 
 /* Annotations (pt_annotate.c). pt_annotation_api fills py_dict with the
  * RecordFunction and CapturedStack types and the instant, counter, capture_stack
@@ -150,9 +193,13 @@ int pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t 
 /* Pairs a thread's calls and returns into slices, with times in nanoseconds
  * ns0 + (ticks - tick0) * ns_per_tick. Calls whose key has hidden[key] ==
  * PT_HIDE_SUBTREE are dropped with everything they call, except seeded frames;
- * those and PT_HIDE_ALONE keys are dropped alone (their callees are the user's). */
+ * those and PT_HIDE_ALONE keys are dropped alone (their callees are the user's).
+ * PT_HIDE_SEEDED keys are dropped alone when seeded and kept when called during
+ * the trace: a launcher's frames below the program (runpy under python -m) are
+ * not the program's, but the program may call the same code itself. */
 #define PT_HIDE_SUBTREE 1
 #define PT_HIDE_ALONE 2
+#define PT_HIDE_SEEDED 3
 int pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
                      uint32_t n_hidden, int64_t tick0, int64_t ns0,
                      double ns_per_tick, pt_slice *out, uint64_t cap,
@@ -166,10 +213,29 @@ uint32_t pt_max_depth(const pt_slice *slices, uint64_t n);
 /* Removes slices shorter than min_ns (with their callees) in place, renumbering
  * parents; new_index is caller scratch of n entries. Returns how many remain. */
 uint64_t pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_index);
-int64_t pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys);
+/* Checks events read from a file: call, return and seed keys below n_keys, tag
+ * indexes below n_tags, annotation-args indexes below n_args. -1 if all hold,
+ * else the index of the first event that breaks one. */
+int64_t pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys, uint32_t n_tags,
+                           uint32_t n_args);
+/* The ticks a run of events advances its thread's clock by (mod 2^64): where
+ * the next spilled block of the thread must start. */
+uint64_t pt_events_ticks(const pt_event *events, uint64_t n);
 
 /* Indices of the slices that carry a tag (up to cap); returns how many there are. */
 uint64_t pt_tagged_slices(const pt_slice *slices, uint64_t n, uint64_t *out, uint64_t cap);
+/* torch's record_function regions made explicit. region_keys[tag] (tags below
+ * n_tags) is the key of the region a tagged call (record_function.__enter__)
+ * opens, PT_REGION_EXIT for a call (__exit__) that closes the innermost region
+ * opened beside it, else 0. Copies in[0..n) to out with a region slice before
+ * each opening call: from its start to the closing call's end (or, unclosed,
+ * the enclosing call's end), enclosing the opening call, the calls made between
+ * and the closing call. cap: n + the number of regions; scratch: n + 2 * that
+ * number of entries. Returns the count written (UINT64_MAX if cap is short);
+ * with out NULL, only the number of regions. */
+#define PT_REGION_EXIT 0xFFFFFFFF
+uint64_t pt_insert_regions(const pt_slice *in, uint64_t n, const uint32_t *region_keys,
+                           uint32_t n_tags, pt_slice *out, uint64_t cap, int64_t *scratch);
 /* Checks slices read from a file: keys below n_keys, known flags, parents
  * earlier in the thread and enclosing their children. -1 if all hold, else the
  * index of the first slice that breaks one. */
@@ -191,6 +257,31 @@ int pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
                      const char *prefix, uint32_t prefix_len, int64_t base_ns,
                      uint64_t first_id, uint32_t thread_index, char *out, uint64_t cap,
                      uint64_t *written);
+/* Perfetto export (pt_perfetto.c): encodes a thread's slices as SLICE_BEGIN /
+ * SLICE_END TrackEvent packets (each a Trace.packet entry) into out until it is
+ * nearly full, resuming from *cursor (zeroed, last_ns = the sequence clock's
+ * value, before the thread's first call). Timestamps are deltas from the previous
+ * packet of the sequence. A begin carries key's bytes of events (TrackEvent
+ * fields: name iid, category iids, debug annotations), open_mark too when the
+ * slice was open at stop, and key's bytes of interned (InternedData fields) the
+ * first time key is seen while interned_done[key] is 0. Key k's bytes are
+ * blob[offsets[k]..offsets[k + 1]); both blobs end with PT_PF_BLOB_PADDING spare
+ * bytes. stack holds the open slices (stack_cap entries: the thread's deepest
+ * depth + 1). Done when cursor->next == n and cursor->open == 0. PT_ERR_ARG:
+ * slices out of time order, a key >= n_keys or too deep. */
+#define PT_PF_BLOB_PADDING 16
+typedef struct {
+    uint64_t next;          /* the next slice to begin */
+    uint32_t open;          /* slices begun and not yet ended, on the stack */
+    int64_t last_ns;        /* timestamp of the sequence's previous packet */
+} pt_pf_cursor;
+int pt_pftrace_slices(const pt_slice *slices, uint64_t n, pt_pf_cursor *cursor,
+                      int64_t *stack, uint32_t stack_cap,
+                      const char *events, const uint32_t *event_offsets,
+                      const char *interned, const uint32_t *interned_offsets,
+                      uint8_t *interned_done, uint32_t n_keys,
+                      const char *open_mark, uint32_t open_mark_len,
+                      uint32_t sequence_id, char *out, uint64_t cap, uint64_t *written);
 /* Appends, for keys first..count-1, what names each key to py_list: a code
  * object, or a (owner, name) tuple for a built-in (owner a module, a type or None). */
 int pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list);

@@ -51,6 +51,18 @@ PyAPI_FUNC(int) PyFrame_GetLasti(PyFrameObject *frame) __attribute__((weak));
 PyAPI_FUNC(int) PyCode_Addr2Line(PyObject *code, int byte_offset);
 
 /* ------------------------------------------------------------------------ */
+/* Bound methods (Include/cpython/classobject.h)                             */
+/* ------------------------------------------------------------------------ */
+
+/* The type of bound `method` objects, and the function and self of one (borrowed
+ * references; 3.9+). sys.setprofile on 3.12.5+ and 3.13 reports calling a bound
+ * method whose function is a built-in as a call of that built-in (pybind11 class
+ * methods are such methods), so the sys.monitoring CALL hook looks inside them. */
+PyAPI_DATA(PyTypeObject) PyMethod_Type;
+PyAPI_FUNC(PyObject *) PyMethod_Function(PyObject *method);
+PyAPI_FUNC(PyObject *) PyMethod_Self(PyObject *method);
+
+/* ------------------------------------------------------------------------ */
 /* Limited-API gaps for the 3.9 baseline                                     */
 /* ------------------------------------------------------------------------ */
 

@@ -147,22 +147,27 @@ pt_skipped(const pt_tracer *tracer, uint32_t key)
 }
 
 /* A call is recorded only while fewer than max_depth recorded calls are open on
- * its thread; deeper ones (and their returns) are counted as suppressed. */
+ * its thread; deeper ones (and their returns) are counted as suppressed. Calls of
+ * uncounted keys (frames traces leave out) are recorded without counting while
+ * nothing is suppressed; inside a suppressed call they are suppressed too, so that
+ * returns pair with calls (last in, first out) either way. */
 static inline int
-pt_depth_enter(const pt_tracer *tracer, pt_thread *thread)
+pt_depth_enter(const pt_tracer *tracer, pt_thread *thread, uint32_t key)
 {
     if (!tracer->max_depth)
         return 1;
-    if (thread->suppressed || thread->open_calls >= tracer->max_depth) {
+    int uncounted = tracer->key_flags[key] & PT_KEYF_UNCOUNTED;
+    if (thread->suppressed || (thread->open_calls >= tracer->max_depth && !uncounted)) {
         thread->suppressed++;
         return 0;
     }
-    thread->open_calls++;
+    if (!uncounted)
+        thread->open_calls++;
     return 1;
 }
 
 static inline int
-pt_depth_leave(const pt_tracer *tracer, pt_thread *thread)
+pt_depth_leave(const pt_tracer *tracer, pt_thread *thread, uint32_t key)
 {
     if (!tracer->max_depth)
         return 1;
@@ -170,7 +175,7 @@ pt_depth_leave(const pt_tracer *tracer, pt_thread *thread)
         thread->suppressed--;
         return 0;
     }
-    if (thread->open_calls)
+    if (thread->open_calls && !(tracer->key_flags[key] & PT_KEYF_UNCOUNTED))
         thread->open_calls--;
     return 1;
 }
@@ -178,14 +183,14 @@ pt_depth_leave(const pt_tracer *tracer, pt_thread *thread)
 static inline void
 pt_record_call(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key)
 {
-    if (pt_depth_enter(tracer, thread))
+    if (pt_depth_enter(tracer, thread, key))
         pt_record(tracer, thread, kind, key);
 }
 
 static inline void
 pt_record_return(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key)
 {
-    if (pt_depth_leave(tracer, thread))
+    if (pt_depth_leave(tracer, thread, key))
         pt_record(tracer, thread, kind, key);
 }
 
@@ -230,7 +235,7 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
             break;
         if (what == PT_TRACE_RETURN) {
             pt_record_return(tracer, thread, PT_EV_PY_RETURN, key);
-        } else if (pt_depth_enter(tracer, thread)) {
+        } else if (pt_depth_enter(tracer, thread, key)) {
             pt_record(tracer, thread, PT_EV_PY_CALL, key);
             pt_maybe_tag(tracer, thread, key, frame);
         }
@@ -298,10 +303,11 @@ pt_monitor_py_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs,
         return pt_monitor_result(tracer, may_disable);
     if (kind == PT_EV_PY_RETURN) {
         pt_record_return(tracer, thread, kind, key);
-    } else if (pt_depth_enter(tracer, thread)) {
+    } else if (pt_depth_enter(tracer, thread, key)) {
         pt_record(tracer, thread, kind, key);
         if (may_tag)
-            pt_maybe_tag(tracer, thread, key, tracer->key_flags[key] ? PyEval_GetFrame() : NULL);
+            pt_maybe_tag(tracer, thread, key,
+                         tracer->key_flags[key] & PT_KEYF_TAG ? PyEval_GetFrame() : NULL);
     }
     Py_RETURN_NONE;
 }
@@ -341,29 +347,70 @@ pt_monitor_py_unwind(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
     return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_RETURN, 0, 0);
 }
 
+/* A bound method under PT_FLAG_UNWRAP_METHODS. sys.setprofile on 3.12.5+ and 3.13
+ * (CPython gh-122029) reports calling a bound method whose function is a
+ * PyCFunction as a c_call of that function (3.12.0-3.12.4 report only its return;
+ * 3.14 has CALL see the function itself). So: the function's key, as if called
+ * directly. CALL then unpacks the method, holding its function and self until the
+ * C_RETURN, which names those two: on a call (caller set) the thread's pair is
+ * re-pointed at them, so that the return finds this key. Out of line: bound
+ * Python methods pass here too. */
+static PT_NOINLINE uint32_t
+pt_monitor_method_key(pt_tracer *tracer, PyObject *method, pt_thread *caller)
+{
+    PyObject *function = PyMethod_Function(method);      /* borrowed */
+    if (!function)
+        return 0;
+    PyTypeObject *type = Py_TYPE(function);
+    if (type != &PyCFunction_Type) {
+        /* a bound Python method: its function's type is cached as plain */
+        for (int i = 0; i < 4; i++)
+            if (tracer->plain_types[i] == type)
+                return 0;
+        if (!PyCFunction_Check(function))
+            return 0;
+    }
+    if (caller) {
+        caller->c_callable = function;
+        caller->c_arg0 = PyMethod_Self(method);
+    }
+    return pt_key_for_builtin(tracer, function, 1, NULL);
+}
+
 /* The key of a built-in call as sys.setprofile reports it: a PyCFunction, or a
  * method descriptor with its self argument (3.12 passes `list.append` and the
- * list). Every other callable is not a C call: 0. args holds 4 items. */
-static inline uint32_t
-pt_monitor_builtin_key(pt_tracer *tracer, PyObject *const *args)
+ * list), or (see pt_monitor_method_key) a bound method of a PyCFunction. Every
+ * other callable is not a C call: 0. callable is args[2] (args holds 4 items:
+ * args[3] is read only when needed); caller is the thread whose (callable, arg0)
+ * pair a CALL just stored, NULL for a return. */
+static PT_ALWAYS_INLINE uint32_t
+pt_monitor_builtin_key(pt_tracer *tracer, PyObject *callable, PyObject *const *args,
+                       pt_thread *caller)
 {
-    PyObject *callable = args[2];
     PyTypeObject *type = Py_TYPE(callable);
-    if (type == &PyCFunction_Type)
-        return pt_key_for_builtin(tracer, callable, 1, NULL);
-    if (type == &PyMethodDescr_Type)
-        return args[3] != tracer->monitoring_missing
-            ? pt_key_for_builtin(tracer, callable, 0, args[3]) : 0;
-    /* CALL fires for every call: answer "not a built-in" fast for Python
-     * functions, bound methods and classes. */
-    for (int i = 0; i < 4; i++)
-        if (tracer->plain_types[i] == type)
+    int is_function = 1;
+    if (type == &PyMethodDescr_Type) {
+        if (args[3] == tracer->monitoring_missing)
             return 0;
-    if (PyCFunction_Check(callable))
-        return pt_key_for_builtin(tracer, callable, 1, NULL);
-    if (!(PyType_GetFlags(type) & Py_TPFLAGS_HEAPTYPE))   /* static: never freed */
-        tracer->plain_types[tracer->plain_types_next++ & 3] = type;
-    return 0;
+        is_function = 0;
+    } else if (type != &PyCFunction_Type) {
+        /* CALL fires for every call: answer "not a built-in" fast for Python
+         * functions, bound methods and classes. */
+        for (int i = 0; i < 4; i++)
+            if (tracer->plain_types[i] == type)
+                return 0;
+        /* past the cache, so Python functions never pay for this test; laid
+         * out of line, so built-in calls and returns do not either */
+        if (PT_UNLIKELY(type == &PyMethod_Type) && (tracer->flags & PT_FLAG_UNWRAP_METHODS))
+            return pt_monitor_method_key(tracer, callable, caller);
+        if (!PyCFunction_Check(callable)) {
+            if (!(PyType_GetFlags(type) & Py_TPFLAGS_HEAPTYPE))   /* static: never freed */
+                tracer->plain_types[tracer->plain_types_next++ & 3] = type;
+            return 0;
+        }
+    }
+    /* one inlined copy of the key lookup, for both kinds */
+    return pt_key_for_builtin(tracer, callable, is_function, args[3]);
 }
 
 /* CALL, C_RETURN, C_RAISE: (code, offset, callable, arg0). */
@@ -384,15 +431,16 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
         /* Every call, built-in or not, replaces the pair: a return can then meet
          * only its own call's objects (alive) or a later call's, never objects
          * freed since and their addresses reused by what is returning now. */
-        uint32_t key = pt_monitor_builtin_key(tracer, args);
-        thread->c_callable = args[2];
+        PyObject *callable = args[2];   /* read once: the stores may alias args */
+        thread->c_callable = callable;
         thread->c_arg0 = args[3];
+        uint32_t key = pt_monitor_builtin_key(tracer, callable, args, thread);
         thread->c_key = key;
         if (key)
             pt_record_call(tracer, thread, PT_EV_C_CALL, key);
     } else {
         uint32_t key = args[2] == thread->c_callable && args[3] == thread->c_arg0
-            ? thread->c_key : pt_monitor_builtin_key(tracer, args);
+            ? thread->c_key : pt_monitor_builtin_key(tracer, args[2], args, NULL);
         if (key)
             pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
     }
@@ -470,20 +518,33 @@ done:
 /* ======================================================================== */
 
 /* Records the frames from `top` (a new reference, consumed) outwards as calls at
- * time ts, outermost first, skipping the innermost skip_frames and keeping at
- * most PT_SEED_DEPTH. */
+ * time ts, outermost first, skipping the innermost `skip` frames and keeping at
+ * most PT_SEED_DEPTH of the rest. Skipped frames are recorded nowhere. When
+ * their returns will be seen (skipped_return: pt_start's caller, whose frames
+ * return while tracing, unlike an attaching hook's, which runs untraced), they
+ * still enter the max_depth count after the seeded ones, as seeded frames would:
+ * their returns leave it, and must find it as it would have been. */
 static void
 pt_seed_frames(pt_tracer *tracer, pt_thread *thread, PyFrameObject *top, int skip,
-               int64_t ts)
+               int skipped_return, int64_t ts)
 {
     PyFrameObject *frames[PT_SEED_DEPTH];
+    uint32_t skipped_keys[PT_SEED_DEPTH];
     int depth = 0;
+    int n_skipped = 0;
     PyFrameObject *frame = top;
-    while (frame && skip > 0) {
+    if (skip > PT_SEED_DEPTH)   /* the rest are seeded: entered and left alike */
+        skip = PT_SEED_DEPTH;
+    while (frame && n_skipped < skip) {
+        if (skipped_return) {
+            PyObject *code = (PyObject *)PyFrame_GetCode(frame);
+            skipped_keys[n_skipped] = pt_key_for_code(tracer, code);
+            Py_DECREF(code);
+        }
+        n_skipped++;
         PyFrameObject *back = PyFrame_GetBack(frame);
         Py_DECREF(frame);
         frame = back;
-        skip--;
     }
     while (frame && depth < PT_SEED_DEPTH) {
         frames[depth++] = frame;
@@ -493,11 +554,15 @@ pt_seed_frames(pt_tracer *tracer, pt_thread *thread, PyFrameObject *top, int ski
     for (int i = depth - 1; i >= 0; i--) {
         PyObject *code = (PyObject *)PyFrame_GetCode(frames[i]);
         uint32_t key = pt_key_for_code(tracer, code);
-        if (!pt_skipped(tracer, key) && pt_depth_enter(tracer, thread))
+        if (!pt_skipped(tracer, key) && pt_depth_enter(tracer, thread, key))
             pt_record_at(tracer, thread, PT_EV_PY_SEED, key, ts);
         Py_DECREF(code);
         Py_DECREF(frames[i]);
     }
+    if (skipped_return)
+        for (int i = n_skipped - 1; i >= 0; i--)
+            if (!pt_skipped(tracer, skipped_keys[i]))
+                (void)pt_depth_enter(tracer, thread, skipped_keys[i]);
 }
 
 /* Looks up the Python thread ident owning `frame` in sys._current_frames(), a
@@ -519,6 +584,169 @@ pt_ident_for_frame(PyObject *current_frames, PyFrameObject *frame)
 /* Start, attach, stop                                                      */
 /* ======================================================================== */
 
+/* ------------------------------------------------------------------------ */
+/* 3.9-3.11: noticing another profiler that replaced our hook on a thread    */
+/* ------------------------------------------------------------------------ */
+
+/* Returns a new reference to sys.getprofile when it is the sys module's own
+ * built-in (METH_NOARGS), else NULL (no exception set). Only that function may
+ * run under another thread's state: it reads the current thread state's profile
+ * object, runs no Python code, cannot fail and never releases the GIL. There is
+ * no public getter for another thread's profile function on 3.9-3.11, hence
+ * the swap. A replacement (a mock, a Python function) could do anything there,
+ * so hooks are then not checked. */
+static PyObject *
+pt_builtin_getprofile(void)
+{
+    PyObject *sys_module = PyImport_AddModule("sys");        /* borrowed */
+    PyObject *getprofile = PySys_GetObject("getprofile");    /* borrowed */
+    PyObject *name = getprofile && PyCFunction_Check(getprofile)
+        ? PyObject_GetAttrString(getprofile, "__name__") : NULL;
+    int genuine = name && PyUnicode_Check(name) && sys_module &&
+                  PyCFunction_GetSelf(getprofile) == sys_module &&
+                  PyCFunction_GetFlags(getprofile) == METH_NOARGS &&
+                  PyUnicode_CompareWithASCIIString(name, "getprofile") == 0;
+    Py_XDECREF(name);
+    PyErr_Clear();
+    if (!genuine)
+        return NULL;
+    Py_INCREF(getprofile);
+    return getprofile;
+}
+
+/* Whether thread state ts still has our profile hook: 1 yes, -1 unknown, 0 no,
+ * and then *found is a new reference to the profile object in its place (None
+ * when there is no hook). The GIL is held; ts's pending exception is kept. */
+static int
+pt_hook_is_ours(pt_tracer *tracer, PyThreadState *ts, PyObject **found)
+{
+    /* Its C function is called directly, as a METH_NOARGS call would: no
+     * recursion counting on ts, no call event for any profiler. */
+    PyCFunction getprofile = PyCFunction_GetFunction(tracer->getprofile);
+    PyObject *sys_module = PyCFunction_GetSelf(tracer->getprofile);
+    PyObject *type, *value, *tb;
+    PyThreadState *saved = PyThreadState_Swap(ts);
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *current = getprofile(sys_module, NULL);
+    if (!current)
+        PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    PyThreadState_Swap(saved);
+    if (!current)
+        return -1;
+    if (current == tracer->handle) {
+        Py_DECREF(current);
+        return 1;
+    }
+    *found = current;
+    return 0;
+}
+
+/* Marks the thread as having lost the hook and appends (index, ticks of its
+ * last event, ticks now, found) to tracer->hooks_lost: no event of it was
+ * recorded after the loss, so the loss came after that last event. Out of
+ * memory here becomes the sticky error stop() raises, not a silent omission. */
+static void
+pt_note_hook_lost(pt_tracer *tracer, pt_thread *thread, PyObject *found)
+{
+    thread->hook_lost = 1;
+    if (!tracer->hooks_lost)
+        tracer->hooks_lost = PyList_New(0);
+    PyObject *item = tracer->hooks_lost
+        ? Py_BuildValue("(iLLO)", thread->index, (long long)thread->last_ticks,
+                        (long long)pt_ticks(tracer), found)
+        : NULL;
+    if ((!item || PyList_Append(tracer->hooks_lost, item) < 0) && !tracer->hot_error) {
+        tracer->hot_error = PT_ERR_NOMEM;
+        pt_set_error(tracer, "out of memory noting a lost hook");
+    }
+    PyErr_Clear();
+    Py_XDECREF(item);
+}
+
+/* 1 when ts is one of our threads and its hook is no longer ours. */
+static int
+pt_check_thread_hook(pt_tracer *tracer, PyThreadState *ts)
+{
+    PyObject *found = NULL;
+    if (pt_hook_is_ours(tracer, ts, &found) != 0)
+        return 0;
+    /* Only threads that lack the hook are looked up: the thread list is walked
+     * once per such thread, not once per live thread. */
+    pt_thread *thread = pt_thread_find(tracer, PyThreadState_GetID(ts));
+    if (thread && !thread->hook_lost)
+        pt_note_hook_lost(tracer, thread, found);
+    Py_DECREF(found);
+    return thread != NULL;
+}
+
+int
+pt_check_hooks(pt_tracer *tracer, int current_only)
+{
+    int lost = 0;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    if (tracer->backend == PT_BACKEND_PROFILE && tracer->state == PT_STATE_RUNNING &&
+        tracer->getprofile) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyThreadState *self_tstate = PyThreadState_Get();
+        if (current_only) {
+            lost = pt_check_thread_hook(tracer, self_tstate);
+        } else {
+            PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
+            for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
+                 ts = PyThreadState_Next(ts))
+                lost += pt_check_thread_hook(tracer, ts);
+        }
+        PyErr_Restore(type, value, tb);
+    }
+    PyGILState_Release(gil);
+    return lost;
+}
+
+int
+pt_hooks_lost(pt_tracer *tracer, void *py_list)
+{
+    int rc = PT_OK;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *list = (PyObject *)py_list;
+    if (!PyList_Check(list)) {
+        pt_set_error(tracer, "pt_hooks_lost needs a list");
+        rc = PT_ERR_ARG;
+    } else if (tracer->hooks_lost) {
+        Py_ssize_t n = PyList_Size(tracer->hooks_lost);
+        for (Py_ssize_t i = 0; i < n && rc == PT_OK; i++)
+            if (PyList_Append(list, PyList_GetItem(tracer->hooks_lost, i)) < 0) {
+                pt_set_error_from_python(tracer, "listing lost hooks");
+                rc = PT_ERR_PYTHON;
+            }
+    }
+    PyGILState_Release(gil);
+    return rc;
+}
+
+int
+pt_thread_at_stop(pt_tracer *tracer, int index, int64_t *last_ticks)
+{
+    pt_thread *thread = pt_thread_for_reading(tracer, index);
+    if (!thread)
+        return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
+    *last_ticks = thread->last_ticks;
+    return thread->alive_at_stop;
+}
+
+int64_t
+pt_last_event_ticks(pt_tracer *tracer)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();     /* the hooks write last_ticks */
+    int64_t last = tracer->start_ticks;
+    for (pt_thread *t = tracer->threads; t; t = t->next)
+        if (t->last_ticks > last)
+            last = t->last_ticks;
+    PyGILState_Release(gil);
+    return last;
+}
+
 static int
 pt_enable_monitoring(pt_tracer *tracer, int tool_id, long long event_mask)
 {
@@ -537,7 +765,7 @@ pt_enable_monitoring(pt_tracer *tracer, int tool_id, long long event_mask)
 }
 
 int
-pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
+pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames)
 {
     int rc = PT_OK;
     PyGILState_STATE gil = PyGILState_Ensure();
@@ -555,9 +783,13 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
     if (!current_frames || !PyDict_Check(current_frames))
         PyErr_Clear();
 
+    if (tracer->backend == PT_BACKEND_PROFILE && !tracer->getprofile)
+        tracer->getprofile = pt_builtin_getprofile();
+
     PyThreadState *self_tstate = PyThreadState_Get();
     PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
     pt_defer_questions(tracer);
+    pt_take_anchor(tracer->anchor[0]);
     int64_t now = pt_ticks(tracer);
     tracer->start_ticks = now;
     tracer->start_ns = pt_clock();
@@ -577,7 +809,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
             break;
         }
         if (!(tracer->flags & PT_FLAG_NOOP))
-            pt_seed_frames(tracer, thread, top, 0, now);
+            pt_seed_frames(tracer, thread, top, ts == self_tstate ? own_frames : 0, 1, now);
         else
             Py_XDECREF(top);
         if (tracer->backend == PT_BACKEND_PROFILE) {
@@ -599,6 +831,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask)
         tracer->state = PT_STATE_STOPPED;
         tracer->stop_ticks = pt_ticks(tracer);
         tracer->stop_ns = pt_clock();
+        pt_take_anchor(tracer->anchor[1]);
         if (tracer->backend == PT_BACKEND_PROFILE)
             for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
                  ts = PyThreadState_Next(ts)) {
@@ -625,7 +858,7 @@ pt_attach_current_thread(pt_tracer *tracer, int skip_frames)
                                               PyThread_get_thread_native_id(), now);
             if (thread && !(tracer->flags & PT_FLAG_NOOP))
                 pt_seed_frames(tracer, thread, PyThreadState_GetFrame(tstate), skip_frames,
-                               now);
+                               0, now);
         }
         if (tracer->backend == PT_BACKEND_PROFILE)
             PyEval_SetProfile(pt_profile_callback, tracer->handle);
@@ -646,20 +879,36 @@ pt_stop(pt_tracer *tracer)
     }
     tracer->stop_ticks = pt_ticks(tracer);
     tracer->stop_ns = pt_clock();
+    pt_take_anchor(tracer->anchor[1]);
     tracer->state = PT_STATE_STOPPED;
     if (pt_active_tracer == tracer)
         pt_active_tracer = NULL;
     if (tracer->backend == PT_BACKEND_PROFILE) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
         PyThreadState *self_tstate = PyThreadState_Get();
         PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
         for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
              ts = PyThreadState_Next(ts)) {
-            if (!pt_thread_find(tracer, PyThreadState_GetID(ts)))
+            pt_thread *thread = pt_thread_find(tracer, PyThreadState_GetID(ts));
+            if (!thread)
                 continue;
+            thread->alive_at_stop = 1;
+            /* Another profiler's hook found in place of ours stays: removing
+             * it would break that profiler. When sys.getprofile cannot tell
+             * (-1), the hook is removed as it always was. */
+            PyObject *found = NULL;
+            if (tracer->getprofile && pt_hook_is_ours(tracer, ts, &found) == 0) {
+                if (!thread->hook_lost)
+                    pt_note_hook_lost(tracer, thread, found);
+                Py_DECREF(found);
+                continue;
+            }
             PyThreadState *saved = PyThreadState_Swap(ts);
             PyEval_SetProfile(NULL, NULL);
             PyThreadState_Swap(saved);
         }
+        PyErr_Restore(type, value, tb);
     }
 done:
     PyGILState_Release(gil);

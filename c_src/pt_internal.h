@@ -48,6 +48,8 @@ typedef struct pt_thread {
     uint64_t ident;
     uint64_t native_id;
     int index;                    /* position in creation order */
+    int hook_lost;                /* another profiler was found in place of our hook */
+    int alive_at_stop;            /* its thread state was still there at pt_stop */
 } pt_thread;
 
 typedef struct {
@@ -66,6 +68,7 @@ struct pt_tracer {
     int64_t stop_ns;
     int64_t start_ticks;
     int64_t stop_ticks;
+    int64_t anchor[2][3];         /* at start, at stop: monotonic ns, realtime ns, spread */
     PyObject *handle;             /* the object our hooks receive; points back here */
     PyObject *monitoring_missing; /* sys.monitoring.MISSING (3.12+) */
     PyObject *monitoring_disable; /* sys.monitoring.DISABLE (3.12+) */
@@ -73,7 +76,8 @@ struct pt_tracer {
     uint32_t max_depth;           /* 0: no limit */
     uint32_t classify_from;       /* while nonzero, new code keys from here wait to be
                                      classified (pt_start runs no Python code) */
-    PyTypeObject *plain_types[4]; /* static types seen not to be built-in functions */
+    PyTypeObject *plain_types[4]; /* static types seen not to be built-in functions
+                                     (never PyMethod_Type under PT_FLAG_UNWRAP_METHODS) */
     unsigned plain_types_next;
     pt_thread *threads;
     int n_threads;
@@ -81,7 +85,7 @@ struct pt_tracer {
     pt_key_slot *slots;
     uint32_t slot_mask;
     uint32_t n_keys;              /* ids handed out, including the reserved 0 */
-    uint32_t slots_used;          /* keys and owner-is-self marks: the table stays half empty */
+    uint32_t slots_used;          /* keys and marks: the table stays half empty */
     PyObject **sources;           /* id -> strong ref naming the key */
     uint8_t *key_flags;           /* id -> PT_KEYF_*, sources_cap entries */
     uint32_t sources_cap;
@@ -102,6 +106,12 @@ struct pt_tracer {
     PyObject *spill_hook;
     int spill_hook_busy;
     PyObject *marks;              /* list: instants and counters */
+    /* 3.9-3.11: sys.getprofile, checked at start to be the built-in (it reads the
+     * current thread state's profile object), and the threads found to have lost
+     * our hook: a list of (thread index, last event ticks, ticks when noticed, the
+     * profile object found instead). */
+    PyObject *getprofile;
+    PyObject *hooks_lost;
     char error[256];
 };
 
@@ -109,15 +119,25 @@ enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
 
 #define PT_KEYF_TAG 1                 /* calls of this key ask the watcher for a tag */
 #define PT_KEYF_SKIP PT_KEY_SKIPPED   /* code left out by the include/exclude filters */
+#define PT_KEYF_UNCOUNTED 4           /* calls of this key never count toward max_depth */
 
 #include <stdio.h>
 #include <time.h>
 
-/* For the hooks' shared bodies, so that each thin callback folds its constants. */
+/* For the hooks' shared bodies, so that each thin callback folds its constants;
+ * and for the rarer cases kept out of them. */
 #if defined(__GNUC__) || defined(__clang__)
 #define PT_ALWAYS_INLINE inline __attribute__((always_inline))
+#define PT_NOINLINE __attribute__((noinline))
 #else
 #define PT_ALWAYS_INLINE inline
+#define PT_NOINLINE
+#endif
+/* Branch layout for the hooks (spelt as pt_perfetto.c spells it) */
+#if defined(__GNUC__)
+#define PT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define PT_UNLIKELY(x) (x)
 #endif
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <x86intrin.h>
@@ -229,12 +249,23 @@ pt_key_for_code(pt_tracer *tracer, PyObject *code)
     return id ? id : pt_key_for_new_code(tracer, code);
 }
 
-/* Built-in keys pair the implementation with the owner it is named after, in
- * three namespaces that must never meet, as a type can be both an owner itself
- * and the type of an owner: a module or a type owning the call is filed under
- * its own address; the type of an ordinary object under the type's address plus
- * two; owner-is-self marks (pt_core.c) under the type's address plus one. No
- * object lives at an odd or 2-mod-4 address (objects are 8-aligned). */
+/* Built-in keys pair an implementation with what tells its calls apart, in
+ * namespaces that must never meet (a type can be both an owner itself and the
+ * type of an owner):
+ *   - a function whose self is a module or NULL: the function object itself
+ *     (held by the key's source, so its address never aliases) with
+ *     PT_CALLABLE_KEY; C modules may define several functions on one C function,
+ *     so the implementation alone would merge them (but a method of the module's
+ *     type, bound anew on each access, is keyed like a function record below);
+ *   - a module or a type owning the call (a classmethod): the owner's address;
+ *   - the type of an ordinary object (a bound method): the type's address plus 2;
+ *   - a "function record" self (pybind11 makes every function share one C
+ *     dispatcher, each bound to its own record object): the self object itself,
+ *     held by the source; (implementation, type) pairs keyed by self carry a
+ *     record mark under the type's address plus 3 (pt_core.c);
+ *   - owner-is-self marks (pt_core.c) under the type's address plus 1.
+ * No object lives at an odd or 2-mod-4 address (objects are 8-aligned), and none
+ * at PT_CALLABLE_KEY. */
 static inline const void *
 pt_instance_owner(PyTypeObject *type)
 {
@@ -247,34 +278,46 @@ pt_owner_mark(PyTypeObject *type)
     return (const char *)type + 1;
 }
 
-/* The id of an owner-is-self mark: never read as a key, but no key's id either. */
+static inline const void *
+pt_record_mark(PyTypeObject *type)
+{
+    return (const char *)type + 3;
+}
+
+#define PT_CALLABLE_KEY ((const void *)(uintptr_t)8)
+
+/* The ids of marks: never read as keys, but no key's id either. */
 #define PT_OWNER_IS_SELF 0x80000000u
+#define PT_SELF_IS_RECORD 0x80000001u
 
 /* The key of a built-in: a PyCFunction (is_function, self_arg unused), or a
  * method descriptor called on self_arg. It is named the way sys.setprofile's
- * bound method would be: after its module, its type (classmethods), or the type
- * of its self, so keys pair the C implementation with that owner. The usual
- * case, a built-in seen before on a plain object or a module, is one probe here;
- * everything else goes to pt_key_for_builtin_slow. */
-static inline uint32_t
+ * bound method would be (pytrace_cffi/_names.py states the rule). The usual
+ * cases, a module function or a built-in seen before on a plain object or a
+ * type, are one probe here; everything else goes to pt_key_for_builtin_slow. */
+static PT_ALWAYS_INLINE uint32_t
 pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, int is_function,
                    PyObject *self_arg)
 {
     const void *a;
+    const void *b;
     PyObject *self;
     if (is_function) {
-        a = (const void *)PyCFunction_GetFunction(callable);
         self = PyCFunction_GetSelf(callable);
+        if (!self || Py_TYPE(self) == &PyModule_Type) {
+            a = callable;
+            b = PT_CALLABLE_KEY;
+            goto probe;
+        }
+        a = (const void *)PyCFunction_GetFunction(callable);
     } else {
         a = callable;
         self = self_arg;
     }
-    const void *b = NULL;
-    if (self) {
-        PyTypeObject *self_type = Py_TYPE(self);
-        b = self_type == &PyModule_Type || self_type == &PyType_Type ? (const void *)self
-                                                                     : pt_instance_owner(self_type);
-    }
+    PyTypeObject *self_type = Py_TYPE(self);
+    b = self_type == &PyModule_Type || self_type == &PyType_Type ? (const void *)self
+                                                                 : pt_instance_owner(self_type);
+probe:;
     uint32_t id = pt_key_lookup(tracer, a, b);
     return id ? id : pt_key_for_builtin_slow(tracer, callable, is_function, a, self);
 }
@@ -310,6 +353,9 @@ pt_maybe_tag(pt_tracer *tracer, pt_thread *thread, uint32_t key, PyFrameObject *
     if (tracer->key_flags[key] & PT_KEYF_TAG)
         pt_tag_call(tracer, thread, frame);
 }
+
+/* pt_core.c: a CLOCK_MONOTONIC / CLOCK_REALTIME pair (monotonic, realtime, spread ns). */
+void pt_take_anchor(int64_t out[3]);
 
 /* pt_hooks.c */
 PyObject *pt_handle_new(pt_tracer *tracer);   /* new reference */

@@ -66,7 +66,10 @@ pt_replay_push(pt_replay_state *st, uint32_t kind, uint32_t key, int64_t ts)
     }
     int seeded = kind == PT_EV_PY_SEED;
     int is_c = kind == PT_EV_C_CALL;
-    int hidden_key = key < st->n_hidden && st->hidden[key];
+    uint8_t hide = key < st->n_hidden ? st->hidden[key] : 0;
+    if (hide == PT_HIDE_SEEDED && !seeded)
+        hide = 0;
+    int hidden_key = hide != 0;
     int64_t parent = st->depth ? st->stack[st->depth - 1].child_parent : -1;
     int64_t slice = -1;
     if (!hidden_key && !st->hiding) {
@@ -87,7 +90,7 @@ pt_replay_push(pt_replay_state *st, uint32_t kind, uint32_t key, int64_t ts)
     call->child_parent = slice >= 0 ? slice : parent;
     call->key = key;
     call->is_c = (uint8_t)is_c;
-    call->hides_subtree = (uint8_t)(hidden_key && st->hidden[key] == PT_HIDE_SUBTREE && !seeded);
+    call->hides_subtree = (uint8_t)(hide == PT_HIDE_SUBTREE && !seeded);
     if (call->hides_subtree)
         st->hiding++;
     return PT_OK;
@@ -203,15 +206,42 @@ pt_replay_buffer(const pt_event *events, uint64_t n, int64_t base_ticks, int64_t
     return rc;
 }
 
+uint64_t
+pt_open_at_stop(const pt_slice *slices, uint64_t n)
+{
+    uint64_t open = 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (slices[i].flags & PT_SLICE_OPEN_AT_STOP)
+            open++;
+    return open;
+}
+
 int64_t
-pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys)
+pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys, uint32_t n_tags,
+                   uint32_t n_args)
 {
     for (uint64_t i = 0; i < n; i++) {
         uint32_t kind = events[i].key_kind & PT_KIND_MASK;
-        if (kind <= PT_EV_PY_SEED && (events[i].key_kind >> PT_KEY_SHIFT) >= n_keys)
+        uint32_t key = events[i].key_kind >> PT_KEY_SHIFT;
+        if ((kind <= PT_EV_PY_SEED && key >= n_keys) || (kind == PT_EV_TAG && key >= n_tags) ||
+            (kind == PT_EV_ARGS && key >= n_args))
             return (int64_t)i;
     }
     return -1;
+}
+
+uint64_t
+pt_events_ticks(const pt_event *events, uint64_t n)
+{
+    /* unsigned: a damaged file's deltas may add past 2^63; callers compare mod 2^64 */
+    uint64_t ticks = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t delta = events[i].delta;
+        if ((events[i].key_kind & PT_KIND_MASK) == PT_EV_TIME)
+            delta |= (uint64_t)(events[i].key_kind >> PT_KEY_SHIFT) << 32;
+        ticks += delta;
+    }
+    return ticks;
 }
 
 uint64_t
@@ -286,4 +316,78 @@ pt_max_depth(const pt_slice *slices, uint64_t n)
         if (slices[i].depth > deepest)
             deepest = slices[i].depth;
     return deepest;
+}
+
+uint64_t
+pt_insert_regions(const pt_slice *in, uint64_t n, const uint32_t *region_keys, uint32_t n_tags,
+                  pt_slice *out, uint64_t cap, int64_t *scratch)
+{
+    /* Counting pass: one region per opening call. */
+    if (!out) {
+        uint64_t openers = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            uint32_t tag = in[i].tag;
+            openers += tag < n_tags && region_keys[tag] && region_keys[tag] != PT_REGION_EXIT;
+        }
+        return openers;
+    }
+    /* scratch: map old index -> new, then the open regions' (old parent of the
+     * opening call, new index of the region), innermost last. A region stays
+     * open while the calls met descend from its opener's parent: those are
+     * exactly the direct children of that parent and the calls whose parent
+     * was emitted after the region (a call started after the opener that is
+     * not inside the parent cannot be inside anything emitted since). */
+    uint64_t max_open = cap > n ? cap - n : 0;      /* one per region at most */
+    int64_t *map = scratch;
+    int64_t *open_parent = scratch + n;
+    int64_t *open_region = scratch + n + max_open;
+    uint64_t n_open = 0, m = 0;
+    int64_t thread_end = 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (in[i].end > thread_end || i == 0)
+            thread_end = in[i].end;
+    for (uint64_t i = 0; i <= n; i++) {
+        int64_t parent = i < n ? in[i].parent : -2;     /* -2: past the end, all close */
+        while (n_open) {
+            int64_t enclosing = open_parent[n_open - 1], region = open_region[n_open - 1];
+            if (parent == enclosing || (parent >= 0 && map[parent] > region))
+                break;
+            out[region].end = enclosing >= 0 ? in[enclosing].end : thread_end;
+            n_open--;
+        }
+        if (i == n)
+            break;
+        if (m >= cap)
+            return UINT64_MAX;
+        int64_t new_parent = n_open && parent == open_parent[n_open - 1]
+            ? open_region[n_open - 1] : (parent >= 0 ? map[parent] : -1);
+        uint32_t tag = in[i].tag;
+        uint32_t region_key = tag < n_tags ? region_keys[tag] : 0;
+        if (region_key && region_key != PT_REGION_EXIT) {
+            if (m + 1 >= cap || n_open >= max_open)
+                return UINT64_MAX;
+            pt_slice *r = &out[m];
+            r->start = in[i].start;
+            r->end = in[i].end;
+            r->key = region_key;
+            r->flags = 0;
+            r->parent = new_parent;
+            r->tag = 0;
+            r->depth = new_parent >= 0 ? out[new_parent].depth + 1 : 0;
+            open_parent[n_open] = parent;
+            open_region[n_open] = (int64_t)m;
+            n_open++;
+            new_parent = (int64_t)m++;
+        }
+        pt_slice *s = &out[m];
+        *s = in[i];
+        s->parent = new_parent;
+        s->depth = new_parent >= 0 ? out[new_parent].depth + 1 : 0;
+        map[i] = (int64_t)m++;
+        if (region_key == PT_REGION_EXIT && n_open && parent == open_parent[n_open - 1]) {
+            out[open_region[n_open - 1]].end = in[i].end;
+            n_open--;
+        }
+    }
+    return m;
 }

@@ -1,6 +1,7 @@
-"""A small multi-threaded program to try the tracer on:
+"""A small multi-threaded program to try the tracer on (from the repository's root,
+as in README.md; then open examples/demo.html):
 
-    python -m pytrace_cffi run -o demo.json examples/demo.py
+    pip install . && cd examples && python -m pytrace_cffi run -o demo.html demo.py
 """
 import json
 import threading

@@ -20,13 +20,14 @@ from .annotations import (RecordFunction, capture_stack, counter, instant, recor
                           symbolize)
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
                      TraceWarning)
+from .merge import merge_torch
 from .saved import SpilledTrace
 from .schedule import Action, schedule
 from .trace import Call, Trace
 
 __all__ = ["start", "stop", "trace", "load", "is_tracing", "release_memory", "Trace", "Call",
            "record_function", "RecordFunction", "instant", "counter", "capture_stack",
-           "symbolize",
+           "symbolize", "merge_torch",
            "TraceFormatError", "TraceWarning", "SpilledTrace", "schedule", "Action",
            "TraceError", "TracerConflictError", "TracerStateError"]
 __version__ = "0.1.0"
@@ -194,7 +195,13 @@ def start(**options):
 def stop():
     """Stops tracing and returns the Trace. Frames still running are closed at
     this moment. Raises TracerStateError if not tracing, and TraceError (with
-    the trace in its .trace) if the hooks hit a failure while tracing."""
+    the trace in its .trace) if the hooks hit a failure while tracing.
+
+    Works after another profiler took the hook too (is_tracing() is then False,
+    but the session is still there to stop): warns with a TraceWarning naming
+    where the hook was lost, when (after which recorded event) and to what, and
+    what was recorded up to then; the same facts are in the trace's hook_lost.
+    A hook found in place of ours is left alone."""
     global _session
     with _lock:
         session = _session
@@ -203,6 +210,13 @@ def stop():
         _session = None
         session.stop()
     result = session.result()
+    from ._tracer import finish_hook_losses
+    hook_lost = finish_hook_losses(session, result)
+    if hook_lost:
+        import warnings
+        from ._tracer import hook_loss_message
+        result.hook_lost = hook_lost
+        warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=2)
     failure = session.hot_error()
     if failure:
         raise TraceError(f"tracing failed: {failure}", trace=result)
@@ -229,7 +243,17 @@ def release_memory():
 
 
 def is_tracing():
-    """True between start() and stop()."""
+    """True between start() and stop() while the hook records: False once
+    another profiler took it (sys.setprofile, torch.profiler, cProfile...)
+    from the calling thread on 3.9-3.11, or took pytrace_cffi's sys.monitoring
+    tool, events or callbacks on 3.12+ (where sys.setprofile coexists). stop()
+    must still be called then: it returns what was recorded and warns."""
+    session = _session
+    return session is not None and session.check_hooks(current_only=True)
+
+
+def _has_session():
+    """Whether start() ran without its stop(), recording or not (for the CLI)."""
     return _session is not None
 
 

@@ -1,16 +1,21 @@
-"""Command line: ``python -m pytrace_cffi run|summary|export ...``."""
+"""Command line: ``python -m pytrace_cffi run|summary|export|merge ...``."""
 import argparse
+import builtins
+import importlib
 import os
-import runpy
 import sys
+import tempfile
+import types
 
 from . import _check_options
 from ._windows import Windows, signal_number
 from .errors import TraceFormatError
+from .trace import hide_launcher_frames
 
 EXIT_INTERRUPTED = 130
 OUTPUT_HELP = ("OUT's name picks the format: .json or .json.gz for Chrome trace JSON "
-               "(Perfetto, chrome://tracing), .html for a self-contained page with a "
+               "(Perfetto, chrome://tracing), .pftrace for Perfetto's native protobuf "
+               "(compact: use it for big traces), .html for a self-contained page with a "
                "timeline and the summary, anything else (or a name ending in a path "
                "separator) for a saved-trace directory")
 
@@ -25,12 +30,18 @@ def _parser():
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run = commands.add_parser(
         "run", help="run a script or module under the tracer",
+        usage="%(prog)s [options] (SCRIPT | -m MODULE) [ARGS ...]",
         description="Runs SCRIPT (or -m MODULE) as __main__ with its own argv and "
-                    "traces the whole run. The trace is written even when the program "
-                    "raises or calls sys.exit; the exit code stays the program's.",
-        epilog=OUTPUT_HELP + ".")
+                    "traces the whole run. Options go before SCRIPT or -m MODULE: "
+                    "everything after them is the program's, as with python itself. "
+                    "The trace is written even when the program raises or calls "
+                    "sys.exit; the exit code stays the program's.",
+        epilog=OUTPUT_HELP + ". An output that cannot be written stops the run before "
+               "the program starts (exit code 2); if writing fails at the end, the "
+               "trace goes to the system's temporary directory (or the current one) "
+               "and its path is printed.")
     run.add_argument("-o", "--output", default="trace.json", metavar="OUT",
-                     help="where to write the trace: .json, .json.gz, .html or a "
+                     help="where to write the trace: .json, .json.gz, .pftrace, .html or a "
                           "directory (default: trace.json)")
     run.add_argument("--no-c-calls", action="store_true",
                      help="record Python functions only, not built-in calls")
@@ -43,6 +54,20 @@ def _parser():
                      help="record a call only while fewer than N recorded calls are open")
     run.add_argument("--min-duration", type=float, metavar="MICROSECONDS",
                      help="leave out calls shorter than this, with their callees")
+    run.add_argument("--max-events", type=_positive, metavar="N",
+                     help="hold at most about N events in memory; past it the oldest are "
+                          "dropped (the trace says how many), or with --spill written to disk")
+    run.add_argument("--spill", action="store_true",
+                     help="with --max-events: keep every event, spilling the oldest to a "
+                          "temporary directory beside OUT (removed once OUT is written)")
+    run.add_argument("--no-modules", action="store_true",
+                     help="do not name torch nn.Module calls, optimizer steps and regions")
+    run.add_argument("--record-params", action="store_true",
+                     help="keep the metadata (never the values) of torch module and "
+                          "optimizer-step parameters")
+    run.add_argument("--no-trim-paths", action="store_true",
+                     help="keep file names whole (by default site-packages, sys.path and "
+                          "torch prefixes are stripped, as torch.profiler does)")
     run.add_argument("--signal", metavar="SIG",
                      help="trace only between signals: each SIG (e.g. USR2) opens or "
                           "closes a window, saved to its own numbered file beside OUT "
@@ -54,11 +79,15 @@ def _parser():
     run.add_argument("--no-follow", action="store_true",
                      help="trace this process only, not the Python processes it starts "
                           "(by default each is traced too and joined into OUT)")
+    # -m and SCRIPT are split off by _split_run (what follows them is the
+    # program's); they are declared here for the help text.
     run.add_argument("-m", dest="module", metavar="MODULE",
-                     help="run a library module as a script, like python -m")
-    run.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]",
+                     help="run a library module as a script, like python -m; the "
+                          "arguments after MODULE are the module's")
+    run.add_argument("target", nargs="?", metavar="SCRIPT [ARGS]",
                      help="the script and its arguments")
 
+    parser.run_parser = run
     summary = commands.add_parser(
         "summary", help="print the functions that took the most time",
         description="Prints a table of functions with their calls, total time (a "
@@ -82,7 +111,20 @@ def _parser():
     export.add_argument("source", metavar="DIR_OR_JSON",
                         help="a saved-trace directory, or a .json / .json.gz")
     export.add_argument("-o", "--output", required=True, metavar="OUT",
-                        help="where to write: .json, .json.gz, .html or a directory")
+                        help="where to write: .json, .json.gz, .pftrace, .html or a directory")
+
+    merge = commands.add_parser(
+        "merge", help="put a trace on torch.profiler's timeline, in one Chrome trace",
+        description="Writes one Chrome trace with torch.profiler's events (cpu_op, "
+                    "user_annotation, GPU kernels: its export_chrome_trace file) and our "
+                    "Python calls on the same timeline and thread tracks. Where torch "
+                    "recorded Python calls too (with_stack=True), ours replace them.")
+    merge.add_argument("trace", metavar="OURS",
+                       help="our trace: a .json / .json.gz or a saved-trace directory")
+    merge.add_argument("torch_trace", metavar="TORCH_JSON",
+                       help="torch.profiler's Chrome trace (.json or .json.gz)")
+    merge.add_argument("-o", "--output", required=True, metavar="OUT",
+                       help="where to write the merged trace: .json or .json.gz")
     return parser
 
 
@@ -101,16 +143,52 @@ def _count(text):
 
 
 def _output_format(path):
-    """"json", "html" or "directory", from OUT's name; exits if OUT is an
-    existing file where a directory would go."""
+    """"json", "html", "perfetto" or "directory", from OUT's name."""
     if path.endswith((".json", ".json.gz")):
         return "json"
     if path.endswith(".html"):
         return "html"
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise SystemExit(f"pytrace_cffi: {path!r} is a file; a saved trace is a directory "
-                         f"(name the output .json, .json.gz or .html for a file)")
+    if path.endswith(".pftrace"):
+        return "perfetto"
     return "directory"
+
+
+def _cannot_write(path, reason):
+    """The one-line refusal of an output that cannot be written (exit code 2)."""
+    print(f"pytrace_cffi: cannot write trace to {path!r}: {reason}", file=sys.stderr)
+    return SystemExit(2)
+
+
+def _check_output(path):
+    """Exits (code 2) unless OUT can be written: a file's directory exists and takes
+    a new file; a directory output exists and takes a new file, or can be made.
+    Checked by making (and removing) what the write will make, so a read-only file
+    system or a missing permission is found before the program runs."""
+    output_format = _output_format(path)
+    absolute = os.path.abspath(path)
+    if output_format == "directory" and os.path.exists(path) and not os.path.isdir(path):
+        raise _cannot_write(path, "it is a file; a saved trace is a directory (name the "
+                                  "output .json, .json.gz, .pftrace or .html for a file)")
+    if output_format != "directory":
+        if os.path.isdir(absolute):
+            raise _cannot_write(path, "it is a directory")
+        where = os.path.dirname(absolute)
+    else:
+        where = absolute
+        while not os.path.exists(where):          # save() makes missing parents
+            where = os.path.dirname(where)
+    if not os.path.isdir(where):
+        state = "is not a directory" if os.path.exists(where) else "does not exist"
+        raise _cannot_write(path, f"directory {where!r} {state}")
+    try:
+        if output_format == "directory" and where != absolute:
+            os.rmdir(tempfile.mkdtemp(prefix=".pytrace_cffi-", dir=where))
+        else:
+            fd, probe = tempfile.mkstemp(prefix=".pytrace_cffi-", dir=where)
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        raise _cannot_write(path, exc.strerror or str(exc)) from None
 
 
 def _write_trace(trace, path):
@@ -118,11 +196,40 @@ def _write_trace(trace, path):
     output_format = _output_format(path)
     if output_format == "json":
         trace.export_chrome_trace(path)
+    elif output_format == "perfetto":
+        trace.export_perfetto(path)
     elif output_format == "html":
         from .html import write_html
         write_html(trace, path)
     else:
         trace.save(path)
+
+
+def _write_or_fall_back(trace, path):
+    """Writes trace to path; if that fails (a full disk, a directory removed while
+    the program ran), to a file or directory of the same format in the system's
+    temporary directory, else in the current one, and says so in one line.
+    Returns the path written, or None when every place failed."""
+    try:
+        _write_trace(trace, path)
+        return path
+    except OSError as exc:
+        failure = exc
+    name = f"pytrace_cffi-{os.getpid()}-{os.path.basename(path.rstrip(os.sep)) or 'trace'}"
+    for where in (tempfile.gettempdir(), os.getcwd()):
+        fallback = os.path.join(where, name)
+        if os.path.exists(fallback):
+            continue
+        try:
+            _write_trace(trace, fallback)
+        except OSError:
+            continue
+        print(f"pytrace_cffi: cannot write trace to {path!r}: {failure.strerror or failure}; "
+              f"saved it to {fallback!r} instead", file=sys.stderr)
+        return fallback
+    print(f"pytrace_cffi: cannot write trace to {path!r}: {failure.strerror or failure}; "
+          f"no fallback location took it either: the trace is lost", file=sys.stderr)
+    return None
 
 
 def _exit_code(exc):
@@ -140,43 +247,189 @@ def _exit_code(exc):
     return 1
 
 
-def _cmd_run(args):
-    if args.module:
-        argv = [args.module] + args.target
-    elif args.target:
-        argv = list(args.target)
-        if not os.path.isfile(argv[0]):
-            raise SystemExit(f"pytrace_cffi: cannot find script {argv[0]!r}")
-    else:
+def _split_run(parser, argv):
+    """Splits run's argv as python splits its own: our options, then SCRIPT or
+    -m MODULE (also -mMODULE); everything after those is the program's, options
+    included. Returns (our options, module or None, program argv) where program
+    argv starts with SCRIPT (for -m: with "-m", replaced once the module is found).
+    Options that take a value are told apart from flags by the parser's own
+    declarations, so a value is never taken for the script."""
+    takes_value = {}
+    for action in parser._actions:
+        for option in action.option_strings:
+            takes_value[option] = action.nargs != 0
+    ours = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return ours, None, argv[i + 1:]
+        if arg == "-m" or (arg.startswith("-m") and not arg.startswith("--")):
+            module = arg[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
+            if not module:
+                parser.error("argument -m: expected one argument")
+            rest = argv[i + 1:] if arg[2:] else argv[i + 2:]
+            return ours, module, ["-m"] + rest
+        if not arg.startswith("-") or arg == "-":
+            return ours, None, argv[i:]
+        ours.append(arg)
+        i += 1
+        if "=" in arg and arg.startswith("--"):
+            continue
+        name = arg if arg.startswith("--") else arg[:2]
+        if name not in takes_value and arg.startswith("--"):
+            matches = [option for option in takes_value if option.startswith(arg)]
+            name = matches[0] if len(matches) == 1 else name
+        glued = not arg.startswith("--") and len(arg) > 2      # -oOUT
+        if takes_value.get(name) and not glued and i < len(argv):
+            ours.append(argv[i])
+            i += 1
+    return ours, None, []
+
+
+def _find_module(name):
+    """(spec, code, packages) for python -m name, found as runpy finds them but
+    without importing anything: the module's packages (and a package's own
+    __init__ when name is a package, run as name.__main__) are listed so that
+    they are imported inside the trace, as python -m imports them first."""
+    from importlib import _bootstrap
+    if not name or name.startswith("."):
+        raise SystemExit(f"pytrace_cffi: relative module names not supported: {name!r}")
+    parts = name.split(".")
+    path, packages, spec = None, [], None
+    for i in range(len(parts)):
+        sub = ".".join(parts[:i + 1])
+        loaded = sys.modules.get(sub)
+        spec = getattr(loaded, "__spec__", None) or _bootstrap._find_spec(sub, path)
+        if spec is None:
+            raise SystemExit(f"pytrace_cffi: No module named {name!r}")
+        if i < len(parts) - 1:
+            locations = (getattr(loaded, "__path__", None) if loaded is not None
+                         else spec.submodule_search_locations)
+            if locations is None:
+                raise SystemExit(f"pytrace_cffi: No module named {name!r} "
+                                 f"({sub!r} is not a package)")
+            path = locations
+            packages.append(sub)
+    if spec.submodule_search_locations is not None:
+        if parts[-1] == "__main__":
+            raise SystemExit(f"pytrace_cffi: cannot use package {name!r} as __main__")
+        packages.append(name)
+        spec = _bootstrap._find_spec(name + ".__main__", spec.submodule_search_locations)
+        if spec is None:
+            raise SystemExit(f"pytrace_cffi: No module named '{name}.__main__'; {name!r} "
+                             f"is a package and cannot be directly executed")
+    code = spec.loader.get_code(spec.name) if spec.loader is not None else None
+    if code is None:
+        raise SystemExit(f"pytrace_cffi: no code object available for {name!r}")
+    return spec, code, packages
+
+
+def _main_module(module, program_argv):
+    """The program, resolved before tracing starts so that nothing of the launcher
+    (runpy, its imports of pkgutil and typing, exec) runs inside the trace:
+    returns (module-level code, __main__ module, packages to import first), with
+    sys.argv and sys.path[0] set as python sets them."""
+    main = types.ModuleType("__main__")
+    main.__builtins__ = builtins
+    if module is not None:
+        sys.path[0] = os.getcwd()                 # python -m puts the cwd first
+        try:
+            spec, code, packages = _find_module(module)
+        except Exception:   # noqa: B902 - e.g. a namespace package inside one not imported
+            import runpy    # finds it by importing its packages now, before the trace
+            sys.argv = program_argv
+            try:
+                _, spec, code = runpy._get_module_details(module, runpy._Error)
+            except runpy._Error as exc:
+                raise SystemExit(f"pytrace_cffi: {exc}") from None
+            packages = []
+        sys.argv = [spec.origin] + program_argv[1:]
+        main.__dict__.update(__file__=spec.origin, __cached__=spec.cached,
+                             __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
+        return code, main, packages
+    script = program_argv[0]
+    if not os.path.isfile(script):
+        raise SystemExit(f"pytrace_cffi: cannot find script {script!r}")
+    path = os.path.abspath(script)
+    import io
+    from importlib.machinery import SourceFileLoader
+    with io.open_code(path) as f:
+        source = f.read()
+    code = compile(source, path, "exec", dont_inherit=True)
+    sys.argv = program_argv
+    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    main.__dict__.update(__file__=path, __cached__=None,
+                         __loader__=SourceFileLoader("__main__", path))
+    return code, main, []
+
+
+def _launcher_codes():
+    """The code of every frame below this one that is not the program's: runpy's
+    under python -m, a caller's when main() is called from Python."""
+    codes = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        codes.append(frame.f_code)
+        frame = frame.f_back
+    return codes
+
+
+def _print_uncaught(exc):
+    """Prints exc as the interpreter prints an uncaught exception, through
+    sys.excepthook, without the frame of _cmd_run that ran the program."""
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame.f_code is _cmd_run.__code__:
+        tb = tb.tb_next
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+
+
+def _cmd_run(args, program):
+    module, program_argv = program
+    if module is None and not program_argv:
         raise SystemExit("pytrace_cffi run: give a SCRIPT or -m MODULE")
     output = args.output
-    _output_format(output)           # a bad OUT fails now, not after the program ran
     if args.delay < 0 or (args.duration is not None and args.duration <= 0):
         raise SystemExit("pytrace_cffi: --delay must be >= 0 and --duration > 0")
     if args.signal and (args.delay or args.duration):
         raise SystemExit("pytrace_cffi: --signal and --delay/--duration do not combine")
+    if args.spill and not args.max_events:
+        raise SystemExit("pytrace_cffi: --spill goes with --max-events N")
     options = {"c_calls": not args.no_c_calls, "include": args.include,
                "exclude": args.exclude, "max_depth": args.max_depth,
-               "min_duration_us": args.min_duration}
+               "min_duration_us": args.min_duration, "max_events": args.max_events,
+               "with_modules": not args.no_modules, "record_params": args.record_params,
+               "trim_paths": not args.no_trim_paths}
     try:
         _check_options(**options)
         signum = signal_number(args.signal) if args.signal else None
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"pytrace_cffi: {exc}") from None
-    windows = Windows(output, options, _write_trace)
-    if not args.no_follow:
+    _check_output(output)           # a bad OUT fails now, not after the program ran
+    try:
+        code, main, packages = _main_module(module, program_argv)
+    except SyntaxError as exc:      # printed as python prints it: no frames of ours
+        sys.excepthook(type(exc), exc.with_traceback(None), None)
+        return 1
+    run_program = types.FunctionType(code, main.__dict__)
+    windows = Windows(output, options, _write_or_fall_back, spill=args.spill)
+    if not args.no_follow and args.max_events and not args.spill:
+        print("pytrace_cffi: --max-events without --spill drops events, so child processes "
+              "are not followed (add --spill to follow them)", file=sys.stderr)
+    elif not args.no_follow:       # every process spills into OUT.processes/ anyway
         from .processes import make_run_windows
-        windows = make_run_windows(output, options, _write_trace)
-
-    sys.argv = argv
-    if args.module:
-        sys.path.insert(0, os.getcwd())
-    else:
-        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+        windows = make_run_windows(output, options, _write_or_fall_back)
+    hide_launcher_frames(_launcher_codes())
+    # The program's module stays __main__ to the end, as under python: threads and
+    # atexit handlers that outlive its code still unpickle from it.
+    sys.modules["__main__"] = main
     exit_code = 0
     failure = None
-    # The program runs from this frame. Frames of our own code that are live when
-    # tracing starts are left out of the trace, but what they call is kept.
+    # The program runs as a call from this frame: live when tracing starts, it is
+    # left out of the trace alone (see trace._hiding), so the program's
+    # module-level code is the trace's outermost call. A module's code runs as a
+    # function of its globals (not through exec), so no launcher call is recorded.
+    # The packages of a -m module are imported first, as python -m does.
     if signum is not None:
         windows.on_signal(signum)
     elif args.delay or args.duration:
@@ -184,17 +437,17 @@ def _cmd_run(args):
     else:
         windows.whole_run()
     try:
-        if args.module:
-            runpy.run_module(args.module, run_name="__main__", alter_sys=True)
-        else:
-            runpy.run_path(argv[0], run_name="__main__")
+        for package in packages:
+            importlib.import_module(package)
+        run_program()
     except BaseException as exc:   # noqa: B902 - the program's own exit, reported below
         failure = exc
         exit_code = _exit_code(exc)
     windows.finish()
     if failure is not None and not isinstance(failure, (SystemExit, KeyboardInterrupt)):
-        import traceback
-        traceback.print_exception(type(failure), failure, failure.__traceback__)
+        _print_uncaught(failure)
+    if windows.lost and not exit_code:
+        exit_code = 1
     return exit_code
 
 
@@ -211,6 +464,7 @@ def _cmd_summary(args):
 
 def _cmd_export(args):
     from .summary import read_trace
+    _check_output(args.output)
     trace = read_trace(args.source)
     _write_trace(trace, args.output)
     print(f"pytrace_cffi: {len(trace)} calls on {len(trace.threads)} threads -> {args.output}",
@@ -218,14 +472,35 @@ def _cmd_export(args):
     return 0
 
 
-COMMANDS = {"run": _cmd_run, "summary": _cmd_summary, "export": _cmd_export}
+def _cmd_merge(args):
+    from .merge import merge_torch
+    if not args.output.endswith((".json", ".json.gz")):
+        raise SystemExit(f"pytrace_cffi: the merged trace is Chrome JSON: name it .json or "
+                         f".json.gz, not {args.output!r}")
+    merge_torch(args.trace, args.torch_trace, args.output)
+    print(f"pytrace_cffi: {args.trace} on the timeline of {args.torch_trace} -> {args.output}",
+          file=sys.stderr)
+    return 0
+
+
+COMMANDS = {"summary": _cmd_summary, "export": _cmd_export,      # run: see main()
+            "merge": _cmd_merge}
 
 
 def main(argv=None):
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser()
+    if argv[:1] == ["run"]:
+        ours, module, program = _split_run(parser.run_parser, argv[1:])
+        args = parser.parse_args(["run"] + ours)
+        try:
+            return _cmd_run(args, (module, program))
+        except TraceFormatError as exc:
+            raise SystemExit(f"pytrace_cffi: {exc}") from None
+    args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except TraceFormatError as exc:
+    except (TraceFormatError, OSError) as exc:
         raise SystemExit(f"pytrace_cffi: {exc}") from None
 
 

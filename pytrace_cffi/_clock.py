@@ -50,3 +50,49 @@ def ns_per_tick():
         time.sleep((MIN_CALIBRATION_NS - (ns1 - ns0)) / 1e9)
         ticks1, ns1 = reading()
     return (ns1 - ns0) / (ticks1 - ticks0)
+
+
+ANCHOR_FIELDS = ("monotonic_ns", "realtime_ns", "spread_ns")
+
+
+def realtime_anchor(tracer_ptr):
+    """{"start": {...}, "stop": {...}}: the CLOCK_MONOTONIC / CLOCK_REALTIME
+    readings the C core paired at start and at stop (see pt_take_anchor), each
+    {"monotonic_ns", "realtime_ns", "spread_ns"}; what puts a trace on wall-clock
+    time, e.g. on torch.profiler's timeline."""
+    values = [ffi.new("int64_t *") for _ in ANCHOR_FIELDS]
+    anchor = {}
+    for name, at_stop in (("start", 0), ("stop", 1)):
+        if lib.pt_realtime_anchor(tracer_ptr, at_stop, *values) != lib.PT_OK:
+            return None
+        anchor[name] = {field: v[0] for field, v in zip(ANCHOR_FIELDS, values)}
+    return anchor
+
+
+def checked_anchor(value):
+    """A realtime anchor read from a file: None when absent (files written before
+    anchors existed), else the same dict; ValueError when malformed."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"start", "stop"}:
+        raise ValueError("realtime_anchor must have exactly start and stop")
+    for moment in value.values():
+        if not isinstance(moment, dict) or set(moment) != set(ANCHOR_FIELDS) or not all(
+                type(moment[f]) is int and 0 <= moment[f] < 2 ** 63 for f in ANCHOR_FIELDS):
+            raise ValueError("realtime_anchor: each moment needs monotonic_ns, realtime_ns "
+                             "and spread_ns as non-negative integers")
+    return {name: dict(value[name]) for name in ("start", "stop")}
+
+
+def monotonic_to_realtime(anchor, monotonic_ns):
+    """Realtime ns for a monotonic reading: the offset between the clocks taken
+    from the start and stop anchors, linearly in between (NTP may slew
+    CLOCK_REALTIME while tracing), held constant outside."""
+    start, stop = anchor["start"], anchor["stop"]
+    offset0 = start["realtime_ns"] - start["monotonic_ns"]
+    offset1 = stop["realtime_ns"] - stop["monotonic_ns"]
+    span = stop["monotonic_ns"] - start["monotonic_ns"]
+    if span <= 0:
+        return monotonic_ns + offset0
+    fraction = min(1.0, max(0.0, (monotonic_ns - start["monotonic_ns"]) / span))
+    return monotonic_ns + offset0 + round((offset1 - offset0) * fraction)

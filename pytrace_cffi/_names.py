@@ -41,19 +41,59 @@ def python_function_name(code, prefixes=()):
     return f"{trim_path(code.co_filename, prefixes)}({code.co_firstlineno}): {code.co_name}"
 
 
+def _is_bound_method(function, self):
+    """Whether function, a built-in bound to self, is an ordinary bound method: the
+    method descriptor type(self) holds under function's name (first found along
+    the MRO, in the classes' own dictionaries, so no user code runs), bound to
+    self, is equal to it (same self, same C function)."""
+    name = function.__name__
+    try:
+        for klass in type(self).__mro__:
+            namespace = klass.__dict__
+            if name in namespace:
+                attr = namespace[name]
+                return (type(attr) is types.MethodDescriptorType
+                        and attr.__get__(self, type(self)) == function)
+    except Exception:            # as the C core: a failing check means "ordinary"
+        return True
+    return False
+
+
 def builtin_owner(function):
-    """What a built-in is named after: its module, its type, or its self's type."""
+    """What a built-in is named after. The C core (pt_key_for_builtin_slow) keys
+    and names built-ins by this same rule:
+
+    - self is None or a module: the module (``builtins.len``, ``time.sleep``);
+      the core keys the function object itself, so several functions of one
+      module sharing one C function keep their own names;
+    - self is a type (a classmethod): that type (``dict.fromkeys``);
+    - self is an ordinary object and the function is an ordinary bound method of
+      its type (see _is_bound_method): type(self) (``list.append``,
+      ``_io.TextIOWrapper.write``);
+    - otherwise self is a "function record" (pybind11 binds each of its functions,
+      which all share one C dispatcher, to its own record or capsule; closures
+      bound to arbitrary objects): the str ``function.__module__``, so the name
+      is ``torch._C._get_tracing_state``; when __module__ is not a str, type(self)
+      as above. The core keys these calls by self.
+    """
     owner = getattr(function, "__self__", None)
     if owner is None or isinstance(owner, (types.ModuleType, type)):
         return owner
+    if not _is_bound_method(function, owner):
+        module = getattr(function, "__module__", None)
+        if isinstance(module, str):
+            return module
     return type(owner)
 
 
 def builtin_name(owner, name):
     """A stable qualified name without addresses: builtins.len, list.append,
-    time.sleep, _io.TextIOWrapper.write."""
+    time.sleep, _io.TextIOWrapper.write, torch._C._get_tracing_state (a str
+    owner is a module name, see builtin_owner)."""
     if owner is None:
         return name
+    if isinstance(owner, str):
+        return f"{owner}.{name}"
     if isinstance(owner, types.ModuleType):
         return f"{owner.__name__}.{name}"
     module = getattr(owner, "__module__", None)

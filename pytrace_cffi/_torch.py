@@ -1,18 +1,27 @@
 """PyTorch awareness: nn.Module calls and optimizer steps, found without importing torch.
 
 The C core asks `classify(code)` once for each new code object named
-`_wrapped_call_impl` or `_optimizer_step_code`; this answers yes only when torch
-is already in sys.modules and the code is torch's own (nn.Module.__call__, or the
-hook torch's optimizers call after each step). Calls of those then run
+`_wrapped_call_impl`, `_optimizer_step_code`, `__enter__` or `__exit__`; this
+answers yes only when torch is already in sys.modules and the code is torch's own
+(nn.Module.__call__, the hook torch's optimizers call after each step, or
+torch.autograd.profiler.record_function's __enter__ and __exit__: the regions torch
+itself opens for DataLoader iteration, zero_grad and optimizer steps, and the
+user's torch.profiler.record_function blocks). Calls of those then run
 `tag(frame)`, which reads the frame's `self` and returns a small integer the C core
 stores with the call. So torch costs nothing until the traced program imports it,
 also when it does so after tracing started.
 """
 import sys
 
-WATCHED_NAMES = frozenset({"_wrapped_call_impl", "_optimizer_step_code"})
+WATCHED_NAMES = frozenset({"_wrapped_call_impl", "_optimizer_step_code", "__enter__",
+                           "__exit__"})
 MODULE_CALL = "module"
 OPTIMIZER_STEP = "optimizer"
+# record_function.__enter__ opens a region named as torch.profiler names it;
+# __exit__ closes it (trace.py makes the region a slice of its own).
+REGION_ENTER = "region"
+REGION_EXIT = "region_end"
+TAG_KINDS = (MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT)
 # torch_npu writes this entry into its hash table for the tracer's exit event.
 EXIT_EVENT_NAME = "__torch_npu_profiler_python_tracer_exit"
 
@@ -73,6 +82,8 @@ class TorchWatcher:
         self._optimizer_ids = {}        # id(optimizer) -> ordinal
         self._steps_taken = {}          # optimizer ordinal -> steps seen
         self._parameter_names = {}      # id(parameter) -> "Linear_0.weight"
+        self._region_tags = {}          # region name -> tag of the __enter__ calls opening it
+        self._region_exit_tag = 0
 
     def watch_spec(self):
         return (set(WATCHED_NAMES), self.classify, self.tag)
@@ -82,15 +93,37 @@ class TorchWatcher:
             return 1
         if code is _torch_code("torch.optim.optimizer", "Optimizer", "_optimizer_step_code"):
             return 1
+        if code is _torch_code("torch.autograd.profiler", "record_function", "__enter__"):
+            return 1
+        if code is _torch_code("torch.autograd.profiler", "record_function", "__exit__"):
+            return 1
         return 0
 
     def tag(self, frame):
+        name = frame.f_code.co_name
+        if name == "__exit__":          # needs no locals (f_locals builds a dict on 3.9-3.12)
+            if not self._region_exit_tag:
+                self._region_exit_tag = len(self.tags)
+                self.tags.append({"kind": REGION_EXIT, "name": ""})
+            return self._region_exit_tag
         owner = frame.f_locals.get("self")
         if owner is None:
             return 0
-        if frame.f_code.co_name == "_wrapped_call_impl":
+        if name == "_wrapped_call_impl":
             return self._module_tag(owner)
+        if name == "__enter__":
+            return self._region_tag(owner)
         return self._optimizer_tag(owner)
+
+    def _region_tag(self, region):
+        name = getattr(region, "name", None)
+        if not isinstance(name, str):
+            return 0
+        tag = self._region_tags.get(name)
+        if tag is None:
+            tag = self._region_tags[name] = len(self.tags)
+            self.tags.append({"kind": REGION_ENTER, "name": name})
+        return tag
 
     def _module_tag(self, module):
         tag = self._module_tags.get(id(module))

@@ -10,6 +10,21 @@ from .errors import TraceError, TracerConflictError, TracerStateError
 
 # sys.monitoring from 3.12: a C callback costs ~2.5x where PyEval_SetProfile ~4x.
 USE_MONITORING = sys.version_info >= (3, 12)
+
+
+def profile_unwraps_bound_builtins(version_info=sys.version_info):
+    """Whether sys.setprofile, on the sys.monitoring backend of this version,
+    reports calling a bound method object whose function is a built-in
+    (types.MethodType(len, x)(), every pybind11 class method) as a c_call of that
+    built-in. CPython gh-122029 made its legacy shim look inside such methods in
+    3.12.5 and 3.13.0rc1; 3.12.0-3.12.4 report only their c_return, and 3.14
+    dropped the shim's unwrapping (gh-130898: CALL sees the function itself). On
+    3.9-3.11 the profile backend sees what sys.setprofile sees: nothing to do."""
+    if tuple(version_info[:2]) == (3, 12):
+        return tuple(version_info[:3]) >= (3, 12, 5)
+    if tuple(version_info[:2]) == (3, 13):
+        return tuple(version_info[:4]) >= (3, 13, 0, "candidate")
+    return False
 MONITORING_TOOL_NAME = "pytrace_cffi"
 MONITORING_EVENTS = (
     "PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND",
@@ -31,6 +46,21 @@ def check(status, tracer_ptr, what):
     raise _STATUS_ERRORS.get(status, TraceError)(f"{what}: {message}")
 
 
+def _own_frames():
+    """How many of the calling thread's innermost frames, from our caller (the
+    frame calling pt_start) outward, run pytrace_cffi's own code: start()'s
+    machinery, whichever way it was reached (start(), trace().__enter__, the
+    CLI's windows). Traces hide those frames, so pt_start does not seed them and
+    the 128 frames it seeds are all the user's."""
+    from .trace import _hiding
+    count = 0
+    frame = sys._getframe(1)
+    while frame is not None and _hiding(frame.f_code) == lib.PT_HIDE_SUBTREE:
+        count += 1
+        frame = frame.f_back
+    return count
+
+
 class Session:
     """One start..stop of the C core. Owns the C tracer until a Trace takes it."""
 
@@ -38,7 +68,9 @@ class Session:
                  trim_paths=True, max_events=None, output=None, max_depth=None, include=None,
                  exclude=None, min_duration_us=None):
         flags = ((lib.PT_FLAG_C_CALLS if c_calls else 0) | (lib.PT_FLAG_NOOP if noop else 0)
-                 | (lib.PT_FLAG_TSC if _clock.USE_TSC else 0))
+                 | (lib.PT_FLAG_TSC if _clock.USE_TSC else 0)
+                 | (lib.PT_FLAG_UNWRAP_METHODS
+                    if USE_MONITORING and profile_unwraps_bound_builtins() else 0))
         backend = lib.PT_BACKEND_MONITOR if USE_MONITORING else lib.PT_BACKEND_PROFILE
         ptr = lib.pt_tracer_new(flags, backend)
         if ptr == ffi.NULL:
@@ -48,6 +80,7 @@ class Session:
         self.output = output
         self.min_duration_ns = int(min_duration_us * 1000) if min_duration_us else 0
         self._skip_code = make_code_filter(include, exclude)
+        self._max_depth = max_depth
         if max_depth or self._skip_code:
             check(lib.pt_set_filters(self.ptr, max_depth or 0,
                                      ffi.cast("void *", id(self._skip_code))
@@ -69,7 +102,17 @@ class Session:
         self.thread_names = {}          # ident -> name, snapshots at start and stop
         self.thread_native_ids = {}     # ident -> OS thread id, likewise
         self._previous_thread_hook = None
+        self._thread_hook = None        # the bound method given to threading.setprofile
         self._tool_id = None
+        self._callbacks = {}            # sys.monitoring event -> our callback
+        self._event_mask = 0
+        # Another profiler taking our hook: the C core notes threads on 3.9-3.11;
+        # these hold what Python notices (sys.monitoring, threading's hook).
+        self._check_lock = threading.RLock()    # a signal handler may ask mid-check
+        self._stopped = False
+        self._monitoring_lost = None
+        self._thread_hook_lost = None
+        self.hook_losses = []           # filled at stop: see describe_hook_losses
 
     # -- start ---------------------------------------------------------------
     def start(self):
@@ -79,14 +122,34 @@ class Session:
         if USE_MONITORING:
             tool_id, mask = self._claim_monitoring()
         self._previous_thread_hook = _get_threading_profile()
-        threading.setprofile(self._on_new_thread)
+        self._thread_hook = self._on_new_thread
+        threading.setprofile(self._thread_hook)
         try:
-            check(lib.pt_start(self.ptr, tool_id, mask), self.ptr, "start")
+            if self._max_depth:
+                self._uncount_hidden_frames()
+            check(lib.pt_start(self.ptr, tool_id, mask, _own_frames()), self.ptr, "start")
         except BaseException:
             threading.setprofile(self._previous_thread_hook)
             if USE_MONITORING:
                 self._release_monitoring()
             raise
+
+    def _uncount_hidden_frames(self):
+        """max_depth counts the calls a trace shows: the code of running frames
+        that traces leave out (ours, from here down; a launcher's) never counts."""
+        from .trace import _hiding
+        tops = list(sys._current_frames().values())
+        tops.append(sys._getframe())
+        seen = set()
+        for frame in tops:
+            while frame is not None:
+                code = frame.f_code
+                if id(code) not in seen:
+                    seen.add(id(code))
+                    if _hiding(code):
+                        check(lib.pt_set_uncounted(self.ptr, ffi.cast("void *", id(code))),
+                              self.ptr, "uncounted code")
+                frame = frame.f_back
 
     def _claim_monitoring(self):
         monitoring = sys.monitoring
@@ -115,18 +178,32 @@ class Session:
         for event_name, callback in callbacks:
             event = getattr(monitoring.events, event_name)
             monitoring.register_callback(tool_id, event, callback)
+            self._callbacks[event] = callback
             mask |= event
+        # C_RETURN and C_RAISE go with CALL: get_events leaves them out (3.12, 3.13).
+        self._event_mask = mask & ~(monitoring.events.C_RETURN | monitoring.events.C_RAISE)
         return tool_id, mask
 
     def _release_monitoring(self):
+        """Gives the tool id back, touching nothing another tool put there."""
         monitoring = sys.monitoring
         tool_id, self._tool_id = self._tool_id, None
         if tool_id is None:
             return
-        monitoring.set_events(tool_id, 0)
-        for event_name in MONITORING_EVENTS:
-            monitoring.register_callback(tool_id, getattr(monitoring.events, event_name), None)
-        monitoring.free_tool_id(tool_id)
+        holder = monitoring.get_tool(tool_id)
+        if holder is None:
+            # Freed by other code while ours: on 3.12-3.13 that leaves our events
+            # on, and only the holder of an id may switch them off.
+            monitoring.use_tool_id(tool_id, MONITORING_TOOL_NAME)
+            holder = MONITORING_TOOL_NAME
+        if holder == MONITORING_TOOL_NAME:
+            monitoring.set_events(tool_id, 0)
+        for event, ours in self._callbacks.items():
+            found = monitoring.register_callback(tool_id, event, None)
+            if found is not ours:
+                monitoring.register_callback(tool_id, event, found)
+        if holder == MONITORING_TOOL_NAME:
+            monitoring.free_tool_id(tool_id)
 
     def _on_new_thread(self, frame, event, arg):
         """threading's profile hook: runs once, first thing in each new thread."""
@@ -135,6 +212,93 @@ class Session:
         self.thread_objects[lib.pt_current_tstate_id()] = threading.current_thread()
         # Skip this hook's own frame; seed run() and threading's bootstrap frames.
         lib.pt_attach_current_thread(self.ptr, 1)
+        try:
+            self.check_hooks()      # a new thread is a cheap moment to look
+        except Exception:           # never into the new thread's code; stop looks again
+            pass
+
+    # -- another profiler taking the hook ----------------------------------------
+    def check_hooks(self, current_only=False):
+        """Notes another profiler that took our hook, and says whether ours still
+        records: on 3.9-3.11 the profile hook of every thread we attached (with
+        current_only, of the calling thread only); on 3.12+ our sys.monitoring
+        tool. Cheap (no event is read); never called on the hot path."""
+        with self._check_lock:
+            if self._stopped:
+                return False
+            if USE_MONITORING:
+                return self._check_monitoring()
+            self._check_thread_hook()
+            return lib.pt_check_hooks(self.ptr, 1 if current_only else 0) == 0
+
+    def _check_thread_hook(self):
+        """3.9-3.11: threads started once threading's hook is another's are not
+        followed."""
+        if self._thread_hook_lost is None:
+            hook = _get_threading_profile()
+            if hook is not self._thread_hook:
+                self._thread_hook_lost = (_clock.reading()[0], _describe(hook))
+
+    def _check_monitoring(self):
+        """3.12+: our tool id still ours (or merely freed, which leaves its events
+        and callbacks working), our events still on and our callbacks in place.
+        There is no getter for a callback: register_callback swaps ours in and
+        returns what was there; when that was ours nothing changed, else what was
+        found is put straight back (that tool keeps it, ours stays out)."""
+        if self._monitoring_lost is not None:
+            return False
+        monitoring = sys.monitoring
+        tool_id = self._tool_id
+        cause = None
+        holder = monitoring.get_tool(tool_id)
+        if holder is not None and holder != MONITORING_TOOL_NAME:
+            cause = f"sys.monitoring tool id {tool_id} now held by {holder!r}"
+        else:
+            events = monitoring.get_events(tool_id)
+            missing = self._event_mask & ~events
+            if missing:
+                names = [name for name in MONITORING_EVENTS
+                         if getattr(monitoring.events, name) & missing]
+                cause = (f"sys.monitoring events of tool id {tool_id} switched off "
+                         f"({', '.join(names)})")
+                if holder is None:
+                    cause += " and the tool id freed"
+            else:
+                for event, ours in self._callbacks.items():
+                    found = monitoring.register_callback(tool_id, event, ours)
+                    if found is not ours:
+                        monitoring.register_callback(tool_id, event, found)
+                        name = next((n for n in MONITORING_EVENTS
+                                     if getattr(monitoring.events, n) == event), event)
+                        cause = (f"sys.monitoring callback for {name} of tool id {tool_id} "
+                                 f"replaced by {_describe(found)}")
+                        break
+        if cause is None:
+            return True
+        self._monitoring_lost = (lib.pt_last_event_ticks(self.ptr), _clock.reading()[0], cause)
+        return False
+
+    def _collect_hook_losses(self):
+        """After pt_stop: every loss noticed, as raw tuples for describe_hook_losses."""
+        losses = []
+        if USE_MONITORING:
+            self._check_monitoring()
+            if self._monitoring_lost is not None:
+                last, noticed, cause = self._monitoring_lost
+                losses.append(("process", None, last, noticed, cause))
+        else:
+            found = []
+            check(lib.pt_hooks_lost(self.ptr, ffi.cast("void *", id(found))), self.ptr,
+                  "lost hooks")
+            for index, last, noticed, hook in found:
+                losses.append(("thread", index, last, noticed,
+                               f"profile hook replaced by {_describe(hook)}"
+                               if hook is not None else "profile hook removed"))
+            if self._thread_hook_lost is not None:
+                noticed, hook = self._thread_hook_lost
+                losses.append(("new threads", None, None, noticed,
+                               f"threading.setprofile hook replaced by {hook}"))
+        return losses
 
     def _snapshot_thread_names(self):
         for thread in threading.enumerate():
@@ -144,12 +308,19 @@ class Session:
 
     # -- stop ----------------------------------------------------------------
     def stop(self):
-        status = lib.pt_stop(self.ptr)
-        threading.setprofile(self._previous_thread_hook)
-        if USE_MONITORING:
-            self._release_monitoring()
+        with self._check_lock:
+            if not USE_MONITORING:
+                self._check_thread_hook()
+            status = lib.pt_stop(self.ptr)
+            self._stopped = True
+            raw_losses = self._collect_hook_losses() if status == lib.PT_OK else []
+            if _get_threading_profile() is self._thread_hook:
+                threading.setprofile(self._previous_thread_hook)
+            if USE_MONITORING:
+                self._release_monitoring()
         check(status, self.ptr, "stop")
         self._snapshot_thread_names()
+        self.hook_losses = describe_hook_losses(self, raw_losses)
         self.annotation_args, self.marks = [], []
         check(lib.pt_annotation_data(self.ptr, ffi.cast("void *", id(self.annotation_args)),
                                      ffi.cast("void *", id(self.marks))), self.ptr, "annotations")
@@ -157,7 +328,9 @@ class Session:
     def abandon_in_forked_child(self):
         """In a child forked while tracing: unhook quietly, keep nothing."""
         lib.pt_stop(self.ptr)
-        threading.setprofile(self._previous_thread_hook)
+        self._stopped = True
+        if _get_threading_profile() is self._thread_hook:
+            threading.setprofile(self._previous_thread_hook)
         if USE_MONITORING:
             try:
                 self._release_monitoring()
@@ -180,6 +353,122 @@ class Session:
 
 
 _disabled_locations = False       # a session with filters ran on sys.monitoring
+
+
+def _describe(hook):
+    """A short repr of another profiler's hook (its repr may be anything)."""
+    try:
+        text = repr(hook)
+    except Exception:
+        text = f"<{type(hook).__name__} object>"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def describe_hook_losses(session, raw_losses):
+    """Trace.hook_lost entries: one dict per thread that lost our hook (scope
+    "thread"), for sys.monitoring losing it on every thread ("process"), or for
+    threads started later not being followed ("new threads"). after_ms: the last
+    event recorded before the loss, in ms after start (the loss came after it;
+    None when unknown); noticed_ms: when pytrace_cffi saw it; taken_by: what was
+    found instead; events: what was recorded (on that thread, or in all); calls
+    is filled by count_calls once the trace exists."""
+    if not raw_losses:
+        return []
+    from .trace import _thread_name
+    ms = _ms_after_start(session)
+    infos = []
+    for index in range(lib.pt_thread_count(session.ptr)):
+        info = ffi.new("pt_thread_info *")
+        check(lib.pt_thread_get_info(session.ptr, index, info), session.ptr, "thread info")
+        infos.append(info)
+    losses = []
+    for scope, index, last, noticed, cause in raw_losses:
+        entry = {"scope": scope, "thread": None, "native_id": None, "after_ms": ms(last),
+                 "noticed_ms": ms(noticed), "taken_by": cause, "calls": None,
+                 "thread_index": index}
+        if index is not None:
+            info = infos[index]
+            entry["thread"] = _thread_name(session, info)
+            entry["native_id"] = (info.native_id
+                                  or session.thread_native_ids.get(info.ident, 0) or None)
+            entry["events"] = info.n_events
+        else:
+            entry["events"] = sum(info.n_events for info in infos)
+        losses.append(entry)
+    return losses
+
+
+def _ms_after_start(session):
+    """ticks -> milliseconds after start (None stays None)."""
+    tick0 = lib.pt_start_ticks(session.ptr)
+    ms_per_tick = _clock.ns_per_tick() / 1e6
+    return lambda ticks: None if ticks is None else round((ticks - tick0) * ms_per_tick, 3)
+
+
+def finish_hook_losses(session, result):
+    """The Trace.hook_lost entries of a stopped session, once its trace exists:
+    adds threads that lost the hook and ended before any check could see it
+    (3.9-3.11: a thread that ends with our hook returns from all its frames, so
+    one gone at stop with calls still open had lost it), then counts calls."""
+    losses = list(session.hook_losses)
+    per_thread = getattr(result, "thread_slices", None)
+    if not USE_MONITORING and per_thread is not None:
+        reported = {loss.get("thread_index") for loss in losses}
+        last = ffi.new("int64_t *")
+        ms = None
+        for thread, slices, n in per_thread():
+            if thread.index in reported or not n:
+                continue
+            if lib.pt_thread_at_stop(session.ptr, thread.index, last) != 0:
+                continue
+            open_calls = lib.pt_open_at_stop(slices, n)
+            if not open_calls:
+                continue
+            ms = ms or _ms_after_start(session)
+            losses.append({
+                "scope": "thread", "thread": thread.name, "native_id": thread.native_id or None,
+                "after_ms": ms(last[0]), "noticed_ms": ms(lib.pt_stop_ticks(session.ptr)),
+                "taken_by": (f"the thread ended with {open_calls} calls open (closed at stop "
+                             "time here): its hook went before, to something unknown"),
+                "calls": None, "thread_index": thread.index, "events": thread.n_events})
+    return count_calls(losses, result)
+
+
+def count_calls(losses, result):
+    """Fills each loss's calls with what the trace holds (on that thread, or in
+    all): an in-memory Trace counts them; a spilled one leaves None (events say)."""
+    per_thread = getattr(result, "thread_slices", None)
+    counts = {thread.index: n for thread, _, n in per_thread()} if per_thread else None
+    for loss in losses:
+        index = loss.pop("thread_index", None)
+        if counts is not None:
+            loss["calls"] = counts.get(index, 0) if index is not None else sum(counts.values())
+    return losses
+
+
+def hook_loss_message(losses):
+    """The TraceWarning text for stop(): which hooks went when, and what was kept."""
+    lines = ["pytrace_cffi lost its hook to other code while tracing; nothing was "
+             "recorded where it was lost, from then on:"]
+    for loss in losses:
+        if loss["scope"] == "thread":
+            where = f"thread {loss['thread']!r} (native id {loss['native_id']})"
+        elif loss["scope"] == "process":
+            where = "every thread"
+        else:
+            where = "threads started afterwards (not followed)"
+        if loss["after_ms"] is not None:
+            when = (f"after {loss['after_ms']:.3f} ms, its last recorded event "
+                    f"(noticed at {loss['noticed_ms']:.3f} ms)")
+        else:
+            when = f"noticed at {loss['noticed_ms']:.3f} ms"
+        kept = "on that thread" if loss["scope"] == "thread" else "in all"
+        recorded = (f"{loss['events']} events" if loss["calls"] is None
+                    else f"{loss['calls']} calls")
+        lines.append(f"  {where}: {when}; {loss['taken_by']}; the trace holds "
+                     f"{recorded} {kept}, from before")
+    lines.append("(times in ms after start(); details in the trace's hook_lost)")
+    return "\n".join(lines)
 
 
 def make_code_filter(include, exclude):

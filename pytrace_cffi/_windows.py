@@ -2,16 +2,19 @@
 signal (each signal toggles; each window gets its own numbered file), or one
 window bounded by --delay and --duration."""
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 
-from . import is_tracing, start, stop
+from . import _has_session, start, stop
 
 
 def numbered(path, number):
-    """out.json -> out.1.json, out.json.gz -> out.1.json.gz, dir -> dir.1"""
-    for suffix in (".json.gz", ".json", ".html"):
+    """out.json -> out.1.json, out.json.gz -> out.1.json.gz (.html and .pftrace
+    alike), dir -> dir.1"""
+    for suffix in (".json.gz", ".json", ".html", ".pftrace"):
         if path.endswith(suffix):
             return f"{path[:-len(suffix)]}.{number}{suffix}"
     return f"{path.rstrip(os.sep)}.{number}"
@@ -29,10 +32,21 @@ def signal_number(name):
 
 
 class Windows:
-    def __init__(self, output, options, write):
+    """write(trace, path) writes a window's trace and returns the path it went to
+    (another one when path failed), or None when it was lost (then .lost).
+
+    With spill (options carry max_events), each window spills every event to a
+    temporary directory beside the output instead of dropping the oldest, and the
+    window's trace is read back from it when written; the directory goes once the
+    trace is written, and stays (and is named) when writing failed."""
+
+    def __init__(self, output, options, write, spill=False):
         self._output = output
         self._options = options
         self._write = write
+        self._spill = spill
+        self._spill_dir = None
+        self.lost = False
         self._lock = threading.RLock()
         self._numbered = False
         self._count = 0
@@ -64,24 +78,40 @@ class Windows:
     # -- windows -------------------------------------------------------------
     def open(self):
         with self._lock:
-            if is_tracing():
+            if _has_session():
                 return
+            options = self._options
+            if self._spill:
+                beside = os.path.dirname(os.path.abspath(self._output.rstrip(os.sep)))
+                self._spill_dir = tempfile.mkdtemp(prefix=".pytrace_cffi-spill-", dir=beside)
+                options = dict(options, output=self._spill_dir)
         # Last statement: what this frame runs once the hooks are live is recorded.
-        start(**self._options)
+        start(**options)
 
     def close(self):
         with self._lock:
-            if not is_tracing():
+            if not _has_session():
                 return
             result = stop()
+            spill_dir, self._spill_dir = self._spill_dir, None
+            if spill_dir is not None:
+                result = result.load()
             self._count += 1
             path = numbered(self._output, self._count) if self._numbered else self._output
-            self._write(result, path)
+            written = self._write(result, path)
+            if written is None:
+                self.lost = True
+                if spill_dir is not None:
+                    print(f"pytrace_cffi: the spilled events stay in {spill_dir!r} "
+                          "(pytrace_cffi.load() or `export` read them)", file=sys.stderr)
+                return
+            if spill_dir is not None:
+                shutil.rmtree(spill_dir, ignore_errors=True)
             print(f"pytrace_cffi: {len(result)} calls on {len(result.threads)} threads "
-                  f"-> {path}", file=sys.stderr)
+                  f"-> {written}", file=sys.stderr)
 
     def toggle(self):
-        if is_tracing():
+        if _has_session():
             self.close()
         else:
             self.open()

@@ -41,7 +41,8 @@ def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
     # Per-key extra args (e.g. "Python module id"), preformatted with a leading comma.
     extras = [b"" for _ in trace.names]
     for key, args in trace.key_args.items():
-        extras[key] = b"," + json.dumps(args)[1:-1].encode("utf-8")
+        if args:                # {} adds nothing: a lone "," would break the JSON
+            extras[key] = b"," + json.dumps(args)[1:-1].encode("utf-8")
     names = ffi.new("char *[]", [ffi.from_buffer(e) for e in escaped])
     name_lens = ffi.new("uint32_t[]", [len(e) for e in escaped])
     extra_ptrs = ffi.new("char *[]", [ffi.from_buffer(e) for e in extras])
@@ -59,6 +60,7 @@ def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
             "start_monotonic_ns": base,
             "stop_monotonic_ns": trace.stop_ns,
             "dropped_events": trace.dropped_events,
+            "realtime_anchor": trace.realtime_anchor,
         },
     }
     yield ('{' + json.dumps(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8")

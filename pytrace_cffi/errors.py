@@ -24,4 +24,5 @@ class TraceFormatError(TraceError):
 
 
 class TraceWarning(UserWarning):
-    """Something was lost but tracing went on (events dropped under max_events)."""
+    """Something was lost but a trace was kept: events dropped under max_events,
+    or another profiler took the hook before stop()."""

@@ -445,6 +445,7 @@ def _install_exit_paths(root):
         try:
             if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
                 signal.signal(signal.SIGTERM, _on_sigterm)
+                lib.pt_sigterm_guard(1)     # see pt_core.c: a SIGTERM is never missed
         except (ValueError, OSError):
             pass
 
@@ -454,6 +455,7 @@ def _restore_exit_paths():
         os._exit = _real_exit
     try:
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            lib.pt_sigterm_guard(0)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
     except (ValueError, OSError):
         pass
@@ -604,7 +606,12 @@ def read_process(directory):
         return trace, facts, "complete", ""
     pid = facts.get("pid")
     if not isinstance(pid, int):
-        return None, facts, "lost", "neither meta.json nor a readable process.json"
+        name = os.path.basename(os.path.normpath(directory))
+        number = name[len("proc-"):].split("-")[0]
+        if name.startswith("proc-") and number.isdigit():
+            facts["pid"] = int(number)
+        return None, facts, "lost", ("ended before it recorded anything (no meta.json, no "
+                                     "process.json)")
     state = "running" if _alive(pid) else "recovered"
     try:
         trace = recover(directory, facts)
@@ -833,8 +840,11 @@ def _write_joined(traced, path):
 # -- `run` ------------------------------------------------------------------
 
 def job_dir_for(path):
-    """Where `run -o path` keeps the per-process traces: path.processes beside it."""
-    return path.rstrip("/" + os.sep) + ".processes"
+    """A new directory for `run -o path`'s per-process traces, in the temporary
+    directory (not beside path: the program may remove the place it writes to)."""
+    import tempfile
+    name = os.path.basename(path.rstrip("/" + os.sep)) or "trace"
+    return tempfile.mkdtemp(prefix=f"pytrace_cffi-{name}-", suffix=".processes")
 
 
 def make_run_windows(output, options, write):
@@ -843,53 +853,62 @@ def make_run_windows(output, options, write):
 
     class FollowWindows(Windows):
         def open(self):
+            from . import _has_session, start
             with self._lock:
-                from . import is_tracing, start
-                if is_tracing():
+                if _has_session():
                     return
                 number = self._count + 1
                 path = numbered(self._output, number) if self._numbered else self._output
                 self._job = job_dir_for(path)
-                if os.path.isdir(self._job):
-                    import shutil
-                    shutil.rmtree(self._job, ignore_errors=True)
             # Last statement: what this frame runs once the hooks are live is recorded.
             start(follow_children=True, output=self._job, **self._options)
 
         def close(self):
+            from . import _has_session, stop
             with self._lock:
-                from . import is_tracing, stop
-                if not is_tracing():
+                if not _has_session():
                     return
                 stop()
                 self._count += 1
                 path = numbered(self._output, self._count) if self._numbered else self._output
-                finish_run(self._job, path, write)
+                if not finish_run(self._job, path, write):
+                    self.lost = True
 
     return FollowWindows(output, options, write)
 
 
 def finish_run(job_dir, path, write):
     """After `run`: one line per process traced and per child not followed; the
-    output written (joined when several processes were traced and OUT is JSON)."""
+    output written (joined when several processes were traced and OUT is JSON) by
+    write(trace, path), which returns the path written or None. Returns whether
+    the output was written; the per-process traces stay when it was not."""
     from .saved import load
     results = status(job_dir)
     skipped = unfollowed(job_dir)
     root = [r for r in results if r.state == "complete" and _is_root(r.directory)]
+    written = None
     if len(results) == 1 and root:
         trace = load(root[0].directory)
-        write(trace, path)
-        print(f"pytrace_cffi: {len(trace)} calls on {len(trace.threads)} threads -> {path}",
-              file=sys.stderr)
+        written = write(trace, path)
+        if written:
+            print(f"pytrace_cffi: {len(trace)} calls on {len(trace.threads)} threads -> "
+                  f"{written}", file=sys.stderr)
     elif path.endswith((".json", ".json.gz")):
-        join(job_dir, path)
-        print(f"pytrace_cffi: {len(results)} processes, {sum(r.calls for r in results)} "
-              f"calls -> {path}", file=sys.stderr)
+        try:
+            join(job_dir, path)
+            written = path
+            print(f"pytrace_cffi: {len(results)} processes, {sum(r.calls for r in results)} "
+                  f"calls -> {path}", file=sys.stderr)
+        except (OSError, TraceFormatError) as exc:
+            print(f"pytrace_cffi: cannot write the joined trace to {path!r}: {exc}",
+                  file=sys.stderr)
     elif root:
-        write(load(root[0].directory), path)
-        print(f"pytrace_cffi: {path} holds this process only; all {len(results)} are in "
-              f"{job_dir} (join them with -o NAME.json, or processes.join)", file=sys.stderr)
-    keep = any(r.state != "complete" for r in results) or (
+        written = write(load(root[0].directory), path)
+        if written:
+            print(f"pytrace_cffi: {written} holds this process only; all {len(results)} are "
+                  f"in {job_dir} (join them with -o NAME.json, or processes.join)",
+                  file=sys.stderr)
+    keep = not written or any(r.state != "complete" for r in results) or (
         len(results) > 1 and not path.endswith((".json", ".json.gz")))
     for r in results if len(results) > 1 else ():
         print(f"pytrace_cffi:   pid {r.pid} ({r.label}): {r.state}, {r.calls} calls"
@@ -904,6 +923,7 @@ def finish_run(job_dir, path, write):
     else:
         import shutil
         shutil.rmtree(job_dir, ignore_errors=True)
+    return bool(written)
 
 
 def _is_root(directory):

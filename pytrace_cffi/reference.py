@@ -20,17 +20,27 @@ class ReferenceTracer:
 
     def _hook(self, frame, event, arg):
         ident = threading.get_ident()
-        stack = self._stacks.setdefault(ident, [])
+        stack = self._stacks.setdefault(ident, [])     # (name, kind) of open calls
         if event == "call":
             name = python_function_name(frame.f_code, self._prefixes)
-            self.calls.append((ident, name, stack[-1] if stack else None, "python"))
-            stack.append(name)
+            self.calls.append((ident, name, stack[-1][0] if stack else None, "python"))
+            stack.append((name, "python"))
         elif event == "c_call":
             name = builtin_function_name(arg)
-            self.calls.append((ident, name, stack[-1] if stack else None, "c"))
-            stack.append(name)
-        elif event in ("return", "c_return", "c_exception"):
+            self.calls.append((ident, name, stack[-1][0] if stack else None, "c"))
+            stack.append((name, "c"))
+        elif event == "return":
+            # C calls still open above the frame close with it, as replay closes
+            # them: 3.12.5+ and 3.13 report the call, not the return, of a bound
+            # method whose function is a built-in, called as f(*args).
+            while stack and stack[-1][1] == "c":
+                stack.pop()
             if stack:
+                stack.pop()
+        elif event in ("c_return", "c_exception"):
+            # Only an open C call: 3.12.0-3.12.4 report the return, not the call,
+            # of a bound method whose function is a built-in (CPython gh-122029).
+            if stack and stack[-1][1] == "c":
                 stack.pop()
 
     def start(self):

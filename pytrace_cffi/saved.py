@@ -17,9 +17,10 @@ import os
 import struct
 import sys
 
+from ._clock import checked_anchor
 from ._core import ffi, lib
 from ._files import replaced_atomically
-from ._torch import EXIT_EVENT_NAME
+from ._torch import EXIT_EVENT_NAME, TAG_KINDS
 from .errors import TraceFormatError
 
 FORMAT_NAME = "pytrace_cffi-trace"
@@ -31,6 +32,7 @@ EVENTS_MAGIC = b"PTEVENTS"
 EVENTS_HEADER = struct.Struct("<8sII")          # magic, version, record size
 EVENT_BLOCK = struct.Struct("<IIQq")            # thread index, reserved, count, base ticks
 EVENT_RECORD_SIZE = 8
+TICKS_MASK = (1 << 64) - 1                      # block clocks compare mod 2^64
 KINDS = ("python", "c", "annotation")
 
 
@@ -85,10 +87,16 @@ def finish_spill(session):
     facts = session_facts(session)
     directory = session.output
     names = facts["names"]
+    # pt_spill_rest moved every event still held to events.bin (or counted it as
+    # dropped when writing failed): a thread's n_events is what the file holds
+    # for it, which load() checks block by block.
+    threads = [thread._replace(n_events=info.spilled)
+               for thread, info in zip(facts["threads"], facts["infos"])]
     meta = _meta(facts["pid"], facts["python"], facts["backend"], facts["clock_name"],
-                 facts["start_ns"], facts["stop_ns"], sum(t.dropped for t in facts["threads"]),
-                 names, facts["key_kinds"], {}, facts["marks"])
-    meta["threads"] = [_thread_meta(t, None) for t in facts["threads"]]
+                 facts["start_ns"], facts["stop_ns"], sum(t.dropped for t in threads),
+                 names, facts["key_kinds"], {}, facts["marks"],
+                 realtime_anchor=facts["realtime_anchor"])
+    meta["threads"] = [_thread_meta(t, None) for t in threads]
     for entry, hide in zip(meta["keys"], facts["hidden"]):
         entry.append(hide)
     meta["events"] = dict(facts["clock"], file="events.bin",
@@ -98,12 +106,12 @@ def finish_spill(session):
     meta.update(getattr(session, "process_meta", None) or {})   # processes.py: who is who
     _write_names(directory, names, facts["params"])
     _write_json(os.path.join(directory, "meta.json"), meta)
-    spilled = sum(info.spilled for info in facts["infos"])
-    return SpilledTrace(directory, facts["threads"], meta["dropped_events"], spilled)
+    spilled = sum(t.n_events for t in threads)
+    return SpilledTrace(directory, threads, meta["dropped_events"], spilled)
 
 
 def _meta(pid, python, backend, clock, start_ns, stop_ns, dropped, names, key_kinds,
-          key_args, marks):
+          key_args, marks, realtime_anchor=None):
     return {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
@@ -114,11 +122,13 @@ def _meta(pid, python, backend, clock, start_ns, stop_ns, dropped, names, key_ki
         "start_ns": start_ns,
         "stop_ns": stop_ns,
         "dropped_events": dropped,
+        "realtime_anchor": realtime_anchor,
         "hash": "blake2b-64-le",
         # key -> [hash id, kind, extra args]; key 0 is "unknown"
         "keys": [[str(hash_id(name)), kind, key_args.get(key, {})]
                  for key, (name, kind) in enumerate(zip(names, key_kinds))],
-        # instants ("i") and counter samples ("C"): [kind, ns, thread id, name, args]
+        # instants ("i") and counter samples ("C"): [kind, ns, thread id, name, args],
+        # args always an object (see docs/FORMAT.md)
         "marks": [list(mark) for mark in marks],
     }
 
@@ -145,7 +155,7 @@ def save(trace, directory):
     os.makedirs(directory, exist_ok=True)
     meta = _meta(trace.pid, trace.python_version, trace.backend, trace.clock, trace.start_ns,
                  trace.stop_ns, trace.dropped_events, trace.names, trace.key_kinds,
-                 trace.key_args, trace.marks)
+                 trace.key_args, trace.marks, realtime_anchor=trace.realtime_anchor)
     meta["threads"] = [_thread_meta(t, n) for t, _, n in trace.thread_slices()]
     if os.path.exists(os.path.join(directory, "events.bin")):
         os.unlink(os.path.join(directory, "events.bin"))
@@ -181,9 +191,51 @@ def _expect(condition, message):
         raise TraceFormatError(message)
 
 
-def _int(value, what):
-    _expect(isinstance(value, int) and not isinstance(value, bool), f"{what} must be an integer")
+INT64 = (-2 ** 63, 2 ** 63 - 1)
+UINT64 = (0, 2 ** 64 - 1)
+
+
+def _int(value, what, bounds=INT64):
+    """An integer the C core can take: times, ticks and counts are int64, thread
+    ids uint64."""
+    _expect(isinstance(value, int) and not isinstance(value, bool),
+            f"meta.json: {what} must be an integer")
+    _expect(bounds[0] <= value <= bounds[1], f"meta.json: {what} {value} is out of range")
     return value
+
+
+def _mark(mark, thread_ids):
+    """A meta.json mark as a Mark, its payload in the one shape the writer gives:
+    an instant's args map names to str/int/float/bool or a list of integer sizes, a
+    counter's map series names to numbers. An instant's null args (written by
+    pytrace_cffi before marks were always objects) read as {}."""
+    from .trace import Mark
+    bad = f"meta.json: bad mark {mark!r:.80}"
+    _expect(isinstance(mark, list) and len(mark) == 5 and mark[0] in ("i", "C")
+            and isinstance(mark[3], str), bad)
+    kind, ns, thread, name, args = mark
+    if kind == "i" and args is None:
+        args = {}
+    _expect(isinstance(args, dict), bad)
+    if kind == "i":
+        _expect(all(isinstance(v, (str, int, float)) or (
+            isinstance(v, list) and all(_is_int(size) for size in v)) for v in args.values()),
+            f"{bad}: args values must be str, int, float, bool or a list of integer sizes")
+    else:
+        _expect(all(_is_number(v) for v in args.values()),
+                f"{bad}: a counter's values must be numbers")
+    _int(ns, "mark time")
+    _expect(_int(thread, "mark thread", UINT64) in thread_ids,
+            f"meta.json: mark {name!r} names thread {thread}, which meta.json's threads lack")
+    return Mark(kind, ns, thread, name, args)
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def load(directory):
@@ -203,22 +255,29 @@ def load(directory):
 
 def _load_parts(directory, meta, hashes, params):
     """load() from its JSON parts already read (processes.recover builds them)."""
-    from .trace import Mark, ThreadInfo
+    from .trace import ThreadInfo
     _expect(isinstance(hashes, dict) and all(isinstance(v, str) for v in hashes.values()),
             "hashes.json must map ids to names")
     _expect(isinstance(params, dict), "params.json must be an object")
 
+    spilled = "events" in meta
     keys = meta.get("keys")
     _expect(isinstance(keys, list) and keys, "meta.json: keys missing")
     names, key_kinds, key_args, hidden = [], [], {}, bytearray()
+    # A spilled trace's keys carry a fourth value, whether replay hides them; a
+    # slices.bin trace was replayed already and its keys have three.
+    entry_len = 4 if spilled else 3
     for key, entry in enumerate(keys):
-        _expect(isinstance(entry, list) and len(entry) in (3, 4), f"meta.json: bad key {key}")
+        _expect(isinstance(entry, list) and len(entry) == entry_len,
+                f"meta.json: key {key} must be a list of {entry_len} values")
         hid, kind, args = entry[:3]
-        hide = entry[3] if len(entry) == 4 else 0
+        hide = entry[3] if spilled else 0
         _expect(isinstance(hid, str), f"meta.json: key {key} has a bad hash id")
-        _expect(_int(hide, "hide") in (0, 1, 2), f"meta.json: key {key} has a bad hide value")
+        _expect(_int(hide, "hide") in (0, 1, 2, 3), f"meta.json: key {key} has a bad hide value")
         hidden.append(hide)
         _expect(hid in hashes, f"meta.json: key {key} has no name in hashes.json")
+        _expect(str(hash_id(hashes[hid])) == hid,
+                f"hashes.json: id {hid} is not the hash of its name {hashes[hid]!r:.80}")
         _expect(kind in KINDS, f"meta.json: key {key} has kind {kind!r}")
         _expect(isinstance(args, dict), f"meta.json: key {key} args must be an object")
         names.append(hashes[hid])
@@ -233,25 +292,32 @@ def _load_parts(directory, meta, hashes, params):
         _expect(isinstance(t, dict), f"meta.json: bad thread {index}")
         name = t.get("name")
         _expect(isinstance(name, str), f"meta.json: thread {index} has no name")
-        threads.append(ThreadInfo(index, _int(t.get("native_id"), "native_id"),
-                                  _int(t.get("ident"), "ident"), name,
-                                  _int(t.get("n_events"), "n_events"),
-                                  _int(t.get("dropped"), "dropped")))
-        if "events" not in meta:
+        _expect(t.get("index") == index,
+                f"meta.json: thread {index} has index {t.get('index')!r:.20}")
+        for count in ("n_events", "dropped"):
+            _expect(_int(t.get(count), count) >= 0,
+                    f"meta.json: thread {index} ({name!r}) has a negative {count}")
+        threads.append(ThreadInfo(index, _int(t.get("native_id"), "native_id", UINT64),
+                                  _int(t.get("ident"), "ident", UINT64), name,
+                                  t["n_events"], t["dropped"]))
+        if spilled:
+            _expect("n_slices" not in t, f"meta.json: thread {index} ({name!r}) has n_slices, "
+                                         "but the trace is spilled (events.bin)")
+        else:
             counts.append(_int(t.get("n_slices"), "n_slices"))
-            _expect(counts[-1] >= 0, "n_slices must not be negative")
+            _expect(counts[-1] >= 0, f"meta.json: thread {index} ({name!r}) has a negative "
+                                     "n_slices")
+    dropped = _int(meta.get("dropped_events"), "dropped_events")
+    _expect(dropped == sum(t.dropped for t in threads),
+            f"meta.json: dropped_events is {dropped}, its threads' dropped add up to "
+            f"{sum(t.dropped for t in threads)}")
 
     marks = meta.get("marks", [])
     _expect(isinstance(marks, list), "meta.json: marks must be a list")
-    for mark in marks:
-        _expect(isinstance(mark, list) and len(mark) == 5 and mark[0] in ("i", "C")
-                and isinstance(mark[3], str) and isinstance(mark[4], dict),
-                f"meta.json: bad mark {mark!r:.80}")
-        _int(mark[1], "mark time")
-        _int(mark[2], "mark thread")
-    marks = [Mark(*mark) for mark in marks]
+    thread_ids = {t.native_id for t in threads}
+    marks = [_mark(mark, thread_ids) for mark in marks]
 
-    if "events" in meta:
+    if spilled:
         slices, threads = _replay_spilled(directory, meta, threads, names, key_kinds, key_args,
                                           bytes(hidden))
         return _trace(meta, names, key_kinds, key_args, threads, slices, params, marks)
@@ -291,12 +357,20 @@ def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks):
                  stop_ns=_int(meta.get("stop_ns"), "stop_ns"), pid=_int(meta.get("pid"), "pid"),
                  python_version=str(meta.get("python")), backend=str(meta.get("backend")),
                  clock=str(meta.get("clock")), params=params, marks=marks,
-                 dropped_events=_int(meta.get("dropped_events"), "dropped_events"))
+                 dropped_events=_int(meta.get("dropped_events"), "dropped_events"),
+                 realtime_anchor=_anchor(meta.get("realtime_anchor")))
+
+
+def _anchor(value):
+    try:
+        return checked_anchor(value)
+    except ValueError as exc:
+        raise TraceFormatError(f"meta.json: {exc}") from None
 
 
 def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden):
     """Reads events.bin's blocks per thread and replays them in C."""
-    from .trace import ThreadInfo, drop_short, name_tagged_calls
+    from .trace import ThreadInfo, TorchRegions, drop_short, name_tagged_calls
     events_meta = meta["events"]
     _expect(isinstance(events_meta, dict) and events_meta.get("file") == "events.bin",
             "meta.json: bad events entry")
@@ -308,10 +382,12 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
     _expect(isinstance(ns_per_tick, float) and 0 < ns_per_tick < 1e6, "meta.json: bad clock")
     tags = meta.get("tags", [None])
     annotation_args = meta.get("annotation_args", [])
-    _expect(isinstance(tags, list) and all(t is None or (isinstance(t, dict)
-                                           and isinstance(t.get("name"), str)
-                                           and t.get("kind") in ("module", "optimizer"))
-                                           for t in tags), "meta.json: bad tags")
+    # Index 0 means "no tag"; a module's tag carries its id (its call's args).
+    _expect(isinstance(tags, list) and tags and tags[0] is None
+            and all(isinstance(t, dict) and isinstance(t.get("name"), str)
+                    and t.get("kind") in TAG_KINDS
+                    and (t.get("kind") != "module" or _is_int(t.get("module_id")))
+                    for t in tags[1:]), "meta.json: bad tags")
     _expect(isinstance(annotation_args, list) and all(isinstance(a, dict)
                                                       for a in annotation_args),
             "meta.json: bad annotation args")
@@ -329,32 +405,59 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
             and record_size == EVENT_RECORD_SIZE, f"{path}: not a version-1 events file")
     blocks = [[] for _ in threads]
     bases = [None for _ in threads]
+    clocks = [None for _ in threads]       # where each thread's next block must start
     offset = EVENTS_HEADER.size
     while offset < len(data):
         _expect(len(data) - offset >= EVENT_BLOCK.size, f"{path}: truncated block header")
-        index, _, count, base = EVENT_BLOCK.unpack_from(data, offset)
+        at = offset
+        index, reserved, count, base = EVENT_BLOCK.unpack_from(data, offset)
         offset += EVENT_BLOCK.size
-        _expect(index < len(threads), f"{path}: block for unknown thread {index}")
-        _expect(count <= (len(data) - offset) // EVENT_RECORD_SIZE, f"{path}: truncated block")
+        _expect(index < len(threads), f"{path}: block at byte {at} for unknown thread {index}")
+        _expect(reserved == 0, f"{path}: block at byte {at} is damaged (reserved field set)")
+        _expect(count <= (len(data) - offset) // EVENT_RECORD_SIZE,
+                f"{path}: block at byte {at} is truncated")
+        block = data[offset:offset + count * EVENT_RECORD_SIZE]
+        offset += count * EVENT_RECORD_SIZE
+        # A thread's blocks continue one another: a block that starts elsewhere
+        # means one between them is missing.
+        _expect(clocks[index] is None or clocks[index] == base & TICKS_MASK,
+                f"{path}: thread {index} ({threads[index].name!r}): the block at byte {at} "
+                f"does not continue the one before it (a block is missing)")
         if bases[index] is None:
             bases[index] = base
-        blocks[index].append(data[offset:offset + count * EVENT_RECORD_SIZE])
-        offset += count * EVENT_RECORD_SIZE
+        if count:
+            clocks[index] = (base + lib.pt_events_ticks(ffi.from_buffer("pt_event[]", block),
+                                                        count)) & TICKS_MASK
+        else:
+            clocks[index] = base & TICKS_MASK
+        blocks[index].append(block)
     slices, loaded_threads = [], []
     n_out = ffi.new("uint64_t *")
+    regions = TorchRegions(tags, names, key_kinds)
     for thread, parts, base in zip(threads, blocks, bases):
         raw = b"".join(parts)
         n_events = len(raw) // EVENT_RECORD_SIZE
+        _expect(n_events == thread.n_events,
+                f"{path}: thread {thread.index} ({thread.name!r}) has {n_events} events, "
+                f"meta.json says {thread.n_events}")
         events = ffi.from_buffer("pt_event[]", raw) if raw else ffi.new("pt_event[]", 1)
-        bad = lib.pt_validate_events(events, n_events, len(names))
-        _expect(bad < 0, f"{path}: thread {thread.index}, event {bad} names an unknown key")
+        bad = lib.pt_validate_events(events, n_events, len(names), len(tags),
+                                     len(annotation_args))
+        _expect(bad < 0, f"{path}: thread {thread.index} ({thread.name!r}), event {bad} names "
+                         f"an unknown key, tag or annotation args")
         n_calls = lib.pt_count_calls(events, n_events)
         out = ffi.new("pt_slice[]", max(1, n_calls))
         rc = lib.pt_replay_buffer(events, n_events, base if base is not None else tick0,
                                   stop_ticks, hidden, len(hidden), tick0, ns0, ns_per_tick,
                                   out, n_calls, n_out)
         _expect(rc == lib.PT_OK, f"{path}: thread {thread.index} could not be replayed")
-        slices.append((out, drop_short(out, n_out[0], max(0, min_duration_ns))))
+        # Calls must come out as a saved trace's do: a damaged delta can put a call's
+        # start past the stop it is closed at.
+        bad = lib.pt_validate_slices(out, n_out[0], len(names))
+        _expect(bad < 0, f"{path}: thread {thread.index} ({thread.name!r}): call {bad} ends "
+                         f"before it starts or outside its parent (damaged deltas)")
+        out, n = regions.insert(out, n_out[0])
+        slices.append((out, drop_short(out, n, max(0, min_duration_ns))))
         loaded_threads.append(ThreadInfo(thread.index, thread.native_id, thread.ident,
                                          thread.name, n_events, thread.dropped))
     name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args)

@@ -201,7 +201,16 @@ def _read_chrome_trace(path):
                  params={"modules": [], "optimizer_steps": []},
                  marks=[Mark(kind, start_ns + ts_ns, tid, name, args)
                         for kind, ts_ns, tid, name, args in marks],
-                 dropped_events=_other_int(path, other, "dropped_events"))
+                 dropped_events=_other_int(path, other, "dropped_events"),
+                 realtime_anchor=_other_anchor(path, other))
+
+
+def _other_anchor(path, other):
+    from ._clock import checked_anchor
+    try:
+        return checked_anchor(other.get("realtime_anchor"))
+    except ValueError as exc:
+        raise TraceFormatError(f"{path}: otherData.{exc}") from None
 
 
 class _Keys:
@@ -303,6 +312,8 @@ def _split_events(path, events):
 
 def _read_mark(path, number, event):
     name, ts, tid, args = event.get("name"), event.get("ts"), event.get("tid"), event.get("args")
+    if args is None and event["ph"] == "i":
+        args = {}           # an instant without args, as earlier exports wrote it
     _expect(isinstance(name, str) and _is_time(ts) and type(tid) is int
             and isinstance(args, dict),
             f"{path}: event {number}: an instant or counter needs a name, ts, tid and args")

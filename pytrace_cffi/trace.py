@@ -7,7 +7,7 @@ from collections import namedtuple
 from . import _clock
 from ._core import ffi, lib
 from ._names import name_for_source, path_prefixes
-from ._torch import MODULE_CALL, OPTIMIZER_STEP
+from ._torch import MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT
 from .annotations import WRAPPER_CODE
 from ._tracer import USE_MONITORING, check
 
@@ -27,19 +27,38 @@ kind     "python", "c", or "annotation" (a record_function region)
 """
 
 Mark = namedtuple("Mark", "kind ns thread name args")
-Mark.__doc__ = """An instant ("i", args a dict) or a counter sample ("C", args the values)."""
+Mark.__doc__ = """An instant ("i") or a counter sample ("C") at ns on thread (OS thread id).
+
+args is always a dict: an instant's args ({} when none were given; a .shape
+recorded as its list of integer sizes), or a counter's series -> number
+(counter(name, 3) gives {name: 3}). See docs/FORMAT.md."""
 
 ThreadInfo = namedtuple("ThreadInfo", "index native_id ident name n_events dropped")
 
 
+_launcher_codes = {}      # id -> code object (kept alive, so its id stays its own)
+
+
+def hide_launcher_frames(codes):
+    """Frames of these code objects that are already running when tracing starts
+    are left out of traces, alone (what they call is kept); calls of the same
+    code made during the trace are kept. The command line names the frames
+    below the program it runs (runpy's, under `python -m pytrace_cffi`)."""
+    _launcher_codes.clear()
+    _launcher_codes.update((id(code), code) for code in codes)
+
+
 def _hiding(source):
     """Our own start/stop machinery is left out of traces with what it calls; the
-    record_function decorator's wrapper is left out alone."""
+    record_function decorator's wrapper is left out alone; a launcher's frames
+    (see hide_launcher_frames) are left out when seeded."""
     if source is WRAPPER_CODE:
         return lib.PT_HIDE_ALONE
     filename = getattr(source, "co_filename", None)
     if filename is not None and os.path.dirname(os.path.abspath(filename)) in _OWN_DIRS:
         return lib.PT_HIDE_SUBTREE
+    if _launcher_codes.get(id(source)) is source:
+        return lib.PT_HIDE_SEEDED
     return 0
 
 
@@ -55,11 +74,18 @@ class Trace:
     Iterating yields Call tuples, thread by thread, each thread's calls in start
     order (a parent before its children). `names[key]` names every function;
     `key_args[key]` holds extra args for some (torch modules); `params` holds the
-    parameter metadata recorded with record_params=True.
+    parameter metadata recorded with record_params=True; `realtime_anchor` pairs
+    the monotonic clock of start_ns/stop_ns with wall-clock (CLOCK_REALTIME) time
+    at start and at stop. `hook_lost` lists where
+    another profiler took the hook while tracing (dicts: scope, thread, native_id,
+    after_ms, noticed_ms, taken_by, calls, events; see stop()), empty when none.
     """
 
+    hook_lost = ()
+
     def __init__(self, *, names, key_kinds, key_args, threads, slices, start_ns, stop_ns,
-                 pid, python_version, backend, clock, params, marks=(), dropped_events=None):
+                 pid, python_version, backend, clock, params, marks=(), dropped_events=None,
+                 realtime_anchor=None):
         self.names = names
         self.key_kinds = key_kinds
         self.key_args = key_args
@@ -73,6 +99,9 @@ class Trace:
         self.clock = clock
         self.params = params
         self.marks = list(marks)
+        # {"start": {...}, "stop": {...}}, each {"monotonic_ns", "realtime_ns",
+        # "spread_ns"}: wall-clock time of the trace (None for files written before)
+        self.realtime_anchor = realtime_anchor
         self.dropped_events = (sum(t.dropped for t in threads)
                                if dropped_events is None else dropped_events)
 
@@ -85,13 +114,15 @@ class Trace:
         names, key_kinds = list(facts["names"]), list(facts["key_kinds"])
         threads, slices = [], []
         n_out = ffi.new("uint64_t *")
+        regions = TorchRegions(facts["tags"], names, key_kinds)
         for thread, info in zip(facts["threads"], facts["infos"]):
             thread_slices = ffi.new("pt_slice[]", max(1, info.n_calls))
             check(lib.pt_thread_replay(ptr, thread.index, hidden, len(hidden), clock["tick0"],
                                        clock["ns0"], clock["ns_per_tick"], thread_slices,
                                        info.n_calls, n_out), ptr, "replay")
             threads.append(thread)
-            slices.append((thread_slices, drop_short(thread_slices, n_out[0],
+            thread_slices, n = regions.insert(thread_slices, n_out[0])
+            slices.append((thread_slices, drop_short(thread_slices, n,
                                                      session.min_duration_ns)))
         key_args = {}
         name_tagged_calls(facts["tags"], facts["annotation_args"], slices, names, key_kinds,
@@ -99,7 +130,8 @@ class Trace:
         trace = cls(names=names, key_kinds=key_kinds, key_args=key_args, threads=threads,
                     slices=slices, start_ns=facts["start_ns"], stop_ns=facts["stop_ns"],
                     pid=facts["pid"], python_version=facts["python"], backend=facts["backend"],
-                    clock=facts["clock_name"], params=facts["params"], marks=facts["marks"])
+                    clock=facts["clock_name"], params=facts["params"], marks=facts["marks"],
+                    realtime_anchor=facts["realtime_anchor"])
         trace._ptr = ptr                      # keeps the raw events alive with the trace
         return trace
 
@@ -131,8 +163,17 @@ class Trace:
         write_chrome_trace(self, path)
         return path
 
+    def export_perfetto(self, path, compress=True):
+        """Writes Perfetto's native TrackEvent protobuf (.pftrace): several times
+        smaller than JSON and lighter for ui.perfetto.dev, the format for big traces.
+        compress: deflate-compressed packets (about ten times smaller again). On
+        failure the trace is kept for a retry."""
+        from .perfetto import write_perfetto
+        write_perfetto(self, path, compress=compress)
+        return path
+
     def save(self, directory):
-        """Writes the trace as a directory (see docs/saved-trace-format.md):
+        """Writes the trace as a directory (see docs/FORMAT.md):
         meta.json, hashes.json, params.json and slices.bin. Load it back with
         pytrace_cffi.load(directory)."""
         from .saved import save
@@ -142,6 +183,50 @@ class Trace:
     def __repr__(self):
         return (f"<pytrace_cffi.Trace {len(self)} calls, {len(self.threads)} threads, "
                 f"{(self.stop_ns - self.start_ns) / 1e6:.3f} ms>")
+
+
+class TorchRegions:
+    """torch's record_function regions as slices of their own (category
+    user_annotation, named as torch.profiler names them): each tagged
+    record_function.__enter__ call gets a region slice around it, spanning to the
+    end of the matching __exit__ call and enclosing the calls made in between."""
+
+    def __init__(self, tags, names, key_kinds):
+        self.keys = None
+        if not any(t and t.get("kind") == REGION_ENTER for t in tags):
+            return
+        key_for_name = {}
+        keys = [0] * len(tags)
+        for tag, info in enumerate(tags):
+            if not info:
+                continue
+            if info.get("kind") == REGION_EXIT:
+                keys[tag] = lib.PT_REGION_EXIT
+            elif info.get("kind") == REGION_ENTER:
+                key = key_for_name.get(info["name"])
+                if key is None:
+                    key = key_for_name[info["name"]] = len(names)
+                    names.append(info["name"])
+                    key_kinds.append("annotation")
+                keys[tag] = key
+        self.keys = ffi.new("uint32_t[]", keys)
+        self.n_tags = len(keys)
+
+    def insert(self, slices, n):
+        """(slices, n) with the regions inserted: the same array when there are none."""
+        if self.keys is None or not n:
+            return slices, n
+        extra = lib.pt_insert_regions(slices, n, self.keys, self.n_tags, ffi.NULL, 0, ffi.NULL)
+        if not extra:
+            return slices, n
+        out = ffi.new("pt_slice[]", n + extra)
+        scratch = ffi.new("int64_t[]", n + 2 * extra)
+        written = lib.pt_insert_regions(slices, n, self.keys, self.n_tags, out, n + extra,
+                                        scratch)
+        if written != n + extra:
+            from .errors import TraceError
+            raise TraceError(f"torch regions: {written} slices written, {n + extra} expected")
+        return out, written
 
 
 def drop_short(slices, n, min_duration_ns):
@@ -207,6 +292,7 @@ def session_facts(session):
         "backend": "sys.monitoring" if USE_MONITORING else "PyEval_SetProfile",
         "clock_name": "tsc" if _clock.USE_TSC else "monotonic",
         "min_duration_ns": session.min_duration_ns,
+        "realtime_anchor": _clock.realtime_anchor(ptr),
     }
 
 
@@ -214,7 +300,8 @@ def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args)
     """Gives tagged calls keys of their own, so exporters need no per-call
     lookups: a module call becomes "nn.Module: Linear_0"; the call that ran an
     optimizer step (the parent of the tagged _optimizer_step_code call) becomes
-    "Optimizer.step#Adam.step"; a record_function region with args gets a key
+    "Optimizer.step#Adam.step" unless torch's own region of that name (see
+    TorchRegions) already is that parent; a record_function region with args gets a key
     carrying those args."""
     if len(tags) <= 1 and not annotation_args:
         return
@@ -251,7 +338,8 @@ def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args)
             s = thread_slices[i]
             if s.tag & lib.PT_TAG_ARGS_BIT:
                 index = s.tag & ~lib.PT_TAG_ARGS_BIT
-                if index < len(annotation_args):
+                # empty args need no key of their own (and would export as ",")
+                if index < len(annotation_args) and annotation_args[index]:
                     s.key = key_with_args(s.key, annotation_args[index])
                 continue
             if s.tag >= len(tags):
@@ -260,7 +348,13 @@ def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args)
             if info["kind"] == MODULE_CALL:
                 s.key = key_for(info)
             elif info["kind"] == OPTIMIZER_STEP and s.parent >= 0:
-                thread_slices[s.parent].key = key_for(info)
+                parent = thread_slices[s.parent]
+                # torch's wrapper calls _optimizer_step_code inside its own
+                # record_function region of that name: that region is the step,
+                # as in torch.profiler. Without it, the wrapper call is named.
+                if not (key_kinds[parent.key] == "annotation"
+                        and names[parent.key] == info["name"]):
+                    parent.key = key_for(info)
 
 
 def _thread_name(session, info):

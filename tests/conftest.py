@@ -30,7 +30,7 @@ def no_hook_left_behind():
     yield
     import pytrace_cffi
     left = _hooks_installed()
-    if pytrace_cffi.is_tracing():
+    if pytrace_cffi._has_session():       # is_tracing() is False once a hook is lost
         pytrace_cffi.stop()
         left.append("pytrace_cffi was still tracing")
     assert not left, "hooks left installed: " + "; ".join(left)
@@ -47,3 +47,23 @@ def run_python(tmp_path):
                                  f"stderr:\n{proc.stderr}")
         return proc
     return run
+
+
+@pytest.fixture(scope="session")
+def shared_dispatch_ext(tmp_path_factory):
+    """tests/ext/shared_dispatch.c compiled against the running interpreter and
+    imported (its directory goes on sys.path, so workloads can import it)."""
+    import shutil
+    import sysconfig
+    compiler = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
+    if compiler is None:
+        pytest.skip("no C compiler (gcc or cc) to build tests/ext/shared_dispatch.c")
+    out_dir = tmp_path_factory.mktemp("ext")
+    target = out_dir / ("shared_dispatch" + sysconfig.get_config_var("EXT_SUFFIX"))
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-Wall", "-Werror",
+                    "-I", sysconfig.get_paths()["include"],
+                    os.path.join(HERE, "ext", "shared_dispatch.c"), "-o", str(target)],
+                   check=True, capture_output=True, text=True)
+    sys.path.insert(0, str(out_dir))
+    import shared_dispatch
+    return shared_dispatch

@@ -83,8 +83,267 @@ def test_run_module_with_gzip_output(tmp_path):
 
 def test_bad_invocations_fail_clearly(tmp_path):
     proc = run_cli(tmp_path, "run", "-o", "x.json", "missing.py")
-    assert proc.returncode != 0 and "cannot find script" in proc.stderr
-    proc = run_cli(tmp_path, "run", "-o", "x.txt", "missing.py")
-    assert proc.returncode != 0
+    assert proc.returncode == 1 and "cannot find script 'missing.py'" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "x.json").exists()
+    # A bad OUT (a file where a saved-trace directory goes) is refused on its own,
+    # with an existing script, before the script runs: the script would leave a mark.
+    (tmp_path / "prog.py").write_text("open('ran', 'w').close()\n")
+    (tmp_path / "x.txt").write_text("keep me")
+    proc = run_cli(tmp_path, "run", "-o", "x.txt", "prog.py")
+    assert proc.returncode == 2 and "'x.txt': it is a file" in proc.stderr, proc.stderr
+    assert not (tmp_path / "ran").exists() and (tmp_path / "x.txt").read_text() == "keep me"
     proc = run_cli(tmp_path, "--help")
     assert proc.returncode == 0 and "run" in proc.stdout
+
+
+ARGV_PROGRAM = textwrap.dedent("""
+    import json, sys
+    print("ARGV " + json.dumps(sys.argv))
+""")
+
+
+@pytest.mark.parametrize("args, program_argv, out", [
+    # everything after -m MODULE or SCRIPT is the program's, as with python
+    (["-o", "a.json", "-m", "argmod", "-o", "y"], ["<argmod>", "-o", "y"], "a.json"),
+    (["-m", "argmod", "-m", "z"], ["<argmod>", "-m", "z"], "trace.json"),
+    (["-o", "g.json", "-margmod", "-q", "x"], ["<argmod>", "-q", "x"], "g.json"),
+    (["--output=e.json", "--no-c-calls", "-m", "argmod", "--nproc_per_node", "2", "x.py"],
+     ["<argmod>", "--nproc_per_node", "2", "x.py"], "e.json"),
+    (["-o", "s.json", "argscript.py", "--output", "x", "-m", "y"],
+     ["argscript.py", "--output", "x", "-m", "y"], "s.json"),
+    (["--out", "f.json", "--max-depth", "5", "argscript.py", "-h"], ["argscript.py", "-h"],
+     "f.json"),
+    (["-of.json", "--", "argscript.py", "--help"], ["argscript.py", "--help"], "f.json"),
+])
+def test_program_arguments_are_the_programs(tmp_path, args, program_argv, out):
+    (tmp_path / "argmod.py").write_text(ARGV_PROGRAM)
+    (tmp_path / "argscript.py").write_text(ARGV_PROGRAM)
+    proc = run_cli(tmp_path, "run", *args)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.split("ARGV ", 1)[1])
+    # python -m sets argv[0] to the module's file
+    expected = [str(tmp_path / "argmod.py") if a == "<argmod>" else a for a in program_argv]
+    assert seen == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["argmod.py", "argscript.py", out])
+    assert f"-> {out}" in proc.stderr
+
+
+def test_run_module_of_a_package_and_stdlib_modules(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("def setup():\n    return 1\n\nsetup()\n")
+    (pkg / "__main__.py").write_text(textwrap.dedent("""
+        import json, sys
+        print("ARGV " + json.dumps([sys.argv, __name__, __spec__.name, __package__,
+                                    __file__, sys.path[0]]))
+    """))
+    proc = run_cli(tmp_path, "run", "-o", "p.json", "-m", "pkg", "-m", "z")
+    assert proc.returncode == 0, proc.stderr
+    main_py = str(pkg / "__main__.py")
+    assert json.loads(proc.stdout.split("ARGV ", 1)[1]) == [
+        [main_py, "-m", "z"], "__main__", "pkg.__main__", "pkg", main_py, str(tmp_path)]
+    _, events = slices(tmp_path / "p.json")
+    names = [e["name"] for e in events]
+    # the package is imported inside the trace, as python -m imports it first
+    assert "pkg/__init__.py(1): setup" in names
+    proc = run_cli(tmp_path, "run", "-o", "t.json", "-m", "timeit", "-n", "1", "pass")
+    assert proc.returncode == 0 and proc.stdout.startswith("1 loop"), proc.stderr
+    proc = run_cli(tmp_path, "run", "-o", "n.json", "-m", "no_such_module")
+    assert proc.returncode == 1 and "No module named 'no_such_module'" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "n.json").exists()
+
+
+def test_run_module_pytest_with_its_options(tmp_path):
+    pytest.importorskip("pytest")
+    (tmp_path / "test_x.py").write_text("def test_one():\n    assert 1\n")
+    proc = run_cli(tmp_path, "run", "-o", "t.json", "--no-c-calls", "-m", "pytest", "-q",
+                   "-p", "no:cacheprovider", "test_x.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
+    _, events = slices(tmp_path / "t.json")
+    assert any(e["name"].endswith(": test_one") for e in events)
+
+
+LAUNCHER_WORDS = ("runpy", "builtins.exec", "pkgutil", "typing", "pytrace_cffi")
+
+
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_the_trace_starts_at_the_programs_first_line(tmp_path, how):
+    (tmp_path / "prog.py").write_text(SCRIPT)
+    target = ["prog.py", "ok"] if how == "script" else ["-m", "prog", "ok"]
+    proc = run_cli(tmp_path, "run", "-o", "out.json", *target)
+    assert proc.returncode == 0, proc.stderr
+    _, events = slices(tmp_path / "out.json")
+    main_tid = events[0]["tid"]
+    roots = [e["name"] for e in events
+             if e["tid"] == main_tid and e["args"]["Python parent id"] is None]
+    # the program's module-level code is the outermost call, and the only one
+    # (its first line is 1, or on 3.9 the first line with code)
+    module_code = f"prog.py({2 if sys.version_info < (3, 10) else 1}): <module>"
+    assert events[0]["name"] == module_code
+    assert roots == [module_code]
+    assert not [e["name"] for e in events if any(w in e["name"] for w in LAUNCHER_WORDS)]
+    names = [e["name"] for e in events]
+    assert names.count("prog.py(4): child") == 2 and names.count("prog.py(7): main") == 1
+
+
+def test_the_programs_own_runpy_calls_stay_in_the_trace(tmp_path):
+    # runpy's code is hidden only where it launched the program (frames running
+    # when tracing started), not where the program calls it itself.
+    (tmp_path / "other.py").write_text("def hello():\n    return 1\n\nhello()\n")
+    (tmp_path / "prog.py").write_text("import runpy\nrunpy.run_path('other.py')\n")
+    proc = run_cli(tmp_path, "run", "-o", "out.json", "-m", "prog")
+    assert proc.returncode == 0, proc.stderr
+    _, events = slices(tmp_path / "out.json")
+    by_id = {e["args"]["Python id"]: e for e in events}
+    [hello] = [e for e in events if e["name"] == "other.py(1): hello"]
+    chain = []
+    while hello["args"]["Python parent id"] is not None:
+        hello = by_id[hello["args"]["Python parent id"]]
+        chain.append(hello["name"].rsplit(": ", 1)[-1])
+    assert chain == ["<module>", "builtins.exec", "_run_code", "_run_module_code", "run_path",
+                     "<module>"]
+    assert events[0]["name"] == "prog.py(1): <module>"
+
+
+BAD_SCRIPT = textwrap.dedent("""
+    import sys
+
+    def inner(n):
+        return {}[n]
+
+    def outer():
+        try:
+            inner("key")
+        except KeyError as exc:
+            raise ValueError("outer failed") from exc
+
+    if __name__ == "__main__":
+        print("main", __name__, __file__, sys.argv)
+        outer()
+""")
+
+
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_tracebacks_look_as_under_plain_python(tmp_path, how):
+    (tmp_path / "bad.py").write_text(BAD_SCRIPT)
+    target = ["bad.py", "x"] if how == "script" else ["-m", "bad", "x"]
+    plain = subprocess.run([sys.executable, *target], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120)
+    traced = run_cli(tmp_path, "run", "-o", "out.json", *target)
+    assert traced.returncode == plain.returncode == 1
+    assert traced.stdout == plain.stdout
+    ours = [line for line in traced.stderr.splitlines() if not line.startswith("pytrace_cffi:")]
+    theirs = plain.stderr.splitlines()
+    if how == "module":      # python -m shows its own runpy frames; we show none of ours
+        theirs = without_runpy_frames(theirs)
+    assert ours == theirs
+    assert "pytrace_cffi" not in "\n".join(ours)
+    assert f'File "{tmp_path / "bad.py"}", line 15, in <module>' in traced.stderr
+
+
+def without_runpy_frames(lines):
+    """A traceback's lines less runpy's frames (a File line and its source lines)."""
+    kept, in_runpy = [], False
+    for line in lines:
+        if line.startswith("  File "):
+            in_runpy = "runpy" in line
+        elif not line.startswith("    "):
+            in_runpy = False
+        if not in_runpy:
+            kept.append(line)
+    return kept
+
+
+def test_a_syntax_error_looks_as_under_plain_python(tmp_path):
+    (tmp_path / "broken.py").write_text("x = 1\ndef f(:\n    pass\n")
+    plain = subprocess.run([sys.executable, "broken.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120)
+    traced = run_cli(tmp_path, "run", "-o", "out.json", "broken.py")
+    assert traced.returncode == plain.returncode == 1
+    assert traced.stderr == plain.stderr and "SyntaxError" in traced.stderr
+    assert not (tmp_path / "out.json").exists()
+
+
+MAIN_SEMANTICS = textwrap.dedent("""
+    import multiprocessing, pickle, sys
+
+    class Point:
+        def __init__(self, x):
+            self.x = x
+
+    def square(p):
+        return p.x * p.x
+
+    if __name__ == "__main__":
+        main = sys.modules["__main__"]
+        assert main.Point is Point and main.square is square
+        assert pickle.loads(pickle.dumps(Point(3))).x == 3
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            print("squares", pool.map(square, [Point(2), Point(5)]))
+        print("spec", __spec__ and __spec__.name, "file", __file__)
+""")
+
+
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_main_module_semantics_and_spawn_pickling(tmp_path, how):
+    (tmp_path / "mp.py").write_text(MAIN_SEMANTICS)
+    target = ["mp.py"] if how == "script" else ["-m", "mp"]
+    proc = run_cli(tmp_path, "run", "-o", "out.json", "--no-c-calls", *target)
+    assert proc.returncode == 0, proc.stderr
+    assert "squares [4, 25]" in proc.stdout
+    spec = "mp" if how == "module" else "None"
+    assert f"spec {spec} file {tmp_path / 'mp.py'}" in proc.stdout
+
+
+def test_demo_docstring_gives_the_readme_command():
+    import os
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        readme_command = re.search(r"```bash\n(.*?)\s+#", f.read()).group(1)
+    assert readme_command.startswith("pip install . && cd examples && python -m pytrace_cffi")
+    with open(os.path.join(root, "examples", "demo.py"), encoding="utf-8") as f:
+        docstring = f.read().split('"""')[1]
+    assert readme_command in [line.strip() for line in docstring.splitlines()]
+
+
+def launcher(then):
+    return then()
+
+
+def test_launcher_code_is_left_out_only_where_it_was_running_at_start(tmp_path):
+    # What `run` relies on, in memory and through a spilled trace (hide value 3):
+    # the launcher's frame below the traced code goes, its later calls stay.
+    import pytrace_cffi
+    from pytrace_cffi.trace import hide_launcher_frames
+
+    def work():
+        return launcher(lambda: len("x"))
+
+    def traced(**options):
+        pytrace_cffi.start(**options)
+        work()
+        return pytrace_cffi.stop()
+
+    hide_launcher_frames([launcher.__code__])
+    try:
+        in_memory = launcher(traced)
+        spilled = launcher(lambda: traced(max_events=64, output=tmp_path / "spill"))
+    finally:
+        hide_launcher_frames([])
+    for trace in (in_memory, pytrace_cffi.load(tmp_path / "spill")):
+        calls = list(trace)
+        by_id = {c.id: c for c in calls}
+        shown = [c for c in calls if c.name.endswith(": launcher")]
+        assert len(shown) == 1
+        assert by_id[shown[0].parent].name.endswith(": work")
+        [call] = [c for c in calls if c.name.endswith(": traced")]
+        ancestors = []
+        while call.parent is not None:
+            call = by_id[call.parent]
+            ancestors.append(call.name.rsplit(": ", 1)[-1])
+        assert "launcher" not in ancestors
+        assert "test_launcher_code_is_left_out_only_where_it_was_running_at_start" in ancestors
+    assert isinstance(spilled, pytrace_cffi.SpilledTrace)

@@ -164,7 +164,8 @@ def test_export_needs_an_output_and_a_readable_source(tmp_path, saved):
 
 
 @pytest.mark.parametrize("command, words", [
-    ("run", [".json.gz", ".html", "directory", "exit code"]),
+    ("run", [".json.gz", ".html", "directory", "exit code", "(SCRIPT | -m MODULE) [ARGS ...]",
+             "everything after them is the program's", "exit code 2"]),
     ("summary", ["--sort", "--limit", "--per-thread", "self time", "recursive"]),
     ("export", ["DIR_OR_JSON", ".html", "directory"]),
 ])

@@ -90,13 +90,24 @@ def test_filters_on_the_command_line(tmp_path):
     assert not functions(tmp_path / "ex.json")
     proc = run_cli(tmp_path, "--include", "*/prog.py", "--no-c-calls", "-o", "in.json",
                    "prog.py", "plain")
+    assert proc.returncode == 0, proc.stderr
     assert functions(tmp_path / "in.json") >= {"main", "phase_a", "phase_b", "phase_c", "nap"}
     assert all(n.startswith("prog.py(") for n in names(tmp_path / "in.json"))
+    # Depth counts from the program's module-level code (1) and main (2): exactly
+    # those two, not an empty trace (the launcher's frames used to fill the budget).
     proc = run_cli(tmp_path, "--max-depth", "2", "-o", "depth.json", "prog.py", "plain")
-    depth_names = names(tmp_path / "depth.json")
-    assert not [n for n in depth_names if n.endswith(": phase_a")]
+    assert proc.returncode == 0, proc.stderr
+    module_line = 2 if sys.version_info < (3, 10) else 1     # 3.9: its first line of code
+    assert sorted(names(tmp_path / "depth.json")) == sorted([
+        f"prog.py({module_line}): <module>", "prog.py(16): main"])
+    proc = run_cli(tmp_path, "--max-depth", "3", "-o", "depth3.json", "prog.py", "plain")
+    assert proc.returncode == 0, proc.stderr
+    assert functions(tmp_path / "depth3.json") == {"<module>", "main", "phase_a", "phase_b",
+                                                   "phase_c", "nap"}
+    assert not [n for n in names(tmp_path / "depth3.json") if n in ("builtins.sum", "time.sleep")]
     # phase_a takes ~0.1 ms, nap 50 ms: a wide margin on a loaded machine
     proc = run_cli(tmp_path, "--min-duration", "20000", "-o", "long.json", "prog.py", "plain")
+    assert proc.returncode == 0, proc.stderr
     long_names = names(tmp_path / "long.json")
     assert any(n.endswith(": nap") for n in long_names)
     assert not [n for n in long_names if n.endswith(": phase_a")]

@@ -13,7 +13,11 @@ from pytrace_cffi.reference import ReferenceTracer
 from helpers import assert_nested, diff, in_files, strip_outside_parents, trace_counts
 
 WORKLOADS = ["recursion", "builtins_calls", "builtins_nested", "reused_addresses", "generators", "exceptions", "objects",
-             "asyncio_tasks", "threads"]
+             "asyncio_tasks", "threads", "shared_dispatch_calls", "bound_builtins",
+             "shared_dispatch_methods"]
+# workloads that import tests/ext/shared_dispatch.c, built by this fixture first
+NEEDS_EXTENSION = {"shared_dispatch_calls": "shared_dispatch_ext",
+                   "shared_dispatch_methods": "shared_dispatch_ext"}
 
 
 def _files(module):
@@ -21,7 +25,9 @@ def _files(module):
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
-def test_calls_match_oracle(name):
+def test_calls_match_oracle(name, request):
+    if name in NEEDS_EXTENSION:
+        request.getfixturevalue(NEEDS_EXTENSION[name])
     module = importlib.import_module(f"workloads.{name}")
     keep = in_files(_files(module))
     module.run()                                  # warm caches alike for both runs
@@ -58,3 +64,29 @@ def test_no_c_calls_option_keeps_python_calls_only():
     for (name, _, _), n in trace_counts(traced.trace, keep).items():
         ours[name] += n
     assert ours == expected
+
+
+def test_bound_builtin_unwrapping_matches_this_interpreter():
+    """The sys.monitoring backend looks inside bound methods of built-ins exactly
+    where this interpreter's sys.setprofile does (decided from the version at
+    tracer creation): checked against sys.setprofile itself."""
+    import types
+    from pytrace_cffi._tracer import USE_MONITORING, profile_unwraps_bound_builtins
+    reported = []
+
+    def hook(frame, event, arg):
+        if event == "c_call" and arg is len:
+            reported.append(arg)
+    method = types.MethodType(len, [1, 2])
+    sys.setprofile(hook)
+    try:
+        method()
+    finally:
+        sys.setprofile(None)
+    if USE_MONITORING:
+        assert bool(reported) == profile_unwraps_bound_builtins()
+    assert profile_unwraps_bound_builtins((3, 12, 4, "final", 0)) is False
+    assert profile_unwraps_bound_builtins((3, 12, 5, "final", 0)) is True
+    assert profile_unwraps_bound_builtins((3, 13, 0, "beta", 4)) is False
+    assert profile_unwraps_bound_builtins((3, 13, 0, "candidate", 1)) is True
+    assert profile_unwraps_bound_builtins((3, 14, 0, "final", 0)) is False

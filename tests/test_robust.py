@@ -120,14 +120,22 @@ def test_exit_while_tracing_with_threads_is_clean(run_python):
     proc = run_python(dedent("""
         import threading, time, pytrace_cffi
 
+        # The threads are traced and alive at exit, but blocked rather than spinning:
+        # CPython 3.10 itself can crash a daemon thread that takes the GIL while the
+        # interpreter is being finalized (seen here without any tracer).
+        started = threading.Barrier(4)
+        never = threading.Event()
+
         def spin():
-            end = time.monotonic() + 0.3
-            while time.monotonic() < end:
+            for _ in range(1000):
                 len("x")
+            started.wait()
+            never.wait()
 
         pytrace_cffi.start()
         for _ in range(3):
             threading.Thread(target=spin, daemon=True).start()
+        started.wait()
         print("bye")
     """))
     assert proc.returncode == 0 and proc.stdout.strip() == "bye"

@@ -2,6 +2,8 @@
 import sys
 import threading
 
+import pytest
+
 import pytrace_cffi
 
 from helpers import assert_nested
@@ -122,11 +124,17 @@ def test_frames_active_at_start_are_seeded_and_closed():
     assert_nested(trace)
 
 
-def test_seeding_is_capped_at_128_frames():
+@pytest.mark.parametrize("how", ["start", "trace"])
+def test_seeding_is_capped_at_128_frames(how):
+    context = pytrace_cffi.trace()
+
     def dive(depth):
         if depth:
             return dive(depth - 1)
-        pytrace_cffi.start()
+        if how == "start":
+            pytrace_cffi.start()
+        else:
+            context.__enter__()     # one frame of ours more than start()
         return None
 
     old = sys.getrecursionlimit()
@@ -135,18 +143,58 @@ def test_seeding_is_capped_at_128_frames():
         dive(200)
     finally:
         sys.setrecursionlimit(old)
-    trace = pytrace_cffi.stop()
+    if how == "start":
+        trace = pytrace_cffi.stop()
+    else:
+        context.__exit__(None, None, None)
+        trace = context.trace
     here = threading.get_native_id()
     seeded = [c for c in trace if c.thread == here and c.start_ns == trace.start_ns]
-    # The 128 innermost frames at start are seeded. Two of them are start()'s own
-    # (pytrace_cffi.start and Session.start), which the trace leaves out: 126 of
-    # the 201 dive frames remain, each the parent of the next; the outer dive
-    # frames and this test's frame are absent.
-    assert [c.name.rpartition(": ")[2] for c in seeded] == ["dive"] * 126
+    # The 128 innermost frames of the program at start are seeded: start()'s own
+    # (pytrace_cffi.start, Session.start), which traces leave out, are not
+    # seeded and do not count. 128 of the 201 dive frames, each the parent of
+    # the next; the outer dive frames and this test's frame are absent.
+    assert [c.name.rpartition(": ")[2] for c in seeded] == ["dive"] * 128
     assert seeded[0].parent is None
     assert [c.parent for c in seeded[1:]] == [c.id for c in seeded[:-1]]
-    assert len(named(trace, ": dive")) == 126
+    assert len(named(trace, ": dive")) == 128
     assert named(trace, ": test_seeding_is_capped_at_128_frames") == []
+    assert_nested(trace)
+
+
+def test_frames_start_does_not_seed_still_leave_the_max_depth_count():
+    """start()'s own frames are not seeded but return while tracing: under
+    max_depth they leave the depth count as they entered it, so the calls made
+    while the seeded frames unwind are recorded exactly down to max_depth."""
+    def leaf():
+        pass
+
+    def dive(depth):
+        if depth:
+            dive(depth - 1)
+            leaf()
+            return
+        pytrace_cffi.start(max_depth=4)
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 1000))
+    try:
+        dive(150)
+    finally:
+        sys.setrecursionlimit(old)
+    trace = pytrace_cffi.stop()
+    by_id = {c.id: c for c in trace}
+    # The 128 innermost dive frames (depth 127 down to 0) are seeded; the
+    # outermost 4 are recorded, 124 suppressed. On the way out, the leaf calls of
+    # the recorded dive(125..127) are recorded under them (4 deep at most); those
+    # of dive(128..150), no longer under a recorded call, as roots.
+    dives = named(trace, ": dive")
+    assert len(dives) == 4 and all(c.start_ns == trace.start_ns for c in dives)
+    leaves = named(trace, ": leaf")
+    under = [c for c in leaves if c.parent is not None]
+    assert len(under) == 3 and {by_id[c.parent].name for c in under} == {dives[0].name}
+    assert [c.parent for c in under] == [dives[2].id, dives[1].id, dives[0].id]
+    assert len(leaves) - len(under) == 150 - 127
     assert_nested(trace)
 
 

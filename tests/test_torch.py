@@ -295,3 +295,43 @@ def test_stand_in_expectations_are_torch_profilers_own(tmp_path):
     ours = our_slices(run, tmp_path / "ours.json")
     assert in_order(ours, "nn.Module: ") == EXPECTED_MODULE_CALLS * STEPS
     assert in_order(ours, "Optimizer.step#") == expected_steps * STEPS
+
+
+def annotations_with_enclosing(events):
+    """(name, innermost enclosing user_annotation or None) of each user_annotation
+    event, in time order: nesting as torch.profiler's Chrome trace shows it."""
+    annotations = sorted((e for e in events if e.get("cat") == "user_annotation"),
+                         key=lambda e: e["ts"])
+    result = []
+    for a in annotations:
+        around = [b for b in annotations if b is not a and b["tid"] == a["tid"]
+                  and b["ts"] <= a["ts"] and a["ts"] + a["dur"] <= b["ts"] + b["dur"]]
+        inner = max(around, key=lambda b: b["ts"]) if around else None
+        result.append((a["name"], inner["name"] if inner else None))
+    return result
+
+
+def test_torch_regions_equal_torch_profilers_user_annotations(tmp_path):
+    # torch's own record_function regions (DataLoader, zero_grad, optimizer step, and
+    # the user's torch.profiler.record_function block and decorator): the names and
+    # nesting torch.profiler writes, which test_torch_stand_in.py expects too
+    from test_torch_stand_in import EXPECTED_REGIONS, regions_with_enclosing
+    workload = load_stand_in_workload()
+    model, optimizers, x = workload.make()
+
+    def run():
+        workload.train_with_regions(model, optimizers, x)
+
+    run()
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        run()
+    p.export_chrome_trace(str(tmp_path / "torch.json"))
+    torch_events = json.loads((tmp_path / "torch.json").read_text())["traceEvents"]
+    assert annotations_with_enclosing(torch_events) == EXPECTED_REGIONS
+    with pytrace_cffi.trace() as t:
+        run()
+    calls = [c._asdict() for c in t.trace]
+    assert regions_with_enclosing(calls) == EXPECTED_REGIONS
+    t.trace.export_chrome_trace(str(tmp_path / "ours.json"))
+    ours = json.loads((tmp_path / "ours.json").read_text())["traceEvents"]
+    assert annotations_with_enclosing(ours) == EXPECTED_REGIONS

@@ -62,6 +62,28 @@ with pytrace_cffi.trace(record_params=True) as t:
 trace = t.trace
 """
 
+# torch's own record_function regions of workload.train_with_regions(), in time
+# order, each with its innermost enclosing region (None: none): the DataLoader's
+# __next__ (one more ends the loop), the user's "train_step" block and "loss"
+# decorator, and the optimizers' zero_grad and step regions.
+_ONE_STEP_REGIONS = [
+    ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", None),
+    ("train_step", None),
+    ("Optimizer.zero_grad#SGD.zero_grad", "train_step"),
+    ("Optimizer.zero_grad#Adam.zero_grad", "train_step"),
+    ("loss", "train_step"),
+    ("Optimizer.step#SGD.step", "train_step"),
+    ("Optimizer.step#Adam.step", "train_step"),
+]
+EXPECTED_REGIONS = _ONE_STEP_REGIONS * STEPS + _ONE_STEP_REGIONS[:1]
+
+REGIONS_RUN = """
+workload.train_with_regions(model, optimizers, x)
+with pytrace_cffi.trace({options}) as t:
+    workload.train_with_regions(model, optimizers, x)
+trace = t.trace
+"""
+
 # torch imported after tracing started: its code objects are classified when first
 # seen, which is after the import.
 STARTED_BEFORE_IMPORT = "pytrace_cffi.start(record_params=True)\n"
@@ -161,10 +183,14 @@ def test_optimizer_steps_are_named_and_span_the_step(traced):
             hook = [c for c in calls if c["parent"] == step["id"]
                     and c["name"].endswith(": _optimizer_step_code")]
             assert len(hook) == 1
-    # the step's own function name is gone: every wrapper call carries the step name
-    assert not [c for c in calls if c["name"].endswith(": wrapper")]
-    assert sorted(e["name"] for e in events if e["name"].startswith("Optimizer.step#")) == \
-        sorted(c["name"] for c in steps)
+    # the step is torch's own record_function region of that name (a user_annotation,
+    # as torch.profiler writes it), opened in the wrapper call, which keeps its name
+    for step in steps:
+        assert step["kind"] == "annotation"
+        assert by_id[step["parent"]]["name"].endswith(": wrapper")
+    assert sorted((e["name"], e["cat"]) for e in events
+                  if e["name"].startswith("Optimizer.step#")) == \
+        sorted((c["name"], "user_annotation") for c in steps)
 
 
 def test_record_params_keeps_module_and_optimizer_metadata(traced):
@@ -225,3 +251,72 @@ def test_without_modules_option_the_calls_keep_their_function_names(tmp_path):
     assert len([n for n in names if n.endswith(": _wrapped_call_impl")]) == \
         len(EXPECTED_MODULE_CALLS) * STEPS
     assert len([n for n in names if n.endswith(": wrapper")]) == 2 * STEPS
+
+
+def regions_with_enclosing(calls):
+    """(name, innermost enclosing region or None) of each region, in time order."""
+    by_id = {c["id"]: c for c in calls}
+    regions = sorted((c for c in calls if c["kind"] == "annotation"),
+                     key=lambda c: c["start_ns"])
+    return [(r["name"], next((a["name"] for a in ancestors(r, by_id)
+                              if a["kind"] == "annotation"), None)) for r in regions]
+
+
+@pytest.fixture(scope="module")
+def regions_traced(tmp_path_factory):
+    return run_workload(tmp_path_factory.mktemp("regions"), run=REGIONS_RUN.format(options=""))
+
+
+def test_torch_regions_are_named_and_nested_as_torch_profiler(regions_traced):
+    calls, events, _ = regions_traced
+    assert regions_with_enclosing(calls) == EXPECTED_REGIONS
+    # exported as torch.profiler writes them: complete events in user_annotation
+    exported = [e["name"] for e in sorted(events, key=lambda e: e["ts"])
+                if e["cat"] == "user_annotation"]
+    assert exported == [name for name, _ in EXPECTED_REGIONS]
+
+
+def test_torch_region_spans_its_with_block(regions_traced):
+    calls, _, _ = regions_traced
+    by_id = {c["id"]: c for c in calls}
+    regions = [c for c in calls if c["kind"] == "annotation"]
+    for region in regions:
+        children = sorted((c for c in calls if c["parent"] == region["id"]),
+                          key=lambda c: c["start_ns"])
+        # from record_function.__enter__ to __exit__, the block's calls in between
+        assert children[0]["name"].endswith("autograd/profiler.py(13): __enter__")
+        assert children[-1]["name"].endswith("autograd/profiler.py(16): __exit__")
+        assert region["start_ns"] == children[0]["start_ns"]
+        assert region["end_ns"] == children[-1]["end_ns"]
+        parent = by_id[region["parent"]]
+        assert parent["start_ns"] <= region["start_ns"] <= region["end_ns"] <= parent["end_ns"]
+    step = next(r for r in regions if r["name"] == "train_step")
+    assert by_id[step["parent"]]["name"].endswith(": train_with_regions")
+    step_children = [c["name"] for c in calls if c["parent"] == step["id"]]
+    assert sum(n.endswith(": zero_grad") for n in step_children) == 2
+    assert sum(n.endswith(": wrapper") for n in step_children) == 2
+    loss = next(r for r in regions if r["name"] == "loss")
+    assert by_id[loss["parent"]]["name"].endswith(": inner")      # ContextDecorator's
+    # the model runs inside the loss region
+    model_calls = [c for c in calls if c["name"] == "nn.Module: Sequential_0"]
+    assert loss in list(ancestors(model_calls[0], by_id))
+    loader = next(r for r in regions if r["name"].startswith("enumerate(DataLoader)#"))
+    assert by_id[loader["parent"]]["name"].endswith("dataloader.py(27): __next__")
+
+
+def test_torch_regions_survive_spilling_and_loading(tmp_path):
+    spilled = tmp_path / "spilled"
+    run = REGIONS_RUN.format(options=f"max_events=64, output={str(spilled)!r}") + \
+        "trace = trace.load()\n"
+    calls, _, _ = run_workload(tmp_path, run=run)
+    assert regions_with_enclosing(calls) == EXPECTED_REGIONS
+    saved = tmp_path / "saved"
+    run = REGIONS_RUN.format(options="") + \
+        f"trace.save({str(saved)!r})\ntrace = pytrace_cffi.load({str(saved)!r})\n"
+    calls, _, _ = run_workload(tmp_path, run=run)
+    assert regions_with_enclosing(calls) == EXPECTED_REGIONS
+
+
+def test_without_modules_option_torch_regions_are_left_alone(tmp_path):
+    calls, _, _ = run_workload(tmp_path, run=REGIONS_RUN.format(options="with_modules=False"))
+    assert not [c for c in calls if c["kind"] == "annotation"]

@@ -48,3 +48,20 @@ def train(model, optimizers, x, steps=STEPS):
         model(x).sum().backward()
         for optimizer in optimizers:
             optimizer.step()
+
+
+
+@torch.profiler.record_function("loss")
+def loss_of(model, x):
+    return model(x).sum()
+
+
+def train_with_regions(model, optimizers, x, steps=STEPS):
+    loader = torch.utils.data.DataLoader([x] * steps, batch_size=None)
+    for batch in loader:
+        with torch.profiler.record_function("train_step"):
+            for optimizer in optimizers:
+                optimizer.zero_grad()
+            loss_of(model, batch).backward()
+            for optimizer in optimizers:
+                optimizer.step()

@@ -26,4 +26,4 @@ def set_grad_enabled(mode):
     _grad_enabled = bool(mode)
 
 
-from . import autograd, nn, optim  # noqa: E402,F401
+from . import autograd, nn, optim, profiler, utils  # noqa: E402,F401

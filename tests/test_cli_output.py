@@ -1,0 +1,142 @@
+"""Where a trace goes when its output cannot be written: refused before the program
+runs (exit code 2), or saved elsewhere when writing fails at the end; API errors
+name the path given, never the temporary file written first.
+
+Tests run as root here, where a chmod-ed directory stays writable: the failures are
+provoked with paths under a regular file, missing directories and /proc."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import pytrace_cffi
+
+PROGRAM = textwrap.dedent("""
+    import shutil, sys
+
+    def work():
+        return sorted(str(i) for i in range(50))
+
+    open("ran", "w").close()                # shows the program ran
+    work()
+    if len(sys.argv) > 1:
+        shutil.rmtree(sys.argv[1])          # the output's directory goes away,
+        open(sys.argv[1], "w").close()      # a file in its place (save() would remake it)
+""")
+
+
+def run_cli(cwd, *args, env=None):
+    return subprocess.run([sys.executable, "-m", "pytrace_cffi", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=120,
+                          env=None if env is None else {**os.environ, **env})
+
+
+@pytest.fixture
+def prog(tmp_path):
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    (tmp_path / "afile").write_text("a regular file")
+    return tmp_path
+
+
+@pytest.mark.parametrize("out, reason", [
+    ("afile/out.json", "is not a directory"),
+    ("afile/out.html", "is not a directory"),
+    ("nodir/out.json.gz", "does not exist"),
+    ("afile/sub/saved", "is not a directory"),        # a saved-trace directory
+    ("afile", "it is a file"),
+    ("existing_dir.json", "it is a directory"),
+    ("/proc/pytrace_cffi_out.json", ""),
+    ("/proc/pytrace_cffi_saved", ""),
+])
+def test_unwritable_output_is_refused_before_the_program_runs(prog, out, reason):
+    if out.startswith("/proc") and not os.path.isdir("/proc/self"):
+        pytest.skip("needs Linux /proc")
+    (prog / "existing_dir.json").mkdir()
+    proc = run_cli(prog, "run", "-o", out, "prog.py")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"pytrace_cffi: cannot write trace to {out!r}: ")
+    assert reason in lines[0]
+    assert ".tmp" not in proc.stderr
+    assert not (prog / "ran").exists()
+
+
+@pytest.mark.parametrize("out", ["gone/out.json", "gone/out.html", "gone/saved"])
+def test_a_write_failing_at_the_end_saves_the_trace_elsewhere(prog, out):
+    (prog / "gone").mkdir()
+    fallback_dir = prog / "tmp"
+    fallback_dir.mkdir()
+    proc = run_cli(prog, "run", "-o", out, "prog.py", "gone", env={"TMPDIR": str(fallback_dir)})
+    assert proc.returncode == 0, proc.stderr
+    assert (prog / "ran").exists() and (prog / "gone").is_file()
+    assert "Traceback" not in proc.stderr and ".tmp" not in proc.stderr.replace(
+        str(fallback_dir), "")
+    [saved] = list(fallback_dir.iterdir())
+    assert saved.name.startswith("pytrace_cffi-") and saved.name.endswith(os.path.basename(out))
+    said = [line for line in proc.stderr.splitlines() if "cannot write" in line]
+    assert said == [f"pytrace_cffi: cannot write trace to {out!r}: Not a directory; "
+                    f"saved it to {str(saved)!r} instead"]
+    assert f"-> {saved}" in proc.stderr
+    if out.endswith(".json"):
+        names = [e["name"] for e in json.loads(saved.read_text())["traceEvents"]]
+    elif out.endswith(".html"):
+        names = [saved.read_text()]
+    else:
+        names = [call.name for call in pytrace_cffi.load(saved)]
+    assert any("prog.py(4): work" in name for name in names)
+
+
+def small_trace():
+    with pytrace_cffi.trace() as t:
+        sorted(str(i) for i in range(10))
+    return t.trace
+
+
+@pytest.mark.parametrize("write", [
+    lambda trace, path: trace.export_chrome_trace(path),
+    lambda trace, path: trace.export_chrome_trace(str(path) + ".gz"),
+    lambda trace, path: __import__("pytrace_cffi.html").html.write_html(trace, path),
+], ids=["json", "json.gz", "html"])
+def test_api_errors_name_the_path_given_not_the_temporary_file(tmp_path, write):
+    trace = small_trace()
+    (tmp_path / "afile").write_text("x")
+    target = tmp_path / "afile" / "out.json"
+    with pytest.raises(NotADirectoryError) as info:
+        write(trace, target)
+    assert str(target) in str(info.value) and ".tmp" not in str(info.value)
+    assert info.value.filename.startswith(str(target))
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    # the rename onto an existing directory fails about that directory too
+    (tmp_path / "adir.json").mkdir()
+    with pytest.raises(IsADirectoryError) as info:
+        trace.export_chrome_trace(tmp_path / "adir.json")
+    assert info.value.filename == str(tmp_path / "adir.json")
+    assert ".tmp" not in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir.json", "afile"]
+    # the trace is untouched: a retry elsewhere works
+    trace.export_chrome_trace(tmp_path / "ok.json")
+    assert json.loads((tmp_path / "ok.json").read_text())["traceEvents"]
+
+
+def test_save_errors_name_the_path_given(tmp_path):
+    trace = small_trace()
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "meta.json").mkdir()        # the last file save() writes
+    with pytest.raises(IsADirectoryError) as info:
+        trace.save(tmp_path / "saved")
+    assert info.value.filename == str(tmp_path / "saved" / "meta.json")
+    assert ".tmp" not in str(info.value)
+
+
+def test_export_to_an_unwritable_output_fails_in_one_line(prog):
+    proc = run_cli(prog, "run", "-o", "saved", "prog.py")
+    assert proc.returncode == 0, proc.stderr
+    for out in ("afile/x.json", "afile"):
+        proc = run_cli(prog, "export", "saved", "-o", out)
+        assert proc.returncode == 2
+        assert proc.stderr.startswith(f"pytrace_cffi: cannot write trace to {out!r}: ")
+        assert len(proc.stderr.splitlines()) == 1 and ".tmp" not in proc.stderr

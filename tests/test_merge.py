@@ -1,0 +1,285 @@
+"""The realtime anchor every trace keeps, and merge_torch / `merge` putting a
+trace on torch.profiler's timeline: on every interpreter with synthetic torch
+traces; on the real torch (3.11) with a small CNN."""
+import json
+import os
+import threading
+import time
+
+import pytest
+
+import pytrace_cffi
+from pytrace_cffi.__main__ import main
+from pytrace_cffi._clock import monotonic_to_realtime
+
+
+def work():
+    total = 0
+    for i in range(200):
+        total += len(str(i))
+    return total
+
+
+@pytest.fixture
+def traced():
+    with pytrace_cffi.trace() as t:
+        work()
+        time.sleep(0.002)
+        work()
+    return t.trace
+
+
+# -- the anchor ---------------------------------------------------------------
+
+def test_every_trace_pairs_monotonic_and_realtime_clocks_at_start_and_stop(traced):
+    anchor = traced.realtime_anchor
+    assert set(anchor) == {"start", "stop"}
+    start, stop = anchor["start"], anchor["stop"]
+    # read around the trace's own start and stop
+    assert start["monotonic_ns"] <= traced.start_ns
+    assert traced.stop_ns <= stop["monotonic_ns"] < traced.stop_ns + 10_000_000
+    assert stop["monotonic_ns"] - start["monotonic_ns"] >= 2_000_000
+    # the same pairing time.time_ns()/time.monotonic_ns() give (loosely: those two
+    # reads are not one moment), and a tight spread
+    offset = time.time_ns() - time.monotonic_ns()
+    for moment in (start, stop):
+        assert abs(moment["realtime_ns"] - moment["monotonic_ns"] - offset) < 5_000_000
+        assert 0 <= moment["spread_ns"] < 5_000_000
+
+
+def test_the_anchor_is_kept_by_json_saved_and_spilled_traces(traced, tmp_path):
+    from pytrace_cffi.summary import read_trace
+    anchor = traced.realtime_anchor
+    traced.export_chrome_trace(str(tmp_path / "t.json"))
+    other = json.loads((tmp_path / "t.json").read_text())["otherData"]
+    assert other["realtime_anchor"] == anchor
+    assert read_trace(str(tmp_path / "t.json")).realtime_anchor == anchor
+    traced.save(str(tmp_path / "saved"))
+    meta = json.loads((tmp_path / "saved" / "meta.json").read_text())
+    assert meta["realtime_anchor"] == anchor
+    assert pytrace_cffi.load(str(tmp_path / "saved")).realtime_anchor == anchor
+    spilled = pytrace_cffi.trace(max_events=16, output=str(tmp_path / "spill"))
+    with spilled:
+        work()
+    loaded = spilled.trace.load()
+    assert loaded.realtime_anchor["start"]["monotonic_ns"] <= loaded.start_ns
+    assert loaded.realtime_anchor["stop"]["monotonic_ns"] >= loaded.stop_ns
+
+
+def test_files_without_an_anchor_still_load_and_bad_ones_are_refused(traced, tmp_path):
+    from pytrace_cffi.summary import read_trace
+    traced.save(str(tmp_path / "saved"))
+    meta_path = tmp_path / "saved" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["realtime_anchor"]                         # written before anchors existed
+    meta_path.write_text(json.dumps(meta))
+    assert pytrace_cffi.load(str(tmp_path / "saved")).realtime_anchor is None
+    for bad in ({"start": {}}, {"start": None, "stop": None}, [1, 2],
+                {"start": {"monotonic_ns": 1, "realtime_ns": 2, "spread_ns": -1},
+                 "stop": {"monotonic_ns": 1, "realtime_ns": 2, "spread_ns": 0}},
+                {"start": {"monotonic_ns": 1.5, "realtime_ns": 2, "spread_ns": 0},
+                 "stop": {"monotonic_ns": 1, "realtime_ns": 2, "spread_ns": 0}}):
+        meta["realtime_anchor"] = bad
+        meta_path.write_text(json.dumps(meta))
+        with pytest.raises(pytrace_cffi.TraceFormatError, match="realtime_anchor"):
+            pytrace_cffi.load(str(tmp_path / "saved"))
+    traced.export_chrome_trace(str(tmp_path / "t.json"))
+    data = json.loads((tmp_path / "t.json").read_text())
+    data["otherData"]["realtime_anchor"] = {"start": 1}
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    with pytest.raises(pytrace_cffi.TraceFormatError, match="realtime_anchor"):
+        read_trace(str(tmp_path / "t.json"))
+
+
+def test_monotonic_to_realtime_interpolates_the_offset_between_start_and_stop():
+    anchor = {"start": {"monotonic_ns": 1000, "realtime_ns": 5000, "spread_ns": 0},
+              "stop": {"monotonic_ns": 3000, "realtime_ns": 7400, "spread_ns": 0}}
+    assert monotonic_to_realtime(anchor, 1000) == 5000
+    assert monotonic_to_realtime(anchor, 3000) == 7400
+    assert monotonic_to_realtime(anchor, 2000) == 6200      # offset 4000 -> 4400
+    assert monotonic_to_realtime(anchor, 0) == 4000          # held outside
+    assert monotonic_to_realtime(anchor, 4000) == 8400
+
+
+# -- merging with synthetic torch traces -----------------------------------------
+
+# torch.profiler's baseTimeNanoseconds: whole seconds some weeks back, so that ts
+# (µs) keeps nanosecond precision in a double, as in torch's own files
+BASE_NS = (time.time_ns() // 10 ** 9 - 50 * 86400) * 10 ** 9
+
+
+def torch_us(trace, monotonic_ns):
+    """Where torch.profiler would stamp a moment of our monotonic clock."""
+    return (monotonic_to_realtime(trace.realtime_anchor, monotonic_ns) - BASE_NS) / 1000
+
+
+def synthetic_torch_trace(trace, path, tid):
+    """A torch.profiler-shaped trace: a cpu_op inside our first `len` call, a
+    with_stack python_function event on our thread within our time and one after,
+    a python_function on another thread, a GPU kernel, torch's thread_name."""
+    call = next(c for c in trace if c.kind == "c" and c.name.endswith("len"))
+    pid = trace.pid
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+         "args": {"name": f"thread {tid} (python)"}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::fake", "pid": pid, "tid": tid,
+         "ts": torch_us(trace, call.start_ns + 1), "dur": (call.end_ns - call.start_ns - 2)
+         / 1000, "args": {"External id": 1}},
+        {"ph": "X", "cat": "python_function", "name": "work", "pid": pid, "tid": tid,
+         "ts": torch_us(trace, trace.start_ns + 10), "dur": 5.0, "args": {}},
+        {"ph": "X", "cat": "python_function", "name": "later", "pid": pid, "tid": tid,
+         "ts": torch_us(trace, trace.stop_ns + 1_000_000), "dur": 5.0, "args": {}},
+        {"ph": "X", "cat": "python_function", "name": "elsewhere", "pid": pid, "tid": tid + 1,
+         "ts": torch_us(trace, trace.start_ns + 10), "dur": 5.0, "args": {}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 1, "tid": 7,
+         "ts": torch_us(trace, call.start_ns), "dur": 1.0, "args": {}},
+    ]
+    path.write_text(json.dumps({"schemaVersion": 1, "baseTimeNanoseconds": BASE_NS,
+                                "displayTimeUnit": "ms", "traceEvents": events}))
+    return call
+
+
+def merged_events(path):
+    data = json.loads(path.read_text())
+    return data, data["traceEvents"]
+
+
+def test_merge_puts_our_calls_on_torchs_timeline(traced, tmp_path):
+    tid = threading.get_native_id()
+    call = synthetic_torch_trace(traced, tmp_path / "torch.json", tid)
+    out = pytrace_cffi.merge_torch(traced, str(tmp_path / "torch.json"),
+                                   str(tmp_path / "merged.json"))
+    assert out == str(tmp_path / "merged.json")
+    data, events = merged_events(tmp_path / "merged.json")
+    assert data["baseTimeNanoseconds"] == BASE_NS and data["schemaVersion"] == 1
+    assert data["pytrace_cffi"]["trace"]["realtime_anchor"] == traced.realtime_anchor
+    ours = [e for e in events if e.get("ph") == "X" and "Python id" in e.get("args", {})]
+    assert len(ours) == len(traced)
+    first = min(ours, key=lambda e: e["ts"])
+    first_call = min(traced, key=lambda c: c.start_ns)
+    assert first["ts"] == pytest.approx(torch_us(traced, first_call.start_ns), abs=0.0011)
+    strs = [e for e in ours if e["name"] == call.name and e["tid"] == tid]
+    op = next(e for e in events if e.get("name") == "aten::fake")
+    # the op torch stamped inside our call lies inside it after merging, same track
+    inside = [e for e in strs if e["ts"] <= op["ts"] and op["ts"] + op["dur"] <= e["ts"] + e["dur"]]
+    assert len(inside) == 1 and inside[0]["pid"] == op["pid"]
+    assert inside[0]["ts"] == pytest.approx(torch_us(traced, call.start_ns), abs=0.0011)
+    names = [e["name"] for e in events]
+    # torch's Python events that ours duplicate are gone; the others stay
+    assert "work" not in names and "later" in names and "elsewhere" in names
+    assert "gemm" in names
+    assert data["pytrace_cffi"]["torch_python_function_events_replaced"] == 1
+    thread_names = [e for e in events if e.get("name") == "thread_name" and e["tid"] == tid]
+    assert [e["args"]["name"] for e in thread_names] == [threading.current_thread().name]
+
+
+def test_merge_follows_the_anchor_when_the_clocks_drift(traced, tmp_path):
+    # CLOCK_REALTIME slewed 40 µs between start and stop: the end of the trace moves
+    # by that much, its start not at all
+    anchor = traced.realtime_anchor
+    anchor["stop"]["realtime_ns"] += 40_000
+    tid = threading.get_native_id()
+    synthetic_torch_trace(traced, tmp_path / "torch.json", tid)
+    pytrace_cffi.merge_torch(traced, tmp_path / "torch.json", tmp_path / "merged.json.gz")
+    import gzip
+    data = json.loads(gzip.open(tmp_path / "merged.json.gz").read())
+    ours = [e for e in data["traceEvents"] if e.get("ph") == "X" and "Python id" in e["args"]]
+    last_call = max(traced, key=lambda c: c.end_ns)
+    last = max(ours, key=lambda e: e["ts"] + e["dur"])
+    expected_end = torch_us(traced, last_call.end_ns)
+    assert last["ts"] + last["dur"] == pytest.approx(expected_end, abs=0.002)
+    anchor["stop"]["realtime_ns"] -= 40_000
+    assert torch_us(traced, last_call.end_ns) == pytest.approx(expected_end - 40 * (
+        (last_call.end_ns - anchor["start"]["monotonic_ns"])
+        / (anchor["stop"]["monotonic_ns"] - anchor["start"]["monotonic_ns"])), abs=0.002)
+
+
+def test_merge_reads_our_json_and_saved_traces_and_the_cli_does_the_same(traced, tmp_path):
+    tid = threading.get_native_id()
+    synthetic_torch_trace(traced, tmp_path / "torch.json", tid)
+    pytrace_cffi.merge_torch(traced, tmp_path / "torch.json", tmp_path / "a.json")
+    traced.export_chrome_trace(str(tmp_path / "ours.json"))
+    traced.save(str(tmp_path / "saved"))
+    assert main(["merge", str(tmp_path / "ours.json"), str(tmp_path / "torch.json"),
+                 "-o", str(tmp_path / "b.json")]) == 0
+    assert main(["merge", str(tmp_path / "saved"), str(tmp_path / "torch.json"),
+                 "-o", str(tmp_path / "c.json")]) == 0
+    a, b, c = (merged_events(tmp_path / name)[1] for name in ("a.json", "b.json", "c.json"))
+    key = lambda e: (e.get("ph"), e.get("name"), e.get("tid"), e.get("ts"))  # noqa: E731
+    assert sorted(map(key, a)) == sorted(map(key, b)) == sorted(map(key, c))
+    with pytest.raises(SystemExit, match="name it .json"):
+        main(["merge", str(tmp_path / "ours.json"), str(tmp_path / "torch.json"),
+              "-o", str(tmp_path / "out.html")])
+
+
+def test_merge_refuses_what_it_cannot_place(traced, tmp_path):
+    tid = threading.get_native_id()
+    synthetic_torch_trace(traced, tmp_path / "torch.json", tid)
+    traced.export_chrome_trace(str(tmp_path / "ours.json"))
+    error = pytrace_cffi.TraceFormatError
+    with pytest.raises(error, match="does not exist"):
+        pytrace_cffi.merge_torch(traced, tmp_path / "missing.json", tmp_path / "m.json")
+    with pytest.raises(error, match="pytrace_cffi trace, not torch"):
+        pytrace_cffi.merge_torch(traced, tmp_path / "ours.json", tmp_path / "m.json")
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(error, match="not valid JSON"):
+        pytrace_cffi.merge_torch(traced, tmp_path / "junk.json", tmp_path / "m.json")
+    with pytest.raises(error, match="not written by pytrace_cffi"):
+        pytrace_cffi.merge_torch(tmp_path / "torch.json", tmp_path / "torch.json",
+                                 tmp_path / "m.json")
+    data = json.loads((tmp_path / "ours.json").read_text())
+    data["otherData"]["realtime_anchor"] = None          # an older pytrace_cffi's file
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    with pytest.raises(error, match="no realtime anchor"):
+        pytrace_cffi.merge_torch(tmp_path / "old.json", tmp_path / "torch.json",
+                                 tmp_path / "m.json")
+    with pytest.raises(TypeError):
+        pytrace_cffi.merge_torch(42, tmp_path / "torch.json", tmp_path / "m.json")
+    assert not os.path.exists(tmp_path / "m.json")
+
+
+# -- merging with the real torch.profiler (3.11 here) ---------------------------
+
+def test_every_conv2d_op_lies_inside_its_python_call_after_merging(tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 8, 3), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 2 * 2, 2))
+    optimizer = torch.optim.AdamW(net.parameters())
+    x, y = torch.randn(4, 1, 8, 8), torch.randint(0, 2, (4,))
+
+    def step():
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        optimizer.step()
+
+    step()                                                   # warm-up
+    steps = 4
+    with pytrace_cffi.trace() as t:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:      # no with_stack
+            for _ in range(steps):
+                step()
+    prof.export_chrome_trace(str(tmp_path / "torch.json"))
+    pytrace_cffi.merge_torch(t.trace, tmp_path / "torch.json", tmp_path / "merged.json")
+    events = [e for e in merged_events(tmp_path / "merged.json")[1] if e.get("ph") == "X"]
+    ops = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::conv2d"]
+    # torch.conv2d, the built-in Conv2d._conv_forward calls
+    calls = [e for e in events if e.get("cat") == "python_function" and e["name"] == "conv2d"
+             and "Python id" in e["args"]]
+    assert len(ops) == len(calls) == 3 * steps
+    # within the anchors' own uncertainty
+    slack = max(m["spread_ns"] for m in t.trace.realtime_anchor.values()) / 1000
+    holders = []
+    for op in ops:
+        around = [c for c in calls if (c["pid"], c["tid"]) == (op["pid"], op["tid"])
+                  and c["ts"] - slack <= op["ts"]
+                  and op["ts"] + op["dur"] <= c["ts"] + c["dur"] + slack]
+        assert len(around) == 1, op
+        holders.append(around[0]["args"]["Python id"])
+    assert len(set(holders)) == len(ops)             # each op in a call of its own
+    # torch's regions keep their own events beside ours
+    annotations = {e["name"] for e in events if e.get("cat") == "user_annotation"
+                   and "Python id" not in e["args"]}
+    assert "Optimizer.step#AdamW.step" in annotations
