@@ -660,7 +660,7 @@ def recover(directory, facts=None):
         raise TraceFormatError(f"{path}: nothing was spilled")
     # Complete blocks only; per thread: events and the clock after its last one.
     offset, threads = EVENTS_HEADER.size, {}
-    end_ticks, max_key, max_tag = facts["tick0"], 0, 0
+    end_ticks, max_key, max_tag, max_args = facts["tick0"], 0, 0, -1
     while len(data) - offset >= EVENT_BLOCK.size:
         index, _, count, base = EVENT_BLOCK.unpack_from(data, offset)
         body = offset + EVENT_BLOCK.size
@@ -677,7 +677,9 @@ def recover(directory, facts=None):
                 ticks += (key_kind >> 3) << 32
             elif kind == 5:
                 max_tag = max(max_tag, key_kind >> 3)
-            elif kind != 6:
+            elif kind == 6:
+                max_args = max(max_args, key_kind >> 3)
+            else:
                 max_key = max(max_key, key_kind >> 3)
         end_ticks = max(end_ticks, ticks)
         threads.setdefault(index, 0)
@@ -701,8 +703,10 @@ def recover(directory, facts=None):
             entry[0] = str(hash_id(name))
             names[entry[0]] = name
     tags = tags or [None]
-    tags.extend([{"kind": "module", "name": f"<unnamed tag {t}>"}
+    tags.extend([{"kind": "module", "name": f"<unnamed tag {t}>", "module_id": t}
                  for t in range(len(tags), max_tag + 1)])
+    # A region's args are known only at stop: a recovered region keeps its name.
+    annotation_args = [{} for _ in range(max_args + 1)]
     ns_per_tick = _clock.ns_per_tick() if facts["clock_name"] == "tsc" else 1.0
     stop_ns = facts["start_ns"] + int(float(end_ticks - facts["tick0"]) * ns_per_tick)
     # OS thread ids are known only at stop: lanes 1, 2, ... stand in for them.
@@ -713,7 +717,8 @@ def recover(directory, facts=None):
             "python": facts.get("python", "?"), "backend": facts.get("backend", "?"),
             "clock": facts["clock_name"], "start_ns": facts["start_ns"], "stop_ns": stop_ns,
             "dropped_events": 0, "keys": [[k[0], k[1], {}, k[2]] for k in keys],
-            "marks": [], "threads": thread_list, "tags": tags, "annotation_args": [],
+            "marks": [], "threads": thread_list, "tags": tags,
+            "annotation_args": annotation_args,
             "events": {"file": "events.bin", "tick0": facts["tick0"], "ns0": facts["start_ns"],
                        "ns_per_tick": float(ns_per_tick), "stop_ticks": end_ticks,
                        "min_duration_ns": 0, "length": offset}}

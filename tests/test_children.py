@@ -718,3 +718,40 @@ def test_stop_while_threads_spill(tmp_path):
         print("ok")
     """, str(tmp_path / "job"))
     assert proc.stdout == "ok\n" and proc.stderr == ""
+
+
+def test_sigkilled_child_with_regions_is_recovered(tmp_path):
+    job = tmp_path / "job"
+    child = tmp_path / "child.py"
+    child.write_text(textwrap.dedent("""
+        import sys, time
+        import pytrace_cffi
+        def unique_in_region(i): return i
+        for i in range(3000):
+            with pytrace_cffi.record_function("unique_region", {"i": i}):
+                unique_in_region(i)
+        open(sys.argv[1], "w").close()
+        time.sleep(600)
+    """))
+    proc = run_script(tmp_path, """
+        import os, subprocess, sys, time
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1], max_events=4096)
+        marker = sys.argv[1] + ".marker"
+        p = subprocess.Popen([sys.executable, sys.argv[2], marker])
+        deadline = time.time() + 60
+        while not os.path.exists(marker) and time.time() < deadline:
+            time.sleep(0.01)
+        p.kill()
+        p.wait(timeout=30)
+        pytrace_cffi.stop()
+        print(p.pid)
+    """, str(job), str(child))
+    pid = int(proc.stdout)
+    [result] = [r for r in processes.status(job) if r.pid == pid]
+    assert result.state == "recovered", result
+    trace = processes.recover(result.directory)
+    regions = [call for call in trace if call.name == "unique_region"]
+    functions = [call for call in trace if call.name.endswith(": unique_in_region")]
+    # Chunks of 512 events, a region with its call and their built-ins ~10 events.
+    assert 3000 - 60 <= len(regions) < 3000 and len(functions) == len(regions)
