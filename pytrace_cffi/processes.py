@@ -445,6 +445,8 @@ def _install_exit_paths(root):
         try:
             if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
                 signal.signal(signal.SIGTERM, _on_sigterm)
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                # (again in a forked child: it inherits the handler, not the timer)
                 lib.pt_sigterm_guard(1)     # see pt_core.c: a SIGTERM is never missed
         except (ValueError, OSError):
             pass

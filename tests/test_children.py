@@ -755,3 +755,41 @@ def test_sigkilled_child_with_regions_is_recovered(tmp_path):
     functions = [call for call in trace if call.name.endswith(": unique_in_region")]
     # Chunks of 512 events, a region with its call and their built-ins ~10 events.
     assert 3000 - 60 <= len(regions) < 3000 and len(functions) == len(regions)
+
+
+def test_sigterm_noted_while_the_main_thread_blocks_still_ends_the_child(tmp_path):
+    """The race the C relay closes: SIGTERM lands when the main thread cannot run
+    the Python handler (here: taken by another thread while the main thread waits
+    in a multiprocessing semaphore, as an idle Pool worker does). Without the
+    relay the child waits forever; with it the handler runs and saves."""
+    job = tmp_path / "job"
+    child = tmp_path / "child.py"
+    child.write_text(textwrap.dedent("""
+        import multiprocessing, signal, threading, time
+        def unique_before(): pass
+        unique_before()
+        def poke():
+            time.sleep(0.3)                 # the main thread is blocked by then
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+            time.sleep(600)
+        threading.Thread(target=poke, daemon=True).start()
+        multiprocessing.Semaphore(0).acquire()
+    """))
+    proc = run_script(tmp_path, """
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        p = subprocess.Popen([sys.executable, sys.argv[2]])
+        try:
+            code = p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            code = "hung"
+        pytrace_cffi.stop()
+        print(p.pid, code)
+    """, str(job), str(child))
+    pid, code = proc.stdout.split()
+    assert code == str(-signal.SIGTERM)
+    found = counts(job)
+    assert found[int(pid)] == ("child.py", "complete", {"unique_before": 1})
