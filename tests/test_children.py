@@ -753,8 +753,10 @@ def test_sigkilled_child_with_regions_is_recovered(tmp_path):
     trace = processes.recover(result.directory)
     regions = [call for call in trace if call.name == "unique_region"]
     functions = [call for call in trace if call.name.endswith(": unique_in_region")]
-    # Chunks of 512 events, a region with its call and their built-ins ~10 events.
-    assert 3000 - 60 <= len(regions) < 3000 and len(functions) == len(regions)
+    # Chunks of 512 events, a region with its call and their built-ins ~10 events;
+    # the last region kept may have been cut before its call.
+    assert 3000 - 60 <= len(regions) < 3000
+    assert len(regions) - 1 <= len(functions) <= len(regions)
 
 
 def test_sigterm_noted_while_the_main_thread_blocks_still_ends_the_child(tmp_path):
