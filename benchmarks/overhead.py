@@ -234,6 +234,39 @@ class TorchProfiler(Tracer):
         profile.export_chrome_trace(path)
 
 
+class PytraceWithTorchProfiler(Tracer):
+    """pytrace_cffi and torch.profiler without with_stack at once, then merged:
+    torch's ops (and kernels) with full Python stacks on one timeline (README's
+    PyTorch recipe), against torch.profiler(with_stack=True) above."""
+    name = "ours + torch.profiler"
+    suffix = ".json"
+    describe = ("`torch.profiler.profile(activities=[CPU])` (no stack): `__enter__`, then"
+                " `pytrace_cffi.start()`; `pytrace_cffi.stop()`, then `__exit__`; torch's"
+                " `export_chrome_trace` and `pytrace_cffi.merge_torch(trace, it, path.json)`")
+
+    def __init__(self, torch_module):
+        self._profiler = torch_module.profiler
+
+    def start(self):
+        self._profile = self._profiler.profile(
+            activities=[self._profiler.ProfilerActivity.CPU])
+        self._profile.__enter__()
+        pytrace_cffi.start()
+
+    def stop(self):
+        trace = pytrace_cffi.stop()
+        profile, self._profile = self._profile, None
+        profile.__exit__(None, None, None)
+        return trace, profile
+
+    def write(self, result, path):
+        trace, profile = result
+        torch_path = path + ".torch.json"
+        profile.export_chrome_trace(torch_path)
+        pytrace_cffi.merge_torch(trace, torch_path, path)
+        os.remove(torch_path)
+
+
 def threading_profile_hook():
     getter = getattr(threading, "getprofile", None)     # 3.10+
     return getter() if getter else threading._profile_hook
@@ -246,6 +279,8 @@ def configs_for(workload_name, viztracer, torch_module):
         configs.append(viztracer)
     if torch_module is not None and workload_name in TORCH_PROFILER_WORKLOADS:
         configs.append(TorchProfiler(torch_module))
+    if torch_module is not None and workload_name in TORCH_WORKLOADS:
+        configs.append(PytraceWithTorchProfiler(torch_module))
     return configs
 
 
@@ -505,7 +540,7 @@ def print_overhead_table(results):
     print("Slowdown against the untraced run of the same pass: median (quartiles) over passes;")
     print("file: median size written; teardown: median ms to drop the result and gc.collect()"
           " (in no ratio; the untraced row is gc.collect() alone)")
-    print(f"{'workload':<14}{'events':>9}{'passes':>7}  {'tracer':<16}"
+    print(f"{'workload':<14}{'events':>9}{'passes':>7}  {'tracer':<22}"
           + "".join(f"{MODE_TITLES[mode]:>25}" for mode in MODES)
           + f"{'file':>10}{'teardown':>10}")
     for result in results:
@@ -516,11 +551,11 @@ def print_overhead_table(results):
                     if first else " " * 32)
             first = False
             if name == UNTRACED:
-                print(f"{lead}{name:<16}{'median ' + format(untraced * 1e3, '.2f') + ' ms':>25}"
+                print(f"{lead}{name:<22}{'median ' + format(untraced * 1e3, '.2f') + ' ms':>25}"
                       f"{'':>50}{'-':>10}{teardown_seconds(result, name) * 1e3:>8.1f}ms")
                 continue
             cells = "".join(f"{cell(workload_ratios(result, name, mode)):>25}" for mode in MODES)
-            print(f"{lead}{name:<16}{cells}{megabytes(file_bytes(result, name)):>10}"
+            print(f"{lead}{name:<22}{cells}{megabytes(file_bytes(result, name)):>10}"
                   f"{teardown_seconds(result, name) * 1e3:>8.1f}ms")
         if result["dropped"]:
             print(f"{'':32}(ours dropped {result['dropped']:,} events)")
@@ -528,7 +563,8 @@ def print_overhead_table(results):
 
 
 def print_ratio_table(results):
-    others = [name for name in (FLOOR, CProfile.name, VizTracer.name, TorchProfiler.name)
+    others = [name for name in (FLOOR, CProfile.name, VizTracer.name, TorchProfiler.name,
+                                PytraceWithTorchProfiler.name)
               if any(name in result["runs"] for result in results)]
     print("Ratios ours / other, paired within each pass, during the run | start to file:"
           " median (quartiles); below 1 means ours is faster")
@@ -721,7 +757,8 @@ def markdown_benchmarks(runs):
                              f" | {' | '.join(cells)} | {size} |")
     lines += ["", "Ours over each other tracer, paired within each pass (below 1: ours is"
               " faster), during the run / start to file:", ""]
-    others = [name for name in (FLOOR, CProfile.name, VizTracer.name, TorchProfiler.name)
+    others = [name for name in (FLOOR, CProfile.name, VizTracer.name, TorchProfiler.name,
+                                PytraceWithTorchProfiler.name)
               if any(name in result["runs"] for run_data in runs for result in run_data["results"])]
     lines += ["| workload | Python | " + " | ".join(f"ours/{other}" for other in others) + " |",
               "| --- | --- |" + " --- |" * len(others)]

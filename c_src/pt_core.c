@@ -674,8 +674,12 @@ pt_filter_code(pt_tracer *tracer, PyObject *code, uint32_t id)
     PyObject *result = PyObject_CallFunctionObjArgs(tracer->code_filter, code, NULL);
     int skip = result ? PyObject_IsTrue(result) : -1;
     Py_XDECREF(result);
+    /* Code the watcher names (an nn.Module call, an optimizer step, a torch
+     * region) stays, with the name; what it calls is filtered as usual. The
+     * import machinery's entry stays too: skip_imports needs its calls seen. */
     if (skip > 0)
-        tracer->key_flags[id] |= PT_KEYF_SKIP;
+        tracer->key_flags[id] |= tracer->key_flags[id] & (PT_KEYF_TAG | PT_KEYF_IMPORT)
+            ? PT_KEYF_NAMED : PT_KEYF_SKIP;
     else if (skip < 0 && !tracer->hot_error) {
         tracer->hot_error = PT_ERR_PYTHON;
         pt_set_error_from_python(tracer, "filtering a code object");
@@ -713,6 +717,33 @@ pt_set_uncounted(pt_tracer *tracer, void *py_code)
     uint32_t key = pt_key_for_code(tracer, (PyObject *)py_code);
     if (key)
         tracer->key_flags[key] |= PT_KEYF_UNCOUNTED;
+    PyGILState_Release(gil);
+    if (!key) {
+        pt_set_error(tracer, "out of memory for a code key");
+        return PT_ERR_NOMEM;
+    }
+    return PT_OK;
+}
+
+int
+pt_set_import_entry(pt_tracer *tracer, void *py_code)
+{
+    if (tracer->state != PT_STATE_NEW) {
+        pt_set_error(tracer, "skip_imports is set before start");
+        return PT_ERR_STATE;
+    }
+    PyGILState_STATE gil = PyGILState_Ensure();
+    uint32_t key = pt_key_for_code(tracer, (PyObject *)py_code);
+    if (key) {
+        /* never left out by the filters: its calls open the suppressed stretch */
+        if (tracer->key_flags[key] & PT_KEYF_SKIP)
+            tracer->key_flags[key] = (uint8_t)((tracer->key_flags[key] & ~PT_KEYF_SKIP) |
+                                               PT_KEYF_NAMED);
+        tracer->key_flags[key] |= PT_KEYF_IMPORT;
+        /* the depth check is what looks at the flag: on, with no limit */
+        if (!tracer->max_depth)
+            tracer->max_depth = UINT32_MAX;
+    }
     PyGILState_Release(gil);
     if (!key) {
         pt_set_error(tracer, "out of memory for a code key");

@@ -139,6 +139,10 @@ int pt_set_filters(pt_tracer *tracer, uint32_t max_depth, void *py_skip);
  * a launcher's below the program): running when tracing starts, they would use
  * up the depth budget of calls that are shown. */
 int pt_set_uncounted(pt_tracer *tracer, void *py_code);
+/* Before pt_start and after pt_set_filters (skip_imports): calls of this code
+ * object (a borrowed PyObject *, the import machinery's entry point) are left
+ * out with everything they call, on their thread, until they return. */
+int pt_set_import_entry(pt_tracer *tracer, void *py_code);
 int pt_spill_rest(pt_tracer *tracer);
 uint64_t pt_spilled_events(pt_tracer *tracer);
 /* After pt_set_bounds with a spill file, before pt_start: every chunk is spilled
@@ -200,6 +204,10 @@ int pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t 
 #define PT_HIDE_SUBTREE 1
 #define PT_HIDE_ALONE 2
 #define PT_HIDE_SEEDED 3
+/* Kept by replay, for what it carries (a torch region's __enter__/__exit__, an
+ * optimizer step's hook: code the filters leave out but whose calls the watcher
+ * names); pt_drop_keys removes what still has the key once names are given. */
+#define PT_HIDE_CARRIER 4
 int pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
                      uint32_t n_hidden, int64_t tick0, int64_t ns0,
                      double ns_per_tick, pt_slice *out, uint64_t cap,
@@ -210,6 +218,54 @@ int pt_replay_buffer(const pt_event *events, uint64_t n, int64_t base_ticks, int
                      double ns_per_tick, pt_slice *out, uint64_t cap, uint64_t *n_out);
 uint64_t pt_count_calls(const pt_event *events, uint64_t n);
 uint32_t pt_max_depth(const pt_slice *slices, uint64_t n);
+/* Removes the slices whose key has drop[key] set (keys below n_drop), each alone:
+ * its children go to its nearest kept ancestor. In place, renumbering parents
+ * and depths; new_index is caller scratch of n entries. Returns how many remain. */
+uint64_t pt_drop_keys(pt_slice *slices, uint64_t n, const uint8_t *drop, uint32_t n_drop,
+                      int64_t *new_index);
+/* HTML reduction (pt_reduce.c): the slices kept when they last at least min_ns or
+ * sit above depth top_levels, and their parent is kept. Writes the first cap kept
+ * indices to kept and their self time over all slices (duration less every direct
+ * callee's) to self_ns; cap 0 only counts. Returns how many are kept, -1 when out
+ * of memory. */
+int64_t pt_reduce_slices(const pt_slice *slices, uint64_t n, int64_t min_ns, uint32_t top_levels,
+                         uint64_t *kept, int64_t *self_ns, uint64_t cap);
+/* Reading our Chrome JSON back (pt_jsonlines.c). pt_line_keys maps a call line's
+ * function text - from "cat": to the name's closing quote, and the extra args
+ * after "Python thread" - to its key and slice flags. pt_read_call_lines appends
+ * the call lines of thread from text[*pos..len) (each ending ",\n", exactly as
+ * pt_format_slices writes them, of a known function, its id the next of the
+ * thread's and its parent an earlier call of it) and stops at the first other
+ * line, or a line without its newline yet; moves *pos past the lines taken and
+ * returns how many. pt_line_thread_push appends one call (PT_ERR_ARG: parent not
+ * an earlier call of the thread). The slices are malloc'd: pt_free_slices. */
+typedef struct pt_line_keys pt_line_keys;
+typedef struct {
+    pt_slice *slices;       /* grown with realloc */
+    uint64_t count;
+    uint64_t cap;
+    int64_t start_ns;       /* the trace's start: "ts" counts from it */
+    uint64_t first_id;      /* "Python id" of the thread's first call */
+    uint64_t tid;
+    uint32_t thread_index;  /* "Python thread" */
+    uint64_t pid;           /* of the last call taken */
+} pt_line_thread;
+pt_line_keys *pt_line_keys_new(void);
+void pt_line_keys_free(pt_line_keys *keys);
+int pt_line_keys_add(pt_line_keys *keys, const char *ident, uint32_t ident_len, const char *extra,
+                     uint32_t extra_len, uint32_t key, uint32_t flags);
+uint64_t pt_read_call_lines(const pt_line_keys *keys, pt_line_thread *thread, const char *text,
+                            uint64_t len, uint64_t *pos);
+int pt_line_thread_push(pt_line_thread *thread, int64_t start, int64_t end, uint32_t key,
+                        uint32_t flags, int64_t parent);
+void pt_free_slices(pt_slice *slices);
+/* Summary (pt_summary.c): adds one thread's slices to per-name calls, total_ns
+ * (recursion counted once) and self_ns (less direct callees), n_names entries
+ * each; name_of_key maps each of n_keys keys to its name. times_open is scratch
+ * of n_names zeros, left zeroed. PT_ERR_ARG: a key or name out of range. */
+int pt_summarize_slices(const pt_slice *slices, uint64_t n, const uint32_t *name_of_key,
+                        uint32_t n_keys, uint32_t n_names, uint64_t *calls, int64_t *total_ns,
+                        int64_t *self_ns, uint32_t *times_open);
 /* Removes slices shorter than min_ns (with their callees) in place, renumbering
  * parents; new_index is caller scratch of n entries. Returns how many remain. */
 uint64_t pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_index);
@@ -244,6 +300,7 @@ uint32_t pt_key_count(pt_tracer *tracer);
 /* Copies the first n keys' flags into out (PT_KEY_SKIPPED: left out by the
  * include/exclude filters). */
 #define PT_KEY_SKIPPED 2
+#define PT_KEY_NAMED 16     /* left out by the filters but kept: the watcher names its calls */
 int pt_key_flags(pt_tracer *tracer, uint8_t *out, uint32_t n);
 
 /* Chrome JSON export: formats slices[*next..n) as complete events into out until it

@@ -157,7 +157,10 @@ pt_depth_enter(const pt_tracer *tracer, pt_thread *thread, uint32_t key)
     if (!tracer->max_depth)
         return 1;
     int uncounted = tracer->key_flags[key] & PT_KEYF_UNCOUNTED;
-    if (thread->suppressed || (thread->open_calls >= tracer->max_depth && !uncounted)) {
+    /* skip_imports: a call of the import machinery's entry opens a suppressed
+     * stretch like a call beyond max_depth, closed by its return. */
+    if (thread->suppressed || (thread->open_calls >= tracer->max_depth && !uncounted) ||
+        (tracer->key_flags[key] & PT_KEYF_IMPORT)) {
         thread->suppressed++;
         return 0;
     }
@@ -205,7 +208,7 @@ pt_caller_skipped(pt_tracer *tracer, PyFrameObject *frame)
     PyObject *code = (PyObject *)PyFrame_GetCode(frame);
     uint32_t key = pt_key_for_code(tracer, code);
     Py_DECREF(code);
-    return pt_skipped(tracer, key);
+    return pt_callees_skipped(tracer, key);
 }
 
 /* Whether the profile hook's C-call argument is a built-in function (the only
@@ -420,7 +423,8 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
     pt_tracer *tracer = pt_recording_tracer(handle);
     if (!tracer)
         Py_RETURN_NONE;
-    if (tracer->code_filter && nargs >= 1 && pt_skipped(tracer, pt_key_for_code(tracer, args[0])))
+    if (tracer->code_filter && nargs >= 1 &&
+        pt_callees_skipped(tracer, pt_key_for_code(tracer, args[0])))
         return pt_monitor_result(tracer, is_call);
     if (nargs < 4 || !(tracer->flags & PT_FLAG_C_CALLS))
         Py_RETURN_NONE;

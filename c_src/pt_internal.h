@@ -73,7 +73,8 @@ struct pt_tracer {
     PyObject *monitoring_missing; /* sys.monitoring.MISSING (3.12+) */
     PyObject *monitoring_disable; /* sys.monitoring.DISABLE (3.12+) */
     PyObject *code_filter;        /* skip(code) -> bool, or NULL: record all code */
-    uint32_t max_depth;           /* 0: no limit */
+    uint32_t max_depth;           /* 0: no limit, and no import check (skip_imports
+                                     sets UINT32_MAX: calls are then counted) */
     uint32_t classify_from;       /* while nonzero, new code keys from here wait to be
                                      classified (pt_start runs no Python code) */
     PyTypeObject *plain_types[4]; /* static types seen not to be built-in functions
@@ -120,6 +121,18 @@ enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
 #define PT_KEYF_TAG 1                 /* calls of this key ask the watcher for a tag */
 #define PT_KEYF_SKIP PT_KEY_SKIPPED   /* code left out by the include/exclude filters */
 #define PT_KEYF_UNCOUNTED 4           /* calls of this key never count toward max_depth */
+#define PT_KEYF_IMPORT 8              /* the import machinery's entry (skip_imports): its
+                                         calls and all they call are suppressed */
+#define PT_KEYF_NAMED PT_KEY_NAMED    /* code the filters leave out, kept because the
+                                         watcher names its calls; the built-ins it calls
+                                         stay out */
+
+/* Whether the built-ins called by code of this key are left out with it. */
+static inline int
+pt_callees_skipped(const pt_tracer *tracer, uint32_t key)
+{
+    return tracer->key_flags[key] & (PT_KEYF_SKIP | PT_KEYF_NAMED);
+}
 
 #include <stdio.h>
 #include <time.h>

@@ -67,7 +67,7 @@ pt_replay_push(pt_replay_state *st, uint32_t kind, uint32_t key, int64_t ts)
     int seeded = kind == PT_EV_PY_SEED;
     int is_c = kind == PT_EV_C_CALL;
     uint8_t hide = key < st->n_hidden ? st->hidden[key] : 0;
-    if (hide == PT_HIDE_SEEDED && !seeded)
+    if ((hide == PT_HIDE_SEEDED && !seeded) || hide == PT_HIDE_CARRIER)
         hide = 0;
     int hidden_key = hide != 0;
     int64_t parent = st->depth ? st->stack[st->depth - 1].child_parent : -1;
@@ -303,6 +303,28 @@ pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_
         new_index[i] = (int64_t)kept;
         if (s.parent >= 0)
             s.parent = new_index[s.parent];
+        slices[kept++] = s;
+    }
+    return kept;
+}
+
+uint64_t
+pt_drop_keys(pt_slice *slices, uint64_t n, const uint8_t *drop, uint32_t n_drop,
+             int64_t *new_index)
+{
+    /* A parent comes before its children: when a child is met, its parent's new
+     * index is known (a dropped slice's is its own nearest kept ancestor's). */
+    uint64_t kept = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        pt_slice s = slices[i];
+        int64_t parent = s.parent >= 0 && (uint64_t)s.parent < i ? new_index[s.parent] : -1;
+        if (s.key < n_drop && drop[s.key]) {
+            new_index[i] = parent;
+            continue;
+        }
+        s.parent = parent;
+        s.depth = parent >= 0 ? slices[parent].depth + 1 : 0;
+        new_index[i] = (int64_t)kept;
         slices[kept++] = s;
     }
     return kept;

@@ -25,7 +25,8 @@ from .saved import SpilledTrace
 from .schedule import Action, schedule
 from .trace import Call, Trace
 
-__all__ = ["start", "stop", "trace", "load", "is_tracing", "release_memory", "Trace", "Call",
+__all__ = ["start", "stop", "trace", "step", "load", "is_tracing", "release_memory", "Trace",
+           "Call",
            "record_function", "RecordFunction", "instant", "counter", "capture_stack",
            "symbolize", "merge_torch",
            "TraceFormatError", "TraceWarning", "SpilledTrace", "schedule", "Action",
@@ -34,6 +35,7 @@ __version__ = "0.1.0"
 
 _lock = _threading.Lock()
 _session = None          # the running Session, or None
+_step_hook = None        # the running schedule's step (run --schedule, trace(schedule=))
 
 
 def _after_fork_in_child():
@@ -80,11 +82,12 @@ def _patterns(name, value):
 
 def _check_options(c_calls=True, noop=False, with_modules=True, record_params=False,
                    trim_paths=True, max_events=None, output=None, max_depth=None,
-                   include=None, exclude=None, min_duration_us=None, follow_children=False):
+                   include=None, exclude=None, min_duration_us=None, skip_imports=False,
+                   follow_children=False):
     """Validates start() options before anything starts; returns them normalised."""
     options = {"c_calls": c_calls, "noop": noop, "with_modules": with_modules,
                "record_params": record_params, "trim_paths": trim_paths,
-               "follow_children": follow_children}
+               "skip_imports": skip_imports, "follow_children": follow_children}
     for name, value in options.items():
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
@@ -151,11 +154,16 @@ def start(**options):
         3.12+ left-out code is switched off and costs almost nothing.
       max_depth (int): record a call only while fewer than max_depth recorded calls
         are open on its thread.
+      skip_imports (bool, default False): leave out the calls made while a module
+        is being imported (the import machinery's calls and the module's code run
+        at import time), with their callees; the rest of the program is recorded.
       min_duration_us (number): leave out calls shorter than this, with their
         callees (decided at stop).
       with_modules (bool, default True): name torch nn.Module calls
         "nn.Module: <Class>_<N>" and optimizer steps "Optimizer.step#<Class>.step",
-        as torch.profiler does (free until the program imports torch).
+        as torch.profiler does (free until the program imports torch). These calls
+        and torch's record_function regions are kept under include/exclude
+        filters that leave out torch's code; what torch runs inside them is not.
       record_params (bool, default False): keep the metadata (never the values) of
         each module's parameters at its first call and of each optimizer step's
         parameters, grads and state; see Trace.params.
@@ -252,6 +260,22 @@ def is_tracing():
     return session is not None and session.check_hooks(current_only=True)
 
 
+def step():
+    """Marks the end of one step of the program's loop, for the schedule that
+    runs it: `python -m pytrace_cffi run --schedule wait,warmup,active[,repeat]`,
+    or an open ``trace(schedule=...)`` block (the same as its t.step()). Without
+    one it does nothing, so a program may call it whether traced or not."""
+    hook = _step_hook
+    if hook is not None:
+        hook()
+
+
+def _set_step_hook(hook):
+    """run --schedule's step, for step() (None: none)."""
+    global _step_hook
+    _step_hook = hook
+
+
 def _has_session():
     """Whether start() ran without its stop(), recording or not (for the CLI)."""
     return _session is not None
@@ -280,7 +304,9 @@ class trace:
             raise TypeError("on_trace_ready goes with schedule=")
 
     def __enter__(self):
+        global _step_hook
         if self._scheduled is not None:
+            self._outer_step_hook, _step_hook = _step_hook, self.step
             self._scheduled.begin()
         else:
             start(**self._options)
@@ -294,7 +320,9 @@ class trace:
         self.__dict__["trace"] = self._scheduled.last_trace
 
     def __exit__(self, *exc_info):
+        global _step_hook
         if self._scheduled is not None:
+            _step_hook = self.__dict__.pop("_outer_step_hook", None)
             self._scheduled.end()
             self.__dict__["trace"] = self._scheduled.last_trace
         else:

@@ -7,8 +7,8 @@ import sys
 import tempfile
 import types
 
-from . import _check_options
-from ._windows import Windows, signal_number
+from . import _check_options, _set_step_hook
+from ._windows import OptimizerSteps, ScheduledWindows, Windows, parse_schedule, signal_number
 from .errors import TraceFormatError
 from .trace import hide_launcher_frames
 
@@ -60,6 +60,9 @@ def _parser():
     run.add_argument("--spill", action="store_true",
                      help="with --max-events: keep every event, spilling the oldest to a "
                           "temporary directory beside OUT (removed once OUT is written)")
+    run.add_argument("--skip-imports", action="store_true",
+                     help="leave out the calls made while a module is being imported "
+                          "(import-time code, the import machinery), with their callees")
     run.add_argument("--no-modules", action="store_true",
                      help="do not name torch nn.Module calls, optimizer steps and regions")
     run.add_argument("--record-params", action="store_true",
@@ -72,6 +75,12 @@ def _parser():
                      help="trace only between signals: each SIG (e.g. USR2) opens or "
                           "closes a window, saved to its own numbered file beside OUT "
                           "(out.1.json, out.2.json, ...)")
+    run.add_argument("--schedule", metavar="WAIT,WARMUP,ACTIVE[,REPEAT]",
+                     help="trace only some steps, as torch.profiler.schedule: skip WAIT "
+                          "steps, run WARMUP untraced, trace ACTIVE; REPEAT cycles (default "
+                          "1; 0: forever, then each window goes to a numbered file). A step "
+                          "ends at each pytrace_cffi.step() the program calls and after "
+                          "each training step of torch's optimizers")
     run.add_argument("--delay", type=float, default=0.0, metavar="SECONDS",
                      help="start tracing this long after the program starts")
     run.add_argument("--duration", type=float, metavar="SECONDS",
@@ -393,16 +402,20 @@ def _cmd_run(args, program):
         raise SystemExit("pytrace_cffi: --delay must be >= 0 and --duration > 0")
     if args.signal and (args.delay or args.duration):
         raise SystemExit("pytrace_cffi: --signal and --delay/--duration do not combine")
+    if args.schedule and (args.signal or args.delay or args.duration):
+        raise SystemExit("pytrace_cffi: --schedule and --signal/--delay/--duration "
+                         "do not combine")
     if args.spill and not args.max_events:
         raise SystemExit("pytrace_cffi: --spill goes with --max-events N")
     options = {"c_calls": not args.no_c_calls, "include": args.include,
                "exclude": args.exclude, "max_depth": args.max_depth,
                "min_duration_us": args.min_duration, "max_events": args.max_events,
                "with_modules": not args.no_modules, "record_params": args.record_params,
-               "trim_paths": not args.no_trim_paths}
+               "trim_paths": not args.no_trim_paths, "skip_imports": args.skip_imports}
     try:
         _check_options(**options)
         signum = signal_number(args.signal) if args.signal else None
+        schedule_kwargs = parse_schedule(args.schedule) if args.schedule else None
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"pytrace_cffi: {exc}") from None
     _check_output(output)           # a bad OUT fails now, not after the program ran
@@ -430,7 +443,14 @@ def _cmd_run(args, program):
     # module-level code is the trace's outermost call. A module's code runs as a
     # function of its globals (not through exec), so no launcher call is recorded.
     # The packages of a -m module are imported first, as python -m does.
-    if signum is not None:
+    scheduled = optimizer_steps = None
+    if schedule_kwargs is not None:
+        scheduled = ScheduledWindows(schedule_kwargs, windows)
+        optimizer_steps = OptimizerSteps(scheduled.step)
+        optimizer_steps.install()
+        _set_step_hook(scheduled.step)
+        scheduled.begin()
+    elif signum is not None:
         windows.on_signal(signum)
     elif args.delay or args.duration:
         windows.after(args.delay, args.duration)
@@ -443,6 +463,10 @@ def _cmd_run(args, program):
     except BaseException as exc:   # noqa: B902 - the program's own exit, reported below
         failure = exc
         exit_code = _exit_code(exc)
+    if scheduled is not None:
+        _set_step_hook(None)
+        optimizer_steps.uninstall()
+        scheduled.end()
     windows.finish()
     if failure is not None and not isinstance(failure, (SystemExit, KeyboardInterrupt)):
         _print_uncaught(failure)

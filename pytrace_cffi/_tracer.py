@@ -66,7 +66,7 @@ class Session:
 
     def __init__(self, c_calls=True, noop=False, with_modules=True, record_params=False,
                  trim_paths=True, max_events=None, output=None, max_depth=None, include=None,
-                 exclude=None, min_duration_us=None):
+                 exclude=None, min_duration_us=None, skip_imports=False):
         flags = ((lib.PT_FLAG_C_CALLS if c_calls else 0) | (lib.PT_FLAG_NOOP if noop else 0)
                  | (lib.PT_FLAG_TSC if _clock.USE_TSC else 0)
                  | (lib.PT_FLAG_UNWRAP_METHODS
@@ -86,6 +86,10 @@ class Session:
                                      ffi.cast("void *", id(self._skip_code))
                                      if self._skip_code else ffi.NULL),
                   self.ptr, "filters")
+        if skip_imports:
+            for code in import_entry_points():
+                check(lib.pt_set_import_entry(self.ptr, ffi.cast("void *", id(code))),
+                      self.ptr, "skip_imports")
         if max_events is not None:
             spill = ffi.NULL
             if output is not None:
@@ -469,6 +473,19 @@ def hook_loss_message(losses):
                      f"{recorded} {kept}, from before")
     lines.append("(times in ms after start(); details in the trace's hook_lost)")
     return "\n".join(lines)
+
+
+def import_entry_points():
+    """The code objects every import of a module not yet loaded goes through:
+    importlib's _find_and_load (`import x`, `from x import y`, import_module,
+    __import__, imports inside functions), as frozen into the interpreter."""
+    import importlib._bootstrap as bootstrap
+    codes = []
+    for module in (sys.modules.get("_frozen_importlib"), bootstrap):
+        code = getattr(getattr(module, "_find_and_load", None), "__code__", None)
+        if code is not None and code not in codes:
+            codes.append(code)
+    return codes
 
 
 def make_code_filter(include, exclude):

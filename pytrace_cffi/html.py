@@ -9,11 +9,22 @@ four integers per call (start as nanoseconds after the previous call's start,
 duration ns, key, depth); parents and ids are rebuilt in the page, so 100k calls
 stay a few megabytes. The page draws only calls in view, and of those narrower
 than a pixel only one per pixel, so zoomed out it costs as much as zoomed in.
+
+Above CALL_BUDGET calls the page shows a reduced timeline, so it stays a few
+megabytes and quick to open for any trace: the calls at least a pixel wide at full
+zoom-out (of a REDUCED_WIDTH_PX wide view) and the whole top TOP_LEVELS levels,
+chosen in C (pt_reduce_slices); the threshold rises until the kept calls fit the
+budget. Then each call also carries how many calls were left out before it (so
+ids stay those of the full trace) and its self time over all its callees. The page
+says what was left out and how to see everything; the summary table always counts
+every call.
 """
 import html
 import json
 import os
+from collections import namedtuple
 
+from ._core import ffi, lib
 from ._files import replaced_atomically
 from ._progress import Progress
 from .summary import SORT_KEYS, slice_records, summarize
@@ -24,18 +35,63 @@ SUMMARY_SORTS = ("total", "self", "calls")
 CALLS_PER_CHUNK = 65536
 KIND_LETTERS = {"python": "p", "c": "c", "annotation": "a"}
 
+CALL_BUDGET = 200_000        # more calls than this: the page shows a reduced timeline
+REDUCED_WIDTH_PX = 4000      # a call this fraction of the trace's span is a pixel wide
+TOP_LEVELS = 2               # depths always kept whole, while they fit the budget
 
-def write_html(trace, path):
+Reduction = namedtuple("Reduction", "min_ns top_levels shown calls budget")
+Reduction.__doc__ = """What a reduced page keeps: calls lasting at least min_ns or at
+a depth below top_levels (with their parents); shown of calls in all."""
+
+
+def write_html(trace, path, call_budget=CALL_BUDGET):
     """Writes trace to path as one self-contained HTML page.
 
-    Writes to a temporary file beside path and renames it, so a failed export
-    never leaves a truncated page."""
+    Above call_budget calls the timeline is reduced (see the module's doc); the
+    summary table always covers every call. Writes to a temporary file beside path
+    and renames it, so a failed export never leaves a truncated page."""
     path = os.fspath(path)
+    if type(call_budget) is not int or call_budget < 1:
+        raise ValueError(f"call_budget must be a positive integer, not {call_budget!r}")
     title = os.path.basename(path)
+    reduction = choose_reduction(trace, call_budget)
     with Progress(f"writing {path}", len(trace)) as progress, \
             replaced_atomically(path, lambda tmp: open(tmp, "w", encoding="utf-8")) as out:
-        for chunk in _chunks(trace, title, progress):
+        for chunk in _chunks(trace, title, reduction, progress):
             out.write(chunk)
+
+
+def _reduce(slices, n, min_ns, top_levels, cap=0):
+    """(count, kept indices, self times) of one thread under the rule; cap 0 counts."""
+    kept = ffi.new("uint64_t[]", max(1, cap))
+    self_ns = ffi.new("int64_t[]", max(1, cap))
+    count = lib.pt_reduce_slices(slices, n, min_ns, top_levels, kept, self_ns, cap)
+    if count < 0:
+        raise MemoryError("out of memory while reducing the trace for the HTML page")
+    return count, kept, self_ns
+
+
+def choose_reduction(trace, call_budget=CALL_BUDGET):
+    """The Reduction for trace's page, or None when every call fits call_budget.
+
+    Starts from a pixel of a REDUCED_WIDTH_PX wide view of the whole trace and
+    TOP_LEVELS whole levels; while more calls than the budget remain, gives up the
+    top levels one by one, then doubles the shortest duration kept."""
+    calls = len(trace)
+    if calls <= call_budget:
+        return None
+    span = max(1, trace.stop_ns - trace.start_ns)
+    min_ns = max(1, -(-span // REDUCED_WIDTH_PX))
+    top_levels = TOP_LEVELS
+    while True:
+        shown = sum(_reduce(slices, n, min_ns, top_levels)[0]
+                    for _, slices, n in trace.thread_slices())
+        if shown <= call_budget:
+            return Reduction(min_ns, top_levels, shown, calls, call_budget)
+        if top_levels:
+            top_levels -= 1
+        else:
+            min_ns *= 2
 
 
 def _script_json(data):
@@ -53,7 +109,7 @@ def _summary_rows(trace):
     return {"functions": len(rows), "rows": list(chosen.values())}
 
 
-def _meta(trace, title):
+def _meta(trace, title, reduction):
     return {
         "title": title,
         "names": trace.names,
@@ -69,6 +125,7 @@ def _meta(trace, title):
         "backend": trace.backend,
         "dropped_events": trace.dropped_events,
         "summary": _summary_rows(trace),
+        "reduced": None if reduction is None else reduction._asdict(),
     }
 
 
@@ -94,11 +151,39 @@ def _slice_arrays(trace, progress):
     yield "]"
 
 
-def _chunks(trace, title, progress):
+def _reduced_arrays(trace, reduction, progress):
+    """The per-thread flat arrays of a reduced page: per kept call its start after
+    the previous kept call's, duration, key, depth, the number of calls left out
+    since the previous kept one, and its self time over all its callees."""
+    yield "["
+    for number, (_, slices, n) in enumerate(trace.thread_slices()):
+        yield "[" if number == 0 else ",["
+        count, kept, self_ns = _reduce(slices, n, reduction.min_ns, reduction.top_levels)
+        count, kept, self_ns = _reduce(slices, n, reduction.min_ns, reduction.top_levels,
+                                       count)
+        previous_start, previous_index = trace.start_ns, -1
+        parts = []
+        for position in range(count):
+            index = kept[position]
+            s = slices[index]
+            parts.append(f"{s.start - previous_start},{s.end - s.start},{s.key},{s.depth},"
+                         f"{index - previous_index - 1},{self_ns[position]}")
+            previous_start, previous_index = s.start, index
+        yield ",".join(parts)
+        progress.advance(n)
+        yield "]"
+    yield "]"
+
+
+def _chunks(trace, title, reduction, progress):
     yield _PAGE_HEAD.replace("$TITLE", html.escape(f"{title} - pytrace_cffi"))
-    yield f'<script type="application/json" id="pt-meta">{_script_json(_meta(trace, title))}'
+    meta = _meta(trace, title, reduction)
+    yield f'<script type="application/json" id="pt-meta">{_script_json(meta)}'
     yield '</script>\n<script type="application/json" id="pt-slices">'
-    yield from _slice_arrays(trace, progress)
+    if reduction is None:
+        yield from _slice_arrays(trace, progress)
+    else:
+        yield from _reduced_arrays(trace, reduction, progress)
     yield f"</script>\n<script>\n{_PAGE_SCRIPT}</script>\n</body>\n</html>\n"
 
 
@@ -120,6 +205,8 @@ _PAGE_HEAD = """<!DOCTYPE html>
   header button { margin-left: auto; }
   .hint { margin: 4px 16px 0; color: var(--muted); font-size: 12px; text-align: right; }
   header .warning { color: #cf222e; font-weight: 600; }
+  #notice { margin: 0 16px 8px; padding: 6px 10px; border: 1px solid #d4a72c;
+            border-radius: 6px; background: #fff8c5; }
   button { font: inherit; font-size: 12px; padding: 2px 10px; border: 1px solid var(--border);
            border-radius: 6px; background: #f6f8fa; cursor: pointer; }
   #timeline { position: relative; margin: 0 16px; border: 1px solid var(--border);
@@ -161,6 +248,7 @@ _PAGE_HEAD = """<!DOCTYPE html>
   <span class="warning" id="warning"></span>
   <button id="reset" type="button">Reset view</button>
 </header>
+<div id="notice" hidden></div>
 <div id="timeline"><canvas id="canvas"></canvas><div id="tooltip"></div></div>
 <div class="hint">wheel: zoom &middot; shift+wheel: scroll &middot; drag: pan &middot;
   click: details &middot; double-click: zoom to the call &middot; click a thread's name:
@@ -181,6 +269,9 @@ _PAGE_SCRIPT = r""""use strict";
   const ROW = 16, LANE_HEAD = 20, LANE_GAP = 6, AXIS = 24, MIN_SPAN_NS = 50;
   const meta = JSON.parse(document.getElementById("pt-meta").textContent);
   const flat = JSON.parse(document.getElementById("pt-slices").textContent);
+  // A reduced page (see write_html) has two more numbers per call: the calls left
+  // out before it, and its self time over all its callees.
+  const reduced = meta.reduced, STRIDE = reduced ? 6 : 4;
   const names = meta.names;
   const labels = names.map(shortName);
   const colors = names.map((name, key) => colorFor(name, meta.kinds[key]));
@@ -209,13 +300,18 @@ _PAGE_SCRIPT = r""""use strict";
   // Rebuilds each thread's calls from the flat array; calls at one depth never
   // overlap, so per depth they are sorted by start and by end alike.
   function buildThread(info, data, firstId) {
-    const n = data.length / 4;
+    const n = data.length / STRIDE;
     const start = new Float64Array(n), end = new Float64Array(n);
     const key = new Int32Array(n), depth = new Int32Array(n), parent = new Int32Array(n);
+    const id = new Float64Array(n), self = reduced ? new Float64Array(n) : null;
     const lastAtDepth = [], perDepth = [];
     let time = 0;                 // ns after the trace's start, exact in a double
-    for (let i = 0, j = 0; i < n; i++, j += 4) {
+    let index = -1;               // the call's index among all the thread's calls
+    for (let i = 0, j = 0; i < n; i++, j += STRIDE) {
       time += data[j];
+      index += reduced ? data[j + 4] + 1 : 1;
+      id[i] = index;
+      if (reduced) self[i] = data[j + 5];
       start[i] = time;
       end[i] = start[i] + data[j + 1];
       key[i] = data[j + 2];
@@ -230,15 +326,15 @@ _PAGE_SCRIPT = r""""use strict";
       levels.push(level);
       levelEnds.push(Float64Array.from(level, i => end[i]));
     }
-    return { info, n, firstId, start, end, key, depth, parent, levels, levelEnds, top: 0,
-             folded: false };
+    return { info, n, firstId, start, end, key, depth, parent, id, self, levels, levelEnds,
+             top: 0, folded: false };
   }
 
   const threads = [];
   let callsBefore = 0, traceEnd = meta.stop_ns - meta.start_ns;
   meta.threads.forEach((info, t) => {
     const thread = buildThread(info, flat[t], callsBefore);
-    callsBefore += thread.n;
+    callsBefore += info.calls;
     for (const ends of thread.levelEnds) traceEnd = Math.max(traceEnd, ends[ends.length - 1] || 0);
     threads.push(thread);
   });
@@ -399,7 +495,8 @@ _PAGE_SCRIPT = r""""use strict";
       ctx.font = "600 12px system-ui, sans-serif";
       const info = thread.info;
       ctx.fillText(`${thread.folded ? "\u25b8" : "\u25be"} ${info.name}  \u00b7  ` +
-                   `tid ${info.tid}  \u00b7  ${count(info.calls, "call")}`, 8,
+                   `tid ${info.tid}  \u00b7  ${count(info.calls, "call")}` +
+                   (reduced ? ` (${thread.n} shown)` : ""), 8,
                    thread.top + LANE_HEAD / 2);
       ctx.font = "11px system-ui, sans-serif";
       for (let d = 0; d < rowsShown(thread); d++) {
@@ -450,6 +547,7 @@ _PAGE_SCRIPT = r""""use strict";
   }
 
   function selfTime(thread, index) {
+    if (reduced) return thread.self[index];
     let children = 0;
     for (let j = index + 1; j < thread.n && thread.depth[j] > thread.depth[index]; j++) {
       if (thread.parent[j] === index) children += thread.end[j] - thread.start[j];
@@ -471,9 +569,9 @@ _PAGE_SCRIPT = r""""use strict";
       ["Duration", formatNs(thread.end[index] - thread.start[index])],
       ["Self time", formatNs(selfTime(thread, index))],
       ["Depth", String(thread.depth[index])],
-      ["Python id", String(thread.firstId + index)],
+      ["Python id", String(thread.firstId + thread.id[index])],
       ["Python parent id", parent < 0 ? "null" :
-        `${thread.firstId + parent} (${labels[thread.key[parent]]})`],
+        `${thread.firstId + thread.id[parent]} (${labels[thread.key[parent]]})`],
       ["Python thread", String(thread.info.index)],
     ];
     for (const [arg, value] of Object.entries(meta.key_args[k] || {})) {
@@ -625,6 +723,20 @@ _PAGE_SCRIPT = r""""use strict";
   if (meta.dropped_events > 0) {
     document.getElementById("warning").textContent =
       `${meta.dropped_events} events dropped: parts of the trace are missing`;
+  }
+  if (reduced) {
+    const notice = document.getElementById("notice");
+    const levels = reduced.top_levels > 0 ?
+      ` below the top ${count(reduced.top_levels, "level")}` : "";
+    notice.textContent =
+      `Reduced timeline: ${reduced.shown} of ${count(reduced.calls, "call")} shown. ` +
+      `The ${reduced.calls - reduced.shown} left out lasted under ` +
+      `${formatNs(reduced.min_ns)} each (under a pixel with the whole trace in view)` +
+      `${levels}, and a page with all of them would be too big to stay quick ` +
+      `(over ${reduced.budget} calls). The summary table counts every call. To see ` +
+      `every call, write the trace as .pftrace (-o trace.pftrace with run or export, ` +
+      `or Trace.export_perfetto) and open it in ui.perfetto.dev.`;
+    notice.hidden = false;
   }
   renderSummary("total");
   resize();

@@ -859,8 +859,11 @@ def make_run_windows(output, options, write):
     from ._windows import Windows, numbered
 
     class FollowWindows(Windows):
-        def open(self):
+        def open(self, noop=False):
             from . import _has_session, start
+            if noop:                    # a schedule's warmup: nothing kept, none followed
+                self._job = None
+                return super().open(noop=True)
             with self._lock:
                 if _has_session():
                     return
@@ -870,12 +873,17 @@ def make_run_windows(output, options, write):
             # Last statement: what this frame runs once the hooks are live is recorded.
             start(follow_children=True, output=self._job, **self._options)
 
-        def close(self):
+        def close(self, save=True):
             from . import _has_session, stop
             with self._lock:
                 if not _has_session():
                     return
                 stop()
+                if not save or self._job is None:      # a schedule's warmup
+                    if self._job is not None:
+                        import shutil
+                        shutil.rmtree(self._job, ignore_errors=True)
+                    return
                 self._count += 1
                 path = numbered(self._output, self._count) if self._numbered else self._output
                 if not finish_run(self._job, path, write):

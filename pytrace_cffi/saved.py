@@ -273,7 +273,8 @@ def _load_parts(directory, meta, hashes, params):
         hid, kind, args = entry[:3]
         hide = entry[3] if spilled else 0
         _expect(isinstance(hid, str), f"meta.json: key {key} has a bad hash id")
-        _expect(_int(hide, "hide") in (0, 1, 2, 3), f"meta.json: key {key} has a bad hide value")
+        _expect(_int(hide, "hide") in (0, 1, 2, 3, 4),
+                f"meta.json: key {key} has a bad hide value")
         hidden.append(hide)
         _expect(hid in hashes, f"meta.json: key {key} has no name in hashes.json")
         _expect(str(hash_id(hashes[hid])) == hid,
@@ -370,7 +371,7 @@ def _anchor(value):
 
 def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden):
     """Reads events.bin's blocks per thread and replays them in C."""
-    from .trace import ThreadInfo, TorchRegions, drop_short, name_tagged_calls
+    from .trace import ThreadInfo, TorchRegions, drop_carriers, drop_short, name_tagged_calls
     events_meta = meta["events"]
     _expect(isinstance(events_meta, dict) and events_meta.get("file") == "events.bin",
             "meta.json: bad events entry")
@@ -461,4 +462,4 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
         loaded_threads.append(ThreadInfo(thread.index, thread.native_id, thread.ident,
                                          thread.name, n_events, thread.dropped))
     name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args)
-    return slices, loaded_threads
+    return drop_carriers(slices, hidden), loaded_threads

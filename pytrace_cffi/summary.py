@@ -8,19 +8,24 @@ while the same function is already on the stack adds to its calls and its self
 time, not to its total. Self time is a call's time minus its callees' time.
 
 read_trace() opens what pytrace_cffi writes: a saved-trace directory, or a Chrome
-.json / .json.gz it exported.
+.json / .json.gz it exported. Our JSON has one event per line, so it is read line
+by line into packed slice arrays (40 bytes a call) without ever holding the text or
+a Python object per call; a file in another layout (reformatted, say) is parsed
+whole, which needs many times its size in memory (a TraceWarning says so when the
+file is big).
 """
 import gzip
 import json
 import os
 import re
 import struct
+import warnings
 import zlib
 from collections import namedtuple
 
 from ._core import ffi, lib
 from ._progress import Progress
-from .errors import TraceFormatError
+from .errors import TraceFormatError, TraceWarning
 
 SummaryRow = namedtuple("SummaryRow", "name calls total_ns self_ns thread")
 SummaryRow.__doc__ = """One function's line in a summary; thread is the thread's
@@ -32,8 +37,6 @@ SORT_KEYS = {
     "calls": lambda row: (-row.calls, row.name),
     "name": lambda row: (row.name,),
 }
-
-PROGRESS_STEP = 65536                        # slices between progress reports
 
 # pt_slice as packed native-order bytes: start, end, key, flags, parent, tag, depth.
 SLICE_RECORD = struct.Struct("=qqIIqII")
@@ -58,52 +61,33 @@ def summarize(trace, sort="total", limit=20, per_thread=False):
         raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}, not {sort!r}")
     unique_names = sorted(set(trace.names))
     name_id = {name: index for index, name in enumerate(unique_names)}
-    name_of_key = [name_id[name] for name in trace.names]
-    tables = []
-    with Progress("summarizing", len(trace)) as progress:
-        table = {}
-        for thread, slices, count in trace.thread_slices():
-            if per_thread:
-                table = {}
-                tables.append((thread.name, table))
-            _accumulate(slice_records(slices, count), count, name_of_key, table, progress)
-    if not per_thread:
-        tables.append((None, table))
+    n_names = len(unique_names)
+    name_of_key = ffi.new("uint32_t[]", [name_id[name] for name in trace.names])
+    times_open = ffi.new("uint32_t[]", max(1, n_names))
+
+    def new_table():
+        # per name id: calls, total ns, self ns
+        return (ffi.new("uint64_t[]", max(1, n_names)), ffi.new("int64_t[]", max(1, n_names)),
+                ffi.new("int64_t[]", max(1, n_names)))
+
+    tables = [] if per_thread else [(None, new_table())]
+    for thread, slices, count in trace.thread_slices():
+        if per_thread:
+            tables.append((thread.name, new_table()))
+        status = lib.pt_summarize_slices(slices, count, name_of_key, len(trace.names), n_names,
+                                         *tables[-1][1], times_open)
+        if status == lib.PT_ERR_NOMEM:
+            raise MemoryError("out of memory while summarizing the trace")
+        if status != lib.PT_OK:
+            raise TraceFormatError(f"thread {thread.index}: a call's key is out of range")
     rows = []
-    for thread_name, table in tables:
-        thread_rows = [SummaryRow(unique_names[name], calls, total, self_time, thread_name)
-                       for name, (calls, total, self_time) in table.items()]
+    for thread_name, (calls, total, self_time) in tables:
+        thread_rows = [SummaryRow(unique_names[name], calls[name], total[name], self_time[name],
+                                  thread_name)
+                       for name in range(n_names) if calls[name]]
         thread_rows.sort(key=SORT_KEYS[sort])
         rows.extend(thread_rows[:limit])
     return rows
-
-
-def _accumulate(records, count, name_of_key, table, progress):
-    """Adds one thread's `count` slices to table: name id -> [calls, total ns, self
-    ns]. Slices come parent first, so the open calls form a stack ending at the parent."""
-    open_slices, open_names = [], []
-    times_open = {}                          # name id -> how often it is on the stack
-    for index, (start, end, key, _flags, parent, _tag, _depth) in enumerate(records):
-        if index % PROGRESS_STEP == PROGRESS_STEP - 1:
-            progress.advance(PROGRESS_STEP)
-        while open_slices and open_slices[-1] != parent:
-            open_slices.pop()
-            times_open[open_names.pop()] -= 1
-        name = name_of_key[key]
-        duration = end - start
-        stats = table.get(name)
-        if stats is None:
-            stats = table[name] = [0, 0, 0]
-        stats[0] += 1
-        stats[2] += duration
-        if open_names:
-            table[open_names[-1]][2] -= duration
-        if not times_open.get(name):
-            stats[1] += duration
-        open_slices.append(index)
-        open_names.append(name)
-        times_open[name] = times_open.get(name, 0) + 1
-    progress.advance(count % PROGRESS_STEP)
 
 
 NUMBER_COLUMNS = 3                           # calls, total ms, self ms: right-aligned
@@ -171,13 +155,28 @@ MAX_MICROSECONDS = 2 ** 52                   # ~143 years; rejects inf, nan and 
 
 
 def _read_chrome_trace(path):
-    from .trace import Mark, ThreadInfo, Trace
+    try:
+        try:
+            return _read_chrome_lines(path)
+        except _OtherLayout as exc:
+            reason = exc.args[0]
+        if os.path.getsize(path) > WHOLE_READ_NOTE_BYTES:
+            warnings.warn(f"{path}: not in pytrace_cffi's one-event-per-line layout "
+                          f"({reason}); reading it whole, which takes many times its size "
+                          f"in memory", TraceWarning, stacklevel=3)
+        return _read_chrome_whole(path)
+    except (struct.error, OverflowError):
+        raise TraceFormatError(f"{path}: a time is out of range") from None
+
+
+def _read_chrome_whole(path):
+    """Any layout: json.loads of the whole text, then the events."""
+    from .trace import ThreadInfo
     data = _load_json(path)
     _expect(isinstance(data, dict) and isinstance(data.get("traceEvents"), list),
             f"{path}: not a Chrome trace (no traceEvents list)")
     other = data.get("otherData")
-    _expect(isinstance(other, dict) and other.get("generator") == "pytrace_cffi",
-            f"{path}: not written by pytrace_cffi (otherData.generator is missing)")
+    _check_other(path, other)
     start_ns = _other_int(path, other, "start_monotonic_ns")
     thread_meta, calls, marks, pid = _split_events(path, data["traceEvents"])
     keys = _Keys()
@@ -185,14 +184,29 @@ def _read_chrome_trace(path):
     first_id = 0
     with Progress(f"reading {path}", sum(len(c) for c in calls)) as progress:
         for index, ((tid, thread_name), thread_calls) in enumerate(zip(thread_meta, calls)):
-            array = _thread_slices(path, thread_calls, first_id, start_ns, keys)
-            bad = lib.pt_validate_slices(array, len(thread_calls), len(keys.names))
-            _expect(bad < 0, f"{path}: thread {index}: call {first_id + bad} does not nest "
-                             f"inside its parent")
+            packed = _thread_slices(path, thread_calls, first_id, start_ns, keys)
             threads.append(ThreadInfo(index, tid, 0, thread_name, 0, 0))
-            slices.append((array, len(thread_calls)))
+            slices.append(_validated(path, index, first_id, packed, len(thread_calls), keys))
             first_id += len(thread_calls)
             progress.advance(len(thread_calls))
+    return _chrome_trace(path, other, keys, threads, slices, marks, pid)
+
+
+def _check_other(path, other):
+    _expect(isinstance(other, dict) and other.get("generator") == "pytrace_cffi",
+            f"{path}: not written by pytrace_cffi (otherData.generator is missing)")
+
+
+def _validated(path, index, first_id, array, count, keys):
+    bad = lib.pt_validate_slices(array, count, len(keys.names))
+    _expect(bad < 0, f"{path}: thread {index}: call {first_id + bad} does not nest "
+                     f"inside its parent")
+    return array, count
+
+
+def _chrome_trace(path, other, keys, threads, slices, marks, pid):
+    from .trace import Mark, Trace
+    start_ns = _other_int(path, other, "start_monotonic_ns")
     return Trace(names=keys.names, key_kinds=keys.kinds, key_args=keys.args, threads=threads,
                  slices=slices, start_ns=start_ns,
                  stop_ns=_other_int(path, other, "stop_monotonic_ns"), pid=pid,
@@ -211,6 +225,273 @@ def _other_anchor(path, other):
         return checked_anchor(other.get("realtime_anchor"))
     except ValueError as exc:
         raise TraceFormatError(f"{path}: otherData.{exc}") from None
+
+
+# --- our layout, line by line -------------------------------------------------------
+
+WHOLE_READ_NOTE_BYTES = 64 << 20             # warn before parsing a file this big whole
+BLOCK_BYTES = 4 << 20                        # read at a time
+
+
+class _OtherLayout(Exception):
+    """The file is not laid out as pytrace_cffi writes it: parse it whole."""
+
+
+# A call exactly as pt_format_slices writes it; anything else on a line goes
+# through json.loads and the checks of the whole-file path. The name ends at the
+# first '","ts":', as a quote inside a JSON string is always escaped; whether the
+# name and the extra args are valid JSON is checked once per function (_line_key).
+_CALL_LINE = re.compile(
+    rb'\{"ph":"X","pid":(\d+),"tid":(\d+),"cat":"(python_function|user_annotation)",'
+    rb'"name":(".*?"),"ts":(\d{1,13})\.(\d{3}),"dur":(\d{1,13})\.(\d{3}),'
+    rb'"args":\{"Python id":(\d+),"Python parent id":(\d+|null),"Python thread":(\d+)'
+    rb'(.*)\}\}\Z', re.S)
+_HEAD_END = b'"traceEvents":['
+
+
+class _LineThread:
+    """One thread's calls while they are read, in a C-grown pt_slice array."""
+
+    def __init__(self, index, tid, name, first_id, start_ns):
+        self.index, self.tid, self.name, self.first_id = index, tid, name, first_id
+        self.tid_text, self.index_text = str(tid).encode(), str(index).encode()
+        self.state = ffi.new("pt_line_thread *")
+        self.state.start_ns, self.state.first_id = start_ns, first_id
+        self.state.thread_index = index
+        # A tid C cannot compare leaves every line of the thread to Python.
+        self.fast = 0 <= tid < 2 ** 64
+        if self.fast:
+            self.state.tid = tid
+
+    def add(self, path, call_id, parent_id, key, flags, start, end):
+        """Appends a call given its id, parent id (None for a root) and key."""
+        count = self.state.count
+        if call_id != self.first_id + count:
+            raise _OtherLayout(f"call {call_id} is out of order")
+        parent = -1
+        if parent_id is not None:
+            parent = parent_id - self.first_id
+            if not 0 <= parent < count:
+                raise TraceFormatError(f"{path}: call {call_id}: parent {parent_id} is not an "
+                                       f"earlier call on its thread")
+        if not -2 ** 63 <= start <= end < 2 ** 63:
+            raise OverflowError
+        if lib.pt_line_thread_push(self.state, start, end, key, flags, parent) != lib.PT_OK:
+            raise MemoryError("out of memory while reading a trace")
+
+    def slices(self):
+        """(cffi pt_slice array, count): the slices, now owned by the array."""
+        count = self.state.count
+        if not count:
+            return ffi.new("pt_slice[]", 1), 0
+        slices = ffi.gc(self.state.slices, lib.pt_free_slices)
+        self.state.slices = ffi.NULL
+        return slices, count
+
+    def release(self):
+        """Frees the slices not handed over (reading failed)."""
+        lib.pt_free_slices(self.state.slices)
+        self.state.slices = ffi.NULL
+
+
+def _read_chrome_lines(path):
+    """The Trace in a file of pytrace_cffi's layout: the head on its first line,
+    "traceEvents":[ on the second, then one event per line (a comma after all but
+    the last) and "]}". Raises _OtherLayout as soon as the file is laid out otherwise."""
+    try:
+        with open(path, "rb") as raw_file:
+            stream = gzip.GzipFile(fileobj=raw_file, mode="rb") if path.endswith(".gz") \
+                else raw_file
+            with Progress(f"reading {path}", os.path.getsize(path)) as progress:
+                reader = _LineReader(path)
+                try:
+                    reader.read(stream, raw_file, progress)
+                finally:
+                    reader.release()
+                return reader.trace()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceFormatError(f"{path}: cannot read ({exc})") from None
+
+
+class _LineReader:
+    """Reads the events after the head: runs of call lines in C (pt_read_call_lines),
+    each line C leaves here, with the checks of the whole-file path."""
+
+    def __init__(self, path):
+        self.path = path
+        self.keys = _Keys()
+        self.line_keys = ffi.gc(lib.pt_line_keys_new(), lib.pt_line_keys_free)
+        if self.line_keys == ffi.NULL:
+            raise MemoryError("out of memory while reading a trace")
+        self.key_of_text = {}                 # (category, name, extra args) text -> key
+        self.threads, self.slices, self.marks, self.thread_of_tid = [], [], [], {}
+        self.thread, self.pid, self.number, self.first_id = None, 0, -1, 0
+        self.ended = False                    # None after the last event, True after "]}"
+
+    def read(self, stream, raw_file, progress):
+        path = self.path
+        head = stream.readline().rstrip()
+        if not (head.startswith(b"{") and head.endswith(b",")
+                and stream.readline().rstrip() == _HEAD_END):
+            raise _OtherLayout("the head is not on its own lines")
+        try:
+            self.other = json.loads(head[:-1] + b"}").get("otherData")
+        except (ValueError, AttributeError):
+            raise _OtherLayout("the head is not JSON on its own") from None
+        _check_other(path, self.other)
+        self.start_ns = _other_int(path, self.other, "start_monotonic_ns")
+        position = ffi.new("uint64_t *")
+        pending = b""
+        done = raw_file.tell()
+        while True:
+            block = stream.read(BLOCK_BYTES)
+            text = pending + block if pending else block
+            buffer = ffi.from_buffer(text)
+            start = 0
+            while True:
+                thread = self.thread
+                if thread is not None and thread.fast and self.ended is False:
+                    position[0] = start
+                    taken = lib.pt_read_call_lines(self.line_keys, thread.state, buffer,
+                                                   len(text), position)
+                    if taken:
+                        self.number += taken
+                        self.pid = thread.state.pid
+                        start = position[0]
+                newline = text.find(b"\n", start)
+                if newline < 0:
+                    break
+                self.line(text[start:newline])
+                start = newline + 1
+            pending = text[start:]
+            progress.advance(raw_file.tell() - done)
+            done = raw_file.tell()
+            if not block:
+                break
+        if pending:
+            self.line(pending)
+        if not self.ended:
+            raise TraceFormatError(f"{path}: not valid JSON (it ends before the closing ]}})")
+        self.end_thread()
+
+    def line(self, line):
+        path = self.path
+        line = line.rstrip()
+        if not line:
+            return
+        if self.ended:
+            raise TraceFormatError(f"{path}: not valid JSON (text after the closing ]}})")
+        if line == b"]}":
+            self.ended = True
+            return
+        if self.ended is None:
+            raise TraceFormatError(f"{path}: not valid JSON (no comma after event "
+                                   f"{self.number})")
+        if line.endswith(b","):
+            line = line[:-1]
+        else:
+            self.ended = None                 # the last event: "]}" must follow
+        self.number += 1
+        number, thread = self.number, self.thread
+        match = _CALL_LINE.match(line)
+        if (match is not None and thread is not None and match[2] == thread.tid_text
+                and match[11] == thread.index_text):
+            category, name, extra = match.group(3, 4, 12)
+            key = self.key_of_text.get((category, name, extra))
+            if key is None:
+                key = _line_key(self.keys, category, name, extra)
+                if key is not None:
+                    self._new_line_key(line[match.start(3) - len(b'"cat":"'):match.end(4)],
+                                       (category, name, extra), key)
+            if key is not None:
+                parent_id = match[10]
+                start = self.start_ns + int(match[5] + match[6])
+                thread.add(path, int(match[9]), None if parent_id == b"null" else int(parent_id),
+                           key, self.flags_of(key), start, start + int(match[7] + match[8]))
+                self.pid = match[1]
+                return
+        # Not a call as we write them (or its name or args need a closer look):
+        # parsed and checked like an event of the whole file.
+        try:
+            event = json.loads(line)
+        except ValueError as exc:
+            raise TraceFormatError(f"{path}: event {number}: not valid JSON ({exc})") from None
+        if type(event) is not dict:
+            raise TraceFormatError(f"{path}: event {number} is not an object")
+        phase = event.get("ph")
+        if phase == "M" and event.get("name") == "thread_name":
+            tid = event.get("tid")
+            name = (event.get("args") or {}).get("name")
+            _expect(type(tid) is int and isinstance(name, str),
+                    f"{path}: event {number}: a thread_name needs an integer tid and a name")
+            self.end_thread()
+            self.thread_of_tid[tid] = len(self.threads)
+            self.thread = _LineThread(len(self.threads), tid, name, self.first_id,
+                                      self.start_ns)
+        elif phase == "X":
+            index, (call_id, parent_id, name, category, ts_ns, dur_ns, extra) = \
+                _read_call(path, number, event, self.thread_of_tid)
+            if thread is None or index != thread.index:
+                raise _OtherLayout(f"event {number} is not with its thread's calls")
+            key = self.keys.key(name, category, extra)
+            thread.add(path, call_id, parent_id, key, self.flags_of(key), self.start_ns + ts_ns,
+                       self.start_ns + ts_ns + dur_ns)
+            self.pid = event.get("pid")
+            if type(self.pid) is not int:
+                raise TraceFormatError(f"{path}: event {number}: pid must be an integer")
+        elif phase in ("i", "C"):
+            self.marks.append(_read_mark(path, number, event))
+        elif phase == "M" and event.get("name") in ("process_name", "process_sort_index"):
+            pass                            # processes.join's lanes: calls are read as one
+        else:
+            raise TraceFormatError(f"{path}: event {number}: unexpected phase {phase!r}")
+
+    def flags_of(self, key):
+        return lib.PT_SLICE_C if self.keys.kinds[key] == "c" else 0
+
+    def _new_line_key(self, ident, text, key):
+        """Tells C the function text of a key, so its next calls are read there."""
+        self.key_of_text[text] = key
+        extra = text[2]
+        if len(ident) < 2 ** 32 and len(extra) < 2 ** 32:
+            if lib.pt_line_keys_add(self.line_keys, ident, len(ident), extra, len(extra), key,
+                                    self.flags_of(key)) != lib.PT_OK:
+                raise MemoryError("out of memory while reading a trace")
+
+    def end_thread(self):
+        thread = self.thread
+        if thread is not None:
+            from .trace import ThreadInfo
+            self.threads.append(ThreadInfo(thread.index, thread.tid, 0, thread.name, 0, 0))
+            self.slices.append(thread.slices())
+            self.first_id += self.slices[-1][1]
+            self.thread = None
+
+    def release(self):
+        if self.thread is not None:
+            self.thread.release()
+
+    def trace(self):
+        first_id = 0
+        for index, (slices, count) in enumerate(self.slices):
+            _validated(self.path, index, first_id, slices, count, self.keys)
+            first_id += count
+        return _chrome_trace(self.path, self.other, self.keys, self.threads, self.slices,
+                             self.marks, int(self.pid))
+
+
+def _line_key(keys, category, name, extra):
+    """The key of a call's category, JSON name and extra args text (a comma, then
+    members of the args object), or None when those args name a standard arg."""
+    try:
+        args = json.loads(b"{" + extra[1:] + b"}") if extra else None
+        name = json.loads(name)
+    except ValueError:
+        return None
+    if args is not None and (type(args) is not dict or
+                             any(arg in args for arg in _STANDARD_ARGS)):
+        return None
+    return keys.key(name, category.decode(), args)
 
 
 class _Keys:

@@ -127,6 +127,7 @@ class Trace:
         key_args = {}
         name_tagged_calls(facts["tags"], facts["annotation_args"], slices, names, key_kinds,
                           key_args)
+        slices = drop_carriers(slices, facts["hidden"])
         trace = cls(names=names, key_kinds=key_kinds, key_args=key_args, threads=threads,
                     slices=slices, start_ns=facts["start_ns"], stop_ns=facts["stop_ns"],
                     pid=facts["pid"], python_version=facts["python"], backend=facts["backend"],
@@ -229,6 +230,22 @@ class TorchRegions:
         return out, written
 
 
+def drop_carriers(slices, hidden):
+    """After name_tagged_calls: the calls of code the filters left out that were
+    kept for the name they carry (torch's record_function.__enter__/__exit__, an
+    optimizer step's hook, an nn.Module call the watcher could not name) go,
+    each alone, now that the named slices exist."""
+    drop = bytes(1 if hide == lib.PT_HIDE_CARRIER else 0 for hide in hidden)
+    if not any(drop):
+        return slices
+    dropped = []
+    for thread_slices, n in slices:
+        if n:
+            n = lib.pt_drop_keys(thread_slices, n, drop, len(drop), ffi.new("int64_t[]", n))
+        dropped.append((thread_slices, n))
+    return dropped
+
+
 def drop_short(slices, n, min_duration_ns):
     """Leaves out calls shorter than min_duration_ns; returns how many remain."""
     if not min_duration_ns or not n:
@@ -260,7 +277,8 @@ def session_facts(session):
     # classified just after): they are left out alone.
     flags = ffi.new("uint8_t[]", len(sources))
     lib.pt_key_flags(ptr, flags, len(sources))
-    hidden = [_hiding(source) or (lib.PT_HIDE_ALONE if flags[key] & lib.PT_KEY_SKIPPED else 0)
+    hidden = [_hiding(source) or (lib.PT_HIDE_ALONE if flags[key] & lib.PT_KEY_SKIPPED else
+                                  lib.PT_HIDE_CARRIER if flags[key] & lib.PT_KEY_NAMED else 0)
               for key, source in enumerate(sources)]
     threads, infos = [], []
     for index in range(lib.pt_thread_count(ptr)):

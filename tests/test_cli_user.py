@@ -220,8 +220,8 @@ def test_export_of_a_big_trace_shows_progress_on_a_terminal_only(tmp_path):
     finally:
         os.close(controller)
     assert proc.wait(timeout=120) == 0
-    assert re.search(r"\rsummarizing: [1-9][0-9]?%", shown)
-    assert re.search(r"\rwriting big.html: [1-9][0-9]?%", shown)
+    # Over a million calls the page is reduced, and summarized in C: both take
+    # well under a second, so they show no steps in between.
     assert "\rwriting big.html: 100%\r\n" in shown
     piped = run_cli(tmp_path, "export", "big", "-o", "big2.html")
     assert "%" not in piped.stderr

@@ -5,6 +5,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 import threading
 import types
 import zlib
@@ -13,6 +14,7 @@ import pytest
 
 import pytrace_cffi
 from pytrace_cffi._core import ffi
+from pytrace_cffi import html as html_module
 from pytrace_cffi.html import CALLS_PER_CHUNK, write_html
 from pytrace_cffi.trace import ThreadInfo, Trace
 
@@ -246,3 +248,275 @@ def test_clicking_a_call_shows_its_details(chromium, page, tmp_path):
     assert fields["Thread"].startswith("MainThread")
     assert fields["Depth"] == "0"
     assert fields["Duration"].endswith("s")
+
+
+# --- big traces: a reduced timeline -------------------------------------------------
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def busy_work():
+    html_branch(40)
+    return fib(16) + fib(12)
+
+
+@pytest.fixture(scope="module")
+def busy_trace():
+    with pytrace_cffi.trace() as t:
+        busy_work()
+    return t.trace
+
+
+def kept_by_rule(trace, min_ns, top_levels):
+    """Per thread, the indices of the calls the reduction's rule keeps, worked out
+    from the Call tuples: at least min_ns long or above depth top_levels, and the
+    parent kept; with each kept call's self time over all its callees."""
+    result = []
+    first_id = 0
+    for thread, _, n in trace.thread_slices():
+        calls = [c for c in trace if c.thread == thread.native_id]
+        assert len(calls) == n
+        depth, kept, self_ns = {}, [], {}
+        for c in calls:
+            depth[c.id] = 0 if c.parent is None else depth[c.parent] + 1
+            parent_kept = c.parent is None or c.parent in self_ns
+            if parent_kept and (c.end_ns - c.start_ns >= min_ns or depth[c.id] < top_levels):
+                kept.append(c.id - first_id)
+                self_ns[c.id] = c.end_ns - c.start_ns
+        for c in calls:
+            if c.parent is not None and c.parent in self_ns:
+                self_ns[c.parent] -= c.end_ns - c.start_ns
+        result.append((kept, [self_ns[first_id + i] for i in kept]))
+        first_id += n
+    return result
+
+
+def decode_reduced(flat, start_ns):
+    """(indices, starts, durations, keys, depths, self times) of a reduced page's array."""
+    indices, starts, time, index = [], [], start_ns, -1
+    for j in range(0, len(flat), 6):
+        time += flat[j]
+        index += flat[j + 4] + 1
+        indices.append(index)
+        starts.append(time)
+    return indices, starts, flat[1::6], flat[2::6], flat[3::6], flat[5::6]
+
+
+def test_small_pages_are_not_reduced(busy_trace, tmp_path):
+    path = tmp_path / "small.html"
+    write_html(busy_trace, path, call_budget=len(busy_trace))
+    text = path.read_text(encoding="utf-8")
+    assert embedded(text, "pt-meta")["reduced"] is None
+    assert sum(len(f) for f in embedded(text, "pt-slices")) == 4 * len(busy_trace)
+
+
+def check_reduced_page(trace, budget, path):
+    """Writes trace's page with budget and checks its calls are exactly those the
+    rule keeps, with the full trace's ids and self times; returns the page's meta."""
+    write_html(trace, path, call_budget=budget)
+    text = path.read_text(encoding="utf-8")
+    meta, flats = embedded(text, "pt-meta"), embedded(text, "pt-slices")
+    reduced = meta["reduced"]
+    span = trace.stop_ns - trace.start_ns
+    assert reduced["calls"] == len(trace) and reduced["budget"] == budget
+    assert 0 < reduced["shown"] <= budget
+    assert reduced["min_ns"] >= span / html_module.REDUCED_WIDTH_PX
+    expected = kept_by_rule(trace, reduced["min_ns"], reduced["top_levels"])
+    assert sum(len(kept) for kept, _ in expected) == reduced["shown"]
+    calls = list(trace)
+    first_id = 0
+    for (kept, self_ns), flat, (_, _, n) in zip(expected, flats, trace.thread_slices()):
+        indices, starts, durations, keys, depths, selfs = decode_reduced(flat, meta["start_ns"])
+        assert indices == kept
+        assert selfs == self_ns
+        chosen = [calls[first_id + i] for i in kept]
+        assert starts == [c.start_ns for c in chosen]
+        assert durations == [c.end_ns - c.start_ns for c in chosen]
+        assert [trace.names[k] for k in keys] == [c.name for c in chosen]
+        first_id += n
+    return meta
+
+
+def test_a_reduced_page_keeps_exactly_what_the_rule_keeps(busy_trace, tmp_path):
+    meta = check_reduced_page(busy_trace, len(busy_trace) // 10, tmp_path / "reduced.html")
+    # The summary table still counts every call.
+    calls = list(busy_trace)
+    summary = {row[0].rsplit(": ", 1)[-1]: row[1] for row in meta["summary"]["rows"]}
+    assert summary["fib"] == sum(1 for c in calls if c.name.endswith(": fib"))
+    assert summary["html_leaf"] == 40
+
+
+def levels_trace():
+    """A root over 100 us; 300 short children (10 ns, each calling a 5 ns one) and
+    one long child (50 us) with 50 short children and a long one of its own."""
+    calls = [(0, 100_000, -1)]                         # (start, end, parent) from 0
+    for i in range(300):
+        calls.append((100 + 20 * i, 110 + 20 * i, 0))
+        calls.append((102 + 20 * i, 107 + 20 * i, len(calls) - 1))
+    calls.append((40_000, 90_000, 0))
+    long_child = len(calls) - 1
+    calls.extend((40_000 + 100 * i, 40_010 + 100 * i, long_child) for i in range(50))
+    calls.append((50_000, 70_000, long_child))         # depth 2, 20 us: kept
+    calls.append((60_000, 61_000, len(calls) - 1))     # depth 3, 1 us: kept
+    calls.append((62_000, 62_010, len(calls) - 2))     # depth 3, 10 ns: left out
+    slices = ffi.new("pt_slice[]", len(calls))
+    for i, (start, end, parent) in enumerate(calls):
+        slices[i].start, slices[i].end, slices[i].key = 1000 + start, 1000 + end, 1 + (i % 3)
+        slices[i].parent = parent
+        slices[i].depth = 0 if parent < 0 else slices[parent].depth + 1
+    return Trace(names=["<unknown>", "f.py(1): a", "f.py(2): b", "f.py(3): c"],
+                 key_kinds=["python"] * 4, key_args={},
+                 threads=[ThreadInfo(0, 7, 7, "MainThread", 2 * len(calls), 0)],
+                 slices=[(slices, len(calls))], start_ns=1000, stop_ns=101_000,
+                 pid=1, python_version="3", backend="test", clock="monotonic",
+                 params={"modules": [], "optimizer_steps": []})
+
+
+def test_the_top_levels_are_kept_whole_while_they_fit(tmp_path):
+    trace = levels_trace()
+    meta = check_reduced_page(trace, 400, tmp_path / "levels.html")
+    # A pixel is 25 ns: the top two levels whole (root, 300 + 1 children), and of the
+    # deeper calls the two that last 1 us or more.
+    assert meta["reduced"] == {"min_ns": 25, "top_levels": 2, "shown": 304, "calls": 655,
+                               "budget": 400}
+
+
+def test_the_reduction_gives_up_top_levels_then_raises_the_threshold():
+    # 1000 back-to-back 5 ns calls at depth 0 over 10 us: one pixel is 3 ns, so only
+    # a threshold of 6 ns gets them under a budget of 100.
+    trace = synthetic_trace(1000)
+    assert html_module.choose_reduction(trace, 1000) is None
+    assert html_module.choose_reduction(trace, 999) == html_module.Reduction(
+        min_ns=6, top_levels=0, shown=0, calls=1000, budget=999)
+    with pytest.raises(ValueError, match="call_budget"):
+        write_html(trace, "never.html", call_budget=0)
+
+
+@pytest.fixture(scope="module")
+def reduced_page(busy_trace, tmp_path_factory):
+    path = tmp_path_factory.mktemp("html") / "reduced.html"
+    write_html(busy_trace, path, call_budget=len(busy_trace) // 10)
+    return path
+
+
+def test_reduced_page_renders_and_says_what_was_left_out(chromium, busy_trace, reduced_page,
+                                                         tmp_path):
+    meta = embedded(reduced_page.read_text(encoding="utf-8"), "pt-meta")
+    dom = chromium("--dump-dom", "--virtual-time-budget=5000", reduced_page.as_uri())
+    notice = re.search(r'<div id="notice">(.*?)</div>', dom, re.S).group(1)
+    shown, calls = meta["reduced"]["shown"], len(busy_trace)
+    assert f"{shown} of {calls} calls shown" in notice
+    assert f"The {calls - shown} left out" in notice
+    assert ".pftrace" in notice and "ui.perfetto.dev" in notice
+    body = re.search(r'<table id="summary">.*?<tbody>(.*?)</tbody>', dom, re.S).group(1)
+    cells = dict(re.findall(r"<tr[^>]*><td[^>]*>[^<]*: (\w+)</td><td>(\d+)</td>", body))
+    assert int(cells["fib"]) == sum(1 for c in busy_trace if c.name.endswith(": fib"))
+    assert f"{calls} calls on 1 thread" in dom
+    shot = tmp_path / "reduced.png"
+    chromium(f"--screenshot={shot}", "--window-size=1000,700", "--virtual-time-budget=5000",
+             reduced_page.as_uri())
+    _, _, channels, rows = png_pixels(shot.read_bytes())
+    coloured = sum(max(row[x:x + 3]) - min(row[x:x + 3]) > 40
+                   for row in rows[150:] for x in range(0, len(row), channels))
+    assert coloured > 5000
+
+
+def test_reduced_page_details_give_the_full_traces_ids(chromium, busy_trace, reduced_page,
+                                                       tmp_path):
+    # Click a wide kept call with many calls left out before it: its id, parent id
+    # and self time must be the full trace's, not those among the kept calls.
+    text = reduced_page.read_text(encoding="utf-8")
+    meta, flat = embedded(text, "pt-meta"), embedded(text, "pt-slices")[0]
+    indices = decode_reduced(flat, meta["start_ns"])[0]
+    calls = list(busy_trace)
+    span = meta["stop_ns"] - meta["start_ns"]
+    wide = [(index - position, calls[index]) for position, index in enumerate(indices)
+            if calls[index].end_ns - calls[index].start_ns > span / 20]
+    skipped, call = max(wide, key=lambda pair: pair[0])
+    assert skipped > 0
+    depth, parent = 0, call.parent
+    while parent is not None:
+        depth, parent = depth + 1, calls[parent].parent
+    x = ((call.start_ns + call.end_ns) / 2 - meta["start_ns"]) / span
+    click = f"""<script>
+      const canvas = document.getElementById("canvas"), box = canvas.getBoundingClientRect();
+      const at = {{clientX: box.left + box.width * {x}, clientY: box.top + 24 + 20 +
+                   16 * {depth} + 8, bubbles: true}};
+      canvas.dispatchEvent(new MouseEvent("mousedown", at));
+      canvas.dispatchEvent(new MouseEvent("mouseup", at));
+    </script>"""
+    clicked = tmp_path / "clicked.html"
+    clicked.write_text(text.replace("</body>", click + "</body>"), encoding="utf-8")
+    dom = chromium("--dump-dom", "--virtual-time-budget=5000", "--window-size=1000,3000",
+                   clicked.as_uri())
+    details = re.search(r'<div id="details">(.*?)</div>', dom, re.S).group(1)
+    fields = dict(re.findall(r"<td>([^<]*)</td><td>([^<]*)</td>", details))
+    assert fields["Python id"] == str(call.id)
+    assert fields["Depth"] == str(depth)
+    assert fields["Python parent id"].split()[0] == str(call.parent)
+    children = sum(c.end_ns - c.start_ns for c in calls if c.parent == call.id)
+    assert fields["Self time"] == format_ns(call.end_ns - call.start_ns - children)
+
+
+def format_ns(ns):
+    """The page's formatNs."""
+    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "\u00b5s")):
+        if ns >= scale:
+            return f"{ns / scale:.3f} {unit}"
+    return f"{round(ns)} ns"
+
+
+BIG_PAGE = r"""
+import json, os, sys
+import pytrace_cffi
+from pytrace_cffi.html import write_html
+
+def peak_rss_kb():
+    # VmHWM, not ru_maxrss: a child's ru_maxrss starts from its parent's (the
+    # pytest process's) peak, as vfork/exec carries the high-water mark over.
+    with open("/proc/self/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
+
+
+def tiny(i):
+    return i
+
+def work(n):
+    for i in range(n):
+        tiny(i)
+
+with pytrace_cffi.trace(c_calls=False) as t:
+    work(int(sys.argv[1]))
+before = peak_rss_kb()
+write_html(t.trace, sys.argv[2])
+after = peak_rss_kb()
+print(json.dumps({"calls": len(t.trace), "rss_before_kb": before, "rss_after_kb": after}))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmHWM")
+def test_a_million_call_page_stays_small(tmp_path):
+    # 1.5M calls of a 100 ns function: in full the page would be ~25 MB; reduced it
+    # keeps what a screen can show and the summary of every call.
+    path = tmp_path / "big.html"
+    script = tmp_path / "big_page.py"
+    script.write_text(BIG_PAGE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(pytrace_cffi.__file__))] +
+        [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    proc = subprocess.run([sys.executable, str(script), "1500000", str(path)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert facts["calls"] > 1_500_000
+    assert path.stat().st_size < 4 << 20
+    # Writing the page costs little beyond the trace itself (the full page's text
+    # alone would be ~25 MB, its Python strings several times that).
+    assert facts["rss_after_kb"] - facts["rss_before_kb"] < 64 << 10
+    text = path.read_text(encoding="utf-8")
+    meta = embedded(text, "pt-meta")
+    assert meta["reduced"]["calls"] == facts["calls"]
+    assert meta["reduced"]["shown"] == sum(len(f) for f in embedded(text, "pt-slices")) // 6
+    summary = {row[0].rsplit(": ", 1)[-1]: row[1] for row in meta["summary"]["rows"]}
+    assert summary["tiny"] == 1_500_000

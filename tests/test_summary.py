@@ -1,11 +1,17 @@
 """summarize / format_summary / read_trace: numbers worked out by hand."""
 import gzip
 import json
+import os
+import re
+import subprocess
+import sys
+import types
 
 import pytest
 
 import pytrace_cffi
-from pytrace_cffi import TraceFormatError
+from pytrace_cffi import TraceFormatError, TraceWarning
+from pytrace_cffi import summary as summary_module
 from pytrace_cffi._core import ffi
 from pytrace_cffi.summary import SummaryRow, format_summary, read_trace, summarize
 from pytrace_cffi.trace import ThreadInfo, Trace
@@ -230,3 +236,196 @@ def test_bad_gzip_and_missing_paths(trace, tmp_path):
         f.write("[1, 2]")
     with pytest.raises(TraceFormatError, match="no traceEvents"):
         read_trace(tmp_path / "list.json.gz")
+
+
+# --- big JSON: read line by line ----------------------------------------------------
+
+# Names and args that try to end the name or the args early on the line.
+TRICKY = types.FunctionType(fib.__code__.replace(co_name='a","ts":1.000,"dur":2}},\\'),
+                            globals())
+
+
+def tricky_work():
+    TRICKY(3)
+    with pytrace_cffi.record_function('b"}}', {"ts": 5, "Python": "}},", "u": "\u00e9\u2028"}):
+        driver()
+
+
+@pytest.fixture(scope="module")
+def live_trace():
+    with pytrace_cffi.trace() as t:
+        tricky_work()
+        pytrace_cffi.instant("mark", {"k": 1})
+    return t.trace
+
+
+@pytest.fixture
+def whole_reads(monkeypatch):
+    """Counts the reads that fall back to parsing the whole file."""
+    reads = []
+    whole = summary_module._read_chrome_whole
+    monkeypatch.setattr(summary_module, "_read_chrome_whole",
+                        lambda path: reads.append(path) or whole(path))
+    return reads
+
+
+@pytest.mark.parametrize("name", ["live.json", "live.json.gz"])
+def test_our_json_is_read_line_by_line(live_trace, tmp_path, whole_reads, name):
+    path = tmp_path / name
+    live_trace.export_chrome_trace(path)
+    loaded = read_trace(path)
+    assert whole_reads == []
+    assert list(loaded) == list(live_trace)
+    assert any('"ts":1.000' in name for name in loaded.names)
+    assert loaded.key_args == {loaded.names.index('b"}}'): {"ts": 5, "Python": "}},",
+                                                            "u": "\u00e9\u2028"}}
+    assert loaded.marks == live_trace.marks
+    assert summarize(loaded, limit=None) == summarize(live_trace, limit=None)
+    again = tmp_path / ("again" + name[4:])
+    loaded.export_chrome_trace(again)
+    assert read_trace(again).names == loaded.names
+
+
+def test_call_lines_are_read_in_c(live_trace, tmp_path, monkeypatch):
+    # Python sees only the lines C leaves it: thread names, marks, the first call
+    # of each function and the last event; C takes the rest.
+    path = tmp_path / "live.json"
+    live_trace.export_chrome_trace(path)
+    in_python = []
+    line = summary_module._LineReader.line
+    monkeypatch.setattr(summary_module._LineReader, "line",
+                        lambda self, text: in_python.append(text) or line(self, text))
+    assert list(read_trace(path)) == list(live_trace)
+    keys_used = {c.name for c in live_trace}
+    assert len(in_python) <= len(live_trace.threads) + len(keys_used) + 2 + 2
+    assert len(live_trace) > 2 * len(in_python)
+
+
+def test_damaged_lines_never_crash(live_trace, tmp_path):
+    # Every byte of a few call lines changed in turn: read as before, or a
+    # TraceFormatError - never a crash, a hang or another exception.
+    path = tmp_path / "live.json"
+    live_trace.export_chrome_trace(path)
+    good = path.read_bytes()
+    lines = good.split(b"\n")
+    expected = list(live_trace)
+    for number in (4, len(lines) - 5):
+        start = sum(len(line) + 1 for line in lines[:number])
+        for offset in range(len(lines[number]) + 1):
+            for byte in (b"9", b"\"", b"\\", b"\n"):
+                damaged = good[:start + offset] + byte + good[start + offset + 1:]
+                path.write_bytes(damaged)
+                try:
+                    read_trace(path)
+                except TraceFormatError:
+                    pass
+    path.write_bytes(good)
+    assert list(read_trace(path)) == expected
+
+
+def test_other_layouts_are_read_whole_with_a_note_when_big(live_trace, tmp_path, whole_reads,
+                                                           monkeypatch):
+    ours = tmp_path / "ours.json"
+    live_trace.export_chrome_trace(ours)
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps(json.loads(ours.read_text()), indent=1))
+    assert list(read_trace(pretty)) == list(live_trace)
+    assert whole_reads == [str(pretty)]
+    # Calls of a thread out of order: our head, but not our layout after all.
+    lines = ours.read_text().splitlines(keepends=True)
+    lines[3], lines[4] = lines[4], lines[3]
+    shuffled = tmp_path / "shuffled.json"
+    shuffled.write_text("".join(lines))
+    monkeypatch.setattr(summary_module, "WHOLE_READ_NOTE_BYTES", 0)
+    with pytest.warns(TraceWarning, match="out of order.*reading it whole"):
+        assert list(read_trace(shuffled)) == list(live_trace)
+    assert whole_reads == [str(pretty), str(shuffled)]
+
+
+def edit_line(lines, number, change):
+    lines = list(lines)
+    lines[number] = change(lines[number])
+    return lines
+
+
+@pytest.mark.parametrize("name, change, message", [
+    ("truncated.json", lambda lines: lines[:-3], "ends before the closing"),
+    ("no_comma.json", lambda lines: edit_line(lines, 4, lambda l: l.replace("},\n", "}\n")),
+     "no comma after event"),
+    ("after.json", lambda lines: lines + ["{}\n"], "text after the closing"),
+    ("garbage.json", lambda lines: edit_line(lines, 5, lambda l: "{nope,\n"),
+     "event 3: not valid JSON"),
+    ("escapes.json", lambda lines: edit_line(lines, 4, lambda l: re.sub(
+        r'"dur":[\d.]+', '"dur":1000000.000', l)), "does not nest"),
+    ("orphan.json", lambda lines: edit_line(lines, 4, lambda l: l.replace(
+        '"Python parent id":0', '"Python parent id":7')), "not an earlier call"),
+    ("badname.json", lambda lines: edit_line(lines, 4, lambda l: re.sub(
+        r'"name":"[^"]*"', '"name":"a"b"', l)), "event 2: not valid JSON"),
+    ("zeros.json", lambda lines: edit_line(lines, 5, lambda l: l.replace('"tid":', '"tid":0')),
+     "event 3: not valid JSON"),
+    ("phase.json", lambda lines: edit_line(lines, 4, lambda l: l.replace('"ph":"X"',
+                                                                         '"ph":"B"')),
+     "unexpected phase"),
+    ("tid.json", lambda lines: edit_line(lines, 4, lambda l: re.sub(r'"tid":\d+', '"tid":9',
+                                                                    l)),
+     "do not match a thread_name"),
+    ("huge.json", lambda lines: edit_line(lines, 0, lambda l: re.sub(
+        r'"start_monotonic_ns": \d+', '"start_monotonic_ns": 9223372036854775000', l)),
+     "out of range"),
+])
+def test_bad_lines_raise_trace_format_error(live_trace, tmp_path, whole_reads, name, change,
+                                            message):
+    good = tmp_path / "good.json"
+    live_trace.export_chrome_trace(good)
+    path = tmp_path / name
+    path.write_text("".join(change(good.read_text().splitlines(keepends=True))))
+    with pytest.raises(TraceFormatError, match=message):
+        read_trace(path)
+    assert whole_reads == []
+
+
+READ_AND_SUMMARIZE = r"""
+import json, sys
+from pytrace_cffi.summary import read_trace, summarize
+
+def peak_rss_kb():
+    # VmHWM, not ru_maxrss: a child's ru_maxrss starts from its parent's (the
+    # pytest process's) peak, as vfork/exec carries the high-water mark over.
+    with open("/proc/self/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
+
+trace = read_trace(sys.argv[1])
+rows = summarize(trace, limit=None)
+print(json.dumps({"calls": len(trace), "rows": [list(row) for row in rows],
+                  "maxrss_kb": peak_rss_kb()}))
+"""
+
+
+def many_calls(n):
+    for i in range(n):
+        fib(1)
+        len("x")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmHWM")
+@pytest.mark.parametrize("name", ["many.json", "many.json.gz"])
+def test_a_big_json_summary_takes_little_memory(tmp_path, name):
+    # 500k calls, ~90 MB of JSON: read whole, the events alone took ~1 KB a call
+    # (~500 MB) as Python objects; line by line the trace takes 44 bytes a call.
+    with pytrace_cffi.trace() as t:
+        many_calls(250_000)
+    path = tmp_path / name
+    t.trace.export_chrome_trace(path)
+    expected = [list(row) for row in summarize(t.trace, limit=None)]
+    script = tmp_path / "read_and_summarize.py"
+    script.write_text(READ_AND_SUMMARIZE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(pytrace_cffi.__file__))] +
+        [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    proc = subprocess.run([sys.executable, str(script), str(path)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert facts["calls"] == len(t.trace) > 500_000
+    assert facts["rows"] == expected
+    assert facts["maxrss_kb"] < 150 << 10

@@ -12,6 +12,22 @@ _global_optimizer_pre_hooks = {}
 _global_optimizer_post_hooks = {}
 
 
+class _RemovableHandle:
+    def __init__(self, hooks):
+        self.hooks = hooks
+        self.id = max(hooks, default=-1) + 1
+
+    def remove(self):
+        self.hooks.pop(self.id, None)
+
+
+def register_optimizer_step_post_hook(hook):
+    """Runs hook(optimizer, args, kwargs) after every optimizer's step, as torch's."""
+    handle = _RemovableHandle(_global_optimizer_post_hooks)
+    _global_optimizer_post_hooks[handle.id] = hook
+    return handle
+
+
 def _use_grad_for_differentiable(func):
     def _use_grad(*args, **kwargs):
         self = args[0]
