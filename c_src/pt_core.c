@@ -10,6 +10,9 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <errno.h>
+#include <signal.h>
+#include <time.h>
 
 /* ======================================================================== */
 /* Errors                                                                   */
@@ -135,6 +138,7 @@ pt_tracer_free(pt_tracer *tracer)
         Py_CLEAR(tracer->watch_tag);
         Py_CLEAR(tracer->annotation_args);
         Py_CLEAR(tracer->marks);
+        Py_CLEAR(tracer->spill_hook);
         Py_CLEAR(tracer->getprofile);
         Py_CLEAR(tracer->hooks_lost);
         for (uint32_t i = 0; i < tracer->n_keys; i++)
@@ -203,12 +207,15 @@ static int pt_pool_count;
 static pthread_mutex_t pt_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t pt_fork_handler_once = PTHREAD_ONCE_INIT;
 
+static void pt_sigterm_after_fork(void);
+
 /* A child forked while another thread held the pool lock must not inherit it. */
 static void
 pt_pool_after_fork_in_child(void)
 {
     pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;
     pt_pool_lock = unlocked;
+    pt_sigterm_after_fork();
 }
 
 static void
@@ -310,21 +317,11 @@ pt_spill_events(pt_tracer *tracer, pt_thread *thread, const pt_chunk *chunk,
     return 1;
 }
 
-/* Moves the oldest chunk holding events out of memory: to the spill file, or
- * dropped and counted. A thread's only chunk is emptied in place. Returns 0 when
- * no chunk holds anything. */
-static int
-pt_evict_oldest(pt_tracer *tracer)
+/* Moves owner's oldest chunk out of memory: to the spill file, or dropped and
+ * counted. A thread's only chunk is emptied in place. */
+static void
+pt_evict_head(pt_tracer *tracer, pt_thread *owner)
 {
-    pt_thread *owner = NULL;
-    for (pt_thread *t = tracer->threads; t; t = t->next) {
-        pt_chunk *head = t->head;
-        if (head && (head != t->tail || t->cursor > head->events) &&
-            (!owner || head->seq < owner->head->seq))
-            owner = t;
-    }
-    if (!owner)
-        return 0;
     pt_chunk *victim = owner->head;
     int is_tail = victim == owner->tail;
     uint64_t n = is_tail ? (uint64_t)(owner->cursor - victim->events) : victim->used;
@@ -340,7 +337,65 @@ pt_evict_oldest(pt_tracer *tracer)
         tracer->held_events -= victim->capacity;
         pt_chunk_free(victim);
     }
+}
+
+/* Evicts the oldest chunk holding events of any thread. Returns 0 when no chunk
+ * holds anything. */
+static int
+pt_evict_oldest(pt_tracer *tracer)
+{
+    pt_thread *owner = NULL;
+    for (pt_thread *t = tracer->threads; t; t = t->next) {
+        pt_chunk *head = t->head;
+        if (head && (head != t->tail || t->cursor > head->events) &&
+            (!owner || head->seq < owner->head->seq))
+            owner = t;
+    }
+    if (!owner)
+        return 0;
+    pt_evict_head(tracer, owner);
     return 1;
+}
+
+/* Runs the spill hook (see pt_set_spill_hook), keeping any pending exception.
+ * It may release the GIL (it writes a file): other threads can record meanwhile. */
+static void
+pt_run_spill_hook(pt_tracer *tracer)
+{
+    if (tracer->spill_hook_busy || tracer->classify_from || tracer->state != PT_STATE_RUNNING)
+        return;
+    tracer->spill_hook_busy = 1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *result = PyObject_CallObject(tracer->spill_hook, NULL);
+    if (!result && !tracer->hot_error) {
+        tracer->hot_error = PT_ERR_PYTHON;
+        pt_set_error_from_python(tracer, "writing key names before a spill");
+    }
+    Py_XDECREF(result);
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    tracer->spill_hook_busy = 0;
+}
+
+/* Spills this thread's full chunk at once and empties it in place (the spill
+ * hook's mode). Returns 1 when done, 0 when it cannot (nothing to spill, or the
+ * file failed), -1 when tracing stopped meanwhile (the event is dropped). */
+static int
+pt_spill_own_chunk(pt_tracer *tracer, pt_thread *thread)
+{
+    pt_run_spill_hook(tracer);
+    /* The hook may have let other threads run: one of them may have stopped
+     * tracing (stop() waits for a hook in progress, not for this tail), or emptied
+     * this thread's chunk already (more threads than max_events has chunks). */
+    if (tracer->state != PT_STATE_RUNNING)
+        return -1;
+    if (thread->cursor < thread->limit)
+        return 1;
+    if (!tracer->spill || thread->head != thread->tail)
+        return 0;
+    pt_evict_head(tracer, thread);
+    return thread->cursor < thread->limit;
 }
 
 int
@@ -376,6 +431,9 @@ pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path)
             pt_set_error(tracer, "cannot write %s", spill_path);
             return PT_ERR_ARG;
         }
+        /* Unbuffered: a block is in the file once written (a killed process keeps
+         * it), and a forked child's copy of the stream has nothing to flush. */
+        setvbuf(tracer->spill, NULL, _IONBF, 0);
         static const char header[16] = "PTEVENTS\1\0\0\0\x08\0\0\0";
         if (fwrite(header, sizeof header, 1, tracer->spill) != 1) {
             fclose(tracer->spill);
@@ -390,6 +448,28 @@ pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path)
     uint64_t largest = (PT_CHUNK_BYTES - sizeof(pt_chunk)) / sizeof(pt_event);
     tracer->bounded_chunk_events =
         per_chunk < 512 ? 512 : per_chunk > largest ? largest : per_chunk;
+    return PT_OK;
+}
+
+int
+pt_set_spill_hook(pt_tracer *tracer, void *py_hook)
+{
+    if (tracer->state != PT_STATE_NEW || !tracer->spill) {
+        pt_set_error(tracer, "the spill hook is set after the spill file, before start");
+        return PT_ERR_STATE;
+    }
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int ok = PyCallable_Check((PyObject *)py_hook);
+    if (ok) {
+        Py_INCREF((PyObject *)py_hook);
+        Py_CLEAR(tracer->spill_hook);
+        tracer->spill_hook = (PyObject *)py_hook;
+    }
+    PyGILState_Release(gil);
+    if (!ok) {
+        pt_set_error(tracer, "the spill hook must be callable");
+        return PT_ERR_ARG;
+    }
     return PT_OK;
 }
 
@@ -410,6 +490,11 @@ pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
         bytes = sizeof(pt_chunk) + events * sizeof(pt_event);
         if (thread->tail)
             thread->tail->used = (uint64_t)(thread->cursor - thread->tail->events);
+        if (tracer->spill_hook && thread->tail) {
+            int spilled = pt_spill_own_chunk(tracer, thread);
+            if (spilled)
+                return spilled > 0 ? PT_OK : PT_ERR_STATE;
+        }
         while (tracer->held_events + events > tracer->max_events && pt_evict_oldest(tracer))
             if (thread->cursor < thread->limit)
                 return PT_OK;          /* this thread's own chunk was emptied in place */
@@ -1211,4 +1296,79 @@ pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list)
 done:
     PyGILState_Release(gil);
     return rc;
+}
+
+/* ======================================================================== */
+/* SIGTERM relay (processes.py)                                             */
+/* ======================================================================== */
+
+/* A Python-level SIGTERM handler only notes the signal for the eval loop. If the
+ * signal lands just before the main thread blocks in a C call that is not
+ * interrupted later (multiprocessing's semaphore wait: the idle Pool worker that
+ * Pool.terminate() signals), the handler never runs and the process never exits.
+ * The relay runs Python's C handler, then re-sends SIGTERM every 200 ms: one of
+ * those interrupts the wait and the Python handler runs (it ends the process). */
+#ifdef __linux__
+static void (*pt_python_sigterm)(int);
+static timer_t pt_sigterm_timer;
+static int pt_sigterm_timer_made;
+
+static void
+pt_sigterm_relay(int sig)
+{
+    int saved = errno;
+    if (pt_python_sigterm)
+        pt_python_sigterm(sig);
+    if (pt_sigterm_timer_made) {
+        struct itimerspec again = {{0, 200000000}, {0, 200000000}};
+        timer_settime(pt_sigterm_timer, 0, &again, NULL);    /* async-signal-safe */
+    }
+    errno = saved;
+}
+
+/* Timers are not inherited by fork: the child makes its own. */
+static void
+pt_sigterm_after_fork(void)
+{
+    pt_sigterm_timer_made = 0;
+}
+#else
+static void pt_sigterm_after_fork(void) {}
+#endif
+
+int
+pt_sigterm_guard(int on)
+{
+#ifdef __linux__
+    if (!on) {
+        if (pt_sigterm_timer_made) {
+            timer_delete(pt_sigterm_timer);
+            pt_sigterm_timer_made = 0;
+        }
+        return PT_OK;
+    }
+    struct sigaction current;
+    if (sigaction(SIGTERM, NULL, &current) != 0 || (current.sa_flags & SA_SIGINFO) ||
+        current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN)
+        return PT_ERR_STATE;
+    if (!pt_sigterm_timer_made) {
+        struct sigevent event;
+        memset(&event, 0, sizeof event);
+        event.sigev_notify = SIGEV_SIGNAL;
+        event.sigev_signo = SIGTERM;
+        if (timer_create(CLOCK_MONOTONIC, &event, &pt_sigterm_timer) != 0)
+            return PT_ERR_STATE;
+        pt_sigterm_timer_made = 1;
+    }
+    if (current.sa_handler != pt_sigterm_relay) {
+        pt_python_sigterm = current.sa_handler;
+        current.sa_handler = pt_sigterm_relay;
+        if (sigaction(SIGTERM, &current, NULL) != 0)
+            return PT_ERR_STATE;
+    }
+    return PT_OK;
+#else
+    (void)on;
+    return PT_OK;
+#endif
 }

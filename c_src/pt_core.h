@@ -145,6 +145,17 @@ int pt_set_uncounted(pt_tracer *tracer, void *py_code);
 int pt_set_import_entry(pt_tracer *tracer, void *py_code);
 int pt_spill_rest(pt_tracer *tracer);
 uint64_t pt_spilled_events(pt_tracer *tracer);
+/* After pt_set_bounds with a spill file, before pt_start: every chunk is spilled
+ * as soon as it is full (each thread holds one chunk), and py_hook (id of a
+ * callable taking no arguments) runs just before each spill, so that what the
+ * file's events need (key names) can be written first. Not run while the hook
+ * itself runs on another thread, nor while pt_start walks the threads. */
+int pt_set_spill_hook(pt_tracer *tracer, void *py_hook);
+/* on: wraps the SIGTERM handler Python installed (signal.signal) with a relay that
+ * runs it and then re-sends SIGTERM every 200 ms until the process ends (Linux;
+ * elsewhere nothing); off: stops the re-sending. PT_ERR_STATE if no Python
+ * handler is installed. */
+int pt_sigterm_guard(int on);
 
 /* Watching: py_tuple is (names, classify, tag). When a code object whose co_name is
  * in the set `names` is first seen, classify(code) returns nonzero if its calls

@@ -794,9 +794,13 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames)
     PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
     pt_defer_questions(tracer);
     pt_take_anchor(tracer->anchor[0]);
-    int64_t now = pt_ticks(tracer);
-    tracer->start_ticks = now;
+    /* The tick reading is the midpoint of two around the nanosecond one, so that
+     * start_ns is the moment of start_ticks (a reading after it would put every
+     * mapped time late by one clock read: past the stop anchor's reading). */
+    int64_t before = pt_ticks(tracer);
     tracer->start_ns = pt_clock();
+    int64_t now = before + (pt_ticks(tracer) - before) / 2;
+    tracer->start_ticks = now;
     tracer->state = PT_STATE_RUNNING;
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
          ts = PyThreadState_Next(ts)) {

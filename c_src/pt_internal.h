@@ -102,6 +102,10 @@ struct pt_tracer {
     uint64_t bounded_chunk_events;
     FILE *spill;
     uint64_t spilled_events;
+    /* pt_set_spill_hook: each full chunk goes to the spill file at once (a killed
+     * process loses at most one chunk per thread), after spill_hook() has run */
+    PyObject *spill_hook;
+    int spill_hook_busy;
     PyObject *marks;              /* list: instants and counters */
     /* 3.9-3.11: sys.getprofile, checked at start to be the built-in (it reads the
      * current thread state's profile object), and the threads found to have lost
@@ -204,9 +208,13 @@ void pt_set_error_from_python(pt_tracer *tracer, const char *what);
 static inline int
 pt_append(pt_tracer *tracer, pt_thread *thread, uint32_t delta, uint32_t key_kind)
 {
-    if (thread->cursor == thread->limit && pt_thread_grow(tracer, thread) != PT_OK) {
-        thread->dropped++;
-        return 0;
+    if (thread->cursor == thread->limit) {
+        int rc = pt_thread_grow(tracer, thread);
+        if (rc != PT_OK) {
+            if (rc != PT_ERR_STATE)    /* PT_ERR_STATE: after stop, no loss */
+                thread->dropped++;
+            return 0;
+        }
     }
     pt_event *ev = thread->cursor++;
     ev->delta = delta;

@@ -46,6 +46,13 @@ def _after_fork_in_child():
     session, _session = _session, None
     if session is not None:
         session.abandon_in_forked_child()
+        if getattr(session, "job_dir", None):      # follow_children: trace the child too
+            from .processes import continue_in_forked_child
+            try:
+                continue_in_forked_child(session)
+            except Exception as exc:    # noqa: BLE001 - never break the child
+                print(f"pytrace_cffi: not tracing forked pid {_os.getpid()}: {exc}",
+                      file=_sys.stderr)
 
 
 def _stop_at_exit():
@@ -75,11 +82,12 @@ def _patterns(name, value):
 
 def _check_options(c_calls=True, noop=False, with_modules=True, record_params=False,
                    trim_paths=True, max_events=None, output=None, max_depth=None,
-                   include=None, exclude=None, min_duration_us=None, skip_imports=False):
+                   include=None, exclude=None, min_duration_us=None, skip_imports=False,
+                   follow_children=False):
     """Validates start() options before anything starts; returns them normalised."""
     options = {"c_calls": c_calls, "noop": noop, "with_modules": with_modules,
                "record_params": record_params, "trim_paths": trim_paths,
-               "skip_imports": skip_imports}
+               "skip_imports": skip_imports, "follow_children": follow_children}
     for name, value in options.items():
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
@@ -91,9 +99,12 @@ def _check_options(c_calls=True, noop=False, with_modules=True, record_params=Fa
     if output is not None:
         if not isinstance(output, (str, bytes, _os.PathLike)):
             raise TypeError(f"output must be a path, not {type(output).__name__}")
-        if max_events is None:
+        if max_events is None and not follow_children:
             raise ValueError("output is where max_events spills events: give max_events too")
         output = _os.fsdecode(output)
+    elif follow_children:
+        raise ValueError("follow_children=True needs output=DIR, the trace directory that "
+                         "gets one saved trace per process")
     if max_depth is not None:
         if not isinstance(max_depth, int) or isinstance(max_depth, bool):
             raise TypeError(f"max_depth must be an int, not {type(max_depth).__name__}")
@@ -160,15 +171,26 @@ def start(**options):
         directories from file names, as torch.profiler does.
       noop (bool, default False): install the hooks but record nothing; the
         benchmark's floor.
+      follow_children (bool, default False): trace every Python process this
+        one starts (fork, multiprocessing, subprocess, exec) too, each into
+        output/proc-<pid>/ with these options; output is then required and
+        max_events defaults to 2**20. Join them with
+        pytrace_cffi.processes.join(output, "all.json"). See README.
     Raises TracerStateError if already tracing, TracerConflictError if another
     profiler holds the hook pytrace_cffi needs, TypeError for bad options.
     """
     global _session
     options = _options_for("start", options)
+    follow = options.pop("follow_children")
     with _lock:
         if _session is not None:
             raise TracerStateError("pytrace_cffi is already tracing; call stop() first")
-        session = _session = _Session(**options)
+        if follow:
+            from .processes import FollowSession
+            from . import processes
+            session = _session = FollowSession(options, root=processes._child_job is None)
+        else:
+            session = _session = _Session(**options)
     try:
         # Last statement on purpose: whatever runs in this frame after the hooks
         # go live would be recorded as the caller's work.

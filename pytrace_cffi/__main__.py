@@ -85,6 +85,9 @@ def _parser():
                      help="start tracing this long after the program starts")
     run.add_argument("--duration", type=float, metavar="SECONDS",
                      help="stop tracing this long after it started")
+    run.add_argument("--no-follow", action="store_true",
+                     help="trace this process only, not the Python processes it starts "
+                          "(by default each is traced too and joined into OUT)")
     # -m and SCRIPT are split off by _split_run (what follows them is the
     # program's); they are declared here for the help text.
     run.add_argument("-m", dest="module", metavar="MODULE",
@@ -423,6 +426,12 @@ def _cmd_run(args, program):
         return 1
     run_program = types.FunctionType(code, main.__dict__)
     windows = Windows(output, options, _write_or_fall_back, spill=args.spill)
+    if not args.no_follow and args.max_events and not args.spill:
+        print("pytrace_cffi: --max-events without --spill drops events, so child processes "
+              "are not followed (add --spill to follow them)", file=sys.stderr)
+    elif not args.no_follow:       # every process spills into OUT.processes/ anyway
+        from .processes import make_run_windows
+        windows = make_run_windows(output, options, _write_or_fall_back)
     hide_launcher_frames(_launcher_codes())
     # The program's module stays __main__ to the end, as under python: threads and
     # atexit handlers that outlive its code still unpickle from it.

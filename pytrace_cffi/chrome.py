@@ -27,11 +27,14 @@ def _us(ns):
     return f"{ns // 1000}.{ns % 1000:03d}"
 
 
-def _chunks(trace, progress):
+def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
     """The JSON text in pieces of about CHUNK_BYTES: metadata here, the slices
-    formatted by the C core from names escaped once here."""
+    formatted by the C core from names escaped once here. Times count from base
+    (default: the trace's start); "Python id"s from first_id and "Python
+    thread"s from first_thread (processes.join numbers all processes' calls and
+    threads in one sequence)."""
     pid = trace.pid
-    base = trace.start_ns
+    base = trace.start_ns if base is None else base
     # Per key: its category and JSON-escaped name, formatted once.
     escaped = [f'"cat":"{_CATEGORY[kind]}","name":{json.dumps(name)}'.encode("utf-8")
                for name, kind in zip(trace.names, trace.key_kinds)]
@@ -62,7 +65,6 @@ def _chunks(trace, progress):
     }
     yield ('{' + json.dumps(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8")
     first = True
-    first_id = 0
     for thread, slices, n in trace.thread_slices():
         tid = thread.native_id or thread.ident
         meta = json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
@@ -76,7 +78,8 @@ def _chunks(trace, progress):
             before = next_index[0]
             lib.pt_format_slices(slices, n, next_index, names, name_lens, extra_ptrs,
                                  extra_lens, len(escaped), prefix, len(prefix), base,
-                                 first_id, thread.index, out, CHUNK_BYTES, written)
+                                 first_id, first_thread + thread.index, out, CHUNK_BYTES,
+                                 written)
             progress.advance(next_index[0] - before)
             yield ffi.buffer(out, written[0])[:]
         first_id += n

@@ -103,6 +103,7 @@ def finish_spill(session):
                           min_duration_ns=facts["min_duration_ns"])
     meta["tags"] = facts["tags"]
     meta["annotation_args"] = facts["annotation_args"]
+    meta.update(getattr(session, "process_meta", None) or {})   # processes.py: who is who
     _write_names(directory, names, facts["params"])
     _write_json(os.path.join(directory, "meta.json"), meta)
     spilled = sum(t.n_events for t in threads)
@@ -238,7 +239,6 @@ def _is_number(value):
 
 
 def load(directory):
-    from .trace import ThreadInfo
     directory = os.fspath(directory)
     _expect(os.path.isdir(directory), f"{directory!r} is not a directory")
     _expect(sys.byteorder == "little", "loading needs a little-endian host")
@@ -250,6 +250,12 @@ def load(directory):
             f"version {FORMAT_VERSION}")
     hashes = _read_json(directory, "hashes.json")
     params = _read_json(directory, "params.json")
+    return _load_parts(directory, meta, hashes, params)
+
+
+def _load_parts(directory, meta, hashes, params):
+    """load() from its JSON parts already read (processes.recover builds them)."""
+    from .trace import ThreadInfo
     _expect(isinstance(hashes, dict) and all(isinstance(v, str) for v in hashes.values()),
             "hashes.json must map ids to names")
     _expect(isinstance(params, dict), "params.json must be an object")
@@ -392,6 +398,8 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
             data = f.read()
     except OSError as exc:
         raise TraceFormatError(f"{path}: {exc}") from None
+    if "length" in events_meta:     # a recovered process: its complete blocks only
+        data = data[:_int(events_meta["length"], "events length")]
     _expect(len(data) >= EVENTS_HEADER.size, f"{path}: truncated header")
     magic, version, record_size = EVENTS_HEADER.unpack_from(data)
     _expect(magic == EVENTS_MAGIC and version == FORMAT_VERSION

@@ -441,6 +441,8 @@ class _LineReader:
                 raise TraceFormatError(f"{path}: event {number}: pid must be an integer")
         elif phase in ("i", "C"):
             self.marks.append(_read_mark(path, number, event))
+        elif phase == "M" and event.get("name") in ("process_name", "process_sort_index"):
+            pass                            # processes.join's lanes: calls are read as one
         else:
             raise TraceFormatError(f"{path}: event {number}: unexpected phase {phase!r}")
 
@@ -582,6 +584,8 @@ def _split_events(path, events):
             calls.append([])
         elif phase in ("i", "C"):
             marks.append(_read_mark(path, number, event))
+        elif phase == "M" and event.get("name") in ("process_name", "process_sort_index"):
+            pass                            # processes.join's lanes: calls are read as one
         else:
             raise TraceFormatError(f"{path}: event {number}: unexpected phase {phase!r}")
     return thread_meta, calls, marks, pid

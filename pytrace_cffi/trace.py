@@ -12,6 +12,7 @@ from .annotations import WRAPPER_CODE
 from ._tracer import USE_MONITORING, check
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_OWN_DIRS = (_PACKAGE_DIR, os.path.join(_PACKAGE_DIR, "_boot"))   # _boot: processes.py
 
 Call = namedtuple("Call", "id name start_ns end_ns thread parent kind")
 Call.__doc__ = """One traced call.
@@ -54,7 +55,7 @@ def _hiding(source):
     if source is WRAPPER_CODE:
         return lib.PT_HIDE_ALONE
     filename = getattr(source, "co_filename", None)
-    if filename is not None and os.path.dirname(os.path.abspath(filename)) == _PACKAGE_DIR:
+    if filename is not None and os.path.dirname(os.path.abspath(filename)) in _OWN_DIRS:
         return lib.PT_HIDE_SUBTREE
     if _launcher_codes.get(id(source)) is source:
         return lib.PT_HIDE_SEEDED

@@ -1,0 +1,949 @@
+"""Following child processes, and joining their traces onto one timeline.
+
+``start(follow_children=True, output=DIR)`` (and ``run``, by default) makes DIR a
+*trace directory*: every process of the job traces into its own spilled saved
+trace ``DIR/proc-<pid>/`` with the parent's options.
+
+- A child made by ``os.fork()`` (multiprocessing "fork", DataLoader workers)
+  drops the copy of the parent's events it inherits and traces afresh from the
+  fork on, its frames at that moment seeded as ``start()`` seeds them.
+- A new Python interpreter (multiprocessing "spawn"/"forkserver", ``subprocess`` /
+  ``os.exec*`` / ``os.posix_spawn`` of Python, torchrun ranks) finds the
+  ``PYTRACE_CFFI_FOLLOW`` environment variable (JSON: DIR and the options) and
+  this package's ``_boot`` directory first on ``PYTHONPATH``; the
+  ``sitecustomize`` there runs any other ``sitecustomize`` it shadows, then starts
+  tracing before ``__main__`` runs. A failure prints one line and leaves the
+  program untraced.
+- Every process spills each full chunk of events at once (``max_events`` sets
+  the chunk size: an eighth of it), after appending the names of new keys to
+  ``keys.jsonl``; ``process.json`` is written at start. A process that ends
+  normally, by ``os._exit`` (multiprocessing's way) or by SIGTERM (when the
+  program has no handler of its own) writes its full trace; one killed by SIGKILL
+  is recovered from those files, losing at most one chunk per thread.
+
+``join(inputs, output)`` writes one Chrome JSON with a pid lane per process,
+labelled (``rank N``, ``DataLoader worker N``, multiprocessing's process name, or
+the program name), on CLOCK_MONOTONIC (one host). It never waits for a process:
+one still running is joined as far as its files go and reported as such.
+"""
+import atexit
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+from array import array
+from collections import namedtuple
+
+from . import _clock
+from ._core import ffi, lib
+from ._names import name_for_source, path_prefixes
+from ._tracer import USE_MONITORING, Session, check
+from .errors import TraceFormatError
+
+ENV = "PYTRACE_CFFI_FOLLOW"
+BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
+DEFAULT_MAX_EVENTS = 1 << 20
+PROCESS_FILE = "process.json"
+KEYS_FILE = "keys.jsonl"
+JOB_FILE = "job.json"
+UNFOLLOWED_FILE = "unfollowed.jsonl"
+
+ProcessResult = namedtuple("ProcessResult", "pid label state calls directory note")
+ProcessResult.__doc__ = """One process of a joined trace directory.
+
+state  "complete" (its trace was saved), "running" (still running at the join:
+       what it had spilled is joined), "recovered" (it died without saving: what
+       it had spilled is joined) or "lost" (nothing could be read; note says why)
+"""
+
+_real_exit = os._exit
+_child_job = None          # set by the bootstrap: the process being started is a child
+_armed = None              # (job dir, options): a forkserver, untraced, whose forks trace
+_audit_installed = False
+
+
+# -- which process is this -------------------------------------------------
+
+def _command_line():
+    """The full command line (sys.argv hides `-c` code): sys.orig_argv or /proc."""
+    orig = getattr(sys, "orig_argv", None)
+    if orig:
+        return list(orig)
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return list(sys.argv)
+
+
+def _int_env(name):
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+def process_facts(forked=False):
+    """ppid, argv, host and a label for this process (see the module docstring);
+    forked: made by a bare os.fork (its program name then says so)."""
+    facts = {"ppid": os.getppid(), "argv": list(sys.argv), "host": _host()}
+    rank = _int_env("RANK")
+    if rank is not None:
+        facts.update(label=f"rank {rank}", rank=rank, local_rank=_int_env("LOCAL_RANK"),
+                     world_size=_int_env("WORLD_SIZE"))
+        return facts
+    data = sys.modules.get("torch.utils.data")
+    info = None
+    if data is not None:
+        try:
+            info = data.get_worker_info()
+        except Exception:        # noqa: BLE001 - a label is never worth a failure
+            info = None
+    if info is not None:
+        facts.update(label=f"DataLoader worker {info.id}", worker_id=info.id,
+                     num_workers=info.num_workers)
+        return facts
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None:
+        try:
+            name = mp.current_process().name
+        except Exception:        # noqa: BLE001
+            name = "MainProcess"
+        if name != "MainProcess":
+            facts["label"] = name
+            return facts
+    if "--multiprocessing-fork" in sys.argv or (forked and _armed is not None):
+        facts["label"] = "multiprocessing child"    # ended before its name came
+        return facts
+    if forked:
+        name = _forking_process_name()
+        if name:                                     # multiprocessing "fork", early
+            facts["label"] = name
+            return facts
+    program = sys.argv[0] if sys.argv and sys.argv[0] else "python"
+    if program in ("-c", "-"):
+        program = "python " + program
+    facts["label"] = os.path.basename(program) + (" (fork)" if forked else "")
+    return facts
+
+
+def _forking_process_name():
+    """In a child of multiprocessing's fork start method before _bootstrap names
+    it: the Process object's name, from the Popen._launch frame that forked."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_launch" and os.path.basename(code.co_filename) == "popen_fork.py":
+            name = getattr(frame.f_locals.get("process_obj"), "name", None)
+            return name if isinstance(name, str) else None
+        frame = frame.f_back
+    return None
+
+
+def _host():
+    try:
+        return os.uname().nodename
+    except AttributeError:
+        import socket
+        return socket.gethostname()
+
+
+# -- the session of a followed process --------------------------------------
+
+def _new_process_dir(job_dir):
+    """DIR/proc-<pid>, or proc-<pid>-<n> when taken (a reused pid, or exec)."""
+    base = os.path.join(job_dir, f"proc-{os.getpid()}")
+    path, n = base, 1
+    while True:
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            n += 1
+            path = f"{base}-{n}"
+
+
+class _KeyNames:
+    """The spill hook: appends the names of keys seen since the last spill to
+    keys.jsonl, so a killed process's events can still be named. Holds a plain
+    (non-owning) tracer pointer: the tracer holds this object."""
+
+    def __init__(self, ptr, directory, trim_paths, watcher):
+        self.ptr = ffi.cast("pt_tracer *", ptr)
+        self.path = os.path.join(directory, KEYS_FILE)
+        self.trim_paths = trim_paths
+        self.watcher = watcher
+        self.keys_written = 0
+        self.tags_written = 0
+        # Held while writing, and by stop(): a hook that let other threads run is
+        # not cut short by a stop. Reentrant: a SIGTERM handler may stop from here.
+        self.lock = threading.RLock()
+
+    def __call__(self):
+        with self.lock:
+            self._write_new()
+
+    def _write_new(self):
+        from .saved import hash_id
+        from .trace import _hiding, _kind
+        n_keys = lib.pt_key_count(self.ptr)
+        tags = self.watcher.tags if self.watcher is not None else [None]
+        if n_keys <= self.keys_written and len(tags) <= self.tags_written:
+            return
+        sources = []
+        check(lib.pt_key_sources(self.ptr, self.keys_written, ffi.cast("void *", id(sources))),
+              self.ptr, "key sources")
+        prefixes = path_prefixes() if self.trim_paths else ()
+        names = [name_for_source(source, prefixes) for source in sources]
+        record = {"first": self.keys_written,
+                  # the first record also holds the clock's start, for recover()
+                  **({"start_ns": lib.pt_start_ns(self.ptr),
+                      "tick0": lib.pt_start_ticks(self.ptr)} if not self.keys_written else {}),
+                  "keys": [[str(hash_id(name)), _kind(source), _hiding(source)]
+                           for name, source in zip(names, sources)],
+                  "names": {str(hash_id(name)): name for name in names},
+                  "tags_first": self.tags_written, "tags": list(tags[self.tags_written:])}
+        line = (json.dumps(record) + "\n").encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+        self.keys_written += len(sources)
+        self.tags_written = len(tags)
+
+
+class FollowSession(Session):
+    """A Session that traces this process into DIR/proc-<pid> and arranges for
+    its children to do the same."""
+
+    def __init__(self, options, root=True, forked=False):
+        options = dict(options)
+        self.forked = forked
+        self.job_dir = os.path.abspath(options.pop("output"))
+        if options.get("max_events") is None:
+            options["max_events"] = DEFAULT_MAX_EVENTS
+        self.follow_options = options
+        self.root = root
+        try:
+            os.makedirs(self.job_dir, exist_ok=True)
+            if root:
+                for name in (JOB_FILE, UNFOLLOWED_FILE):
+                    if os.path.exists(os.path.join(self.job_dir, name)):
+                        os.unlink(os.path.join(self.job_dir, name))
+            self.process_dir = _new_process_dir(self.job_dir)
+        except OSError as exc:
+            raise ValueError(f"cannot use {self.job_dir!r} as the trace directory: "
+                             f"{exc}") from None
+        super().__init__(output=self.process_dir, **options)
+        self._key_names = _KeyNames(self.ptr, self.process_dir, self.trim_paths, self.watcher)
+        check(lib.pt_set_spill_hook(self.ptr, ffi.cast("void *", id(self._key_names))),
+              self.ptr, "spill hook")
+        self.process_meta = {}
+        self._saved_env = None
+
+    def start(self):
+        # Everything before the hooks go live: what runs after would be recorded.
+        sidecar = dict(process_facts(self.forked), pid=os.getpid(), root=self.root,
+                       clock_name="tsc" if _clock.USE_TSC else "monotonic",
+                       python=sys.version.split()[0],
+                       backend="sys.monitoring" if USE_MONITORING else "PyEval_SetProfile")
+        _write_json(os.path.join(self.process_dir, PROCESS_FILE), sidecar)
+        if self.root:
+            _write_json(os.path.join(self.job_dir, JOB_FILE), {"root_pid": os.getpid()})
+        self._set_environment()
+        try:
+            _install_exit_paths(self.root)
+            super().start()
+        except BaseException:
+            # Nothing of it stays: no environment, no wrapped exits, no directory.
+            self._restore_environment()
+            _restore_exit_paths()
+            import shutil
+            shutil.rmtree(self.process_dir, ignore_errors=True)
+            if self.root:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self.job_dir, JOB_FILE))
+            raise
+
+    def _set_environment(self):
+        config = json.dumps({"dir": self.job_dir, "options": self.follow_options,
+                             "package": os.path.dirname(os.path.dirname(BOOT_DIR))})
+        self._saved_env = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
+        os.environ[ENV] = config
+        paths = (self._saved_env[1] or "").split(os.pathsep)
+        if BOOT_DIR not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([BOOT_DIR] + [p for p in paths if p])
+
+    def _restore_environment(self):
+        if self._saved_env is None:
+            return
+        for name, value in zip((ENV, "PYTHONPATH"), self._saved_env):
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_env = None
+
+    def stop(self):
+        try:
+            with self._key_names.lock:
+                super().stop()
+        finally:
+            self._restore_environment()
+        facts = process_facts(self.forked)   # labels known only now (e.g. worker ids)
+        self.process_meta = dict(facts, job_dir=self.job_dir, root=self.root)
+
+    def result(self):
+        try:
+            return super().result()
+        finally:
+            # Only now: a SIGTERM while the trace was being written waited for it.
+            _restore_exit_paths()
+
+    def abandon_in_forked_child(self):
+        super().abandon_in_forked_child()
+        self._saved_env = None        # the child keeps following: its environment stays
+
+
+def _write_json(path, data):
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+# -- children: fork, bootstrap, exits ---------------------------------------
+
+def continue_in_forked_child(session):
+    """In a child forked while following: a fresh session for this process with
+    the parent's options (the inherited one was abandoned). Returns it started."""
+    options = dict(session.follow_options, output=session.job_dir)
+    return _start_child_session(options)
+
+
+def _start_child_session(options):
+    import pytrace_cffi
+    _install_exit_paths(root=False)        # first: a SIGTERM now still exits as it would
+    child = FollowSession(options, root=False, forked=True)
+    pytrace_cffi._session = child
+    try:
+        child.start()
+    except BaseException:
+        pytrace_cffi._session = None
+        raise
+    return child
+
+
+def _armed_after_fork():
+    """A forkserver's fork: start tracing the new child."""
+    import pytrace_cffi
+    if _armed is None or pytrace_cffi._session is not None:
+        return
+    pytrace_cffi._lock = threading.Lock()
+    try:
+        _start_child_session(dict(_armed[1], output=_armed[0]))
+    except Exception as exc:     # noqa: BLE001 - never break the child
+        _say(f"not tracing forked pid {os.getpid()}: {exc}")
+
+
+_UNTRACED_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.semaphore_tracker",
+                     "pytrace_cffi")
+
+
+def start_from_environment():
+    """The bootstrap's work: trace this new interpreter if PYTRACE_CFFI_FOLLOW
+    says so. Never raises: a failure prints one line, the program runs untraced."""
+    global _child_job, _armed
+    config = os.environ.get(ENV)
+    if not config:
+        return
+    job_dir = None
+    try:
+        config = json.loads(config)
+        job_dir, options = config["dir"], dict(config["options"])
+        command = " ".join(_command_line())
+        if any(f"-m {name}" in command or f"from {name} import" in command
+               for name in _UNTRACED_HELPERS):
+            return
+        if "from multiprocessing.forkserver import main" in command:
+            # The server lives as long as the job; the children it forks are traced.
+            _armed = (job_dir, options)
+            os.register_at_fork(after_in_child=_armed_after_fork)
+            return
+        import pytrace_cffi
+        _child_job = job_dir
+        pytrace_cffi.start(follow_children=True, output=job_dir, **options)
+    except Exception as exc:     # noqa: BLE001 - never break the child
+        reason = f"{exc.__class__.__name__}: {exc}"
+        _say(f"not tracing pid {os.getpid()} ({reason})")
+        if job_dir is not None:       # the parent's `run` reports it too
+            _note_unfollowed(job_dir, {"pid": os.getppid(), "command": _command_line(),
+                                       "reason": f"its tracing failed to start ({reason})"})
+
+
+def _say(text):
+    try:
+        print(f"pytrace_cffi: {text}", file=sys.stderr)
+    except Exception:            # noqa: BLE001
+        pass
+
+
+_finishing = False
+_terminate_after = False     # SIGTERM came while finish_here was saving
+
+
+def finish_here():
+    """Stops a followed session of this process and saves it (os._exit, SIGTERM,
+    exec, interpreter exit). Never raises."""
+    global _finishing
+    import pytrace_cffi
+    session = pytrace_cffi._session
+    if _finishing or not isinstance(session, FollowSession):
+        return
+    _finishing = True
+    try:
+        pytrace_cffi.stop()
+    except Exception as exc:     # noqa: BLE001 - the program's exit goes on
+        _say(f"pid {os.getpid()}: saving its trace failed ({exc.__class__.__name__}: {exc})")
+    finally:
+        _finishing = False
+    if _terminate_after:
+        _die_of_sigterm()
+
+
+def _exit_saving(code):
+    """os._exit while following: saves this process's trace first."""
+    finish_here()
+    _real_exit(code)
+
+
+def _on_sigterm(signum, frame):
+    global _terminate_after
+    if _finishing:                   # saving already (e.g. at exit): die once it is saved
+        _terminate_after = True
+        return
+    finish_here()
+    _die_of_sigterm()
+
+
+def _die_of_sigterm():
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _install_exit_paths(root):
+    """os._exit and exec save the trace first; a child with no SIGTERM handler of
+    its own saves it on SIGTERM, then dies of it as it would have."""
+    global _audit_installed
+    os._exit = _exit_saving
+    if not _audit_installed:
+        sys.addaudithook(_audit)
+        atexit.register(finish_here)
+        _audit_installed = True
+    if not root and threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                # (again in a forked child: it inherits the handler, not the timer)
+                lib.pt_sigterm_guard(1)     # see pt_core.c: a SIGTERM is never missed
+        except (ValueError, OSError):
+            pass
+
+
+def _restore_exit_paths():
+    if os._exit is _exit_saving:
+        os._exit = _real_exit
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            lib.pt_sigterm_guard(0)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError):
+        pass
+
+
+_popen = threading.local()
+
+
+def _audit(event, args):
+    """Audit hook (installed once): saves the trace before os.exec replaces the
+    process, and notes children that will not be followed."""
+    if event not in ("os.exec", "subprocess.Popen", "os.posix_spawn", "os.spawn"):
+        return
+    import pytrace_cffi
+    session = pytrace_cffi._session
+    if not isinstance(session, FollowSession):
+        return
+    try:
+        if event == "os.exec":
+            finish_here()
+            return
+        executable, argv, env = args[0], args[1], args[-1]
+        if event == "subprocess.Popen":
+            _popen.argv = list(argv or ())
+        elif getattr(_popen, "argv", None) == list(argv or ()):
+            _popen.argv = None      # the same launch: Popen uses posix_spawn (3.13)
+            return
+        reason = _unfollowable(executable, argv, env)
+        if reason:
+            _note_unfollowed(session.job_dir, {
+                "pid": os.getpid(), "command": [os.fsdecode(a) for a in argv or ()],
+                "reason": reason})
+    except Exception:            # noqa: BLE001 - an audit hook must never fail the call
+        pass
+
+
+def _note_unfollowed(job_dir, record):
+    """Appends a child that is not traced to DIR/unfollowed.jsonl. Never raises."""
+    try:
+        fd = os.open(os.path.join(job_dir, UNFOLLOWED_FILE),
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(record) + "\n").encode("utf-8"))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _unfollowable(executable, argv, env):
+    """Why a launched program will not be traced, or None if it should be."""
+    argv = [os.fsdecode(a) for a in argv or ()]
+    if not argv:
+        return None
+    program = os.fsdecode(executable) if executable else argv[0]
+    if not _is_python(program):
+        return "not a Python interpreter"
+    flags = [a for a in argv[1:] if a.startswith("-") and not a.startswith("--")]
+    for flag in flags:
+        if flag in ("-c", "-m") or flag.startswith(("-W", "-X", "-c", "-m")):
+            break                      # their values are no interpreter options
+        if set(flag[1:]) & set("ISE"):
+            return f"started with {flag} (no site / PYTHONPATH: the bootstrap cannot load)"
+    if env is not None:
+        get = env.get if hasattr(env, "get") else dict(env).get
+        value = get(ENV) if isinstance(next(iter(env), ""), str) else get(ENV.encode())
+        if not value:
+            return "its environment was replaced without PYTRACE_CFFI_FOLLOW"
+    return None
+
+
+def _is_python(program):
+    import shutil
+    name = os.path.basename(program)
+    if name.startswith("python") or os.path.realpath(program) == os.path.realpath(
+            sys.executable):
+        return True
+    path = shutil.which(program) or program
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+# -- reading a trace directory ---------------------------------------------
+
+def process_directories(inputs):
+    """The per-process directories of inputs: trace directories (their proc-*),
+    saved traces, or single process directories."""
+    if isinstance(inputs, (str, bytes, os.PathLike)):
+        inputs = [inputs]
+    found = []
+    for path in inputs:
+        path = os.fsdecode(path)
+        if not os.path.isdir(path):
+            raise TraceFormatError(f"{path!r} is not a directory")
+        if _is_process_dir(path):
+            found.append(path)
+            continue
+        subdirs = sorted(os.path.join(path, d) for d in os.listdir(path)
+                         if d.startswith("proc-") and os.path.isdir(os.path.join(path, d)))
+        if not subdirs:
+            raise TraceFormatError(f"{path!r} holds no process traces (no proc-* directory, "
+                                   "no meta.json)")
+        found.extend(subdirs)
+    return found
+
+
+def _is_process_dir(path):
+    return any(os.path.exists(os.path.join(path, f)) for f in ("meta.json", PROCESS_FILE))
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:        # a zombie (our own child, not yet waited for) has exited
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+def read_process(directory):
+    """(Trace or None, facts dict, state, note) for one process directory."""
+    from .saved import load
+    facts = {}
+    try:
+        with open(os.path.join(directory, PROCESS_FILE), "rb") as f:
+            facts = json.loads(f.read().decode("utf-8"))
+        if not isinstance(facts, dict):
+            facts = {}
+    except (OSError, ValueError):
+        facts = {}
+    if os.path.exists(os.path.join(directory, "meta.json")):
+        trace = load(directory)
+        with open(os.path.join(directory, "meta.json"), "rb") as f:
+            meta = json.loads(f.read().decode("utf-8"))
+        for name in ("pid", "ppid", "argv", "host", "label", "rank", "local_rank",
+                     "world_size", "root", "worker_id", "num_workers"):
+            if name in meta:
+                facts[name] = meta[name]
+        return trace, facts, "complete", ""
+    pid = facts.get("pid")
+    if not isinstance(pid, int):
+        name = os.path.basename(os.path.normpath(directory))
+        number = name[len("proc-"):].split("-")[0]
+        if name.startswith("proc-") and number.isdigit():
+            facts["pid"] = int(number)
+        return None, facts, "lost", ("ended before it recorded anything (no meta.json, no "
+                                     "process.json)")
+    state = "running" if _alive(pid) else "recovered"
+    try:
+        trace = recover(directory, facts)
+    except TraceFormatError as exc:
+        return None, facts, "lost", str(exc)
+    note = ("still running: joined as far as it has spilled" if state == "running" else
+            "ended without saving (killed?): joined as far as it had spilled")
+    return trace, facts, state, note
+
+
+def recover(directory, facts=None):
+    """The Trace of a process directory that has no meta.json (its process was
+    killed, or is still running), from process.json, keys.jsonl and events.bin's
+    complete blocks. Nothing in the directory is changed."""
+    from .saved import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, FORMAT_NAME,
+                        FORMAT_VERSION, _load_parts)
+    if facts is None:
+        facts = read_process(directory)[1]
+    facts = dict(facts)
+    records = []
+    try:
+        with open(os.path.join(directory, KEYS_FILE), "rb") as f:
+            lines = f.read().decode("utf-8", "replace").split("\n")
+    except OSError:
+        lines = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue                      # the last line of a killed writer
+        if isinstance(record, dict):
+            records.append(record)
+    if records:
+        facts.update(start_ns=records[0].get("start_ns"), tick0=records[0].get("tick0"))
+    for name in ("pid", "start_ns", "tick0", "clock_name"):
+        if not isinstance(facts.get(name), (int, str)):
+            raise TraceFormatError(f"{directory}: nothing was spilled yet" if name in (
+                "start_ns", "tick0") else f"{directory}: process.json lacks {name}")
+    path = os.path.join(directory, "events.bin")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: {exc}") from None
+    if len(data) < EVENTS_HEADER.size:
+        raise TraceFormatError(f"{path}: nothing was spilled")
+    # Complete blocks only; per thread: events and the clock after its last one.
+    offset, threads = EVENTS_HEADER.size, {}
+    end_ticks, max_key, max_tag, max_args = facts["tick0"], 0, 0, -1
+    while len(data) - offset >= EVENT_BLOCK.size:
+        index, _, count, base = EVENT_BLOCK.unpack_from(data, offset)
+        body = offset + EVENT_BLOCK.size
+        if count > (len(data) - body) // EVENT_RECORD_SIZE or index > 1 << 16:
+            break
+        words = array("I")
+        words.frombytes(data[body:body + count * EVENT_RECORD_SIZE])
+        if sys.byteorder != "little":
+            words.byteswap()
+        ticks = base + sum(words[0::2])
+        for key_kind in words[1::2]:
+            kind = key_kind & 7
+            if kind == 7:
+                ticks += (key_kind >> 3) << 32
+            elif kind == 5:
+                max_tag = max(max_tag, key_kind >> 3)
+            elif kind == 6:
+                max_args = max(max_args, key_kind >> 3)
+            else:
+                max_key = max(max_key, key_kind >> 3)
+        end_ticks = max(end_ticks, ticks)
+        threads.setdefault(index, 0)
+        threads[index] += count
+        offset = body + count * EVENT_RECORD_SIZE
+    keys, names, tags = [], {}, []
+    for record in records:
+        if record.get("first") == len(keys):
+            keys.extend(record["keys"])
+            names.update(record["names"])
+        if record.get("tags_first") == len(tags):
+            tags.extend(record.get("tags", []))
+    if not keys:
+        keys = [[None, "python", 0]]
+    for key in range(len(keys), max_key + 1):
+        keys.append([None, "python", 0])
+    for key, entry in enumerate(keys):
+        if entry[0] is None or entry[0] not in names:
+            name = "<unknown>" if key == 0 else f"<unnamed key {key}>"
+            from .saved import hash_id
+            entry[0] = str(hash_id(name))
+            names[entry[0]] = name
+    tags = tags or [None]
+    tags.extend([{"kind": "module", "name": f"<unnamed tag {t}>", "module_id": t}
+                 for t in range(len(tags), max_tag + 1)])
+    # A region's args are known only at stop: a recovered region keeps its name.
+    annotation_args = [{} for _ in range(max_args + 1)]
+    ns_per_tick = _clock.ns_per_tick() if facts["clock_name"] == "tsc" else 1.0
+    stop_ns = facts["start_ns"] + int(float(end_ticks - facts["tick0"]) * ns_per_tick)
+    # OS thread ids are known only at stop: lanes 1, 2, ... stand in for them.
+    thread_list = [{"index": i, "native_id": i + 1, "ident": i + 1, "name": f"thread {i}",
+                    "n_events": threads.get(i, 0), "dropped": 0}
+                   for i in range(max(threads, default=-1) + 1)]
+    meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "pid": facts["pid"],
+            "python": facts.get("python", "?"), "backend": facts.get("backend", "?"),
+            "clock": facts["clock_name"], "start_ns": facts["start_ns"], "stop_ns": stop_ns,
+            "dropped_events": 0, "keys": [[k[0], k[1], {}, k[2]] for k in keys],
+            "marks": [], "threads": thread_list, "tags": tags,
+            "annotation_args": annotation_args,
+            "events": {"file": "events.bin", "tick0": facts["tick0"], "ns0": facts["start_ns"],
+                       "ns_per_tick": float(ns_per_tick), "stop_ticks": end_ticks,
+                       "min_duration_ns": 0, "length": offset}}
+    return _load_parts(directory, meta, names, {"modules": [], "optimizer_steps": []})
+
+
+def status(inputs):
+    """ProcessResult per process of inputs, without writing anything."""
+    return [result for result, _ in _read_all(inputs)]
+
+
+def _read_all(inputs):
+    out = []
+    for directory in process_directories(inputs):
+        try:
+            trace, facts, state, note = read_process(directory)
+        except TraceFormatError as exc:
+            trace, facts, state, note = None, {}, "lost", str(exc)
+        pid = facts.get("pid")
+        if trace is not None:
+            pid = trace.pid
+        label = facts.get("label") or f"pid {pid}"
+        calls = len(trace) if trace is not None else 0
+        out.append((ProcessResult(pid, label, state, calls, directory, note),
+                    (trace, facts)))
+    return out
+
+
+def unfollowed(job_dir):
+    """The children a job launched that were not followed: dicts with pid (the
+    launcher), command and reason."""
+    found = []
+    try:
+        with open(os.path.join(job_dir, UNFOLLOWED_FILE), "rb") as f:
+            for line in f.read().decode("utf-8", "replace").splitlines():
+                try:
+                    found.append(json.loads(line))
+                except ValueError:
+                    pass
+    except OSError:
+        pass
+    return found
+
+
+def _sort_key(item):
+    result, (trace, facts) = item
+    if facts.get("root"):
+        group = 0
+    elif isinstance(facts.get("rank"), int):
+        group = 1
+    else:
+        group = 2
+    return (group, facts.get("rank") or 0, trace.start_ns if trace else 0, result.pid or 0)
+
+
+def join(inputs, output):
+    """Writes the processes of inputs (trace directories, process directories or
+    saved traces) as one Chrome JSON (.json or .json.gz): a pid lane per process,
+    named by its label, ordered root first, then ranks, then the rest by start;
+    times on the shared CLOCK_MONOTONIC. Returns a ProcessResult per process."""
+    output = os.fspath(output)
+    if not output.endswith((".json", ".json.gz")):
+        raise ValueError(f"join writes .json or .json.gz, not {output!r}")
+    items = sorted(_read_all(inputs), key=_sort_key)
+    traced = [(r, t, f) for r, (t, f) in items if t is not None]
+    hosts = sorted({f.get("host") for _, _, f in traced if f.get("host")})
+    if len(hosts) > 1:
+        import warnings
+        from .errors import TraceWarning
+        warnings.warn(f"the processes ran on {len(hosts)} hosts ({', '.join(hosts)}): "
+                      "CLOCK_MONOTONIC differs between hosts, so their lanes are not "
+                      "aligned with each other", TraceWarning, stacklevel=2)
+    if not traced:
+        raise TraceFormatError("no process in " + ", ".join(map(str, [inputs]))
+                               + " could be read")
+    _write_joined(traced, output)
+    return [r for r, _ in items]
+
+
+def _write_joined(traced, path):
+    import gzip
+    from ._files import replaced_atomically
+    from ._progress import Progress
+    from .chrome import _chunks
+    base = min(t.start_ns for _, t, _ in traced)
+    opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6)) if path.endswith(".gz")
+              else (lambda tmp: open(tmp, "wb")))
+    root = traced[0][1]
+    head = {"displayTimeUnit": "ns",
+            "otherData": {"generator": "pytrace_cffi", "start_monotonic_ns": base,
+                          "stop_monotonic_ns": max(t.stop_ns for _, t, _ in traced),
+                          "python": root.python_version, "backend": root.backend,
+                          "clock": root.clock,
+                          "dropped_events": sum(t.dropped_events for _, t, _ in traced),
+                          "processes": [dict(pid=r.pid, label=r.label, state=r.state,
+                                             host=f.get("host"), ppid=f.get("ppid"),
+                                             argv=f.get("argv"))
+                                        for r, _, f in traced]}}
+    total = sum(len(t) for _, t, _ in traced)
+    with replaced_atomically(path, opener) as out, \
+            Progress(f"writing {path}", total) as progress:
+        out.write(('{' + json.dumps(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8"))
+        first_id = first_thread = 0
+        for order, (result, trace, _) in enumerate(traced):
+            for name, args in (("process_name", {"name": result.label}),
+                               ("process_sort_index", {"sort_index": order})):
+                event = {"ph": "M", "name": name, "pid": trace.pid, "tid": 0, "args": args}
+                out.write(((",\n" if order or name != "process_name" else "")
+                           + json.dumps(event)).encode("utf-8"))
+            pieces = _chunks(trace, progress, base=base, first_id=first_id,
+                             first_thread=first_thread)
+            first_id += len(trace)
+            first_thread += len(trace.threads)
+            next(pieces)                      # its own header
+            for piece in pieces:
+                if piece == b"\n]}\n":
+                    break
+                if not piece.startswith(b",\n"):
+                    out.write(b",\n")
+                out.write(piece)
+        out.write(b"\n]}\n")
+
+
+# -- `run` ------------------------------------------------------------------
+
+def job_dir_for(path):
+    """A new directory for `run -o path`'s per-process traces, in the temporary
+    directory (not beside path: the program may remove the place it writes to)."""
+    import tempfile
+    name = os.path.basename(path.rstrip("/" + os.sep)) or "trace"
+    return tempfile.mkdtemp(prefix=f"pytrace_cffi-{name}-", suffix=".processes")
+
+
+def make_run_windows(output, options, write):
+    """`run`'s tracing windows, following children (see _windows.Windows)."""
+    from ._windows import Windows, numbered
+
+    class FollowWindows(Windows):
+        def open(self, noop=False):
+            from . import _has_session, start
+            if noop:                    # a schedule's warmup: nothing kept, none followed
+                self._job = None
+                return super().open(noop=True)
+            with self._lock:
+                if _has_session():
+                    return
+                number = self._count + 1
+                path = numbered(self._output, number) if self._numbered else self._output
+                self._job = job_dir_for(path)
+            # Last statement: what this frame runs once the hooks are live is recorded.
+            start(follow_children=True, output=self._job, **self._options)
+
+        def close(self, save=True):
+            from . import _has_session, stop
+            with self._lock:
+                if not _has_session():
+                    return
+                stop()
+                if not save or self._job is None:      # a schedule's warmup
+                    if self._job is not None:
+                        import shutil
+                        shutil.rmtree(self._job, ignore_errors=True)
+                    return
+                self._count += 1
+                path = numbered(self._output, self._count) if self._numbered else self._output
+                if not finish_run(self._job, path, write):
+                    self.lost = True
+
+    return FollowWindows(output, options, write)
+
+
+def finish_run(job_dir, path, write):
+    """After `run`: one line per process traced and per child not followed; the
+    output written (joined when several processes were traced and OUT is JSON) by
+    write(trace, path), which returns the path written or None. Returns whether
+    the output was written; the per-process traces stay when it was not."""
+    from .saved import load
+    results = status(job_dir)
+    skipped = unfollowed(job_dir)
+    root = [r for r in results if r.state == "complete" and _is_root(r.directory)]
+    written = None
+    if len(results) == 1 and root:
+        trace = load(root[0].directory)
+        written = write(trace, path)
+        if written:
+            print(f"pytrace_cffi: {len(trace)} calls on {len(trace.threads)} threads -> "
+                  f"{written}", file=sys.stderr)
+    elif path.endswith((".json", ".json.gz")):
+        try:
+            join(job_dir, path)
+            written = path
+            print(f"pytrace_cffi: {len(results)} processes, {sum(r.calls for r in results)} "
+                  f"calls -> {path}", file=sys.stderr)
+        except (OSError, TraceFormatError) as exc:
+            print(f"pytrace_cffi: cannot write the joined trace to {path!r}: {exc}",
+                  file=sys.stderr)
+    elif root:
+        written = write(load(root[0].directory), path)
+        if written:
+            print(f"pytrace_cffi: {written} holds this process only; all {len(results)} are "
+                  f"in {job_dir} (join them with -o NAME.json, or processes.join)",
+                  file=sys.stderr)
+    keep = not written or any(r.state != "complete" for r in results) or (
+        len(results) > 1 and not path.endswith((".json", ".json.gz")))
+    for r in results if len(results) > 1 else ():
+        print(f"pytrace_cffi:   pid {r.pid} ({r.label}): {r.state}, {r.calls} calls"
+              + (f" - {r.note}" if r.note else "")
+              + (f" [{r.directory}]" if keep else ""), file=sys.stderr)
+    for child in skipped:
+        command = " ".join(child.get("command", []))
+        print(f"pytrace_cffi:   not followed: {command!r} started by pid {child.get('pid')}: "
+              f"{child.get('reason')}", file=sys.stderr)
+    if keep:
+        print(f"pytrace_cffi: the per-process traces stay in {job_dir}", file=sys.stderr)
+    else:
+        import shutil
+        shutil.rmtree(job_dir, ignore_errors=True)
+    return bool(written)
+
+
+def _is_root(directory):
+    try:
+        with open(os.path.join(directory, PROCESS_FILE), "rb") as f:
+            return bool(json.loads(f.read().decode("utf-8")).get("root"))
+    except (OSError, ValueError, AttributeError):
+        return False

@@ -1,0 +1,797 @@
+"""Following child processes (processes.py): fork, multiprocessing, subprocess,
+killed and never-ending children, labels, joining, and `run` end to end. Every
+traced program runs in its own interpreter, with a timeout."""
+import collections
+import json
+import os
+import signal
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import pytest
+
+import pytrace_cffi
+from pytrace_cffi import processes
+
+TIMEOUT = 120
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env(**extra):
+    env = dict(os.environ)
+    env.pop(processes.ENV, None)
+    env.update(extra)
+    return env
+
+
+def run_script(tmp_path, source, *args, env=None, timeout=TIMEOUT, check=True):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(source))
+    proc = run_command([sys.executable, str(script), *args], tmp_path, env or _env(), timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\n"
+                             f"stderr:\n{proc.stderr}")
+    return proc
+
+
+def run_command(command, cwd, env, timeout):
+    """subprocess.run in its own session; on a timeout, what every process of
+    that session was doing goes into the failure, and they are all killed."""
+    with subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            ps = subprocess.run(["ps", "-s", str(proc.pid), "-o", "pid,ppid,stat,wchan:24,args"],
+                                capture_output=True, text=True).stdout
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise AssertionError(f"timed out after {timeout} s:\n{ps}\nstderr:\n{err}")
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def counts(job_dir, marker="unique_"):
+    """{pid: (label, state, Counter of function names containing marker)}."""
+    out = {}
+    for result in processes.status(job_dir):
+        trace, facts, state, _ = processes.read_process(result.directory)
+        names = collections.Counter(call.name.rsplit(": ", 1)[-1] for call in trace or ()
+                                    if marker in call.name and (not marker or call.kind == "python"))
+        key = result.pid if result.pid not in out else os.path.basename(result.directory)
+        out[key] = (result.label, state, names)
+    return out
+
+
+def totals(found):
+    total = collections.Counter()
+    for _, _, names in found.values():
+        total.update(names)
+    return total
+
+
+def test_os_fork_child_traced_from_the_fork(tmp_path):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import os, sys
+        import pytrace_cffi
+        def unique_parent(): pass
+        def unique_child(): pass
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        for _ in range(7): unique_parent()
+        pid = os.fork()
+        if pid == 0:
+            for _ in range(1234): unique_child()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        unique_parent()
+        pytrace_cffi.stop()
+        print(os.getpid(), pid)
+    """, str(job))
+    parent, child = map(int, proc.stdout.split())
+    found = counts(job)
+    assert set(found) == {parent, child}
+    assert found[parent][2] == {"unique_parent": 8}
+    # The child keeps none of the parent's events and records its own from the fork.
+    assert found[child][2] == {"unique_child": 1234}
+    assert found[child][:2] == ("prog.py (fork)", "complete")
+    # Nothing of the follow machinery shows: the whole of both traces.
+    everything = counts(job, marker="")
+    assert everything[parent][2] == {"<module>": 1, "unique_parent": 8, "posix.fork": 1,
+                                     "posix.waitpid": 1}
+    assert everything[child][2] == {"<module>": 1, "unique_child": 1234}
+    meta = json.loads((job / f"proc-{child}" / "meta.json").read_text())
+    assert meta["ppid"] == parent and meta["argv"][0].endswith("prog.py")
+    assert meta["host"] == os.uname().nodename and meta["root"] is False
+    # One timeline: the child's calls lie between the parent's fork and its wait.
+    out = tmp_path / "all.json"
+    results = processes.join(job, out)
+    assert [r.pid for r in results] == [parent, child]
+    events = json.loads(out.read_text())["traceEvents"]
+    lanes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert lanes == {parent: "prog.py", child: "prog.py (fork)"}
+    fork = [e for e in events if e["pid"] == parent and e.get("name") == "posix.fork"]
+    child_calls = [e for e in events if e["pid"] == child and "unique_child" in e["name"]]
+    assert len(fork) == 1 and len(child_calls) == 1234
+    assert fork[0]["ts"] <= min(e["ts"] for e in child_calls)
+    assert max(e["ts"] + e["dur"] for e in child_calls) <= fork[0]["ts"] + 60e6
+    # The joined file reads back as one trace of both processes (summary, export).
+    from pytrace_cffi.summary import read_trace
+    both = read_trace(str(out))
+    assert len(both) == sum(r.calls for r in results) and len(both.threads) == 2
+    assert sum(call.name.endswith(": unique_child") for call in both) == 1234
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_multiprocessing_pool(tmp_path, method):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import os, sys, multiprocessing as mp
+        import pytrace_cffi
+        def unique_task(i):
+            return os.getpid()
+        if __name__ == "__main__":
+            pytrace_cffi.start(follow_children=True, output=sys.argv[2])
+            with mp.get_context(sys.argv[1]).Pool(2) as pool:
+                pids = pool.map(unique_task, range(300), chunksize=5)
+            pytrace_cffi.stop()
+            print(os.getpid(), " ".join(f"{p}:{pids.count(p)}" for p in set(pids)))
+    """, method, str(job))
+    root, *ran = proc.stdout.split()
+    ran = {int(p): int(n) for p, n in (item.split(":") for item in ran)}
+    found = counts(job)
+    assert found[int(root)][2] == {}
+    prefix = {"fork": "ForkPoolWorker-", "spawn": "SpawnPoolWorker-",
+              "forkserver": "ForkServerPoolWorker-"}[method]
+    workers = {pid: v for pid, v in found.items() if pid != int(root)}
+    assert set(ran) <= set(workers) and 1 <= len(workers) <= 2, (found, ran)
+    for pid, (label, state, _) in workers.items():
+        if state == "lost":       # terminated between its fork and its first file
+            assert pid not in ran, found
+            continue
+        # A spawned worker that the pool terminates while it starts up (it ran no
+        # task: the other took them all) may not know its name yet, or not even
+        # have started tracing.
+        assert label.startswith(prefix) or (
+            label == "multiprocessing child" and method != "fork" and pid not in ran), found
+    if method == "fork":
+        # Named at the fork already, before multiprocessing's _bootstrap names it
+        # (process.json is written then): a worker terminated that early keeps it.
+        for pid in (pid for pid in workers if workers[pid][1] != "lost"):
+            early = json.loads((job / f"proc-{pid}" / "process.json").read_text())["label"]
+            assert early.startswith(prefix)
+    # Each worker's trace has exactly the tasks it ran, whether it ended by
+    # os._exit (fork) or sys.exit, or was terminated by the pool (SIGTERM).
+    for pid, (label, state, names) in workers.items():
+        # (terminated between its fork and the SIGTERM handler's installation, a
+        # worker that ran nothing has only its process.json: "lost")
+        assert state == "complete" or (state == "lost" and pid not in ran), found
+        assert names.get("unique_task", 0) == ran.get(pid, 0), (pid, names, ran)
+    assert totals(found) == {"unique_task": 300}
+
+
+def test_subprocess_of_python(tmp_path):
+    job = tmp_path / "job"
+    helper = tmp_path / "helper.py"
+    helper.write_text("import os\ndef unique_helper(): pass\nfor _ in range(77): unique_helper()\n"
+                      "print(os.getpid())\n")
+    proc = run_script(tmp_path, """
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        out = subprocess.run([sys.executable, sys.argv[2]], check=True, timeout=60,
+                             capture_output=True, text=True).stdout
+        pytrace_cffi.stop()
+        print(out.strip())
+        assert "PYTRACE_CFFI_FOLLOW" not in __import__("os").environ
+    """, str(job), str(helper))
+    child = int(proc.stdout.split()[-1])
+    found = counts(job)
+    assert found[child] == ("helper.py", "complete", {"unique_helper": 77})
+    assert len(found) == 2
+
+
+def test_exec_saves_before_and_traces_after(tmp_path):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import os, sys
+        import pytrace_cffi
+        def unique_before_exec(): pass
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        pid = os.fork()
+        if pid == 0:
+            for _ in range(5): unique_before_exec()
+            os.execv(sys.executable, [sys.executable, "-c",
+                     "def unique_after_exec(): pass\\nfor _ in range(6): unique_after_exec()"])
+        os.waitpid(pid, 0)
+        pytrace_cffi.stop()
+        print(pid)
+    """, str(job))
+    child = int(proc.stdout)
+    by_dir = {os.path.basename(r.directory): (r.pid, r.label, r.state)
+              for r in processes.status(job)}
+    assert by_dir[f"proc-{child}"] == (child, "prog.py (fork)", "complete")
+    assert by_dir[f"proc-{child}-2"] == (child, "python -c", "complete")
+    assert totals(counts(job)) == {"unique_before_exec": 5, "unique_after_exec": 6}
+
+
+def test_sigkilled_child_keeps_its_spilled_part(tmp_path):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import os, subprocess, sys, time
+        import pytrace_cffi
+        child = '''
+        import sys, time
+        def unique_victim(i): return i
+        for i in range(5000): unique_victim(i)
+        open(sys.argv[1], "w").close()
+        time.sleep(600)
+        '''
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1], max_events=4096)
+        marker = sys.argv[1] + ".marker"
+        p = subprocess.Popen([sys.executable, "-c", child.replace("\\n        ", "\\n"), marker])
+        deadline = time.time() + 60
+        while not os.path.exists(marker) and time.time() < deadline:
+            time.sleep(0.01)
+        p.kill()
+        p.wait(timeout=30)
+        def unique_after(): pass
+        unique_after()
+        pytrace_cffi.stop()
+        print(p.pid, p.returncode)
+    """, str(job))
+    child, code = map(int, proc.stdout.split())
+    assert code == -signal.SIGKILL
+    found = counts(job)
+    label, state, names = found[child]
+    assert state == "recovered" and label == "python -c"
+    # max_events=4096: chunks of 512 events, at most one (on its one thread) lost,
+    # so of 5000 calls (2 events each) at least 5000 - 256 are kept.
+    assert 5000 - 256 <= names["unique_victim"] < 5000, names
+    assert found[proc and int(proc.stdout.split()[0]) and next(
+        pid for pid in found if pid != child)][2] == {"unique_after": 1}
+    results = {r.pid: r for r in processes.join(job, tmp_path / "all.json.gz")}
+    assert results[child].state == "recovered" and "killed" in results[child].note
+
+
+def test_child_that_never_exits_does_not_hold_the_parent(tmp_path):
+    job = tmp_path / "job"
+    started = time.monotonic()
+    proc = run_script(tmp_path, """
+        import os, subprocess, sys, time
+        import pytrace_cffi
+        from pytrace_cffi import processes
+        child = "import sys, time\\ndef unique_forever(): pass\\n" \\
+                "for _ in range(3000): unique_forever()\\n" \\
+                "open(sys.argv[1], 'w').close()\\nwhile True: time.sleep(1)\\n"
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1], max_events=2048)
+        marker = sys.argv[1] + ".marker"
+        p = subprocess.Popen([sys.executable, "-c", child, marker],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while not os.path.exists(marker):
+            time.sleep(0.01)
+        pytrace_cffi.stop()
+        results = processes.join(sys.argv[1], sys.argv[1] + ".json")
+        print(p.pid, [r.state for r in results if r.pid == p.pid][0])
+        # the parent exits now, leaving the child running
+    """, str(job), timeout=60)
+    child, state = proc.stdout.split()
+    child = int(child)
+    try:
+        assert time.monotonic() - started < 60
+        assert state == "running"
+        events = json.loads((tmp_path / "job.json").read_text())["traceEvents"]
+        merged = [e for e in events if e["pid"] == child and "unique_forever" in e["name"]]
+        # One chunk (512 events, the smallest) at most is not yet spilled.
+        assert 3000 - 256 <= len(merged) < 3000
+        assert any(e["name"] == "process_name" and e["pid"] == child for e in events)
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_labels_from_the_torchrun_environment(tmp_path):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import subprocess, sys, os
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        for rank in (1, 0):
+            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+            subprocess.run([sys.executable, "-c", "def unique_rank(): pass\\nunique_rank()"],
+                           env=env, check=True, timeout=60)
+        pytrace_cffi.stop()
+    """, str(job))
+    results = processes.join(job, tmp_path / "all.json")
+    assert [r.label for r in results] == ["prog.py", "rank 0", "rank 1"]
+    for r in results[1:]:
+        meta = json.loads(open(os.path.join(r.directory, "meta.json")).read())
+        rank = int(r.label.split()[1])
+        assert (meta["rank"], meta["local_rank"], meta["world_size"]) == (rank, rank, 2)
+    events = json.loads((tmp_path / "all.json").read_text())["traceEvents"]
+    order = {e["pid"]: e["args"]["sort_index"] for e in events
+             if e["name"] == "process_sort_index"}
+    assert [order[r.pid] for r in results] == [0, 1, 2]
+    assert totals(counts(job)) == {"unique_rank": 2}
+
+
+def test_unfollowed_children_are_reported(tmp_path):
+    job = tmp_path / "job"
+    run_script(tmp_path, """
+        import subprocess, sys, os
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        subprocess.run(["true"], check=True, timeout=60)
+        subprocess.run([sys.executable, "-I", "-c", "pass"], check=True, timeout=60)
+        subprocess.run([sys.executable, "-c", "pass"], env={"PATH": os.environ["PATH"]},
+                       check=True, timeout=60)
+        pytrace_cffi.stop()
+    """, str(job))
+    reasons = [(child["command"][0 if child["command"][0] == "true" else 1], child["reason"])
+               for child in processes.unfollowed(job)]
+    assert reasons == [("true", "not a Python interpreter"),
+                       ("-I", "started with -I (no site / PYTHONPATH: the bootstrap cannot "
+                              "load)"),
+                       ("-c", "its environment was replaced without PYTRACE_CFFI_FOLLOW")]
+    assert len(processes.status(job)) == 1
+
+
+def test_bootstrap_failure_leaves_the_child_running(tmp_path):
+    env = _env(PYTRACE_CFFI_FOLLOW="{not json",
+               PYTHONPATH=os.pathsep.join([processes.BOOT_DIR, os.environ.get("PYTHONPATH", ""),
+                                           ROOT]))
+    proc = subprocess.run([sys.executable, "-c", "import pytrace_cffi as p; print(p.is_tracing())"],
+                          capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert proc.returncode == 0 and proc.stdout == "False\n"
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"pytrace_cffi: not tracing pid ")
+
+
+def test_bootstrap_failure_is_noted_for_the_parent(tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    config = json.dumps({"dir": str(job), "options": {"no_such_option": 1}, "package": ROOT})
+    env = _env(PYTRACE_CFFI_FOLLOW=config,
+               PYTHONPATH=os.pathsep.join([processes.BOOT_DIR, os.environ.get("PYTHONPATH", ""),
+                                           ROOT]))
+    proc = subprocess.run([sys.executable, "-c", "print('ran')"], capture_output=True,
+                          text=True, timeout=TIMEOUT, env=env)
+    assert proc.returncode == 0 and proc.stdout == "ran\n"
+    [noted] = processes.unfollowed(job)
+    assert noted["pid"] == os.getpid() and noted["command"][1:] == ["-c", "print('ran')"]
+    assert noted["reason"].startswith("its tracing failed to start (TypeError: start() got "
+                                      "an unexpected keyword argument 'no_such_option'")
+
+
+def test_bootstrap_chains_an_existing_sitecustomize(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import builtins\nbuiltins.UNIQUE_SITE = 42\n")
+    job = tmp_path / "job"
+    config = json.dumps({"dir": str(job), "options": {"c_calls": True}, "package": ROOT})
+    env = _env(PYTRACE_CFFI_FOLLOW=config,
+               PYTHONPATH=os.pathsep.join([processes.BOOT_DIR, str(other),
+                                           os.environ.get("PYTHONPATH", ""), ROOT]))
+    proc = subprocess.run([sys.executable, "-c", "import pytrace_cffi as p; "
+                           "print(UNIQUE_SITE, p.is_tracing())"],
+                          capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "42 True\n" and proc.stderr == ""
+    [result] = processes.status(job)
+    assert result.state == "complete" and result.label == "python -c"
+
+
+def test_no_follow(tmp_path):
+    out = tmp_path / "out.json"
+    script = tmp_path / "prog.py"
+    script.write_text("import os\npid = os.fork()\nif pid == 0:\n"
+                      "    import pytrace_cffi\n    print(pytrace_cffi.is_tracing())\n"
+                      "    os._exit(0)\nos.waitpid(pid, 0)\n")
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "--no-follow", "-o",
+                           str(out), str(script)], capture_output=True, text=True,
+                          timeout=TIMEOUT, cwd=tmp_path, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "False\n"
+    assert "pytrace_cffi-out.json-" not in " ".join(os.listdir(tempfile.gettempdir()))
+    pids = {e["pid"] for e in json.loads(out.read_text())["traceEvents"]}
+    assert len(pids) == 1
+
+
+def test_follow_children_needs_output():
+    with pytest.raises(ValueError, match="follow_children=True needs output"):
+        pytrace_cffi.start(follow_children=True)
+    with pytest.raises(TypeError, match="follow_children must be a bool"):
+        pytrace_cffi.start(follow_children=1, output="x")
+    assert not pytrace_cffi.is_tracing()
+
+
+def test_run_follows_children_end_to_end(tmp_path):
+    out = tmp_path / "out.json"
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent("""
+        import os, subprocess, sys
+        def unique_main(): pass
+        def unique_forked(): pass
+        if __name__ == "__main__":
+            unique_main()
+            pid = os.fork()
+            if pid == 0:
+                for _ in range(50): unique_forked()
+                os._exit(0)
+            os.waitpid(pid, 0)
+            subprocess.run([sys.executable, "-c",
+                            "def unique_sub(): pass\\nfor _ in range(9): unique_sub()"],
+                           check=True, timeout=60)
+            subprocess.run(["true"], check=True, timeout=60)
+            print(os.getpid(), pid)
+    """))
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out),
+                           str(script)], capture_output=True, text=True, timeout=TIMEOUT,
+                          cwd=tmp_path, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    root, forked = map(int, proc.stdout.split())
+    events = json.loads(out.read_text())["traceEvents"]
+    lanes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert len(lanes) == 3 and lanes[root] == "prog.py" and lanes[forked] == "prog.py (fork)"
+    [sub] = set(lanes) - {root, forked}
+    assert lanes[sub] == "python -c"
+    by_pid = collections.Counter((e["pid"], e["name"].rsplit(": ", 1)[-1]) for e in events
+                                 if e.get("ph") == "X" and "unique_" in e["name"])
+    assert by_pid == {(root, "unique_main"): 1, (forked, "unique_forked"): 50,
+                      (sub, "unique_sub"): 9}
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("pytrace_cffi: 3 processes, ") and lines[0].endswith(str(out))
+    assert sorted(line.split(":")[1].strip() for line in lines[1:4]) == sorted(
+        f"pid {pid} ({lanes[pid]})" for pid in lanes)
+    assert all("): complete, " in line for line in lines[1:4])
+    assert lines[4] == ("pytrace_cffi:   not followed: 'true' started by pid "
+                        f"{root}: not a Python interpreter")
+    assert len(lines) == 5
+    # Joined and complete: the per-process directories are not left behind.
+    assert "pytrace_cffi-out.json-" not in " ".join(os.listdir(tempfile.gettempdir()))
+
+
+# -- torch (3.11 venv) ---------------------------------------------------------
+
+def _run_cli(tmp_path, *args, timeout=300):
+    proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", *args], tmp_path, _env(),
+                       timeout)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_dataloader_workers_labelled(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+        def unique_getitem(i):
+            return torch.tensor([float(i)])
+        class Items(Dataset):
+            def __len__(self): return 40
+            def __getitem__(self, i): return unique_getitem(i)
+        def unique_consume(batch): return len(batch)
+        if __name__ == "__main__":
+            n = sum(unique_consume(b) for b in DataLoader(Items(), batch_size=4, num_workers=2))
+            print(n)
+    """))
+    out = tmp_path / "dl.json.gz"
+    proc = _run_cli(tmp_path, "--include", "*/train.py", "-o", str(out), str(script))
+    assert proc.stdout == "40\n"
+    import gzip
+    events = json.loads(gzip.open(out).read())["traceEvents"]
+    lanes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert sorted(lanes.values()) == ["DataLoader worker 0", "DataLoader worker 1", "train.py"]
+    calls = collections.Counter((lanes[e["pid"]], e["name"].rsplit(": ", 1)[-1])
+                                for e in events if e.get("ph") == "X")
+    # Batches of 4 go to the workers in turn: each fetches 5 batches, 20 items.
+    assert calls[("train.py", "unique_consume")] == 10
+    for worker in ("DataLoader worker 0", "DataLoader worker 1"):
+        assert calls[(worker, "unique_getitem")] == 20
+        assert calls[(worker, "__getitem__")] == 20
+    assert "DataLoader worker 0" in proc.stderr and "DataLoader worker 1" in proc.stderr
+
+
+def test_torchrun_ranks_labelled_and_aligned(tmp_path):
+    pytest.importorskip("torch")
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if not os.path.exists(torchrun):
+        pytest.skip("no torchrun beside this interpreter")
+    script = tmp_path / "ddp.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        import torch.distributed as dist
+        def unique_step(model, opt, x):
+            opt.zero_grad()
+            model(x).sum().backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+            opt.step()
+        if __name__ == "__main__":
+            dist.init_process_group("gloo")
+            torch.manual_seed(dist.get_rank())
+            model = torch.nn.Linear(8, 4)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(5):
+                unique_step(model, opt, torch.randn(16, 8))
+            dist.destroy_process_group()
+    """))
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "ddp.json"
+    proc = _run_cli(tmp_path, "--include", "*/ddp.py", "--include", "*/distributed_c10d.py",
+                    "-o", str(out), torchrun, "--nproc_per_node", "2", "--master_port",
+                    str(port), str(script))
+    events = json.loads(out.read_text())["traceEvents"]
+    lanes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    order = {e["pid"]: e["args"]["sort_index"] for e in events
+             if e["name"] == "process_sort_index"}
+    assert sorted(lanes.values(), key=lambda name: order[
+        next(p for p in lanes if lanes[p] == name)]) == ["torchrun", "rank 0", "rank 1"]
+    ranks = {name: pid for pid, name in lanes.items() if name.startswith("rank")}
+    per_rank = {}
+    for name, pid in ranks.items():
+        mine = sorted((e for e in events if e.get("ph") == "X" and e["pid"] == pid),
+                      key=lambda e: e["ts"])
+        assert sum(e["name"].endswith(": unique_step") for e in mine) == 5
+        per_rank[name] = [(e["ts"], e["ts"] + e["dur"]) for e in mine
+                          if e["name"].endswith(": all_reduce")]
+    # 5 steps x 2 parameters; each all_reduce ends on every rank after it began
+    # on every rank (gloo's all_reduce waits for all of them).
+    assert [len(v) for v in per_rank.values()] == [10, 10]
+    for k in range(10):
+        starts = [per_rank[r][k][0] for r in per_rank]
+        ends = [per_rank[r][k][1] for r in per_rank]
+        assert max(starts) <= min(ends), (k, per_rank)
+    for name, pid in ranks.items():
+        assert f"pid {pid} ({name}): complete" in proc.stderr
+
+
+def test_posix_spawn_of_python(tmp_path):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import os, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-c",
+                             "def unique_spawned(): pass\\nfor _ in range(21): unique_spawned()"],
+                             os.environ)
+        os.waitpid(pid, 0)
+        pytrace_cffi.stop()
+        print(pid)
+    """, str(job))
+    found = counts(job)
+    assert found[int(proc.stdout)] == ("python -c", "complete", {"unique_spawned": 21})
+
+
+def test_failed_start_leaves_nothing_behind(tmp_path):
+    import threading
+    job = tmp_path / "job"
+    threading.setprofile(lambda *a: None)       # another tool's hook: start() refuses
+    try:
+        with pytest.raises(pytrace_cffi.TracerConflictError):
+            pytrace_cffi.start(follow_children=True, output=str(job))
+    finally:
+        threading.setprofile(None)
+    assert processes.ENV not in os.environ
+    assert processes.BOOT_DIR not in os.environ.get("PYTHONPATH", "")
+    assert os._exit is processes._real_exit
+    assert os.listdir(job) == []
+
+
+def test_join_warns_about_several_hosts(tmp_path):
+    job = tmp_path / "job"
+    run_script(tmp_path, """
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60)
+        pytrace_cffi.stop()
+    """, str(job))
+    [child] = [r for r in processes.status(job) if r.label == "python -c"]
+    meta_path = os.path.join(child.directory, "meta.json")
+    meta = json.loads(open(meta_path).read())
+    meta["host"] = "elsewhere"
+    with open(meta_path, "w") as f:
+        json.dump(meta, f)
+    with pytest.warns(pytrace_cffi.TraceWarning, match="2 hosts"):
+        processes.join(job, tmp_path / "all.json")
+
+
+def test_run_to_a_directory_keeps_the_children(tmp_path):
+    out = tmp_path / "outdir"
+    script = tmp_path / "prog.py"
+    script.write_text("import subprocess, sys\ndef unique_root(): pass\nunique_root()\n"
+                      "subprocess.run([sys.executable, '-c', 'pass'], check=True, timeout=60)\n")
+    proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out),
+                        str(script)], tmp_path, _env(), TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    # OUT is the program's own saved trace, as without children; all are kept beside.
+    trace = pytrace_cffi.load(out)
+    assert sum(call.name.endswith(": unique_root") for call in trace) == 1
+    said = [line for line in proc.stderr.splitlines() if "holds this process only" in line]
+    assert len(said) == 1 and said[0].startswith(f"pytrace_cffi: {out} holds this process "
+                                                 "only; all 2 are in ")
+    job = said[0].split(" are in ")[1].split(" (join")[0]
+    try:
+        assert sorted(r.label for r in processes.status(job)) == ["prog.py", "python -c"]
+    finally:
+        shutil.rmtree(job)
+
+
+def test_fork_child_keeps_the_filters(tmp_path):
+    job = tmp_path / "job"
+    run_script(tmp_path, """
+        import json, os, sys
+        import pytrace_cffi
+        def unique_leaf(): pass
+        def unique_helper(): unique_leaf()
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1], include="*/prog.py",
+                           c_calls=False)
+        for _ in range(3): unique_helper()
+        pid = os.fork()
+        if pid == 0:
+            for _ in range(7):
+                unique_helper()
+                json.dumps({})
+            os._exit(0)
+        os.waitpid(pid, 0)
+        pytrace_cffi.stop()
+    """, str(job))
+    found = counts(job, marker="")
+    assert sorted((dict(names) for _, _, names in found.values()),
+                  key=lambda names: sum(names.values())) == [
+        {"<module>": 1, "unique_helper": 3, "unique_leaf": 3},
+        {"<module>": 1, "unique_helper": 7, "unique_leaf": 7}]
+
+
+def test_sigkilled_child_with_threads_loses_at_most_a_chunk_per_thread(tmp_path):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import os, subprocess, sys, time
+        import pytrace_cffi
+        child = '''
+        import sys, threading, time
+        def unique_in_thread(i): return i
+        def work():
+            for i in range(4000): unique_in_thread(i)
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        open(sys.argv[1], "w").close()
+        time.sleep(600)
+        '''
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1], max_events=8192,
+                           c_calls=False)
+        marker = sys.argv[1] + ".marker"
+        p = subprocess.Popen([sys.executable, "-c", child.replace("\\n        ", "\\n"), marker])
+        deadline = time.time() + 60
+        while not os.path.exists(marker) and time.time() < deadline:
+            time.sleep(0.01)
+        p.kill()
+        p.wait(timeout=30)
+        pytrace_cffi.stop()
+        print(p.pid)
+    """, str(job))
+    child = int(proc.stdout)
+    [result] = [r for r in processes.status(job) if r.pid == child]
+    assert result.state == "recovered"
+    trace = processes.recover(result.directory)
+    per_thread = collections.Counter(call.thread for call in trace
+                                     if call.name.endswith(": unique_in_thread"))
+    # Chunks of 1024 events: each worker thread keeps all but at most its last
+    # chunk (512 calls); its calls were spilled chunk by chunk as it ran.
+    assert len(per_thread) == 2, per_thread
+    for n in per_thread.values():
+        assert 4000 - 512 <= n <= 4000
+    names = {t.name for t in trace.threads}
+    assert all(name.startswith("thread ") for name in names)
+
+
+def test_stop_while_threads_spill(tmp_path):
+    """Threads filling chunks (each spill runs the key-names hook, which may let
+    other threads run) while stop() comes: no crash, and no event counted as
+    dropped (one recorded after the stop is no loss). Probabilistic: 20 rounds."""
+    proc = run_script(tmp_path, """
+        import shutil, sys, threading, time, warnings
+        import pytrace_cffi
+        warnings.simplefilter("error")
+        def unique_spin(stop):
+            while not stop.is_set():
+                sum(range(20))
+        for _ in range(20):
+            shutil.rmtree(sys.argv[1], ignore_errors=True)
+            stop = threading.Event()
+            pytrace_cffi.start(follow_children=True, output=sys.argv[1], max_events=4096)
+            threads = [threading.Thread(target=unique_spin, args=(stop,)) for _ in range(4)]
+            for t in threads: t.start()
+            time.sleep(0.02)
+            trace = pytrace_cffi.stop()
+            stop.set()
+            for t in threads: t.join()
+            assert trace.dropped_events == 0 and len(trace.load()) > 0
+        print("ok")
+    """, str(tmp_path / "job"))
+    assert proc.stdout == "ok\n" and proc.stderr == ""
+
+
+def test_sigkilled_child_with_regions_is_recovered(tmp_path):
+    job = tmp_path / "job"
+    child = tmp_path / "child.py"
+    child.write_text(textwrap.dedent("""
+        import sys, time
+        import pytrace_cffi
+        def unique_in_region(i): return i
+        for i in range(3000):
+            with pytrace_cffi.record_function("unique_region", {"i": i}):
+                unique_in_region(i)
+        open(sys.argv[1], "w").close()
+        time.sleep(600)
+    """))
+    proc = run_script(tmp_path, """
+        import os, subprocess, sys, time
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1], max_events=4096)
+        marker = sys.argv[1] + ".marker"
+        p = subprocess.Popen([sys.executable, sys.argv[2], marker])
+        deadline = time.time() + 60
+        while not os.path.exists(marker) and time.time() < deadline:
+            time.sleep(0.01)
+        p.kill()
+        p.wait(timeout=30)
+        pytrace_cffi.stop()
+        print(p.pid)
+    """, str(job), str(child))
+    pid = int(proc.stdout)
+    [result] = [r for r in processes.status(job) if r.pid == pid]
+    assert result.state == "recovered", result
+    trace = processes.recover(result.directory)
+    regions = [call for call in trace if call.name == "unique_region"]
+    functions = [call for call in trace if call.name.endswith(": unique_in_region")]
+    # Chunks of 512 events, a region with its call and their built-ins ~10 events;
+    # the last region kept may have been cut before its call.
+    assert 3000 - 60 <= len(regions) < 3000
+    assert len(regions) - 1 <= len(functions) <= len(regions)
+
+
+def test_sigterm_noted_while_the_main_thread_blocks_still_ends_the_child(tmp_path):
+    """The race the C relay closes: SIGTERM lands when the main thread cannot run
+    the Python handler (here: taken by another thread while the main thread waits
+    in a multiprocessing semaphore, as an idle Pool worker does). Without the
+    relay the child waits forever; with it the handler runs and saves."""
+    job = tmp_path / "job"
+    child = tmp_path / "child.py"
+    child.write_text(textwrap.dedent("""
+        import multiprocessing, signal, threading, time
+        def unique_before(): pass
+        unique_before()
+        def poke():
+            time.sleep(0.3)                 # the main thread is blocked by then
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+            time.sleep(600)
+        threading.Thread(target=poke, daemon=True).start()
+        multiprocessing.Semaphore(0).acquire()
+    """))
+    proc = run_script(tmp_path, """
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        p = subprocess.Popen([sys.executable, sys.argv[2]])
+        try:
+            code = p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            code = "hung"
+        pytrace_cffi.stop()
+        print(p.pid, code)
+    """, str(job), str(child))
+    pid, code = proc.stdout.split()
+    assert code == str(-signal.SIGTERM)
+    found = counts(job)
+    assert found[int(pid)] == ("child.py", "complete", {"unique_before": 1})
