@@ -123,15 +123,18 @@ def _parser():
                         help="where to write: .json, .json.gz, .pftrace, .html or a directory")
 
     merge = commands.add_parser(
-        "merge", help="put a trace on torch.profiler's timeline, in one Chrome trace",
-        description="Writes one Chrome trace with torch.profiler's events (cpu_op, "
-                    "user_annotation, GPU kernels: its export_chrome_trace file) and our "
-                    "Python calls on the same timeline and thread tracks. Where torch "
+        "merge", help="join traces onto one timeline: processes, or ours with torch.profiler's",
+        description="With the trace directories of a job (run's or start(follow_children="
+                    "True, output=DIR)'s, or single process directories): one Chrome trace "
+                    "with a pid lane per process, named by its label (rank, DataLoader "
+                    "worker, program), on one clock. With one of our traces and "
+                    "torch.profiler's Chrome trace (its export_chrome_trace file, told "
+                    "apart by its content): our Python calls on torch's timeline and thread "
+                    "tracks, beside its cpu_op, user_annotation and GPU events; where torch "
                     "recorded Python calls too (with_stack=True), ours replace them.")
-    merge.add_argument("trace", metavar="OURS",
-                       help="our trace: a .json / .json.gz or a saved-trace directory")
-    merge.add_argument("torch_trace", metavar="TORCH_JSON",
-                       help="torch.profiler's Chrome trace (.json or .json.gz)")
+    merge.add_argument("inputs", nargs="+", metavar="TRACE",
+                       help="trace or process directories; or OURS (a .json / .json.gz or "
+                            "saved-trace directory) and TORCH_JSON")
     merge.add_argument("-o", "--output", required=True, metavar="OUT",
                        help="where to write the merged trace: .json or .json.gz")
     return parser
@@ -496,14 +499,42 @@ def _cmd_export(args):
     return 0
 
 
+def _is_torch_trace(path):
+    """Whether path is a Chrome JSON file that pytrace_cffi did not write (its
+    header, written first, names us as the generator)."""
+    if os.path.isdir(path) or not path.endswith((".json", ".json.gz")):
+        return False
+    import gzip
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return b'"generator": "pytrace_cffi"' not in head
+
+
 def _cmd_merge(args):
-    from .merge import merge_torch
     if not args.output.endswith((".json", ".json.gz")):
         raise SystemExit(f"pytrace_cffi: the merged trace is Chrome JSON: name it .json or "
                          f".json.gz, not {args.output!r}")
-    merge_torch(args.trace, args.torch_trace, args.output)
-    print(f"pytrace_cffi: {args.trace} on the timeline of {args.torch_trace} -> {args.output}",
-          file=sys.stderr)
+    torch_traces = [path for path in args.inputs if _is_torch_trace(path)]
+    if torch_traces:
+        ours = [path for path in args.inputs if path not in torch_traces]
+        if len(torch_traces) != 1 or len(ours) != 1:
+            raise SystemExit("pytrace_cffi: merging with torch.profiler takes one of our traces "
+                             f"and one torch trace, not {len(ours)} and {len(torch_traces)}")
+        from .merge import merge_torch
+        merge_torch(ours[0], torch_traces[0], args.output)
+        print(f"pytrace_cffi: {ours[0]} on the timeline of {torch_traces[0]} -> {args.output}",
+              file=sys.stderr)
+        return 0
+    from . import processes
+    results = processes.join(args.inputs, args.output)
+    for result in results:
+        print(f"pytrace_cffi: pid {result.pid} ({result.label}): {result.state}",
+              file=sys.stderr)
+    print(f"pytrace_cffi: {len(results)} processes -> {args.output}", file=sys.stderr)
     return 0
 
 

@@ -780,38 +780,75 @@ def join(inputs, output):
     """Writes the processes of inputs (trace directories, process directories or
     saved traces) as one Chrome JSON (.json or .json.gz): a pid lane per process,
     named by its label, ordered root first, then ranks, then the rest by start;
-    times on the shared CLOCK_MONOTONIC. Returns a ProcessResult per process."""
+    times on the first process's CLOCK_MONOTONIC (other hosts' mapped through
+    their realtime anchors). Returns a ProcessResult per process."""
     output = os.fspath(output)
     if not output.endswith((".json", ".json.gz")):
         raise ValueError(f"join writes .json or .json.gz, not {output!r}")
     items = sorted(_read_all(inputs), key=_sort_key)
     traced = [(r, t, f) for r, (t, f) in items if t is not None]
-    hosts = sorted({f.get("host") for _, _, f in traced if f.get("host")})
-    if len(hosts) > 1:
-        import warnings
-        from .errors import TraceWarning
-        warnings.warn(f"the processes ran on {len(hosts)} hosts ({', '.join(hosts)}): "
-                      "CLOCK_MONOTONIC differs between hosts, so their lanes are not "
-                      "aligned with each other", TraceWarning, stacklevel=2)
     if not traced:
         raise TraceFormatError("no process in " + ", ".join(map(str, [inputs]))
                                + " could be read")
-    _write_joined(traced, output)
+    _write_joined(traced, output, _host_shifts(traced))
     return [r for r, _ in items]
 
 
-def _write_joined(traced, path):
+def _realtime_offset(trace):
+    """CLOCK_REALTIME minus CLOCK_MONOTONIC on the trace's host, from its start
+    anchor, or None when the trace has none."""
+    anchor = (getattr(trace, "realtime_anchor", None) or {}).get("start")
+    if not anchor:
+        return None
+    return anchor["realtime_ns"] - anchor["monotonic_ns"]
+
+
+def _host_shifts(traced):
+    """Per process, the ns added to its CLOCK_MONOTONIC times to put them on the
+    first process's host clock. Processes on one host share CLOCK_MONOTONIC (0);
+    another host's are mapped through CLOCK_REALTIME with each trace's realtime
+    anchor, as good as the hosts' clocks agree (NTP: typically well under a ms).
+    Without anchors they stay unshifted, and a TraceWarning says so."""
+    hosts = sorted({f.get("host") for _, _, f in traced if f.get("host")})
+    reference_host = traced[0][2].get("host")
+    reference = _realtime_offset(traced[0][1])
+    shifts, unaligned = [], set()
+    for _, trace, facts in traced:
+        host = facts.get("host")
+        offset = _realtime_offset(trace)
+        if host == reference_host or len(hosts) < 2:
+            shifts.append(0)
+        elif offset is None or reference is None:
+            shifts.append(0)
+            unaligned.add(host)
+        else:
+            shifts.append(offset - reference)
+    if len(hosts) > 1:
+        import warnings
+        from .errors import TraceWarning
+        detail = (f"lanes of {', '.join(sorted(map(str, unaligned)))} are not aligned "
+                  "(no realtime anchor)" if unaligned else
+                  "lanes are aligned through CLOCK_REALTIME, as closely as the hosts' "
+                  "clocks agree")
+        warnings.warn(f"the processes ran on {len(hosts)} hosts ({', '.join(hosts)}): "
+                      f"CLOCK_MONOTONIC differs between hosts; {detail}", TraceWarning,
+                      stacklevel=3)
+    return shifts
+
+
+def _write_joined(traced, path, shifts):
     import gzip
     from ._files import replaced_atomically
     from ._progress import Progress
     from .chrome import _chunks
-    base = min(t.start_ns for _, t, _ in traced)
+    base = min(t.start_ns + shift for (_, t, _), shift in zip(traced, shifts))
     opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6)) if path.endswith(".gz")
               else (lambda tmp: open(tmp, "wb")))
     root = traced[0][1]
     head = {"displayTimeUnit": "ns",
             "otherData": {"generator": "pytrace_cffi", "start_monotonic_ns": base,
-                          "stop_monotonic_ns": max(t.stop_ns for _, t, _ in traced),
+                          "stop_monotonic_ns": max(t.stop_ns + shift for (_, t, _), shift
+                                                   in zip(traced, shifts)),
                           "python": root.python_version, "backend": root.backend,
                           "clock": root.clock,
                           "dropped_events": sum(t.dropped_events for _, t, _ in traced),
@@ -830,7 +867,7 @@ def _write_joined(traced, path):
                 event = {"ph": "M", "name": name, "pid": trace.pid, "tid": 0, "args": args}
                 out.write(((",\n" if order or name != "process_name" else "")
                            + json.dumps(event)).encode("utf-8"))
-            pieces = _chunks(trace, progress, base=base, first_id=first_id,
+            pieces = _chunks(trace, progress, base=base - shifts[order], first_id=first_id,
                              first_thread=first_thread)
             first_id += len(trace)
             first_thread += len(trace.threads)

@@ -599,8 +599,33 @@ def test_join_warns_about_several_hosts(tmp_path):
     meta["host"] = "elsewhere"
     with open(meta_path, "w") as f:
         json.dump(meta, f)
+    with pytest.warns(pytrace_cffi.TraceWarning, match="2 hosts.*aligned through"):
+        processes.join(job, tmp_path / "same.json")
+    # The other host's clocks: CLOCK_MONOTONIC 5 s behind, CLOCK_REALTIME the same.
+    shift = 5_000_000_000
+    for point in meta["realtime_anchor"].values():
+        point["realtime_ns"] += shift
+    with open(meta_path, "w") as f:
+        json.dump(meta, f)
     with pytest.warns(pytrace_cffi.TraceWarning, match="2 hosts"):
-        processes.join(job, tmp_path / "all.json")
+        processes.join(job, tmp_path / "shifted.json")
+
+    def child_starts(name):
+        with open(tmp_path / name, encoding="utf-8") as f:
+            data = json.load(f)
+        base = data["otherData"]["start_monotonic_ns"]
+        return base, sorted(round(e["ts"] * 1000) + base for e in data["traceEvents"]
+                            if e["ph"] == "X" and e["pid"] == child.pid)
+    _, same = child_starts("same.json")
+    _, shifted = child_starts("shifted.json")
+    assert same and len(same) == len(shifted)
+    assert all(abs(b - a - shift) <= 1 for a, b in zip(same, shifted))
+
+    del meta["realtime_anchor"]
+    with open(meta_path, "w") as f:
+        json.dump(meta, f)
+    with pytest.warns(pytrace_cffi.TraceWarning, match="not aligned"):
+        processes.join(job, tmp_path / "unaligned.json")
 
 
 def test_run_to_a_directory_keeps_the_children(tmp_path):
@@ -795,3 +820,24 @@ def test_sigterm_noted_while_the_main_thread_blocks_still_ends_the_child(tmp_pat
     assert code == str(-signal.SIGTERM)
     found = counts(job)
     assert found[int(pid)] == ("child.py", "complete", {"unique_before": 1})
+
+
+def test_merge_command_joins_a_job(tmp_path):
+    job = tmp_path / "job"
+    run_script(tmp_path, """
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        subprocess.run([sys.executable, "-c", "def unique_child(): pass\\nunique_child()"],
+                       check=True, timeout=60)
+        pytrace_cffi.stop()
+    """, str(job))
+    proc = run_command([sys.executable, "-m", "pytrace_cffi", "merge", str(job), "-o",
+                        str(tmp_path / "all.json")], tmp_path, _env(), TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 processes ->" in proc.stderr
+    with open(tmp_path / "all.json", encoding="utf-8") as f:
+        events = json.load(f)["traceEvents"]
+    lanes = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert "python -c" in lanes and len(lanes) == 2
+    assert sum(e["ph"] == "X" and e["name"].endswith(": unique_child") for e in events) == 1

@@ -204,9 +204,17 @@ def test_merge_reads_our_json_and_saved_traces_and_the_cli_does_the_same(traced,
                  "-o", str(tmp_path / "b.json")]) == 0
     assert main(["merge", str(tmp_path / "saved"), str(tmp_path / "torch.json"),
                  "-o", str(tmp_path / "c.json")]) == 0
-    a, b, c = (merged_events(tmp_path / name)[1] for name in ("a.json", "b.json", "c.json"))
+    # The torch trace is told apart by its content, not by its place.
+    assert main(["merge", str(tmp_path / "torch.json"), str(tmp_path / "saved"),
+                 "-o", str(tmp_path / "d.json")]) == 0
+    a, b, c, d = (merged_events(tmp_path / name)[1]
+                  for name in ("a.json", "b.json", "c.json", "d.json"))
     key = lambda e: (e.get("ph"), e.get("name"), e.get("tid"), e.get("ts"))  # noqa: E731
-    assert sorted(map(key, a)) == sorted(map(key, b)) == sorted(map(key, c))
+    assert sorted(map(key, a)) == sorted(map(key, b)) == sorted(map(key, c)) \
+        == sorted(map(key, d))
+    with pytest.raises(SystemExit, match="one of our traces and one torch trace"):
+        main(["merge", str(tmp_path / "torch.json"), str(tmp_path / "torch.json"),
+              "-o", str(tmp_path / "e.json")])
     with pytest.raises(SystemExit, match="name it .json"):
         main(["merge", str(tmp_path / "ours.json"), str(tmp_path / "torch.json"),
               "-o", str(tmp_path / "out.html")])
