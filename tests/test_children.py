@@ -18,7 +18,9 @@ import pytrace_cffi
 from pytrace_cffi import processes
 
 TIMEOUT = 120
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where the pytrace_cffi under test is importable from: the installed wheel in CI,
+# the source tree with an in-place build otherwise (the bootstrap adds it to sys.path).
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pytrace_cffi.__file__)))
 
 
 def _env(**extra):
