@@ -515,6 +515,7 @@ def _is_torch_trace(path):
 
 
 def _cmd_merge(args):
+    _check_merge_output(args)
     if not args.output.endswith((".json", ".json.gz")):
         raise SystemExit(f"pytrace_cffi: the merged trace is Chrome JSON: name it .json or "
                          f".json.gz, not {args.output!r}")
@@ -536,6 +537,16 @@ def _cmd_merge(args):
               file=sys.stderr)
     print(f"pytrace_cffi: {len(results)} processes -> {args.output}", file=sys.stderr)
     return 0
+
+
+def _check_merge_output(args):
+    """merge writes Chrome JSON; joining a job's processes also writes whatever export
+    does (through `export JOB_DIR -o OUT`), which is said here rather than failing."""
+    if args.output.endswith((".json", ".json.gz")):
+        return
+    if not any(_is_torch_trace(path) for path in args.inputs) and len(args.inputs) == 1:
+        raise SystemExit(f"pytrace_cffi: merge writes .json or .json.gz; for {args.output!r} "
+                         f"run: python -m pytrace_cffi export {args.inputs[0]} -o {args.output}")
 
 
 COMMANDS = {"summary": _cmd_summary, "export": _cmd_export,      # run: see main()

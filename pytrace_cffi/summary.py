@@ -135,6 +135,8 @@ def read_trace(path):
     from . import load
     path = os.fspath(path)
     if os.path.isdir(path):
+        if not os.path.exists(os.path.join(path, "meta.json")) and _holds_processes(path):
+            return _read_job(path)
         return load(path)
     if not os.path.exists(path):
         raise TraceFormatError(f"{path!r} does not exist")
@@ -142,6 +144,41 @@ def read_trace(path):
         return _read_chrome_trace(path)
     raise TraceFormatError(f"{path!r} is neither a saved-trace directory nor a .json or "
                            f".json.gz file")
+
+
+def _holds_processes(path):
+    """Whether path is the trace directory of a job (follow_children): proc-* inside."""
+    return any(name.startswith("proc-") and os.path.isdir(os.path.join(path, name))
+               for name in os.listdir(path))
+
+
+def _read_job(path):
+    """Every process of a job's trace directory as one trace (a thread per process
+    thread, named as in the joined Chrome trace): joined to a temporary JSON beside
+    nothing of the user's, then read back line by line."""
+    import shutil
+    import tempfile
+    from . import processes
+    scratch = tempfile.mkdtemp(prefix="pytrace_cffi-job-")
+    try:
+        joined = os.path.join(scratch, "job.json")
+        labels = {result.pid: result.label for result in processes.join(path, joined)}
+        trace = _read_chrome_trace(joined)
+        # Threads of different processes share names (MainThread): say whose they are.
+        owner = {}
+        with open(joined, "rb") as f:
+            for line in f:
+                if b'"thread_name"' in line and line.lstrip(b",").strip().startswith(b"{"):
+                    event = json.loads(line.lstrip(b",").strip().rstrip(b","))
+                    owner[event.get("tid")] = event.get("pid")
+        trace.threads = [
+            thread._replace(name=f"{thread.name} ({labels.get(owner.get(thread.native_id))}, "
+                                 f"pid {owner.get(thread.native_id)})")
+            if owner.get(thread.native_id) in labels else thread
+            for thread in trace.threads]
+        return trace
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # What the Chrome JSON does not say of a "python_function", read from its name:

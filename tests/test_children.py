@@ -843,3 +843,33 @@ def test_merge_command_joins_a_job(tmp_path):
     lanes = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert "python -c" in lanes and len(lanes) == 2
     assert sum(e["ph"] == "X" and e["name"].endswith(": unique_child") for e in events) == 1
+
+
+def test_summary_and_export_read_a_whole_job(tmp_path):
+    job = tmp_path / "job"
+    run_script(tmp_path, """
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        subprocess.run([sys.executable, "-c", "def unique_child(): pass\\nunique_child()"],
+                       check=True, timeout=60)
+        pytrace_cffi.stop()
+    """, str(job))
+    from pytrace_cffi.summary import read_trace
+    trace = read_trace(job)
+    assert sum(call.name.endswith(": unique_child") for call in trace) == 1
+    assert sum(call.name.startswith("prog.py(") and call.name.endswith(": <module>")
+               for call in trace) == 1
+    names = sorted(thread.name for thread in trace.threads)
+    assert len(names) == 2 and names[0].startswith("MainThread (prog.py, pid ")
+    assert names[1].startswith("MainThread (python -c, pid ")
+    command = [sys.executable, "-m", "pytrace_cffi"]
+    proc = run_command(command + ["summary", str(job), "--limit", "0"], tmp_path, _env(),
+                       TIMEOUT)
+    assert proc.returncode == 0 and ": unique_child" in proc.stdout, proc.stderr
+    proc = run_command(command + ["export", str(job), "-o", str(tmp_path / "job.html")],
+                       tmp_path, _env(), TIMEOUT)
+    assert proc.returncode == 0 and (tmp_path / "job.html").stat().st_size > 0, proc.stderr
+    proc = run_command(command + ["merge", str(job), "-o", str(tmp_path / "m.html")],
+                       tmp_path, _env(), TIMEOUT)
+    assert proc.returncode != 0 and f"export {job} -o" in proc.stderr
