@@ -153,9 +153,9 @@ def _holds_processes(path):
 
 
 def _read_job(path):
-    """Every process of a job's trace directory as one trace (a thread per process
-    thread, named as in the joined Chrome trace): joined to a temporary JSON beside
-    nothing of the user's, then read back line by line."""
+    """Every process of a job's trace directory as one trace, each thread named with
+    its process's label and pid: joined into a Chrome JSON in a temporary directory
+    (removed after), then read back line by line."""
     import shutil
     import tempfile
     from . import processes
