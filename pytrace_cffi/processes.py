@@ -629,7 +629,7 @@ def recover(directory, facts=None):
     killed, or is still running), from process.json, keys.jsonl and events.bin's
     complete blocks. Nothing in the directory is changed."""
     from .saved import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, FORMAT_NAME,
-                        FORMAT_VERSION, _load_parts)
+                        FORMAT_VERSION, _load_parts, read_events_file)
     if facts is None:
         facts = read_process(directory)[1]
     facts = dict(facts)
@@ -653,11 +653,7 @@ def recover(directory, facts=None):
             raise TraceFormatError(f"{directory}: nothing was spilled yet" if name in (
                 "start_ns", "tick0") else f"{directory}: process.json lacks {name}")
     path = os.path.join(directory, "events.bin")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: {exc}") from None
+    data = read_events_file(path)
     if len(data) < EVENTS_HEADER.size:
         raise TraceFormatError(f"{path}: nothing was spilled")
     # Complete blocks only; per thread: events and the clock after its last one.

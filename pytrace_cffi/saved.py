@@ -186,6 +186,15 @@ def _read_json(directory, name):
         raise TraceFormatError(f"{path}: not valid JSON ({exc})") from None
 
 
+def read_events_file(path):
+    """The bytes of an events.bin; TraceFormatError when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: {exc}") from None
+
+
 def _expect(condition, message):
     if not condition:
         raise TraceFormatError(message)
@@ -393,11 +402,7 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
                                                       for a in annotation_args),
             "meta.json: bad annotation args")
     path = os.path.join(directory, "events.bin")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: {exc}") from None
+    data = read_events_file(path)
     if "length" in events_meta:     # a recovered process: its complete blocks only
         data = data[:_int(events_meta["length"], "events length")]
     _expect(len(data) >= EVENTS_HEADER.size, f"{path}: truncated header")

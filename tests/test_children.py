@@ -824,7 +824,8 @@ def test_sigterm_noted_while_the_main_thread_blocks_still_ends_the_child(tmp_pat
     assert found[int(pid)] == ("child.py", "complete", {"unique_before": 1})
 
 
-def test_merge_command_joins_a_job(tmp_path):
+def _job_with_one_child(tmp_path):
+    """A job's trace directory: prog.py, and a `python -c` child calling unique_child."""
     job = tmp_path / "job"
     run_script(tmp_path, """
         import subprocess, sys
@@ -834,6 +835,11 @@ def test_merge_command_joins_a_job(tmp_path):
                        check=True, timeout=60)
         pytrace_cffi.stop()
     """, str(job))
+    return job
+
+
+def test_merge_command_joins_a_job(tmp_path):
+    job = _job_with_one_child(tmp_path)
     proc = run_command([sys.executable, "-m", "pytrace_cffi", "merge", str(job), "-o",
                         str(tmp_path / "all.json")], tmp_path, _env(), TIMEOUT)
     assert proc.returncode == 0, proc.stderr
@@ -846,15 +852,7 @@ def test_merge_command_joins_a_job(tmp_path):
 
 
 def test_summary_and_export_read_a_whole_job(tmp_path):
-    job = tmp_path / "job"
-    run_script(tmp_path, """
-        import subprocess, sys
-        import pytrace_cffi
-        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
-        subprocess.run([sys.executable, "-c", "def unique_child(): pass\\nunique_child()"],
-                       check=True, timeout=60)
-        pytrace_cffi.stop()
-    """, str(job))
+    job = _job_with_one_child(tmp_path)
     from pytrace_cffi.summary import read_trace
     trace = read_trace(job)
     assert sum(call.name.endswith(": unique_child") for call in trace) == 1
