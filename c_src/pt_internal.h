@@ -186,7 +186,29 @@ pt_thread *pt_thread_find(pt_tracer *tracer, uint64_t tstate_id);
 pt_thread *pt_thread_for_reading(pt_tracer *tracer, int index);
 pt_thread *pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
                          uint64_t native_id, int64_t base_ticks);
+int pt_thread_events_each(pt_tracer *tracer, int index,
+                          int (*visit)(void *ctx, const pt_event *ev, uint64_t n),
+                          void *ctx);
+void pt_set_error(pt_tracer *tracer, const char *fmt, ...);
+void pt_set_error_from_python(pt_tracer *tracer, const char *what);
+
+/* pt_buffers.c */
+void pt_buffers_init_once(void);     /* registers the pool's fork handler */
 int pt_thread_grow(pt_tracer *tracer, pt_thread *thread);
+void pt_chunk_free(pt_chunk *chunk);
+
+/* Events written to chunk: the tail chunk is filled up to the thread's cursor. */
+static inline uint64_t
+pt_chunk_used(const pt_thread *thread, const pt_chunk *chunk)
+{
+    return chunk == thread->tail ? (uint64_t)(thread->cursor - chunk->events)
+                                 : chunk->used;
+}
+
+/* pt_signals.c */
+void pt_sigterm_after_fork(void);    /* a forked child makes its own relay timer */
+
+/* pt_keys.c */
 uint32_t pt_key_for_new_code(pt_tracer *tracer, PyObject *code);
 uint32_t pt_key_find(pt_tracer *tracer, const void *a, const void *b);
 /* While pt_start walks the threads, Python callbacks about new code keys wait:
@@ -197,11 +219,6 @@ void pt_ask_deferred_questions(pt_tracer *tracer);
 uint32_t pt_key_add(pt_tracer *tracer, const void *a, const void *b, PyObject *source);
 uint32_t pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
                                  const void *a, PyObject *self);
-int pt_thread_events_each(pt_tracer *tracer, int index,
-                          int (*visit)(void *ctx, const pt_event *ev, uint64_t n),
-                          void *ctx);
-void pt_set_error(pt_tracer *tracer, const char *fmt, ...);
-void pt_set_error_from_python(pt_tracer *tracer, const char *what);
 
 /* Appends one raw record; on allocation failure counts it as dropped and
  * returns 0. */
@@ -237,7 +254,7 @@ pt_key_hash(const void *a, const void *b)
     return (uint32_t)(h ^ (h >> 32));
 }
 
-/* The id of (a, b), or 0 when absent. The table is never full (pt_core.c keeps
+/* The id of (a, b), or 0 when absent. The table is never full (pt_keys.c keeps
  * it at most half used), so the probe ends. */
 static inline uint32_t
 pt_key_lookup(const pt_tracer *tracer, const void *a, const void *b)
@@ -275,8 +292,8 @@ pt_key_for_code(pt_tracer *tracer, PyObject *code)
  *   - a "function record" self (pybind11 makes every function share one C
  *     dispatcher, each bound to its own record object): the self object itself,
  *     held by the source; (implementation, type) pairs keyed by self carry a
- *     record mark under the type's address plus 3 (pt_core.c);
- *   - owner-is-self marks (pt_core.c) under the type's address plus 1.
+ *     record mark under the type's address plus 3 (pt_keys.c);
+ *   - owner-is-self marks (pt_keys.c) under the type's address plus 1.
  * No object lives at an odd or 2-mod-4 address (objects are 8-aligned), and none
  * at PT_CALLABLE_KEY. */
 static inline const void *
@@ -367,7 +384,7 @@ pt_maybe_tag(pt_tracer *tracer, pt_thread *thread, uint32_t key, PyFrameObject *
         pt_tag_call(tracer, thread, frame);
 }
 
-/* pt_core.c: a CLOCK_MONOTONIC / CLOCK_REALTIME pair (monotonic, realtime, spread ns). */
+/* pt_clock.c: a CLOCK_MONOTONIC / CLOCK_REALTIME pair (monotonic, realtime, spread ns). */
 void pt_take_anchor(int64_t out[3]);
 
 /* pt_hooks.c */

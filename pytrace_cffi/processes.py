@@ -447,7 +447,7 @@ def _install_exit_paths(root):
                 signal.signal(signal.SIGTERM, _on_sigterm)
             if signal.getsignal(signal.SIGTERM) is _on_sigterm:
                 # (again in a forked child: it inherits the handler, not the timer)
-                lib.pt_sigterm_guard(1)     # see pt_core.c: a SIGTERM is never missed
+                lib.pt_sigterm_guard(1)     # see pt_signals.c: a SIGTERM is never missed
         except (ValueError, OSError):
             pass
 

@@ -1,0 +1,361 @@
+/* pt_buffers.c - where events live: per-thread chunks from a small process-wide
+ * pool, and the bound on them (max_events) that spills the oldest chunk to a
+ * file or drops it, counted. */
+#include "pt_internal.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <errno.h>
+#include <signal.h>
+#include <time.h>
+
+/* ======================================================================== */
+/* Chunk pool                                                               */
+/* ======================================================================== */
+
+
+/* Big chunks freed by dropped traces wait here for the next trace, up to
+ * PT_POOL_CHUNKS: first-touch page faults (the kernel zeroing fresh pages) are the
+ * dearest part of recording, and a tracer started again and again (schedules,
+ * signal windows, benchmarks) should not pay them every time. The pool is the one
+ * piece of process-wide mutable state; it has its own lock because traces can be
+ * freed by the garbage collector on any thread. */
+#define PT_POOL_CHUNKS 8
+static pt_chunk *pt_pool[PT_POOL_CHUNKS];
+static int pt_pool_count;
+static pthread_mutex_t pt_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t pt_fork_handler_once = PTHREAD_ONCE_INIT;
+
+/* A child forked while another thread held the pool lock must not inherit it. */
+static void
+pt_pool_after_fork_in_child(void)
+{
+    pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;
+    pt_pool_lock = unlocked;
+    pt_sigterm_after_fork();
+}
+
+static void
+pt_register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, pt_pool_after_fork_in_child);
+}
+
+void
+pt_buffers_init_once(void)
+{
+    pthread_once(&pt_fork_handler_once, pt_register_fork_handler);
+}
+
+void
+pt_chunk_free(pt_chunk *chunk)
+{
+    if (chunk->capacity == (PT_CHUNK_BYTES - sizeof(pt_chunk)) / sizeof(pt_event)) {
+        pthread_mutex_lock(&pt_pool_lock);
+        if (pt_pool_count < PT_POOL_CHUNKS) {
+            pt_pool[pt_pool_count++] = chunk;
+            chunk = NULL;
+        }
+        pthread_mutex_unlock(&pt_pool_lock);
+    }
+    free(chunk);
+}
+
+/* Empties the pool (pytrace_cffi.release_memory()). */
+void
+pt_release_pool(void)
+{
+    pthread_mutex_lock(&pt_pool_lock);
+    while (pt_pool_count > 0)
+        free(pt_pool[--pt_pool_count]);
+    pthread_mutex_unlock(&pt_pool_lock);
+}
+
+/* Returns a chunk of `bytes`; a big one comes from the pool or as a transparent
+ * huge page. */
+static pt_chunk *
+pt_chunk_alloc(size_t bytes)
+{
+    void *memory = NULL;
+    if (bytes >= PT_CHUNK_BYTES) {
+        pthread_mutex_lock(&pt_pool_lock);
+        if (pt_pool_count > 0)
+            memory = pt_pool[--pt_pool_count];
+        pthread_mutex_unlock(&pt_pool_lock);
+    }
+    if (memory) {
+        /* reused as is */
+    } else if (bytes >= PT_CHUNK_BYTES) {
+        if (posix_memalign(&memory, bytes, bytes) != 0)
+            return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(memory, bytes, MADV_HUGEPAGE);
+#endif
+    } else {
+        memory = malloc(bytes);
+        if (!memory)
+            return NULL;
+    }
+    pt_chunk *chunk = memory;
+    chunk->next = NULL;
+    chunk->used = 0;
+    chunk->capacity = (bytes - sizeof(pt_chunk)) / sizeof(pt_event);
+    return chunk;
+}
+
+/* ======================================================================== */
+/* Bounded memory: spilling or dropping the oldest chunk                    */
+/* ======================================================================== */
+
+/* One block of spilled events: which thread, how many, the clock before them. */
+typedef struct {
+    uint32_t thread_index;
+    uint32_t reserved;
+    uint64_t n_events;
+    int64_t base_ticks;
+} pt_spill_block;
+
+/* Writes n events of thread to the spill file; on failure stops spilling (the
+ * sticky error says why) and returns 0, and the caller drops them instead. */
+static int
+pt_spill_events(pt_tracer *tracer, pt_thread *thread, const pt_chunk *chunk,
+                uint64_t n)
+{
+    if (!tracer->spill)
+        return 0;
+    pt_spill_block block = {(uint32_t)thread->index, 0, n, chunk->base_ticks};
+    if (fwrite(&block, sizeof block, 1, tracer->spill) != 1 ||
+        fwrite(chunk->events, sizeof(pt_event), n, tracer->spill) != n) {
+        if (!tracer->hot_error) {
+            tracer->hot_error = PT_ERR_PYTHON;
+            pt_set_error(tracer,
+                         "writing spilled events failed (disk full?); later ones were dropped");
+        }
+        fclose(tracer->spill);
+        tracer->spill = NULL;
+        return 0;
+    }
+    tracer->spilled_events += n;
+    thread->spilled += n;
+    return 1;
+}
+
+/* Moves owner's oldest chunk out of memory: to the spill file, or dropped and
+ * counted. A thread's only chunk is emptied in place. */
+static void
+pt_evict_head(pt_tracer *tracer, pt_thread *owner)
+{
+    pt_chunk *victim = owner->head;
+    int is_tail = victim == owner->tail;
+    uint64_t n = is_tail ? (uint64_t)(owner->cursor - victim->events) : victim->used;
+    if (!pt_spill_events(tracer, owner, victim, n))
+        owner->dropped += n;
+    if (is_tail) {
+        victim->used = 0;
+        victim->seq = tracer->chunk_seq++;
+        victim->base_ticks = owner->last_ticks;
+        owner->cursor = victim->events;
+    } else {
+        owner->head = victim->next;
+        tracer->held_events -= victim->capacity;
+        pt_chunk_free(victim);
+    }
+}
+
+/* Evicts the oldest chunk holding events of any thread. Returns 0 when no chunk
+ * holds anything. */
+static int
+pt_evict_oldest(pt_tracer *tracer)
+{
+    pt_thread *owner = NULL;
+    for (pt_thread *t = tracer->threads; t; t = t->next) {
+        pt_chunk *head = t->head;
+        if (head && (head != t->tail || t->cursor > head->events) &&
+            (!owner || head->seq < owner->head->seq))
+            owner = t;
+    }
+    if (!owner)
+        return 0;
+    pt_evict_head(tracer, owner);
+    return 1;
+}
+
+/* Runs the spill hook (see pt_set_spill_hook), keeping any pending exception.
+ * It may release the GIL (it writes a file): other threads can record meanwhile. */
+static void
+pt_run_spill_hook(pt_tracer *tracer)
+{
+    if (tracer->spill_hook_busy || tracer->classify_from || tracer->state != PT_STATE_RUNNING)
+        return;
+    tracer->spill_hook_busy = 1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *result = PyObject_CallObject(tracer->spill_hook, NULL);
+    if (!result && !tracer->hot_error) {
+        tracer->hot_error = PT_ERR_PYTHON;
+        pt_set_error_from_python(tracer, "writing key names before a spill");
+    }
+    Py_XDECREF(result);
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    tracer->spill_hook_busy = 0;
+}
+
+/* Spills this thread's full chunk at once and empties it in place (the spill
+ * hook's mode). Returns 1 when done, 0 when it cannot (nothing to spill, or the
+ * file failed), -1 when tracing stopped meanwhile (the event is dropped). */
+static int
+pt_spill_own_chunk(pt_tracer *tracer, pt_thread *thread)
+{
+    pt_run_spill_hook(tracer);
+    /* The hook may have let other threads run: one of them may have stopped
+     * tracing (stop() waits for a hook in progress, not for this tail), or emptied
+     * this thread's chunk already (more threads than max_events has chunks). */
+    if (tracer->state != PT_STATE_RUNNING)
+        return -1;
+    if (thread->cursor < thread->limit)
+        return 1;
+    if (!tracer->spill || thread->head != thread->tail)
+        return 0;
+    pt_evict_head(tracer, thread);
+    return thread->cursor < thread->limit;
+}
+
+int
+pt_spill_rest(pt_tracer *tracer)
+{
+    while (pt_evict_oldest(tracer))
+        ;
+    int rc = PT_OK;
+    if (tracer->spill) {
+        if (fclose(tracer->spill) != 0) {
+            pt_set_error(tracer, "closing the spill file failed");
+            rc = PT_ERR_PYTHON;
+        }
+        tracer->spill = NULL;
+    }
+    return rc;
+}
+
+int
+pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path)
+{
+    if (tracer->state != PT_STATE_NEW) {
+        pt_set_error(tracer, "bounds are set before start");
+        return PT_ERR_STATE;
+    }
+    if (max_events == 0) {
+        pt_set_error(tracer, "max_events must be at least 1");
+        return PT_ERR_ARG;
+    }
+    if (spill_path) {
+        tracer->spill = fopen(spill_path, "wb");
+        if (!tracer->spill) {
+            pt_set_error(tracer, "cannot write %s", spill_path);
+            return PT_ERR_ARG;
+        }
+        /* Unbuffered: a block is in the file once written (a killed process keeps
+         * it), and a forked child's copy of the stream has nothing to flush. */
+        setvbuf(tracer->spill, NULL, _IONBF, 0);
+        static const char header[16] = "PTEVENTS\1\0\0\0\x08\0\0\0";
+        if (fwrite(header, sizeof header, 1, tracer->spill) != 1) {
+            fclose(tracer->spill);
+            tracer->spill = NULL;
+            pt_set_error(tracer, "cannot write %s", spill_path);
+            return PT_ERR_ARG;
+        }
+    }
+    tracer->max_events = max_events;
+    /* Chunks of about an eighth of the budget, so eviction frees memory finely. */
+    uint64_t per_chunk = max_events / 8;
+    uint64_t largest = (PT_CHUNK_BYTES - sizeof(pt_chunk)) / sizeof(pt_event);
+    tracer->bounded_chunk_events =
+        per_chunk < 512 ? 512 : per_chunk > largest ? largest : per_chunk;
+    return PT_OK;
+}
+
+int
+pt_set_spill_hook(pt_tracer *tracer, void *py_hook)
+{
+    if (tracer->state != PT_STATE_NEW || !tracer->spill) {
+        pt_set_error(tracer, "the spill hook is set after the spill file, before start");
+        return PT_ERR_STATE;
+    }
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int ok = PyCallable_Check((PyObject *)py_hook);
+    if (ok) {
+        Py_INCREF((PyObject *)py_hook);
+        Py_CLEAR(tracer->spill_hook);
+        tracer->spill_hook = (PyObject *)py_hook;
+    }
+    PyGILState_Release(gil);
+    if (!ok) {
+        pt_set_error(tracer, "the spill hook must be callable");
+        return PT_ERR_ARG;
+    }
+    return PT_OK;
+}
+
+uint64_t
+pt_spilled_events(pt_tracer *tracer)
+{
+    return tracer->spilled_events;
+}
+
+/* Appends a fresh chunk; never copies recorded events. Under max_events, first
+ * spills or drops the oldest chunks so that what is held stays within it. */
+int
+pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
+{
+    size_t bytes = thread->head ? PT_CHUNK_BYTES : PT_FIRST_CHUNK_BYTES;
+    if (tracer->max_events) {
+        uint64_t events = tracer->bounded_chunk_events;
+        bytes = sizeof(pt_chunk) + events * sizeof(pt_event);
+        if (thread->tail)
+            thread->tail->used = (uint64_t)(thread->cursor - thread->tail->events);
+        if (tracer->spill_hook && thread->tail) {
+            int spilled = pt_spill_own_chunk(tracer, thread);
+            if (spilled)
+                return spilled > 0 ? PT_OK : PT_ERR_STATE;
+        }
+        while (tracer->held_events + events > tracer->max_events && pt_evict_oldest(tracer))
+            if (thread->cursor < thread->limit)
+                return PT_OK;          /* this thread's own chunk was emptied in place */
+    }
+    pt_chunk *chunk = pt_chunk_alloc(bytes);
+    if (!chunk) {
+        if (!tracer->hot_error) {
+            tracer->hot_error = PT_ERR_NOMEM;
+            pt_set_error(tracer, "out of memory for trace events; later events were dropped");
+        }
+        return PT_ERR_NOMEM;
+    }
+    chunk->seq = tracer->chunk_seq++;
+    chunk->base_ticks = thread->last_ticks;
+    tracer->held_events += chunk->capacity;
+    if (thread->tail) {
+        thread->tail->used = (uint64_t)(thread->cursor - thread->tail->events);
+        thread->tail->next = chunk;
+    } else {
+        thread->head = chunk;
+    }
+    thread->tail = chunk;
+    thread->cursor = chunk->events;
+    thread->limit = chunk->events + chunk->capacity;
+    return PT_OK;
+}
+
+/* Records a pause longer than a 32-bit delta: delta's high bits ride in the key. */
+void
+pt_append_time(pt_tracer *tracer, pt_thread *thread, uint64_t delta)
+{
+    uint64_t high = delta >> 32;
+    if (high >= PT_MAX_KEYS)
+        high = PT_MAX_KEYS - 1;        /* > 2^61 ticks: decades; clamp */
+    if (pt_append(tracer, thread, (uint32_t)delta, (uint32_t)high << PT_KEY_SHIFT | PT_EV_TIME))
+        thread->last_ticks += (int64_t)((uint64_t)(uint32_t)delta | high << 32);
+}
