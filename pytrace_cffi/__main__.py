@@ -79,8 +79,8 @@ def _parser():
                      help="trace only some steps, as torch.profiler.schedule: skip WAIT "
                           "steps, run WARMUP untraced, trace ACTIVE; REPEAT cycles (default "
                           "1; 0: forever, then each window goes to a numbered file). A step "
-                          "ends at each pytrace_cffi.step() the program calls and after "
-                          "each training step of torch's optimizers")
+                          "ends after each training step of torch's optimizers or, once "
+                          "the program calls pytrace_cffi.step(), at each of its calls only")
     run.add_argument("--delay", type=float, default=0.0, metavar="SECONDS",
                      help="start tracing this long after the program starts")
     run.add_argument("--duration", type=float, metavar="SECONDS",
@@ -451,7 +451,7 @@ def _cmd_run(args, program):
         scheduled = ScheduledWindows(schedule_kwargs, windows)
         optimizer_steps = OptimizerSteps(scheduled.step)
         optimizer_steps.install()
-        _set_step_hook(scheduled.step)
+        _set_step_hook(optimizer_steps.program_step)
         scheduled.begin()
     elif signum is not None:
         windows.on_signal(signum)

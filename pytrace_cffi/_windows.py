@@ -187,7 +187,12 @@ class OptimizerSteps:
     torch.optim.optimizer is loaded (found by a finder on sys.meta_path that
     wraps that one module's loader: torch is never imported here). With several
     optimizers, a training step ends when every optimizer seen has stepped once
-    more (the first step ends with the first optimizer's)."""
+    more (the first step ends with the first optimizer's).
+
+    A program that marks its own steps with pytrace_cffi.step() is followed
+    instead (program_step): as torch.profiler counts only prof.step(), its
+    steps alone count from its first call, so a loop that calls both is not
+    counted twice."""
 
     MODULE = "torch.optim.optimizer"
 
@@ -196,8 +201,20 @@ class OptimizerSteps:
         self._counts = {}           # id(optimizer) -> steps
         self._held = []             # optimizers seen: their ids never alias
         self._done = 0
+        self._program_steps = False
         self.handle = None
         self._finder = None
+
+    def program_step(self):
+        """pytrace_cffi.step() was called: from now on the program's calls alone
+        end steps. Its first call ends a step the optimizers already ended (the
+        last one they counted), so it is not counted again."""
+        if not self._program_steps:
+            self._program_steps = True
+            self.uninstall()
+            if self._done:
+                return
+        self._on_step()
 
     def install(self):
         module = sys.modules.get(self.MODULE)
@@ -225,6 +242,8 @@ class OptimizerSteps:
         self.handle = register(self._post_hook)
 
     def _post_hook(self, optimizer, args, kwargs):
+        if self._program_steps:
+            return
         key = id(optimizer)
         if key not in self._counts:
             self._held.append(optimizer)

@@ -147,6 +147,32 @@ def test_schedule_counts_optimizer_steps_with_torch(tmp_path):
     check_training_window(tmp_path, counter)
 
 
+@pytest.mark.parametrize("step_first", [False, True])
+def test_program_steps_and_optimizer_steps_are_not_counted_twice(tmp_path, step_first):
+    # A loop that marks its steps and also steps torch's optimizers: each
+    # iteration is one step, whether step() comes after the optimizers or before.
+    loop = TRAIN_LOOP.replace(
+        "    workload.train(model, optimizers, x, steps=1)      # SGD, then Adam, step\n",
+        "    import pytrace_cffi\n"
+        + ("    pytrace_cffi.step()\n" if step_first else "")
+        + "    workload.train(model, optimizers, x, steps=1)\n"
+        + ("" if step_first else "    pytrace_cffi.step()\n"))
+    assert loop != TRAIN_LOOP
+    (tmp_path / "train.py").write_text(loop)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [STAND_IN] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    proc = run_cli(tmp_path, "--schedule", "5,1,3", "-o", "t.json", "train.py", env=env)
+    assert proc.returncode == 0, proc.stderr
+    counter = names(tmp_path / "t.json")
+    if step_first:
+        # step() at the top of iteration i ends iteration i-1: iteration 0 ended
+        # with the optimizers, the step() of iteration 1 ends nothing new
+        assert steps_in(counter) == [(6, 1), (7, 1), (8, 1)]
+    else:
+        check_training_window(tmp_path, counter)
+
+
 def test_step_is_a_no_op_without_a_schedule():
     assert pytrace_cffi.step() is None and not pytrace_cffi.is_tracing()
     with pytrace_cffi.trace() as t:
