@@ -879,16 +879,21 @@ def _write_joined(traced, path, shifts):
 
 # -- `run` ------------------------------------------------------------------
 
-def job_dir_for(path):
-    """A new directory for `run -o path`'s per-process traces, in the temporary
-    directory (not beside path: the program may remove the place it writes to)."""
+def job_dir_for(path, keep_in=None):
+    """A new directory for `run -o path`'s per-process traces: keep_in (the
+    user's --processes-dir, made if missing), else one in the temporary directory
+    (not beside path: the program may remove the place it writes to)."""
+    if keep_in is not None:
+        os.makedirs(keep_in, exist_ok=True)
+        return os.path.abspath(keep_in)
     import tempfile
     name = os.path.basename(path.rstrip("/" + os.sep)) or "trace"
     return tempfile.mkdtemp(prefix=f"pytrace_cffi-{name}-", suffix=".processes")
 
 
-def make_run_windows(output, options, write):
-    """`run`'s tracing windows, following children (see _windows.Windows)."""
+def make_run_windows(output, options, write, export, keep_in=None):
+    """`run`'s tracing windows, following children (see _windows.Windows); write
+    and export as for finish_run; keep_in: --processes-dir, or None."""
     from ._windows import Windows, numbered
 
     class FollowWindows(Windows):
@@ -902,7 +907,9 @@ def make_run_windows(output, options, write):
                     return
                 number = self._count + 1
                 path = numbered(self._output, number) if self._numbered else self._output
-                self._job = job_dir_for(path)
+                keep = (numbered(keep_in, number) if self._numbered and keep_in is not None
+                        else keep_in)
+                self._job = job_dir_for(path, keep)
             # Last statement: what this frame runs once the hooks are live is recorded.
             start(follow_children=True, output=self._job, **self._options)
 
@@ -913,23 +920,28 @@ def make_run_windows(output, options, write):
                     return
                 stop()
                 if not save or self._job is None:      # a schedule's warmup
-                    if self._job is not None:
+                    if self._job is not None and keep_in is None:
                         import shutil
                         shutil.rmtree(self._job, ignore_errors=True)
                     return
                 self._count += 1
                 path = numbered(self._output, self._count) if self._numbered else self._output
-                if not finish_run(self._job, path, write):
+                if not finish_run(self._job, path, write, export, keep=keep_in is not None):
                     self.lost = True
 
     return FollowWindows(output, options, write)
 
 
-def finish_run(job_dir, path, write):
-    """After `run`: one line per process traced and per child not followed; the
-    output written (joined when several processes were traced and OUT is JSON) by
-    write(trace, path), which returns the path written or None. Returns whether
-    the output was written; the per-process traces stay when it was not."""
+def finish_run(job_dir, path, write, export, keep=False):
+    """After `run`: OUT written and one line per process traced and per child not
+    followed. One process (the program's own, nothing followed): written as
+    without following, by write(trace, path), which returns the path written
+    (perhaps a fallback) or None. Several: the whole job, joined by join() for
+    .json/.json.gz, else by export(job_dir, path) (what `export DIR -o OUT` does:
+    .html, .pftrace or a saved directory). The per-process traces in job_dir are
+    removed afterwards, unless keep (the user's --processes-dir), OUT could not be
+    written, or a process is still running or could not be read: then they stay
+    and their place is printed. Returns whether OUT was written."""
     from .saved import load
     results = status(job_dir)
     skipped = unfollowed(job_dir)
@@ -941,37 +953,45 @@ def finish_run(job_dir, path, write):
         if written:
             print(f"pytrace_cffi: {len(trace)} calls on {len(trace.threads)} threads -> "
                   f"{written}", file=sys.stderr)
-    elif path.endswith((".json", ".json.gz")):
+    else:
         try:
-            join(job_dir, path)
+            if path.endswith((".json", ".json.gz")):
+                join(job_dir, path)
+            else:
+                export(job_dir, path)
             written = path
             print(f"pytrace_cffi: {len(results)} processes, {sum(r.calls for r in results)} "
                   f"calls -> {path}", file=sys.stderr)
-        except (OSError, TraceFormatError) as exc:
-            print(f"pytrace_cffi: cannot write the joined trace to {path!r}: {exc}",
+        except (OSError, ValueError, TraceFormatError) as exc:
+            print(f"pytrace_cffi: cannot write the job's trace to {path!r}: {exc}",
                   file=sys.stderr)
-    elif root:
-        written = write(load(root[0].directory), path)
-        if written:
-            print(f"pytrace_cffi: {written} holds this process only; all {len(results)} are "
-                  f"in {job_dir} (join them with -o NAME.json, or processes.join)",
-                  file=sys.stderr)
-    keep = not written or any(r.state != "complete" for r in results) or (
-        len(results) > 1 and not path.endswith((".json", ".json.gz")))
+    unsettled = any(r.state in ("running", "lost") for r in results)
+    show_dirs = keep or not written or unsettled
     for r in results if len(results) > 1 else ():
         print(f"pytrace_cffi:   pid {r.pid} ({r.label}): {r.state}, {r.calls} calls"
               + (f" - {r.note}" if r.note else "")
-              + (f" [{r.directory}]" if keep else ""), file=sys.stderr)
-    for child in skipped:
-        command = " ".join(child.get("command", []))
-        print(f"pytrace_cffi:   not followed: {command!r} started by pid {child.get('pid')}: "
-              f"{child.get('reason')}", file=sys.stderr)
-    if keep:
+              + (f" [{r.directory}]" if show_dirs else ""), file=sys.stderr)
+    for line in unfollowed_lines(skipped):
+        print(f"pytrace_cffi:   {line}", file=sys.stderr)
+    if not written:
+        print(f"pytrace_cffi: the per-process traces stay in {job_dir} (write them later "
+              f"with: python -m pytrace_cffi export {job_dir} -o OUT)", file=sys.stderr)
+    elif keep or unsettled:
         print(f"pytrace_cffi: the per-process traces stay in {job_dir}", file=sys.stderr)
     else:
         import shutil
         shutil.rmtree(job_dir, ignore_errors=True)
     return bool(written)
+
+
+def unfollowed_lines(skipped):
+    """The lines `run` prints for the children not followed (see unfollowed)."""
+    lines = []
+    for child in skipped:
+        command = " ".join(child.get("command", []))
+        lines.append(f"not followed: {command!r} started by pid {child.get('pid')}: "
+                     f"{child.get('reason')}")
+    return lines
 
 
 def _is_root(directory):
