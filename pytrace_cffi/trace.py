@@ -48,11 +48,20 @@ def hide_launcher_frames(codes):
     _launcher_codes.update((id(code), code) for code in codes)
 
 
+_hidden_alone = []       # see hide_alone
+
+
+def hide_alone(code):
+    """Calls of code (a wrapper of ours around the program's own calls, see
+    processes._spawnv_passfds) are left out of traces alone: its callees stay."""
+    _hidden_alone.append(code)
+
+
 def _hiding(source):
     """Our own start/stop machinery is left out of traces with what it calls; the
     record_function decorator's wrapper is left out alone; a launcher's frames
     (see hide_launcher_frames) are left out when seeded."""
-    if source is WRAPPER_CODE:
+    if source is WRAPPER_CODE or any(source is code for code in _hidden_alone):
         return lib.PT_HIDE_ALONE
     filename = getattr(source, "co_filename", None)
     if filename is not None and os.path.dirname(os.path.abspath(filename)) in _OWN_DIRS:
