@@ -449,6 +449,9 @@ def _cmd_run(args, program):
         return 1
     run_program = types.FunctionType(code, main.__dict__)
     windows = Windows(output, options, _write_or_fall_back, spill=args.spill)
+    if args.processes_dir is not None and args.max_events and not args.spill:
+        raise SystemExit("pytrace_cffi: --processes-dir needs children followed: with "
+                         "--max-events, add --spill")
     if not args.no_follow and args.max_events and not args.spill:
         print("pytrace_cffi: --max-events without --spill drops events, so child processes "
               "are not followed (add --spill to follow them)", file=sys.stderr)
@@ -564,6 +567,10 @@ def _cmd_merge(args):
     for result in results:
         print(f"pytrace_cffi: pid {result.pid} ({result.label}): {result.state}",
               file=sys.stderr)
+    for path in args.inputs:            # a job's trace directory: who was not followed
+        if os.path.isdir(path) and not os.path.exists(os.path.join(path, "meta.json")):
+            for line in processes.unfollowed_lines(processes.unfollowed(path)):
+                print(f"pytrace_cffi: {line}", file=sys.stderr)
     print(f"pytrace_cffi: {len(results)} processes -> {args.output}", file=sys.stderr)
     return 0
 

@@ -340,3 +340,29 @@ def test_torch_multiprocessing_spawn(tmp_path):
     assert not not_followed(proc.stderr)
     states = [line for line in proc.stderr.splitlines() if line.startswith("pytrace_cffi:   pid ")]
     assert len(states) == 3 and all("): complete, " in line for line in states), proc.stderr
+
+
+def test_merge_lists_the_children_not_followed(tmp_path):
+    job = tmp_path / "job"
+    run_script(tmp_path, """
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        subprocess.run(["true"], check=True, timeout=60)
+        subprocess.run([sys.executable, "-I", "-c", "pass"], check=True, timeout=60)
+        pytrace_cffi.stop()
+    """, str(job))
+    proc = run_command([sys.executable, "-m", "pytrace_cffi", "merge", str(job), "-o",
+                        str(tmp_path / "all.json")], tmp_path, _env(), TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    lines = not_followed(proc.stderr)
+    assert len(lines) == 2 and "-I -c pass' (subprocess) started by pid " in lines[0]
+    assert lines[1] == "pytrace_cffi: not followed (not Python): 1 program: true"
+
+
+def test_processes_dir_needs_following(tmp_path):
+    for extra in (["--no-follow"], ["--max-events", "100"]):
+        proc = run_cli(tmp_path, "open('ran', 'w').close()\n", "-o", tmp_path / "o.json",
+                       "--processes-dir", tmp_path / "procs", *extra, check=False)
+        assert proc.returncode == 1 and "--processes-dir" in proc.stderr, proc.stderr
+        assert not (tmp_path / "ran").exists() and not (tmp_path / "procs").exists()
