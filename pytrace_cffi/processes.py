@@ -695,17 +695,19 @@ def _resolve(program):
 
 
 def _is_python(program):
-    """Whether program is a Python interpreter, or a script run by one (#!)."""
+    """Whether program is a Python interpreter (by its name, or sys.executable), a
+    script run by one (#! naming python), or a launcher named python* (pyenv's
+    shims are shell scripts that exec Python)."""
     path = _resolve(program) or program
+    if os.path.basename(program).startswith("python") or (
+            os.path.realpath(path) == os.path.realpath(sys.executable)):
+        return True
     try:
         with open(path, "rb") as f:
             first = f.readline(200)
     except OSError:
-        first = b""
-    if first.startswith(b"#!"):
-        return b"python" in first
-    return os.path.basename(program).startswith("python") or (
-        os.path.realpath(path) == os.path.realpath(sys.executable))
+        return False
+    return first.startswith(b"#!") and b"python" in first
 
 
 # -- reading a trace directory ---------------------------------------------
@@ -992,16 +994,20 @@ def _left_no_trace(job_dir, noted):
 
 
 def _runs(command, launched):
-    """Whether a process's command line is that of launched (argv lists): the same,
-    or the interpreter line of a #! script followed by the script's path
-    (resolved) and the same arguments."""
+    """Whether a process's command line is that of launched (argv lists): the same;
+    or, launched through a #! script or a launcher (pyenv's shims), another
+    program's path first (the interpreter's; for a #! script its interpreter line
+    comes before the script's path) but the same arguments after it."""
     if not isinstance(command, list) or not isinstance(launched, list) or not launched:
         return False
     if command == launched:
         return True
     n = len(launched)
-    return (len(command) > n and command[len(command) - n + 1:] == launched[1:]
-            and os.path.basename(command[len(command) - n]) == os.path.basename(launched[0]))
+    if len(command) < n:
+        return False
+    if n > 1:
+        return command[len(command) - n + 1:] == launched[1:]
+    return os.path.basename(command[-1]) == os.path.basename(launched[0])
 
 
 def _sort_key(item):

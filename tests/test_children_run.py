@@ -191,9 +191,12 @@ def test_children_that_cannot_run_the_bootstrap_are_listed(tmp_path):
     shebang = tmp_path / "tool.py"
     shebang.write_text(f"#!{sys.executable}\ndef unique_tool(): pass\nunique_tool()\n")
     shebang.chmod(0o755)
-    shell = tmp_path / "python3-tool"               # named like Python, but a shell script
+    shell = tmp_path / "tool.sh"
     shell.write_text("#!/bin/sh\nexit 0\n")
     shell.chmod(0o755)
+    shim = tmp_path / "python-shim"                 # as pyenv's: a shell script execing Python
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    shim.chmod(0o755)
     proc = run_cli(tmp_path, f"""
         import os, subprocess, sys
         for flag in ("-I", "-S", "-E"):
@@ -204,6 +207,8 @@ def test_children_that_cannot_run_the_bootstrap_are_listed(tmp_path):
         subprocess.run("true", shell=True, check=True, timeout=60)
         subprocess.run([{str(shell)!r}], check=True, timeout=60)
         subprocess.run([{str(shebang)!r}], check=True, timeout=60)
+        subprocess.run([{str(shim)!r}, "-c", "def unique_shim(): pass\\nunique_shim()"],
+                       check=True, timeout=60)
         try:
             subprocess.run(["no-such-program-here"], timeout=60)
         except FileNotFoundError:
@@ -218,11 +223,13 @@ def test_children_that_cannot_run_the_bootstrap_are_listed(tmp_path):
         for flag in ("-I", "-S", "-E")] + [
         f"pytrace_cffi:   not followed: '{python} -c pass' (subprocess) started by pid "
         f"{root}: its environment was replaced without PYTRACE_CFFI_FOLLOW",
-        "pytrace_cffi:   not followed (not Python): 3 programs: python3-tool, sh, true"]
-    # The #! Python script was followed (and so not listed as having left no trace).
-    assert "(tool.py): complete" in proc.stderr
+        "pytrace_cffi:   not followed (not Python): 3 programs: sh, tool.sh, true"]
+    # The #! Python script and the Python behind the shim were followed (and so not
+    # listed as having left no trace).
+    assert "(tool.py): complete" in proc.stderr and "(python -c): complete" in proc.stderr
     events = json.loads((tmp_path / "out.json").read_text())["traceEvents"]
-    assert unique_counts(e["name"] for e in events if e.get("ph") == "X") == {"unique_tool": 1}
+    assert unique_counts(e["name"] for e in events if e.get("ph") == "X") == {"unique_tool": 1,
+                                                                              "unique_shim": 1}
 
 
 def test_unfollowed_matches_launches_with_what_the_children_wrote(tmp_path):
@@ -242,10 +249,13 @@ def test_unfollowed_matches_launches_with_what_the_children_wrote(tmp_path):
     proc_dir("proc-12", pid=12, command=[py, "/opt/bin/tool", "x"])
     proc_dir("proc-13", pid=13, forked=True, command=[py, "-c", "a"])   # a fork: no launch
     proc_dir("proc-14", pid=14, command=[py, "-c", "spawned"])
+    proc_dir("proc-16", pid=16, command=["/opt/python3.12", "-c", "shim"])
     proc_dir("proc-10-2", pid=10, command=[py, "-c", "exec'd"])
     launches = [dict(pid=10, how="subprocess", command=[py, "-c", "a"], child_pid=None),
                 dict(pid=10, how="subprocess", command=[py, "-c", "a"], child_pid=None),
                 dict(pid=10, how="subprocess", command=["tool", "x"], child_pid=None),
+                dict(pid=10, how="subprocess", command=["python", "-c", "shim"],
+                     child_pid=None),
                 dict(pid=10, how="spawn", command=[py, "-c", "spawned"], child_pid=14),
                 dict(pid=10, how="spawn", command=[py, "-c", "spawned"], child_pid=99999999),
                 dict(pid=10, how="exec", command=[py, "-c", "exec'd"], child_pid=10),
