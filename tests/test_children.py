@@ -494,6 +494,7 @@ def test_dataloader_workers_labelled(tmp_path):
         assert calls[(worker, "unique_getitem")] == 20
         assert calls[(worker, "__getitem__")] == 20
     assert "DataLoader worker 0" in proc.stderr and "DataLoader worker 1" in proc.stderr
+    assert "not followed" not in proc.stderr
 
 
 def test_torchrun_ranks_labelled_and_aligned(tmp_path):
@@ -551,6 +552,7 @@ def test_torchrun_ranks_labelled_and_aligned(tmp_path):
         assert max(starts) <= min(ends), (k, per_rank)
     for name, pid in ranks.items():
         assert f"pid {pid} ({name}): complete" in proc.stderr
+    assert "not followed" not in proc.stderr      # every launch answered: no false alarm
 
 
 def test_posix_spawn_of_python(tmp_path):
