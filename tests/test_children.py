@@ -640,14 +640,12 @@ def test_run_to_a_directory_writes_the_whole_job(tmp_path):
     proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out),
                         str(script)], tmp_path, _env(), TIMEOUT)
     assert proc.returncode == 0, proc.stderr
-    # OUT is one saved trace of both processes (as `export JOB -o OUT` writes it),
-    # each thread named with its process's label and pid.
+    # OUT is one saved trace of both processes (as `export JOB -o OUT` writes it).
     trace = pytrace_cffi.load(out)
     assert collections.Counter(call.name.rsplit(": ", 1)[-1] for call in trace
                                if ": unique_" in call.name) == {"unique_root": 1,
                                                                 "unique_sub": 4}
-    assert sorted(t.name.split(", pid")[0] for t in trace.threads) == [
-        "MainThread (prog.py", "MainThread (python -c"]
+    assert len(trace.threads) == 2
     assert proc.stderr.splitlines()[0] == (f"pytrace_cffi: 2 processes, {len(trace)} calls "
                                            f"-> {out}")
     assert "stay in" not in proc.stderr
