@@ -61,11 +61,13 @@ def _hiding(source):
     """Our own start/stop machinery is left out of traces with what it calls; the
     record_function decorator's wrapper is left out alone; a launcher's frames
     (see hide_launcher_frames) are left out when seeded."""
-    if source is WRAPPER_CODE or any(source is code for code in _hidden_alone):
+    if source is WRAPPER_CODE:
         return lib.PT_HIDE_ALONE
     filename = getattr(source, "co_filename", None)
     if filename is not None and os.path.dirname(os.path.abspath(filename)) in _OWN_DIRS:
-        return lib.PT_HIDE_SUBTREE
+        # ours, with what it calls; our wrappers of the program's calls alone (hide_alone)
+        alone = any(source is code for code in _hidden_alone)
+        return lib.PT_HIDE_ALONE if alone else lib.PT_HIDE_SUBTREE
     if _launcher_codes.get(id(source)) is source:
         return lib.PT_HIDE_SEEDED
     return 0

@@ -385,3 +385,34 @@ def test_processes_dir_needs_following(tmp_path):
                        "--processes-dir", tmp_path / "procs", *extra, check=False)
         assert proc.returncode == 1 and "--processes-dir" in proc.stderr, proc.stderr
         assert not (tmp_path / "ran").exists() and not (tmp_path / "procs").exists()
+
+
+def test_the_launch_notes_leave_the_programs_calls_as_they_were(tmp_path):
+    """multiprocessing.util is imported through our finder and spawnv_passfds is
+    wrapped, while following: the parent's trace has the same multiprocessing
+    calls as under --no-follow, and nothing of ours."""
+    source = """
+        import multiprocessing as mp
+        def unique_task(): pass
+        if __name__ == "__main__":
+            child = mp.get_context("spawn").Process(target=unique_task)
+            child.start()
+            child.join()
+    """
+    # (other import calls differ anyway: under --no-follow the program itself
+    # imports modules that following has imported before it starts)
+    watched = (": spawnv_passfds", "multiprocessing/util.py(1): <module>", "fork_exec")
+
+    def root_calls(*args):
+        out = tmp_path / "out.json"
+        run_cli(tmp_path, source, "-o", out, *args)
+        events = json.loads(out.read_text())["traceEvents"]
+        root = min(e["pid"] for e in events if e.get("ph") == "X")   # the parent's pid
+        names = [e["name"] for e in events if e.get("ph") == "X" and e["pid"] == root]
+        assert not [n for n in names if "pytrace_cffi" in n or "processes.py" in n]
+        return collections.Counter(n for n in names if n.endswith(watched))
+
+    following, alone = root_calls(), root_calls("--no-follow")
+    assert following == alone
+    # (util's import is the program's where it was not imported before the program)
+    assert any(name.endswith(": spawnv_passfds") for name in following), following
