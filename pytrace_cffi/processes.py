@@ -14,6 +14,11 @@ trace ``DIR/proc-<pid>/`` with the parent's options.
   ``sitecustomize`` there runs any other ``sitecustomize`` it shadows, then starts
   tracing before ``__main__`` runs. A failure prints one line and leaves the
   program untraced.
+- Each following process notes the Python children it launches (subprocess,
+  posix_spawn, exec, multiprocessing "spawn" with pid and name) in
+  ``DIR/launched.jsonl``, and those it cannot follow, with why, in
+  ``DIR/unfollowed.jsonl``; ``unfollowed(DIR)`` lists the latter and every launch
+  that left no process directory (it ended before its bootstrap ran).
 - Every process spills each full chunk of events at once (``max_events`` sets
   the chunk size: an eighth of it), after appending the names of new keys to
   ``keys.jsonl``; ``process.json`` is written at start. A process that ends
@@ -27,6 +32,7 @@ the program name), on CLOCK_MONOTONIC (one host). It never waits for a process:
 one still running is joined as far as its files go and reported as such.
 """
 import atexit
+import collections
 import contextlib
 import json
 import os
@@ -34,15 +40,14 @@ import signal
 import sys
 import threading
 from array import array
-import collections
 from collections import namedtuple
 
 from . import _clock
 from ._core import ffi, lib
 from ._names import name_for_source, path_prefixes
 from ._tracer import USE_MONITORING, Session, check
-from .trace import hide_alone
 from .errors import TraceFormatError
+from .trace import hide_alone
 
 ENV = "PYTRACE_CFFI_FOLLOW"
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
