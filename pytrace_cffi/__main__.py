@@ -90,8 +90,8 @@ def _parser():
                           "(by default each is traced too and joined into OUT)")
     run.add_argument("--processes-dir", metavar="DIR",
                      help="keep the per-process traces of the job in DIR (new or empty; "
-                          "by default they go to a temporary directory, removed once OUT "
-                          "is written)")
+                          "DIR.1, DIR.2, ... for numbered windows); by default they go to "
+                          "a temporary directory, removed once OUT is written")
     # -m and SCRIPT are split off by _split_run (what follows them is the
     # program's); they are declared here for the help text.
     run.add_argument("-m", dest="module", metavar="MODULE",
