@@ -416,3 +416,35 @@ def test_the_launch_notes_leave_the_programs_calls_as_they_were(tmp_path):
     assert following == alone
     # (util's import is the program's where it was not imported before the program)
     assert any(name.endswith(": spawnv_passfds") for name in following), following
+
+
+def test_a_spawned_child_still_starting_is_listed_as_such(tmp_path):
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import json, os, signal, sys, multiprocessing as mp
+        import pytrace_cffi
+        from pytrace_cffi import processes
+        def unique_task(): pass
+        if __name__ == "__main__":
+            pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+            child = mp.get_context("spawn").Process(target=unique_task)
+            child.start()
+            os.kill(child.pid, signal.SIGSTOP)          # long before Python is up in it
+            pytrace_cffi.stop()
+            try:
+                print(child.pid, json.dumps(processes.unfollowed(sys.argv[1])))
+            finally:
+                os.kill(child.pid, signal.SIGKILL)
+                child.join()
+    """, str(job))
+    pid, listed = proc.stdout.split(" ", 1)
+    listed = json.loads(listed)
+    started = any(os.path.basename(r.directory).startswith(f"proc-{pid}")
+                  for r in processes.status(job))
+    assert started or [(r["child_pid"], r["how"], r["reason"]) for r in listed] == [
+        (int(pid), "spawn", "it left no trace yet (still starting up, or stopped before "
+                            "tracing)")], listed
+    # and once it is gone, it is one that ended before its bootstrap ran
+    if not started:
+        [gone] = processes.unfollowed(job)
+        assert gone["reason"].startswith("it left no trace: it ended before its bootstrap")
