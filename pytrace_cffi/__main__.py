@@ -88,6 +88,10 @@ def _parser():
     run.add_argument("--no-follow", action="store_true",
                      help="trace this process only, not the Python processes it starts "
                           "(by default each is traced too and joined into OUT)")
+    run.add_argument("--processes-dir", metavar="DIR",
+                     help="keep the per-process traces of the job in DIR (new or empty; "
+                          "DIR.1, DIR.2, ... for numbered windows); by default they go to "
+                          "a temporary directory, removed once OUT is written")
     # -m and SCRIPT are split off by _split_run (what follows them is the
     # program's); they are declared here for the help text.
     run.add_argument("-m", dest="module", metavar="MODULE",
@@ -201,6 +205,18 @@ def _check_output(path):
             os.unlink(probe)
     except OSError as exc:
         raise _cannot_write(path, exc.strerror or str(exc)) from None
+
+
+def _check_processes_dir(path):
+    """Exits (code 2) unless --processes-dir DIR is new or an empty directory that
+    takes new files: other processes' traces in it would be joined with this job's."""
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise _cannot_write(path, "it is a file, not a directory")
+        if os.listdir(path):
+            raise _cannot_write(path, "it is not empty (the per-process traces of one job "
+                                      "go into a new or empty directory)")
+    _check_output(path.rstrip(os.sep) + os.sep)
 
 
 def _write_trace(trace, path):
@@ -422,6 +438,10 @@ def _cmd_run(args, program):
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"pytrace_cffi: {exc}") from None
     _check_output(output)           # a bad OUT fails now, not after the program ran
+    if args.processes_dir is not None:
+        if args.no_follow:
+            raise SystemExit("pytrace_cffi: --processes-dir and --no-follow do not combine")
+        _check_processes_dir(args.processes_dir)
     try:
         code, main, packages = _main_module(module, program_argv)
     except SyntaxError as exc:      # printed as python prints it: no frames of ours
@@ -429,12 +449,16 @@ def _cmd_run(args, program):
         return 1
     run_program = types.FunctionType(code, main.__dict__)
     windows = Windows(output, options, _write_or_fall_back, spill=args.spill)
+    if args.processes_dir is not None and args.max_events and not args.spill:
+        raise SystemExit("pytrace_cffi: --processes-dir needs children followed: with "
+                         "--max-events, add --spill")
     if not args.no_follow and args.max_events and not args.spill:
         print("pytrace_cffi: --max-events without --spill drops events, so child processes "
               "are not followed (add --spill to follow them)", file=sys.stderr)
     elif not args.no_follow:       # every process spills into OUT.processes/ anyway
         from .processes import make_run_windows
-        windows = make_run_windows(output, options, _write_or_fall_back)
+        windows = make_run_windows(output, options, _write_or_fall_back, export,
+                                   keep_in=args.processes_dir)
     hide_launcher_frames(_launcher_codes())
     # The program's module stays __main__ to the end, as under python: threads and
     # atexit handlers that outlive its code still unpickle from it.
@@ -489,11 +513,19 @@ def _cmd_summary(args):
     return 0
 
 
-def _cmd_export(args):
+def export(source, path):
+    """What `export SOURCE -o PATH` does, also `run -o PATH` for a job of several
+    processes (SOURCE its trace directory): reads SOURCE as one trace and writes it
+    in the format PATH's name picks. Returns the trace."""
     from .summary import read_trace
+    trace = read_trace(source)
+    _write_trace(trace, path)
+    return trace
+
+
+def _cmd_export(args):
     _check_output(args.output)
-    trace = read_trace(args.source)
-    _write_trace(trace, args.output)
+    trace = export(args.source, args.output)
     print(f"pytrace_cffi: {len(trace)} calls on {len(trace.threads)} threads -> {args.output}",
           file=sys.stderr)
     return 0
@@ -535,6 +567,10 @@ def _cmd_merge(args):
     for result in results:
         print(f"pytrace_cffi: pid {result.pid} ({result.label}): {result.state}",
               file=sys.stderr)
+    for path in args.inputs:            # a job's trace directory: who was not followed
+        if os.path.isdir(path) and not os.path.exists(os.path.join(path, "meta.json")):
+            for line in processes.unfollowed_lines(processes.unfollowed(path)):
+                print(f"pytrace_cffi: {line}", file=sys.stderr)
     print(f"pytrace_cffi: {len(results)} processes -> {args.output}", file=sys.stderr)
     return 0
 

@@ -14,6 +14,11 @@ trace ``DIR/proc-<pid>/`` with the parent's options.
   ``sitecustomize`` there runs any other ``sitecustomize`` it shadows, then starts
   tracing before ``__main__`` runs. A failure prints one line and leaves the
   program untraced.
+- Each following process notes the Python children it launches (subprocess,
+  posix_spawn, exec, multiprocessing "spawn" with pid and name) in
+  ``DIR/launched.jsonl``, and those it cannot follow, with why, in
+  ``DIR/unfollowed.jsonl``; ``unfollowed(DIR)`` lists the latter and every launch
+  that left no process directory (it ended before its bootstrap ran).
 - Every process spills each full chunk of events at once (``max_events`` sets
   the chunk size: an eighth of it), after appending the names of new keys to
   ``keys.jsonl``; ``process.json`` is written at start. A process that ends
@@ -27,6 +32,7 @@ the program name), on CLOCK_MONOTONIC (one host). It never waits for a process:
 one still running is joined as far as its files go and reported as such.
 """
 import atexit
+import collections
 import contextlib
 import json
 import os
@@ -41,6 +47,7 @@ from ._core import ffi, lib
 from ._names import name_for_source, path_prefixes
 from ._tracer import USE_MONITORING, Session, check
 from .errors import TraceFormatError
+from .trace import hide_alone
 
 ENV = "PYTRACE_CFFI_FOLLOW"
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
@@ -49,6 +56,8 @@ PROCESS_FILE = "process.json"
 KEYS_FILE = "keys.jsonl"
 JOB_FILE = "job.json"
 UNFOLLOWED_FILE = "unfollowed.jsonl"
+LAUNCHED_FILE = "launched.jsonl"
+NOT_PYTHON = "not a Python interpreter"
 
 ProcessResult = namedtuple("ProcessResult", "pid label state calls directory note")
 ProcessResult.__doc__ = """One process of a joined trace directory.
@@ -228,7 +237,7 @@ class FollowSession(Session):
         try:
             os.makedirs(self.job_dir, exist_ok=True)
             if root:
-                for name in (JOB_FILE, UNFOLLOWED_FILE):
+                for name in (JOB_FILE, UNFOLLOWED_FILE, LAUNCHED_FILE):
                     if os.path.exists(os.path.join(self.job_dir, name)):
                         os.unlink(os.path.join(self.job_dir, name))
             self.process_dir = _new_process_dir(self.job_dir)
@@ -245,6 +254,7 @@ class FollowSession(Session):
     def start(self):
         # Everything before the hooks go live: what runs after would be recorded.
         sidecar = dict(process_facts(self.forked), pid=os.getpid(), root=self.root,
+                       command=_command_line(), forked=self.forked,
                        clock_name="tsc" if _clock.USE_TSC else "monotonic",
                        python=sys.version.split()[0],
                        backend="sys.monitoring" if USE_MONITORING else "PyEval_SetProfile")
@@ -351,6 +361,15 @@ _UNTRACED_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.semaph
                      "pytrace_cffi")
 
 
+def _untraced_helper(command):
+    """Whether a command line (a string) is one of multiprocessing's helpers, or
+    pytrace_cffi itself, which the bootstrap leaves untraced (the forkserver is
+    armed instead: the children it forks are traced)."""
+    return ("from multiprocessing.forkserver import main" in command
+            or any(f"-m {name}" in command or f"from {name} import" in command
+                   for name in _UNTRACED_HELPERS))
+
+
 def start_from_environment():
     """The bootstrap's work: trace this new interpreter if PYTRACE_CFFI_FOLLOW
     says so. Never raises: a failure prints one line, the program runs untraced."""
@@ -363,13 +382,12 @@ def start_from_environment():
         config = json.loads(config)
         job_dir, options = config["dir"], dict(config["options"])
         command = " ".join(_command_line())
-        if any(f"-m {name}" in command or f"from {name} import" in command
-               for name in _UNTRACED_HELPERS):
-            return
         if "from multiprocessing.forkserver import main" in command:
             # The server lives as long as the job; the children it forks are traced.
             _armed = (job_dir, options)
             os.register_at_fork(after_in_child=_armed_after_fork)
+            return
+        if _untraced_helper(command):
             return
         import pytrace_cffi
         _child_job = job_dir
@@ -379,6 +397,7 @@ def start_from_environment():
         _say(f"not tracing pid {os.getpid()} ({reason})")
         if job_dir is not None:       # the parent's `run` reports it too
             _note_unfollowed(job_dir, {"pid": os.getppid(), "command": _command_line(),
+                                       "child_pid": os.getpid(),
                                        "reason": f"its tracing failed to start ({reason})"})
 
 
@@ -437,6 +456,7 @@ def _install_exit_paths(root):
     its own saves it on SIGTERM, then dies of it as it would have."""
     global _audit_installed
     os._exit = _exit_saving
+    _watch_spawn()
     if not _audit_installed:
         sys.addaudithook(_audit)
         atexit.register(finish_here)
@@ -455,6 +475,8 @@ def _install_exit_paths(root):
 def _restore_exit_paths():
     if os._exit is _exit_saving:
         os._exit = _real_exit
+    if _util_finder in sys.meta_path:
+        sys.meta_path.remove(_util_finder)
     try:
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
             lib.pt_sigterm_guard(0)
@@ -476,35 +498,174 @@ def _audit(event, args):
     if not isinstance(session, FollowSession):
         return
     try:
-        if event == "os.exec":
-            finish_here()
-            return
         executable, argv, env = args[0], args[1], args[-1]
+        if event == "os.exec":
+            inherited = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
+            _note_launch(session.job_dir, "exec", executable, argv, env, os.getpid())
+            finish_here()
+            if env is None:          # the new image inherits os.environ: it follows too
+                for name, value in zip((ENV, "PYTHONPATH"), inherited):
+                    if value is not None:
+                        os.environ[name] = value
+            return
         if event == "subprocess.Popen":
             _popen.argv = list(argv or ())
         elif getattr(_popen, "argv", None) == list(argv or ()):
             _popen.argv = None      # the same launch: Popen uses posix_spawn (3.13)
             return
-        reason = _unfollowable(executable, argv, env)
-        if reason:
-            _note_unfollowed(session.job_dir, {
-                "pid": os.getpid(), "command": [os.fsdecode(a) for a in argv or ()],
-                "reason": reason})
+        how = {"subprocess.Popen": "subprocess", "os.posix_spawn": "posix_spawn"}.get(
+            event, "os.spawn")
+        _note_launch(session.job_dir, how, executable, argv, env, None)
     except Exception:            # noqa: BLE001 - an audit hook must never fail the call
         pass
 
 
-def _note_unfollowed(job_dir, record):
-    """Appends a child that is not traced to DIR/unfollowed.jsonl. Never raises."""
+def _note_launch(job_dir, how, executable, argv, env, pid, name=None):
+    """Notes a program this process launches (or execs): a Python child that will
+    be followed goes to launched.jsonl (with its pid when known), for
+    unfollowed() to find those that left no trace; one that will not, to
+    unfollowed.jsonl with the reason; a program that does not exist, nowhere (no
+    process starts)."""
+    command = [os.fsdecode(a) for a in argv or ()]
+    if not command:
+        return
+    program = os.fsdecode(executable) if executable else command[0]
+    if _resolve(program) is None:
+        return
+    reason = _unfollowable(executable, argv, env)
+    if reason:
+        _note_unfollowed(job_dir, {"pid": os.getpid(), "command": command, "how": how,
+                                   "reason": reason})
+    elif not _untraced_helper(" ".join(command)):
+        _append_json(os.path.join(job_dir, LAUNCHED_FILE), dict(
+            {"pid": os.getpid(), "command": command, "how": how, "child_pid": pid},
+            **({"name": name} if name else {})))
+
+
+# multiprocessing "spawn" starts its children through util.spawnv_passfds, which
+# raises no audit event: it is wrapped, once multiprocessing.util is imported, so
+# that the child's pid and command are noted (_note_launch) as it starts.
+_real_spawnv_passfds = None
+
+
+def _spawnv_passfds(path, args, passfds):
+    # Left out of traces alone (trace.hide_alone): the program's call of
+    # spawnv_passfds is recorded as if it were not wrapped.
+    pid = _real_spawnv_passfds(path, args, passfds)
+    _noted_spawn(path, args, pid)
+    return pid
+
+
+def _noted_spawn(path, args, pid):
     try:
-        fd = os.open(os.path.join(job_dir, UNFOLLOWED_FILE),
-                     os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        import pytrace_cffi
+        session = pytrace_cffi._session
+        if isinstance(session, FollowSession):
+            _note_launch(session.job_dir, "spawn", path, args, None, pid,
+                         name=_launching_process_name())
+    except Exception:            # noqa: BLE001 - never fail the program's launch
+        pass
+
+
+def _launching_process_name():
+    """The name of the multiprocessing Process being launched (from the frame of
+    its Popen's _launch), or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_launch":
+            name = getattr(frame.f_locals.get("process_obj"), "name", None)
+            return name if isinstance(name, str) else None
+        frame = frame.f_back
+    return None
+
+
+def _wrap_spawnv(util):
+    global _real_spawnv_passfds
+    real = getattr(util, "spawnv_passfds", None)
+    if real is None or real is _spawnv_passfds:
+        return
+    _real_spawnv_passfds = real
+    util.spawnv_passfds = _spawnv_passfds
+
+
+class _UtilLoader:
+    """The loader of multiprocessing.util while it is imported: runs the real
+    one, then wraps spawnv_passfds. The module keeps the real loader."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        # Left out of traces alone: the module's code is recorded as without it.
+        module.__loader__ = self.loader
+        module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        _wrap_spawnv(module)
+
+
+class _UtilFinder:
+    """On sys.meta_path, just before PathFinder (so the import machinery calls
+    the finders it calls without it), while this process follows its children:
+    finds multiprocessing.util through PathFinder, with _UtilLoader."""
+
+    def find_spec(self, name, path=None, target=None):
+        # Left out of traces alone: for other modules it calls nothing.
+        if name != "multiprocessing.util":
+            return None
+        spec = _next_finder(self).find_spec(name, path, target)
+        if spec is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _UtilLoader(spec.loader)
+        return spec
+
+
+def _next_finder(finder):
+    from importlib.machinery import PathFinder
+    try:
+        following = sys.meta_path[sys.meta_path.index(finder) + 1:]
+    except ValueError:
+        following = []
+    return next((f for f in following if f is PathFinder), PathFinder)
+
+
+_util_finder = _UtilFinder()
+hide_alone(_spawnv_passfds.__code__)
+hide_alone(_UtilLoader.exec_module.__code__)
+hide_alone(_UtilFinder.find_spec.__code__)
+
+
+def _watch_spawn():
+    """Arranges for multiprocessing's spawned children to be noted (see above)."""
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        _wrap_spawnv(util)
+        return
+    if _util_finder in sys.meta_path:
+        return
+    from importlib.machinery import PathFinder
+    position = next((i for i, f in enumerate(sys.meta_path) if f is PathFinder),
+                    len(sys.meta_path))
+    sys.meta_path.insert(position, _util_finder)
+
+
+def _append_json(path, record):
+    """Appends record as one JSON line (one write: lines of several processes do
+    not interleave). Never raises."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, (json.dumps(record) + "\n").encode("utf-8"))
         finally:
             os.close(fd)
     except OSError:
         pass
+
+
+def _note_unfollowed(job_dir, record):
+    """Appends a child that is not traced to DIR/unfollowed.jsonl. Never raises."""
+    _append_json(os.path.join(job_dir, UNFOLLOWED_FILE), record)
 
 
 def _unfollowable(executable, argv, env):
@@ -514,7 +675,7 @@ def _unfollowable(executable, argv, env):
         return None
     program = os.fsdecode(executable) if executable else argv[0]
     if not _is_python(program):
-        return "not a Python interpreter"
+        return NOT_PYTHON
     flags = [a for a in argv[1:] if a.startswith("-") and not a.startswith("--")]
     for flag in flags:
         if flag in ("-c", "-m") or flag.startswith(("-W", "-X", "-c", "-m")):
@@ -529,13 +690,23 @@ def _unfollowable(executable, argv, env):
     return None
 
 
-def _is_python(program):
+def _resolve(program):
+    """The file a launch of program runs (searched on PATH when it has no
+    directory), or None when there is none: then no process starts."""
     import shutil
-    name = os.path.basename(program)
-    if name.startswith("python") or os.path.realpath(program) == os.path.realpath(
-            sys.executable):
+    if os.sep in program:
+        return program if os.path.isfile(program) else None
+    return shutil.which(program) or (program if os.path.isfile(program) else None)
+
+
+def _is_python(program):
+    """Whether program is a Python interpreter (by its name, or sys.executable), a
+    script run by one (#! naming python), or a launcher named python* (pyenv's
+    shims are shell scripts that exec Python)."""
+    path = _resolve(program) or program
+    if os.path.basename(program).startswith("python") or (
+            os.path.realpath(path) == os.path.realpath(sys.executable)):
         return True
-    path = shutil.which(program) or program
     try:
         with open(path, "rb") as f:
             first = f.readline(200)
@@ -747,18 +918,101 @@ def _read_all(inputs):
 
 def unfollowed(job_dir):
     """The children a job launched that were not followed: dicts with pid (the
-    launcher), command and reason."""
+    launcher), command, reason, and how ("subprocess", "posix_spawn", "exec",
+    "spawn": multiprocessing's; when known) and child_pid (when known). Those are
+    the children noted as they were launched (not Python, started with -I/-E/-S,
+    given an environment without PYTRACE_CFFI_FOLLOW, their tracing failed to
+    start), and the followed Python children that left no directory: ended before
+    their bootstrap ran (a spawned Pool worker terminated while Python started)."""
+    found = _read_jsonl(os.path.join(job_dir, UNFOLLOWED_FILE))
+    return found + _left_no_trace(job_dir, found)
+
+
+def _read_jsonl(path):
     found = []
     try:
-        with open(os.path.join(job_dir, UNFOLLOWED_FILE), "rb") as f:
+        with open(path, "rb") as f:
             for line in f.read().decode("utf-8", "replace").splitlines():
                 try:
-                    found.append(json.loads(line))
+                    record = json.loads(line)
                 except ValueError:
-                    pass
+                    continue              # the last line of a killed writer
+                if isinstance(record, dict):
+                    found.append(record)
     except OSError:
         pass
     return found
+
+
+def _left_no_trace(job_dir, noted):
+    """The launches in launched.jsonl that no process directory (nor a failed
+    bootstrap's note) answers, with the reason. A launch with a pid is answered by
+    that pid's directory; one without (subprocess, posix_spawn) by an unanswered
+    directory whose command is the launch's (or runs it: a #! script's
+    interpreter line comes first)."""
+    launches = _read_jsonl(os.path.join(job_dir, LAUNCHED_FILE))
+    if not launches:
+        return []
+    answers = []          # (pid, command) of each process that got as far as tracing
+    try:
+        directories = process_directories(job_dir)
+    except TraceFormatError:
+        directories = []
+    for directory in directories:
+        facts = {}
+        try:
+            with open(os.path.join(directory, PROCESS_FILE), "rb") as f:
+                facts = json.loads(f.read().decode("utf-8"))
+        except (OSError, ValueError):
+            pass
+        if not isinstance(facts, dict):
+            facts = {}
+        if facts.get("root") or facts.get("forked"):
+            continue                      # not launched: the job's own, or forked
+        pid = facts.get("pid")
+        if not isinstance(pid, int):
+            name = os.path.basename(os.path.normpath(directory))[len("proc-"):].split("-")[0]
+            pid = int(name) if name.isdigit() else None
+        answers.append([pid, facts.get("command")])
+    answers += [[r.get("child_pid"), r.get("command")] for r in noted if r.get("child_pid")]
+    missing = []
+    for launch in sorted(launches, key=lambda r: r.get("child_pid") is None):
+        child = launch.get("child_pid")
+        for answer in answers:
+            if (answer[0] == child if child is not None and launch.get("how") != "exec"
+                    else _runs(answer[1], launch.get("command"))
+                    and (child is None or answer[0] == child)):
+                answers.remove(answer)
+                break
+        else:
+            missing.append(launch)
+    out = []
+    for launch in missing:
+        child = launch.get("child_pid")
+        if child is not None and launch.get("how") != "exec" and _alive(child):
+            reason = "it left no trace yet (still starting up, or stopped before tracing)"
+        else:
+            reason = ("it left no trace: it ended before its bootstrap could start "
+                      "tracing (terminated or killed while Python started up?)")
+        out.append(dict(launch, reason=reason))
+    return out
+
+
+def _runs(command, launched):
+    """Whether a process's command line is that of launched (argv lists): the same;
+    or, launched through a #! script or a launcher (pyenv's shims), another
+    program's path first (the interpreter's; for a #! script its interpreter line
+    comes before the script's path) but the same arguments after it."""
+    if not isinstance(command, list) or not isinstance(launched, list) or not launched:
+        return False
+    if command == launched:
+        return True
+    n = len(launched)
+    if len(command) < n:
+        return False
+    if n > 1:
+        return command[len(command) - n + 1:] == launched[1:]
+    return os.path.basename(command[-1]) == os.path.basename(launched[0])
 
 
 def _sort_key(item):
@@ -879,16 +1133,21 @@ def _write_joined(traced, path, shifts):
 
 # -- `run` ------------------------------------------------------------------
 
-def job_dir_for(path):
-    """A new directory for `run -o path`'s per-process traces, in the temporary
-    directory (not beside path: the program may remove the place it writes to)."""
+def job_dir_for(path, keep_in=None):
+    """A new directory for `run -o path`'s per-process traces: keep_in (the
+    user's --processes-dir, made if missing), else one in the temporary directory
+    (not beside path: the program may remove the place it writes to)."""
+    if keep_in is not None:
+        os.makedirs(keep_in, exist_ok=True)
+        return os.path.abspath(keep_in)
     import tempfile
     name = os.path.basename(path.rstrip("/" + os.sep)) or "trace"
     return tempfile.mkdtemp(prefix=f"pytrace_cffi-{name}-", suffix=".processes")
 
 
-def make_run_windows(output, options, write):
-    """`run`'s tracing windows, following children (see _windows.Windows)."""
+def make_run_windows(output, options, write, export, keep_in=None):
+    """`run`'s tracing windows, following children (see _windows.Windows); write
+    and export as for finish_run; keep_in: --processes-dir, or None."""
     from ._windows import Windows, numbered
 
     class FollowWindows(Windows):
@@ -902,7 +1161,9 @@ def make_run_windows(output, options, write):
                     return
                 number = self._count + 1
                 path = numbered(self._output, number) if self._numbered else self._output
-                self._job = job_dir_for(path)
+                keep = (numbered(keep_in, number) if self._numbered and keep_in is not None
+                        else keep_in)
+                self._job = job_dir_for(path, keep)
             # Last statement: what this frame runs once the hooks are live is recorded.
             start(follow_children=True, output=self._job, **self._options)
 
@@ -913,23 +1174,28 @@ def make_run_windows(output, options, write):
                     return
                 stop()
                 if not save or self._job is None:      # a schedule's warmup
-                    if self._job is not None:
+                    if self._job is not None and keep_in is None:
                         import shutil
                         shutil.rmtree(self._job, ignore_errors=True)
                     return
                 self._count += 1
                 path = numbered(self._output, self._count) if self._numbered else self._output
-                if not finish_run(self._job, path, write):
+                if not finish_run(self._job, path, write, export, keep=keep_in is not None):
                     self.lost = True
 
     return FollowWindows(output, options, write)
 
 
-def finish_run(job_dir, path, write):
-    """After `run`: one line per process traced and per child not followed; the
-    output written (joined when several processes were traced and OUT is JSON) by
-    write(trace, path), which returns the path written or None. Returns whether
-    the output was written; the per-process traces stay when it was not."""
+def finish_run(job_dir, path, write, export, keep=False):
+    """After `run`: OUT written and one line per process traced and per child not
+    followed. One process (the program's own, nothing followed): written as
+    without following, by write(trace, path), which returns the path written
+    (perhaps a fallback) or None. Several: the whole job, joined by join() for
+    .json/.json.gz, else by export(job_dir, path) (what `export DIR -o OUT` does:
+    .html, .pftrace or a saved directory). The per-process traces in job_dir are
+    removed afterwards, unless keep (the user's --processes-dir), OUT could not be
+    written, or a process is still running or could not be read: then they stay
+    and their place is printed. Returns whether OUT was written."""
     from .saved import load
     results = status(job_dir)
     skipped = unfollowed(job_dir)
@@ -941,37 +1207,59 @@ def finish_run(job_dir, path, write):
         if written:
             print(f"pytrace_cffi: {len(trace)} calls on {len(trace.threads)} threads -> "
                   f"{written}", file=sys.stderr)
-    elif path.endswith((".json", ".json.gz")):
+    else:
         try:
-            join(job_dir, path)
+            if path.endswith((".json", ".json.gz")):
+                join(job_dir, path)
+            else:
+                export(job_dir, path)
             written = path
             print(f"pytrace_cffi: {len(results)} processes, {sum(r.calls for r in results)} "
                   f"calls -> {path}", file=sys.stderr)
-        except (OSError, TraceFormatError) as exc:
-            print(f"pytrace_cffi: cannot write the joined trace to {path!r}: {exc}",
+        except (OSError, ValueError, TraceFormatError) as exc:
+            print(f"pytrace_cffi: cannot write the job's trace to {path!r}: {exc}",
                   file=sys.stderr)
-    elif root:
-        written = write(load(root[0].directory), path)
-        if written:
-            print(f"pytrace_cffi: {written} holds this process only; all {len(results)} are "
-                  f"in {job_dir} (join them with -o NAME.json, or processes.join)",
-                  file=sys.stderr)
-    keep = not written or any(r.state != "complete" for r in results) or (
-        len(results) > 1 and not path.endswith((".json", ".json.gz")))
+    unsettled = any(r.state in ("running", "lost") for r in results)
+    show_dirs = keep or not written or unsettled
     for r in results if len(results) > 1 else ():
         print(f"pytrace_cffi:   pid {r.pid} ({r.label}): {r.state}, {r.calls} calls"
               + (f" - {r.note}" if r.note else "")
-              + (f" [{r.directory}]" if keep else ""), file=sys.stderr)
-    for child in skipped:
-        command = " ".join(child.get("command", []))
-        print(f"pytrace_cffi:   not followed: {command!r} started by pid {child.get('pid')}: "
-              f"{child.get('reason')}", file=sys.stderr)
-    if keep:
+              + (f" [{r.directory}]" if show_dirs else ""), file=sys.stderr)
+    for line in unfollowed_lines(skipped):
+        print(f"pytrace_cffi:   {line}", file=sys.stderr)
+    if not written:
+        print(f"pytrace_cffi: the per-process traces stay in {job_dir} (write them later "
+              f"with: python -m pytrace_cffi export {job_dir} -o OUT)", file=sys.stderr)
+    elif keep or unsettled:
         print(f"pytrace_cffi: the per-process traces stay in {job_dir}", file=sys.stderr)
     else:
         import shutil
         shutil.rmtree(job_dir, ignore_errors=True)
     return bool(written)
+
+
+def unfollowed_lines(skipped):
+    """The lines `run` prints for the children not followed (see unfollowed): one
+    per Python child, with why; programs that are not Python (compilers, shells,
+    tools: a job may start hundreds) together in one, counted by name."""
+    lines, others = [], collections.Counter()
+    for child in skipped:
+        command = [str(a) for a in child.get("command") or ()]
+        if child.get("reason") == NOT_PYTHON:
+            others[os.path.basename(command[0]) if command else "?"] += 1
+            continue
+        how = ", ".join(filter(None, [child.get("name"), child.get("how"),
+                                      child.get("child_pid") and f"pid {child['child_pid']}"]))
+        shown = " ".join(command)
+        shown = shown if len(shown) <= 100 else shown[:97] + "..."
+        lines.append(f"not followed: {shown!r}{f' ({how})' if how else ''} "
+                     f"started by pid {child.get('pid')}: {child.get('reason')}")
+    if others:
+        lines.append(f"not followed (not Python): {sum(others.values())} "
+                     f"program{'s' if sum(others.values()) > 1 else ''}: "
+                     + ", ".join(name + (f" x{n}" if n > 1 else "")
+                                 for name, n in sorted(others.items())))
+    return lines
 
 
 def _is_root(directory):

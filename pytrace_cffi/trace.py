@@ -48,6 +48,15 @@ def hide_launcher_frames(codes):
     _launcher_codes.update((id(code), code) for code in codes)
 
 
+_hidden_alone = []       # see hide_alone
+
+
+def hide_alone(code):
+    """Calls of code (a wrapper of ours around the program's own calls, see
+    processes._spawnv_passfds) are left out of traces alone: its callees stay."""
+    _hidden_alone.append(code)
+
+
 def _hiding(source):
     """Our own start/stop machinery is left out of traces with what it calls; the
     record_function decorator's wrapper is left out alone; a launcher's frames
@@ -56,7 +65,9 @@ def _hiding(source):
         return lib.PT_HIDE_ALONE
     filename = getattr(source, "co_filename", None)
     if filename is not None and os.path.dirname(os.path.abspath(filename)) in _OWN_DIRS:
-        return lib.PT_HIDE_SUBTREE
+        # ours, with what it calls; our wrappers of the program's calls alone (hide_alone)
+        alone = any(source is code for code in _hidden_alone)
+        return lib.PT_HIDE_ALONE if alone else lib.PT_HIDE_SUBTREE
     if _launcher_codes.get(id(source)) is source:
         return lib.PT_HIDE_SEEDED
     return 0
