@@ -28,7 +28,7 @@ READ_CHARS = 1 << 20
 # A single JSON value (an event, a head entry) longer than this is taken for a
 # broken file rather than read on: what a stream cannot finish is bounded.
 MAX_VALUE_CHARS = 64 << 20
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 
