@@ -206,24 +206,6 @@ def _number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _check_ours(head, where):
-    """(otherData, anchor, start_monotonic_ns) of our Chrome JSON's head, checked."""
-    other = head.get("otherData")
-    if not isinstance(other, dict) or other.get("generator") != "pytrace_cffi":
-        raise TraceFormatError(f"{where}: not written by pytrace_cffi")
-    try:
-        anchor = checked_anchor(other.get("realtime_anchor"))
-    except ValueError as exc:
-        raise TraceFormatError(f"{where}: otherData.{exc}") from None
-    if anchor is None:
-        raise TraceFormatError(f"{where}: has no realtime anchor (written by a pytrace_cffi "
-                               "older than merge): it cannot be placed on torch's timeline")
-    start = other.get("start_monotonic_ns")
-    if type(start) is not int:
-        raise TraceFormatError(f"{where}: otherData.start_monotonic_ns must be an integer")
-    return other, anchor, start
-
-
 def _check_torch(head, where):
     if isinstance(head.get("otherData"), dict) and \
             head["otherData"].get("generator") == "pytrace_cffi":
@@ -397,14 +379,12 @@ def _write_torch_events(reader, out, span):
 
 
 def _our_trace(trace):
-    """A Trace (or a loaded saved/spilled one) to write from, or None when trace is
-    the path of a Chrome JSON of ours (read as a stream)."""
+    """A Trace to write from: trace itself, or what summary.read_trace makes of a
+    path (a saved-trace directory, a job's directory, or our Chrome JSON read by
+    the C line reader); a SpilledTrace loaded."""
     if isinstance(trace, (str, bytes, os.PathLike)):
-        path = os.fsdecode(trace)
-        if not os.path.isdir(path):
-            return None
-        from . import load
-        return load(path)
+        from .summary import read_trace
+        return read_trace(os.fsdecode(trace))
     if hasattr(trace, "thread_slices"):
         return trace
     if hasattr(trace, "load") and hasattr(trace, "export_chrome_trace"):
@@ -432,17 +412,15 @@ def merge_torch(trace, torch_trace_path, out_path):
     ours = _our_trace(trace)
     our_json = None
     try:
-        if ours is None:
-            our_json = _ChromeReader(trace, "trace")
-            other, anchor, start = _check_ours(our_json.whole_head(("otherData",)), where)
-        else:
-            other = _other_data(ours)
+        other = _other_data(ours)
+        try:
             anchor = checked_anchor(ours.realtime_anchor)
-            if anchor is None:
-                raise TraceFormatError(f"{where}: has no realtime anchor (written by a "
-                                       "pytrace_cffi older than merge): it cannot be placed "
-                                       "on torch's timeline")
-            start = ours.start_ns
+        except ValueError as exc:
+            raise TraceFormatError(f"{where}: {exc}") from None
+        if anchor is None:
+            raise TraceFormatError(f"{where}: has no realtime anchor (written by a pytrace_cffi "
+                                   "older than merge): it cannot be placed on torch's timeline")
+        start = ours.start_ns
         with _ChromeReader(torch_path, "torch trace") as torch_json:
             head = torch_json.whole_head(("baseTimeNanoseconds",))
             base = _check_torch(head, torch_path)
@@ -454,11 +432,12 @@ def merge_torch(trace, torch_trace_path, out_path):
                 f.write(("{" + text + ("," if text else "") + '\n"traceEvents":[\n')
                         .encode("utf-8"))
                 out, span = _Out(f), _Span()
-                if ours is None or not _write_our_trace(ours, out, span, anchor, base):
+                if not _write_our_trace(ours, out, span, anchor, base):
+                    # a call before torch's base (a negative ts, which the C
+                    # formatter does not write): event by event from our JSON
                     span = _Span()
-                    if our_json is None:            # a call before torch's base: as JSON
-                        our_json = _exported(ours, os.path.dirname(os.path.abspath(out_path)))
-                        our_json.read_head()
+                    our_json = _exported(ours, os.path.dirname(os.path.abspath(out_path)))
+                    our_json.read_head()
                     _write_our_json(our_json, out, span, anchor, start, base)
                 dropped = _write_torch_events(torch_json, out, span)
                 out.flush()

@@ -391,3 +391,21 @@ def test_merge_holds_neither_trace_whole(tmp_path):
     merged = json.loads((tmp_path / "m.json").read_text())["traceEvents"]
     assert sum(1 for e in merged if e["name"].startswith("aten::op")) == 60_000
     assert sum(1 for e in merged if "Python id" in e.get("args", {})) == len(trace)
+
+
+def test_calls_before_torchs_base_keep_their_negative_times(traced, tmp_path):
+    # torch's base after our start (not what torch writes, but a valid file): the
+    # calls before it get negative ts, as mapped, not clamped to 0
+    anchor = traced.realtime_anchor
+    base = monotonic_to_realtime(anchor, traced.start_ns) + 1_000_000
+    first_call = min(traced, key=lambda c: c.start_ns)
+    (tmp_path / "torch.json").write_text(json.dumps(
+        {"baseTimeNanoseconds": base, "traceEvents": []}))
+    pytrace_cffi.merge_torch(traced, tmp_path / "torch.json", tmp_path / "m.json")
+    events = json.loads((tmp_path / "m.json").read_text())["traceEvents"]
+    ours = [e for e in events if e.get("ph") == "X"]
+    assert len(ours) == len(traced)
+    first = min(ours, key=lambda e: e["ts"])
+    expected = (monotonic_to_realtime(anchor, first_call.start_ns) - base) / 1000
+    assert expected < 0 and first["ts"] == pytest.approx(expected, abs=0.0011)
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".json") and p.startswith("tmp")]
