@@ -50,7 +50,6 @@ class _ChromeReader:
         self._decoder = json.JSONDecoder()
         self._buf, self._pos, self._eof = "", 0, False
         self.head, self.tail = {}, {}
-        self.has_events = False
         self.scratch = None         # a scratch file of ours to remove when done
 
     def close(self):
@@ -129,7 +128,6 @@ class _ChromeReader:
                     raise TraceFormatError(f"{self.where()}: not a Chrome trace "
                                            "(no traceEvents list)")
                 self._pos += 1
-                self.has_events = True
                 return True
             into[key], _ = self._value()
             if self._peek() == ",":
