@@ -387,3 +387,12 @@ def test_fast_regions_survive_spilling_and_loading(tmp_path):
     calls, _, _ = run_workload(tmp_path, run=run)
     assert regions_with_enclosing(calls) == EXPECTED_FAST_REGIONS
     assert not [c for c in calls if "pytrace_cffi" in c["name"]]
+
+
+def test_fast_regions_are_kept_under_filters(tmp_path):
+    # FastRegion's code lives in pytrace_cffi (in site-packages once installed):
+    # filters that leave out its file, or torch's, keep the regions, nested alike
+    start = ("pytrace_cffi.start(exclude=['*/pytrace_cffi/*', '*/torch_stand_in/*', "
+             "'*site-packages*'])")
+    calls, _, _ = run_workload(tmp_path, run=fast_run(start))
+    assert regions_with_enclosing(calls) == EXPECTED_FAST_REGIONS
