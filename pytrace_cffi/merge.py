@@ -310,6 +310,7 @@ def _write_our_trace(trace, out, span, anchor, base):
     clocks = (start["monotonic_ns"], start["realtime_ns"] - start["monotonic_ns"],
               stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
     first, last = ffi.new("int64_t *"), ffi.new("int64_t *")
+    _warn_if_too_deep(lib, trace)
     moved = []
     for thread, slices, n in trace.thread_slices():
         copy = ffi.new("pt_slice[]", max(n, 1))
@@ -356,6 +357,20 @@ def _write_our_trace(trace, out, span, anchor, base):
         span.traced.add((pid, mark.thread))
         out.event(json.dumps(event).encode("utf-8"))
     return True
+
+
+PERFETTO_MAX_DEPTH = 512          # as chrome.py: deeper slices are not drawn
+
+
+def _warn_if_too_deep(lib, trace):
+    deepest = max((lib.pt_max_depth(slices, n) for _, slices, n in trace.thread_slices()),
+                  default=0)
+    if deepest >= PERFETTO_MAX_DEPTH:
+        import warnings
+        from .errors import TraceWarning
+        warnings.warn(f"calls nest {deepest + 1} deep; Perfetto shows only the outer "
+                      f"{PERFETTO_MAX_DEPTH} levels. Trace with max_depth={PERFETTO_MAX_DEPTH} "
+                      "to keep the merged trace within them", TraceWarning, stacklevel=4)
 
 
 def _write_torch_events(reader, out, span):

@@ -409,3 +409,17 @@ def test_calls_before_torchs_base_keep_their_negative_times(traced, tmp_path):
     expected = (monotonic_to_realtime(anchor, first_call.start_ns) - base) / 1000
     assert expected < 0 and first["ts"] == pytest.approx(expected, abs=0.0011)
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".json") and p.startswith("tmp")]
+
+
+def test_merge_warns_of_calls_nested_deeper_than_perfetto_draws(tmp_path):
+    def deep(n):
+        return deep(n - 1) if n else 0
+
+    with pytrace_cffi.trace() as t:
+        deep(600)
+    (tmp_path / "torch.json").write_text(json.dumps({"baseTimeNanoseconds": BASE_NS,
+                                                     "traceEvents": []}))
+    with pytest.warns(pytrace_cffi.TraceWarning, match="nest .* deep"):
+        pytrace_cffi.merge_torch(t.trace, tmp_path / "torch.json", tmp_path / "m.json")
+    events = json.loads((tmp_path / "m.json").read_text())["traceEvents"]
+    assert len([e for e in events if e.get("ph") == "X"]) == len(t.trace)
