@@ -375,7 +375,7 @@ class _FxModel(torch.nn.Module):
         return torch.relu(self.lin(x)).sum()
 
 
-def test_fx_graph_regions_equal_torch_profilers_own(tmp_path, monkeypatch):
+def test_fx_graph_regions_equal_torch_profilers_own(tmp_path):
     # torch.fx's generated forward (with enrich_profiler_metadata) enters a
     # _RecordFunctionFast region for the graph and one per node by explicit
     # __enter__/__exit__ calls. Traced by both at once, our regions have the names
@@ -383,8 +383,8 @@ def test_fx_graph_regions_equal_torch_profilers_own(tmp_path, monkeypatch):
     import torch.fx
     import torch.fx.experimental._config as fx_config
     from test_torch_stand_in import regions_with_enclosing
-    monkeypatch.setattr(fx_config, "enrich_profiler_metadata", True)
-    gm = torch.fx.symbolic_trace(_FxModel())
+    with fx_config.patch(enrich_profiler_metadata=True):    # read when the code is made
+        gm = torch.fx.symbolic_trace(_FxModel())
     assert "_RecordFunctionFast" in gm.code
     x = torch.ones(2, 4)
     gm(x)
@@ -407,3 +407,32 @@ def test_fx_graph_regions_equal_torch_profilers_own(tmp_path, monkeypatch):
         assert any(c["name"] == inside and c["parent"] == region_id for c in calls), region
     graph = next(c for c in calls if c["name"] == expected[0][0])
     assert by_id[graph["parent"]]["name"].endswith(": forward")
+
+
+def test_compile_regions_are_named_as_torch_profilers_own(tmp_path):
+    # torch.compile's machinery (dynamo's compile events, "Pregraph bytecode") opens
+    # _RecordFunctionFast regions while torch.profiler runs: traced by both at once,
+    # each has its region of ours with torch's name, as often. (They are left in other
+    # functions than the ones that entered them: ours end with those functions; see
+    # README.)
+    import collections
+
+    def f(x):
+        return torch.relu(x * 2).sum()
+
+    compiled = torch.compile(f, backend="eager")
+    x = torch.ones(8)
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        with pytrace_cffi.trace() as t:
+            compiled(x)
+            compiled(x)
+    p.export_chrome_trace(str(tmp_path / "torch.json"))
+    torch_events = json.loads((tmp_path / "torch.json").read_text())["traceEvents"]
+    from_python = collections.Counter(
+        e["name"] for e in torch_events if e.get("ph") == "X" and (
+            e["name"] == "Pregraph bytecode" or "compile_id=" in e["name"]
+            or e["name"].endswith(" (dynamo_timed)")))
+    assert from_python["Pregraph bytecode"] == 2 and len(from_python) > 5
+    ours = collections.Counter(c.name for c in t.trace if c.kind == "annotation")
+    assert {name: ours[name] for name in from_python} == dict(from_python)
+    assert torch._C._profiler._RecordFunctionFast.__name__ == "RecordFunctionFast"
