@@ -300,27 +300,21 @@ def _other_data(trace):
 
 
 def _write_our_trace(trace, out, span, anchor, base):
-    """Our calls straight from the replayed slices: their times moved onto
-    CLOCK_REALTIME in C, then formatted by the Chrome exporter's C formatter
-    relative to torch's base, as chrome.py writes them. False (nothing written)
-    when a call would come before torch's base (a negative ts the formatter does
-    not write)."""
+    """Our calls straight from the replayed slices: one thread at a time, a copy
+    of its slices has its times moved onto CLOCK_REALTIME in C and is formatted by
+    the Chrome exporter's C formatter relative to torch's base, as chrome.py writes
+    them. False (nothing written) when a call would come before torch's base (a
+    negative ts, which the formatter does not write)."""
     from ._core import ffi, lib
+    # A thread's first slice starts first, and the map only moves times forward.
+    if any(n and monotonic_to_realtime(anchor, slices[0].start) < base
+           for _, slices, n in trace.thread_slices()):
+        return False
+    _warn_if_too_deep(lib, trace)
     start, stop = anchor["start"], anchor["stop"]
     clocks = (start["monotonic_ns"], start["realtime_ns"] - start["monotonic_ns"],
               stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
     first, last = ffi.new("int64_t *"), ffi.new("int64_t *")
-    _warn_if_too_deep(lib, trace)
-    moved = []
-    for thread, slices, n in trace.thread_slices():
-        copy = ffi.new("pt_slice[]", max(n, 1))
-        if n:
-            ffi.memmove(copy, slices, n * ffi.sizeof("pt_slice"))
-            lib.pt_slices_to_realtime(copy, n, *clocks, first, last)
-            if first[0] < base:
-                return False
-            span.add((first[0] - base) / 1000, (last[0] - base) / 1000)
-        moved.append((thread, copy, n))
     pid = trace.pid
     escaped = [f'"cat":"{_CATEGORY[kind]}","name":{json.dumps(name)}'.encode("utf-8")
                for name, kind in zip(trace.names, trace.key_kinds)]
@@ -335,19 +329,26 @@ def _write_our_trace(trace, out, span, anchor, base):
     buffer = ffi.new("char[]", CHUNK_BYTES)
     next_index, written = ffi.new("uint64_t *"), ffi.new("uint64_t *")
     first_id = 0
-    for thread, slices, n in moved:
+    for thread, slices, n in trace.thread_slices():
         tid = thread.native_id or thread.ident
         span.traced.add((pid, tid))
         out.event(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                               "args": {"name": thread.name}}).encode("utf-8"))
+        if not n:
+            continue
+        moved = ffi.new("pt_slice[]", n)
+        ffi.memmove(moved, slices, n * ffi.sizeof("pt_slice"))
+        lib.pt_slices_to_realtime(moved, n, *clocks, first, last)
+        span.add((first[0] - base) / 1000, (last[0] - base) / 1000)
         prefix = f',\n{{"ph":"X","pid":{pid},"tid":{tid},'.encode("utf-8")
         next_index[0] = 0
         while next_index[0] < n:
-            lib.pt_format_slices(slices, n, next_index, names, name_lens, extra_ptrs,
+            lib.pt_format_slices(moved, n, next_index, names, name_lens, extra_ptrs,
                                  extra_lens, len(escaped), prefix, len(prefix), base,
                                  first_id, thread.index, buffer, CHUNK_BYTES, written)
             out.formatted(ffi.buffer(buffer, written[0])[:])
         first_id += n
+        del moved
     for mark in trace.marks:
         ts = round((monotonic_to_realtime(anchor, mark.ns) - base) / 1000, 3)
         event = {"ph": mark.kind, "name": mark.name, "pid": pid, "tid": mark.thread,
