@@ -314,6 +314,14 @@ int pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
                      const char *prefix, uint32_t prefix_len, int64_t base_ns,
                      uint64_t first_id, uint32_t thread_index, char *out, uint64_t cap,
                      uint64_t *written);
+/* merge_torch: moves slice times (in place) from CLOCK_MONOTONIC ns onto
+ * CLOCK_REALTIME ns as _clock.monotonic_to_realtime does, from the clocks' offsets
+ * off0 at mono0 (start) and off1 at mono1 (stop): linear in between, held outside.
+ * *first_start and *last_end get the earliest start and the latest end
+ * (INT64_MAX and INT64_MIN when n is 0). */
+void pt_slices_to_realtime(pt_slice *slices, uint64_t n, int64_t mono0, int64_t off0,
+                           int64_t mono1, int64_t off1, int64_t *first_start,
+                           int64_t *last_end);
 /* Perfetto export (pt_perfetto.c): encodes a thread's slices as SLICE_BEGIN /
  * SLICE_END TrackEvent packets (each a Trace.packet entry) into out until it is
  * nearly full, resuming from *cursor (zeroed, last_ns = the sequence clock's

@@ -86,3 +86,51 @@ pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
     *written = (uint64_t)(p - out);
     return PT_OK;
 }
+
+/* Python's round() of a double: half to even. Exact for the few-microsecond
+ * values it gets here; needs no libm. */
+static int64_t
+pt_round_half_even(double x)
+{
+    int64_t i = (int64_t)x;
+    double frac = x - (double)i;
+    if (frac > 0.5 || (frac == 0.5 && (i & 1)))
+        i++;
+    else if (frac < -0.5 || (frac == -0.5 && (i & 1)))
+        i--;
+    return i;
+}
+
+static int64_t
+pt_one_to_realtime(int64_t ns, int64_t mono0, int64_t off0, int64_t mono1, int64_t off1)
+{
+    int64_t span = mono1 - mono0;
+    if (span <= 0)
+        return ns + off0;
+    /* the same double arithmetic as _clock.monotonic_to_realtime, so a slice and
+     * an event mapped there land on the same nanosecond */
+    double fraction = (double)(ns - mono0) / (double)span;
+    if (fraction < 0.0)
+        fraction = 0.0;
+    if (fraction > 1.0)
+        fraction = 1.0;
+    return ns + off0 + pt_round_half_even((double)(off1 - off0) * fraction);
+}
+
+void
+pt_slices_to_realtime(pt_slice *slices, uint64_t n, int64_t mono0, int64_t off0,
+                      int64_t mono1, int64_t off1, int64_t *first_start, int64_t *last_end)
+{
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    for (uint64_t i = 0; i < n; i++) {
+        pt_slice *s = &slices[i];
+        s->start = pt_one_to_realtime(s->start, mono0, off0, mono1, off1);
+        s->end = pt_one_to_realtime(s->end, mono0, off0, mono1, off1);
+        if (s->start < first)
+            first = s->start;
+        if (s->end > last)
+            last = s->end;
+    }
+    *first_start = first;
+    *last_end = last;
+}

@@ -6,10 +6,22 @@ answers yes only when torch is already in sys.modules and the code is torch's ow
 (nn.Module.__call__, the hook torch's optimizers call after each step, or
 torch.autograd.profiler.record_function's __enter__ and __exit__: the regions torch
 itself opens for DataLoader iteration, zero_grad and optimizer steps, and the
-user's torch.profiler.record_function blocks). Calls of those then run
+user's torch.profiler.record_function blocks, and FastRegion's: see below). Calls
+of those then run
 `tag(frame)`, which reads the frame's `self` and returns a small integer the C core
 stores with the call. So torch costs nothing until the traced program imports it,
 also when it does so after tracing started.
+
+torch._C._profiler._RecordFunctionFast (torch's cheaper region, used by
+torch.compile's machinery and FX graphs) is a C type: entering it runs no Python
+code, so neither sys.setprofile nor sys.monitoring reports anything (a `with`
+statement calls its __enter__ through a special lookup, not a CALL), and the C
+object does not expose its name. While a session traces, and only if torch's
+C profiler module is already loaded, that module attribute is replaced by
+FastRegion, which creates the real object and delegates to it from Python
+__enter__ and __exit__ methods the watcher recognises like record_function's;
+stop() puts torch's type back. Code that bound the type before tracing started
+(`from torch._C._profiler import _RecordFunctionFast`) is not seen.
 """
 import sys
 
@@ -24,6 +36,54 @@ REGION_EXIT = "region_end"
 TAG_KINDS = (MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT)
 # torch_npu writes this entry into its hash table for the tracer's exit event.
 EXIT_EVENT_NAME = "__torch_npu_profiler_python_tracer_exit"
+
+
+FAST_MODULE = "torch._C._profiler"
+FAST_ATTRIBUTE = "_RecordFunctionFast"
+
+
+class FastRegion:
+    """Stands for torch._C._profiler._RecordFunctionFast while tracing: the same
+    region, entered and left through Python methods the tracer sees."""
+
+    __slots__ = ("name", "_region")
+    _type = None                    # torch's type, set by patch_fast_regions
+
+    def __init__(self, name, *args, **kwargs):
+        self._region = FastRegion._type(name, *args, **kwargs)
+        self.name = name
+
+    def __enter__(self):
+        return self._region.__enter__()
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        return self._region.__exit__(exc_type, exc_value, traceback)
+
+
+FAST_REGION_CODES = (FastRegion.__enter__.__code__, FastRegion.__exit__.__code__)
+
+
+def is_fast_region_code(code):
+    return code is FAST_REGION_CODES[0] or code is FAST_REGION_CODES[1]
+
+
+def patch_fast_regions():
+    """Puts FastRegion in torch._C._profiler's place if torch has loaded it;
+    returns a function that undoes it (None when there was nothing to do).
+    Never imports torch."""
+    module = sys.modules.get(FAST_MODULE)
+    original = getattr(module, FAST_ATTRIBUTE, None)
+    if original is None or original is FastRegion:
+        return None
+    FastRegion._type = original
+    setattr(module, FAST_ATTRIBUTE, FastRegion)
+
+    def restore():
+        if getattr(module, FAST_ATTRIBUTE, None) is FastRegion:
+            setattr(module, FAST_ATTRIBUTE, original)
+        # FastRegion._type stays: a FastRegion made while tracing may still be
+        # entered or left after stop
+    return restore
 
 
 def _torch_code(module_name, class_name, function_name):
@@ -84,11 +144,27 @@ class TorchWatcher:
         self._parameter_names = {}      # id(parameter) -> "Linear_0.weight"
         self._region_tags = {}          # region name -> tag of the __enter__ calls opening it
         self._region_exit_tag = 0
+        self._restore_fast = None       # undoes patch_fast_regions
+
+    def begin(self):
+        """At start: FastRegion takes _RecordFunctionFast's place if torch is loaded."""
+        if self._restore_fast is None:
+            self._restore_fast = patch_fast_regions()
+
+    def end(self):
+        """At stop (and in a forked child that drops the session): torch's type back."""
+        restore, self._restore_fast = self._restore_fast, None
+        if restore is not None:
+            restore()
 
     def watch_spec(self):
         return (set(WATCHED_NAMES), self.classify, self.tag)
 
     def classify(self, code):
+        if self._restore_fast is None and FAST_MODULE in sys.modules:
+            self.begin()        # torch imported after start: the first watched code after
+        if is_fast_region_code(code):
+            return 1
         if code is _torch_code("torch.nn.modules.module", "Module", "_wrapped_call_impl"):
             return 1
         if code is _torch_code("torch.optim.optimizer", "Optimizer", "_optimizer_step_code"):

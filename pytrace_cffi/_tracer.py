@@ -129,10 +129,14 @@ class Session:
         self._thread_hook = self._on_new_thread
         threading.setprofile(self._thread_hook)
         try:
+            if self.watcher is not None:
+                self.watcher.begin()
             if self._max_depth:
                 self._uncount_hidden_frames()
             check(lib.pt_start(self.ptr, tool_id, mask, _own_frames()), self.ptr, "start")
         except BaseException:
+            if self.watcher is not None:
+                self.watcher.end()
             threading.setprofile(self._previous_thread_hook)
             if USE_MONITORING:
                 self._release_monitoring()
@@ -317,6 +321,8 @@ class Session:
                 self._check_thread_hook()
             status = lib.pt_stop(self.ptr)
             self._stopped = True
+            if self.watcher is not None:
+                self.watcher.end()
             raw_losses = self._collect_hook_losses() if status == lib.PT_OK else []
             if _get_threading_profile() is self._thread_hook:
                 threading.setprofile(self._previous_thread_hook)
@@ -333,6 +339,8 @@ class Session:
         """In a child forked while tracing: unhook quietly, keep nothing."""
         lib.pt_stop(self.ptr)
         self._stopped = True
+        if self.watcher is not None:
+            self.watcher.end()
         if _get_threading_profile() is self._thread_hook:
             threading.setprofile(self._previous_thread_hook)
         if USE_MONITORING:

@@ -11,6 +11,7 @@ our slices land on the same thread tracks as the aten ops they ran.
 import gzip
 import json
 import os
+import re
 import tempfile
 
 from ._clock import checked_anchor, monotonic_to_realtime
@@ -20,79 +21,389 @@ from .errors import TraceFormatError
 # torch.profiler(with_stack=True) records Python calls itself; ours replace them.
 TORCH_PYTHON_CATEGORY = "python_function"
 OUR_CATEGORIES = ("python_function", "user_annotation")
+_CATEGORY = {"python": "python_function", "c": "python_function",
+             "annotation": "user_annotation"}       # as chrome.py writes them
+
+READ_CHARS = 1 << 20
+# A single JSON value (an event, a head entry) longer than this is taken for a
+# broken file rather than read on: what a stream cannot finish is bounded.
+MAX_VALUE_CHARS = 64 << 20
+CHUNK_BYTES = 1 << 20
+_SPACE = re.compile(r"[ \t\n\r]*")
 
 
-def _read_json(path, what):
-    try:
-        opener = gzip.open if os.fspath(path).endswith(".gz") else open
-        with opener(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"))
-    except FileNotFoundError:
-        raise TraceFormatError(f"{what} {os.fspath(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError, EOFError) as exc:
-        raise TraceFormatError(f"{what} {os.fspath(path)!r}: not valid JSON ({exc})") from None
+class _ChromeReader:
+    """Reads a Chrome trace ({..., "traceEvents": [...], ...}) as a stream: the
+    entries before traceEvents, then one event at a time (each parsed by json's C
+    scanner, with its text), then the entries after. Any JSON layout is read, in
+    memory bounded by the largest single event."""
 
+    def __init__(self, path, what):
+        self.path, self.what = os.fspath(path), what
+        try:
+            opener = gzip.open if self.path.endswith(".gz") else open
+            self._file = opener(self.path, "rt", encoding="utf-8")
+        except FileNotFoundError:
+            raise TraceFormatError(f"{what} {self.path!r} does not exist") from None
+        except OSError as exc:
+            raise TraceFormatError(f"{what} {self.path!r}: {exc}") from None
+        self._decoder = json.JSONDecoder()
+        self._buf, self._pos, self._eof = "", 0, False
+        self.head, self.tail = {}, {}
+        self.scratch = None         # a scratch file of ours to remove when done
 
-def _our_chrome_json(trace, scratch_dir):
-    """Our trace as parsed Chrome JSON, from a Trace (or SpilledTrace), a saved-trace
-    directory or a .json/.json.gz we wrote."""
-    if isinstance(trace, (str, bytes, os.PathLike)):
-        path = os.fsdecode(trace)
-        if not os.path.isdir(path):
-            return _read_json(path, "trace")
-        from . import load
-        trace = load(path)
-    if not hasattr(trace, "export_chrome_trace"):
-        raise TypeError(f"trace must be a Trace or a path, not {type(trace).__name__}")
-    fd, tmp = tempfile.mkstemp(suffix=".json", dir=scratch_dir)
-    os.close(fd)
-    try:
-        trace.export_chrome_trace(tmp)
-        return _read_json(tmp, "trace")
-    finally:
-        os.unlink(tmp)
+    def close(self):
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _bad(self, detail):
+        return TraceFormatError(f"{self.what} {self.path!r}: not valid JSON ({detail})")
+
+    def _more(self):
+        if self._eof:
+            return False
+        try:
+            chunk = self._file.read(READ_CHARS)
+        except (OSError, EOFError, UnicodeDecodeError) as exc:
+            raise self._bad(exc) from None
+        if not chunk:
+            self._eof = True
+            return False
+        self._buf = self._buf[self._pos:] + chunk
+        self._pos = 0
+        return True
+
+    def _peek(self):
+        while True:
+            self._pos = _SPACE.match(self._buf, self._pos).end()
+            if self._pos < len(self._buf):
+                return self._buf[self._pos]
+            if not self._more():
+                return ""
+
+    def _expect(self, char):
+        found = self._peek()
+        if found != char:
+            raise self._bad(f"expected {char!r}, found {found or 'the end'!r}")
+        self._pos += 1
+
+    def _value(self):
+        """The next JSON value and its text."""
+        self._peek()
+        while True:
+            try:
+                value, end = self._decoder.raw_decode(self._buf, self._pos)
+            except ValueError as exc:        # maybe cut by the read: read on, then retry
+                if len(self._buf) - self._pos > MAX_VALUE_CHARS or not self._more():
+                    raise self._bad(exc) from None
+                continue
+            except RecursionError:
+                raise self._bad("nested too deeply") from None
+            if end == len(self._buf) and self._more():
+                continue                    # a number may go on in the next read
+            text = self._buf[self._pos:end]
+            self._pos = end
+            return value, text
+
+    def _entries(self, into, stop_at_events):
+        """Reads "key": value entries into `into` until traceEvents' "[" (True) or
+        the closing "}" (False)."""
+        while True:
+            if self._peek() == "}":
+                self._pos += 1
+                if self._peek():
+                    raise self._bad("data after the end")
+                return False
+            key, _ = self._value()
+            if not isinstance(key, str):
+                raise self._bad("an object key is not a string")
+            self._expect(":")
+            if key == "traceEvents" and stop_at_events:
+                if self._peek() != "[":
+                    raise TraceFormatError(f"{self.where()}: not a Chrome trace "
+                                           "(no traceEvents list)")
+                self._pos += 1
+                return True
+            into[key], _ = self._value()
+            if self._peek() == ",":
+                self._pos += 1
+            elif self._peek() != "}":
+                raise self._bad("expected ',' or '}' between entries")
+
+    def where(self):
+        return self.path
+
+    def read_head(self):
+        """The entries before traceEvents (all of them if there is none)."""
+        if self._peek() != "{":
+            if not self._peek():
+                raise self._bad("empty file")
+            raise TraceFormatError(f"{self.path}: not a Chrome trace (no traceEvents list)")
+        self._pos += 1
+        if not self._entries(self.head, True):
+            raise TraceFormatError(f"{self.path}: not a Chrome trace (no traceEvents list)")
+        return self.head
+
+    def events(self):
+        """(event, its JSON text) of each event; then reads the entries after."""
+        if self._peek() == "]":
+            self._pos += 1
+        else:
+            decode, space = self._decoder.raw_decode, _SPACE.match
+            while True:
+                # the common case inline: a whole event, then "," or "]", in the buffer
+                buf = self._buf
+                pos = space(buf, self._pos).end()
+                # (a failing decode costs O(pos): JSONDecodeError counts the lines
+                # before it; the slow path below takes the rest of the buffer along)
+                try:
+                    event, end = decode(buf, pos)
+                except (ValueError, RecursionError):
+                    end = len(buf)
+                after = space(buf, end).end() if end < len(buf) else len(buf)
+                if after < len(buf) and buf[after] in ",]":
+                    self._pos = after + 1
+                    yield event, buf[pos:end]
+                    if buf[after] == "]":
+                        break
+                    continue
+                yield self._value()          # near the buffer's end, or malformed
+                found = self._peek()
+                self._pos += 1
+                if found == "]":
+                    break
+                if found != ",":
+                    raise self._bad(f"expected ',' or ']' after an event, found "
+                                    f"{found or 'the end'!r}")
+        if self._peek() == ",":
+            self._pos += 1
+        if self._entries(self.tail, False):
+            raise self._bad("a second traceEvents")
+
+    def whole_head(self, needed):
+        """The head, with the entries after traceEvents too when one of `needed` is
+        not before it (read through once more: still a stream)."""
+        head = dict(self.read_head())
+        if all(key in head for key in needed):
+            return head
+        with _ChromeReader(self.path, self.what) as again:
+            again.read_head()
+            for _ in again.events():
+                pass
+            for key, value in again.tail.items():
+                head.setdefault(key, value)
+        return head
 
 
 def _number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _ours(data, where):
-    """(events, otherData, anchor) of our Chrome JSON, checked."""
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise TraceFormatError(f"{where}: not a Chrome trace (no traceEvents list)")
-    other = data.get("otherData")
-    if not isinstance(other, dict) or other.get("generator") != "pytrace_cffi":
-        raise TraceFormatError(f"{where}: not written by pytrace_cffi")
-    try:
-        anchor = checked_anchor(other.get("realtime_anchor"))
-    except ValueError as exc:
-        raise TraceFormatError(f"{where}: otherData.{exc}") from None
-    if anchor is None:
-        raise TraceFormatError(f"{where}: has no realtime anchor (written by a pytrace_cffi "
-                               "older than merge): it cannot be placed on torch's timeline")
-    start = other.get("start_monotonic_ns")
-    if type(start) is not int:
-        raise TraceFormatError(f"{where}: otherData.start_monotonic_ns must be an integer")
-    return data["traceEvents"], other, anchor, start
-
-
-def _torch(data, where):
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise TraceFormatError(f"{where}: not a Chrome trace (no traceEvents list)")
-    if isinstance(data.get("otherData"), dict) and \
-            data["otherData"].get("generator") == "pytrace_cffi":
+def _check_torch(head, where):
+    if isinstance(head.get("otherData"), dict) and \
+            head["otherData"].get("generator") == "pytrace_cffi":
         raise TraceFormatError(f"{where}: is a pytrace_cffi trace, not torch.profiler's")
-    base = data.get("baseTimeNanoseconds", 0)
+    base = head.get("baseTimeNanoseconds", 0)
     if type(base) is not int or base < 0:
         raise TraceFormatError(f"{where}: baseTimeNanoseconds must be a non-negative integer")
-    return data["traceEvents"], base
+    return base
 
 
 def torch_ts(anchor, start_monotonic_ns, ts_us, base_ns):
     """Our ts (µs after start_monotonic_ns) as torch's (epoch µs less base_ns)."""
     monotonic_ns = start_monotonic_ns + round(ts_us * 1000)
     return (monotonic_to_realtime(anchor, monotonic_ns) - base_ns) / 1000
+
+
+class _Span:
+    """What our events cover: their (pid, tid)s and first and last moments, in
+    torch's µs."""
+
+    def __init__(self):
+        self.traced = set()
+        self.first = self.last = None
+
+    def add(self, first, last):
+        self.first = first if self.first is None else min(self.first, first)
+        self.last = last if self.last is None else max(self.last, last)
+
+
+class _Out:
+    """The merged file's traceEvents, comma-separated, as bytes, written in batches."""
+
+    BATCH = 4096
+
+    def __init__(self, out):
+        self.out = out
+        self.first = True
+        self.parts = []
+
+    def event(self, text):
+        self.parts.append(text if self.first else b",\n" + text)
+        self.first = False
+        if len(self.parts) >= self.BATCH:
+            self.flush()
+
+    def formatted(self, data):
+        """Events pt_format_slices wrote, each after ",\n"."""
+        self.flush()
+        if self.first and data:
+            data = data[2:]
+        self.out.write(data)
+        self.first = False
+
+    def flush(self):
+        if self.parts:
+            self.out.write(b"".join(self.parts))
+            self.parts = []
+
+
+def _write_our_json(reader, out, span, anchor, start, base):
+    """Our events from our Chrome JSON, one at a time, put on torch's timeline."""
+    where = reader.path
+    for event, _ in reader.events():
+        if not isinstance(event, dict):
+            raise TraceFormatError(f"{where}: an event is not an object")
+        if event.get("ph") != "M":
+            if not _number(event.get("ts")):
+                raise TraceFormatError(f"{where}: an event has no numeric ts")
+            ts = event["ts"]
+            event["ts"] = round(torch_ts(anchor, start, ts, base), 3)
+            if event.get("ph") == "X":
+                if not _number(event.get("dur")):
+                    raise TraceFormatError(f"{where}: a complete event has no numeric dur")
+                # both ends mapped: the offset between the clocks may move
+                end = round(torch_ts(anchor, start, ts + event["dur"], base), 3)
+                event["dur"] = round(end - event["ts"], 3)
+                span.add(event["ts"], end)
+        span.traced.add((event.get("pid"), event.get("tid")))
+        out.event(json.dumps(event).encode("utf-8"))
+
+
+def _other_data(trace):
+    """The otherData our Chrome export writes for trace."""
+    return {
+        "generator": "pytrace_cffi",
+        "python": trace.python_version,
+        "backend": trace.backend,
+        "clock": trace.clock,
+        "start_monotonic_ns": trace.start_ns,
+        "stop_monotonic_ns": trace.stop_ns,
+        "dropped_events": trace.dropped_events,
+        "realtime_anchor": trace.realtime_anchor,
+    }
+
+
+def _write_our_trace(trace, out, span, anchor, base):
+    """Our calls straight from the replayed slices: one thread at a time, a copy
+    of its slices has its times moved onto CLOCK_REALTIME in C and is formatted by
+    the Chrome exporter's C formatter relative to torch's base, as chrome.py writes
+    them. False (nothing written) when a call would come before torch's base (a
+    negative ts, which the formatter does not write)."""
+    from ._core import ffi, lib
+    # A thread's first slice starts first, and the map only moves times forward.
+    if any(n and monotonic_to_realtime(anchor, slices[0].start) < base
+           for _, slices, n in trace.thread_slices()):
+        return False
+    _warn_if_too_deep(lib, trace)
+    start, stop = anchor["start"], anchor["stop"]
+    clocks = (start["monotonic_ns"], start["realtime_ns"] - start["monotonic_ns"],
+              stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
+    first, last = ffi.new("int64_t *"), ffi.new("int64_t *")
+    pid = trace.pid
+    escaped = [f'"cat":"{_CATEGORY[kind]}","name":{json.dumps(name)}'.encode("utf-8")
+               for name, kind in zip(trace.names, trace.key_kinds)]
+    extras = [b"" for _ in trace.names]
+    for key, args in trace.key_args.items():
+        if args:
+            extras[key] = b"," + json.dumps(args)[1:-1].encode("utf-8")
+    names = ffi.new("char *[]", [ffi.from_buffer(e) for e in escaped])
+    name_lens = ffi.new("uint32_t[]", [len(e) for e in escaped])
+    extra_ptrs = ffi.new("char *[]", [ffi.from_buffer(e) for e in extras])
+    extra_lens = ffi.new("uint32_t[]", [len(e) for e in extras])
+    buffer = ffi.new("char[]", CHUNK_BYTES)
+    next_index, written = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    first_id = 0
+    for thread, slices, n in trace.thread_slices():
+        tid = thread.native_id or thread.ident
+        span.traced.add((pid, tid))
+        out.event(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                              "args": {"name": thread.name}}).encode("utf-8"))
+        if not n:
+            continue
+        moved = ffi.new("pt_slice[]", n)
+        ffi.memmove(moved, slices, n * ffi.sizeof("pt_slice"))
+        lib.pt_slices_to_realtime(moved, n, *clocks, first, last)
+        span.add((first[0] - base) / 1000, (last[0] - base) / 1000)
+        prefix = f',\n{{"ph":"X","pid":{pid},"tid":{tid},'.encode("utf-8")
+        next_index[0] = 0
+        while next_index[0] < n:
+            lib.pt_format_slices(moved, n, next_index, names, name_lens, extra_ptrs,
+                                 extra_lens, len(escaped), prefix, len(prefix), base,
+                                 first_id, thread.index, buffer, CHUNK_BYTES, written)
+            out.formatted(ffi.buffer(buffer, written[0])[:])
+        first_id += n
+        del moved
+    for mark in trace.marks:
+        ts = round((monotonic_to_realtime(anchor, mark.ns) - base) / 1000, 3)
+        event = {"ph": mark.kind, "name": mark.name, "pid": pid, "tid": mark.thread,
+                 "ts": ts, "args": mark.args}
+        if mark.kind == "i":
+            event["s"] = "t"
+        span.traced.add((pid, mark.thread))
+        out.event(json.dumps(event).encode("utf-8"))
+    return True
+
+
+PERFETTO_MAX_DEPTH = 512          # as chrome.py: deeper slices are not drawn
+
+
+def _warn_if_too_deep(lib, trace):
+    deepest = max((lib.pt_max_depth(slices, n) for _, slices, n in trace.thread_slices()),
+                  default=0)
+    if deepest >= PERFETTO_MAX_DEPTH:
+        import warnings
+        from .errors import TraceWarning
+        warnings.warn(f"calls nest {deepest + 1} deep; Perfetto shows only the outer "
+                      f"{PERFETTO_MAX_DEPTH} levels. Trace with max_depth={PERFETTO_MAX_DEPTH} "
+                      "to keep the merged trace within them", TraceWarning, stacklevel=4)
+
+
+def _write_torch_events(reader, out, span):
+    """torch's events, one at a time, as torch wrote them (line breaks taken out,
+    which JSON allows only between tokens: one event per line); its Python events that ours replace, and its names for
+    the threads we name, are left out. Returns how many Python events went."""
+    dropped = 0
+    for event, text in reader.events():
+        if isinstance(event, dict) and (event.get("pid"), event.get("tid")) in span.traced:
+            if event.get("cat") == TORCH_PYTHON_CATEGORY and _number(event.get("ts")) and \
+                    span.first is not None and event["ts"] < span.last and \
+                    event["ts"] + (event.get("dur") or 0) > span.first:
+                dropped += 1
+                continue
+            if event.get("ph") == "M" and event.get("name") == "thread_name":
+                continue            # ours names the thread after its Python name
+        out.event(text.replace("\n", "").encode("utf-8"))
+    return dropped
+
+
+def _our_trace(trace):
+    """A Trace to write from: trace itself, or what summary.read_trace makes of a
+    path (a saved-trace directory, a job's directory, or our Chrome JSON read by
+    the C line reader); a SpilledTrace loaded."""
+    if isinstance(trace, (str, bytes, os.PathLike)):
+        from .summary import read_trace
+        return read_trace(os.fsdecode(trace))
+    if hasattr(trace, "thread_slices"):
+        return trace
+    if hasattr(trace, "load") and hasattr(trace, "export_chrome_trace"):
+        return trace.load()                 # a SpilledTrace
+    raise TypeError(f"trace must be a Trace or a path, not {type(trace).__name__}")
 
 
 def merge_torch(trace, torch_trace_path, out_path):
@@ -105,64 +416,70 @@ def merge_torch(trace, torch_trace_path, out_path):
     cpu_op and user_annotation events; GPU events stay on their device tracks. When
     torch recorded Python calls as well (with_stack=True), its python_function
     events on the threads we traced, within our trace's time, are left out: ours
-    replace them. out_path: .json, or .json.gz for gzip. Returns out_path."""
+    replace them. out_path: .json, or .json.gz for gzip. Returns out_path.
+
+    Both traces are read as streams (neither is held whole in memory); our calls
+    are formatted in C, as by export_chrome_trace."""
     out_path = os.fspath(out_path)
     torch_path = os.fspath(torch_trace_path)
-    scratch_dir = os.path.dirname(os.path.abspath(out_path))
     where = trace if isinstance(trace, (str, os.PathLike)) else "trace"
-    ours, other, anchor, start = _ours(_our_chrome_json(trace, scratch_dir), where)
-    torch_data = _read_json(torch_path, "torch trace")
-    torch_events, base = _torch(torch_data, torch_path)
-
-    merged = []
-    traced = set()               # (pid, tid) of our threads
-    first_ts = last_ts = None
-    for event in ours:
-        if not isinstance(event, dict):
-            raise TraceFormatError(f"{where}: an event is not an object")
-        event = dict(event)
-        if event.get("ph") != "M":
-            if not _number(event.get("ts")):
-                raise TraceFormatError(f"{where}: an event has no numeric ts")
-            ts = event["ts"]
-            event["ts"] = round(torch_ts(anchor, start, ts, base), 3)
-            if event.get("ph") == "X":
-                if not _number(event.get("dur")):
-                    raise TraceFormatError(f"{where}: a complete event has no numeric dur")
-                # both ends mapped: the offset between the clocks may move
-                end = round(torch_ts(anchor, start, ts + event["dur"], base), 3)
-                event["dur"] = round(end - event["ts"], 3)
-                first_ts = event["ts"] if first_ts is None else min(first_ts, event["ts"])
-                last_ts = end if last_ts is None else max(last_ts, end)
-        traced.add((event.get("pid"), event.get("tid")))
-        merged.append(event)
-    dropped = 0
-    for event in torch_events:
-        if isinstance(event, dict) and (event.get("pid"), event.get("tid")) in traced:
-            if event.get("cat") == TORCH_PYTHON_CATEGORY and _number(event.get("ts")) and \
-                    first_ts is not None and event["ts"] < last_ts and \
-                    event["ts"] + (event.get("dur") or 0) > first_ts:
-                dropped += 1
-                continue
-            if event.get("ph") == "M" and event.get("name") == "thread_name":
-                continue            # ours names the thread after its Python name
-        merged.append(event)
-
-    head = {k: v for k, v in torch_data.items() if k != "traceEvents"}
-    head["pytrace_cffi"] = {
-        "trace": other,
-        "torch_python_function_events_replaced": dropped,
-        "clock": "our CLOCK_MONOTONIC ts mapped to torch's epoch time through "
-                 "otherData.realtime_anchor",
-    }
-    opener = ((lambda tmp: gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6))
-              if out_path.endswith(".gz") else
-              (lambda tmp: open(tmp, "w", encoding="utf-8")))
-    with replaced_atomically(out_path, opener) as out:
-        out.write(json.dumps(head)[:-1] + ',\n"traceEvents":[\n')
-        for i, event in enumerate(merged):
-            if i:
-                out.write(",\n")
-            out.write(json.dumps(event))
-        out.write("\n]}\n")
+    ours = _our_trace(trace)
+    our_json = None
+    try:
+        other = _other_data(ours)
+        try:
+            anchor = checked_anchor(ours.realtime_anchor)
+        except ValueError as exc:
+            raise TraceFormatError(f"{where}: {exc}") from None
+        if anchor is None:
+            raise TraceFormatError(f"{where}: has no realtime anchor (written by a pytrace_cffi "
+                                   "older than merge): it cannot be placed on torch's timeline")
+        start = ours.start_ns
+        with _ChromeReader(torch_path, "torch trace") as torch_json:
+            head = torch_json.whole_head(("baseTimeNanoseconds",))
+            base = _check_torch(head, torch_path)
+            head = dict(torch_json.head)        # the entries before traceEvents, in order
+            opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6))
+                      if out_path.endswith(".gz") else (lambda tmp: open(tmp, "wb")))
+            with replaced_atomically(out_path, opener) as f:
+                text = json.dumps(head)[1:-1]
+                f.write(("{" + text + ("," if text else "") + '\n"traceEvents":[\n')
+                        .encode("utf-8"))
+                out, span = _Out(f), _Span()
+                if not _write_our_trace(ours, out, span, anchor, base):
+                    # a call before torch's base (a negative ts, which the C
+                    # formatter does not write): event by event from our JSON
+                    span = _Span()
+                    our_json = _exported(ours, os.path.dirname(os.path.abspath(out_path)))
+                    our_json.read_head()
+                    _write_our_json(our_json, out, span, anchor, start, base)
+                dropped = _write_torch_events(torch_json, out, span)
+                out.flush()
+                tail = {k: v for k, v in torch_json.tail.items() if k not in head}
+                tail["pytrace_cffi"] = {
+                    "trace": other,
+                    "torch_python_function_events_replaced": dropped,
+                    "clock": "our CLOCK_MONOTONIC ts mapped to torch's epoch time through "
+                             "otherData.realtime_anchor",
+                }
+                f.write(("\n]," + json.dumps(tail)[1:] + "\n").encode("utf-8"))
+    finally:
+        if our_json is not None:
+            our_json.close()
+            if our_json.scratch:
+                os.unlink(our_json.scratch)
     return out_path
+
+
+def _exported(trace, scratch_dir):
+    """A reader of trace exported to a scratch Chrome JSON (removed when closed)."""
+    fd, tmp = tempfile.mkstemp(suffix=".json", dir=scratch_dir)
+    os.close(fd)
+    try:
+        trace.export_chrome_trace(tmp)
+        reader = _ChromeReader(tmp, "trace")
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    reader.scratch = tmp
+    return reader

@@ -7,7 +7,8 @@ from collections import namedtuple
 from . import _clock
 from ._core import ffi, lib
 from ._names import name_for_source, path_prefixes
-from ._torch import MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT
+from ._torch import (MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT,
+                     is_fast_region_code)
 from .annotations import WRAPPER_CODE
 from ._tracer import USE_MONITORING, check
 
@@ -60,9 +61,12 @@ def hide_alone(code):
 def _hiding(source):
     """Our own start/stop machinery is left out of traces with what it calls; the
     record_function decorator's wrapper is left out alone; a launcher's frames
-    (see hide_launcher_frames) are left out when seeded."""
+    (see hide_launcher_frames) are left out when seeded; FastRegion's __enter__ and
+    __exit__ are left out alone once their regions exist."""
     if source is WRAPPER_CODE:
         return lib.PT_HIDE_ALONE
+    if is_fast_region_code(source):
+        return lib.PT_HIDE_CARRIER      # their regions replace them
     filename = getattr(source, "co_filename", None)
     if filename is not None and os.path.dirname(os.path.abspath(filename)) in _OWN_DIRS:
         # ours, with what it calls; our wrappers of the program's calls alone (hide_alone)

@@ -291,3 +291,135 @@ def test_every_conv2d_op_lies_inside_its_python_call_after_merging(tmp_path):
     annotations = {e["name"] for e in events if e.get("cat") == "user_annotation"
                    and "Python id" not in e["args"]}
     assert "Optimizer.step#AdamW.step" in annotations
+
+
+# -- streaming ----------------------------------------------------------------
+
+def _torch_layouts(trace, tmp_path, tid):
+    """The synthetic torch trace in torch's own layout (each event pretty-printed
+    over many lines, the head before traceEvents) and in others: compact on one
+    line with the base after the events, and gzip."""
+    synthetic_torch_trace(trace, tmp_path / "compact.json", tid)
+    data = json.loads((tmp_path / "compact.json").read_text())
+    events = data.pop("traceEvents")
+    pretty = json.dumps(data, indent=4)[:-1].rstrip() + ',\n    "traceEvents": [\n' + \
+        ",\n".join("  " + json.dumps(e, indent=4).replace("\n", "\n  ") for e in events) + \
+        '\n  ],"traceName": "x.json" }'
+    (tmp_path / "pretty.json").write_text(pretty)
+    base = data.pop("baseTimeNanoseconds")
+    (tmp_path / "base_last.json").write_text(json.dumps(
+        dict(data, traceEvents=events, baseTimeNanoseconds=base), separators=(",", ":")))
+    import gzip
+    with gzip.open(tmp_path / "pretty.json.gz", "wt") as f:
+        f.write(pretty)
+    return ("compact.json", "pretty.json", "base_last.json", "pretty.json.gz")
+
+
+def test_merge_reads_any_layout_of_torchs_trace_in_pieces(traced, tmp_path, monkeypatch):
+    from pytrace_cffi import merge
+    tid = threading.get_native_id()
+    layouts = _torch_layouts(traced, tmp_path, tid)
+    pytrace_cffi.merge_torch(traced, tmp_path / "compact.json", tmp_path / "expected.json")
+    expected = json.loads((tmp_path / "expected.json").read_text())
+    assert expected["baseTimeNanoseconds"] == BASE_NS
+    for read_chars in (merge.READ_CHARS, 7, 1):      # events and numbers cut by the reads
+        monkeypatch.setattr(merge, "READ_CHARS", read_chars)
+        for name in layouts:
+            out = tmp_path / f"{name}.{read_chars}.merged.json"
+            pytrace_cffi.merge_torch(traced, tmp_path / name, out)
+            data = json.loads(out.read_text())
+            assert data["traceEvents"] == expected["traceEvents"], (name, read_chars)
+            assert data["baseTimeNanoseconds"] == BASE_NS
+            assert data["pytrace_cffi"] == expected["pytrace_cffi"]
+            if name.startswith("pretty"):
+                assert data["traceName"] == "x.json"
+            # one event per line, as our own exports
+            lines = out.read_text().splitlines()
+            assert len([ln for ln in lines if '"ph"' in ln]) == len(data["traceEvents"])
+
+
+def test_merge_of_a_broken_torch_trace_fails_cleanly(traced, tmp_path):
+    tid = threading.get_native_id()
+    synthetic_torch_trace(traced, tmp_path / "torch.json", tid)
+    text = (tmp_path / "torch.json").read_text()
+    cut = text.index('"python_function"') + 5
+    for name, broken in (("cut.json", text[:cut]),                    # ends mid-event
+                         ("stray.json", text[:cut] + "}}, ]}"),
+                         ("no_events.json", '{"schemaVersion": 1}'),
+                         ("events_not_list.json", '{"traceEvents": 3}'),
+                         ("trailing.json", text + " [1]"),
+                         ("empty.json", "")):
+        (tmp_path / name).write_text(broken)
+        with pytest.raises(pytrace_cffi.TraceFormatError):
+            pytrace_cffi.merge_torch(traced, tmp_path / name, tmp_path / "m.json")
+        assert not os.path.exists(tmp_path / "m.json")
+        assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
+
+
+def test_merge_holds_neither_trace_whole(tmp_path):
+    # A 60k-call trace and a ~10 MB torch trace: merging keeps a buffer of torch's
+    # text and a copy of one thread's slices (40 bytes a call) whose times it moves
+    # in C, so the peak stays below either file's size (reading both whole, as
+    # before, took ~100 MB here).
+    import tracemalloc
+
+    def calls(n):
+        for _ in range(n):
+            len("x")
+
+    with pytrace_cffi.trace() as t:
+        calls(60_000)
+    trace = t.trace
+    assert len(trace) > 60_000
+    tid = threading.get_native_id()
+    synthetic_torch_trace(trace, tmp_path / "small.json", tid)
+    data = json.loads((tmp_path / "small.json").read_text())
+    op = next(e for e in data["traceEvents"] if e["name"] == "aten::fake")
+    data["traceEvents"] += [dict(op, name=f"aten::op{i}", args={"External id": i})
+                            for i in range(60_000)]
+    with open(tmp_path / "torch.json", "w") as f:
+        json.dump(data, f, indent=2)
+    torch_bytes = os.path.getsize(tmp_path / "torch.json")
+    assert torch_bytes > 10_000_000
+    tracemalloc.start()
+    try:
+        pytrace_cffi.merge_torch(trace, tmp_path / "torch.json", tmp_path / "m.json")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8_000_000, peak
+    merged = json.loads((tmp_path / "m.json").read_text())["traceEvents"]
+    assert sum(1 for e in merged if e["name"].startswith("aten::op")) == 60_000
+    assert sum(1 for e in merged if "Python id" in e.get("args", {})) == len(trace)
+
+
+def test_calls_before_torchs_base_keep_their_negative_times(traced, tmp_path):
+    # torch's base after our start (not what torch writes, but a valid file): the
+    # calls before it get negative ts, as mapped, not clamped to 0
+    anchor = traced.realtime_anchor
+    base = monotonic_to_realtime(anchor, traced.start_ns) + 1_000_000
+    first_call = min(traced, key=lambda c: c.start_ns)
+    (tmp_path / "torch.json").write_text(json.dumps(
+        {"baseTimeNanoseconds": base, "traceEvents": []}))
+    pytrace_cffi.merge_torch(traced, tmp_path / "torch.json", tmp_path / "m.json")
+    events = json.loads((tmp_path / "m.json").read_text())["traceEvents"]
+    ours = [e for e in events if e.get("ph") == "X"]
+    assert len(ours) == len(traced)
+    first = min(ours, key=lambda e: e["ts"])
+    expected = (monotonic_to_realtime(anchor, first_call.start_ns) - base) / 1000
+    assert expected < 0 and first["ts"] == pytest.approx(expected, abs=0.0011)
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".json") and p.startswith("tmp")]
+
+
+def test_merge_warns_of_calls_nested_deeper_than_perfetto_draws(tmp_path):
+    def deep(n):
+        return deep(n - 1) if n else 0
+
+    with pytrace_cffi.trace() as t:
+        deep(600)
+    (tmp_path / "torch.json").write_text(json.dumps({"baseTimeNanoseconds": BASE_NS,
+                                                     "traceEvents": []}))
+    with pytest.warns(pytrace_cffi.TraceWarning, match="nest .* deep"):
+        pytrace_cffi.merge_torch(t.trace, tmp_path / "torch.json", tmp_path / "m.json")
+    events = json.loads((tmp_path / "m.json").read_text())["traceEvents"]
+    assert len([e for e in events if e.get("ph") == "X"]) == len(t.trace)

@@ -335,3 +335,104 @@ def test_torch_regions_equal_torch_profilers_user_annotations(tmp_path):
     t.trace.export_chrome_trace(str(tmp_path / "ours.json"))
     ours = json.loads((tmp_path / "ours.json").read_text())["traceEvents"]
     assert annotations_with_enclosing(ours) == EXPECTED_REGIONS
+
+
+def regions_with_enclosing_in(events, names):
+    """(name, innermost enclosing region or None) of the complete events whose name
+    is in names (any category), in time order."""
+    picked = [e for e in events if e.get("ph") == "X" and e["name"] in names]
+    return annotations_with_enclosing([dict(e, cat="user_annotation") for e in picked])
+
+
+def test_fast_regions_equal_torch_profilers_own(tmp_path):
+    # torch._C._profiler._RecordFunctionFast, a C type entered without Python code:
+    # torch.profiler writes its regions (as cpu_op events) with these names and this
+    # nesting; test_torch_stand_in.py expects the same of ours on every interpreter
+    from test_torch_stand_in import EXPECTED_FAST_REGIONS, regions_with_enclosing
+    workload = load_stand_in_workload()
+    x = torch.ones(2, 3)
+    names = {name for name, _ in EXPECTED_FAST_REGIONS}
+    workload.fast_regions(x)
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        workload.fast_regions(x)
+    p.export_chrome_trace(str(tmp_path / "torch.json"))
+    torch_events = json.loads((tmp_path / "torch.json").read_text())["traceEvents"]
+    assert regions_with_enclosing_in(torch_events, names) == EXPECTED_FAST_REGIONS
+    fast_type = torch._C._profiler._RecordFunctionFast
+    with pytrace_cffi.trace() as t:
+        workload.fast_regions(x)
+    assert torch._C._profiler._RecordFunctionFast is fast_type      # put back at stop
+    calls = [c._asdict() for c in t.trace]
+    assert regions_with_enclosing(calls) == EXPECTED_FAST_REGIONS
+
+
+class _FxModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)).sum()
+
+
+def test_fx_graph_regions_equal_torch_profilers_own(tmp_path):
+    # torch.fx's generated forward (with enrich_profiler_metadata) enters a
+    # _RecordFunctionFast region for the graph and one per node by explicit
+    # __enter__/__exit__ calls. Traced by both at once, our regions have the names
+    # and nesting of torch.profiler's events, and each holds its node's call.
+    import torch.fx
+    import torch.fx.experimental._config as fx_config
+    from test_torch_stand_in import regions_with_enclosing
+    with fx_config.patch(enrich_profiler_metadata=True):    # read when the code is made
+        gm = torch.fx.symbolic_trace(_FxModel())
+    assert "_RecordFunctionFast" in gm.code
+    x = torch.ones(2, 4)
+    gm(x)
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        with pytrace_cffi.trace() as t:
+            gm(x)
+    p.export_chrome_trace(str(tmp_path / "torch.json"))
+    torch_events = json.loads((tmp_path / "torch.json").read_text())["traceEvents"]
+    names = {e["name"] for e in torch_events
+             if e.get("ph") == "X" and e["name"].startswith("## ")}
+    expected = regions_with_enclosing_in(torch_events, names)
+    assert len(expected) == 4 and [n for n, _ in expected[1:]] == \
+        ["## 1 ##", "## 2 ##", "## 3 ##"]
+    calls = [c._asdict() for c in t.trace]
+    assert regions_with_enclosing(calls) == expected
+    by_id = {c["id"]: c for c in calls}
+    for region, inside in (("## 1 ##", "nn.Module: Linear_0"), ("## 2 ##", "relu"),
+                           ("## 3 ##", "torch.Tensor.sum")):
+        region_id = next(c["id"] for c in calls if c["name"] == region)
+        assert any(c["name"] == inside and c["parent"] == region_id for c in calls), region
+    graph = next(c for c in calls if c["name"] == expected[0][0])
+    assert by_id[graph["parent"]]["name"].endswith(": forward")
+
+
+def test_compile_regions_are_named_as_torch_profilers_own(tmp_path):
+    # torch.compile's machinery (dynamo's compile events, "Pregraph bytecode") opens
+    # _RecordFunctionFast regions while torch.profiler runs: traced by both at once,
+    # each has its region of ours with torch's name, as often. (They are left in other
+    # functions than the ones that entered them: ours end with those functions; see
+    # README.)
+    import collections
+
+    def f(x):
+        return torch.relu(x * 2).sum()
+
+    compiled = torch.compile(f, backend="eager")
+    x = torch.ones(8)
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        with pytrace_cffi.trace() as t:
+            compiled(x)
+            compiled(x)
+    p.export_chrome_trace(str(tmp_path / "torch.json"))
+    torch_events = json.loads((tmp_path / "torch.json").read_text())["traceEvents"]
+    from_python = collections.Counter(
+        e["name"] for e in torch_events if e.get("ph") == "X" and (
+            e["name"] == "Pregraph bytecode" or "compile_id=" in e["name"]
+            or e["name"].endswith(" (dynamo_timed)")))
+    assert from_python["Pregraph bytecode"] == 2 and len(from_python) > 5
+    ours = collections.Counter(c.name for c in t.trace if c.kind == "annotation")
+    assert {name: ours[name] for name in from_python} == dict(from_python)
+    assert torch._C._profiler._RecordFunctionFast.__name__ == "RecordFunctionFast"

@@ -320,3 +320,79 @@ def test_torch_regions_survive_spilling_and_loading(tmp_path):
 def test_without_modules_option_torch_regions_are_left_alone(tmp_path):
     calls, _, _ = run_workload(tmp_path, run=REGIONS_RUN.format(options="with_modules=False"))
     assert not [c for c in calls if c["kind"] == "annotation"]
+
+
+# workload.fast_regions()'s torch._C._profiler._RecordFunctionFast regions (and the
+# record_function one between them), in time order with their enclosing region, as
+# torch.profiler writes them (checked in test_torch.py).
+EXPECTED_FAST_REGIONS = [("fast_outer", None), ("slow_middle", "fast_outer"),
+                         ("fast_inner", "slow_middle"), ("fast_explicit", None)]
+
+FAST_RUN = """
+fast = torch._C._profiler._RecordFunctionFast
+workload.fast_regions(x)
+{start}
+assert torch._C._profiler._RecordFunctionFast is not fast or not {patched}
+workload.fast_regions(x)
+trace = pytrace_cffi.stop()
+assert torch._C._profiler._RecordFunctionFast is fast     # torch's type back at stop
+"""
+
+
+def fast_run(start="pytrace_cffi.start()", patched=True):
+    return FAST_RUN.format(start=start, patched=patched)
+
+
+def test_fast_regions_are_named_and_nested_as_torch_profiler(tmp_path):
+    calls, events, _ = run_workload(tmp_path, run=fast_run())
+    assert regions_with_enclosing(calls) == EXPECTED_FAST_REGIONS
+    exported = [e["name"] for e in sorted(events, key=lambda e: e["ts"])
+                if e["cat"] == "user_annotation"]
+    assert exported == [name for name, _ in EXPECTED_FAST_REGIONS]
+    by_id = {c["id"]: c for c in calls}
+    regions = {c["name"]: c for c in calls if c["kind"] == "annotation"}
+    # each region spans what its block ran, inside fast_regions() itself
+    for name, inside in (("fast_outer", "ones_like"), ("fast_inner", "ones_like"),
+                         ("fast_explicit", "zeros_like")):
+        region = regions[name]
+        assert by_id[region["parent"]]["name"].endswith(": fast_regions") or \
+            by_id[region["parent"]]["kind"] == "annotation"
+        children = [c["name"] for c in calls if c["parent"] == region["id"]]
+        assert any(n.endswith(inside) for n in children), (name, children)
+    # the stand-in type's region machinery is not shown as our own Python calls
+    assert not [c for c in calls if "pytrace_cffi" in c["name"]]
+
+
+def test_fast_regions_of_torch_imported_after_start(tmp_path):
+    calls, _, _ = run_workload(tmp_path, before=STARTED_BEFORE_IMPORT,
+                               run="workload.fast_regions(x)\ntrace = pytrace_cffi.stop()\n"
+                                   "assert torch._C._profiler._RecordFunctionFast.__module__ "
+                                   "== 'torch._C._profiler'\n")
+    # the first region is entered before any watched code ran after the import
+    # (FastRegion takes the type's place then): the later ones are recognised
+    names = [name for name, _ in regions_with_enclosing(calls)]
+    assert names == ["slow_middle", "fast_inner", "fast_explicit"], names
+
+
+def test_without_modules_option_fast_regions_are_left_alone(tmp_path):
+    calls, _, _ = run_workload(
+        tmp_path, run=fast_run("pytrace_cffi.start(with_modules=False)", patched=False))
+    assert not [c for c in calls if c["kind"] == "annotation"]
+
+
+def test_fast_regions_survive_spilling_and_loading(tmp_path):
+    spilled = tmp_path / "spilled"
+    run = fast_run(f"pytrace_cffi.start(max_events=16, output={str(spilled)!r})") + \
+        "trace = trace.load()\n"
+    calls, _, _ = run_workload(tmp_path, run=run)
+    assert regions_with_enclosing(calls) == EXPECTED_FAST_REGIONS
+    assert not [c for c in calls if "pytrace_cffi" in c["name"]]
+
+
+def test_fast_regions_are_kept_under_filters(tmp_path):
+    # FastRegion's code lives in pytrace_cffi (in site-packages once installed):
+    # filters that leave out its file, or torch's, keep the regions, nested alike
+    start = ("pytrace_cffi.start(exclude=['*/pytrace_cffi/*', '*/torch_stand_in/*', "
+             "'*site-packages*'])")
+    calls, _, _ = run_workload(tmp_path, run=fast_run(start))
+    assert regions_with_enclosing(calls) == EXPECTED_FAST_REGIONS

@@ -65,3 +65,19 @@ def train_with_regions(model, optimizers, x, steps=STEPS):
             loss_of(model, batch).backward()
             for optimizer in optimizers:
                 optimizer.step()
+
+
+def fast_regions(x):
+    """torch._C._profiler._RecordFunctionFast regions (a C type: no Python runs on
+    entering them): by `with`, nested in and around a record_function region, and
+    entered and left by explicit calls as torch.fx's generated code does."""
+    with torch._C._profiler._RecordFunctionFast("fast_outer"):
+        y = torch.ones_like(x)
+        with torch.autograd.profiler.record_function("slow_middle"):
+            with torch._C._profiler._RecordFunctionFast("fast_inner"):
+                y = torch.ones_like(y)
+    rf = torch._C._profiler._RecordFunctionFast("fast_explicit")
+    rf.__enter__()
+    y = torch.zeros_like(y)
+    rf.__exit__(None, None, None)
+    return y

@@ -4,7 +4,8 @@ shapes pytrace_cffi's TorchWatcher keys on, written like torch 2.13's own code â
 calls `_call_impl`, which calls `forward`), and `torch.optim.optimizer.Optimizer`
 whose subclasses' `step` is wrapped by `profile_hook_step`, that wrapper calling
 the step (through `_use_grad_for_differentiable`) and then `_optimizer_step_code`
-inside a `record_function` block. Tensors are lists of floats with the metadata
+inside a `record_function` block, and `torch._C._profiler._RecordFunctionFast`, a
+region entered without running Python code. Tensors are lists of floats with the metadata
 attributes (shape, dtype, device, requires_grad, grad).
 
 It is importable as `torch` only in the subprocesses those tests start with this
@@ -26,4 +27,4 @@ def set_grad_enabled(mode):
     _grad_enabled = bool(mode)
 
 
-from . import autograd, nn, optim, profiler, utils  # noqa: E402,F401
+from . import _C, autograd, nn, optim, profiler, utils  # noqa: E402,F401
