@@ -153,32 +153,10 @@ def _holds_processes(path):
 
 
 def _read_job(path):
-    """Every process of a job's trace directory as one trace, each thread named with
-    its process's label and pid: joined into a Chrome JSON in a temporary directory
-    (removed after), then read back line by line."""
-    import shutil
-    import tempfile
+    """Every process of a job's trace directory as one Trace of several processes
+    (see processes.joined_trace): each thread's pid says whose it is."""
     from . import processes
-    scratch = tempfile.mkdtemp(prefix="pytrace_cffi-job-")
-    try:
-        joined = os.path.join(scratch, "job.json")
-        labels = {result.pid: result.label for result in processes.join(path, joined)}
-        trace = _read_chrome_trace(joined)
-        # Threads of different processes share names (MainThread): say whose they are.
-        owner = {}
-        with open(joined, "rb") as f:
-            for line in f:
-                if b'"thread_name"' in line and line.lstrip(b",").strip().startswith(b"{"):
-                    event = json.loads(line.lstrip(b",").strip().rstrip(b","))
-                    owner[event.get("tid")] = event.get("pid")
-        trace.threads = [
-            thread._replace(name=f"{thread.name} ({labels.get(owner.get(thread.native_id))}, "
-                                 f"pid {owner.get(thread.native_id)})")
-            if owner.get(thread.native_id) in labels else thread
-            for thread in trace.threads]
-        return trace
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    return processes.joined_trace(path)[0]
 
 
 # What the Chrome JSON does not say of a "python_function", read from its name:
@@ -215,18 +193,19 @@ def _read_chrome_whole(path):
     other = data.get("otherData")
     _check_other(path, other)
     start_ns = _other_int(path, other, "start_monotonic_ns")
-    thread_meta, calls, marks, pid = _split_events(path, data["traceEvents"])
+    thread_meta, calls, marks, pid, lanes = _split_events(path, data["traceEvents"])
     keys = _Keys()
     threads, slices = [], []
     first_id = 0
     with Progress(f"reading {path}", sum(len(c) for c in calls)) as progress:
-        for index, ((tid, thread_name), thread_calls) in enumerate(zip(thread_meta, calls)):
+        for index, ((tid, thread_name, thread_pid), thread_calls) in \
+                enumerate(zip(thread_meta, calls)):
             packed = _thread_slices(path, thread_calls, first_id, start_ns, keys)
-            threads.append(ThreadInfo(index, tid, 0, thread_name, 0, 0))
+            threads.append(ThreadInfo(index, tid, 0, thread_name, 0, 0, thread_pid))
             slices.append(_validated(path, index, first_id, packed, len(thread_calls), keys))
             first_id += len(thread_calls)
             progress.advance(len(thread_calls))
-    return _chrome_trace(path, other, keys, threads, slices, marks, pid)
+    return _chrome_trace(path, other, keys, threads, slices, marks, pid, lanes)
 
 
 def _check_other(path, other):
@@ -241,10 +220,15 @@ def _validated(path, index, first_id, array, count, keys):
     return array, count
 
 
-def _chrome_trace(path, other, keys, threads, slices, marks, pid):
+def _chrome_trace(path, other, keys, threads, slices, marks, pid, lanes):
     from .trace import Mark, Trace
     start_ns = _other_int(path, other, "start_monotonic_ns")
-    return Trace(names=keys.names, key_kinds=keys.kinds, key_args=keys.args, threads=threads,
+    processes = _lane_processes(path, other, lanes, threads)
+    if processes is None:
+        threads = [t._replace(pid=None) for t in threads]
+    else:
+        pid = next(iter(processes))
+    trace = Trace(names=keys.names, key_kinds=keys.kinds, key_args=keys.args, threads=threads,
                  slices=slices, start_ns=start_ns,
                  stop_ns=_other_int(path, other, "stop_monotonic_ns"), pid=pid,
                  python_version=str(other.get("python")), backend=str(other.get("backend")),
@@ -254,6 +238,44 @@ def _chrome_trace(path, other, keys, threads, slices, marks, pid):
                         for kind, ts_ns, tid, name, args in marks],
                  dropped_events=_other_int(path, other, "dropped_events"),
                  realtime_anchor=_other_anchor(path, other))
+    trace.processes = processes
+    return trace
+
+
+def _lane_processes(path, other, lanes, threads):
+    """Trace.processes of a file with a lane per process (processes.join and the
+    export of a trace of several processes write process_name metadata events),
+    ordered by process_sort_index; the facts of otherData.processes added. None
+    for a file of one process."""
+    if not lanes:
+        return None
+    order = sorted(lanes, key=lambda pid: (lanes[pid].get("sort_index", len(lanes)), pid))
+    processes = {pid: {"label": lanes[pid].get("label", f"pid {pid}")} for pid in order}
+    listed = other.get("processes", [])
+    _expect(isinstance(listed, list) and all(isinstance(p, dict) for p in listed),
+            f"{path}: otherData.processes must be a list of objects")
+    for entry in listed:
+        if entry.get("pid") in processes:
+            facts = {k: v for k, v in entry.items() if k not in ("pid", "label")}
+            processes[entry["pid"]].update(facts)
+    for thread in threads:
+        _expect(thread.pid in processes, f"{path}: thread {thread.name!r} (tid "
+                                         f"{thread.native_id}) is in pid {thread.pid}, "
+                                         f"which has no process_name event")
+    return processes
+
+
+def _read_lane(path, number, event, lanes):
+    """A process_name or process_sort_index metadata event, into lanes (pid -> facts)."""
+    pid, args = event.get("pid"), event.get("args")
+    what = "label" if event.get("name") == "process_name" else "sort_index"
+    value = args.get("name" if what == "label" else "sort_index") \
+        if isinstance(args, dict) else None
+    _expect(type(pid) is int and (isinstance(value, str) if what == "label"
+                                  else type(value) is int),
+            f"{path}: event {number}: a {event.get('name')} needs an integer pid and "
+            f"{'a name' if what == 'label' else 'an integer sort_index'}")
+    lanes.setdefault(pid, {})[what] = value
 
 
 def _other_anchor(path, other):
@@ -363,6 +385,7 @@ class _LineReader:
         self.key_of_text = {}                 # (category, name, extra args) text -> key
         self.threads, self.slices, self.marks, self.thread_of_tid = [], [], [], {}
         self.thread, self.pid, self.number, self.first_id = None, 0, -1, 0
+        self.lanes = {}                       # pid -> process_name, process_sort_index
         self.ended = False                    # None after the last event, True after "]}"
 
     def read(self, stream, raw_file, progress):
@@ -465,6 +488,7 @@ class _LineReader:
             self.thread_of_tid[tid] = len(self.threads)
             self.thread = _LineThread(len(self.threads), tid, name, self.first_id,
                                       self.start_ns)
+            self.thread.pid = event.get("pid")
         elif phase == "X":
             index, (call_id, parent_id, name, category, ts_ns, dur_ns, extra) = \
                 _read_call(path, number, event, self.thread_of_tid)
@@ -479,7 +503,7 @@ class _LineReader:
         elif phase in ("i", "C"):
             self.marks.append(_read_mark(path, number, event))
         elif phase == "M" and event.get("name") in ("process_name", "process_sort_index"):
-            pass                            # processes.join's lanes: calls are read as one
+            _read_lane(path, number, event, self.lanes)
         else:
             raise TraceFormatError(f"{path}: event {number}: unexpected phase {phase!r}")
 
@@ -499,7 +523,8 @@ class _LineReader:
         thread = self.thread
         if thread is not None:
             from .trace import ThreadInfo
-            self.threads.append(ThreadInfo(thread.index, thread.tid, 0, thread.name, 0, 0))
+            self.threads.append(ThreadInfo(thread.index, thread.tid, 0, thread.name, 0, 0,
+                                           thread.pid))
             self.slices.append(thread.slices())
             self.first_id += self.slices[-1][1]
             self.thread = None
@@ -514,7 +539,7 @@ class _LineReader:
             _validated(self.path, index, first_id, slices, count, self.keys)
             first_id += count
         return _chrome_trace(self.path, self.other, self.keys, self.threads, self.slices,
-                             self.marks, int(self.pid))
+                             self.marks, int(self.pid), self.lanes)
 
 
 def _line_key(keys, category, name, extra):
@@ -597,10 +622,10 @@ def _load_json(path):
 
 
 def _split_events(path, events):
-    """(thread (tid, name) list in file order, per-thread call tuples, marks,
-    pid) from the traceEvents: "M" thread_name events, "X" calls, and "i"
+    """(thread (tid, name, pid) list in file order, per-thread call tuples, marks,
+    pid, lanes: pid -> process_name/process_sort_index facts) from the traceEvents: "M" thread_name events, "X" calls, and "i"
     instants and "C" counter samples as (kind, ts ns, tid, name, args)."""
-    thread_meta, calls, marks, thread_of_tid, pid = [], [], [], {}, 0
+    thread_meta, calls, marks, thread_of_tid, pid, lanes = [], [], [], {}, 0, {}
     for number, event in enumerate(events):
         if type(event) is not dict:
             raise TraceFormatError(f"{path}: event {number} is not an object")
@@ -617,15 +642,15 @@ def _split_events(path, events):
             _expect(type(tid) is int and isinstance(name, str),
                     f"{path}: event {number}: a thread_name needs an integer tid and a name")
             thread_of_tid[tid] = len(thread_meta)
-            thread_meta.append((tid, name))
+            thread_meta.append((tid, name, event.get("pid")))
             calls.append([])
         elif phase in ("i", "C"):
             marks.append(_read_mark(path, number, event))
         elif phase == "M" and event.get("name") in ("process_name", "process_sort_index"):
-            pass                            # processes.join's lanes: calls are read as one
+            _read_lane(path, number, event, lanes)
         else:
             raise TraceFormatError(f"{path}: event {number}: unexpected phase {phase!r}")
-    return thread_meta, calls, marks, pid
+    return thread_meta, calls, marks, pid, lanes
 
 
 def _read_mark(path, number, event):
