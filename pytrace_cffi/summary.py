@@ -53,10 +53,13 @@ def slice_records(slices, count):
     return SLICE_RECORD.iter_unpack(ffi.buffer(slices, count * SLICE_RECORD.size))
 
 
-def summarize(trace, sort="total", limit=20, per_thread=False):
+def summarize(trace, sort="total", limit=20, per_thread=False, per_process=False):
     """SummaryRows for the `limit` (None: all) top functions by `sort` (total,
     self, calls or name). With per_thread, each thread gets its own rows, in
-    thread order, `limit` of them per thread."""
+    thread order, `limit` of them per thread (in a trace of several processes,
+    a row's thread says whose: "MainThread (rank 0, pid 12)"). With per_process
+    (a trace of several processes), each process gets its own rows, their
+    thread field naming the process ("rank 0 (pid 12)")."""
     if sort not in SORT_KEYS:
         raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}, not {sort!r}")
     unique_names = sorted(set(trace.names))
@@ -70,10 +73,14 @@ def summarize(trace, sort="total", limit=20, per_thread=False):
         return (ffi.new("uint64_t[]", max(1, n_names)), ffi.new("int64_t[]", max(1, n_names)),
                 ffi.new("int64_t[]", max(1, n_names)))
 
-    tables = [] if per_thread else [(None, new_table())]
+    tables = [] if per_thread or per_process else [(None, new_table())]
     for thread, slices, count in trace.thread_slices():
         if per_thread:
-            tables.append((thread.name, new_table()))
+            tables.append((_thread_title(trace, thread), new_table()))
+        elif per_process:
+            title = _process_title(trace, trace.thread_pid(thread))
+            if not tables or tables[-1][0] != title:
+                tables.append((title, new_table()))
         status = lib.pt_summarize_slices(slices, count, name_of_key, len(trace.names), n_names,
                                          *tables[-1][1], times_open)
         if status == lib.PT_ERR_NOMEM:
@@ -93,18 +100,68 @@ def summarize(trace, sort="total", limit=20, per_thread=False):
 NUMBER_COLUMNS = 3                           # calls, total ms, self ms: right-aligned
 
 
+def _process_title(trace, pid):
+    label = (trace.processes or {}).get(pid, {}).get("label")
+    return f"{label} (pid {pid})" if label is not None else f"pid {pid}"
+
+
+def _thread_title(trace, thread):
+    if not trace.processes:
+        return thread.name
+    pid = trace.thread_pid(thread)
+    label = trace.processes.get(pid, {}).get("label", "?")
+    return f"{thread.name} ({label}, pid {pid})"
+
+
+ProcessTotal = namedtuple("ProcessTotal", "pid label calls threads start_ns end_ns")
+ProcessTotal.__doc__ = """One process of a trace of several processes: its calls, its
+threads, and the span of its calls (None, None when it has none)."""
+
+
+def process_totals(trace):
+    """A ProcessTotal per process of a trace of several processes, in lane order
+    (empty for a trace of one process)."""
+    if not trace.processes:
+        return []
+    found = {pid: [0, 0, None, None] for pid in trace.processes}
+    for thread, slices, count in trace.thread_slices():
+        entry = found.setdefault(trace.thread_pid(thread), [0, 0, None, None])
+        entry[0] += count
+        entry[1] += 1
+        if count:
+            first = slices[0].start
+            last = max(slices[i].end for i in range(count) if slices[i].parent < 0)
+            entry[2] = first if entry[2] is None else min(entry[2], first)
+            entry[3] = last if entry[3] is None else max(entry[3], last)
+    return [ProcessTotal(pid, (trace.processes.get(pid) or {}).get("label", f"pid {pid}"),
+                         *values) for pid, values in found.items()]
+
+
+def format_process_totals(trace):
+    """process_totals as lines of text ("" for a trace of one process)."""
+    lines = []
+    for total in process_totals(trace):
+        span = ("" if total.start_ns is None else
+                f", {_ms(total.start_ns - trace.start_ns)}-{_ms(total.end_ns - trace.start_ns)}"
+                " ms")
+        lines.append(f"  pid {total.pid} ({total.label}): {total.calls} calls on "
+                     f"{total.threads} thread{'s' if total.threads != 1 else ''}{span}")
+    return "\n".join(lines)
+
+
 def _ms(ns):
     return f"{ns / 1e6:.3f}"
 
 
-def format_summary(rows, title=None):
+def format_summary(rows, title=None, column="thread"):
     """rows as a fixed-width text table: calls, total and self milliseconds, the
-    thread (when the rows are per thread) and the function; `title` above it."""
+    thread (when the rows are per thread; headed `column`: "process" for rows
+    per process) and the function; `title` above it."""
     headers = ["calls", "total ms", "self ms"]
     cells = [[str(row.calls), _ms(row.total_ns), _ms(row.self_ns)] for row in rows]
     per_thread = any(row.thread is not None for row in rows)
     if per_thread:
-        headers.append("thread")
+        headers.append(column)
         for line, row in zip(cells, rows):
             line.append(row.thread)
     widths = [max([len(header)] + [len(line[column]) for line in cells])
