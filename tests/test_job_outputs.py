@@ -18,7 +18,8 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi import processes
 from pytrace_cffi.errors import TraceFormatError
-from pytrace_cffi.summary import process_totals, read_trace, summarize
+from pytrace_cffi import summary as summary_module
+from pytrace_cffi.summary import read_trace
 
 TIMEOUT = 120
 HELPER_CALLS = 77
@@ -128,7 +129,7 @@ def test_a_job_reads_as_a_trace_of_several_processes(job):
     # The threads come process by process, in lane order.
     order = [trace.thread_pid(t) for t in trace.threads]
     assert order == sorted(order, key=list(trace.processes).index)
-    totals = {t.pid: t.calls for t in process_totals(trace)}
+    totals = {t.pid: t.calls for t in summary_module.process_totals(trace)}
     assert totals == {r.pid: r.calls for r in processes.status(job_dir)}
 
 
@@ -386,5 +387,5 @@ def test_summary_per_process_and_across_all(job, tmp_path):
             assert match[2].strip() == labels[int(match[3])]
     assert dict(found) == expected
     trace = read_trace(job_dir)
-    rows = summarize(trace, limit=None, per_process=True)
+    rows = summary_module.summarize(trace, limit=None, per_process=True)
     assert {row.thread for row in rows} == {f"{labels[pid]} (pid {pid})" for pid in labels}
