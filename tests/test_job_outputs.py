@@ -437,3 +437,36 @@ def test_another_hosts_process_is_aligned_in_every_format(job, tmp_path):
         starts = sorted(s["start"] for s in decoded["slices"]
                         if s["name"].endswith(": unique_helper"))
         assert starts == after
+
+
+# --- a joined JSON read back strictly -------------------------------------------------------
+
+JSON_DAMAGE = {
+    "label not a string": (b'"name": "process_name", "pid": ROOT, "tid": 0, "args": {"name": "prog.py"}',
+                           b'"name": "process_name", "pid": ROOT, "tid": 0, "args": {"name": 7}'),
+    "sort index not an integer": (b'"name": "process_sort_index", "pid": ROOT, "tid": 0, '
+                                  b'"args": {"sort_index": 0}',
+                                  b'"name": "process_sort_index", "pid": ROOT, "tid": 0, '
+                                  b'"args": {"sort_index": "0"}'),
+    "thread of an unlisted process": (b'"name": "thread_name", "pid": ROOT,',
+                                      b'"name": "thread_name", "pid": 1,'),
+    "otherData.processes not a list": (b'"processes": [', b'"processes": 5, "x": ['),
+}
+
+
+@pytest.mark.parametrize("layout", ["lines", "whole"])
+@pytest.mark.parametrize("damage", list(JSON_DAMAGE))
+def test_a_damaged_joined_json_is_a_format_error(job, tmp_path, damage, layout):
+    job_dir, _, root_pid, _ = job
+    path = tmp_path / "joined.json"
+    processes.join(job_dir, path)
+    assert read_trace(path).processes is not None
+    old, new = (part.replace(b"ROOT", str(root_pid).encode()) for part in JSON_DAMAGE[damage])
+    text = path.read_bytes()
+    assert text.count(old) >= 1, damage
+    text = text.replace(old, new, 1)
+    if layout == "whole":          # reformatted: read by json.loads of the whole file
+        text = text.replace(b",\n", b",\n ")
+    path.write_bytes(text)
+    with pytest.raises(TraceFormatError):
+        read_trace(path)
