@@ -131,8 +131,8 @@ def _parser():
                     "True, output=DIR)'s, or single process directories): one trace with a "
                     "lane per process (a pid lane in .json, a process track in .pftrace, a "
                     "group in .html; a saved-trace directory keeps them all), named by its "
-                    "label (rank, DataLoader worker, program), on one clock. With one of our traces and "
-                    "torch.profiler's Chrome trace (its export_chrome_trace file, told "
+                    "label (rank, DataLoader worker, program), on one clock. With one of "
+                    "our traces and torch.profiler's Chrome trace (its export_chrome_trace file, told "
                     "apart by its content): our Python calls on torch's timeline and thread "
                     "tracks, beside its cpu_op, user_annotation and GPU events; where torch "
                     "recorded Python calls too (with_stack=True), ours replace them.")

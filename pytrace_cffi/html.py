@@ -261,7 +261,7 @@ _PAGE_HEAD = """<!DOCTYPE html>
 <div id="timeline"><canvas id="canvas"></canvas><div id="tooltip"></div></div>
 <div class="hint">wheel: zoom &middot; shift+wheel: scroll &middot; drag: pan &middot;
   click: details &middot; double-click: zoom to the call &middot; click a thread's name:
-  fold it</div>
+  fold it (a process's: fold its threads)</div>
 <div id="panels">
   <section><h2>Selected call</h2><div id="details">
     <span class="empty">Click a call in the timeline.</span></div></section>
@@ -525,7 +525,8 @@ _PAGE_SCRIPT = r""""use strict";
       ctx.fillStyle = "#1f2328";
       ctx.font = "700 13px system-ui, sans-serif";
       const folded = group.threads.every(t => t.folded);
-      ctx.fillText(`${folded ? "\u25b8" : "\u25be"} ${p.label}  \u00b7  pid ${p.pid}  \u00b7  ${count(p.threads, "thread")}` +
+      ctx.fillText(`${folded ? "\u25b8" : "\u25be"} ${p.label}  \u00b7  pid ${p.pid}` +
+                   `  \u00b7  ${count(p.threads, "thread")}` +
                    `  \u00b7  ${count(p.calls, "call")}`, 8, group.top + GROUP_HEAD / 2);
     }
     for (const thread of threads) {

@@ -442,8 +442,10 @@ def test_another_hosts_process_is_aligned_in_every_format(job, tmp_path):
 # --- a joined JSON read back strictly -------------------------------------------------------
 
 JSON_DAMAGE = {
-    "label not a string": (b'"name": "process_name", "pid": ROOT, "tid": 0, "args": {"name": "prog.py"}',
-                           b'"name": "process_name", "pid": ROOT, "tid": 0, "args": {"name": 7}'),
+    "label not a string": (b'"name": "process_name", "pid": ROOT, "tid": 0, '
+                           b'"args": {"name": "prog.py"}',
+                           b'"name": "process_name", "pid": ROOT, "tid": 0, '
+                           b'"args": {"name": 7}'),
     "sort index not an integer": (b'"name": "process_sort_index", "pid": ROOT, "tid": 0, '
                                   b'"args": {"sort_index": 0}',
                                   b'"name": "process_sort_index", "pid": ROOT, "tid": 0, '
