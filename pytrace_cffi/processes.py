@@ -21,10 +21,14 @@ trace ``DIR/proc-<pid>/`` with the parent's options.
   program has no handler of its own) writes its full trace; one killed by SIGKILL
   is recovered from those files, losing at most one chunk per thread.
 
-``join(inputs, output)`` writes one Chrome JSON with a pid lane per process,
-labelled (``rank N``, ``DataLoader worker N``, multiprocessing's process name, or
-the program name), on CLOCK_MONOTONIC (one host). It never waits for a process:
-one still running is joined as far as its files go and reported as such.
+``join(inputs, output)`` writes every process onto one timeline, labelled
+(``rank N``, ``DataLoader worker N``, multiprocessing's process name, or the
+program name), on CLOCK_MONOTONIC (one host; other hosts through their realtime
+anchors), in the format output's name picks: Chrome JSON with a pid lane per
+process, .pftrace with a process track per process, .html with lanes grouped by
+process, or a saved directory of them all (``joined_trace`` gives that Trace of
+several processes). It never waits for a process: one still running is joined as
+far as its files go and reported as such.
 """
 import atexit
 import contextlib

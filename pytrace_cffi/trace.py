@@ -195,8 +195,9 @@ class Trace:
         return directory
 
     def __repr__(self):
-        return (f"<pytrace_cffi.Trace {len(self)} calls, {len(self.threads)} threads, "
-                f"{(self.stop_ns - self.start_ns) / 1e6:.3f} ms>")
+        processes = f" in {len(self.processes)} processes" if self.processes else ""
+        return (f"<pytrace_cffi.Trace {len(self)} calls, {len(self.threads)} threads"
+                f"{processes}, {(self.stop_ns - self.start_ns) / 1e6:.3f} ms>")
 
 
 class TorchRegions:
