@@ -100,8 +100,8 @@ def _script_json(data):
     return json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
 
 
-def _summary_rows(trace):
-    rows = summarize(trace, limit=None)
+def _summary_rows(trace, rows=None):
+    rows = summarize(trace, limit=None) if rows is None else rows
     chosen = {}
     for sort in SUMMARY_SORTS:
         for row in sorted(rows, key=SORT_KEYS[sort])[:SUMMARY_TOP]:
@@ -130,11 +130,18 @@ def _meta(trace, title, reduction):
     if trace.processes:
         # A trace of several processes: lanes grouped by process, each group headed
         # by its label (threads come process by process, in lane order).
-        from .summary import process_totals
+        from .summary import _process_title, process_totals
         for entry, (thread, _, _) in zip(meta["threads"], trace.thread_slices()):
             entry["pid"] = trace.thread_pid(thread)
+        # The summary table can show one process's functions too.
+        rows_of = {}
+        for row in summarize(trace, limit=None, per_process=True):
+            rows_of.setdefault(row.thread, []).append(row._replace(thread=None))
         meta["processes"] = [{"pid": t.pid, "label": t.label, "calls": t.calls,
-                              "threads": t.threads} for t in process_totals(trace)]
+                              "threads": t.threads,
+                              "summary": _summary_rows(trace, rows_of.get(
+                                  _process_title(trace, t.pid), []))}
+                             for t in process_totals(trace)]
     return meta
 
 
@@ -732,7 +739,8 @@ _PAGE_SCRIPT = r""""use strict";
   window.addEventListener("resize", resize);
 
   // The summary: rows [name, calls, total ns, self ns] computed when writing.
-  const summaryRows = meta.summary.rows;
+  let summaryRows = meta.summary.rows, summaryFunctions = meta.summary.functions;
+  let summarySort = "total";
   const sortKeys = {
     name: (a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0,
     calls: (a, b) => b[1] - a[1] || sortKeys.name(a, b),
@@ -742,6 +750,7 @@ _PAGE_SCRIPT = r""""use strict";
   let highlightedName = null;
 
   function renderSummary(sort) {
+    summarySort = sort;
     summaryRows.sort(sortKeys[sort]);
     for (const th of document.querySelectorAll("#summary th")) {
       th.classList.toggle("sorted", th.dataset.sort === sort);
@@ -773,11 +782,31 @@ _PAGE_SCRIPT = r""""use strict";
   for (const th of document.querySelectorAll("#summary th")) {
     th.addEventListener("click", () => renderSummary(th.dataset.sort));
   }
-  const shown = summaryRows.length, functions = meta.summary.functions;
-  document.getElementById("summary-note").textContent =
-    (shown < functions ? `${shown} of ${count(functions, "function")}` :
-      count(functions, "function")) +
-    "; total counts recursion once, self excludes callees; click a row to highlight it";
+  function noteSummary() {
+    const shown = summaryRows.length, functions = summaryFunctions;
+    document.getElementById("summary-note").textContent =
+      (shown < functions ? `${shown} of ${count(functions, "function")}` :
+        count(functions, "function")) +
+      "; total counts recursion once, self excludes callees; click a row to highlight it";
+  }
+  noteSummary();
+  // A trace of several processes: the table covers all of them, or the one chosen.
+  if (meta.processes) {
+    const select = document.createElement("select");
+    select.id = "summary-process";
+    select.add(new Option("all processes", ""));
+    meta.processes.forEach((p, i) => select.add(new Option(`${p.label} (pid ${p.pid})`,
+                                                           String(i))));
+    select.addEventListener("change", () => {
+      const chosen = select.value === "" ? meta.summary : meta.processes[+select.value].summary;
+      summaryRows = chosen.rows;
+      summaryFunctions = chosen.functions;
+      noteSummary();
+      renderSummary(summarySort);
+    });
+    const note = document.getElementById("summary-note");
+    note.parentNode.insertBefore(select, note);
+  }
 
   document.getElementById("title").textContent = meta.title;
   document.getElementById("facts").textContent =

@@ -332,9 +332,20 @@ def test_html_groups_lanes_by_process(job, job_page):
     assert [t["pid"] for t in meta["threads"]] == [trace.thread_pid(t) for t in trace.threads]
     assert {p["pid"]: p["threads"] for p in meta["processes"]} == \
         dict(collections.Counter(t["pid"] for t in meta["threads"]))
-    # The summary table still covers every process's calls.
+    # The summary table still covers every process's calls; each process's own
+    # table has just its calls.
     rows = {row[0].rsplit(": ", 1)[-1]: row[1] for row in meta["summary"]["rows"]}
     assert rows["unique_task"] == TASKS and rows["unique_helper"] == HELPER_CALLS
+    per_process = {}
+    for process in meta["processes"]:
+        found = collections.Counter({row[0].rsplit(": ", 1)[-1]: row[1]
+                                     for row in process["summary"]["rows"]})
+        per_process[process["pid"]] = collections.Counter(
+            {name: n for name, n in found.items() if name.startswith("unique_")})
+    # (the root's table holds its top functions only: unique_main may not be among them)
+    assert {pid: c for pid, c in per_process.items() if c and pid != root_pid} == \
+        {pid: c for pid, c in expected.items() if pid != root_pid}
+    assert set(per_process[root_pid]) <= {"unique_main"}
 
 
 def test_html_draws_a_header_per_process(job, job_page, tmp_path):
@@ -359,6 +370,10 @@ def test_html_draws_a_header_per_process(job, job_page, tmp_path):
     for pid, label in labels.items():
         assert f"{label}, pid {pid}" in facts
     assert dom.count("<tr") > 10                  # the script ran to the summary table
+    select = re.search(r'<select id="summary-process">(.*?)</select>', dom, re.S).group(1)
+    options = re.findall(r"<option[^>]*>(.*?)</option>", select)
+    assert options == ["all processes"] + [f"{labels[pid]} (pid {pid})"
+                                           for pid in read_trace(job[0]).processes]
     # Each process's group header: a band of its colour across the timeline.
     shot = tmp_path / "shot.png"
     chromium(f"--screenshot={shot}", "--window-size=1000,5000")
