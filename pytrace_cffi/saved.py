@@ -393,7 +393,7 @@ def _processes(meta):
         _expect(entry["pid"] not in processes,
                 f"meta.json: process {number}: pid {entry['pid']} is listed twice")
         processes[entry["pid"]] = {k: v for k, v in entry.items() if k != "pid"}
-    _expect(meta.get("pid") in processes,
+    _expect(_is_int(meta.get("pid")) and meta["pid"] in processes,
             f"meta.json: pid {meta.get('pid')!r:.20} is not among its processes")
     return processes
 

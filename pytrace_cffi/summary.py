@@ -312,11 +312,11 @@ def _lane_processes(path, other, lanes, threads):
     _expect(isinstance(listed, list) and all(isinstance(p, dict) for p in listed),
             f"{path}: otherData.processes must be a list of objects")
     for entry in listed:
-        if entry.get("pid") in processes:
+        if type(entry.get("pid")) is int and entry["pid"] in processes:
             facts = {k: v for k, v in entry.items() if k not in ("pid", "label")}
             processes[entry["pid"]].update(facts)
     for thread in threads:
-        _expect(thread.pid in processes, f"{path}: thread {thread.name!r} (tid "
+        _expect(type(thread.pid) is int and thread.pid in processes, f"{path}: thread {thread.name!r} (tid "
                                          f"{thread.native_id}) is in pid {thread.pid}, "
                                          f"which has no process_name event")
     return processes
@@ -328,7 +328,8 @@ def _read_lane(path, number, event, lanes):
     what = "label" if event.get("name") == "process_name" else "sort_index"
     value = args.get("name" if what == "label" else "sort_index") \
         if isinstance(args, dict) else None
-    _expect(type(pid) is int and (isinstance(value, str) if what == "label"
+    _expect(type(pid) is int and -2 ** 63 <= pid < 2 ** 63
+            and (isinstance(value, str) if what == "label"
                                   else type(value) is int),
             f"{path}: event {number}: a {event.get('name')} needs an integer pid and "
             f"{'a name' if what == 'label' else 'an integer sort_index'}")
@@ -538,7 +539,8 @@ class _LineReader:
         phase = event.get("ph")
         if phase == "M" and event.get("name") == "thread_name":
             tid = event.get("tid")
-            name = (event.get("args") or {}).get("name")
+            args = event.get("args")
+            name = args.get("name") if isinstance(args, dict) else None
             _expect(type(tid) is int and isinstance(name, str),
                     f"{path}: event {number}: a thread_name needs an integer tid and a name")
             self.end_thread()
@@ -695,7 +697,8 @@ def _split_events(path, events):
                 raise TraceFormatError(f"{path}: event {number}: pid must be an integer")
         elif phase == "M" and event.get("name") == "thread_name":
             tid = event.get("tid")
-            name = (event.get("args") or {}).get("name")
+            args = event.get("args")
+            name = args.get("name") if isinstance(args, dict) else None
             _expect(type(tid) is int and isinstance(name, str),
                     f"{path}: event {number}: a thread_name needs an integer tid and a name")
             thread_of_tid[tid] = len(thread_meta)

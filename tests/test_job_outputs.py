@@ -487,3 +487,127 @@ def test_a_damaged_joined_json_is_a_format_error(job, tmp_path, damage, layout):
     path.write_bytes(text)
     with pytest.raises(TraceFormatError):
         read_trace(path)
+
+
+# --- fuzzing the processes of a saved directory --------------------------------------------
+
+def _two_process_dir(where):
+    """A saved directory of a trace made to span two processes (pid, pid + 1)."""
+    import threading
+    with pytrace_cffi.trace() as t:
+        worker = threading.Thread(target=sorted, args=(range(5),))
+        worker.start()
+        worker.join()
+        sorted(range(3))
+    trace = t.trace
+    pid = trace.pid
+    trace.processes = {pid: {"label": "first", "host": "h"}, pid + 1: {"label": "</script>x"}}
+    trace.threads = [th._replace(pid=pid + (i % 2)) for i, th in enumerate(trace.threads)]
+    trace.save(where)
+    return trace
+
+
+def _use_everywhere(directory, tmp_path):
+    """Loads directory: a TraceFormatError, or a trace every exporter takes."""
+    try:
+        trace = pytrace_cffi.load(directory)
+    except TraceFormatError:
+        return None
+    from pytrace_cffi.html import write_html
+    trace.export_chrome_trace(tmp_path / "f.json")
+    trace.export_perfetto(tmp_path / "f.pftrace")
+    write_html(trace, tmp_path / "f.html")
+    again = read_trace(tmp_path / "f.json")
+    assert len(again) == len(trace)
+    assert (again.processes is None) == (trace.processes is None)
+    return trace
+
+
+def test_a_trace_of_two_processes_made_by_hand_round_trips(tmp_path):
+    made = _two_process_dir(tmp_path / "two")
+    loaded = _use_everywhere(tmp_path / "two", tmp_path)
+    assert loaded.processes == made.processes
+    assert [th.pid for th in loaded.threads] == [th.pid for th in made.threads]
+    assert "</script>x" not in (tmp_path / "f.html").read_text(encoding="utf-8")
+    again = read_trace(tmp_path / "f.json")
+    assert {pid: info["label"] for pid, info in again.processes.items()} == \
+        {pid: info["label"] for pid, info in made.processes.items()}
+
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2 ** 70, 2 ** 70) | st.floats()
+    | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20)
+
+
+@pytest.fixture(scope="module")
+def two_process_dir(tmp_path_factory):
+    where = tmp_path_factory.mktemp("two") / "saved"
+    _two_process_dir(where)
+    return where
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(where=st.sampled_from(["processes", "processes.0", "processes.0.label",
+                              "processes.1.pid", "processes.0.host", "threads.0.pid",
+                              "threads.1.pid", "pid"]), value=_json_values)
+def test_fuzzed_processes_load_or_raise_format_errors(two_process_dir, tmp_path, where,
+                                                       value):
+    target = tmp_path / "fuzzed"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(two_process_dir, target)
+    meta = json.loads((target / "meta.json").read_text())
+    *path, last = where.split(".")
+    entry = meta
+    for part in path:
+        entry = entry[int(part)] if isinstance(entry, list) else entry[part]
+    entry[int(last) if isinstance(entry, list) else last] = value
+    (target / "meta.json").write_text(json.dumps(meta))
+    _use_everywhere(target, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def two_process_json(two_process_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("two-json") / "two.json"
+    pytrace_cffi.load(two_process_dir).export_chrome_trace(path)
+    return path
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(event=st.sampled_from(["process_name", "process_sort_index", "thread_name"]),
+       field=st.sampled_from(["pid", "args"]), value=_json_values, whole=st.booleans(),
+       processes_value=st.none() | _json_values)
+def test_fuzzed_process_lanes_of_a_json_read_or_raise_format_errors(
+        two_process_json, tmp_path, event, field, value, whole, processes_value):
+    lines = two_process_json.read_bytes().split(b"\n")
+    head = json.loads(lines[0][:-1] + b"}")
+    if processes_value is not None:
+        head["otherData"]["processes"] = processes_value
+    lines[0] = json.dumps(head).encode()[:-1] + b","
+    for number, line in enumerate(lines):
+        if f'"name": "{event}"'.encode() in line:
+            comma = line.endswith(b",")
+            data = json.loads(line.rstrip(b","))
+            data[field] = value
+            lines[number] = json.dumps(data).encode() + (b"," if comma else b"")
+            break
+    text = b"\n".join(lines)
+    if whole:
+        text = text.replace(b",\n", b",\n ")
+    path = tmp_path / "fuzzed.json"
+    path.write_bytes(text)
+    try:
+        trace = read_trace(path)
+    except TraceFormatError:
+        return
+    trace.export_perfetto(tmp_path / "f.pftrace")
+    trace.export_chrome_trace(tmp_path / "f.json")
+    assert len(read_trace(tmp_path / "f.json")) == len(trace)
