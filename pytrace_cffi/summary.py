@@ -329,8 +329,7 @@ def _read_lane(path, number, event, lanes):
     value = args.get("name" if what == "label" else "sort_index") \
         if isinstance(args, dict) else None
     _expect(type(pid) is int and -2 ** 63 <= pid < 2 ** 63
-            and (isinstance(value, str) if what == "label"
-                                  else type(value) is int),
+            and (isinstance(value, str) if what == "label" else type(value) is int),
             f"{path}: event {number}: a {event.get('name')} needs an integer pid and "
             f"{'a name' if what == 'label' else 'an integer sort_index'}")
     lanes.setdefault(pid, {})[what] = value
