@@ -245,9 +245,10 @@ def _process_sequence(trace, uuids):
         yield _packet(_bytes(60, descriptors["root"]), seq)
     for descriptor in descriptors["processes"][1:]:
         yield _packet(_bytes(60, descriptor), seq)
-    for (name, series), uuid in uuids["counters"].items():
+    for (pid, name, series), uuid in uuids["counters"].items():
         title = name if series == name else f"{name} {series}"
-        yield _packet(_bytes(60, _int(1, uuid) + _int(5, uuids["process"]) + _bytes(2, title)
+        parent = uuids["process_of_pid"].get(pid, uuids["process"])
+        yield _packet(_bytes(60, _int(1, uuid) + _int(5, parent) + _bytes(2, title)
                              + _bytes(8, b"")), seq)
     facts = {"generator": "pytrace_cffi", "python": trace.python_version,
              "backend": trace.backend, "clock": trace.clock,
@@ -268,7 +269,8 @@ def _process_sequence(trace, uuids):
             yield _packet(_int(8, mark.ns), _bytes(11, event), seq)
         else:
             for series, value in mark.args.items():
-                track = uuids["counters"][(mark.name, series)]
+                track = uuids["counters"][(uuids["pid_of_tid"].get(mark.thread, trace.pid),
+                                           mark.name, series)]
                 number = (_int(30, value) if isinstance(value, int)
                           and _INT64[0] <= value <= _INT64[1] else _double(44, float(value)))
                 yield _packet(_int(8, mark.ns),
@@ -313,13 +315,18 @@ def _chunks(trace, progress, chunk_bytes):
         uuids["tids"].setdefault(thread.native_id, uuid)
         uuids["tids"].setdefault(thread.native_id or thread.ident, uuid)
     next_uuid = base_uuid + 1 + len(trace.threads)
+    # A counter track per process, name and series, under its process's track.
+    uuids["pid_of_tid"] = pid_of_tid = {}
+    for thread in trace.threads:
+        pid_of_tid.setdefault(thread.native_id, trace.thread_pid(thread))
     for mark in trace.marks:
         if mark.kind == "C":
             for series in mark.args:
-                if (mark.name, series) not in uuids["counters"]:
-                    uuids["counters"][(mark.name, series)] = next_uuid
+                key = (pid_of_tid.get(mark.thread, trace.pid), mark.name, series)
+                if key not in uuids["counters"]:
+                    uuids["counters"][key] = next_uuid
                     next_uuid += 1
-    # One process track per process (the trace's own first: counters hang there).
+    # One process track per process (the trace's own first).
     labels = {trace.pid: None}
     if trace.processes:
         labels = {pid: str(info.get("label", f"pid {pid}"))
@@ -331,6 +338,7 @@ def _chunks(trace, progress, chunk_bytes):
             process_uuids[pid] = next_uuid
             next_uuid += 1
     ranks = {pid: rank for rank, pid in enumerate(labels)}
+    uuids["process_of_pid"] = process_uuids
     uuids["descriptors"] = track_descriptors(
         [(uuid, pid, labels[pid], ranks[pid]) for pid, uuid in process_uuids.items()],
         [(uuids["threads"][index], process_uuids.get(trace.thread_pid(thread), base_uuid),

@@ -534,6 +534,33 @@ def test_a_trace_of_two_processes_made_by_hand_round_trips(tmp_path):
         {pid: info["label"] for pid, info in made.processes.items()}
 
 
+def test_counters_of_each_process_hang_under_its_own_track(tmp_path):
+    pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    import threading
+
+    def count(value):
+        pytrace_cffi.counter("load", value)
+    with pytrace_cffi.trace() as t:
+        worker = threading.Thread(target=count, args=(2,))
+        worker.start()
+        worker.join()
+        count(1)
+    trace = t.trace
+    pid = trace.pid
+    trace.processes = {pid: {"label": "main"}, pid + 1: {"label": "other"}}
+    [worker_tid] = [th.native_id for th in trace.threads
+                    if th.native_id != threading.get_native_id()]
+    trace.threads = [th._replace(pid=pid + (th.native_id == worker_tid))
+                     for th in trace.threads]
+    trace.export_perfetto(tmp_path / "c.pftrace")
+    _, process_tracks, _, decoded = pftrace_tracks(tmp_path / "c.pftrace")
+    pid_of = {uuid: d.process.pid for uuid, d in process_tracks.items()}
+    counters = {uuid: pid_of[parent] for uuid, (name, parent) in decoded["counters"].items()
+                if name == "load"}
+    values = {counters[track]: value for track, _, value in decoded["counter_values"]}
+    assert values == {pid: 1, pid + 1: 2}
+
+
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
