@@ -115,6 +115,9 @@ def _parser():
                          help="show the top N functions, 0 for all (default: 20)")
     summary.add_argument("--per-thread", action="store_true",
                          help="one table part per thread, each with its top N")
+    summary.add_argument("--per-process", action="store_true",
+                         help="a trace of several processes (a job): one table part per "
+                              "process, each with its top N")
 
     export = commands.add_parser(
         "export", help="convert a trace to another format",
@@ -129,10 +132,11 @@ def _parser():
     merge = commands.add_parser(
         "merge", help="join traces onto one timeline: processes, or ours with torch.profiler's",
         description="With the trace directories of a job (run's or start(follow_children="
-                    "True, output=DIR)'s, or single process directories): one Chrome trace "
-                    "with a pid lane per process, named by its label (rank, DataLoader "
-                    "worker, program), on one clock. With one of our traces and "
-                    "torch.profiler's Chrome trace (its export_chrome_trace file, told "
+                    "True, output=DIR)'s, or single process directories): one trace with a "
+                    "lane per process (a pid lane in .json, a process track in .pftrace, a "
+                    "group in .html; a saved-trace directory keeps them all), named by its "
+                    "label (rank, DataLoader worker, program), on one clock. With one of "
+                    "our traces and torch.profiler's Chrome trace (its export_chrome_trace file, told "
                     "apart by its content): our Python calls on torch's timeline and thread "
                     "tracks, beside its cpu_op, user_annotation and GPU events; where torch "
                     "recorded Python calls too (with_stack=True), ours replace them.")
@@ -140,7 +144,8 @@ def _parser():
                        help="trace or process directories; or OURS (a .json / .json.gz or "
                             "saved-trace directory) and TORCH_JSON")
     merge.add_argument("-o", "--output", required=True, metavar="OUT",
-                       help="where to write the merged trace: .json or .json.gz")
+                       help="where to write the merged trace: .json, .json.gz, .pftrace, "
+                            ".html or a directory (with torch.profiler's: .json or .json.gz)")
     return parser
 
 
@@ -503,13 +508,21 @@ def _cmd_run(args, program):
 
 
 def _cmd_summary(args):
-    from .summary import format_summary, read_trace, summarize
+    from .summary import format_process_totals, format_summary, read_trace, summarize
     trace = read_trace(args.trace)
+    per_process = args.per_process and not args.per_thread
     rows = summarize(trace, sort=args.sort, limit=args.limit or None,
-                     per_thread=args.per_thread)
+                     per_thread=args.per_thread, per_process=per_process)
     title = (f"{args.trace}: {len(trace)} calls on {len(trace.threads)} threads, "
              f"{(trace.stop_ns - trace.start_ns) / 1e6:.3f} ms")
-    print(format_summary(rows, title=title))
+    if trace.processes:
+        title = (f"{args.trace}: {len(trace)} calls in {len(trace.processes)} processes, "
+                 f"{len(trace.threads)} threads, {(trace.stop_ns - trace.start_ns) / 1e6:.3f}"
+                 f" ms\n{format_process_totals(trace)}\n"
+                 + ("per process:" if per_process else
+                    "per thread:" if args.per_thread else "all processes:"))
+    print(format_summary(rows, title=title,
+                         column="process" if per_process and trace.processes else "thread"))
     return 0
 
 
@@ -547,12 +560,11 @@ def _is_torch_trace(path):
 
 
 def _cmd_merge(args):
-    _check_merge_output(args)
-    if not args.output.endswith((".json", ".json.gz")):
-        raise SystemExit(f"pytrace_cffi: the merged trace is Chrome JSON: name it .json or "
-                         f".json.gz, not {args.output!r}")
     torch_traces = [path for path in args.inputs if _is_torch_trace(path)]
     if torch_traces:
+        if not args.output.endswith((".json", ".json.gz")):
+            raise SystemExit(f"pytrace_cffi: a trace merged with torch.profiler's is Chrome "
+                             f"JSON: name it .json or .json.gz, not {args.output!r}")
         ours = [path for path in args.inputs if path not in torch_traces]
         if len(torch_traces) != 1 or len(ours) != 1:
             raise SystemExit("pytrace_cffi: merging with torch.profiler takes one of our traces "
@@ -563,6 +575,7 @@ def _cmd_merge(args):
               file=sys.stderr)
         return 0
     from . import processes
+    _check_output(args.output)
     results = processes.join(args.inputs, args.output)
     for result in results:
         print(f"pytrace_cffi: pid {result.pid} ({result.label}): {result.state}",
@@ -573,16 +586,6 @@ def _cmd_merge(args):
                 print(f"pytrace_cffi: {line}", file=sys.stderr)
     print(f"pytrace_cffi: {len(results)} processes -> {args.output}", file=sys.stderr)
     return 0
-
-
-def _check_merge_output(args):
-    """merge writes Chrome JSON; joining a job's processes also writes whatever export
-    does (through `export JOB_DIR -o OUT`), which is said here rather than failing."""
-    if args.output.endswith((".json", ".json.gz")):
-        return
-    if not any(_is_torch_trace(path) for path in args.inputs) and len(args.inputs) == 1:
-        raise SystemExit(f"pytrace_cffi: merge writes .json or .json.gz; for {args.output!r} "
-                         f"run: python -m pytrace_cffi export {args.inputs[0]} -o {args.output}")
 
 
 COMMANDS = {"summary": _cmd_summary, "export": _cmd_export,      # run: see main()

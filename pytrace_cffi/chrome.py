@@ -63,10 +63,25 @@ def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
             "realtime_anchor": trace.realtime_anchor,
         },
     }
+    if trace.processes:
+        head["otherData"]["processes"] = [dict(facts, pid=process_pid)
+                                          for process_pid, facts in trace.processes.items()]
     yield ('{' + json.dumps(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8")
     first = True
+    # A trace of several processes: a lane per process, named and ranked (as
+    # processes.join writes them).
+    for order, (process_pid, facts) in enumerate((trace.processes or {}).items()):
+        for name, args in (("process_name", {"name": facts.get("label", "")}),
+                           ("process_sort_index", {"sort_index": order})):
+            meta = json.dumps({"ph": "M", "name": name, "pid": process_pid, "tid": 0,
+                               "args": args})
+            yield (meta if first else ",\n" + meta).encode("utf-8")
+            first = False
+    pid_of_tid = {}
     for thread, slices, n in trace.thread_slices():
         tid = thread.native_id or thread.ident
+        pid = trace.thread_pid(thread)
+        pid_of_tid.setdefault(thread.native_id, pid)
         meta = json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                            "args": {"name": thread.name}})
         yield (meta if first else ",\n" + meta).encode("utf-8")
@@ -84,7 +99,8 @@ def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
             yield ffi.buffer(out, written[0])[:]
         first_id += n
     for mark in trace.marks:
-        event = {"ph": mark.kind, "name": mark.name, "pid": pid, "tid": mark.thread,
+        event = {"ph": mark.kind, "name": mark.name,
+                 "pid": pid_of_tid.get(mark.thread, trace.pid), "tid": mark.thread,
                  "ts": float(_us(mark.ns - base)), "args": mark.args}
         if mark.kind == "i":
             event["s"] = "t"

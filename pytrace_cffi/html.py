@@ -100,8 +100,8 @@ def _script_json(data):
     return json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
 
 
-def _summary_rows(trace):
-    rows = summarize(trace, limit=None)
+def _summary_rows(trace, rows=None):
+    rows = summarize(trace, limit=None) if rows is None else rows
     chosen = {}
     for sort in SUMMARY_SORTS:
         for row in sorted(rows, key=SORT_KEYS[sort])[:SUMMARY_TOP]:
@@ -110,7 +110,7 @@ def _summary_rows(trace):
 
 
 def _meta(trace, title, reduction):
-    return {
+    meta = {
         "title": title,
         "names": trace.names,
         "kinds": "".join(KIND_LETTERS[kind] for kind in trace.key_kinds),
@@ -127,6 +127,22 @@ def _meta(trace, title, reduction):
         "summary": _summary_rows(trace),
         "reduced": None if reduction is None else reduction._asdict(),
     }
+    if trace.processes:
+        # A trace of several processes: lanes grouped by process, each group headed
+        # by its label (threads come process by process, in lane order).
+        from .summary import _process_title, process_totals
+        for entry, (thread, _, _) in zip(meta["threads"], trace.thread_slices()):
+            entry["pid"] = trace.thread_pid(thread)
+        # The summary table can show one process's functions too.
+        rows_of = {}
+        for row in summarize(trace, limit=None, per_process=True):
+            rows_of.setdefault(row.thread, []).append(row._replace(thread=None))
+        meta["processes"] = [{"pid": t.pid, "label": t.label, "calls": t.calls,
+                              "threads": t.threads,
+                              "summary": _summary_rows(trace, rows_of.get(
+                                  _process_title(trace, t.pid), []))}
+                             for t in process_totals(trace)]
+    return meta
 
 
 def _slice_arrays(trace, progress):
@@ -252,7 +268,7 @@ _PAGE_HEAD = """<!DOCTYPE html>
 <div id="timeline"><canvas id="canvas"></canvas><div id="tooltip"></div></div>
 <div class="hint">wheel: zoom &middot; shift+wheel: scroll &middot; drag: pan &middot;
   click: details &middot; double-click: zoom to the call &middot; click a thread's name:
-  fold it</div>
+  fold it (a process's: fold its threads)</div>
 <div id="panels">
   <section><h2>Selected call</h2><div id="details">
     <span class="empty">Click a call in the timeline.</span></div></section>
@@ -266,7 +282,7 @@ _PAGE_HEAD = """<!DOCTYPE html>
 
 _PAGE_SCRIPT = r""""use strict";
 (function () {
-  const ROW = 16, LANE_HEAD = 20, LANE_GAP = 6, AXIS = 24, MIN_SPAN_NS = 50;
+  const ROW = 16, LANE_HEAD = 20, LANE_GAP = 6, AXIS = 24, MIN_SPAN_NS = 50, GROUP_HEAD = 24;
   const meta = JSON.parse(document.getElementById("pt-meta").textContent);
   const flat = JSON.parse(document.getElementById("pt-slices").textContent);
   // A reduced page (see write_html) has two more numbers per call: the calls left
@@ -340,6 +356,24 @@ _PAGE_SCRIPT = r""""use strict";
   });
   traceEnd = Math.max(traceEnd, 1);
 
+  // A trace of several processes: the threads of a process form a group, headed
+  // by the process's label; a thread starting a group carries it.
+  const groups = [];
+  if (meta.processes) {
+    const processOf = new Map(meta.processes.map(p => [p.pid, p]));
+    let previous = null;
+    for (const thread of threads) {
+      if (thread.info.pid !== previous) {
+        const process = processOf.get(thread.info.pid) ||
+          { pid: thread.info.pid, label: `pid ${thread.info.pid}`, calls: 0, threads: 0 };
+        thread.group = { process, top: 0, threads: [] };
+        groups.push(thread.group);
+        previous = thread.info.pid;
+      }
+      groups[groups.length - 1].threads.push(thread);
+    }
+  }
+
   // A folded lane shows its header only.
   function rowsShown(thread) {
     return thread.folded ? 0 : thread.levels.length;
@@ -349,6 +383,10 @@ _PAGE_SCRIPT = r""""use strict";
   function layout() {
     contentHeight = AXIS;
     for (const thread of threads) {
+      if (thread.group) {
+        thread.group.top = contentHeight;
+        contentHeight += GROUP_HEAD;
+      }
       thread.top = contentHeight;
       contentHeight += LANE_HEAD + rowsShown(thread) * ROW + LANE_GAP;
     }
@@ -486,6 +524,18 @@ _PAGE_SCRIPT = r""""use strict";
     ctx.rect(0, AXIS, width, height - AXIS);
     ctx.clip();
     ctx.translate(0, -view.scroll);
+    for (const group of groups) {
+      if (group.top + GROUP_HEAD < view.scroll || group.top > view.scroll + height) continue;
+      const p = group.process;
+      ctx.fillStyle = "#d8dee4";
+      ctx.fillRect(0, group.top, width, GROUP_HEAD);
+      ctx.fillStyle = "#1f2328";
+      ctx.font = "700 13px system-ui, sans-serif";
+      const folded = group.threads.every(t => t.folded);
+      ctx.fillText(`${folded ? "\u25b8" : "\u25be"} ${p.label}  \u00b7  pid ${p.pid}` +
+                   `  \u00b7  ${count(p.threads, "thread")}` +
+                   `  \u00b7  ${count(p.calls, "call")}`, 8, group.top + GROUP_HEAD / 2);
+    }
     for (const thread of threads) {
       const laneBottom = thread.top + LANE_HEAD + rowsShown(thread) * ROW;
       if (laneBottom < view.scroll || thread.top > view.scroll + height) continue;
@@ -529,6 +579,17 @@ _PAGE_SCRIPT = r""""use strict";
     return threads.find(t => contentY >= t.top && contentY < t.top + LANE_HEAD) || null;
   }
 
+  function processLabel(pid) {
+    const found = (meta.processes || []).find(p => p.pid === pid);
+    return found ? found.label : "?";
+  }
+
+  function groupHeaderAt(y) {
+    const contentY = y + view.scroll;
+    if (y < AXIS) return null;
+    return groups.find(g => contentY >= g.top && contentY < g.top + GROUP_HEAD) || null;
+  }
+
   function callAt(x, y) {
     if (y < AXIS) return null;
     const contentY = y + view.scroll, nsPerPx = (view.end - view.start) / width;
@@ -565,6 +626,8 @@ _PAGE_SCRIPT = r""""use strict";
       ["Name", names[k]],
       ["Kind", KIND_NAMES[meta.kinds[k]]],
       ["Thread", `${thread.info.name} (tid ${thread.info.tid})`],
+      ...(meta.processes ? [["Process", `${processLabel(thread.info.pid)} (pid ` +
+                                        `${thread.info.pid})`]] : []),
       ["Start", formatNs(thread.start[index]) + " after trace start"],
       ["Duration", formatNs(thread.end[index] - thread.start[index])],
       ["Self time", formatNs(selfTime(thread, index))],
@@ -632,6 +695,14 @@ _PAGE_SCRIPT = r""""use strict";
   });
   window.addEventListener("mouseup", event => {
     if (drag !== null && !drag.moved && event.target === canvas) {
+      const group = groupHeaderAt(event.offsetY);
+      if (group !== null) {          // a process's header folds (or unfolds) all its lanes
+        const fold = group.threads.some(t => !t.folded);
+        for (const t of group.threads) t.folded = fold;
+        layout();
+        resize();
+        return;
+      }
       const lane = laneHeaderAt(event.offsetY);
       if (lane !== null) {
         lane.folded = !lane.folded;
@@ -668,7 +739,8 @@ _PAGE_SCRIPT = r""""use strict";
   window.addEventListener("resize", resize);
 
   // The summary: rows [name, calls, total ns, self ns] computed when writing.
-  const summaryRows = meta.summary.rows;
+  let summaryRows = meta.summary.rows, summaryFunctions = meta.summary.functions;
+  let summarySort = "total";
   const sortKeys = {
     name: (a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0,
     calls: (a, b) => b[1] - a[1] || sortKeys.name(a, b),
@@ -678,6 +750,7 @@ _PAGE_SCRIPT = r""""use strict";
   let highlightedName = null;
 
   function renderSummary(sort) {
+    summarySort = sort;
     summaryRows.sort(sortKeys[sort]);
     for (const th of document.querySelectorAll("#summary th")) {
       th.classList.toggle("sorted", th.dataset.sort === sort);
@@ -709,16 +782,39 @@ _PAGE_SCRIPT = r""""use strict";
   for (const th of document.querySelectorAll("#summary th")) {
     th.addEventListener("click", () => renderSummary(th.dataset.sort));
   }
-  const shown = summaryRows.length, functions = meta.summary.functions;
-  document.getElementById("summary-note").textContent =
-    (shown < functions ? `${shown} of ${count(functions, "function")}` :
-      count(functions, "function")) +
-    "; total counts recursion once, self excludes callees; click a row to highlight it";
+  function noteSummary() {
+    const shown = summaryRows.length, functions = summaryFunctions;
+    document.getElementById("summary-note").textContent =
+      (shown < functions ? `${shown} of ${count(functions, "function")}` :
+        count(functions, "function")) +
+      "; total counts recursion once, self excludes callees; click a row to highlight it";
+  }
+  noteSummary();
+  // A trace of several processes: the table covers all of them, or the one chosen.
+  if (meta.processes) {
+    const select = document.createElement("select");
+    select.id = "summary-process";
+    select.add(new Option("all processes", ""));
+    meta.processes.forEach((p, i) => select.add(new Option(`${p.label} (pid ${p.pid})`,
+                                                           String(i))));
+    select.addEventListener("change", () => {
+      const chosen = select.value === "" ? meta.summary : meta.processes[+select.value].summary;
+      summaryRows = chosen.rows;
+      summaryFunctions = chosen.functions;
+      noteSummary();
+      renderSummary(summarySort);
+    });
+    const note = document.getElementById("summary-note");
+    note.parentNode.insertBefore(select, note);
+  }
 
   document.getElementById("title").textContent = meta.title;
   document.getElementById("facts").textContent =
     `${count(meta.calls, "call")} on ${count(threads.length, "thread")}` +
-    ` \u00b7 ${formatNs(meta.stop_ns - meta.start_ns)} \u00b7 pid ${meta.pid}` +
+    ` \u00b7 ${formatNs(meta.stop_ns - meta.start_ns)} \u00b7 ` +
+    (meta.processes ? `${meta.processes.length} process` +
+      `${meta.processes.length === 1 ? "" : "es"} (` +
+      meta.processes.map(p => `${p.label}, pid ${p.pid}`).join("; ") + ")" : `pid ${meta.pid}`) +
     ` \u00b7 Python ${meta.python} (${meta.backend})`;
   if (meta.dropped_events > 0) {
     document.getElementById("warning").textContent =

@@ -193,6 +193,38 @@ class _Sink:
             self.pool.shutdown(wait=True)
 
 
+ORDERING_EXPLICIT = 1     # TrackDescriptor ProcessOrdering / ThreadOrdering EXPLICIT
+CHILD_ORDERING_EXPLICIT = 3   # TrackDescriptor ChildTracksOrdering EXPLICIT
+
+
+def track_descriptors(processes, threads):
+    """TrackDescriptor bodies (what TracePacket field 60 holds) of the process and
+    thread tracks: {"root": ..., "processes": [...], "threads": [...]}.
+
+    processes: (uuid, pid, label, rank) per process; label None for the trace of
+    one process (named "python" as before), rank its place among the processes.
+    threads: (uuid, process uuid, pid, tid, name, rank) per thread.
+    With several processes, Perfetto's UI orders process tracks by their
+    sibling_order_rank (and threads by theirs) only when the root descriptor
+    (uuid 0) says process_ordering/thread_ordering EXPLICIT: "root" is that
+    descriptor then, and b"" for one process (whose file stays as it was)."""
+    several = any(label is not None for _, _, label, _ in processes)
+    out = {"root": (_int(1, 0) + _int(19, ORDERING_EXPLICIT) + _int(20, ORDERING_EXPLICIT))
+           if several else b"", "processes": [], "threads": []}
+    for uuid, pid, label, rank in processes:
+        if label is None:
+            out["processes"].append(_int(1, uuid) + _bytes(3, _int(1, pid)
+                                                            + _bytes(6, "python")))
+        else:
+            out["processes"].append(_int(1, uuid) + _bytes(3, _int(1, pid) + _bytes(6, label))
+                                    + _int(11, CHILD_ORDERING_EXPLICIT) + _int(12, rank))
+    for uuid, parent, pid, tid, name, rank in threads:
+        out["threads"].append(_int(1, uuid) + _int(5, parent)
+                              + _bytes(4, _int(1, pid) + _int(2, tid) + _bytes(5, name))
+                              + (_int(12, rank) if several else b""))
+    return out
+
+
 def _process_sequence(trace, uuids):
     """Sequence 1's packets: process and counter tracks, the trace's facts, marks."""
     seq = _int(10, PROCESS_SEQUENCE)
@@ -205,18 +237,25 @@ def _process_sequence(trace, uuids):
         realtime = anchor["realtime_ns"] + (base - anchor["monotonic_ns"])
         clocks += _bytes(1, _int(1, CLOCK_REALTIME) + _int(2, realtime))
     yield _packet(_bytes(6, clocks + _int(2, CLOCK_MONOTONIC)), seq)
-    yield _packet(_bytes(60, _int(1, uuids["process"])
-                         + _bytes(3, _int(1, trace.pid) + _bytes(6, "python"))),
+    descriptors = uuids["descriptors"]
+    yield _packet(_bytes(60, descriptors["processes"][0]),
                   _int(13, SEQ_INCREMENTAL_STATE_CLEARED),
                   _bytes(59, _int(58, CLOCK_MONOTONIC)), seq)
-    for (name, series), uuid in uuids["counters"].items():
+    if descriptors["root"]:
+        yield _packet(_bytes(60, descriptors["root"]), seq)
+    for descriptor in descriptors["processes"][1:]:
+        yield _packet(_bytes(60, descriptor), seq)
+    for (pid, name, series), uuid in uuids["counters"].items():
         title = name if series == name else f"{name} {series}"
-        yield _packet(_bytes(60, _int(1, uuid) + _int(5, uuids["process"]) + _bytes(2, title)
+        parent = uuids["process_of_pid"].get(pid, uuids["process"])
+        yield _packet(_bytes(60, _int(1, uuid) + _int(5, parent) + _bytes(2, title)
                              + _bytes(8, b"")), seq)
     facts = {"generator": "pytrace_cffi", "python": trace.python_version,
              "backend": trace.backend, "clock": trace.clock,
              "start_monotonic_ns": base, "stop_monotonic_ns": trace.stop_ns,
              "dropped_events": trace.dropped_events, "realtime_anchor": trace.realtime_anchor}
+    if trace.processes:
+        facts["processes"] = [dict(info, pid=pid) for pid, info in trace.processes.items()]
     yield _packet(_int(8, base), _bytes(11, _int(9, TYPE_INSTANT) + _int(11, uuids["process"])
                                         + _bytes(23, "pytrace_cffi")
                                         + _AnnotationNames.plain(facts)
@@ -230,22 +269,21 @@ def _process_sequence(trace, uuids):
             yield _packet(_int(8, mark.ns), _bytes(11, event), seq)
         else:
             for series, value in mark.args.items():
-                track = uuids["counters"][(mark.name, series)]
+                track = uuids["counters"][(uuids["pid_of_tid"].get(mark.thread, trace.pid),
+                                           mark.name, series)]
                 number = (_int(30, value) if isinstance(value, int)
                           and _INT64[0] <= value <= _INT64[1] else _double(44, float(value)))
                 yield _packet(_int(8, mark.ns),
                               _bytes(11, _int(9, TYPE_COUNTER) + _int(11, track) + number), seq)
 
 
-def _thread_head(trace, thread, uuid, sequence_id, interned_head, clock_ns):
-    """A thread sequence's first packets: its track, defaults, the clock mapping
-    (sequence clock = CLOCK_MONOTONIC at clock_ns, in ns) and the interned
-    categories and annotation names."""
+def _thread_head(descriptor, uuid, sequence_id, interned_head, clock_ns):
+    """A thread sequence's first packets: its track (descriptor: the
+    TrackDescriptor body), defaults, the clock mapping (sequence clock =
+    CLOCK_MONOTONIC at clock_ns, in ns) and the interned categories and
+    annotation names."""
     seq = _int(10, sequence_id)
-    tid = thread.native_id or thread.ident
-    descriptor = _bytes(60, _int(1, uuid) + _int(5, _uuid_base(trace))
-                        + _bytes(4, _int(1, trace.pid) + _int(2, tid)
-                                 + _bytes(5, thread.name)))
+    descriptor = _bytes(60, descriptor)
     defaults = _bytes(59, _int(58, SEQUENCE_CLOCK) + _bytes(11, _int(11, uuid)))
     head = _packet(descriptor, _int(13, SEQ_INCREMENTAL_STATE_CLEARED), defaults,
                    _bytes(12, interned_head), seq)
@@ -277,12 +315,35 @@ def _chunks(trace, progress, chunk_bytes):
         uuids["tids"].setdefault(thread.native_id, uuid)
         uuids["tids"].setdefault(thread.native_id or thread.ident, uuid)
     next_uuid = base_uuid + 1 + len(trace.threads)
+    # A counter track per process, name and series, under its process's track.
+    uuids["pid_of_tid"] = pid_of_tid = {}
+    for thread in trace.threads:
+        pid_of_tid.setdefault(thread.native_id, trace.thread_pid(thread))
     for mark in trace.marks:
         if mark.kind == "C":
             for series in mark.args:
-                if (mark.name, series) not in uuids["counters"]:
-                    uuids["counters"][(mark.name, series)] = next_uuid
+                key = (pid_of_tid.get(mark.thread, trace.pid), mark.name, series)
+                if key not in uuids["counters"]:
+                    uuids["counters"][key] = next_uuid
                     next_uuid += 1
+    # One process track per process (the trace's own first).
+    labels = {trace.pid: None}
+    if trace.processes:
+        labels = {pid: str(info.get("label", f"pid {pid}"))
+                  for pid, info in trace.processes.items()}
+        labels.setdefault(trace.pid, f"pid {trace.pid}")
+    process_uuids = {trace.pid: base_uuid}
+    for pid in labels:
+        if pid not in process_uuids:
+            process_uuids[pid] = next_uuid
+            next_uuid += 1
+    ranks = {pid: rank for rank, pid in enumerate(labels)}
+    uuids["process_of_pid"] = process_uuids
+    uuids["descriptors"] = track_descriptors(
+        [(uuid, pid, labels[pid], ranks[pid]) for pid, uuid in process_uuids.items()],
+        [(uuids["threads"][index], process_uuids.get(trace.thread_pid(thread), base_uuid),
+          trace.thread_pid(thread), thread.native_id or thread.ident, thread.name, index)
+         for index, thread in enumerate(trace.threads)])
 
     yield b"".join(_process_sequence(trace, uuids))
     annotation_names = _AnnotationNames()
@@ -315,8 +376,8 @@ def _chunks(trace, progress, chunk_bytes):
         # The sequence's clock starts at the trace's start, or at its first call if
         # that is earlier (a loaded trace's clock may say so): deltas are never negative.
         clock_ns = min(trace.start_ns, slices[0].start) if n else trace.start_ns
-        yield _thread_head(trace, thread, uuids["threads"][index], sequence_id, interned_head,
-                           clock_ns)
+        yield _thread_head(uuids["descriptors"]["threads"][index], uuids["threads"][index],
+                           sequence_id, interned_head, clock_ns)
         stack_cap = lib.pt_max_depth(slices, n) + 1 if n else 1
         stack = ffi.new("int64_t[]", stack_cap)
         ffi.memmove(interned_done, bytes(max(1, n_keys)), max(1, n_keys))

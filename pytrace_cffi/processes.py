@@ -26,10 +26,14 @@ trace ``DIR/proc-<pid>/`` with the parent's options.
   program has no handler of its own) writes its full trace; one killed by SIGKILL
   is recovered from those files, losing at most one chunk per thread.
 
-``join(inputs, output)`` writes one Chrome JSON with a pid lane per process,
-labelled (``rank N``, ``DataLoader worker N``, multiprocessing's process name, or
-the program name), on CLOCK_MONOTONIC (one host). It never waits for a process:
-one still running is joined as far as its files go and reported as such.
+``join(inputs, output)`` writes every process onto one timeline, labelled
+(``rank N``, ``DataLoader worker N``, multiprocessing's process name, or the
+program name), on CLOCK_MONOTONIC (one host; other hosts through their realtime
+anchors), in the format output's name picks: Chrome JSON with a pid lane per
+process, .pftrace with a process track per process, .html with lanes grouped by
+process, or a saved directory of them all (``joined_trace`` gives that Trace of
+several processes). It never waits for a process: one still running is joined as
+far as its files go and reported as such.
 """
 import atexit
 import collections
@@ -1028,13 +1032,54 @@ def _sort_key(item):
 
 def join(inputs, output):
     """Writes the processes of inputs (trace directories, process directories or
-    saved traces) as one Chrome JSON (.json or .json.gz): a pid lane per process,
-    named by its label, ordered root first, then ranks, then the rest by start;
-    times on the first process's CLOCK_MONOTONIC (other hosts' mapped through
-    their realtime anchors). Returns a ProcessResult per process."""
+    saved traces) onto one timeline at output, in the format its name picks:
+    Chrome JSON (.json, .json.gz) with a pid lane per process, named by its label,
+    ordered root first, then ranks, then the rest by start; .pftrace with a
+    process track per process (threads under it, in that order); .html with the
+    lanes grouped by process; any other name: a saved-trace directory holding
+    every process (docs/FORMAT.md), which pytrace_cffi.load reads back as a Trace
+    of several processes. Times on the first process's CLOCK_MONOTONIC (other
+    hosts' mapped through their realtime anchors). Returns a ProcessResult per
+    process."""
     output = os.fspath(output)
     if not output.endswith((".json", ".json.gz")):
-        raise ValueError(f"join writes .json or .json.gz, not {output!r}")
+        trace, results = joined_trace(inputs)
+        write_any(trace, output)
+        return results
+    return _join_json(inputs, output)
+
+
+def write_any(trace, path):
+    """Writes trace to path in the format its name picks (as `export` does)."""
+    if path.endswith((".json", ".json.gz")):
+        trace.export_chrome_trace(path)
+    elif path.endswith(".pftrace"):
+        trace.export_perfetto(path)
+    elif path.endswith(".html"):
+        from .html import write_html
+        write_html(trace, path)
+    else:
+        trace.save(path)
+
+
+def joined_trace(inputs):
+    """(Trace, [ProcessResult]): the processes of inputs as one Trace of several
+    processes (Trace.processes: pid -> label and facts, in lane order; each
+    thread's pid), times aligned as join aligns them. Joined through a Chrome JSON
+    in a temporary directory (removed after), read back line by line."""
+    import shutil
+    import tempfile
+    from .summary import _read_chrome_trace
+    scratch = tempfile.mkdtemp(prefix="pytrace_cffi-job-")
+    try:
+        joined = os.path.join(scratch, "job.json")
+        results = _join_json(inputs, joined)
+        return _read_chrome_trace(joined), results
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _join_json(inputs, output):
     items = sorted(_read_all(inputs), key=_sort_key)
     traced = [(r, t, f) for r, (t, f) in items if t is not None]
     if not traced:
@@ -1095,6 +1140,7 @@ def _write_joined(traced, path, shifts):
     opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6)) if path.endswith(".gz")
               else (lambda tmp: open(tmp, "wb")))
     root = traced[0][1]
+    anchor = root.realtime_anchor      # the first process's: its clock is the file's
     head = {"displayTimeUnit": "ns",
             "otherData": {"generator": "pytrace_cffi", "start_monotonic_ns": base,
                           "stop_monotonic_ns": max(t.stop_ns + shift for (_, t, _), shift
@@ -1102,6 +1148,7 @@ def _write_joined(traced, path, shifts):
                           "python": root.python_version, "backend": root.backend,
                           "clock": root.clock,
                           "dropped_events": sum(t.dropped_events for _, t, _ in traced),
+                          "realtime_anchor": anchor,
                           "processes": [dict(pid=r.pid, label=r.label, state=r.state,
                                              host=f.get("host"), ppid=f.get("ppid"),
                                              argv=f.get("argv"))

@@ -133,9 +133,11 @@ def _meta(pid, python, backend, clock, start_ns, stop_ns, dropped, names, key_ki
     }
 
 
-def _thread_meta(thread, n_slices):
+def _thread_meta(thread, n_slices, pid=None):
     entry = {"index": thread.index, "native_id": thread.native_id, "ident": thread.ident,
              "name": thread.name, "n_events": thread.n_events, "dropped": thread.dropped}
+    if pid is not None:
+        entry["pid"] = pid          # a trace of several processes: whose thread
     if n_slices is not None:
         entry["n_slices"] = n_slices
     return entry
@@ -156,7 +158,11 @@ def save(trace, directory):
     meta = _meta(trace.pid, trace.python_version, trace.backend, trace.clock, trace.start_ns,
                  trace.stop_ns, trace.dropped_events, trace.names, trace.key_kinds,
                  trace.key_args, trace.marks, realtime_anchor=trace.realtime_anchor)
-    meta["threads"] = [_thread_meta(t, n) for t, _, n in trace.thread_slices()]
+    several = bool(trace.processes)
+    meta["threads"] = [_thread_meta(t, n, trace.thread_pid(t) if several else None)
+                       for t, _, n in trace.thread_slices()]
+    if several:
+        meta["processes"] = [dict(facts, pid=pid) for pid, facts in trace.processes.items()]
     if os.path.exists(os.path.join(directory, "events.bin")):
         os.unlink(os.path.join(directory, "events.bin"))
     _write_names(directory, trace.names, trace.params)
@@ -295,6 +301,7 @@ def _load_parts(directory, meta, hashes, params):
         if args:
             key_args[key] = args
 
+    processes = _processes(meta)
     threads_meta = meta.get("threads")
     _expect(isinstance(threads_meta, list), "meta.json: threads missing")
     threads, counts = [], []
@@ -307,9 +314,17 @@ def _load_parts(directory, meta, hashes, params):
         for count in ("n_events", "dropped"):
             _expect(_int(t.get(count), count) >= 0,
                     f"meta.json: thread {index} ({name!r}) has a negative {count}")
+        pid = t.get("pid")
+        if processes is None:
+            _expect(pid is None, f"meta.json: thread {index} ({name!r}) has a pid, but "
+                                 "meta.json lists no processes")
+        else:
+            _expect(_is_int(pid) and pid in processes,
+                    f"meta.json: thread {index} ({name!r}) has pid {pid!r:.20}, which "
+                    "meta.json's processes lack")
         threads.append(ThreadInfo(index, _int(t.get("native_id"), "native_id", UINT64),
                                   _int(t.get("ident"), "ident", UINT64), name,
-                                  t["n_events"], t["dropped"]))
+                                  t["n_events"], t["dropped"], pid))
         if spilled:
             _expect("n_slices" not in t, f"meta.json: thread {index} ({name!r}) has n_slices, "
                                          "but the trace is spilled (events.bin)")
@@ -330,7 +345,8 @@ def _load_parts(directory, meta, hashes, params):
     if spilled:
         slices, threads = _replay_spilled(directory, meta, threads, names, key_kinds, key_args,
                                           bytes(hidden))
-        return _trace(meta, names, key_kinds, key_args, threads, slices, params, marks)
+        return _trace(meta, names, key_kinds, key_args, threads, slices, params, marks,
+                      processes)
     path = os.path.join(directory, "slices.bin")
     try:
         size = os.path.getsize(path)
@@ -357,18 +373,42 @@ def _load_parts(directory, meta, hashes, params):
     except OSError as exc:
         raise TraceFormatError(f"{path}: {exc}") from None
 
-    return _trace(meta, names, key_kinds, key_args, threads, slices, params, marks)
+    return _trace(meta, names, key_kinds, key_args, threads, slices, params, marks, processes)
 
 
-def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks):
+def _processes(meta):
+    """meta.json's "processes" (a trace of several processes: a job's, joined) as
+    Trace.processes, pid -> facts, in lane order; None when absent."""
+    listed = meta.get("processes")
+    if listed is None:
+        return None
+    _expect(isinstance(listed, list) and listed, "meta.json: processes must be a non-empty "
+                                                 "list")
+    processes = {}
+    for number, entry in enumerate(listed):
+        _expect(isinstance(entry, dict) and _is_int(entry.get("pid"))
+                and isinstance(entry.get("label"), str),
+                f"meta.json: process {number} needs an integer pid and a label")
+        _int(entry["pid"], "process pid")
+        _expect(entry["pid"] not in processes,
+                f"meta.json: process {number}: pid {entry['pid']} is listed twice")
+        processes[entry["pid"]] = {k: v for k, v in entry.items() if k != "pid"}
+    _expect(_is_int(meta.get("pid")) and meta["pid"] in processes,
+            f"meta.json: pid {meta.get('pid')!r:.20} is not among its processes")
+    return processes
+
+
+def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks, processes=None):
     from .trace import Trace
-    return Trace(names=names, key_kinds=key_kinds, key_args=key_args, threads=threads,
+    trace = Trace(names=names, key_kinds=key_kinds, key_args=key_args, threads=threads,
                  slices=slices, start_ns=_int(meta.get("start_ns"), "start_ns"),
                  stop_ns=_int(meta.get("stop_ns"), "stop_ns"), pid=_int(meta.get("pid"), "pid"),
                  python_version=str(meta.get("python")), backend=str(meta.get("backend")),
                  clock=str(meta.get("clock")), params=params, marks=marks,
                  dropped_events=_int(meta.get("dropped_events"), "dropped_events"),
                  realtime_anchor=_anchor(meta.get("realtime_anchor")))
+    trace.processes = processes
+    return trace
 
 
 def _anchor(value):
@@ -464,7 +504,6 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
                          f"before it starts or outside its parent (damaged deltas)")
         out, n = regions.insert(out, n_out[0])
         slices.append((out, drop_short(out, n, max(0, min_duration_ns))))
-        loaded_threads.append(ThreadInfo(thread.index, thread.native_id, thread.ident,
-                                         thread.name, n_events, thread.dropped))
+        loaded_threads.append(thread._replace(n_events=n_events))
     name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args)
     return drop_carriers(slices, hidden), loaded_threads

@@ -53,10 +53,13 @@ def slice_records(slices, count):
     return SLICE_RECORD.iter_unpack(ffi.buffer(slices, count * SLICE_RECORD.size))
 
 
-def summarize(trace, sort="total", limit=20, per_thread=False):
+def summarize(trace, sort="total", limit=20, per_thread=False, per_process=False):
     """SummaryRows for the `limit` (None: all) top functions by `sort` (total,
     self, calls or name). With per_thread, each thread gets its own rows, in
-    thread order, `limit` of them per thread."""
+    thread order, `limit` of them per thread (in a trace of several processes,
+    a row's thread says whose: "MainThread (rank 0, pid 12)"). With per_process
+    (a trace of several processes), each process gets its own rows, their
+    thread field naming the process ("rank 0 (pid 12)")."""
     if sort not in SORT_KEYS:
         raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}, not {sort!r}")
     unique_names = sorted(set(trace.names))
@@ -70,10 +73,14 @@ def summarize(trace, sort="total", limit=20, per_thread=False):
         return (ffi.new("uint64_t[]", max(1, n_names)), ffi.new("int64_t[]", max(1, n_names)),
                 ffi.new("int64_t[]", max(1, n_names)))
 
-    tables = [] if per_thread else [(None, new_table())]
+    tables = [] if per_thread or per_process else [(None, new_table())]
     for thread, slices, count in trace.thread_slices():
         if per_thread:
-            tables.append((thread.name, new_table()))
+            tables.append((_thread_title(trace, thread), new_table()))
+        elif per_process:
+            title = _process_title(trace, trace.thread_pid(thread))
+            if not tables or tables[-1][0] != title:
+                tables.append((title, new_table()))
         status = lib.pt_summarize_slices(slices, count, name_of_key, len(trace.names), n_names,
                                          *tables[-1][1], times_open)
         if status == lib.PT_ERR_NOMEM:
@@ -93,18 +100,68 @@ def summarize(trace, sort="total", limit=20, per_thread=False):
 NUMBER_COLUMNS = 3                           # calls, total ms, self ms: right-aligned
 
 
+def _process_title(trace, pid):
+    label = (trace.processes or {}).get(pid, {}).get("label")
+    return f"{label} (pid {pid})" if label is not None else f"pid {pid}"
+
+
+def _thread_title(trace, thread):
+    if not trace.processes:
+        return thread.name
+    pid = trace.thread_pid(thread)
+    label = trace.processes.get(pid, {}).get("label", "?")
+    return f"{thread.name} ({label}, pid {pid})"
+
+
+ProcessTotal = namedtuple("ProcessTotal", "pid label calls threads start_ns end_ns")
+ProcessTotal.__doc__ = """One process of a trace of several processes: its calls, its
+threads, and the span of its calls (None, None when it has none)."""
+
+
+def process_totals(trace):
+    """A ProcessTotal per process of a trace of several processes, in lane order
+    (empty for a trace of one process)."""
+    if not trace.processes:
+        return []
+    found = {pid: [0, 0, None, None] for pid in trace.processes}
+    for thread, slices, count in trace.thread_slices():
+        entry = found.setdefault(trace.thread_pid(thread), [0, 0, None, None])
+        entry[0] += count
+        entry[1] += 1
+        if count:
+            first = slices[0].start
+            last = max(slices[i].end for i in range(count) if slices[i].parent < 0)
+            entry[2] = first if entry[2] is None else min(entry[2], first)
+            entry[3] = last if entry[3] is None else max(entry[3], last)
+    return [ProcessTotal(pid, (trace.processes.get(pid) or {}).get("label", f"pid {pid}"),
+                         *values) for pid, values in found.items()]
+
+
+def format_process_totals(trace):
+    """process_totals as lines of text ("" for a trace of one process)."""
+    lines = []
+    for total in process_totals(trace):
+        span = ("" if total.start_ns is None else
+                f", {_ms(total.start_ns - trace.start_ns)}-{_ms(total.end_ns - trace.start_ns)}"
+                " ms")
+        lines.append(f"  pid {total.pid} ({total.label}): {total.calls} calls on "
+                     f"{total.threads} thread{'s' if total.threads != 1 else ''}{span}")
+    return "\n".join(lines)
+
+
 def _ms(ns):
     return f"{ns / 1e6:.3f}"
 
 
-def format_summary(rows, title=None):
+def format_summary(rows, title=None, column="thread"):
     """rows as a fixed-width text table: calls, total and self milliseconds, the
-    thread (when the rows are per thread) and the function; `title` above it."""
+    thread (when the rows are per thread; headed `column`: "process" for rows
+    per process) and the function; `title` above it."""
     headers = ["calls", "total ms", "self ms"]
     cells = [[str(row.calls), _ms(row.total_ns), _ms(row.self_ns)] for row in rows]
     per_thread = any(row.thread is not None for row in rows)
     if per_thread:
-        headers.append("thread")
+        headers.append(column)
         for line, row in zip(cells, rows):
             line.append(row.thread)
     widths = [max([len(header)] + [len(line[column]) for line in cells])
@@ -153,32 +210,10 @@ def _holds_processes(path):
 
 
 def _read_job(path):
-    """Every process of a job's trace directory as one trace, each thread named with
-    its process's label and pid: joined into a Chrome JSON in a temporary directory
-    (removed after), then read back line by line."""
-    import shutil
-    import tempfile
+    """Every process of a job's trace directory as one Trace of several processes
+    (see processes.joined_trace): each thread's pid says whose it is."""
     from . import processes
-    scratch = tempfile.mkdtemp(prefix="pytrace_cffi-job-")
-    try:
-        joined = os.path.join(scratch, "job.json")
-        labels = {result.pid: result.label for result in processes.join(path, joined)}
-        trace = _read_chrome_trace(joined)
-        # Threads of different processes share names (MainThread): say whose they are.
-        owner = {}
-        with open(joined, "rb") as f:
-            for line in f:
-                if b'"thread_name"' in line and line.lstrip(b",").strip().startswith(b"{"):
-                    event = json.loads(line.lstrip(b",").strip().rstrip(b","))
-                    owner[event.get("tid")] = event.get("pid")
-        trace.threads = [
-            thread._replace(name=f"{thread.name} ({labels.get(owner.get(thread.native_id))}, "
-                                 f"pid {owner.get(thread.native_id)})")
-            if owner.get(thread.native_id) in labels else thread
-            for thread in trace.threads]
-        return trace
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    return processes.joined_trace(path)[0]
 
 
 # What the Chrome JSON does not say of a "python_function", read from its name:
@@ -215,18 +250,19 @@ def _read_chrome_whole(path):
     other = data.get("otherData")
     _check_other(path, other)
     start_ns = _other_int(path, other, "start_monotonic_ns")
-    thread_meta, calls, marks, pid = _split_events(path, data["traceEvents"])
+    thread_meta, calls, marks, pid, lanes = _split_events(path, data["traceEvents"])
     keys = _Keys()
     threads, slices = [], []
     first_id = 0
     with Progress(f"reading {path}", sum(len(c) for c in calls)) as progress:
-        for index, ((tid, thread_name), thread_calls) in enumerate(zip(thread_meta, calls)):
+        for index, ((tid, thread_name, thread_pid), thread_calls) in \
+                enumerate(zip(thread_meta, calls)):
             packed = _thread_slices(path, thread_calls, first_id, start_ns, keys)
-            threads.append(ThreadInfo(index, tid, 0, thread_name, 0, 0))
+            threads.append(ThreadInfo(index, tid, 0, thread_name, 0, 0, thread_pid))
             slices.append(_validated(path, index, first_id, packed, len(thread_calls), keys))
             first_id += len(thread_calls)
             progress.advance(len(thread_calls))
-    return _chrome_trace(path, other, keys, threads, slices, marks, pid)
+    return _chrome_trace(path, other, keys, threads, slices, marks, pid, lanes)
 
 
 def _check_other(path, other):
@@ -241,10 +277,15 @@ def _validated(path, index, first_id, array, count, keys):
     return array, count
 
 
-def _chrome_trace(path, other, keys, threads, slices, marks, pid):
+def _chrome_trace(path, other, keys, threads, slices, marks, pid, lanes):
     from .trace import Mark, Trace
     start_ns = _other_int(path, other, "start_monotonic_ns")
-    return Trace(names=keys.names, key_kinds=keys.kinds, key_args=keys.args, threads=threads,
+    processes = _lane_processes(path, other, lanes, threads)
+    if processes is None:
+        threads = [t._replace(pid=None) for t in threads]
+    else:
+        pid = next(iter(processes))
+    trace = Trace(names=keys.names, key_kinds=keys.kinds, key_args=keys.args, threads=threads,
                  slices=slices, start_ns=start_ns,
                  stop_ns=_other_int(path, other, "stop_monotonic_ns"), pid=pid,
                  python_version=str(other.get("python")), backend=str(other.get("backend")),
@@ -254,6 +295,44 @@ def _chrome_trace(path, other, keys, threads, slices, marks, pid):
                         for kind, ts_ns, tid, name, args in marks],
                  dropped_events=_other_int(path, other, "dropped_events"),
                  realtime_anchor=_other_anchor(path, other))
+    trace.processes = processes
+    return trace
+
+
+def _lane_processes(path, other, lanes, threads):
+    """Trace.processes of a file with a lane per process (processes.join and the
+    export of a trace of several processes write process_name metadata events),
+    ordered by process_sort_index; the facts of otherData.processes added. None
+    for a file of one process."""
+    if not lanes:
+        return None
+    order = sorted(lanes, key=lambda pid: (lanes[pid].get("sort_index", len(lanes)), pid))
+    processes = {pid: {"label": lanes[pid].get("label", f"pid {pid}")} for pid in order}
+    listed = other.get("processes", [])
+    _expect(isinstance(listed, list) and all(isinstance(p, dict) for p in listed),
+            f"{path}: otherData.processes must be a list of objects")
+    for entry in listed:
+        if type(entry.get("pid")) is int and entry["pid"] in processes:
+            facts = {k: v for k, v in entry.items() if k not in ("pid", "label")}
+            processes[entry["pid"]].update(facts)
+    for thread in threads:
+        _expect(type(thread.pid) is int and thread.pid in processes, f"{path}: thread {thread.name!r} (tid "
+                                         f"{thread.native_id}) is in pid {thread.pid}, "
+                                         f"which has no process_name event")
+    return processes
+
+
+def _read_lane(path, number, event, lanes):
+    """A process_name or process_sort_index metadata event, into lanes (pid -> facts)."""
+    pid, args = event.get("pid"), event.get("args")
+    what = "label" if event.get("name") == "process_name" else "sort_index"
+    value = args.get("name" if what == "label" else "sort_index") \
+        if isinstance(args, dict) else None
+    _expect(type(pid) is int and -2 ** 63 <= pid < 2 ** 63
+            and (isinstance(value, str) if what == "label" else type(value) is int),
+            f"{path}: event {number}: a {event.get('name')} needs an integer pid and "
+            f"{'a name' if what == 'label' else 'an integer sort_index'}")
+    lanes.setdefault(pid, {})[what] = value
 
 
 def _other_anchor(path, other):
@@ -363,6 +442,7 @@ class _LineReader:
         self.key_of_text = {}                 # (category, name, extra args) text -> key
         self.threads, self.slices, self.marks, self.thread_of_tid = [], [], [], {}
         self.thread, self.pid, self.number, self.first_id = None, 0, -1, 0
+        self.lanes = {}                       # pid -> process_name, process_sort_index
         self.ended = False                    # None after the last event, True after "]}"
 
     def read(self, stream, raw_file, progress):
@@ -458,13 +538,15 @@ class _LineReader:
         phase = event.get("ph")
         if phase == "M" and event.get("name") == "thread_name":
             tid = event.get("tid")
-            name = (event.get("args") or {}).get("name")
+            args = event.get("args")
+            name = args.get("name") if isinstance(args, dict) else None
             _expect(type(tid) is int and isinstance(name, str),
                     f"{path}: event {number}: a thread_name needs an integer tid and a name")
             self.end_thread()
             self.thread_of_tid[tid] = len(self.threads)
             self.thread = _LineThread(len(self.threads), tid, name, self.first_id,
                                       self.start_ns)
+            self.thread.pid = event.get("pid")
         elif phase == "X":
             index, (call_id, parent_id, name, category, ts_ns, dur_ns, extra) = \
                 _read_call(path, number, event, self.thread_of_tid)
@@ -479,7 +561,7 @@ class _LineReader:
         elif phase in ("i", "C"):
             self.marks.append(_read_mark(path, number, event))
         elif phase == "M" and event.get("name") in ("process_name", "process_sort_index"):
-            pass                            # processes.join's lanes: calls are read as one
+            _read_lane(path, number, event, self.lanes)
         else:
             raise TraceFormatError(f"{path}: event {number}: unexpected phase {phase!r}")
 
@@ -499,7 +581,8 @@ class _LineReader:
         thread = self.thread
         if thread is not None:
             from .trace import ThreadInfo
-            self.threads.append(ThreadInfo(thread.index, thread.tid, 0, thread.name, 0, 0))
+            self.threads.append(ThreadInfo(thread.index, thread.tid, 0, thread.name, 0, 0,
+                                           thread.pid))
             self.slices.append(thread.slices())
             self.first_id += self.slices[-1][1]
             self.thread = None
@@ -514,7 +597,7 @@ class _LineReader:
             _validated(self.path, index, first_id, slices, count, self.keys)
             first_id += count
         return _chrome_trace(self.path, self.other, self.keys, self.threads, self.slices,
-                             self.marks, int(self.pid))
+                             self.marks, int(self.pid), self.lanes)
 
 
 def _line_key(keys, category, name, extra):
@@ -597,10 +680,10 @@ def _load_json(path):
 
 
 def _split_events(path, events):
-    """(thread (tid, name) list in file order, per-thread call tuples, marks,
-    pid) from the traceEvents: "M" thread_name events, "X" calls, and "i"
+    """(thread (tid, name, pid) list in file order, per-thread call tuples, marks,
+    pid, lanes: pid -> process_name/process_sort_index facts) from the traceEvents: "M" thread_name events, "X" calls, and "i"
     instants and "C" counter samples as (kind, ts ns, tid, name, args)."""
-    thread_meta, calls, marks, thread_of_tid, pid = [], [], [], {}, 0
+    thread_meta, calls, marks, thread_of_tid, pid, lanes = [], [], [], {}, 0, {}
     for number, event in enumerate(events):
         if type(event) is not dict:
             raise TraceFormatError(f"{path}: event {number} is not an object")
@@ -613,19 +696,20 @@ def _split_events(path, events):
                 raise TraceFormatError(f"{path}: event {number}: pid must be an integer")
         elif phase == "M" and event.get("name") == "thread_name":
             tid = event.get("tid")
-            name = (event.get("args") or {}).get("name")
+            args = event.get("args")
+            name = args.get("name") if isinstance(args, dict) else None
             _expect(type(tid) is int and isinstance(name, str),
                     f"{path}: event {number}: a thread_name needs an integer tid and a name")
             thread_of_tid[tid] = len(thread_meta)
-            thread_meta.append((tid, name))
+            thread_meta.append((tid, name, event.get("pid")))
             calls.append([])
         elif phase in ("i", "C"):
             marks.append(_read_mark(path, number, event))
         elif phase == "M" and event.get("name") in ("process_name", "process_sort_index"):
-            pass                            # processes.join's lanes: calls are read as one
+            _read_lane(path, number, event, lanes)
         else:
             raise TraceFormatError(f"{path}: event {number}: unexpected phase {phase!r}")
-    return thread_meta, calls, marks, pid
+    return thread_meta, calls, marks, pid, lanes
 
 
 def _read_mark(path, number, event):

@@ -34,7 +34,10 @@ args is always a dict: an instant's args ({} when none were given; a .shape
 recorded as its list of integer sizes), or a counter's series -> number
 (counter(name, 3) gives {name: 3}). See docs/FORMAT.md."""
 
-ThreadInfo = namedtuple("ThreadInfo", "index native_id ident name n_events dropped")
+ThreadInfo = namedtuple("ThreadInfo", "index native_id ident name n_events dropped pid",
+                        defaults=(None,))
+ThreadInfo.__doc__ = """A thread of a trace. pid: the process it ran in, for a trace of
+several processes (see Trace.processes); None means the trace's own pid."""
 
 
 _launcher_codes = {}      # id -> code object (kept alive, so its id stays its own)
@@ -94,9 +97,15 @@ class Trace:
     at start and at stop. `hook_lost` lists where
     another profiler took the hook while tracing (dicts: scope, thread, native_id,
     after_ms, noticed_ms, taken_by, calls, events; see stop()), empty when none.
+    `processes` describes the processes of a trace of a whole job (each thread's
+    `pid` says whose it is); None for one process.
     """
 
     hook_lost = ()
+    # A trace of several processes (a job's, see processes.py): pid -> dict with
+    # "label" and, when known, "host", "ppid", "argv", "state"; in lane order (root
+    # first, then ranks, then by start). None for a trace of one process.
+    processes = None
 
     def __init__(self, *, names, key_kinds, key_args, threads, slices, start_ns, stop_ns,
                  pid, python_version, backend, clock, params, marks=(), dropped_events=None,
@@ -154,6 +163,10 @@ class Trace:
     def __len__(self):
         return sum(n for _, n in self._slices)
 
+    def thread_pid(self, thread):
+        """The pid of the process thread (a ThreadInfo of this trace) ran in."""
+        return self.pid if thread.pid is None else thread.pid
+
     def __iter__(self):
         names, kinds = self.names, self.key_kinds
         first_id = 0
@@ -197,8 +210,9 @@ class Trace:
         return directory
 
     def __repr__(self):
-        return (f"<pytrace_cffi.Trace {len(self)} calls, {len(self.threads)} threads, "
-                f"{(self.stop_ns - self.start_ns) / 1e6:.3f} ms>")
+        processes = f" in {len(self.processes)} processes" if self.processes else ""
+        return (f"<pytrace_cffi.Trace {len(self)} calls, {len(self.threads)} threads"
+                f"{processes}, {(self.stop_ns - self.start_ns) / 1e6:.3f} ms>")
 
 
 class TorchRegions:
