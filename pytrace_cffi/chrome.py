@@ -98,8 +98,12 @@ PERFETTO_MAX_DEPTH = 512
 def _warn_if_too_deep(trace):
     """Perfetto (and chrome://tracing) draw at most 512 nested slices per thread and
     drop the deeper ones; say so rather than let calls vanish unnoticed."""
-    deepest = max((lib.pt_max_depth(slices, n) for _, slices, n in trace.thread_slices()),
-                  default=0)
+    counts = getattr(trace, "thread_counts", None)
+    if counts is not None:      # without building the slice table of a streaming trace
+        deepest = max((depth for _, _, _, depth in counts()), default=0)
+    else:
+        deepest = max((lib.pt_max_depth(slices, n) for _, slices, n in trace.thread_slices()),
+                      default=0)
     if deepest >= PERFETTO_MAX_DEPTH:
         import warnings
         from .errors import TraceWarning
