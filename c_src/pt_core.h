@@ -375,6 +375,7 @@ typedef struct {
     uint64_t open_at_stop;  /* of them, still running at stop */
     uint32_t max_depth;     /* deepest depth of a shown call */
     uint32_t reserved;
+    uint64_t calls_begun;   /* calls and regions begun so far (where a walk failed) */
 } pt_walk_stats;
 typedef struct {
     int64_t ts;             /* ns */

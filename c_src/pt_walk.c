@@ -72,6 +72,7 @@ struct pt_walk {
     uint64_t hiding;
     int finished;
     int has_end;
+    int has_now;
     pt_walk_call *calls;
     uint64_t n_calls, cap_calls;
     pt_walk_node *nodes;
@@ -408,6 +409,8 @@ pt_walk_feed(pt_walk *w, const pt_event *events, uint64_t n)
             continue;
         }
         int64_t ts = pt_walk_ns(w, w->ticks);
+        if (ts < w->now && w->has_now)
+            return PT_ERR_ARG;      /* time ran backwards: a damaged file's deltas */
         int rc = PT_OK;
         if (kind == PT_EV_PY_RETURN || kind == PT_EV_C_RETURN) {
             rc = pt_walk_settle_top(w);
@@ -421,6 +424,7 @@ pt_walk_feed(pt_walk *w, const pt_event *events, uint64_t n)
         if (rc != PT_OK)
             return rc;
         w->now = ts;
+        w->has_now = 1;
     }
     return PT_OK;
 }
@@ -432,6 +436,9 @@ pt_walk_finish(pt_walk *w)
         return PT_OK;
     int64_t stop_ns = pt_walk_ns(w, w->t.stop_ticks);
     int rc = pt_walk_settle_top(w);
+    /* calls open at stop end then; one that ended after it would stick out */
+    if (rc == PT_OK && w->has_now && stop_ns < w->now && w->n_nodes)
+        rc = PT_ERR_ARG;
     if (rc == PT_OK && !w->scan) {
         /* the shown calls open at stop, for the emitting walk's begins */
         uint64_t open = 0;
@@ -457,6 +464,7 @@ int
 pt_walk_get_stats(const pt_walk *w, pt_walk_stats *out)
 {
     *out = w->stats;
+    out->calls_begun = w->ordinals;
     return PT_OK;
 }
 

@@ -160,8 +160,8 @@ class Streams:
             if walk == ffi.NULL:
                 raise MemoryError("pytrace_cffi: out of memory scanning a thread")
             for events, n in source.runs():
-                _check(lib.pt_walk_feed(walk, events, n), source)
-            _check(lib.pt_walk_finish(walk), source)
+                _check(lib.pt_walk_feed(walk, events, n), source, walk)
+            _check(lib.pt_walk_finish(walk), source, walk)
             stats = ffi.new("pt_walk_stats *")
             lib.pt_walk_get_stats(walk, stats)
             self.scans.append(walk)
@@ -184,20 +184,25 @@ class Streams:
             raise MemoryError("pytrace_cffi: out of memory walking a thread")
         records = ffi.new("pt_walk_record **")
         for events, n in source.runs():
-            _check(lib.pt_walk_feed(walk, events, n), source)
+            _check(lib.pt_walk_feed(walk, events, n), source, walk)
             ready = lib.pt_walk_ready(walk, records)
             if ready:
                 yield records[0], ready
                 lib.pt_walk_consume(walk, ready)
-        _check(lib.pt_walk_finish(walk), source)
+        _check(lib.pt_walk_finish(walk), source, walk)
         ready = lib.pt_walk_ready(walk, records)
         if ready:
             yield records[0], ready
 
 
-def _check(rc, source):
+def _check(rc, source, walk):
     if rc == lib.PT_ERR_NOMEM:
         raise MemoryError("pytrace_cffi: out of memory walking the trace's events")
     if rc != lib.PT_OK:
-        raise TraceFormatError(f"thread {source.index}: its events do not replay (a call "
-                               f"ends before it starts: damaged clock deltas)")
+        stats = ffi.new("pt_walk_stats *")
+        lib.pt_walk_get_stats(walk, stats)
+        where = getattr(source, "path", "events")
+        name = getattr(getattr(source, "thread", None), "name", "")
+        raise TraceFormatError(f"{where}: thread {source.index} ({name!r}): call "
+                               f"{stats.calls_begun} ends before it starts or outside its "
+                               f"parent (damaged deltas)")
