@@ -14,9 +14,10 @@
  * emitting walk, fed the same events, looks them up by the call's ordinal (the
  * calls and regions in the order they begin, the same in both walks).
  *
- * A call's begin is emitted at the next call or return after it, not at once:
- * the watcher's tag and a region's args follow the call's own event, and they
- * decide its name and whether a torch region opens around it.
+ * A call's begin is emitted at the next call after it or at its return, not at
+ * once: the watcher's tag and a region's args follow the call's own event, and
+ * they decide its name and whether a torch region opens around it. (A tag after
+ * a callee began, which the recorder never writes, names nothing here.)
  *
  * min_duration: a call that ends shorter than it has only shorter callees, and
  * everything emitted since its begin is its subtree, so dropping it truncates the
@@ -38,6 +39,7 @@ typedef struct {
     uint32_t key;
     uint32_t tag;
     uint32_t depth;         /* shown calls and regions open below it */
+    uint32_t sub_max;       /* deepest kept shown node ended in its subtree, + 1 (0: none) */
     uint8_t is_region;
     uint8_t shown;          /* not a carrier: its records are written */
     uint8_t exempt;         /* never a carrier (a region, a region with args) */
@@ -287,6 +289,9 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
         if (w->scan)
             return pt_walk_write(w, ts, n->key, PT_RECORD_END);
     }
+    uint32_t sub = shown && n->depth + 1 > n->sub_max ? n->depth + 1 : n->sub_max;
+    if (w->n_nodes && sub > w->nodes[w->n_nodes - 1].sub_max)
+        w->nodes[w->n_nodes - 1].sub_max = sub;
     if (!w->scan && w->n_nodes && !n->is_region && n->tag && !(n->tag & PT_TAG_ARGS_BIT) &&
         n->tag < w->t.n_tags && w->t.step_key[n->tag]) {
         /* An optimizer step names its parent, unless the parent is torch's own
@@ -295,6 +300,14 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
         uint32_t name = parent->key < w->t.n_keys ? w->t.annotation_name[parent->key] : 0;
         if (!(name && name == w->t.step_name[n->tag])) {
             parent->key = w->t.step_key[n->tag];
+            if (!parent->shown && !pt_walk_is_carrier(w, parent->key)) {
+                /* a carrier named: shown from now on, and what ended inside it so
+                 * far is one level deeper than counted */
+                parent->shown = 1;
+                w->shown_open++;
+                if (parent->sub_max && parent->sub_max++ > w->stats.max_depth)
+                    w->stats.max_depth = parent->sub_max - 1;
+            }
             if (pt_walk_grow((void **)&w->renames, &w->cap_renames, w->n_renames + 1,
                              sizeof *w->renames))
                 return PT_ERR_NOMEM;
@@ -413,9 +426,7 @@ pt_walk_feed(pt_walk *w, const pt_event *events, uint64_t n)
             return PT_ERR_ARG;      /* time ran backwards: a damaged file's deltas */
         int rc = PT_OK;
         if (kind == PT_EV_PY_RETURN || kind == PT_EV_C_RETURN) {
-            rc = pt_walk_settle_top(w);
-            if (rc == PT_OK)
-                rc = pt_walk_return(w, kind, key, ts);
+            rc = pt_walk_return(w, kind, key, ts);      /* pops settle what they pop */
         } else if (kind <= PT_EV_PY_SEED) {
             rc = pt_walk_push(w, kind, key, ts);
         } else {
