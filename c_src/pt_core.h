@@ -308,6 +308,14 @@ int pt_key_flags(pt_tracer *tracer, uint8_t *out, uint32_t n);
  * names[key] (already JSON-escaped), ts/dur in microseconds with three decimals
  * relative to base_ns, and args {"Python id", "Python parent id", "Python thread"}
  * followed by extras[key] (",\"k\":v" or ""). */
+/* The same for slices numbered from index_base (a streaming walk's batch): the
+ * slice at i has "Python id" first_id + index_base + i; parents are absolute. */
+int pt_format_slices_from(const pt_slice *slices, uint64_t n, uint64_t *next,
+                          const char *const *names, const uint32_t *name_lens,
+                          const char *const *extras, const uint32_t *extra_lens, uint32_t n_keys,
+                          const char *prefix, uint32_t prefix_len, int64_t base_ns,
+                          uint64_t first_id, uint64_t index_base, uint32_t thread_index,
+                          char *out, uint64_t cap, uint64_t *written);
 int pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
                      const char *const *names, const uint32_t *name_lens,
                      const char *const *extras, const uint32_t *extra_lens, uint32_t n_keys,
@@ -400,6 +408,16 @@ int pt_walk_args_keys(const pt_walk *walk, uint32_t *out, uint32_t n);
 /* The records that are final, and how many; pt_walk_consume drops the first n. */
 uint64_t pt_walk_ready(const pt_walk *walk, const pt_walk_record **records);
 void pt_walk_consume(pt_walk *walk, uint64_t n);
+/* Slices mode, for exports that want each call whole and in start order (JSON):
+ * a scan told to keep durations (before it is fed; 4 bytes a call, room made for
+ * `expected` calls: a first scan's calls_begun) gives an
+ * emitting walk that writes pt_slices instead of records, numbered (parent,
+ * depth) as the slice table numbers them, each final at once. pt_walk_ready_slices
+ * hands them out with the index of the first; pt_walk_consume_slices drops them. */
+int pt_walk_keep_durations(pt_walk *walk, uint64_t expected);
+uint64_t pt_walk_ready_slices(const pt_walk *walk, const pt_slice **slices,
+                              uint64_t *first_index);
+void pt_walk_consume_slices(pt_walk *walk);
 /* A view of a thread's held events from event `first` on (up to the end of the
  * chunk holding it; *n 0 past the end), and the clock the first held one counts from. */
 int pt_thread_events_at(pt_tracer *tracer, int index, uint64_t first, const pt_event **events,

@@ -44,6 +44,8 @@ typedef struct {
     uint8_t shown;          /* not a carrier: its records are written */
     uint8_t exempt;         /* never a carrier (a region, a region with args) */
     uint8_t open_at_stop;   /* emitting walk: the scan saw it open at stop */
+    int64_t child_parent;   /* slices mode: the slice index its callees' parent is (-1) */
+    uint32_t child_depth;   /* slices mode: their depth */
 } pt_walk_node;
 
 typedef struct {
@@ -85,12 +87,22 @@ struct pt_walk {
     pt_walk_record *records;
     uint64_t n_records, cap_records, base;
     uint64_t next_rename, next_open;
+    /* slices mode (the scan kept durations): finished slices in start order */
+    pt_slice *slices;
+    uint64_t n_slices, cap_slices, slices_base;
     /* scan results */
     pt_walk_rename *renames;
     uint64_t n_renames, cap_renames;
     uint64_t *open_ordinals;    /* the shown calls open at stop, in begin order */
     uint64_t n_open_ordinals;
     uint32_t *args_base_key;    /* per args index: the key it was recorded on */
+    /* pt_walk_keep_durations: per ordinal, ns from begin to end (UINT32_MAX: in long) */
+    uint32_t *durations;
+    uint64_t n_durations, cap_durations;
+    pt_walk_rename *long_durations;     /* (ordinal, 0, low 32 bits unused) as pairs below */
+    int64_t *long_values;
+    uint64_t n_long, cap_long, cap_long_values;
+    int keep_durations;
 };
 
 static int
@@ -137,9 +149,14 @@ pt_walk_new(const pt_walk_tables *tables, pt_walk *scan, int64_t base_ticks)
             }
             memset(w->args_base_key, 0xFF, tables->n_args * sizeof *w->args_base_key);
         }
-    } else if (scan->n_renames) {
+    } else {
         /* the emitting walk meets calls in ordinal order: sorted once, read in order */
-        qsort(scan->renames, scan->n_renames, sizeof *scan->renames, pt_walk_compare_renames);
+        if (scan->n_renames)
+            qsort(scan->renames, scan->n_renames, sizeof *scan->renames,
+                  pt_walk_compare_renames);
+        if (scan->n_long)
+            qsort(scan->long_durations, scan->n_long, sizeof *scan->long_durations,
+                  pt_walk_compare_renames);
     }
     return w;
 }
@@ -155,6 +172,10 @@ pt_walk_free(pt_walk *w)
     free(w->renames);
     free(w->open_ordinals);
     free(w->args_base_key);
+    free(w->slices);
+    free(w->durations);
+    free(w->long_durations);
+    free(w->long_values);
     free(w);
 }
 
@@ -183,6 +204,56 @@ static inline int
 pt_walk_is_carrier(const pt_walk *w, uint32_t key)
 {
     return key < w->t.n_hidden && w->t.hidden[key] == PT_HIDE_CARRIER;
+}
+
+/* The scan's duration of the node with this ordinal. */
+static int64_t
+pt_walk_duration(const pt_walk *scan, uint64_t ordinal)
+{
+    if (ordinal >= scan->n_durations)
+        return 0;
+    uint32_t d = scan->durations[ordinal];
+    if (d != UINT32_MAX)
+        return d;
+    uint64_t lo = 0, hi = scan->n_long;     /* sorted by ordinal at pt_walk_new */
+    while (lo < hi) {
+        uint64_t mid = (lo + hi) / 2;
+        if (scan->long_durations[mid].ordinal < ordinal)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < scan->n_long && scan->long_durations[lo].ordinal == ordinal
+        ? scan->long_values[scan->long_durations[lo].order] : 0;
+}
+
+/* Slices mode: a node's slice, written at its begin (its end is the scan's), in
+ * start order, numbered as the slice table numbers it; calls that min_duration
+ * drops, and everything under them, are not written. */
+static int
+pt_walk_begin_slice(pt_walk *w, pt_walk_node *n)
+{
+    int64_t duration = pt_walk_duration(w->scan, n->ordinal);
+    if (n->child_parent == -2 || (w->t.min_ns && duration < w->t.min_ns)) {
+        n->child_parent = -2;           /* dropped, with its subtree */
+        return PT_OK;
+    }
+    if (!n->shown)
+        return PT_OK;                   /* a carrier: its callees are its parent's */
+    if (w->n_slices == w->cap_slices &&
+        pt_walk_grow((void **)&w->slices, &w->cap_slices, w->n_slices + 1, sizeof *w->slices))
+        return PT_ERR_NOMEM;
+    pt_slice *s = &w->slices[w->n_slices];
+    s->start = n->start;
+    s->end = n->start + duration;
+    s->key = n->key;
+    s->flags = n->open_at_stop ? PT_SLICE_OPEN_AT_STOP : 0;
+    s->parent = n->child_parent;
+    s->tag = 0;
+    s->depth = n->child_depth;
+    n->child_parent = (int64_t)(w->slices_base + w->n_slices++);
+    n->child_depth++;
+    return PT_OK;
 }
 
 static int
@@ -219,10 +290,22 @@ pt_walk_push_node(pt_walk *w, int64_t start, uint32_t key, uint32_t tag, int is_
     n->kept_before = w->stats.slices;
     n->open_before = w->stats.open_at_stop;
     n->depth_before = w->stats.max_depth;
+    const pt_walk_node *up = w->n_nodes ? &w->nodes[w->n_nodes - 1] : NULL;
+    n->child_parent = up ? up->child_parent : -1;
+    n->child_depth = up ? up->child_depth : 0;
     w->n_nodes++;
+    if (!w->scan && w->keep_durations) {
+        if (pt_walk_grow((void **)&w->durations, &w->cap_durations, w->n_durations + 1,
+                         sizeof *w->durations))
+            return PT_ERR_NOMEM;
+        w->durations[w->n_durations++] = 0;
+    }
+    if (n->shown)
+        w->shown_open++;
+    if (w->scan && w->scan->durations)
+        return pt_walk_begin_slice(w, n);
     if (!n->shown)
         return PT_OK;
-    w->shown_open++;
     if (w->scan)
         return pt_walk_write(w, start, key, n->open_at_stop ? PT_RECORD_OPEN_AT_STOP : 0);
     return PT_OK;
@@ -268,6 +351,21 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
     if (n->shown)
         w->shown_open--;
     int shown = n->exempt || !pt_walk_is_carrier(w, n->key);
+    if (w->keep_durations) {
+        int64_t d = ts - n->start;
+        if (d >= UINT32_MAX) {
+            if (pt_walk_grow((void **)&w->long_durations, &w->cap_long, w->n_long + 1,
+                             sizeof *w->long_durations) ||
+                pt_walk_grow((void **)&w->long_values, &w->cap_long_values, w->n_long + 1,
+                             sizeof *w->long_values))
+                return PT_ERR_NOMEM;
+            w->long_durations[w->n_long].ordinal = n->ordinal;
+            w->long_durations[w->n_long].order = w->n_long;
+            w->long_values[w->n_long++] = d;
+            d = UINT32_MAX;
+        }
+        w->durations[n->ordinal] = (uint32_t)d;
+    }
     if (!n->is_region && (ts > w->max_end || !w->has_end)) {
         w->max_end = ts;
         w->has_end = 1;
@@ -286,7 +384,7 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
         w->stats.open_at_stop += open_at_stop != 0;
         if (n->depth > w->stats.max_depth)
             w->stats.max_depth = n->depth;
-        if (w->scan)
+        if (w->scan && !w->scan->durations)
             return pt_walk_write(w, ts, n->key, PT_RECORD_END);
     }
     uint32_t sub = shown && n->depth + 1 > n->sub_max ? n->depth + 1 : n->sub_max;
@@ -510,4 +608,38 @@ pt_walk_consume(pt_walk *w, uint64_t n)
     memmove(w->records, w->records + n, (w->n_records - n) * sizeof *w->records);
     w->n_records -= n;
     w->base += n;
+}
+
+int
+pt_walk_keep_durations(pt_walk *w, uint64_t expected)
+{
+    if (w->scan || w->ordinals)
+        return PT_ERR_STATE;        /* a scan, before it is fed */
+    /* sized once (a first scan counted the calls): no doubling slack */
+    if (expected && pt_walk_grow((void **)&w->durations, &w->cap_durations, expected,
+                                 sizeof *w->durations) == PT_OK &&
+        w->cap_durations > expected) {
+        uint32_t *exact = realloc(w->durations, expected * sizeof *w->durations);
+        if (exact) {
+            w->durations = exact;
+            w->cap_durations = expected;
+        }
+    }
+    w->keep_durations = 1;
+    return PT_OK;
+}
+
+uint64_t
+pt_walk_ready_slices(const pt_walk *w, const pt_slice **slices, uint64_t *first_index)
+{
+    *slices = w->slices;
+    *first_index = w->slices_base;
+    return w->n_slices;
+}
+
+void
+pt_walk_consume_slices(pt_walk *w)
+{
+    w->slices_base += w->n_slices;
+    w->n_slices = 0;
 }

@@ -65,7 +65,7 @@ def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
     }
     yield ('{' + json.dumps(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8")
     first = True
-    for thread, slices, n in trace.thread_slices():
+    for thread, batches in _thread_batches(trace):
         tid = thread.native_id or thread.ident
         meta = json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                            "args": {"name": thread.name}})
@@ -73,16 +73,19 @@ def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
         first = False
         prefix = f',\n{{"ph":"X","pid":{pid},"tid":{tid},'
         prefix = prefix.encode("utf-8")
-        next_index[0] = 0
-        while next_index[0] < n:
-            before = next_index[0]
-            lib.pt_format_slices(slices, n, next_index, names, name_lens, extra_ptrs,
-                                 extra_lens, len(escaped), prefix, len(prefix), base,
-                                 first_id, first_thread + thread.index, out, CHUNK_BYTES,
-                                 written)
-            progress.advance(next_index[0] - before)
-            yield ffi.buffer(out, written[0])[:]
-        first_id += n
+        total = 0
+        for slices, n, index_base in batches:
+            next_index[0] = 0
+            while next_index[0] < n:
+                before = next_index[0]
+                lib.pt_format_slices_from(slices, n, next_index, names, name_lens, extra_ptrs,
+                                          extra_lens, len(escaped), prefix, len(prefix), base,
+                                          first_id, index_base, first_thread + thread.index,
+                                          out, CHUNK_BYTES, written)
+                progress.advance(next_index[0] - before)
+                yield ffi.buffer(out, written[0])[:]
+            total = index_base + n
+        first_id += total
     for mark in trace.marks:
         event = {"ph": mark.kind, "name": mark.name, "pid": pid, "tid": mark.thread,
                  "ts": float(_us(mark.ns - base)), "args": mark.args}
@@ -90,6 +93,19 @@ def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
             event["s"] = "t"
         yield (",\n" + json.dumps(event)).encode("utf-8")
     yield b"\n]}\n"
+
+
+def _thread_batches(trace):
+    """(ThreadInfo, batches of (pt_slice *, n, index of the first)) per thread:
+    streamed from the events when the trace can (no slice table: each batch is
+    valid until the next is asked for), else the slice table whole."""
+    streams = getattr(trace, "_streams", None)
+    if streams is not None and not trace.slices_built():
+        for index, thread in enumerate(trace.threads):
+            yield thread, streams.slices(index)
+        return
+    for thread, slices, n in trace.thread_slices():
+        yield thread, ([(slices, n, 0)] if n else [])
 
 
 PERFETTO_MAX_DEPTH = 512

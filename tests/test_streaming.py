@@ -22,22 +22,38 @@ STAND_IN = os.path.join(HERE, "torch_stand_in")
 
 
 def both_ways(trace, tmp_path, name="t"):
-    """Exports trace as .pftrace streamed, then from its slice table; returns the
-    bytes after checking they are equal (and the counts the scan gave)."""
-    streamed = tmp_path / f"{name}-streamed.pftrace"
-    sliced = tmp_path / f"{name}-sliced.pftrace"
+    """Exports trace as .pftrace and .json streamed, then from its slice table;
+    checks the bytes are equal (and the counts the scan gave), returns the
+    .pftrace's."""
     counts = list(trace.thread_counts())
     calls = len(trace)
-    trace.export_perfetto(str(streamed), compress=False)
-    assert not trace.slices_built(), "the streamed export built the slice table"
-    list(trace.thread_slices())
-    assert trace.slices_built()
-    trace.export_perfetto(str(sliced), compress=False)
-    data = streamed.read_bytes()
-    assert data == sliced.read_bytes()
+    out = {}
+    for how in ("streamed", "sliced"):
+        if how == "sliced":
+            assert not trace.slices_built(), "a streamed export built the slice table"
+            list(trace.thread_slices())
+            assert trace.slices_built()
+        pftrace, chrome = tmp_path / f"{name}-{how}.pftrace", tmp_path / f"{name}-{how}.json"
+        trace.export_perfetto(str(pftrace), compress=False)
+        trace.export_chrome_trace(str(chrome))
+        out[how] = pftrace.read_bytes(), chrome.read_bytes()
+    assert out["streamed"][0] == out["sliced"][0]
+    assert out["streamed"][1] == out["sliced"][1]
     assert list(trace.thread_counts()) == counts       # scan's counts = the table's
     assert len(trace) == calls
-    return data
+    return out["streamed"][0]
+
+
+def _json_from_slices(streams, index, names):
+    """(name, start, end, depth, parent index) of Streams.slices, absolute indices."""
+    rows = []
+    for slices, n, first in streams.slices(index):
+        assert first == len(rows)
+        for i in range(n):
+            s = slices[i]
+            assert s.parent < len(rows)
+            rows.append((names[s.key], s.start, s.end, s.depth, s.parent))
+    return rows
 
 
 # --- hand-built event streams against the slice pipeline ------------------------
@@ -100,9 +116,11 @@ def _sliced(events, hidden, min_ns, stop_ticks):
     slices = [(out, drop_short(out, n, min_ns))]
     name_tagged_calls(TAGS, ARGS, slices, names, kinds, key_args, None)
     (out, n), = drop_carriers(slices, list(hidden))
+    table = [(names[out[i].key], out[i].start, out[i].end, out[i].depth, out[i].parent)
+             for i in range(n)]
     return sorted((names[out[i].key], str(key_args.get(out[i].key)), out[i].start, out[i].end,
                    out[i].depth, bool(out[i].flags & lib.PT_SLICE_OPEN_AT_STOP))
-                  for i in range(n))
+                  for i in range(n)), table
 
 
 def _streamed(events, hidden, min_ns, stop_ticks, splits):
@@ -128,7 +146,7 @@ def _streamed(events, hidden, min_ns, stop_ticks, splits):
     assert slices == len(done)
     assert open_at_stop == sum(1 for d in done if d[5])
     assert depth == max((d[4] for d in done), default=0)
-    return sorted(done)
+    return sorted(done), _json_from_slices(streams, 0, names)
 
 
 def _events(draw_ops):
@@ -195,15 +213,15 @@ def test_an_optimizer_step_names_its_parent_unless_it_is_the_region():
              (5, step, ret), (5, wrapper, ret)]
     got = _streamed(plain, hidden, 0, 2000, [2])
     assert got == _sliced(plain, hidden, 0, 2000)
-    assert [s[0] for s in got if s[4] == 0] == ["Optimizer.step#SGD.step"]
+    assert [s[0] for s in got[0] if s[4] == 0] == ["Optimizer.step#SGD.step"]
     in_region = [(0, wrapper, call), (1, enter, call), (0, 6, lib.PT_EV_TAG), (1, enter, ret),
                  (5, step, call), (0, 5, lib.PT_EV_TAG), (5, step, ret), (5, wrapper, ret)]
     got = _streamed(in_region, hidden, 0, 2000, [1])
     assert got == _sliced(in_region, hidden, 0, 2000)
-    assert [s[0] for s in got if s[4] == 0] == ["wrapper"]
+    assert [s[0] for s in got[0] if s[4] == 0] == ["wrapper"]
     got = _streamed(plain, hidden, 8, 2000, [3])     # the step (5 ns) is short
     assert got == _sliced(plain, hidden, 8, 2000)
-    assert [s[0] for s in got if s[4] == 0] == ["wrapper"]
+    assert [s[0] for s in got[0] if s[4] == 0] == ["wrapper"]
 
 
 # --- traced programs -----------------------------------------------------------
@@ -338,3 +356,14 @@ def test_torch_stand_in_regions_modules_steps_and_carriers(tmp_path):
 def test_real_torch(tmp_path):
     pytest.importorskip("torch")
     _run_torch(tmp_path, stand_in=False)
+
+
+def test_calls_longer_than_four_seconds_keep_their_duration():
+    """Durations past 2^32 ns take the walk's side table (slices mode, JSON)."""
+    call, ret, time_ = lib.PT_EV_PY_CALL, lib.PT_EV_PY_RETURN, lib.PT_EV_TIME
+    events = [(0, 1, call), (5, 2, call), (0, 3, time_), (5, 2, ret), (7, 3, call),
+              (0, 2, time_), (5, 3, ret), (5, 1, ret), (1, 2, call)]
+    stop = 1000 + (5 << 32) + 40
+    got = _streamed(events, [0] * len(NAMES), 0, stop, [2])
+    assert got == _sliced(events, [0] * len(NAMES), 0, stop)
+    assert max(end - start for _, start, end, _, _ in got[1]) > 5 << 32
