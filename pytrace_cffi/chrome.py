@@ -17,7 +17,7 @@ from ._files import replaced_atomically
 from ._progress import Progress
 
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20       # the C formatter fills it; bigger only costs memory
 _CATEGORY = {"python": "python_function", "c": "python_function",
              "annotation": "user_annotation"}
 
