@@ -372,8 +372,11 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
     }
     if (w->t.min_ns && ts - n->start < w->t.min_ns) {
         /* short: it goes with everything since its begin (its subtree) */
-        if (w->scan)
+        if (w->scan) {
+            if (n->mark < w->base)
+                return PT_ERR_STATE;    /* handed out already: a bug, not bad input */
             w->n_records = n->mark - w->base;
+        }
         w->stats.slices = n->kept_before;
         w->stats.open_at_stop = n->open_before;
         w->stats.max_depth = n->depth_before;
@@ -593,10 +596,17 @@ pt_walk_ready(const pt_walk *w, const pt_walk_record **records)
     if (w->finished || !w->t.min_ns)
         return w->n_records;
     /* the outermost open node that may still turn out short bounds what is final;
-     * nested nodes began later, so the first such from the bottom is it */
-    for (uint64_t i = 0; i < w->n_nodes; i++)
-        if (w->now - w->nodes[i].start < w->t.min_ns)
-            return w->nodes[i].mark - w->base;
+     * nested nodes began later, so the first such from the bottom is it. An open
+     * call ends at `now` or later; a region opened at the top level ends with the
+     * thread's last call, so at the latest end seen or later. */
+    int top_level = 1;
+    for (uint64_t i = 0; i < w->n_nodes; i++) {
+        const pt_walk_node *n = &w->nodes[i];
+        top_level = top_level && n->is_region;
+        int64_t ends_after = top_level ? (w->has_end ? w->max_end : n->start) : w->now;
+        if (ends_after - n->start < w->t.min_ns)
+            return n->mark - w->base;
+    }
     return w->n_records;
 }
 

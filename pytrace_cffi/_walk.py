@@ -226,6 +226,8 @@ class Streams:
 def _check(rc, source, walk):
     if rc == lib.PT_ERR_NOMEM:
         raise MemoryError("pytrace_cffi: out of memory walking the trace's events")
+    if rc == lib.PT_ERR_STATE:
+        raise TraceError("pytrace_cffi: the streaming walk dropped records it had handed out")
     if rc != lib.PT_OK:
         stats = ffi.new("pt_walk_stats *")
         lib.pt_walk_get_stats(walk, stats)

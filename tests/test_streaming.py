@@ -187,7 +187,7 @@ ops = st.one_of(
     st.tuples(st.just("time"), st.just(0), st.integers(0, 100), no_marks))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(program=st.lists(ops, max_size=80),
        hidden=st.lists(st.sampled_from([0, 0, 0, 1, 2, 3, 4]), min_size=len(NAMES),
                        max_size=len(NAMES)),
@@ -414,3 +414,14 @@ def test_memory_from_stop_through_exports_is_bounded(tmp_path):
     # 8 bytes an event for the events, ~2 for the JSON's durations, and some
     # megabytes of buffers (more per event here than at 100M events)
     assert peak < 15 * events, f"{peak / events:.1f} bytes per event"
+
+
+def test_a_top_level_region_waits_for_the_last_call_not_the_clock():
+    """Under min_duration, a region opened at the top level ends with the thread's
+    last call: a return matching nothing moves the clock past min_duration, but the
+    region is still short, and what it holds must not be handed out before."""
+    c_call, py_call = lib.PT_EV_C_CALL, lib.PT_EV_PY_CALL
+    events = [(0, 1, c_call), (0, 1, lib.PT_EV_TAG), (0, 1, py_call), (32, 1, py_call),
+              (0, 1, lib.PT_EV_C_RETURN), (28, 1, lib.PT_EV_PY_RETURN)]
+    hidden = [0] * len(NAMES)
+    assert _streamed(events, hidden, 60, 1067, []) == _sliced(events, hidden, 60, 1067)
