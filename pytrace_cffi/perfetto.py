@@ -237,15 +237,20 @@ def _process_sequence(trace, uuids):
                               _bytes(11, _int(9, TYPE_COUNTER) + _int(11, track) + number), seq)
 
 
+def thread_descriptor(uuid, parent_uuid, pid, tid, name):
+    """TracePacket.track_descriptor (60) of a thread's track: the one place thread
+    tracks are described (streamed and slice-based exports alike)."""
+    return _bytes(60, _int(1, uuid) + _int(5, parent_uuid)
+                  + _bytes(4, _int(1, pid) + _int(2, tid) + _bytes(5, name)))
+
+
 def _thread_head(trace, thread, uuid, sequence_id, interned_head, clock_ns):
     """A thread sequence's first packets: its track, defaults, the clock mapping
     (sequence clock = CLOCK_MONOTONIC at clock_ns, in ns) and the interned
     categories and annotation names."""
     seq = _int(10, sequence_id)
-    tid = thread.native_id or thread.ident
-    descriptor = _bytes(60, _int(1, uuid) + _int(5, _uuid_base(trace))
-                        + _bytes(4, _int(1, trace.pid) + _int(2, tid)
-                                 + _bytes(5, thread.name)))
+    descriptor = thread_descriptor(uuid, _uuid_base(trace), trace.pid,
+                                   thread.native_id or thread.ident, thread.name)
     defaults = _bytes(59, _int(58, SEQUENCE_CLOCK) + _bytes(11, _int(11, uuid)))
     head = _packet(descriptor, _int(13, SEQ_INCREMENTAL_STATE_CLEARED), defaults,
                    _bytes(12, interned_head), seq)
