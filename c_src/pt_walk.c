@@ -23,6 +23,11 @@
  * everything emitted since its begin is its subtree, so dropping it truncates the
  * pending records back to its begin. Records before the outermost open call that
  * may still turn out short are final.
+ *
+ * Chrome JSON wants each call whole and in start order, with the slice table's
+ * numbering. For it a second scan keeps every call's duration (4 bytes a call),
+ * and the emitting walk then writes each shown call as a pt_slice at its begin,
+ * leaving out at once the calls min_duration drops.
  */
 #include "pt_internal.h"
 
@@ -66,6 +71,11 @@ typedef struct {
     uint32_t key;
 } pt_walk_rename;
 
+typedef struct {
+    uint64_t ordinal;
+    int64_t duration;       /* ns, at least UINT32_MAX */
+} pt_walk_long;
+
 struct pt_walk {
     pt_walk_tables t;
     const pt_walk *scan;    /* NULL: this is the scan */
@@ -96,12 +106,12 @@ struct pt_walk {
     uint64_t *open_ordinals;    /* the shown calls open at stop, in begin order */
     uint64_t n_open_ordinals;
     uint32_t *args_base_key;    /* per args index: the key it was recorded on */
-    /* pt_walk_keep_durations: per ordinal, ns from begin to end (UINT32_MAX: in long) */
+    /* pt_walk_keep_durations: per ordinal, ns from begin to end (UINT32_MAX: see
+     * long_durations); 4 bytes a call, as most calls are shorter than 4.3 s */
     uint32_t *durations;
     uint64_t n_durations, cap_durations;
-    pt_walk_rename *long_durations;     /* (ordinal, 0, low 32 bits unused) as pairs below */
-    int64_t *long_values;
-    uint64_t n_long, cap_long, cap_long_values;
+    pt_walk_long *long_durations;       /* the longer ones, by ordinal once sorted */
+    uint64_t n_long, cap_long;
     int keep_durations;
 };
 
@@ -119,6 +129,13 @@ pt_walk_grow(void **items, uint64_t *cap, uint64_t need, size_t size)
     *items = grown;
     *cap = cap2;
     return PT_OK;
+}
+
+static int
+pt_walk_compare_long(const void *a, const void *b)
+{
+    const pt_walk_long *x = a, *y = b;
+    return x->ordinal < y->ordinal ? -1 : x->ordinal > y->ordinal;
 }
 
 static int
@@ -156,7 +173,7 @@ pt_walk_new(const pt_walk_tables *tables, pt_walk *scan, int64_t base_ticks)
                   pt_walk_compare_renames);
         if (scan->n_long)
             qsort(scan->long_durations, scan->n_long, sizeof *scan->long_durations,
-                  pt_walk_compare_renames);
+                  pt_walk_compare_long);
     }
     return w;
 }
@@ -175,7 +192,6 @@ pt_walk_free(pt_walk *w)
     free(w->slices);
     free(w->durations);
     free(w->long_durations);
-    free(w->long_values);
     free(w);
 }
 
@@ -224,7 +240,7 @@ pt_walk_duration(const pt_walk *scan, uint64_t ordinal)
             hi = mid;
     }
     return lo < scan->n_long && scan->long_durations[lo].ordinal == ordinal
-        ? scan->long_values[scan->long_durations[lo].order] : 0;
+        ? scan->long_durations[lo].duration : 0;
 }
 
 /* Slices mode: a node's slice, written at its begin (its end is the scan's), in
@@ -355,13 +371,10 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
         int64_t d = ts - n->start;
         if (d >= UINT32_MAX) {
             if (pt_walk_grow((void **)&w->long_durations, &w->cap_long, w->n_long + 1,
-                             sizeof *w->long_durations) ||
-                pt_walk_grow((void **)&w->long_values, &w->cap_long_values, w->n_long + 1,
-                             sizeof *w->long_values))
+                             sizeof *w->long_durations))
                 return PT_ERR_NOMEM;
             w->long_durations[w->n_long].ordinal = n->ordinal;
-            w->long_durations[w->n_long].order = w->n_long;
-            w->long_values[w->n_long++] = d;
+            w->long_durations[w->n_long++].duration = d;
             d = UINT32_MAX;
         }
         w->durations[n->ordinal] = (uint32_t)d;
