@@ -49,6 +49,7 @@ typedef struct {
     uint8_t shown;          /* not a carrier: its records are written */
     uint8_t exempt;         /* never a carrier (a region, a region with args) */
     uint8_t open_at_stop;   /* emitting walk: the scan saw it open at stop */
+    uint8_t slice_flags;    /* PT_SLICE_C, PT_SLICE_SEEDED */
     int64_t child_parent;   /* slices mode: the slice index its callees' parent is (-1) */
     uint32_t child_depth;   /* slices mode: their depth */
 } pt_walk_node;
@@ -263,9 +264,11 @@ pt_walk_begin_slice(pt_walk *w, pt_walk_node *n)
     s->start = n->start;
     s->end = n->start + duration;
     s->key = n->key;
-    s->flags = n->open_at_stop ? PT_SLICE_OPEN_AT_STOP : 0;
+    /* as the slice table holds it (saved directories write it as is) */
+    s->flags = (n->is_region ? 0 : (uint32_t)(n->slice_flags | (n->open_at_stop
+                                                                ? PT_SLICE_OPEN_AT_STOP : 0)));
     s->parent = n->child_parent;
-    s->tag = 0;
+    s->tag = n->is_region ? 0 : n->tag;
     s->depth = n->child_depth;
     n->child_parent = (int64_t)(w->slices_base + w->n_slices++);
     n->child_depth++;
@@ -274,7 +277,7 @@ pt_walk_begin_slice(pt_walk *w, pt_walk_node *n)
 
 static int
 pt_walk_push_node(pt_walk *w, int64_t start, uint32_t key, uint32_t tag, int is_region,
-                  int carrier_exempt)
+                  int carrier_exempt, uint8_t slice_flags)
 {
     if (pt_walk_grow((void **)&w->nodes, &w->cap_nodes, w->n_nodes + 1, sizeof *w->nodes))
         return PT_ERR_NOMEM;
@@ -284,6 +287,7 @@ pt_walk_push_node(pt_walk *w, int64_t start, uint32_t key, uint32_t tag, int is_
     n->ordinal = w->ordinals++;
     n->tag = tag;
     n->is_region = (uint8_t)is_region;
+    n->slice_flags = slice_flags;
     if (w->scan) {
         const pt_walk *s = w->scan;
         /* renames of this call found by the scan: the last one holds */
@@ -347,7 +351,7 @@ pt_walk_materialize(pt_walk *w, pt_walk_call *call)
     } else if (tag && tag < w->t.n_tags) {
         uint32_t region = w->t.region_key[tag];
         if (region && region != PT_REGION_EXIT) {
-            int rc = pt_walk_push_node(w, call->start, region, 0, 1, 1);
+            int rc = pt_walk_push_node(w, call->start, region, 0, 1, 1, 0);
             if (rc != PT_OK)
                 return rc;
         }
@@ -355,7 +359,9 @@ pt_walk_materialize(pt_walk *w, pt_walk_call *call)
             key = w->t.tag_key[tag];
     }
     call->node = (int64_t)w->n_nodes;
-    return pt_walk_push_node(w, call->start, key, tag, 0, exempt);
+    return pt_walk_push_node(w, call->start, key, tag, 0, exempt,
+                             (uint8_t)((call->is_c ? PT_SLICE_C : 0) |
+                                       (call->seeded ? PT_SLICE_SEEDED : 0)));
 }
 
 static int

@@ -160,16 +160,25 @@ def save(trace, directory):
     meta = _meta(trace.pid, trace.python_version, trace.backend, trace.clock, trace.start_ns,
                  trace.stop_ns, trace.dropped_events, trace.names, trace.key_kinds,
                  trace.key_args, trace.marks, realtime_anchor=trace.realtime_anchor)
-    meta["threads"] = [_thread_meta(t, n) for t, _, n in trace.thread_slices()]
+    # the counts without the slice table: a streaming trace writes its slices as
+    # its walk makes them (chrome._thread_batches), the same records
+    from .chrome import _thread_batches
+    counts = [(thread, n) for thread, n, _, _ in trace.thread_counts()]
+    meta["threads"] = [_thread_meta(t, n) for t, n in counts]
     if os.path.exists(os.path.join(directory, "events.bin")):
         os.unlink(os.path.join(directory, "events.bin"))
     _write_names(directory, trace.names, trace.params)
-    total = sum(n for _, _, n in trace.thread_slices())
+    total = sum(n for _, n in counts)
     with replaced_atomically(os.path.join(directory, "slices.bin"),
                              lambda tmp: open(tmp, "wb")) as out:
         out.write(SLICES_HEADER.pack(SLICES_MAGIC, FORMAT_VERSION, SLICE_RECORD_SIZE, total))
-        for _, slices, n in trace.thread_slices():
-            out.write(ffi.buffer(slices, n * SLICE_RECORD_SIZE))
+        written = 0
+        for _, batches in _thread_batches(trace):
+            for slices, n, _ in batches:
+                out.write(ffi.buffer(slices, n * SLICE_RECORD_SIZE))
+                written += n
+        if written != total:
+            raise TraceFormatError(f"slices.bin: {written} calls written, {total} counted")
     # meta.json last: a directory without it is an incomplete save.
     _write_json(os.path.join(directory, "meta.json"), meta)
 

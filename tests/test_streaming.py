@@ -22,9 +22,9 @@ STAND_IN = os.path.join(HERE, "torch_stand_in")
 
 
 def both_ways(trace, tmp_path, name="t"):
-    """Exports trace as .pftrace and .json streamed, then from its slice table;
-    checks the bytes are equal (and the counts the scan gave), returns the
-    .pftrace's."""
+    """Exports trace as .pftrace and .json and saves it, streamed, then from its
+    slice table; checks the bytes are equal (and the counts the scan gave),
+    returns the .pftrace's."""
     counts = list(trace.thread_counts())
     calls = len(trace)
     out = {}
@@ -34,25 +34,30 @@ def both_ways(trace, tmp_path, name="t"):
             list(trace.thread_slices())
             assert trace.slices_built()
         pftrace, chrome = tmp_path / f"{name}-{how}.pftrace", tmp_path / f"{name}-{how}.json"
+        saved = tmp_path / f"{name}-{how}-saved"
         trace.export_perfetto(str(pftrace), compress=False)
         trace.export_chrome_trace(str(chrome))
-        out[how] = pftrace.read_bytes(), chrome.read_bytes()
+        trace.save(str(saved))
+        out[how] = (pftrace.read_bytes(), chrome.read_bytes(),
+                    (saved / "slices.bin").read_bytes(), (saved / "meta.json").read_bytes())
     assert out["streamed"][0] == out["sliced"][0]
     assert out["streamed"][1] == out["sliced"][1]
+    assert out["streamed"][2] == out["sliced"][2]       # save() streams too
+    assert out["streamed"][3] == out["sliced"][3]
     assert list(trace.thread_counts()) == counts       # scan's counts = the table's
     assert len(trace) == calls
     return out["streamed"][0]
 
 
 def _json_from_slices(streams, index, names):
-    """(name, start, end, depth, parent index) of Streams.slices, absolute indices."""
+    """(name, start, end, depth, parent index, flags, tag) of Streams.slices."""
     rows = []
     for slices, n, first in streams.slices(index):
         assert first == len(rows)
         for i in range(n):
             s = slices[i]
             assert s.parent < len(rows)
-            rows.append((names[s.key], s.start, s.end, s.depth, s.parent))
+            rows.append((names[s.key], s.start, s.end, s.depth, s.parent, s.flags, s.tag))
     return rows
 
 
@@ -116,8 +121,8 @@ def _sliced(events, hidden, min_ns, stop_ticks):
     slices = [(out, drop_short(out, n, min_ns))]
     name_tagged_calls(TAGS, ARGS, slices, names, kinds, key_args, None)
     (out, n), = drop_carriers(slices, list(hidden))
-    table = [(names[out[i].key], out[i].start, out[i].end, out[i].depth, out[i].parent)
-             for i in range(n)]
+    table = [(names[out[i].key], out[i].start, out[i].end, out[i].depth, out[i].parent,
+              out[i].flags, out[i].tag) for i in range(n)]
     return sorted((names[out[i].key], str(key_args.get(out[i].key)), out[i].start, out[i].end,
                    out[i].depth, bool(out[i].flags & lib.PT_SLICE_OPEN_AT_STOP))
                   for i in range(n)), table
@@ -366,7 +371,7 @@ def test_calls_longer_than_four_seconds_keep_their_duration():
     stop = 1000 + (5 << 32) + 40
     got = _streamed(events, [0] * len(NAMES), 0, stop, [2])
     assert got == _sliced(events, [0] * len(NAMES), 0, stop)
-    assert max(end - start for _, start, end, _, _ in got[1]) > 5 << 32
+    assert max(row[2] - row[1] for row in got[1]) > 5 << 32
 
 
 MEMORY_SCRIPT = r"""
