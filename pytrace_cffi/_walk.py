@@ -1,13 +1,16 @@
 """Streaming walks over a trace's events (c_src/pt_walk.c): the calls a trace
-shows, without a slice table, for exports that stream (.pftrace).
+shows, without a slice table, for the exports that stream (.pftrace, Chrome
+JSON, a saved directory's slices.bin).
 
 A trace keeps its events (in memory after stop(), or in a spill file's blocks)
 and a KeyPlan: every key the slice pipeline would add (torch regions, module
 calls, optimizer steps, regions with args) made once, so the streamed exports
-and the slice table built on demand (iteration, HTML, summary, save) name calls
-with the same keys. Each thread is scanned once when the trace is made (its
-counts, its calls open at stop, what names an optimizer step's parent); an
-export walks it again and encodes the records as they become final.
+and the slice table built on demand (iteration, HTML, summary) name calls with
+the same keys. Each thread is scanned once when the trace is made (its counts,
+its calls open at stop, what names an optimizer step's parent); an export walks
+it again and encodes the records as they become final (Streams.records, in time
+order), or, for JSON and slices.bin, after one more scan that keeps each call's
+duration, the whole calls in start order (Streams.slices).
 """
 from ._core import ffi, lib
 from ._torch import MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT

@@ -112,8 +112,9 @@ class Trace:
     @classmethod
     def _from_session(cls, session):
         """The trace of a stopped session: its events stay where they are, scanned
-        once per thread; exports stream from them and the slice table is made
-        only when something asks for it (iteration, HTML, summary, save)."""
+        once per thread; exports and iteration stream from them and the slice
+        table is made only when something asks for it (HTML, summary,
+        thread_slices())."""
         from ._walk import HeldEvents, KeyPlan, Streams
         ptr = session.ptr
         facts = session_facts(session)
@@ -166,16 +167,22 @@ class Trace:
         return sum(n for _, n, _, _ in self.thread_counts())
 
     def __iter__(self):
+        # Without the slice table, the calls come from the streaming walk, a batch
+        # at a time: iterating holds one Call, not one per call.
+        from .chrome import _thread_batches
         names, kinds = self.names, self.key_kinds
         first_id = 0
-        for thread, (slices, n) in zip(self.threads, self._slices):
+        counts = [n for _, n, _, _ in self.thread_counts()]
+        for (thread, batches), count in zip(_thread_batches(self), counts):
             tid = thread.native_id
-            for i in range(n):
-                s = slices[i]
-                parent = s.parent
-                yield Call(first_id + i, names[s.key], s.start, s.end, tid,
-                           None if parent < 0 else first_id + parent, kinds[s.key])
-            first_id += n
+            for slices, n, index_base in batches:
+                first = first_id + index_base
+                for i in range(n):
+                    s = slices[i]
+                    parent = s.parent
+                    yield Call(first + i, names[s.key], s.start, s.end, tid,
+                               None if parent < 0 else first_id + parent, kinds[s.key])
+            first_id += count
 
     def thread_slices(self):
         """(ThreadInfo, cffi pt_slice array, count) per thread: the raw replay,

@@ -27,6 +27,8 @@ def both_ways(trace, tmp_path, name="t"):
     returns the .pftrace's."""
     counts = list(trace.thread_counts())
     calls = len(trace)
+    streamed_calls = list(trace)            # iterating streams too
+    assert not trace.slices_built()
     out = {}
     for how in ("streamed", "sliced"):
         if how == "sliced":
@@ -45,7 +47,8 @@ def both_ways(trace, tmp_path, name="t"):
     assert out["streamed"][2] == out["sliced"][2]       # save() streams too
     assert out["streamed"][3] == out["sliced"][3]
     assert list(trace.thread_counts()) == counts       # scan's counts = the table's
-    assert len(trace) == calls
+    assert len(trace) == calls == len(streamed_calls)
+    assert list(trace) == streamed_calls
     return out["streamed"][0]
 
 
