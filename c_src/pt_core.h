@@ -393,10 +393,10 @@ typedef struct {
 #define PT_RECORD_END 1             /* else a begin */
 #define PT_RECORD_OPEN_AT_STOP 2    /* a begin of a call still running at stop */
 typedef struct pt_walk pt_walk;
-/* Returns a new walk (pt_walk_free it), NULL when out of memory. The scan must
- * be finished and outlive the emitting walk. base_ticks: the clock the first
- * event's delta counts from. */
-pt_walk *pt_walk_new(const pt_walk_tables *tables, pt_walk *scan, int64_t base_ticks);
+/* Returns a new walk (pt_walk_free it), NULL when out of memory or given a scan
+ * not finished. The scan must outlive the emitting walk; several emitting walks
+ * may share it. base_ticks: the clock the first event's delta counts from. */
+pt_walk *pt_walk_new(const pt_walk_tables *tables, const pt_walk *scan, int64_t base_ticks);
 void pt_walk_free(pt_walk *walk);
 int pt_walk_feed(pt_walk *walk, const pt_event *events, uint64_t n);
 /* Closes the calls open at stop (and the top-level regions). */

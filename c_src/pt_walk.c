@@ -150,8 +150,10 @@ pt_walk_compare_renames(const void *a, const void *b)
 
 /* Returns a new walk, or NULL when out of memory. */
 pt_walk *
-pt_walk_new(const pt_walk_tables *tables, pt_walk *scan, int64_t base_ticks)
+pt_walk_new(const pt_walk_tables *tables, const pt_walk *scan, int64_t base_ticks)
 {
+    if (scan && !scan->finished)
+        return NULL;            /* its findings are complete only once finished */
     pt_walk *w = calloc(1, sizeof *w);
     if (!w)
         return NULL;
@@ -167,14 +169,6 @@ pt_walk_new(const pt_walk_tables *tables, pt_walk *scan, int64_t base_ticks)
             }
             memset(w->args_base_key, 0xFF, tables->n_args * sizeof *w->args_base_key);
         }
-    } else {
-        /* the emitting walk meets calls in ordinal order: sorted once, read in order */
-        if (scan->n_renames)
-            qsort(scan->renames, scan->n_renames, sizeof *scan->renames,
-                  pt_walk_compare_renames);
-        if (scan->n_long)
-            qsort(scan->long_durations, scan->n_long, sizeof *scan->long_durations,
-                  pt_walk_compare_long);
     }
     return w;
 }
@@ -587,6 +581,15 @@ pt_walk_finish(pt_walk *w)
     /* regions opened at the top level close with the thread's last call */
     while (rc == PT_OK && w->n_nodes)
         rc = pt_walk_end_node(w, w->max_end, 0);
+    if (rc == PT_OK && !w->scan) {
+        /* Emitting walks meet calls in ordinal order: sorted once here, then only
+         * read (several walks may use one scan at once, the GIL released). */
+        if (w->n_renames)
+            qsort(w->renames, w->n_renames, sizeof *w->renames, pt_walk_compare_renames);
+        if (w->n_long)
+            qsort(w->long_durations, w->n_long, sizeof *w->long_durations,
+                  pt_walk_compare_long);
+    }
     w->finished = 1;
     return rc;
 }

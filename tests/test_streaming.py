@@ -433,3 +433,20 @@ def test_a_top_level_region_waits_for_the_last_call_not_the_clock():
               (0, 1, lib.PT_EV_C_RETURN), (28, 1, lib.PT_EV_PY_RETURN)]
     hidden = [0] * len(NAMES)
     assert _streamed(events, hidden, 60, 1067, []) == _sliced(events, hidden, 60, 1067)
+
+
+def test_exports_from_several_threads_at_once_share_the_scans(tmp_path):
+    """Walks share a thread's scan (read only once finished): exports running at
+    once on several threads, the GIL released in C, write the same bytes."""
+    pytrace_cffi.start()
+    fib(15)
+    trace = pytrace_cffi.stop()
+    paths = [tmp_path / f"{i}.pftrace" for i in range(4)]
+    workers = [threading.Thread(target=trace.export_perfetto, args=(str(p),),
+                                kwargs={"compress": False}) for p in paths]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert len({p.read_bytes() for p in paths}) == 1
+    assert not trace.slices_built()
