@@ -1,6 +1,7 @@
 """Size and speed of each export format on one trace (run by hand):
 
-    python benchmarks/export_formats.py [--fib N] [--rounds R]
+    python benchmarks/export_formats.py [--fib N] [--rounds R] [--memory-fib M]
+                                        [--spilled-fib S] [--viztracer]
 
 Traces fib(N) (default 25: 242785 calls, 485570 events; 26 gives ~785k events),
 then writes it as .pftrace (uncompressed, and with deflate-compressed packets, the
@@ -10,13 +11,30 @@ second (a call is two events: its begin and its end). Time is wall clock of the
 whole export call, file writing included; the files go to tmpfs when /dev/shm
 exists, so the disk's speed does not enter.
 
+Memory (--memory-fib, default 29: ~3.4M events): for each format, a fresh
+process traces fib(M), and its peak RSS from stop() through the export is
+reported in bytes per event above the same process untraced (our modules
+imported); VmHWM is reset just before stop() (Linux /proc/self/clear_refs).
+
+Spilled (--spilled-fib S, default 0 = skipped; 35 gives ~60M events, 36 ~97M):
+a process traces fib(S) with max_events=2**20 spilling to a directory; another
+loads that directory and converts it to .pftrace (compressed, the default, then
+uncompressed). Reports its events, seconds, M events/s and peak RSS (ru_maxrss
+of the converting process, everything it did included).
+
+--viztracer: VizTracer's save() of the same fib(N) workload beside ours (time
+and bytes of its JSON), when viztracer is importable.
+
 Targets (issue 13): .pftrace <= 30 bytes per call uncompressed, <= 4 compressed;
-export >= 20 M events/s uncompressed.
+export >= 20 M events/s uncompressed; peak RSS from stop() through export <= 12
+bytes/event above the untraced process; 100M spilled events to .pftrace under
+300 MB at >= 10 M events/s.
 """
 import argparse
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,10 +54,145 @@ FORMATS = [
 ]
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+MEMORY_CHILD = r"""
+import sys, time
+import gzip, concurrent.futures, pytrace_cffi, pytrace_cffi.chrome, pytrace_cffi.perfetto
+
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+
+
+fib(15)
+untraced = status("VmRSS")
+pytrace_cffi.start()
+fib(int(sys.argv[1]))
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")                      # VmHWM from here on
+begin = time.perf_counter()
+trace = pytrace_cffi.stop()
+path = sys.argv[2]
+if path.endswith(".pftrace"):
+    trace.export_perfetto(path)
+elif path != "-":
+    trace.export_chrome_trace(path)
+seconds = time.perf_counter() - begin
+print(sum(t.n_events for t in trace.threads), status("VmHWM") - untraced, seconds)
+"""
+
+SPILL_CHILD = r"""
+import sys
+import pytrace_cffi
+
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+pytrace_cffi.start(max_events=1 << 20, output=sys.argv[2])
+fib(int(sys.argv[1]))
+pytrace_cffi.stop()
+"""
+
+CONVERT_CHILD = r"""
+import resource, sys, time
+import pytrace_cffi
+
+begin = time.perf_counter()
+trace = pytrace_cffi.load(sys.argv[1])
+trace.export_perfetto(sys.argv[2], compress=sys.argv[3] == "1")
+seconds = time.perf_counter() - begin
+events = sum(t.n_events for t in trace.threads)
+print(events, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, seconds)
+"""
+
+VIZTRACER_CHILD = r"""
+import os, sys, time
+from viztracer import VizTracer
+
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+tracer = VizTracer(tracer_entries=10_000_000, verbose=0)
+tracer.start()
+fib(int(sys.argv[1]))
+tracer.stop()
+begin = time.perf_counter()
+tracer.save(sys.argv[2])
+print(time.perf_counter() - begin, os.path.getsize(sys.argv[2]))
+"""
+
+
+def _child(script, *argv):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    result = subprocess.run([sys.executable, "-c", script, *map(str, argv)], env=env,
+                            capture_output=True, text=True)
+    if result.returncode:
+        raise RuntimeError(result.stderr[-2000:])
+    return result.stdout.split()
+
+
+def memory(n, directory):
+    print(f"\npeak RSS from stop() through export, fib({n}), each in a fresh process")
+    print(f"{'export':20} {'events':>10} {'B/event above untraced':>24} {'seconds':>9}")
+    for target in ("-", "out.pftrace", "out.json", "out.json.gz"):
+        path = target if target == "-" else os.path.join(directory, target)
+        events, peak, seconds = _child(MEMORY_CHILD, n, path)
+        label = "stop() alone" if target == "-" else target[4:]
+        print(f"{label:20} {int(events):10d} {int(peak) / int(events):24.2f} "
+              f"{float(seconds):9.2f}")
+        if target != "-":
+            os.unlink(path)
+
+
+def spilled(n, directory):
+    spill = os.path.join(directory, "spill")
+    begin = time.perf_counter()
+    _child(SPILL_CHILD, n, spill)
+    traced = time.perf_counter() - begin
+    size = os.path.getsize(os.path.join(spill, "events.bin"))
+    out = os.path.join(directory, "spilled.pftrace")
+    print(f"\nspilled fib({n}) ({size / 1e6:.0f} MB events.bin, traced in {traced:.0f} s), "
+          f"load() + export_perfetto() in a fresh process (peak RSS: the whole process):")
+    for compress in (1, 0):
+        events, peak, seconds = _child(CONVERT_CHILD, spill, out, compress)
+        events, peak, seconds = int(events), int(peak), float(seconds)
+        print(f"  {'compressed  ' if compress else 'uncompressed'} {events} events -> "
+              f"{os.path.getsize(out) / 1e6:.0f} MB in {seconds:.1f} s, "
+              f"{events / seconds / 1e6:.1f} M events/s, peak RSS {peak / 1e6:.0f} MB")
+
+
+def viztracer(n, directory, ours):
+    path = os.path.join(directory, "viz.json")
+    try:
+        seconds, size = _child(VIZTRACER_CHILD, n, path)
+    except RuntimeError as exc:
+        print(f"\nVizTracer: not run ({str(exc).strip().splitlines()[-1]})")
+        return
+    print(f"\nVizTracer save() of fib({n}): {float(seconds):.3f} s, {int(size)} bytes "
+          f"(ours, fastest export: {ours})")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fib", type=int, default=25)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--memory-fib", type=int, default=29)
+    parser.add_argument("--spilled-fib", type=int, default=0)
+    parser.add_argument("--viztracer", action="store_true")
     args = parser.parse_args()
     with pytrace_cffi.trace() as t:
         fib(args.fib)
@@ -52,6 +205,7 @@ def main():
     directory = tempfile.mkdtemp(prefix="pt-export-", dir=where)
     try:
         print(f"{'format':32} {'bytes':>12} {'B/call':>8} {'seconds':>9} {'M events/s':>11}")
+        results = []
         for suffix, label, export in FORMATS:
             path = os.path.join(directory, "out" + suffix)
             best = float("inf")
@@ -62,7 +216,14 @@ def main():
             size = os.path.getsize(path)
             print(f"{label:32} {size:12d} {size / calls:8.2f} {best:9.4f} "
                   f"{2 * calls / best / 1e6:11.1f}")
+            results.append(f"{label} {best:.3f} s, {size} bytes")
             os.unlink(path)
+        if args.viztracer:
+            viztracer(args.fib, directory, "; ".join(results))
+        if args.memory_fib and sys.platform.startswith("linux"):
+            memory(args.memory_fib, directory)
+        if args.spilled_fib:
+            spilled(args.spilled_fib, directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

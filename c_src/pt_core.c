@@ -273,6 +273,33 @@ pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t cap)
     return PT_OK;
 }
 
+/* The run of a thread's events that starts at event `first`: a view into the
+ * chunk holding it (valid until the tracer is freed), so a streaming walk reads
+ * the events where they are. *base_ticks: the clock the thread's first held event
+ * counts from (under max_events the oldest chunks may be gone). */
+int
+pt_thread_events_at(pt_tracer *tracer, int index, uint64_t first, const pt_event **events,
+                    uint64_t *n, int64_t *base_ticks)
+{
+    pt_thread *thread = pt_thread_for_reading(tracer, index);
+    if (!thread)
+        return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
+    *base_ticks = thread->head ? thread->head->base_ticks : thread->base_ticks;
+    *events = NULL;
+    *n = 0;
+    uint64_t skipped = 0;
+    for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next) {
+        uint64_t used = pt_chunk_used(thread, chunk);
+        if (first < skipped + used) {
+            *events = chunk->events + (first - skipped);
+            *n = skipped + used - first;
+            return PT_OK;
+        }
+        skipped += used;
+    }
+    return PT_OK;
+}
+
 /* Iterates a thread's events in order; used by replay. */
 int
 pt_thread_events_each(pt_tracer *tracer, int index,

@@ -308,6 +308,14 @@ int pt_key_flags(pt_tracer *tracer, uint8_t *out, uint32_t n);
  * names[key] (already JSON-escaped), ts/dur in microseconds with three decimals
  * relative to base_ns, and args {"Python id", "Python parent id", "Python thread"}
  * followed by extras[key] (",\"k\":v" or ""). */
+/* The same for slices numbered from index_base (a streaming walk's batch): the
+ * slice at i has "Python id" first_id + index_base + i; parents are absolute. */
+int pt_format_slices_from(const pt_slice *slices, uint64_t n, uint64_t *next,
+                          const char *const *names, const uint32_t *name_lens,
+                          const char *const *extras, const uint32_t *extra_lens, uint32_t n_keys,
+                          const char *prefix, uint32_t prefix_len, int64_t base_ns,
+                          uint64_t first_id, uint64_t index_base, uint32_t thread_index,
+                          char *out, uint64_t cap, uint64_t *written);
 int pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
                      const char *const *names, const uint32_t *name_lens,
                      const char *const *extras, const uint32_t *extra_lens, uint32_t n_keys,
@@ -347,6 +355,90 @@ int pt_pftrace_slices(const pt_slice *slices, uint64_t n, pt_pf_cursor *cursor,
                       uint8_t *interned_done, uint32_t n_keys,
                       const char *open_mark, uint32_t open_mark_len,
                       uint32_t sequence_id, char *out, uint64_t cap, uint64_t *written);
+/* Streaming walk (pt_walk.c): one thread's calls from its events, fed a run at a
+ * time, with everything the slice pipeline does (hiding, torch regions,
+ * min_duration, tagged names, carriers), without a slice table. The tables are
+ * the caller's and must outlive the walk. Per tag (below n_tags): region_key as
+ * for pt_insert_regions; tag_key, a module call's key (else 0); step_key, the key
+ * an optimizer step gives its parent (else 0), unless the parent's key has
+ * annotation_name[key] (n_keys entries, 0 for no annotation) equal to
+ * step_name[tag]. Per args index (below n_args): args_key, the key of a region
+ * with those args (0: keep its key; the scan only needs nonzero for "has args").
+ * Walk a thread twice: first a scan (pt_walk_new with scan NULL; no output; its
+ * stats are the trace's counts), then an emitting walk given that scan, whose
+ * records (begin and end, in time order) pt_walk_ready hands out once final.
+ * Feeding after pt_walk_finish: PT_ERR_STATE. */
+typedef struct {
+    const uint8_t *hidden;
+    uint32_t n_hidden;
+    uint32_t n_tags;
+    const uint32_t *region_key;
+    const uint32_t *tag_key;
+    const uint32_t *step_key;
+    const uint32_t *step_name;
+    const uint32_t *annotation_name;
+    uint32_t n_keys;
+    uint32_t n_args;
+    const uint32_t *args_key;
+    int64_t min_ns;
+    int64_t tick0;
+    int64_t ns0;
+    double ns_per_tick;
+    int64_t stop_ticks;
+} pt_walk_tables;
+typedef struct {
+    uint64_t slices;        /* calls (and regions) the trace shows */
+    uint64_t open_at_stop;  /* of them, still running at stop */
+    uint32_t max_depth;     /* deepest depth of a shown call */
+    uint32_t reserved;
+    uint64_t calls_begun;   /* calls and regions begun so far (where a walk failed) */
+} pt_walk_stats;
+typedef struct {
+    int64_t ts;             /* ns */
+    uint32_t key;
+    uint32_t flags;         /* PT_RECORD_* */
+} pt_walk_record;
+#define PT_RECORD_END 1             /* else a begin */
+#define PT_RECORD_OPEN_AT_STOP 2    /* a begin of a call still running at stop */
+typedef struct pt_walk pt_walk;
+/* Returns a new walk (pt_walk_free it), NULL when out of memory or given a scan
+ * not finished. The scan must outlive the emitting walk; several emitting walks
+ * may share it. base_ticks: the clock the first event's delta counts from. */
+pt_walk *pt_walk_new(const pt_walk_tables *tables, const pt_walk *scan, int64_t base_ticks);
+void pt_walk_free(pt_walk *walk);
+int pt_walk_feed(pt_walk *walk, const pt_event *events, uint64_t n);
+/* Closes the calls open at stop (and the top-level regions). */
+int pt_walk_finish(pt_walk *walk);
+int pt_walk_get_stats(const pt_walk *walk, pt_walk_stats *out);
+/* A finished scan: per args index, the key of the call the args were recorded
+ * on (0xFFFFFFFF: none). */
+int pt_walk_args_keys(const pt_walk *walk, uint32_t *out, uint32_t n);
+/* The records that are final, and how many; pt_walk_consume drops the first n. */
+uint64_t pt_walk_ready(const pt_walk *walk, const pt_walk_record **records);
+void pt_walk_consume(pt_walk *walk, uint64_t n);
+/* Slices mode, for exports that want each call whole and in start order (JSON):
+ * a scan told to keep durations (before it is fed; 4 bytes a call, room made for
+ * `expected` calls: a first scan's calls_begun) gives an
+ * emitting walk that writes pt_slices instead of records, numbered (parent,
+ * depth) as the slice table numbers them, each final at once. pt_walk_ready_slices
+ * hands them out with the index of the first; pt_walk_consume_slices drops them. */
+int pt_walk_keep_durations(pt_walk *walk, uint64_t expected);
+uint64_t pt_walk_ready_slices(const pt_walk *walk, const pt_slice **slices,
+                              uint64_t *first_index);
+void pt_walk_consume_slices(pt_walk *walk);
+/* A view of a thread's held events from event `first` on (up to the end of the
+ * chunk holding it; *n 0 past the end), and the clock the first held one counts from. */
+int pt_thread_events_at(pt_tracer *tracer, int index, uint64_t first, const pt_event **events,
+                        uint64_t *n, int64_t *base_ticks);
+/* .pftrace packets of walk records (see pt_pftrace_slices): encodes records[*next..n)
+ * into out until it is nearly full, advancing *next and *last_ns. PT_ERR_ARG:
+ * out of time order or a key >= n_keys. */
+int pt_pftrace_records(const pt_walk_record *records, uint64_t n, uint64_t *next, int64_t *last_ns,
+                       const char *events, const uint32_t *event_offsets,
+                       const char *interned, const uint32_t *interned_offsets,
+                       uint8_t *interned_done, uint32_t n_keys,
+                       const char *open_mark, uint32_t open_mark_len,
+                       uint32_t sequence_id, char *out, uint64_t cap, uint64_t *written);
 /* Appends, for keys first..count-1, what names each key to py_list: a code
  * object, or a (owner, name) tuple for a built-in (owner a module, a type or None). */
 int pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list);

@@ -48,12 +48,12 @@ pt_put(char *p, const char *s, size_t n)
 #define PT_PUT_LITERAL(p, s) pt_put((p), (s), sizeof(s) - 1)
 
 int
-pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
-                 const char *const *names, const uint32_t *name_lens,
-                 const char *const *extras, const uint32_t *extra_lens, uint32_t n_keys,
-                 const char *prefix, uint32_t prefix_len, int64_t base_ns,
-                 uint64_t first_id, uint32_t thread_index, char *out, uint64_t cap,
-                 uint64_t *written)
+pt_format_slices_from(const pt_slice *slices, uint64_t n, uint64_t *next,
+                      const char *const *names, const uint32_t *name_lens,
+                      const char *const *extras, const uint32_t *extra_lens, uint32_t n_keys,
+                      const char *prefix, uint32_t prefix_len, int64_t base_ns,
+                      uint64_t first_id, uint64_t index_base, uint32_t thread_index,
+                      char *out, uint64_t cap, uint64_t *written)
 {
     char *p = out;
     char *end = out + cap;
@@ -71,7 +71,7 @@ pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
         p = PT_PUT_LITERAL(p, ",\"dur\":");
         p = pt_put_us(p, s->end - s->start);
         p = PT_PUT_LITERAL(p, ",\"args\":{\"Python id\":");
-        p = pt_put_u64(p, first_id + i);
+        p = pt_put_u64(p, first_id + index_base + i);
         p = PT_PUT_LITERAL(p, ",\"Python parent id\":");
         if (s->parent < 0)
             p = PT_PUT_LITERAL(p, "null");
@@ -133,4 +133,17 @@ pt_slices_to_realtime(pt_slice *slices, uint64_t n, int64_t mono0, int64_t off0,
     }
     *first_start = first;
     *last_end = last;
+}
+
+int
+pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
+                 const char *const *names, const uint32_t *name_lens,
+                 const char *const *extras, const uint32_t *extra_lens, uint32_t n_keys,
+                 const char *prefix, uint32_t prefix_len, int64_t base_ns,
+                 uint64_t first_id, uint32_t thread_index, char *out, uint64_t cap,
+                 uint64_t *written)
+{
+    return pt_format_slices_from(slices, n, next, names, name_lens, extras, extra_lens, n_keys,
+                                 prefix, prefix_len, base_ns, first_id, 0, thread_index, out,
+                                 cap, written);
 }

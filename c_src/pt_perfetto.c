@@ -82,6 +82,74 @@ pt_put_padded(char *p, const char *s, uint32_t n)
     return p + n;
 }
 
+/* The packet's trailing trusted_packet_sequence_id field, the same on every
+ * packet of the sequence; returns its length. */
+static uint32_t
+pt_pf_sequence_field(char seq[1 + PT_VARINT_MAX], uint32_t sequence_id)
+{
+    seq[0] = PT_PB_SEQUENCE_ID;
+    return (uint32_t)(pt_put_varint(seq + 1, sequence_id) - seq);
+}
+
+/* TracePacket { timestamp, track_event { type = SLICE_END }, sequence id } */
+static inline char *
+pt_pf_put_end(char *p, uint64_t delta, const char *seq, uint32_t seq_len)
+{
+    *p++ = PT_PB_PACKET;
+    p = pt_put_varint(p, 1 + pt_varint_len(delta) + 4 + seq_len);
+    *p++ = PT_PB_TIMESTAMP;
+    p = pt_put_varint(p, delta);
+    *p++ = PT_PB_TRACK_EVENT;
+    *p++ = 2;
+    *p++ = PT_PB_EVENT_TYPE;
+    *p++ = PT_TYPE_SLICE_END;
+    memcpy(p, seq, 1 + PT_VARINT_MAX);
+    return p + seq_len;
+}
+
+/* TracePacket { timestamp, track_event { type = SLICE_BEGIN, the key's fields,
+ * open mark }, interned_data { the key's name }, sequence id }; NULL when it
+ * does not fit before end. */
+static inline char *
+pt_pf_put_begin(char *p, char *end, uint64_t delta, uint32_t key, int open_at_stop,
+                const char *events, const uint32_t *event_offsets,
+                const char *interned, const uint32_t *interned_offsets,
+                uint8_t *interned_done, const char *open_mark, uint32_t open_mark_len,
+                const char *seq, uint32_t seq_len)
+{
+    uint32_t event_len = event_offsets[key + 1] - event_offsets[key];
+    uint32_t intern_len = interned_done[key] ? 0
+                          : interned_offsets[key + 1] - interned_offsets[key];
+    uint32_t extra_len = open_at_stop ? open_mark_len : 0;
+    if ((uint64_t)(end - p) < (uint64_t)PT_PACKET_OVERHEAD + event_len + extra_len + intern_len)
+        return NULL;
+    uint32_t te_len = 2 + event_len + extra_len;
+    uint32_t body = 1 + pt_varint_len(delta) + 1 + pt_varint_len(te_len) + te_len + seq_len;
+    if (intern_len)
+        body += 1 + pt_varint_len(intern_len) + intern_len;
+    *p++ = PT_PB_PACKET;
+    p = pt_put_varint(p, body);
+    *p++ = PT_PB_TIMESTAMP;
+    p = pt_put_varint(p, delta);
+    *p++ = PT_PB_TRACK_EVENT;
+    p = pt_put_varint(p, te_len);
+    p[0] = PT_PB_EVENT_TYPE;
+    p[1] = PT_TYPE_SLICE_BEGIN;
+    p = pt_put_padded(p + 2, events + event_offsets[key], event_len);
+    if (PT_UNLIKELY(extra_len)) {
+        memcpy(p, open_mark, extra_len);
+        p += extra_len;
+    }
+    if (PT_UNLIKELY(intern_len)) {
+        *p++ = PT_PB_INTERNED;
+        p = pt_put_varint(p, intern_len);
+        p = pt_put_padded(p, interned + interned_offsets[key], intern_len);
+        interned_done[key] = 1;
+    }
+    memcpy(p, seq, 1 + PT_VARINT_MAX);
+    return p + seq_len;
+}
+
 int
 pt_pftrace_slices(const pt_slice *slices, uint64_t n, pt_pf_cursor *cursor,
                   int64_t *stack, uint32_t stack_cap,
@@ -97,10 +165,8 @@ pt_pftrace_slices(const pt_slice *slices, uint64_t n, pt_pf_cursor *cursor,
     uint32_t open = cursor->open;
     int64_t last_ns = cursor->last_ns;
     int status = PT_OK;
-    /* The packet's trailing trusted_packet_sequence_id field, the same on every packet. */
     char seq[1 + PT_VARINT_MAX];
-    seq[0] = PT_PB_SEQUENCE_ID;
-    uint32_t seq_len = (uint32_t)(pt_put_varint(seq + 1, sequence_id) - seq);
+    uint32_t seq_len = pt_pf_sequence_field(seq, sequence_id);
     for (;;) {
         const pt_slice *s = next < n ? &slices[next] : NULL;
         /* The slice on top of the stack ends before s begins unless it is s's
@@ -113,64 +179,24 @@ pt_pftrace_slices(const pt_slice *slices, uint64_t n, pt_pf_cursor *cursor,
                 status = PT_ERR_ARG;    /* out of time order: not a replayed thread */
                 break;
             }
-            uint64_t delta = (uint64_t)(t - last_ns);
-            /* TracePacket { timestamp, track_event { type = SLICE_END }, sequence id } */
-            *p++ = PT_PB_PACKET;
-            p = pt_put_varint(p, 1 + pt_varint_len(delta) + 4 + seq_len);
-            *p++ = PT_PB_TIMESTAMP;
-            p = pt_put_varint(p, delta);
-            *p++ = PT_PB_TRACK_EVENT;
-            *p++ = 2;
-            *p++ = PT_PB_EVENT_TYPE;
-            *p++ = PT_TYPE_SLICE_END;
-            memcpy(p, seq, sizeof seq);
-            p += seq_len;
+            p = pt_pf_put_end(p, (uint64_t)(t - last_ns), seq, seq_len);
             last_ns = t;
             open--;
             continue;
         }
         if (!s)
             break;
-        uint32_t key = s->key;
-        if (key >= n_keys || open >= stack_cap || s->start < last_ns || s->end < s->start) {
+        if (s->key >= n_keys || open >= stack_cap || s->start < last_ns || s->end < s->start) {
             status = PT_ERR_ARG;
             break;
         }
-        uint32_t event_len = event_offsets[key + 1] - event_offsets[key];
-        uint32_t intern_len = interned_done[key] ? 0
-                              : interned_offsets[key + 1] - interned_offsets[key];
-        uint32_t extra_len = (s->flags & PT_SLICE_OPEN_AT_STOP) ? open_mark_len : 0;
-        if ((uint64_t)(end - p) < (uint64_t)PT_PACKET_OVERHEAD + event_len + extra_len
-                                  + intern_len)
+        char *after = pt_pf_put_begin(p, end, (uint64_t)(s->start - last_ns), s->key,
+                                      s->flags & PT_SLICE_OPEN_AT_STOP, events, event_offsets,
+                                      interned, interned_offsets, interned_done, open_mark,
+                                      open_mark_len, seq, seq_len);
+        if (!after)
             break;
-        uint64_t delta = (uint64_t)(s->start - last_ns);
-        uint32_t te_len = 2 + event_len + extra_len;
-        uint32_t body = 1 + pt_varint_len(delta) + 1 + pt_varint_len(te_len) + te_len + seq_len;
-        if (intern_len)
-            body += 1 + pt_varint_len(intern_len) + intern_len;
-        /* TracePacket { timestamp, track_event { type = SLICE_BEGIN, the key's
-         * fields, open mark }, interned_data { the key's name }, sequence id } */
-        *p++ = PT_PB_PACKET;
-        p = pt_put_varint(p, body);
-        *p++ = PT_PB_TIMESTAMP;
-        p = pt_put_varint(p, delta);
-        *p++ = PT_PB_TRACK_EVENT;
-        p = pt_put_varint(p, te_len);
-        p[0] = PT_PB_EVENT_TYPE;
-        p[1] = PT_TYPE_SLICE_BEGIN;
-        p = pt_put_padded(p + 2, events + event_offsets[key], event_len);
-        if (PT_UNLIKELY(extra_len)) {
-            memcpy(p, open_mark, extra_len);
-            p += extra_len;
-        }
-        if (PT_UNLIKELY(intern_len)) {
-            *p++ = PT_PB_INTERNED;
-            p = pt_put_varint(p, intern_len);
-            p = pt_put_padded(p, interned + interned_offsets[key], intern_len);
-            interned_done[key] = 1;
-        }
-        memcpy(p, seq, sizeof seq);
-        p += seq_len;
+        p = after;
         last_ns = s->start;
         stack[open++] = (int64_t)next;
         next++;
@@ -178,6 +204,50 @@ pt_pftrace_slices(const pt_slice *slices, uint64_t n, pt_pf_cursor *cursor,
     cursor->next = next;
     cursor->open = open;
     cursor->last_ns = last_ns;
+    *written = (uint64_t)(p - out);
+    return status;
+}
+
+int
+pt_pftrace_records(const pt_walk_record *records, uint64_t n, uint64_t *next, int64_t *last_ns,
+                   const char *events, const uint32_t *event_offsets,
+                   const char *interned, const uint32_t *interned_offsets,
+                   uint8_t *interned_done, uint32_t n_keys,
+                   const char *open_mark, uint32_t open_mark_len,
+                   uint32_t sequence_id, char *out, uint64_t cap, uint64_t *written)
+{
+    char *p = out;
+    char *end = out + cap;
+    uint64_t i = *next;
+    int64_t last = *last_ns;
+    int status = PT_OK;
+    char seq[1 + PT_VARINT_MAX];
+    uint32_t seq_len = pt_pf_sequence_field(seq, sequence_id);
+    for (; i < n; i++) {
+        const pt_walk_record *r = &records[i];
+        if (r->ts < last || r->key >= n_keys) {
+            status = PT_ERR_ARG;
+            break;
+        }
+        uint64_t delta = (uint64_t)(r->ts - last);
+        if (r->flags & PT_RECORD_END) {
+            if ((uint64_t)(end - p) < PT_PACKET_OVERHEAD)
+                break;
+            p = pt_pf_put_end(p, delta, seq, seq_len);
+        } else {
+            char *after = pt_pf_put_begin(p, end, delta, r->key,
+                                          r->flags & PT_RECORD_OPEN_AT_STOP, events,
+                                          event_offsets, interned, interned_offsets,
+                                          interned_done, open_mark, open_mark_len, seq,
+                                          seq_len);
+            if (!after)
+                break;
+            p = after;
+        }
+        last = r->ts;
+    }
+    *next = i;
+    *last_ns = last;
     *written = (uint64_t)(p - out);
     return status;
 }

@@ -423,17 +423,16 @@ def finish_hook_losses(session, result):
     (3.9-3.11: a thread that ends with our hook returns from all its frames, so
     one gone at stop with calls still open had lost it), then counts calls."""
     losses = list(session.hook_losses)
-    per_thread = getattr(result, "thread_slices", None)
+    per_thread = getattr(result, "thread_counts", None)
     if not USE_MONITORING and per_thread is not None:
         reported = {loss.get("thread_index") for loss in losses}
         last = ffi.new("int64_t *")
         ms = None
-        for thread, slices, n in per_thread():
+        for thread, n, open_calls, _ in per_thread():
             if thread.index in reported or not n:
                 continue
             if lib.pt_thread_at_stop(session.ptr, thread.index, last) != 0:
                 continue
-            open_calls = lib.pt_open_at_stop(slices, n)
             if not open_calls:
                 continue
             ms = ms or _ms_after_start(session)
@@ -449,8 +448,8 @@ def finish_hook_losses(session, result):
 def count_calls(losses, result):
     """Fills each loss's calls with what the trace holds (on that thread, or in
     all): an in-memory Trace counts them; a spilled one leaves None (events say)."""
-    per_thread = getattr(result, "thread_slices", None)
-    counts = {thread.index: n for thread, _, n in per_thread()} if per_thread else None
+    per_thread = getattr(result, "thread_counts", None)
+    counts = {thread.index: n for thread, n, _, _ in per_thread()} if per_thread else None
     for loss in losses:
         index = loss.pop("thread_index", None)
         if counts is not None:

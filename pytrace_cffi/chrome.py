@@ -17,7 +17,7 @@ from ._files import replaced_atomically
 from ._progress import Progress
 
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20       # the C formatter fills it; bigger only costs memory
 _CATEGORY = {"python": "python_function", "c": "python_function",
              "annotation": "user_annotation"}
 
@@ -78,7 +78,7 @@ def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
             yield (meta if first else ",\n" + meta).encode("utf-8")
             first = False
     pid_of_tid = {}
-    for thread, slices, n in trace.thread_slices():
+    for thread, batches in _thread_batches(trace):
         tid = thread.native_id or thread.ident
         pid = trace.thread_pid(thread)
         pid_of_tid.setdefault(thread.native_id, pid)
@@ -88,16 +88,19 @@ def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
         first = False
         prefix = f',\n{{"ph":"X","pid":{pid},"tid":{tid},'
         prefix = prefix.encode("utf-8")
-        next_index[0] = 0
-        while next_index[0] < n:
-            before = next_index[0]
-            lib.pt_format_slices(slices, n, next_index, names, name_lens, extra_ptrs,
-                                 extra_lens, len(escaped), prefix, len(prefix), base,
-                                 first_id, first_thread + thread.index, out, CHUNK_BYTES,
-                                 written)
-            progress.advance(next_index[0] - before)
-            yield ffi.buffer(out, written[0])[:]
-        first_id += n
+        total = 0
+        for slices, n, index_base in batches:
+            next_index[0] = 0
+            while next_index[0] < n:
+                before = next_index[0]
+                lib.pt_format_slices_from(slices, n, next_index, names, name_lens, extra_ptrs,
+                                          extra_lens, len(escaped), prefix, len(prefix), base,
+                                          first_id, index_base, first_thread + thread.index,
+                                          out, CHUNK_BYTES, written)
+                progress.advance(next_index[0] - before)
+                yield ffi.buffer(out, written[0])[:]
+            total = index_base + n
+        first_id += total
     for mark in trace.marks:
         event = {"ph": mark.kind, "name": mark.name,
                  "pid": pid_of_tid.get(mark.thread, trace.pid), "tid": mark.thread,
@@ -108,14 +111,31 @@ def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
     yield b"\n]}\n"
 
 
+def _thread_batches(trace):
+    """(ThreadInfo, batches of (pt_slice *, n, index of the first)) per thread:
+    streamed from the events when the trace can (no slice table: each batch is
+    valid until the next is asked for), else the slice table whole."""
+    streams = getattr(trace, "_streams", None)
+    if streams is not None and not trace.slices_built():
+        for index, thread in enumerate(trace.threads):
+            yield thread, streams.slices(index)
+        return
+    for thread, slices, n in trace.thread_slices():
+        yield thread, ([(slices, n, 0)] if n else [])
+
+
 PERFETTO_MAX_DEPTH = 512
 
 
 def _warn_if_too_deep(trace):
     """Perfetto (and chrome://tracing) draw at most 512 nested slices per thread and
     drop the deeper ones; say so rather than let calls vanish unnoticed."""
-    deepest = max((lib.pt_max_depth(slices, n) for _, slices, n in trace.thread_slices()),
-                  default=0)
+    counts = getattr(trace, "thread_counts", None)
+    if counts is not None:      # without building the slice table of a streaming trace
+        deepest = max((depth for _, _, _, depth in counts()), default=0)
+    else:
+        deepest = max((lib.pt_max_depth(slices, n) for _, slices, n in trace.thread_slices()),
+                      default=0)
     if deepest >= PERFETTO_MAX_DEPTH:
         import warnings
         from .errors import TraceWarning

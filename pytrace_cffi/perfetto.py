@@ -371,6 +371,28 @@ def _chunks(trace, progress, chunk_bytes):
     written = ffi.new("uint64_t *")
     cursor = ffi.new("pt_pf_cursor *")
 
+    encode = dict(events=event_blob, event_offsets=event_offsets, interned=interned_blob,
+                  interned_offsets=interned_offsets, interned_done=interned_done, n_keys=n_keys,
+                  open_mark=open_mark, out=out, cap=cap, written=written)
+    streams = getattr(trace, "_streams", None)
+    if streams is not None and not trace.slices_built():
+        # From the events: no slice table, records encoded as the walk finalizes them.
+        for index, thread in enumerate(trace.threads):
+            sequence_id = PROCESS_SEQUENCE + 1 + index
+            batches = streams.records(index)
+            first = next(batches, None)
+            # The sequence's clock starts at the trace's start, or at its first call if
+            # that is earlier (a loaded trace's clock may say so): deltas are never negative.
+            clock_ns = min(trace.start_ns, first[0][0].ts) if first else trace.start_ns
+            yield _thread_head(uuids["descriptors"]["threads"][index], uuids["threads"][index],
+                               sequence_id, interned_head, clock_ns)
+            ffi.memmove(interned_done, bytes(max(1, n_keys)), max(1, n_keys))
+            last_ns = ffi.new("int64_t *", clock_ns)
+            if first is not None:
+                yield from _encode_records(first, batches, thread, sequence_id, last_ns,
+                                           progress, encode)
+        return
+
     for index, (thread, slices, n) in enumerate(trace.thread_slices()):
         sequence_id = PROCESS_SEQUENCE + 1 + index
         # The sequence's clock starts at the trace's start, or at its first call if
@@ -396,6 +418,33 @@ def _chunks(trace, progress, chunk_bytes):
                 raise RuntimeError("pytrace_cffi: a .pftrace packet did not fit its buffer")
             progress.advance(cursor.next - before[0])
             yield ffi.buffer(out, written[0])      # valid until the next round
+
+
+
+def _encode_records(first, batches, thread, sequence_id, last_ns, progress, encode):
+    """The packets of a thread's walk records (pt_pftrace_records), batch by batch."""
+    next_index = ffi.new("uint64_t *")
+    out, written = encode["out"], encode["written"]
+    batch = first
+    while batch is not None:
+        records, n = batch
+        next_index[0] = 0
+        while next_index[0] < n:
+            before = next_index[0]
+            status = lib.pt_pftrace_records(records, n, next_index, last_ns, encode["events"],
+                                            encode["event_offsets"], encode["interned"],
+                                            encode["interned_offsets"], encode["interned_done"],
+                                            encode["n_keys"], encode["open_mark"],
+                                            len(encode["open_mark"]), sequence_id, out,
+                                            encode["cap"], written)
+            if status != lib.PT_OK:
+                raise TraceFormatError(f"thread {thread.name!r}: its calls are out of time "
+                                       f"order or name no known function")
+            if next_index[0] == before:
+                raise RuntimeError("pytrace_cffi: a .pftrace packet did not fit its buffer")
+            progress.advance((next_index[0] - before) // 2)
+            yield ffi.buffer(out, written[0])      # valid until the next round
+        batch = next(batches, None)
 
 
 def write_perfetto(trace, path, compress=True):

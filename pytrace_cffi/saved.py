@@ -61,6 +61,10 @@ class SpilledTrace:
     def export_chrome_trace(self, path):
         return self.load().export_chrome_trace(path)
 
+    def export_perfetto(self, path, compress=True):
+        """Streams the spilled events to .pftrace (no slice table in memory)."""
+        return self.load().export_perfetto(path, compress=compress)
+
     def __repr__(self):
         return (f"<pytrace_cffi.SpilledTrace {self.spilled_events} events in "
                 f"{self.directory!r}>")
@@ -158,20 +162,29 @@ def save(trace, directory):
     meta = _meta(trace.pid, trace.python_version, trace.backend, trace.clock, trace.start_ns,
                  trace.stop_ns, trace.dropped_events, trace.names, trace.key_kinds,
                  trace.key_args, trace.marks, realtime_anchor=trace.realtime_anchor)
+    # the counts without the slice table: a streaming trace writes its slices as
+    # its walk makes them (chrome._thread_batches), the same records
+    from .chrome import _thread_batches
+    counts = [(thread, n) for thread, n, _, _ in trace.thread_counts()]
     several = bool(trace.processes)
     meta["threads"] = [_thread_meta(t, n, trace.thread_pid(t) if several else None)
-                       for t, _, n in trace.thread_slices()]
+                       for t, n in counts]
     if several:
         meta["processes"] = [dict(facts, pid=pid) for pid, facts in trace.processes.items()]
     if os.path.exists(os.path.join(directory, "events.bin")):
         os.unlink(os.path.join(directory, "events.bin"))
     _write_names(directory, trace.names, trace.params)
-    total = sum(n for _, _, n in trace.thread_slices())
+    total = sum(n for _, n in counts)
     with replaced_atomically(os.path.join(directory, "slices.bin"),
                              lambda tmp: open(tmp, "wb")) as out:
         out.write(SLICES_HEADER.pack(SLICES_MAGIC, FORMAT_VERSION, SLICE_RECORD_SIZE, total))
-        for _, slices, n in trace.thread_slices():
-            out.write(ffi.buffer(slices, n * SLICE_RECORD_SIZE))
+        written = 0
+        for _, batches in _thread_batches(trace):
+            for slices, n, _ in batches:
+                out.write(ffi.buffer(slices, n * SLICE_RECORD_SIZE))
+                written += n
+        if written != total:
+            raise TraceFormatError(f"slices.bin: {written} calls written, {total} counted")
     # meta.json last: a directory without it is an incomplete save.
     _write_json(os.path.join(directory, "meta.json"), meta)
 
@@ -343,10 +356,10 @@ def _load_parts(directory, meta, hashes, params):
     marks = [_mark(mark, thread_ids) for mark in marks]
 
     if spilled:
-        slices, threads = _replay_spilled(directory, meta, threads, names, key_kinds, key_args,
-                                          bytes(hidden))
+        slices, threads, streams, build_slices = _replay_spilled(
+            directory, meta, threads, names, key_kinds, key_args, bytes(hidden))
         return _trace(meta, names, key_kinds, key_args, threads, slices, params, marks,
-                      processes)
+                      processes, streams=streams, build_slices=build_slices)
     path = os.path.join(directory, "slices.bin")
     try:
         size = os.path.getsize(path)
@@ -398,15 +411,17 @@ def _processes(meta):
     return processes
 
 
-def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks, processes=None):
+def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks, processes=None,
+           streams=None, build_slices=None):
     from .trace import Trace
     trace = Trace(names=names, key_kinds=key_kinds, key_args=key_args, threads=threads,
-                 slices=slices, start_ns=_int(meta.get("start_ns"), "start_ns"),
-                 stop_ns=_int(meta.get("stop_ns"), "stop_ns"), pid=_int(meta.get("pid"), "pid"),
-                 python_version=str(meta.get("python")), backend=str(meta.get("backend")),
-                 clock=str(meta.get("clock")), params=params, marks=marks,
-                 dropped_events=_int(meta.get("dropped_events"), "dropped_events"),
-                 realtime_anchor=_anchor(meta.get("realtime_anchor")))
+                  streams=streams, build_slices=build_slices,
+                  slices=slices, start_ns=_int(meta.get("start_ns"), "start_ns"),
+                  stop_ns=_int(meta.get("stop_ns"), "stop_ns"), pid=_int(meta.get("pid"), "pid"),
+                  python_version=str(meta.get("python")), backend=str(meta.get("backend")),
+                  clock=str(meta.get("clock")), params=params, marks=marks,
+                  dropped_events=_int(meta.get("dropped_events"), "dropped_events"),
+                  realtime_anchor=_anchor(meta.get("realtime_anchor")))
     trace.processes = processes
     return trace
 
@@ -419,8 +434,11 @@ def _anchor(value):
 
 
 def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden):
-    """Reads events.bin's blocks per thread and replays them in C."""
-    from .trace import ThreadInfo, TorchRegions, drop_carriers, drop_short, name_tagged_calls
+    """A spilled trace's events.bin, read block by block: each thread is scanned
+    (and checked) once now; exports stream from the file again, and the slice
+    table is replayed from it only when something needs it. Returns (None, the
+    threads, the streams, a function building the slice table)."""
+    from ._walk import KeyPlan, Streams
     events_meta = meta["events"]
     _expect(isinstance(events_meta, dict) and events_meta.get("file") == "events.bin",
             "meta.json: bad events entry")
@@ -428,7 +446,7 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
     ns0 = _int(events_meta.get("ns0"), "ns0")
     stop_ticks = _int(events_meta.get("stop_ticks"), "stop_ticks")
     ns_per_tick = events_meta.get("ns_per_tick")
-    min_duration_ns = _int(events_meta.get("min_duration_ns", 0), "min_duration_ns")
+    min_duration_ns = max(0, _int(events_meta.get("min_duration_ns", 0), "min_duration_ns"))
     _expect(isinstance(ns_per_tick, float) and 0 < ns_per_tick < 1e6, "meta.json: bad clock")
     tags = meta.get("tags", [None])
     annotation_args = meta.get("annotation_args", [])
@@ -442,68 +460,129 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
                                                       for a in annotation_args),
             "meta.json: bad annotation args")
     path = os.path.join(directory, "events.bin")
-    data = read_events_file(path)
-    if "length" in events_meta:     # a recovered process: its complete blocks only
-        data = data[:_int(events_meta["length"], "events length")]
-    _expect(len(data) >= EVENTS_HEADER.size, f"{path}: truncated header")
-    magic, version, record_size = EVENTS_HEADER.unpack_from(data)
-    _expect(magic == EVENTS_MAGIC and version == FORMAT_VERSION
-            and record_size == EVENT_RECORD_SIZE, f"{path}: not a version-1 events file")
-    blocks = [[] for _ in threads]
-    bases = [None for _ in threads]
-    clocks = [None for _ in threads]       # where each thread's next block must start
-    offset = EVENTS_HEADER.size
-    while offset < len(data):
-        _expect(len(data) - offset >= EVENT_BLOCK.size, f"{path}: truncated block header")
-        at = offset
-        index, reserved, count, base = EVENT_BLOCK.unpack_from(data, offset)
-        offset += EVENT_BLOCK.size
-        _expect(index < len(threads), f"{path}: block at byte {at} for unknown thread {index}")
-        _expect(reserved == 0, f"{path}: block at byte {at} is damaged (reserved field set)")
-        _expect(count <= (len(data) - offset) // EVENT_RECORD_SIZE,
-                f"{path}: block at byte {at} is truncated")
-        block = data[offset:offset + count * EVENT_RECORD_SIZE]
-        offset += count * EVENT_RECORD_SIZE
-        # A thread's blocks continue one another: a block that starts elsewhere
-        # means one between them is missing.
-        _expect(clocks[index] is None or clocks[index] == base & TICKS_MASK,
-                f"{path}: thread {index} ({threads[index].name!r}): the block at byte {at} "
-                f"does not continue the one before it (a block is missing)")
-        if bases[index] is None:
-            bases[index] = base
-        if count:
-            clocks[index] = (base + lib.pt_events_ticks(ffi.from_buffer("pt_event[]", block),
-                                                        count)) & TICKS_MASK
-        else:
-            clocks[index] = base & TICKS_MASK
-        blocks[index].append(block)
-    slices, loaded_threads = [], []
+    length = _int(events_meta["length"], "events length") if "length" in events_meta else None
+    blocks = _index_blocks(path, threads, length)
+    n_names = len(names)
+    sources = [_FileEvents(path, thread, thread_blocks, tick0, n_names, len(tags),
+                           len(annotation_args))
+               for thread, thread_blocks in zip(threads, blocks)]
+    plan = KeyPlan(names, key_kinds, key_args, hidden, tags, annotation_args)
+    clock = {"tick0": tick0, "ns0": ns0, "ns_per_tick": ns_per_tick}
+    streams = Streams(plan, sources, clock, stop_ticks, min_duration_ns)   # reads and checks
+    for source in sources:
+        _expect(source.n_events == source.thread.n_events,
+                f"{path}: thread {source.index} ({source.thread.name!r}) has "
+                f"{source.n_events} events, meta.json says {source.thread.n_events}")
+
+    def build_slices():
+        return _spilled_slices(sources, clock, stop_ticks, min_duration_ns, plan)
+
+    return None, threads, streams, build_slices
+
+
+def _index_blocks(path, threads, length):
+    """Per thread, its blocks' (offset of the events, count, base ticks), read from
+    the block headers alone."""
+    try:
+        size = os.path.getsize(path)
+        if length is not None:          # a recovered process: its complete blocks only
+            size = min(size, length)
+        blocks = [[] for _ in threads]
+        with open(path, "rb") as f:
+            header = f.read(EVENTS_HEADER.size)
+            _expect(len(header) == EVENTS_HEADER.size and size >= EVENTS_HEADER.size,
+                    f"{path}: truncated header")
+            magic, version, record_size = EVENTS_HEADER.unpack(header)
+            _expect(magic == EVENTS_MAGIC and version == FORMAT_VERSION
+                    and record_size == EVENT_RECORD_SIZE, f"{path}: not a version-1 events file")
+            offset = EVENTS_HEADER.size
+            while offset < size:
+                _expect(size - offset >= EVENT_BLOCK.size, f"{path}: truncated block header")
+                at = offset
+                f.seek(offset)
+                index, reserved, count, base = EVENT_BLOCK.unpack(f.read(EVENT_BLOCK.size))
+                offset += EVENT_BLOCK.size
+                _expect(index < len(threads),
+                        f"{path}: block at byte {at} for unknown thread {index}")
+                _expect(reserved == 0, f"{path}: block at byte {at} is damaged (reserved field set)")
+                _expect(count <= (size - offset) // EVENT_RECORD_SIZE,
+                        f"{path}: block at byte {at} is truncated")
+                blocks[index].append((at, offset, count, base))
+                offset += count * EVENT_RECORD_SIZE
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: {exc}") from None
+    return blocks
+
+
+class _FileEvents:
+    """A thread's events in events.bin, read a block at a time and checked as read:
+    known keys, tags and args, and each block continuing the one before."""
+
+    def __init__(self, path, thread, blocks, tick0, n_keys, n_tags, n_args):
+        self.path, self.thread, self.index, self.blocks = path, thread, thread.index, blocks
+        self.limits = (n_keys, n_tags, n_args)
+        self.base_ticks = blocks[0][3] if blocks else tick0
+        self.n_events = sum(count for _, _, count, _ in blocks)
+
+    def runs(self):
+        clock = None
+        seen = 0
+        name = self.thread.name
+        try:
+            with open(self.path, "rb") as f:
+                for at, offset, count, base in self.blocks:
+                    # A thread's blocks continue one another: a block that starts
+                    # elsewhere means one between them is missing.
+                    _expect(clock is None or clock == base & TICKS_MASK,
+                            f"{self.path}: thread {self.index} ({name!r}): the block at byte "
+                            f"{at} does not continue the one before it (a block is missing)")
+                    if not count:
+                        clock = base & TICKS_MASK
+                        continue
+                    f.seek(offset)
+                    data = f.read(count * EVENT_RECORD_SIZE)
+                    _expect(len(data) == count * EVENT_RECORD_SIZE,
+                            f"{self.path}: block at byte {at} is truncated")
+                    events = ffi.from_buffer("pt_event[]", data)
+                    bad = lib.pt_validate_events(events, count, *self.limits)
+                    _expect(bad < 0, f"{self.path}: thread {self.index} ({name!r}), event "
+                                     f"{seen + bad} names an unknown key, tag or annotation "
+                                     f"args")
+                    seen += count
+                    clock = (base + lib.pt_events_ticks(events, count)) & TICKS_MASK
+                    yield events, count
+        except OSError as exc:
+            raise TraceFormatError(f"{self.path}: {exc}") from None
+
+    def read_all(self):
+        parts = [bytes(ffi.buffer(events, n * EVENT_RECORD_SIZE)) for events, n in self.runs()]
+        return b"".join(parts)
+
+
+def _spilled_slices(sources, clock, stop_ticks, min_duration_ns, plan):
+    """The slice table of a spilled trace: each thread's events replayed in C,
+    then the slice pipeline with plan's keys."""
+    from .trace import drop_carriers, drop_short, name_tagged_calls
+    slices = []
     n_out = ffi.new("uint64_t *")
-    regions = TorchRegions(tags, names, key_kinds)
-    for thread, parts, base in zip(threads, blocks, bases):
-        raw = b"".join(parts)
+    hidden = plan.hidden
+    for source in sources:
+        raw = source.read_all()
         n_events = len(raw) // EVENT_RECORD_SIZE
-        _expect(n_events == thread.n_events,
-                f"{path}: thread {thread.index} ({thread.name!r}) has {n_events} events, "
-                f"meta.json says {thread.n_events}")
         events = ffi.from_buffer("pt_event[]", raw) if raw else ffi.new("pt_event[]", 1)
-        bad = lib.pt_validate_events(events, n_events, len(names), len(tags),
-                                     len(annotation_args))
-        _expect(bad < 0, f"{path}: thread {thread.index} ({thread.name!r}), event {bad} names "
-                         f"an unknown key, tag or annotation args")
         n_calls = lib.pt_count_calls(events, n_events)
         out = ffi.new("pt_slice[]", max(1, n_calls))
-        rc = lib.pt_replay_buffer(events, n_events, base if base is not None else tick0,
-                                  stop_ticks, hidden, len(hidden), tick0, ns0, ns_per_tick,
-                                  out, n_calls, n_out)
-        _expect(rc == lib.PT_OK, f"{path}: thread {thread.index} could not be replayed")
+        rc = lib.pt_replay_buffer(events, n_events, source.base_ticks, stop_ticks, hidden,
+                                  len(hidden), clock["tick0"], clock["ns0"],
+                                  clock["ns_per_tick"], out, n_calls, n_out)
+        _expect(rc == lib.PT_OK, f"{source.path}: thread {source.index} could not be replayed")
         # Calls must come out as a saved trace's do: a damaged delta can put a call's
         # start past the stop it is closed at.
-        bad = lib.pt_validate_slices(out, n_out[0], len(names))
-        _expect(bad < 0, f"{path}: thread {thread.index} ({thread.name!r}): call {bad} ends "
-                         f"before it starts or outside its parent (damaged deltas)")
-        out, n = regions.insert(out, n_out[0])
-        slices.append((out, drop_short(out, n, max(0, min_duration_ns))))
-        loaded_threads.append(thread._replace(n_events=n_events))
-    name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args)
-    return drop_carriers(slices, hidden), loaded_threads
+        bad = lib.pt_validate_slices(out, n_out[0], len(plan.names))
+        _expect(bad < 0, f"{source.path}: thread {source.index} ({source.thread.name!r}): call "
+                         f"{bad} ends before it starts or outside its parent (damaged deltas)")
+        out, n = plan.regions.insert(out, n_out[0])
+        slices.append((out, drop_short(out, n, min_duration_ns)))
+    name_tagged_calls(plan.tags, plan.annotation_args, slices, plan.names, plan.key_kinds,
+                      plan.key_args, plan)
+    return drop_carriers(slices, hidden)

@@ -109,12 +109,16 @@ class Trace:
 
     def __init__(self, *, names, key_kinds, key_args, threads, slices, start_ns, stop_ns,
                  pid, python_version, backend, clock, params, marks=(), dropped_events=None,
-                 realtime_anchor=None):
+                 realtime_anchor=None, streams=None, build_slices=None):
         self.names = names
         self.key_kinds = key_kinds
         self.key_args = key_args
         self.threads = threads
-        self._slices = slices                 # per thread: (cffi pt_slice array, count)
+        # per thread: (cffi pt_slice array, count); None until something needs it,
+        # when the trace streams from its events (streams: a _walk.Streams)
+        self._slice_table = slices
+        self._build_slices = build_slices
+        self._streams = streams
         self.start_ns = start_ns
         self.stop_ns = stop_ns
         self.pid = pid
@@ -131,53 +135,82 @@ class Trace:
 
     @classmethod
     def _from_session(cls, session):
+        """The trace of a stopped session: its events stay where they are, scanned
+        once per thread; exports and iteration stream from them and the slice
+        table is made only when something asks for it (HTML, summary,
+        thread_slices())."""
+        from ._walk import HeldEvents, KeyPlan, Streams
         ptr = session.ptr
         facts = session_facts(session)
         clock = facts["clock"]
-        hidden = bytes(facts["hidden"])
         names, key_kinds = list(facts["names"]), list(facts["key_kinds"])
-        threads, slices = [], []
-        n_out = ffi.new("uint64_t *")
-        regions = TorchRegions(facts["tags"], names, key_kinds)
-        for thread, info in zip(facts["threads"], facts["infos"]):
-            thread_slices = ffi.new("pt_slice[]", max(1, info.n_calls))
-            check(lib.pt_thread_replay(ptr, thread.index, hidden, len(hidden), clock["tick0"],
-                                       clock["ns0"], clock["ns_per_tick"], thread_slices,
-                                       info.n_calls, n_out), ptr, "replay")
-            threads.append(thread)
-            thread_slices, n = regions.insert(thread_slices, n_out[0])
-            slices.append((thread_slices, drop_short(thread_slices, n,
-                                                     session.min_duration_ns)))
         key_args = {}
-        name_tagged_calls(facts["tags"], facts["annotation_args"], slices, names, key_kinds,
-                          key_args)
-        slices = drop_carriers(slices, facts["hidden"])
-        trace = cls(names=names, key_kinds=key_kinds, key_args=key_args, threads=threads,
-                    slices=slices, start_ns=facts["start_ns"], stop_ns=facts["stop_ns"],
-                    pid=facts["pid"], python_version=facts["python"], backend=facts["backend"],
-                    clock=facts["clock_name"], params=facts["params"], marks=facts["marks"],
-                    realtime_anchor=facts["realtime_anchor"])
+        plan = KeyPlan(names, key_kinds, key_args, facts["hidden"], facts["tags"],
+                       facts["annotation_args"])
+        sources = [HeldEvents(ptr, thread.index) for thread in facts["threads"]]
+        streams = Streams(plan, sources, clock, clock["stop_ticks"], session.min_duration_ns,
+                          keep_alive=ptr)
+        min_duration_ns = session.min_duration_ns
+
+        def build_slices():
+            return _replay_held(ptr, facts, plan, min_duration_ns)
+
+        trace = cls(names=names, key_kinds=key_kinds, key_args=key_args,
+                    threads=list(facts["threads"]), slices=None, start_ns=facts["start_ns"],
+                    stop_ns=facts["stop_ns"], pid=facts["pid"], python_version=facts["python"],
+                    backend=facts["backend"], clock=facts["clock_name"],
+                    params=facts["params"], marks=facts["marks"],
+                    realtime_anchor=facts["realtime_anchor"], streams=streams,
+                    build_slices=build_slices)
         trace._ptr = ptr                      # keeps the raw events alive with the trace
         return trace
 
+    @property
+    def _slices(self):
+        if self._slice_table is None:
+            self._slice_table = self._build_slices()
+            self._build_slices = None
+        return self._slice_table
+
+    def slices_built(self):
+        """Whether the slice table exists (exports stream without it)."""
+        return self._slice_table is not None
+
+    def thread_counts(self):
+        """(ThreadInfo, calls, calls open at stop, deepest depth) per thread,
+        without building the slice table."""
+        if self._slice_table is None and self._streams is not None:
+            for thread, (n, open_at_stop, depth) in zip(self.threads, self._streams.stats):
+                yield thread, n, open_at_stop, depth
+            return
+        for thread, (slices, n) in zip(self.threads, self._slices):
+            yield (thread, n, lib.pt_open_at_stop(slices, n),
+                   lib.pt_max_depth(slices, n) if n else 0)
+
     def __len__(self):
-        return sum(n for _, n in self._slices)
+        return sum(n for _, n, _, _ in self.thread_counts())
 
     def thread_pid(self, thread):
         """The pid of the process thread (a ThreadInfo of this trace) ran in."""
         return self.pid if thread.pid is None else thread.pid
 
     def __iter__(self):
+        # Without the slice table, the calls come from the streaming walk, a batch
+        # at a time: iterating holds one Call, not one per call.
+        from .chrome import _thread_batches
         names, kinds = self.names, self.key_kinds
         first_id = 0
-        for thread, (slices, n) in zip(self.threads, self._slices):
+        counts = [n for _, n, _, _ in self.thread_counts()]
+        for (thread, batches), count in zip(_thread_batches(self), counts):
             tid = thread.native_id
-            for i in range(n):
-                s = slices[i]
-                parent = s.parent
-                yield Call(first_id + i, names[s.key], s.start, s.end, tid,
-                           None if parent < 0 else first_id + parent, kinds[s.key])
-            first_id += n
+            for slices, n, index_base in batches:
+                first = first_id + index_base
+                for i in range(n):
+                    s = slices[i]
+                    parent = s.parent
+                    yield Call(first + i, names[s.key], s.start, s.end, tid,
+                               None if parent < 0 else first_id + parent, kinds[s.key])
+            first_id += count
 
     def thread_slices(self):
         """(ThreadInfo, cffi pt_slice array, count) per thread: the raw replay,
@@ -213,6 +246,25 @@ class Trace:
         processes = f" in {len(self.processes)} processes" if self.processes else ""
         return (f"<pytrace_cffi.Trace {len(self)} calls, {len(self.threads)} threads"
                 f"{processes}, {(self.stop_ns - self.start_ns) / 1e6:.3f} ms>")
+
+
+def _replay_held(ptr, facts, plan, min_duration_ns):
+    """The slice table of a stopped session's events: replay, then the slice
+    pipeline (regions, min_duration, tagged names, carriers) with plan's keys."""
+    clock = facts["clock"]
+    hidden = plan.hidden
+    slices = []
+    n_out = ffi.new("uint64_t *")
+    for thread, info in zip(facts["threads"], facts["infos"]):
+        thread_slices = ffi.new("pt_slice[]", max(1, info.n_calls))
+        check(lib.pt_thread_replay(ptr, thread.index, hidden, len(hidden), clock["tick0"],
+                                   clock["ns0"], clock["ns_per_tick"], thread_slices,
+                                   info.n_calls, n_out), ptr, "replay")
+        thread_slices, n = plan.regions.insert(thread_slices, n_out[0])
+        slices.append((thread_slices, drop_short(thread_slices, n, min_duration_ns)))
+    name_tagged_calls(facts["tags"], facts["annotation_args"], slices, plan.names,
+                      plan.key_kinds, plan.key_args, plan)
+    return drop_carriers(slices, facts["hidden"])
 
 
 class TorchRegions:
@@ -343,13 +395,13 @@ def session_facts(session):
     }
 
 
-def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args):
+def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args, plan=None):
     """Gives tagged calls keys of their own, so exporters need no per-call
     lookups: a module call becomes "nn.Module: Linear_0"; the call that ran an
     optimizer step (the parent of the tagged _optimizer_step_code call) becomes
     "Optimizer.step#Adam.step" unless torch's own region of that name (see
     TorchRegions) already is that parent; a record_function region with args gets a key
-    carrying those args."""
+    carrying those args. plan: a _walk.KeyPlan whose keys to use."""
     if len(tags) <= 1 and not annotation_args:
         return
     key_for_name = {}
@@ -374,6 +426,9 @@ def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args)
             if tag_info["kind"] == MODULE_CALL:
                 key_args[key] = {"Python module id": tag_info["module_id"]}
         return key
+
+    if plan is not None:            # the keys the streaming walks use (_walk.KeyPlan)
+        key_for, key_with_args = plan.key_for, plan.key_with_args
 
     for thread_slices, n in slices:
         count = lib.pt_tagged_slices(thread_slices, n, ffi.NULL, 0)

@@ -96,9 +96,13 @@ def deep(n):
 
 
 def test_perfetto_depth_limit_is_warned_about_and_max_depth_avoids_it(tmp_path):
+    import gc
     import sys
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(2000)
+    # no collection inside the recursion: a gc callback (hypothesis installs one
+    # once its tests ran in this process) would add frames under a deep() call
+    gc.disable()
     try:
         with pytrace_cffi.trace() as t:
             deep(600)
@@ -111,6 +115,7 @@ def test_perfetto_depth_limit_is_warned_about_and_max_depth_avoids_it(tmp_path):
             warnings.simplefilter("error")
             bounded.trace.export_chrome_trace(str(tmp_path / "bounded.json"))
     finally:
+        gc.enable()
         sys.setrecursionlimit(old)
     # What was written: all 601 calls of deep unbounded; bounded, exactly 512 levels
     # (the frames running at start, then deep down to the cap), and nothing cut short.

@@ -1,0 +1,677 @@
+/* pt_walk.c - one thread's calls, streamed from its events without a slice table.
+ *
+ * The walk does in one pass, incrementally, what replay (pt_replay.c) and the
+ * slice post-processing (regions, min_duration, tagged names, carriers) do to a
+ * whole slice table, and emits the calls the trace shows as begin/end records in
+ * time order. It holds the open calls and the records not yet decided, so its
+ * memory follows the call depth (and, under min_duration, the calls of the last
+ * min_duration), not the trace's length. Events are fed a run at a time, from
+ * the chunks in memory or from a spill file's blocks.
+ *
+ * Some facts are known only after a call began: an optimizer step names its
+ * parent, a record_function's args name the region, a call still open at stop is
+ * marked so at its begin. A first walk (the scan, no output) finds them; the
+ * emitting walk, fed the same events, looks them up by the call's ordinal (the
+ * calls and regions in the order they begin, the same in both walks).
+ *
+ * A call's begin is emitted at the next call after it or at its return, not at
+ * once: the watcher's tag and a region's args follow the call's own event, and
+ * they decide its name and whether a torch region opens around it. (A tag after
+ * a callee began, which the recorder never writes, names nothing here.)
+ *
+ * min_duration: a call that ends shorter than it has only shorter callees, and
+ * everything emitted since its begin is its subtree, so dropping it truncates the
+ * pending records back to its begin. Records before the outermost open call that
+ * may still turn out short are final.
+ *
+ * Chrome JSON wants each call whole and in start order, with the slice table's
+ * numbering. For it a second scan keeps every call's duration (4 bytes a call),
+ * and the emitting walk then writes each shown call as a pt_slice at its begin,
+ * leaving out at once the calls min_duration drops.
+ */
+#include "pt_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int64_t start;
+    uint64_t ordinal;       /* begin order among this walk's calls and regions */
+    uint64_t mark;          /* records written before its begin (absolute count) */
+    uint64_t kept_before;   /* the stats before it began: restored when it is dropped */
+    uint64_t open_before;
+    uint32_t depth_before;
+    uint32_t key;
+    uint32_t tag;
+    uint32_t depth;         /* shown calls and regions open below it */
+    uint32_t sub_max;       /* deepest kept shown node ended in its subtree, + 1 (0: none) */
+    uint8_t is_region;
+    uint8_t shown;          /* not a carrier: its records are written */
+    uint8_t exempt;         /* never a carrier (a region, a region with args) */
+    uint8_t open_at_stop;   /* emitting walk: the scan saw it open at stop */
+    uint8_t slice_flags;    /* PT_SLICE_C, PT_SLICE_SEEDED */
+    int64_t child_parent;   /* slices mode: the slice index its callees' parent is (-1) */
+    uint32_t child_depth;   /* slices mode: their depth */
+} pt_walk_node;
+
+typedef struct {
+    int64_t start;
+    int64_t node;           /* index in nodes, -1 when not emitted */
+    uint32_t key;
+    uint32_t tag;
+    uint8_t is_c;
+    uint8_t seeded;
+    uint8_t hides_subtree;
+    uint8_t emits;          /* replay would emit it (a slice exists) */
+    uint8_t pending;        /* emits, and its node is not made yet */
+} pt_walk_call;
+
+typedef struct {
+    uint64_t ordinal;
+    uint64_t order;         /* the rename's own order: the last one for a call wins */
+    uint32_t key;
+} pt_walk_rename;
+
+typedef struct {
+    uint64_t ordinal;
+    int64_t duration;       /* ns, at least UINT32_MAX */
+} pt_walk_long;
+
+struct pt_walk {
+    pt_walk_tables t;
+    const pt_walk *scan;    /* NULL: this is the scan */
+    int64_t ticks;
+    int64_t now;            /* ns of the latest call or return */
+    int64_t max_end;        /* latest end of any emitted call: where root regions close */
+    uint64_t ordinals;
+    uint64_t hiding;
+    int finished;
+    int has_end;
+    int has_now;
+    pt_walk_call *calls;
+    uint64_t n_calls, cap_calls;
+    pt_walk_node *nodes;
+    uint64_t n_nodes, cap_nodes;
+    uint32_t shown_open;    /* shown nodes on the stack */
+    pt_walk_stats stats;
+    /* emitting walk: records[0..n_records) are records base .. base + n_records */
+    pt_walk_record *records;
+    uint64_t n_records, cap_records, base;
+    uint64_t next_rename, next_open;
+    /* slices mode (the scan kept durations): finished slices in start order */
+    pt_slice *slices;
+    uint64_t n_slices, cap_slices, slices_base;
+    /* scan results */
+    pt_walk_rename *renames;
+    uint64_t n_renames, cap_renames;
+    uint64_t *open_ordinals;    /* the shown calls open at stop, in begin order */
+    uint64_t n_open_ordinals;
+    uint32_t *args_base_key;    /* per args index: the key it was recorded on */
+    /* pt_walk_keep_durations: per ordinal, ns from begin to end (UINT32_MAX: see
+     * long_durations); 4 bytes a call, as most calls are shorter than 4.3 s */
+    uint32_t *durations;
+    uint64_t n_durations, cap_durations;
+    pt_walk_long *long_durations;       /* the longer ones, by ordinal once sorted */
+    uint64_t n_long, cap_long;
+    int keep_durations;
+};
+
+static int
+pt_walk_grow(void **items, uint64_t *cap, uint64_t need, size_t size)
+{
+    if (need <= *cap)
+        return PT_OK;
+    uint64_t cap2 = *cap ? *cap : 64;
+    while (cap2 < need)
+        cap2 *= 2;
+    void *grown = realloc(*items, cap2 * size);
+    if (!grown)
+        return PT_ERR_NOMEM;
+    *items = grown;
+    *cap = cap2;
+    return PT_OK;
+}
+
+static int
+pt_walk_compare_long(const void *a, const void *b)
+{
+    const pt_walk_long *x = a, *y = b;
+    return x->ordinal < y->ordinal ? -1 : x->ordinal > y->ordinal;
+}
+
+static int
+pt_walk_compare_renames(const void *a, const void *b)
+{
+    const pt_walk_rename *x = a, *y = b;
+    if (x->ordinal != y->ordinal)
+        return x->ordinal < y->ordinal ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* Returns a new walk, or NULL when out of memory. */
+pt_walk *
+pt_walk_new(const pt_walk_tables *tables, const pt_walk *scan, int64_t base_ticks)
+{
+    if (scan && !scan->finished)
+        return NULL;            /* its findings are complete only once finished */
+    pt_walk *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->t = *tables;
+    w->scan = scan;
+    w->ticks = base_ticks;
+    if (!scan) {
+        if (tables->n_args) {
+            w->args_base_key = malloc(tables->n_args * sizeof *w->args_base_key);
+            if (!w->args_base_key) {
+                free(w);
+                return NULL;
+            }
+            memset(w->args_base_key, 0xFF, tables->n_args * sizeof *w->args_base_key);
+        }
+    }
+    return w;
+}
+
+void
+pt_walk_free(pt_walk *w)
+{
+    if (!w)
+        return;
+    free(w->calls);
+    free(w->nodes);
+    free(w->records);
+    free(w->renames);
+    free(w->open_ordinals);
+    free(w->args_base_key);
+    free(w->slices);
+    free(w->durations);
+    free(w->long_durations);
+    free(w);
+}
+
+static inline int64_t
+pt_walk_ns(const pt_walk *w, int64_t ticks)
+{
+    /* the same arithmetic as replay's */
+    return w->t.ns0 + (int64_t)((double)(ticks - w->t.tick0) * w->t.ns_per_tick);
+}
+
+static int
+pt_walk_write(pt_walk *w, int64_t ts, uint32_t key, uint32_t flags)
+{
+    if (w->n_records == w->cap_records &&
+        pt_walk_grow((void **)&w->records, &w->cap_records, w->n_records + 1,
+                     sizeof *w->records) != PT_OK)
+        return PT_ERR_NOMEM;
+    pt_walk_record *r = &w->records[w->n_records++];
+    r->ts = ts;
+    r->key = key;
+    r->flags = flags;
+    return PT_OK;
+}
+
+static inline int
+pt_walk_is_carrier(const pt_walk *w, uint32_t key)
+{
+    return key < w->t.n_hidden && w->t.hidden[key] == PT_HIDE_CARRIER;
+}
+
+/* The scan's duration of the node with this ordinal. */
+static int64_t
+pt_walk_duration(const pt_walk *scan, uint64_t ordinal)
+{
+    if (ordinal >= scan->n_durations)
+        return 0;
+    uint32_t d = scan->durations[ordinal];
+    if (d != UINT32_MAX)
+        return d;
+    uint64_t lo = 0, hi = scan->n_long;     /* sorted by ordinal at pt_walk_new */
+    while (lo < hi) {
+        uint64_t mid = (lo + hi) / 2;
+        if (scan->long_durations[mid].ordinal < ordinal)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < scan->n_long && scan->long_durations[lo].ordinal == ordinal
+        ? scan->long_durations[lo].duration : 0;
+}
+
+/* Slices mode: a node's slice, written at its begin (its end is the scan's), in
+ * start order, numbered as the slice table numbers it; calls that min_duration
+ * drops, and everything under them, are not written. */
+static int
+pt_walk_begin_slice(pt_walk *w, pt_walk_node *n)
+{
+    int64_t duration = pt_walk_duration(w->scan, n->ordinal);
+    if (n->child_parent == -2 || (w->t.min_ns && duration < w->t.min_ns)) {
+        n->child_parent = -2;           /* dropped, with its subtree */
+        return PT_OK;
+    }
+    if (!n->shown)
+        return PT_OK;                   /* a carrier: its callees are its parent's */
+    if (w->n_slices == w->cap_slices &&
+        pt_walk_grow((void **)&w->slices, &w->cap_slices, w->n_slices + 1, sizeof *w->slices))
+        return PT_ERR_NOMEM;
+    pt_slice *s = &w->slices[w->n_slices];
+    s->start = n->start;
+    s->end = n->start + duration;
+    s->key = n->key;
+    /* as the slice table holds it (saved directories write it as is) */
+    s->flags = (n->is_region ? 0 : (uint32_t)(n->slice_flags | (n->open_at_stop
+                                                                ? PT_SLICE_OPEN_AT_STOP : 0)));
+    s->parent = n->child_parent;
+    s->tag = n->is_region ? 0 : n->tag;
+    s->depth = n->child_depth;
+    n->child_parent = (int64_t)(w->slices_base + w->n_slices++);
+    n->child_depth++;
+    return PT_OK;
+}
+
+static int
+pt_walk_push_node(pt_walk *w, int64_t start, uint32_t key, uint32_t tag, int is_region,
+                  int carrier_exempt, uint8_t slice_flags)
+{
+    if (pt_walk_grow((void **)&w->nodes, &w->cap_nodes, w->n_nodes + 1, sizeof *w->nodes))
+        return PT_ERR_NOMEM;
+    pt_walk_node *n = &w->nodes[w->n_nodes];
+    memset(n, 0, sizeof *n);
+    n->start = start;
+    n->ordinal = w->ordinals++;
+    n->tag = tag;
+    n->is_region = (uint8_t)is_region;
+    n->slice_flags = slice_flags;
+    if (w->scan) {
+        const pt_walk *s = w->scan;
+        /* renames of this call found by the scan: the last one holds */
+        while (w->next_rename < s->n_renames && s->renames[w->next_rename].ordinal < n->ordinal)
+            w->next_rename++;
+        while (w->next_rename < s->n_renames && s->renames[w->next_rename].ordinal == n->ordinal)
+            key = s->renames[w->next_rename++].key;
+        while (w->next_open < s->n_open_ordinals && s->open_ordinals[w->next_open] < n->ordinal)
+            w->next_open++;
+        if (!is_region && w->next_open < s->n_open_ordinals &&
+            s->open_ordinals[w->next_open] == n->ordinal)
+            n->open_at_stop = 1;
+    }
+    n->key = key;
+    n->exempt = (uint8_t)carrier_exempt;
+    /* the scan's shown is provisional: a rename at a callee's end may change it */
+    n->shown = (uint8_t)(carrier_exempt || !pt_walk_is_carrier(w, key));
+    n->depth = w->shown_open;
+    n->mark = w->base + w->n_records;
+    n->kept_before = w->stats.slices;
+    n->open_before = w->stats.open_at_stop;
+    n->depth_before = w->stats.max_depth;
+    const pt_walk_node *up = w->n_nodes ? &w->nodes[w->n_nodes - 1] : NULL;
+    n->child_parent = up ? up->child_parent : -1;
+    n->child_depth = up ? up->child_depth : 0;
+    w->n_nodes++;
+    if (!w->scan && w->keep_durations) {
+        if (pt_walk_grow((void **)&w->durations, &w->cap_durations, w->n_durations + 1,
+                         sizeof *w->durations))
+            return PT_ERR_NOMEM;
+        w->durations[w->n_durations++] = 0;
+    }
+    if (n->shown)
+        w->shown_open++;
+    if (w->scan && w->scan->durations)
+        return pt_walk_begin_slice(w, n);
+    if (!n->shown)
+        return PT_OK;
+    if (w->scan)
+        return pt_walk_write(w, start, key, n->open_at_stop ? PT_RECORD_OPEN_AT_STOP : 0);
+    return PT_OK;
+}
+
+/* Makes the node of a call that replay emits, once its tag is known. */
+static int
+pt_walk_materialize(pt_walk *w, pt_walk_call *call)
+{
+    call->pending = 0;
+    uint32_t tag = call->tag, key = call->key;
+    int exempt = 0;
+    if (tag & PT_TAG_ARGS_BIT) {
+        uint32_t index = tag & ~PT_TAG_ARGS_BIT;
+        if (index < w->t.n_args && w->t.args_key[index]) {
+            /* a region with args gets a key of its own (never a carrier's) */
+            exempt = 1;
+            if (w->scan)
+                key = w->t.args_key[index];
+            else
+                w->args_base_key[index] = key;
+        }
+    } else if (tag && tag < w->t.n_tags) {
+        uint32_t region = w->t.region_key[tag];
+        if (region && region != PT_REGION_EXIT) {
+            int rc = pt_walk_push_node(w, call->start, region, 0, 1, 1, 0);
+            if (rc != PT_OK)
+                return rc;
+        }
+        if (w->t.tag_key[tag])
+            key = w->t.tag_key[tag];
+    }
+    call->node = (int64_t)w->n_nodes;
+    return pt_walk_push_node(w, call->start, key, tag, 0, exempt,
+                             (uint8_t)((call->is_c ? PT_SLICE_C : 0) |
+                                       (call->seeded ? PT_SLICE_SEEDED : 0)));
+}
+
+static int
+pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
+{
+    pt_walk_node *n = &w->nodes[--w->n_nodes];
+    if (ts < n->start)
+        return PT_ERR_ARG;      /* a damaged file's deltas: a call ends before it starts */
+    if (n->shown)
+        w->shown_open--;
+    int shown = n->exempt || !pt_walk_is_carrier(w, n->key);
+    if (w->keep_durations) {
+        int64_t d = ts - n->start;
+        if (d >= UINT32_MAX) {
+            if (pt_walk_grow((void **)&w->long_durations, &w->cap_long, w->n_long + 1,
+                             sizeof *w->long_durations))
+                return PT_ERR_NOMEM;
+            w->long_durations[w->n_long].ordinal = n->ordinal;
+            w->long_durations[w->n_long++].duration = d;
+            d = UINT32_MAX;
+        }
+        w->durations[n->ordinal] = (uint32_t)d;
+    }
+    if (!n->is_region && (ts > w->max_end || !w->has_end)) {
+        w->max_end = ts;
+        w->has_end = 1;
+    }
+    if (w->t.min_ns && ts - n->start < w->t.min_ns) {
+        /* short: it goes with everything since its begin (its subtree) */
+        if (w->scan) {
+            if (n->mark < w->base)
+                return PT_ERR_STATE;    /* handed out already: a bug, not bad input */
+            w->n_records = n->mark - w->base;
+        }
+        w->stats.slices = n->kept_before;
+        w->stats.open_at_stop = n->open_before;
+        w->stats.max_depth = n->depth_before;
+        return PT_OK;
+    }
+    if (shown) {
+        w->stats.slices++;
+        w->stats.open_at_stop += open_at_stop != 0;
+        if (n->depth > w->stats.max_depth)
+            w->stats.max_depth = n->depth;
+        if (w->scan && !w->scan->durations)
+            return pt_walk_write(w, ts, n->key, PT_RECORD_END);
+    }
+    uint32_t sub = shown && n->depth + 1 > n->sub_max ? n->depth + 1 : n->sub_max;
+    if (w->n_nodes && sub > w->nodes[w->n_nodes - 1].sub_max)
+        w->nodes[w->n_nodes - 1].sub_max = sub;
+    if (!w->scan && w->n_nodes && !n->is_region && n->tag && !(n->tag & PT_TAG_ARGS_BIT) &&
+        n->tag < w->t.n_tags && w->t.step_key[n->tag]) {
+        /* An optimizer step names its parent, unless the parent is torch's own
+         * region of that name (the step as torch.profiler shows it). */
+        pt_walk_node *parent = &w->nodes[w->n_nodes - 1];
+        uint32_t name = parent->key < w->t.n_keys ? w->t.annotation_name[parent->key] : 0;
+        if (!(name && name == w->t.step_name[n->tag])) {
+            parent->key = w->t.step_key[n->tag];
+            if (!parent->shown && !pt_walk_is_carrier(w, parent->key)) {
+                /* a carrier named: shown from now on, and what ended inside it so
+                 * far is one level deeper than counted */
+                parent->shown = 1;
+                w->shown_open++;
+                if (parent->sub_max && parent->sub_max++ > w->stats.max_depth)
+                    w->stats.max_depth = parent->sub_max - 1;
+            }
+            if (pt_walk_grow((void **)&w->renames, &w->cap_renames, w->n_renames + 1,
+                             sizeof *w->renames))
+                return PT_ERR_NOMEM;
+            pt_walk_rename *r = &w->renames[w->n_renames];
+            r->ordinal = parent->ordinal;
+            r->order = w->n_renames++;
+            r->key = parent->key;
+        }
+    }
+    return PT_OK;
+}
+
+/* Pops the call on top of the call stack, its node and the regions opened in it. */
+static int
+pt_walk_pop(pt_walk *w, int64_t ts, int open_at_stop)
+{
+    pt_walk_call *call = &w->calls[w->n_calls - 1];
+    int rc = PT_OK;
+    if (call->pending)
+        rc = pt_walk_materialize(w, call);
+    if (rc == PT_OK && call->node >= 0) {
+        while (rc == PT_OK && (int64_t)w->n_nodes > call->node + 1)
+            rc = pt_walk_end_node(w, ts, 0);            /* regions opened in the call */
+        uint32_t tag = w->nodes[call->node].tag;
+        if (rc == PT_OK)
+            rc = pt_walk_end_node(w, ts, open_at_stop);
+        /* record_function.__exit__ closes the region opened beside it */
+        if (rc == PT_OK && tag && !(tag & PT_TAG_ARGS_BIT) && tag < w->t.n_tags &&
+            w->t.region_key[tag] == PT_REGION_EXIT && w->n_nodes &&
+            w->nodes[w->n_nodes - 1].is_region)
+            rc = pt_walk_end_node(w, ts, 0);
+    }
+    if (call->hides_subtree)
+        w->hiding--;
+    w->n_calls--;
+    return rc;
+}
+
+static int
+pt_walk_settle_top(pt_walk *w)
+{
+    if (w->n_calls && w->calls[w->n_calls - 1].pending)
+        return pt_walk_materialize(w, &w->calls[w->n_calls - 1]);
+    return PT_OK;
+}
+
+static int
+pt_walk_push(pt_walk *w, uint32_t kind, uint32_t key, int64_t ts)
+{
+    int rc = pt_walk_settle_top(w);
+    if (rc != PT_OK)
+        return rc;
+    if (pt_walk_grow((void **)&w->calls, &w->cap_calls, w->n_calls + 1, sizeof *w->calls))
+        return PT_ERR_NOMEM;
+    int seeded = kind == PT_EV_PY_SEED;
+    uint8_t hide = key < w->t.n_hidden ? w->t.hidden[key] : 0;
+    if ((hide == PT_HIDE_SEEDED && !seeded) || hide == PT_HIDE_CARRIER)
+        hide = 0;
+    pt_walk_call *call = &w->calls[w->n_calls++];
+    call->start = ts;
+    call->node = -1;
+    call->key = key;
+    call->tag = 0;
+    call->is_c = kind == PT_EV_C_CALL;
+    call->seeded = (uint8_t)seeded;
+    call->emits = !hide && !w->hiding;
+    call->pending = call->emits;
+    call->hides_subtree = (uint8_t)(hide == PT_HIDE_SUBTREE && !seeded);
+    if (call->hides_subtree)
+        w->hiding++;
+    return PT_OK;
+}
+
+static int
+pt_walk_return(pt_walk *w, uint32_t kind, uint32_t key, int64_t ts)
+{
+    uint8_t is_c = kind == PT_EV_C_RETURN;
+    uint64_t i = w->n_calls;
+    while (i > 0) {
+        const pt_walk_call *call = &w->calls[i - 1];
+        if (call->key == key && call->is_c == is_c)
+            break;
+        i--;
+    }
+    if (i == 0)
+        return PT_OK;
+    while (w->n_calls >= i) {
+        int rc = pt_walk_pop(w, ts, 0);
+        if (rc != PT_OK)
+            return rc;
+    }
+    return PT_OK;
+}
+
+int
+pt_walk_feed(pt_walk *w, const pt_event *events, uint64_t n)
+{
+    if (w->finished)
+        return PT_ERR_STATE;
+    for (uint64_t i = 0; i < n; i++) {
+        const pt_event *ev = &events[i];
+        uint32_t kind = ev->key_kind & PT_KIND_MASK;
+        uint32_t key = ev->key_kind >> PT_KEY_SHIFT;
+        if (kind == PT_EV_TIME) {
+            w->ticks += (int64_t)((uint64_t)ev->delta | (uint64_t)key << 32);
+            continue;
+        }
+        w->ticks += ev->delta;
+        if (kind == PT_EV_TAG || kind == PT_EV_ARGS) {
+            if (w->n_calls && w->calls[w->n_calls - 1].emits)
+                w->calls[w->n_calls - 1].tag = kind == PT_EV_ARGS ? key | PT_TAG_ARGS_BIT : key;
+            continue;
+        }
+        int64_t ts = pt_walk_ns(w, w->ticks);
+        if (ts < w->now && w->has_now)
+            return PT_ERR_ARG;      /* time ran backwards: a damaged file's deltas */
+        int rc = PT_OK;
+        if (kind == PT_EV_PY_RETURN || kind == PT_EV_C_RETURN) {
+            rc = pt_walk_return(w, kind, key, ts);      /* pops settle what they pop */
+        } else if (kind <= PT_EV_PY_SEED) {
+            rc = pt_walk_push(w, kind, key, ts);
+        } else {
+            continue;
+        }
+        if (rc != PT_OK)
+            return rc;
+        w->now = ts;
+        w->has_now = 1;
+    }
+    return PT_OK;
+}
+
+int
+pt_walk_finish(pt_walk *w)
+{
+    if (w->finished)
+        return PT_OK;
+    int64_t stop_ns = pt_walk_ns(w, w->t.stop_ticks);
+    int rc = pt_walk_settle_top(w);
+    /* calls open at stop end then; one that ended after it would stick out */
+    if (rc == PT_OK && w->has_now && stop_ns < w->now && w->n_nodes)
+        rc = PT_ERR_ARG;
+    if (rc == PT_OK && !w->scan) {
+        /* the shown calls open at stop, for the emitting walk's begins */
+        uint64_t open = 0;
+        for (uint64_t i = 0; i < w->n_nodes; i++)
+            open += !w->nodes[i].is_region;
+        w->open_ordinals = malloc((open ? open : 1) * sizeof *w->open_ordinals);
+        if (!w->open_ordinals)
+            return PT_ERR_NOMEM;
+        for (uint64_t i = 0; i < w->n_nodes; i++)
+            if (!w->nodes[i].is_region)
+                w->open_ordinals[w->n_open_ordinals++] = w->nodes[i].ordinal;
+    }
+    while (rc == PT_OK && w->n_calls)
+        rc = pt_walk_pop(w, stop_ns, 1);
+    /* regions opened at the top level close with the thread's last call */
+    while (rc == PT_OK && w->n_nodes)
+        rc = pt_walk_end_node(w, w->max_end, 0);
+    if (rc == PT_OK && !w->scan) {
+        /* Emitting walks meet calls in ordinal order: sorted once here, then only
+         * read (several walks may use one scan at once, the GIL released). */
+        if (w->n_renames)
+            qsort(w->renames, w->n_renames, sizeof *w->renames, pt_walk_compare_renames);
+        if (w->n_long)
+            qsort(w->long_durations, w->n_long, sizeof *w->long_durations,
+                  pt_walk_compare_long);
+    }
+    w->finished = 1;
+    return rc;
+}
+
+int
+pt_walk_get_stats(const pt_walk *w, pt_walk_stats *out)
+{
+    *out = w->stats;
+    out->calls_begun = w->ordinals;
+    return PT_OK;
+}
+
+int
+pt_walk_args_keys(const pt_walk *w, uint32_t *out, uint32_t n)
+{
+    if (!w->args_base_key || n > w->t.n_args)
+        return PT_ERR_ARG;
+    memcpy(out, w->args_base_key, n * sizeof *out);
+    return PT_OK;
+}
+
+uint64_t
+pt_walk_ready(const pt_walk *w, const pt_walk_record **records)
+{
+    *records = w->records;
+    if (w->finished || !w->t.min_ns)
+        return w->n_records;
+    /* the outermost open node that may still turn out short bounds what is final;
+     * nested nodes began later, so the first such from the bottom is it. An open
+     * call ends at `now` or later; a region opened at the top level ends with the
+     * thread's last call, so at the latest end seen or later. */
+    int top_level = 1;
+    for (uint64_t i = 0; i < w->n_nodes; i++) {
+        const pt_walk_node *n = &w->nodes[i];
+        top_level = top_level && n->is_region;
+        int64_t ends_after = top_level ? (w->has_end ? w->max_end : n->start) : w->now;
+        if (ends_after - n->start < w->t.min_ns)
+            return n->mark - w->base;
+    }
+    return w->n_records;
+}
+
+void
+pt_walk_consume(pt_walk *w, uint64_t n)
+{
+    if (n > w->n_records)
+        n = w->n_records;
+    memmove(w->records, w->records + n, (w->n_records - n) * sizeof *w->records);
+    w->n_records -= n;
+    w->base += n;
+}
+
+int
+pt_walk_keep_durations(pt_walk *w, uint64_t expected)
+{
+    if (w->scan || w->ordinals)
+        return PT_ERR_STATE;        /* a scan, before it is fed */
+    /* sized once (a first scan counted the calls): no doubling slack */
+    if (expected && pt_walk_grow((void **)&w->durations, &w->cap_durations, expected,
+                                 sizeof *w->durations) == PT_OK &&
+        w->cap_durations > expected) {
+        uint32_t *exact = realloc(w->durations, expected * sizeof *w->durations);
+        if (exact) {
+            w->durations = exact;
+            w->cap_durations = expected;
+        }
+    }
+    w->keep_durations = 1;
+    return PT_OK;
+}
+
+uint64_t
+pt_walk_ready_slices(const pt_walk *w, const pt_slice **slices, uint64_t *first_index)
+{
+    *slices = w->slices;
+    *first_index = w->slices_base;
+    return w->n_slices;
+}
+
+void
+pt_walk_consume_slices(pt_walk *w)
+{
+    w->slices_base += w->n_slices;
+    w->n_slices = 0;
+}
