@@ -59,7 +59,7 @@ ROOT = os.path.dirname(HERE)
 
 MEMORY_CHILD = r"""
 import sys, time
-import gzip, concurrent.futures, pytrace_cffi, pytrace_cffi.chrome, pytrace_cffi.perfetto
+import gzip, concurrent.futures, pytrace_cffi, pytrace_cffi.render.chrome, pytrace_cffi.render.perfetto
 
 
 def fib(n):

@@ -21,7 +21,7 @@ from .annotations import (RecordFunction, capture_stack, counter, instant, recor
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
                      TraceWarning)
 from .merge import merge_torch
-from .saved import SpilledTrace
+from .render.saved import SpilledTrace
 from .schedule import Action, schedule
 from .trace import Call, Trace
 
@@ -239,7 +239,7 @@ def stop():
 def load(directory):
     """Loads a trace saved with Trace.save(directory). Reads JSON and raw numbers
     only; raises TraceFormatError for anything that is not a valid saved trace."""
-    from .saved import load as _load
+    from .render.saved import load as _load
     return _load(directory)
 
 

@@ -232,7 +232,7 @@ def _write_trace(trace, path):
     elif output_format == "perfetto":
         trace.export_perfetto(path)
     elif output_format == "html":
-        from .html import write_html
+        from .render.html import write_html
         write_html(trace, path)
     else:
         trace.save(path)
@@ -508,7 +508,7 @@ def _cmd_run(args, program):
 
 
 def _cmd_summary(args):
-    from .summary import format_process_totals, format_summary, read_trace, summarize
+    from .render.summary import format_process_totals, format_summary, read_trace, summarize
     trace = read_trace(args.trace)
     per_process = args.per_process and not args.per_thread
     rows = summarize(trace, sort=args.sort, limit=args.limit or None,
@@ -530,7 +530,7 @@ def export(source, path):
     """What `export SOURCE -o PATH` does, also `run -o PATH` for a job of several
     processes (SOURCE its trace directory): reads SOURCE as one trace and writes it
     in the format PATH's name picks. Returns the trace."""
-    from .summary import read_trace
+    from .render.summary import read_trace
     trace = read_trace(source)
     _write_trace(trace, path)
     return trace

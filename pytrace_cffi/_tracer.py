@@ -93,7 +93,7 @@ class Session:
         if max_events is not None:
             spill = ffi.NULL
             if output is not None:
-                from .saved import prepare_spill_directory
+                from .render.saved import prepare_spill_directory
                 spill = os.fsencode(prepare_spill_directory(output))
             check(lib.pt_set_bounds(self.ptr, max_events, spill), self.ptr, "max_events")
         self.watcher = None
@@ -352,7 +352,7 @@ class Session:
     def result(self):
         """The trace of a stopped session: in memory, or spilled to `output`."""
         if self.output is not None:
-            from .saved import finish_spill
+            from .render.saved import finish_spill
             return finish_spill(self)
         from .trace import Trace
         return Trace._from_session(self)

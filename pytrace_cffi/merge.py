@@ -397,7 +397,7 @@ def _our_trace(trace):
     path (a saved-trace directory, a job's directory, or our Chrome JSON read by
     the C line reader); a SpilledTrace loaded."""
     if isinstance(trace, (str, bytes, os.PathLike)):
-        from .summary import read_trace
+        from .render.summary import read_trace
         return read_trace(os.fsdecode(trace))
     if hasattr(trace, "thread_slices"):
         return trace

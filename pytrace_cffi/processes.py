@@ -197,7 +197,7 @@ class _KeyNames:
             self._write_new()
 
     def _write_new(self):
-        from .saved import hash_id
+        from .render.saved import hash_id
         from .trace import _hiding, _kind
         n_keys = lib.pt_key_count(self.ptr)
         tags = self.watcher.tags if self.watcher is not None else [None]
@@ -763,7 +763,7 @@ def _alive(pid):
 
 def read_process(directory):
     """(Trace or None, facts dict, state, note) for one process directory."""
-    from .saved import load
+    from .render.saved import load
     facts = {}
     try:
         with open(os.path.join(directory, PROCESS_FILE), "rb") as f:
@@ -803,7 +803,7 @@ def recover(directory, facts=None):
     """The Trace of a process directory that has no meta.json (its process was
     killed, or is still running), from process.json, keys.jsonl and events.bin's
     complete blocks. Nothing in the directory is changed."""
-    from .saved import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, FORMAT_NAME,
+    from .render.saved import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, FORMAT_NAME,
                         FORMAT_VERSION, _load_parts, read_events_file)
     if facts is None:
         facts = read_process(directory)[1]
@@ -872,7 +872,7 @@ def recover(directory, facts=None):
     for key, entry in enumerate(keys):
         if entry[0] is None or entry[0] not in names:
             name = "<unknown>" if key == 0 else f"<unnamed key {key}>"
-            from .saved import hash_id
+            from .render.saved import hash_id
             entry[0] = str(hash_id(name))
             names[entry[0]] = name
     tags = tags or [None]
@@ -1056,7 +1056,7 @@ def write_any(trace, path):
     elif path.endswith(".pftrace"):
         trace.export_perfetto(path)
     elif path.endswith(".html"):
-        from .html import write_html
+        from .render.html import write_html
         write_html(trace, path)
     else:
         trace.save(path)
@@ -1069,7 +1069,7 @@ def joined_trace(inputs):
     in a temporary directory (removed after), read back line by line."""
     import shutil
     import tempfile
-    from .summary import _read_chrome_trace
+    from .render.summary import _read_chrome_trace
     scratch = tempfile.mkdtemp(prefix="pytrace_cffi-job-")
     try:
         joined = os.path.join(scratch, "job.json")
@@ -1135,7 +1135,7 @@ def _write_joined(traced, path, shifts):
     import gzip
     from ._files import replaced_atomically
     from ._progress import Progress
-    from .chrome import _chunks
+    from .render.chrome import _chunks
     base = min(t.start_ns + shift for (_, t, _), shift in zip(traced, shifts))
     opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6)) if path.endswith(".gz")
               else (lambda tmp: open(tmp, "wb")))
@@ -1243,7 +1243,7 @@ def finish_run(job_dir, path, write, export, keep=False):
     removed afterwards, unless keep (the user's --processes-dir), OUT could not be
     written, or a process is still running or could not be read: then they stay
     and their place is printed. Returns whether OUT was written."""
-    from .saved import load
+    from .render.saved import load
     results = status(job_dir)
     skipped = unfollowed(job_dir)
     root = [r for r in results if r.state == "complete" and _is_root(r.directory)]

@@ -115,7 +115,7 @@ class Trace:
         self.key_args = key_args
         self.threads = threads
         # per thread: (cffi pt_slice array, count); None until something needs it,
-        # when the trace streams from its events (streams: a _walk.Streams)
+        # when the trace streams from its events (streams: a walk.Streams)
         self._slice_table = slices
         self._build_slices = build_slices
         self._streams = streams
@@ -139,7 +139,7 @@ class Trace:
         once per thread; exports and iteration stream from them and the slice
         table is made only when something asks for it (HTML, summary,
         thread_slices())."""
-        from ._walk import HeldEvents, KeyPlan, Streams
+        from .render.walk import HeldEvents, KeyPlan, Streams
         ptr = session.ptr
         facts = session_facts(session)
         clock = facts["clock"]
@@ -197,7 +197,7 @@ class Trace:
     def __iter__(self):
         # Without the slice table, the calls come from the streaming walk, a batch
         # at a time: iterating holds one Call, not one per call.
-        from .chrome import _thread_batches
+        from .render.chrome import _thread_batches
         names, kinds = self.names, self.key_kinds
         first_id = 0
         counts = [n for _, n, _, _ in self.thread_counts()]
@@ -221,7 +221,7 @@ class Trace:
     def export_chrome_trace(self, path):
         """Writes Chrome Trace Event JSON (.json, or gzip for .json.gz) that opens in
         Perfetto and chrome://tracing. On failure the trace is kept for a retry."""
-        from .chrome import write_chrome_trace
+        from .render.chrome import write_chrome_trace
         write_chrome_trace(self, path)
         return path
 
@@ -230,7 +230,7 @@ class Trace:
         smaller than JSON and lighter for ui.perfetto.dev, the format for big traces.
         compress: deflate-compressed packets (about ten times smaller again). On
         failure the trace is kept for a retry."""
-        from .perfetto import write_perfetto
+        from .render.perfetto import write_perfetto
         write_perfetto(self, path, compress=compress)
         return path
 
@@ -238,7 +238,7 @@ class Trace:
         """Writes the trace as a directory (see docs/FORMAT.md):
         meta.json, hashes.json, params.json and slices.bin. Load it back with
         pytrace_cffi.load(directory)."""
-        from .saved import save
+        from .render.saved import save
         save(self, directory)
         return directory
 
@@ -401,7 +401,7 @@ def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args,
     optimizer step (the parent of the tagged _optimizer_step_code call) becomes
     "Optimizer.step#Adam.step" unless torch's own region of that name (see
     TorchRegions) already is that parent; a record_function region with args gets a key
-    carrying those args. plan: a _walk.KeyPlan whose keys to use."""
+    carrying those args. plan: a walk.KeyPlan whose keys to use."""
     if len(tags) <= 1 and not annotation_args:
         return
     key_for_name = {}
@@ -427,7 +427,7 @@ def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args,
                 key_args[key] = {"Python module id": tag_info["module_id"]}
         return key
 
-    if plan is not None:            # the keys the streaming walks use (_walk.KeyPlan)
+    if plan is not None:            # the keys the streaming walks use (walk.KeyPlan)
         key_for, key_with_args = plan.key_for, plan.key_with_args
 
     for thread_slices, n in slices:

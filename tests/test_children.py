@@ -121,7 +121,7 @@ def test_os_fork_child_traced_from_the_fork(tmp_path):
     assert fork[0]["ts"] <= min(e["ts"] for e in child_calls)
     assert max(e["ts"] + e["dur"] for e in child_calls) <= fork[0]["ts"] + 60e6
     # The joined file reads back as one trace of both processes (summary, export).
-    from pytrace_cffi.summary import read_trace
+    from pytrace_cffi.render.summary import read_trace
     both = read_trace(str(out))
     assert len(both) == sum(r.calls for r in results) and len(both.threads) == 2
     assert sum(call.name.endswith(": unique_child") for call in both) == 1234
@@ -854,7 +854,7 @@ def test_merge_command_joins_a_job(tmp_path):
 
 def test_summary_and_export_read_a_whole_job(tmp_path):
     job = _job_with_one_child(tmp_path)
-    from pytrace_cffi.summary import read_trace
+    from pytrace_cffi.render.summary import read_trace
     trace = read_trace(job)
     assert sum(call.name.endswith(": unique_child") for call in trace) == 1
     assert sum(call.name.startswith("prog.py(") and call.name.endswith(": <module>")

@@ -99,7 +99,7 @@ def small_trace():
 @pytest.mark.parametrize("write", [
     lambda trace, path: trace.export_chrome_trace(path),
     lambda trace, path: trace.export_chrome_trace(str(path) + ".gz"),
-    lambda trace, path: __import__("pytrace_cffi.html").html.write_html(trace, path),
+    lambda trace, path: __import__("pytrace_cffi.render.html").render.html.write_html(trace, path),
 ], ids=["json", "json.gz", "html"])
 def test_api_errors_name_the_path_given_not_the_temporary_file(tmp_path, write):
     trace = small_trace()

@@ -14,8 +14,8 @@ import pytest
 
 import pytrace_cffi
 from pytrace_cffi._core import ffi
-from pytrace_cffi import html as html_module
-from pytrace_cffi.html import CALLS_PER_CHUNK, write_html
+from pytrace_cffi.render import html as html_module
+from pytrace_cffi.render.html import CALLS_PER_CHUNK, write_html
 from pytrace_cffi.trace import ThreadInfo, Trace
 
 CHROMIUM = "/usr/bin/chromium"
@@ -470,7 +470,7 @@ def format_ns(ns):
 BIG_PAGE = r"""
 import json, os, sys
 import pytrace_cffi
-from pytrace_cffi.html import write_html
+from pytrace_cffi.render.html import write_html
 
 def peak_rss_kb():
     # VmHWM, not ru_maxrss: a child's ru_maxrss starts from its parent's (the

@@ -18,8 +18,8 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi import processes
 from pytrace_cffi.errors import TraceFormatError
-from pytrace_cffi import summary as summary_module
-from pytrace_cffi.summary import read_trace
+from pytrace_cffi.render import summary as summary_module
+from pytrace_cffi.render.summary import read_trace
 
 TIMEOUT = 120
 HELPER_CALLS = 77
@@ -513,7 +513,7 @@ def _use_everywhere(directory, tmp_path):
         trace = pytrace_cffi.load(directory)
     except TraceFormatError:
         return None
-    from pytrace_cffi.html import write_html
+    from pytrace_cffi.render.html import write_html
     trace.export_chrome_trace(tmp_path / "f.json")
     trace.export_perfetto(tmp_path / "f.pftrace")
     write_html(trace, tmp_path / "f.html")

@@ -48,7 +48,7 @@ def test_every_trace_pairs_monotonic_and_realtime_clocks_at_start_and_stop(trace
 
 
 def test_the_anchor_is_kept_by_json_saved_and_spilled_traces(traced, tmp_path):
-    from pytrace_cffi.summary import read_trace
+    from pytrace_cffi.render.summary import read_trace
     anchor = traced.realtime_anchor
     traced.export_chrome_trace(str(tmp_path / "t.json"))
     other = json.loads((tmp_path / "t.json").read_text())["otherData"]
@@ -67,7 +67,7 @@ def test_the_anchor_is_kept_by_json_saved_and_spilled_traces(traced, tmp_path):
 
 
 def test_files_without_an_anchor_still_load_and_bad_ones_are_refused(traced, tmp_path):
-    from pytrace_cffi.summary import read_trace
+    from pytrace_cffi.render.summary import read_trace
     traced.save(str(tmp_path / "saved"))
     meta_path = tmp_path / "saved" / "meta.json"
     meta = json.loads(meta_path.read_text())

@@ -1,4 +1,4 @@
-"""Streaming exports (c_src/pt_walk.c, pytrace_cffi/_walk.py): a trace keeps its
+"""Streaming exports (c_src/pt_walk.c, pytrace_cffi/render/walk.py): a trace keeps its
 events after stop() and .pftrace streams from them, without a slice table. The
 oracle is the slice pipeline (replay, torch regions, min_duration, tagged names,
 carriers), which still builds the table when something asks for it: the same
@@ -109,7 +109,7 @@ CLOCK = {"tick0": 1000, "ns0": 5000, "ns_per_tick": 1.0}
 
 def _sliced(events, hidden, min_ns, stop_ticks):
     """(name, args, start, end, depth, open at stop) by the slice pipeline."""
-    from pytrace_cffi._walk import KeyPlan
+    from pytrace_cffi.render.walk import KeyPlan
     from pytrace_cffi.trace import drop_carriers, drop_short, name_tagged_calls
     names, kinds, key_args = list(NAMES), list(KINDS), {}
     plan = KeyPlan(names, kinds, key_args, hidden, TAGS, ARGS)
@@ -132,7 +132,7 @@ def _sliced(events, hidden, min_ns, stop_ticks):
 
 
 def _streamed(events, hidden, min_ns, stop_ticks, splits):
-    from pytrace_cffi._walk import KeyPlan, Streams
+    from pytrace_cffi.render.walk import KeyPlan, Streams
     names, kinds, key_args = list(NAMES), list(KINDS), {}
     plan = KeyPlan(names, kinds, key_args, hidden, TAGS, ARGS)
     streams = Streams(plan, [_ListEvents(events, splits)], CLOCK, stop_ticks, min_ns)
@@ -393,7 +393,7 @@ def status(field):
                 return int(line.split()[1]) * 1024
 
 
-import gzip, concurrent.futures, pytrace_cffi.chrome, pytrace_cffi.perfetto   # noqa
+import gzip, concurrent.futures, pytrace_cffi.render.chrome, pytrace_cffi.render.perfetto   # noqa
 fib(15)
 untraced = status("VmRSS")
 pytrace_cffi.start()

@@ -11,9 +11,9 @@ import pytest
 
 import pytrace_cffi
 from pytrace_cffi import TraceFormatError, TraceWarning
-from pytrace_cffi import summary as summary_module
+from pytrace_cffi.render import summary as summary_module
 from pytrace_cffi._core import ffi
-from pytrace_cffi.summary import SummaryRow, format_summary, read_trace, summarize
+from pytrace_cffi.render.summary import SummaryRow, format_summary, read_trace, summarize
 from pytrace_cffi.trace import ThreadInfo, Trace
 
 US = 1000            # the synthetic trace counts in microseconds
@@ -386,7 +386,7 @@ def test_bad_lines_raise_trace_format_error(live_trace, tmp_path, whole_reads, n
 
 READ_AND_SUMMARIZE = r"""
 import json, sys
-from pytrace_cffi.summary import read_trace, summarize
+from pytrace_cffi.render.summary import read_trace, summarize
 
 def peak_rss_kb():
     # VmHWM, not ru_maxrss: a child's ru_maxrss starts from its parent's (the

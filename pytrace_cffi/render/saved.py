@@ -17,11 +17,11 @@ import os
 import struct
 import sys
 
-from ._clock import checked_anchor
-from ._core import ffi, lib
-from ._files import replaced_atomically
-from ._torch import EXIT_EVENT_NAME, TAG_KINDS
-from .errors import TraceFormatError
+from .._clock import checked_anchor
+from .._core import ffi, lib
+from .._files import replaced_atomically
+from .._torch import EXIT_EVENT_NAME, TAG_KINDS
+from ..errors import TraceFormatError
 
 FORMAT_NAME = "pytrace_cffi-trace"
 FORMAT_VERSION = 1
@@ -85,8 +85,8 @@ def prepare_spill_directory(directory):
 def finish_spill(session):
     """After stop: writes what is still in memory to events.bin, then the JSON
     files that make the directory a saved trace."""
-    from ._tracer import check
-    from .trace import session_facts
+    from .._tracer import check
+    from ..trace import session_facts
     check(lib.pt_spill_rest(session.ptr), session.ptr, "spilling")
     facts = session_facts(session)
     directory = session.output
@@ -237,7 +237,7 @@ def _mark(mark, thread_ids):
     an instant's args map names to str/int/float/bool or a list of integer sizes, a
     counter's map series names to numbers. An instant's null args (written by
     pytrace_cffi before marks were always objects) read as {}."""
-    from .trace import Mark
+    from ..trace import Mark
     bad = f"meta.json: bad mark {mark!r:.80}"
     _expect(isinstance(mark, list) and len(mark) == 5 and mark[0] in ("i", "C")
             and isinstance(mark[3], str), bad)
@@ -283,7 +283,7 @@ def load(directory):
 
 def _load_parts(directory, meta, hashes, params):
     """load() from its JSON parts already read (processes.recover builds them)."""
-    from .trace import ThreadInfo
+    from ..trace import ThreadInfo
     _expect(isinstance(hashes, dict) and all(isinstance(v, str) for v in hashes.values()),
             "hashes.json must map ids to names")
     _expect(isinstance(params, dict), "params.json must be an object")
@@ -413,7 +413,7 @@ def _processes(meta):
 
 def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks, processes=None,
            streams=None, build_slices=None):
-    from .trace import Trace
+    from ..trace import Trace
     trace = Trace(names=names, key_kinds=key_kinds, key_args=key_args, threads=threads,
                   streams=streams, build_slices=build_slices,
                   slices=slices, start_ns=_int(meta.get("start_ns"), "start_ns"),
@@ -438,7 +438,7 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
     (and checked) once now; exports stream from the file again, and the slice
     table is replayed from it only when something needs it. Returns (None, the
     threads, the streams, a function building the slice table)."""
-    from ._walk import KeyPlan, Streams
+    from .walk import KeyPlan, Streams
     events_meta = meta["events"]
     _expect(isinstance(events_meta, dict) and events_meta.get("file") == "events.bin",
             "meta.json: bad events entry")
@@ -562,7 +562,7 @@ class _FileEvents:
 def _spilled_slices(sources, clock, stop_ticks, min_duration_ns, plan):
     """The slice table of a spilled trace: each thread's events replayed in C,
     then the slice pipeline with plan's keys."""
-    from .trace import drop_carriers, drop_short, name_tagged_calls
+    from ..trace import drop_carriers, drop_short, name_tagged_calls
     slices = []
     n_out = ffi.new("uint64_t *")
     hidden = plan.hidden

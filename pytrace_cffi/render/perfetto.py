@@ -32,10 +32,10 @@ import os
 import struct
 import zlib
 
-from ._core import ffi, lib
-from ._files import replaced_atomically
-from ._progress import Progress
-from .errors import TraceFormatError
+from .._core import ffi, lib
+from .._files import replaced_atomically
+from .._progress import Progress
+from ..errors import TraceFormatError
 
 CHUNK_BYTES = 4 << 20
 # Input of one compressed_packets packet: well under 512 KiB, so a reader inflates

@@ -12,9 +12,9 @@ it again and encodes the records as they become final (Streams.records, in time
 order), or, for JSON and slices.bin, after one more scan that keeps each call's
 duration, the whole calls in start order (Streams.slices).
 """
-from ._core import ffi, lib
-from ._torch import MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT
-from .errors import TraceError, TraceFormatError
+from .._core import ffi, lib
+from .._torch import MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT
+from ..errors import TraceError, TraceFormatError
 
 RUN_EVENTS = 1 << 16        # events fed per call: records wait at most this long
 NO_KEY = 0xFFFFFFFF
@@ -25,7 +25,7 @@ class KeyPlan:
     lists names/key_kinds and the dict key_args are the trace's, extended here."""
 
     def __init__(self, names, key_kinds, key_args, hidden, tags, annotation_args):
-        from .trace import TorchRegions
+        from ..trace import TorchRegions
         self.names, self.key_kinds, self.key_args = names, key_kinds, key_args
         self.hidden = bytes(hidden)
         self.tags = tags

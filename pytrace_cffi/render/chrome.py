@@ -12,9 +12,9 @@ import gzip
 import json
 import os
 
-from ._core import ffi, lib
-from ._files import replaced_atomically
-from ._progress import Progress
+from .._core import ffi, lib
+from .._files import replaced_atomically
+from .._progress import Progress
 
 
 CHUNK_BYTES = 1 << 20       # the C formatter fills it; bigger only costs memory
@@ -138,7 +138,7 @@ def _warn_if_too_deep(trace):
                       default=0)
     if deepest >= PERFETTO_MAX_DEPTH:
         import warnings
-        from .errors import TraceWarning
+        from ..errors import TraceWarning
         warnings.warn(f"calls nest {deepest + 1} deep; Perfetto shows only the outer "
                       f"{PERFETTO_MAX_DEPTH} levels. Trace with max_depth={PERFETTO_MAX_DEPTH} "
                       "to keep the export within them", TraceWarning, stacklevel=3)

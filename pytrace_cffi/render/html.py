@@ -24,9 +24,9 @@ import json
 import os
 from collections import namedtuple
 
-from ._core import ffi, lib
-from ._files import replaced_atomically
-from ._progress import Progress
+from .._core import ffi, lib
+from .._files import replaced_atomically
+from .._progress import Progress
 from .summary import SORT_KEYS, slice_records, summarize
 
 # Functions in the page's summary: the top ones by each of these, merged.

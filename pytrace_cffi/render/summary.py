@@ -1,6 +1,6 @@
 """Where the time went: calls, total and self time per function, as rows or a table.
 
-    from pytrace_cffi.summary import read_trace, summarize, format_summary
+    from pytrace_cffi.render.summary import read_trace, summarize, format_summary
     print(format_summary(summarize(read_trace("trace.json"), sort="self")))
 
 Total time counts a function's time once however deep it recurses: a call made
@@ -23,9 +23,9 @@ import warnings
 import zlib
 from collections import namedtuple
 
-from ._core import ffi, lib
-from ._progress import Progress
-from .errors import TraceFormatError, TraceWarning
+from .._core import ffi, lib
+from .._progress import Progress
+from ..errors import TraceFormatError, TraceWarning
 
 SummaryRow = namedtuple("SummaryRow", "name calls total_ns self_ns thread")
 SummaryRow.__doc__ = """One function's line in a summary; thread is the thread's
@@ -44,7 +44,7 @@ _SLICE_FIELDS = ("start", "end", "key", "flags", "parent", "tag", "depth")
 # Reading slices as raw bytes is only right while the C struct keeps this layout.
 if (ffi.sizeof("pt_slice") != SLICE_RECORD.size or
         [ffi.offsetof("pt_slice", field) for field in _SLICE_FIELDS] != [0, 8, 16, 20, 24, 32, 36]):
-    raise ImportError("pytrace_cffi.summary: the pt_slice layout changed; update SLICE_RECORD")
+    raise ImportError("pytrace_cffi.render.summary: the pt_slice layout changed; update SLICE_RECORD")
 
 
 def slice_records(slices, count):
@@ -189,7 +189,7 @@ def format_summary(rows, title=None, column="thread"):
 def read_trace(path):
     """A Trace from a saved-trace directory or a Chrome .json/.json.gz written by
     pytrace_cffi. Raises TraceFormatError for anything else."""
-    from . import load
+    from .. import load
     path = os.fspath(path)
     if os.path.isdir(path):
         if not os.path.exists(os.path.join(path, "meta.json")) and _holds_processes(path):
@@ -212,7 +212,7 @@ def _holds_processes(path):
 def _read_job(path):
     """Every process of a job's trace directory as one Trace of several processes
     (see processes.joined_trace): each thread's pid says whose it is."""
-    from . import processes
+    from .. import processes
     return processes.joined_trace(path)[0]
 
 
@@ -243,7 +243,7 @@ def _read_chrome_trace(path):
 
 def _read_chrome_whole(path):
     """Any layout: json.loads of the whole text, then the events."""
-    from .trace import ThreadInfo
+    from ..trace import ThreadInfo
     data = _load_json(path)
     _expect(isinstance(data, dict) and isinstance(data.get("traceEvents"), list),
             f"{path}: not a Chrome trace (no traceEvents list)")
@@ -278,7 +278,7 @@ def _validated(path, index, first_id, array, count, keys):
 
 
 def _chrome_trace(path, other, keys, threads, slices, marks, pid, lanes):
-    from .trace import Mark, Trace
+    from ..trace import Mark, Trace
     start_ns = _other_int(path, other, "start_monotonic_ns")
     processes = _lane_processes(path, other, lanes, threads)
     if processes is None:
@@ -336,7 +336,7 @@ def _read_lane(path, number, event, lanes):
 
 
 def _other_anchor(path, other):
-    from ._clock import checked_anchor
+    from .._clock import checked_anchor
     try:
         return checked_anchor(other.get("realtime_anchor"))
     except ValueError as exc:
@@ -580,7 +580,7 @@ class _LineReader:
     def end_thread(self):
         thread = self.thread
         if thread is not None:
-            from .trace import ThreadInfo
+            from ..trace import ThreadInfo
             self.threads.append(ThreadInfo(thread.index, thread.tid, 0, thread.name, 0, 0,
                                            thread.pid))
             self.slices.append(thread.slices())

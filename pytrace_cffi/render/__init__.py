@@ -1,0 +1,15 @@
+"""One module per output format, all fed by one streaming walk over the replayed
+calls (walk: c_src/pt_walk.c driven from Python, no slice table or Python object
+per call; a format that needs the whole slice table builds it on first use):
+
+walk      the streaming walk every exporter reads: per thread, its calls in
+          batches (begin/end records in time order, or whole slices in start order)
+chrome    Chrome Trace Event JSON (.json, .json.gz)
+perfetto  Perfetto TrackEvent protobuf (.pftrace)
+html      the self-contained HTML page
+saved     the saved-trace directory (save, load, spilled traces)
+summary   the per-function summary table, and reading JSON traces back
+
+The bulk of each is written in C (c_src/pt_export.c, pt_perfetto.c, pt_reduce.c,
+pt_summary.c); these modules name things once and drive it.
+"""
