@@ -306,11 +306,12 @@ def _write_our_trace(trace, out, span, anchor, base):
     them. False (nothing written) when a call would come before torch's base (a
     negative ts, which the formatter does not write)."""
     from ._core import ffi, lib
+    from .render.chrome import _warn_if_too_deep
     # A thread's first slice starts first, and the map only moves times forward.
     if any(n and monotonic_to_realtime(anchor, slices[0].start) < base
            for _, slices, n in trace.thread_slices()):
         return False
-    _warn_if_too_deep(lib, trace)
+    _warn_if_too_deep(trace, "merged trace", stacklevel=4)
     start, stop = anchor["start"], anchor["stop"]
     clocks = (start["monotonic_ns"], start["realtime_ns"] - start["monotonic_ns"],
               stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
@@ -358,20 +359,6 @@ def _write_our_trace(trace, out, span, anchor, base):
         span.traced.add((pid, mark.thread))
         out.event(json.dumps(event).encode("utf-8"))
     return True
-
-
-PERFETTO_MAX_DEPTH = 512          # as chrome.py: deeper slices are not drawn
-
-
-def _warn_if_too_deep(lib, trace):
-    deepest = max((lib.pt_max_depth(slices, n) for _, slices, n in trace.thread_slices()),
-                  default=0)
-    if deepest >= PERFETTO_MAX_DEPTH:
-        import warnings
-        from .errors import TraceWarning
-        warnings.warn(f"calls nest {deepest + 1} deep; Perfetto shows only the outer "
-                      f"{PERFETTO_MAX_DEPTH} levels. Trace with max_depth={PERFETTO_MAX_DEPTH} "
-                      "to keep the merged trace within them", TraceWarning, stacklevel=4)
 
 
 def _write_torch_events(reader, out, span):

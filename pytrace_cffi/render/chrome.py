@@ -127,7 +127,7 @@ def _thread_batches(trace):
 PERFETTO_MAX_DEPTH = 512
 
 
-def _warn_if_too_deep(trace):
+def _warn_if_too_deep(trace, output="export", stacklevel=3):
     """Perfetto (and chrome://tracing) draw at most 512 nested slices per thread and
     drop the deeper ones; say so rather than let calls vanish unnoticed."""
     counts = getattr(trace, "thread_counts", None)
@@ -141,7 +141,7 @@ def _warn_if_too_deep(trace):
         from ..errors import TraceWarning
         warnings.warn(f"calls nest {deepest + 1} deep; Perfetto shows only the outer "
                       f"{PERFETTO_MAX_DEPTH} levels. Trace with max_depth={PERFETTO_MAX_DEPTH} "
-                      "to keep the export within them", TraceWarning, stacklevel=3)
+                      f"to keep the {output} within them", TraceWarning, stacklevel=stacklevel)
 
 
 def write_chrome_trace(trace, path):
