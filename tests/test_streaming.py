@@ -17,7 +17,9 @@ import pytrace_cffi
 from pytrace_cffi._core import ffi, lib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+# Where the pytrace_cffi under test is importable from, for subprocesses: the
+# installed wheel in CI, the source tree with an in-place build otherwise.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pytrace_cffi.__file__)))
 STAND_IN = os.path.join(HERE, "torch_stand_in")
 
 
