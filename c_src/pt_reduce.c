@@ -5,6 +5,8 @@
  * last at least min_ns (a pixel at full zoom-out) and the whole top levels; as a
  * parent lasts at least as long as its callees and is shallower, the kept calls
  * are closed under "parent of", so they nest exactly as in the full trace.
+ * pt_reduce_slices works on a whole slice table (the tests' oracle); the page
+ * streams through a pt_reducer, batch by batch, and never needs the table.
  */
 #include "pt_internal.h"
 

@@ -4,6 +4,8 @@
  * and the summary command, so its per-call loop lives here rather than in Python.
  * Total time counts a function once however deep it recurses: a call made while
  * the same function is open adds to its calls and self time only.
+ * pt_summarize_slices takes a whole slice table (the tests' oracle); summaries
+ * stream through a pt_summarizer, batch by batch.
  */
 #include "pt_internal.h"
 

@@ -211,6 +211,38 @@ def test_calls_open_at_stop_regions_and_marks(tmp_path):
     check_both_ways(trace, tmp_path)
 
 
+@pytest.mark.parametrize("size", [1, 5, 97])
+def test_batches_of_any_size(tmp_path, monkeypatch, size):
+    """The reducer's and summarizer's state carries from batch to batch: the walk's
+    batches cut again into pieces of `size` calls (a call's parent and ancestors in
+    earlier pieces) give the same page and summary."""
+    from pytrace_cffi.render import chrome
+    whole = chrome._thread_batches
+
+    def pieces(trace):
+        for thread, batches in whole(trace):
+            yield thread, ((slices + at, min(size, n - at), first + at)
+                           for slices, n, first in batches for at in range(0, n, size))
+
+    pytrace_cffi.start()
+    program()
+    recurse(40)
+    trace = pytrace_cffi.stop()
+    monkeypatch.setattr(chrome, "_thread_batches", pieces)
+    monkeypatch.setattr(html_module, "_thread_batches", pieces)
+    streamed = streamed_html_and_summary(trace, tmp_path)
+    monkeypatch.undo()
+    check_against_table(trace, streamed)
+
+
+def test_a_thread_of_several_walk_batches(tmp_path):
+    """fib(22) on one thread: 114k events, more than one of the walk's runs."""
+    pytrace_cffi.start()
+    fib(22)
+    trace = pytrace_cffi.stop()
+    check_both_ways(trace, tmp_path)
+
+
 @pytest.mark.parametrize("min_duration_us", [0, 2])
 def test_spilled(tmp_path, min_duration_us):
     out = tmp_path / "spill"

@@ -13,8 +13,11 @@ than a pixel only one per pixel, so zoomed out it costs as much as zoomed in.
 Above CALL_BUDGET calls the page shows a reduced timeline, so it stays a few
 megabytes and quick to open for any trace: the calls at least a pixel wide at full
 zoom-out (of a REDUCED_WIDTH_PX wide view) and the whole top TOP_LEVELS levels,
-chosen in C (pt_reduce_slices); the threshold rises until the kept calls fit the
-budget. Then each call also carries how many calls were left out before it (so
+chosen in C; the threshold rises until the kept calls fit the budget. The page
+streams from the trace's calls (chrome._thread_batches) in two passes and never
+holds a slice table: the first sums the summary and counts, per candidate
+threshold, the calls it would keep (pt_reducer_count), the second keeps the chosen
+ones (pt_reducer_keep). Then each call also carries how many calls were left out before it (so
 ids stay those of the full trace) and its self time over all its callees. The page
 says what was left out and how to see everything; the summary table always counts
 every call.
