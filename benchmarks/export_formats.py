@@ -11,7 +11,7 @@ second (a call is two events: its begin and its end). Time is wall clock of the
 whole export call, file writing included; the files go to tmpfs when /dev/shm
 exists, so the disk's speed does not enter.
 
-Memory (--memory-fib, default 29: ~3.4M events): for each format, a fresh
+Memory (--memory-fib, default 29: ~3.4M events): for each format (.html too), a fresh
 process traces fib(M), and its peak RSS from stop() through the export is
 reported in bytes per event above the same process untraced (our modules
 imported); VmHWM is reset just before stop() (Linux /proc/self/clear_refs).
@@ -60,6 +60,7 @@ ROOT = os.path.dirname(HERE)
 MEMORY_CHILD = r"""
 import sys, time
 import gzip, concurrent.futures, pytrace_cffi, pytrace_cffi.render.chrome, pytrace_cffi.render.perfetto
+import pytrace_cffi.render.html
 
 
 def fib(n):
@@ -84,6 +85,8 @@ trace = pytrace_cffi.stop()
 path = sys.argv[2]
 if path.endswith(".pftrace"):
     trace.export_perfetto(path)
+elif path.endswith(".html"):
+    pytrace_cffi.render.html.write_html(trace, path)
 elif path != "-":
     trace.export_chrome_trace(path)
 seconds = time.perf_counter() - begin
@@ -148,7 +151,7 @@ def _child(script, *argv):
 def memory(n, directory):
     print(f"\npeak RSS from stop() through export, fib({n}), each in a fresh process")
     print(f"{'export':20} {'events':>10} {'B/event above untraced':>24} {'seconds':>9}")
-    for target in ("-", "out.pftrace", "out.json", "out.json.gz"):
+    for target in ("-", "out.pftrace", "out.json", "out.json.gz", "out.html"):
         path = target if target == "-" else os.path.join(directory, target)
         events, peak, seconds = _child(MEMORY_CHILD, n, path)
         label = "stop() alone" if target == "-" else target[4:]

@@ -230,6 +230,35 @@ uint64_t pt_drop_keys(pt_slice *slices, uint64_t n, const uint8_t *drop, uint32_
  * of memory. */
 int64_t pt_reduce_slices(const pt_slice *slices, uint64_t n, int64_t min_ns, uint32_t top_levels,
                          uint64_t *kept, int64_t *self_ns, uint64_t cap);
+/* The same rule streamed: a thread's slices fed in batches (start order, parents
+ * numbered over the thread; first_index numbers the batch's first). A reducer made
+ * with pt_reducer_new(base, levels) counts (pt_reducer_count): per top_levels t in
+ * 0..levels, buckets[t * PT_REDUCE_BUCKETS + b] counts the calls whose path
+ * minimum (the shortest duration among it and its ancestors at depth >= t) falls
+ * in bucket b: 0 under base, 1 + k in [base << k, base << (k + 1)) (the last
+ * finite bucket open above), PT_REDUCE_BUCKETS - 1 kept at any threshold; so the
+ * calls kept at min_ns = base << k are those of buckets 1 + k and up. Made with
+ * pt_reducer_new(min_ns, top_levels) it keeps (pt_reducer_keep) the calls
+ * pt_reduce_slices keeps, with the same self times. pt_reducer_end_thread after a
+ * thread's last batch; then pt_reducer_take hands out its kept calls (valid until
+ * the next feed). PT_ERR_NOMEM; PT_ERR_ARG: a parent that is no open call. */
+#define PT_REDUCE_BUCKETS 66
+typedef struct {
+    int64_t start;
+    int64_t end;
+    uint64_t index;         /* in the thread's slices */
+    int64_t self_ns;        /* duration less every direct callee's, kept or not */
+    uint32_t key;
+    uint32_t depth;
+} pt_reduced;
+typedef struct pt_reducer pt_reducer;
+pt_reducer *pt_reducer_new(int64_t min_ns, uint32_t top_levels);
+void pt_reducer_free(pt_reducer *r);
+int pt_reducer_count(pt_reducer *r, const pt_slice *slices, uint64_t n, uint64_t first_index,
+                     uint64_t *buckets);
+int pt_reducer_keep(pt_reducer *r, const pt_slice *slices, uint64_t n, uint64_t first_index);
+void pt_reducer_end_thread(pt_reducer *r);
+uint64_t pt_reducer_take(pt_reducer *r, const pt_reduced **kept);
 /* Reading our Chrome JSON back (pt_jsonlines.c). pt_line_keys maps a call line's
  * function text - from "cat": to the name's closing quote, and the extra args
  * after "Python thread" - to its key and slice flags. pt_read_call_lines appends
@@ -266,6 +295,17 @@ void pt_free_slices(pt_slice *slices);
 int pt_summarize_slices(const pt_slice *slices, uint64_t n, const uint32_t *name_of_key,
                         uint32_t n_keys, uint32_t n_names, uint64_t *calls, int64_t *total_ns,
                         int64_t *self_ns, uint32_t *times_open);
+/* The same streamed: a summarizer (name_of_key copied) takes a thread's slices
+ * in batches (start order, parents numbered over the thread, first_index the
+ * batch's first), adding to the tables given; pt_summarizer_end_thread after each
+ * thread's last batch. NULL / PT_ERR_NOMEM when out of memory; PT_ERR_ARG: a key
+ * or name out of range, or a parent that is no open call. */
+typedef struct pt_summarizer pt_summarizer;
+pt_summarizer *pt_summarizer_new(const uint32_t *name_of_key, uint32_t n_keys, uint32_t n_names);
+void pt_summarizer_free(pt_summarizer *s);
+int pt_summarizer_feed(pt_summarizer *s, const pt_slice *slices, uint64_t n, uint64_t first_index,
+                       uint64_t *calls, int64_t *total_ns, int64_t *self_ns);
+void pt_summarizer_end_thread(pt_summarizer *s);
 /* Removes slices shorter than min_ns (with their callees) in place, renumbering
  * parents; new_index is caller scratch of n entries. Returns how many remain. */
 uint64_t pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_index);

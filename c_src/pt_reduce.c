@@ -5,6 +5,8 @@
  * last at least min_ns (a pixel at full zoom-out) and the whole top levels; as a
  * parent lasts at least as long as its callees and is shallower, the kept calls
  * are closed under "parent of", so they nest exactly as in the full trace.
+ * pt_reduce_slices works on a whole slice table (the tests' oracle); the page
+ * streams through a pt_reducer, batch by batch, and never needs the table.
  */
 #include "pt_internal.h"
 
@@ -55,4 +57,166 @@ pt_reduce_slices(const pt_slice *slices, uint64_t n, int64_t min_ns, uint32_t to
     }
     free(stack);
     return (int64_t)count;
+}
+
+/* The streaming form: the same rule over a thread's slices fed in batches (start
+ * order, parents numbered over the whole thread), so a page of any trace needs
+ * neither its slice table nor a pass per threshold tried. */
+
+#define PT_REDUCE_INF INT64_MAX     /* a call kept whatever the threshold */
+
+struct pt_reducer {
+    int64_t min_ns;
+    uint32_t top_levels;
+    /* The open calls, outermost first (every call for counting, the kept ones
+     * when keeping): their thread-wide index, and per entry either, counting, the
+     * shortest own duration on its path per top_levels 0..levels (kept at a
+     * threshold iff that is at least it), or, keeping, where it went in out. */
+    uint64_t open, open_cap;
+    int64_t *open_index;
+    int64_t *open_value;
+    uint32_t values_per_entry;
+    pt_reduced *out;            /* the kept calls, grown with realloc */
+    uint64_t n_out, out_cap;
+};
+
+pt_reducer *
+pt_reducer_new(int64_t min_ns, uint32_t top_levels)
+{
+    pt_reducer *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return NULL;
+    r->min_ns = min_ns;
+    r->top_levels = top_levels;
+    /* counting keeps one value per candidate top_levels, keeping one position */
+    r->values_per_entry = top_levels + 1;
+    return r;
+}
+
+void
+pt_reducer_free(pt_reducer *r)
+{
+    if (r == NULL)
+        return;
+    free(r->open_index);
+    free(r->open_value);
+    free(r->out);
+    free(r);
+}
+
+void
+pt_reducer_end_thread(pt_reducer *r)
+{
+    r->open = 0;
+}
+
+static int
+pt_reducer_push(pt_reducer *r)
+{
+    if (r->open < r->open_cap)
+        return PT_OK;
+    uint64_t cap = r->open_cap ? 2 * r->open_cap : 64;
+    int64_t *index = realloc(r->open_index, cap * sizeof *index);
+    if (index == NULL)
+        return PT_ERR_NOMEM;
+    r->open_index = index;
+    int64_t *value = realloc(r->open_value, cap * r->values_per_entry * sizeof *value);
+    if (value == NULL)
+        return PT_ERR_NOMEM;
+    r->open_value = value;
+    r->open_cap = cap;
+    return PT_OK;
+}
+
+/* The bucket of a path minimum: 0 under base, 1 + k for [base << k, base << k+1),
+ * PT_REDUCE_BUCKETS - 1 when kept at any threshold. */
+static uint32_t
+pt_reduce_bucket(int64_t value, int64_t base)
+{
+    if (value == PT_REDUCE_INF)
+        return PT_REDUCE_BUCKETS - 1;
+    if (value < base)
+        return 0;
+    uint32_t k = 0;
+    int64_t edge = base;
+    /* edge * 2 <= value without overflow */
+    while (edge <= value / 2 && k < PT_REDUCE_BUCKETS - 3) {
+        edge *= 2;
+        k++;
+    }
+    return 1 + k;
+}
+
+int
+pt_reducer_count(pt_reducer *r, const pt_slice *slices, uint64_t n, uint64_t first_index,
+                 uint64_t *buckets)
+{
+    uint32_t levels = r->values_per_entry;
+    for (uint64_t i = 0; i < n; i++) {
+        const pt_slice *s = &slices[i];
+        int64_t duration = s->end - s->start;
+        while (r->open && r->open_index[r->open - 1] != s->parent)
+            r->open--;
+        if (s->parent >= 0 && !r->open)
+            return PT_ERR_ARG;          /* a parent that is not an open call */
+        if (pt_reducer_push(r) != PT_OK)
+            return PT_ERR_NOMEM;
+        const int64_t *up = r->open ? &r->open_value[(r->open - 1) * levels] : NULL;
+        int64_t *mine = &r->open_value[r->open * levels];
+        for (uint32_t t = 0; t < levels; t++) {
+            int64_t own = s->depth < t ? PT_REDUCE_INF : duration;
+            mine[t] = up != NULL && up[t] < own ? up[t] : own;
+            buckets[t * PT_REDUCE_BUCKETS + pt_reduce_bucket(mine[t], r->min_ns)]++;
+        }
+        r->open_index[r->open++] = (int64_t)(first_index + i);
+    }
+    return PT_OK;
+}
+
+int
+pt_reducer_keep(pt_reducer *r, const pt_slice *slices, uint64_t n, uint64_t first_index)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        const pt_slice *s = &slices[i];
+        int64_t duration = s->end - s->start;
+        while (r->open && r->open_index[r->open - 1] > s->parent)
+            r->open--;
+        int parent_kept = r->open && r->open_index[r->open - 1] == s->parent;
+        /* Self time counts every callee, kept or not. */
+        if (parent_kept)
+            r->out[r->open_value[(r->open - 1) * r->values_per_entry]].self_ns -= duration;
+        if (!(duration >= r->min_ns || s->depth < r->top_levels) ||
+                (s->parent >= 0 && !parent_kept))
+            continue;
+        if (pt_reducer_push(r) != PT_OK)
+            return PT_ERR_NOMEM;
+        if (r->n_out == r->out_cap) {
+            uint64_t cap = r->out_cap ? 2 * r->out_cap : 1024;
+            pt_reduced *grown = realloc(r->out, cap * sizeof *grown);
+            if (grown == NULL)
+                return PT_ERR_NOMEM;
+            r->out = grown;
+            r->out_cap = cap;
+        }
+        pt_reduced *kept = &r->out[r->n_out];
+        kept->index = first_index + i;
+        kept->start = s->start;
+        kept->end = s->end;
+        kept->self_ns = duration;
+        kept->key = s->key;
+        kept->depth = s->depth;
+        r->open_index[r->open] = (int64_t)(first_index + i);
+        r->open_value[r->open * r->values_per_entry] = (int64_t)r->n_out++;
+        r->open++;
+    }
+    return PT_OK;
+}
+
+uint64_t
+pt_reducer_take(pt_reducer *r, const pt_reduced **kept)
+{
+    *kept = r->out;
+    uint64_t n = r->n_out;
+    r->n_out = 0;           /* the caller reads them before the next feed */
+    return n;
 }

@@ -137,8 +137,7 @@ class Trace:
     def _from_session(cls, session):
         """The trace of a stopped session: its events stay where they are, scanned
         once per thread; exports and iteration stream from them and the slice
-        table is made only when something asks for it (HTML, summary,
-        thread_slices())."""
+        table is made only when something asks for it (thread_slices())."""
         from .render.walk import HeldEvents, KeyPlan, Streams
         ptr = session.ptr
         facts = session_facts(session)

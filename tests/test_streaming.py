@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import pytrace_cffi
 from pytrace_cffi._core import ffi, lib
+from test_html_stream import check_against_table, streamed_html_and_summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Where the pytrace_cffi under test is importable from, for subprocesses: the
@@ -31,6 +32,8 @@ def both_ways(trace, tmp_path, name="t"):
     calls = len(trace)
     streamed_calls = list(trace)            # iterating streams too
     assert not trace.slices_built()
+    # the HTML page and the summary stream too (test_html_stream checks them)
+    pages_and_summaries = streamed_html_and_summary(trace, tmp_path, name)
     out = {}
     for how in ("streamed", "sliced"):
         if how == "sliced":
@@ -51,6 +54,7 @@ def both_ways(trace, tmp_path, name="t"):
     assert list(trace.thread_counts()) == counts       # scan's counts = the table's
     assert len(trace) == calls == len(streamed_calls)
     assert list(trace) == streamed_calls
+    check_against_table(trace, pages_and_summaries)
     return out["streamed"][0]
 
 

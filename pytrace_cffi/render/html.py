@@ -13,8 +13,11 @@ than a pixel only one per pixel, so zoomed out it costs as much as zoomed in.
 Above CALL_BUDGET calls the page shows a reduced timeline, so it stays a few
 megabytes and quick to open for any trace: the calls at least a pixel wide at full
 zoom-out (of a REDUCED_WIDTH_PX wide view) and the whole top TOP_LEVELS levels,
-chosen in C (pt_reduce_slices); the threshold rises until the kept calls fit the
-budget. Then each call also carries how many calls were left out before it (so
+chosen in C; the threshold rises until the kept calls fit the budget. The page
+streams from the trace's calls (chrome._thread_batches) in two passes and never
+holds a slice table: the first sums the summary and counts, per candidate
+threshold, the calls it would keep (pt_reducer_count), the second keeps the chosen
+ones (pt_reducer_keep). Then each call also carries how many calls were left out before it (so
 ids stay those of the full trace) and its self time over all its callees. The page
 says what was left out and how to see everything; the summary table always counts
 every call.
@@ -27,7 +30,9 @@ from collections import namedtuple
 from .._core import ffi, lib
 from .._files import replaced_atomically
 from .._progress import Progress
-from .summary import SORT_KEYS, slice_records, summarize
+from ..errors import TraceError, TraceFormatError
+from .chrome import _thread_batches
+from .summary import SORT_KEYS, Summarizer, _process_title, process_totals, slice_records
 
 # Functions in the page's summary: the top ones by each of these, merged.
 SUMMARY_TOP = 100
@@ -54,21 +59,87 @@ def write_html(trace, path, call_budget=CALL_BUDGET):
     if type(call_budget) is not int or call_budget < 1:
         raise ValueError(f"call_budget must be a positive integer, not {call_budget!r}")
     title = os.path.basename(path)
-    reduction = choose_reduction(trace, call_budget)
+    survey = _survey(trace, call_budget)
     with Progress(f"writing {path}", len(trace)) as progress, \
             replaced_atomically(path, lambda tmp: open(tmp, "w", encoding="utf-8")) as out:
-        for chunk in _chunks(trace, title, reduction, progress):
+        for chunk in _chunks(trace, title, survey, progress):
             out.write(chunk)
 
 
-def _reduce(slices, n, min_ns, top_levels, cap=0):
-    """(count, kept indices, self times) of one thread under the rule; cap 0 counts."""
-    kept = ffi.new("uint64_t[]", max(1, cap))
-    self_ns = ffi.new("int64_t[]", max(1, cap))
-    count = lib.pt_reduce_slices(slices, n, min_ns, top_levels, kept, self_ns, cap)
-    if count < 0:
+def _check(status):
+    if status == lib.PT_ERR_NOMEM:
         raise MemoryError("out of memory while reducing the trace for the HTML page")
-    return count, kept, self_ns
+    if status != lib.PT_OK:
+        raise TraceFormatError("a call's parent is not an enclosing call")
+
+
+Survey = namedtuple("Survey", "reduction rows process_rows")
+
+
+def _survey(trace, call_budget):
+    """One pass over every call, streamed (chrome._thread_batches: no slice table
+    for a trace that streams): the summary rows (all threads; per process for a
+    trace of several) and, above call_budget calls, the Reduction.
+
+    The reduction's rule keeps a call when it and all its ancestors last at least
+    min_ns or sit above depth top_levels. Its candidates are known up front (the
+    first min_ns doubled k times, top_levels TOP_LEVELS down to 0), so one pass
+    counts, per top_levels, the calls per doubling of their path's shortest
+    duration (pt_reducer_count) and the threshold is chosen from the counts as a
+    pass per candidate would choose it."""
+    summarizer = Summarizer(trace.names)
+    table = summarizer.new_table()
+    per_process = None
+    if trace.processes:
+        per_process = Summarizer(trace.names)
+        process_tables = []
+    calls = len(trace)
+    counter = None
+    if calls > call_budget:
+        span = max(1, trace.stop_ns - trace.start_ns)
+        base = max(1, -(-span // REDUCED_WIDTH_PX))
+        counter = ffi.gc(lib.pt_reducer_new(base, TOP_LEVELS), lib.pt_reducer_free)
+        if counter == ffi.NULL:
+            raise MemoryError("out of memory while reducing the trace for the HTML page")
+        buckets = ffi.new("uint64_t[]", (TOP_LEVELS + 1) * lib.PT_REDUCE_BUCKETS)
+    for thread, batches in _thread_batches(trace):
+        if per_process is not None:
+            title = _process_title(trace, trace.thread_pid(thread))
+            if not process_tables or process_tables[-1][0] != title:
+                process_tables.append((title, per_process.new_table()))
+        for slices, n, first_index in batches:
+            summarizer.add(thread, slices, n, first_index, table)
+            if per_process is not None:
+                per_process.add(thread, slices, n, first_index, process_tables[-1][1])
+            if counter is not None:
+                _check(lib.pt_reducer_count(counter, slices, n, first_index, buckets))
+        summarizer.end_thread()
+        if per_process is not None:
+            per_process.end_thread()
+        if counter is not None:
+            lib.pt_reducer_end_thread(counter)
+    rows = summarizer.rows([(None, table)], "total", None)
+    process_rows = None
+    if per_process is not None:
+        process_rows = {}
+        for row in per_process.rows(process_tables, "total", None):
+            process_rows.setdefault(row.thread, []).append(row._replace(thread=None))
+    reduction = None
+    if counter is not None:
+        every = lib.PT_REDUCE_BUCKETS
+        top_levels, doublings = TOP_LEVELS, 0
+        while True:
+            # kept at base << doublings: buckets 1 + doublings and up
+            first = min(1 + doublings, every - 1)
+            shown = sum(buckets[top_levels * every + b] for b in range(first, every))
+            if shown <= call_budget:
+                reduction = Reduction(base << doublings, top_levels, shown, calls, call_budget)
+                break
+            if top_levels:
+                top_levels -= 1
+            else:
+                doublings += 1
+    return Survey(reduction, rows, process_rows)
 
 
 def choose_reduction(trace, call_budget=CALL_BUDGET):
@@ -77,21 +148,7 @@ def choose_reduction(trace, call_budget=CALL_BUDGET):
     Starts from a pixel of a REDUCED_WIDTH_PX wide view of the whole trace and
     TOP_LEVELS whole levels; while more calls than the budget remain, gives up the
     top levels one by one, then doubles the shortest duration kept."""
-    calls = len(trace)
-    if calls <= call_budget:
-        return None
-    span = max(1, trace.stop_ns - trace.start_ns)
-    min_ns = max(1, -(-span // REDUCED_WIDTH_PX))
-    top_levels = TOP_LEVELS
-    while True:
-        shown = sum(_reduce(slices, n, min_ns, top_levels)[0]
-                    for _, slices, n in trace.thread_slices())
-        if shown <= call_budget:
-            return Reduction(min_ns, top_levels, shown, calls, call_budget)
-        if top_levels:
-            top_levels -= 1
-        else:
-            min_ns *= 2
+    return _survey(trace, call_budget).reduction
 
 
 def _script_json(data):
@@ -100,8 +157,7 @@ def _script_json(data):
     return json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
 
 
-def _summary_rows(trace, rows=None):
-    rows = summarize(trace, limit=None) if rows is None else rows
+def _summary_rows(rows):
     chosen = {}
     for sort in SUMMARY_SORTS:
         for row in sorted(rows, key=SORT_KEYS[sort])[:SUMMARY_TOP]:
@@ -109,14 +165,15 @@ def _summary_rows(trace, rows=None):
     return {"functions": len(rows), "rows": list(chosen.values())}
 
 
-def _meta(trace, title, reduction):
+def _meta(trace, title, survey):
+    reduction = survey.reduction
     meta = {
         "title": title,
         "names": trace.names,
         "kinds": "".join(KIND_LETTERS[kind] for kind in trace.key_kinds),
         "key_args": {str(key): args for key, args in trace.key_args.items()},
         "threads": [{"index": t.index, "name": t.name, "tid": t.native_id or t.ident,
-                     "calls": n} for t, _, n in trace.thread_slices()],
+                     "calls": n} for t, n, _, _ in trace.thread_counts()],
         "calls": len(trace),
         "start_ns": trace.start_ns,
         "stop_ns": trace.stop_ns,
@@ -124,22 +181,18 @@ def _meta(trace, title, reduction):
         "python": trace.python_version,
         "backend": trace.backend,
         "dropped_events": trace.dropped_events,
-        "summary": _summary_rows(trace),
+        "summary": _summary_rows(survey.rows),
         "reduced": None if reduction is None else reduction._asdict(),
     }
     if trace.processes:
         # A trace of several processes: lanes grouped by process, each group headed
         # by its label (threads come process by process, in lane order).
-        from .summary import _process_title, process_totals
-        for entry, (thread, _, _) in zip(meta["threads"], trace.thread_slices()):
+        for entry, thread in zip(meta["threads"], trace.threads):
             entry["pid"] = trace.thread_pid(thread)
         # The summary table can show one process's functions too.
-        rows_of = {}
-        for row in summarize(trace, limit=None, per_process=True):
-            rows_of.setdefault(row.thread, []).append(row._replace(thread=None))
         meta["processes"] = [{"pid": t.pid, "label": t.label, "calls": t.calls,
                               "threads": t.threads,
-                              "summary": _summary_rows(trace, rows_of.get(
+                              "summary": _summary_rows(survey.process_rows.get(
                                   _process_title(trace, t.pid), []))}
                              for t in process_totals(trace)]
     return meta
@@ -148,18 +201,19 @@ def _meta(trace, title, reduction):
 def _slice_arrays(trace, progress):
     """The per-thread flat arrays, as a JSON array of arrays, in pieces."""
     yield "["
-    for number, (_, slices, count) in enumerate(trace.thread_slices()):
+    for number, (_, batches) in enumerate(_thread_batches(trace)):
         yield "[" if number == 0 else ",["
         previous_start = trace.start_ns
         parts = []
         separator = ""
-        for start, end, key, _flags, _parent, _tag, depth in slice_records(slices, count):
-            parts.append(f"{start - previous_start},{end - start},{key},{depth}")
-            previous_start = start
-            if len(parts) == CALLS_PER_CHUNK:
-                yield separator + ",".join(parts)
-                progress.advance(len(parts))
-                parts, separator = [], ","
+        for slices, count, _ in batches:
+            for start, end, key, _flags, _parent, _tag, depth in slice_records(slices, count):
+                parts.append(f"{start - previous_start},{end - start},{key},{depth}")
+                previous_start = start
+                if len(parts) == CALLS_PER_CHUNK:
+                    yield separator + ",".join(parts)
+                    progress.advance(len(parts))
+                    parts, separator = [], ","
         if parts:
             yield separator + ",".join(parts)
             progress.advance(len(parts))
@@ -170,30 +224,45 @@ def _slice_arrays(trace, progress):
 def _reduced_arrays(trace, reduction, progress):
     """The per-thread flat arrays of a reduced page: per kept call its start after
     the previous kept call's, duration, key, depth, the number of calls left out
-    since the previous kept one, and its self time over all its callees."""
+    since the previous kept one, and its self time over all its callees. Streamed:
+    a reducer keeps each thread's chosen calls (pt_reducer_keep) as its slices
+    go by, so only the kept calls are ever held."""
+    reducer = ffi.gc(lib.pt_reducer_new(reduction.min_ns, reduction.top_levels),
+                     lib.pt_reducer_free)
+    if reducer == ffi.NULL:
+        raise MemoryError("out of memory while reducing the trace for the HTML page")
+    kept = ffi.new("pt_reduced **")
+    shown = 0
     yield "["
-    for number, (_, slices, n) in enumerate(trace.thread_slices()):
+    for number, (_, batches) in enumerate(_thread_batches(trace)):
         yield "[" if number == 0 else ",["
-        count, kept, self_ns = _reduce(slices, n, reduction.min_ns, reduction.top_levels)
-        count, kept, self_ns = _reduce(slices, n, reduction.min_ns, reduction.top_levels,
-                                       count)
+        n = 0
+        for slices, count, first_index in batches:
+            _check(lib.pt_reducer_keep(reducer, slices, count, first_index))
+            n = first_index + count
+        lib.pt_reducer_end_thread(reducer)
+        count = lib.pt_reducer_take(reducer, kept)
+        shown += count
         previous_start, previous_index = trace.start_ns, -1
         parts = []
         for position in range(count):
-            index = kept[position]
-            s = slices[index]
-            parts.append(f"{s.start - previous_start},{s.end - s.start},{s.key},{s.depth},"
-                         f"{index - previous_index - 1},{self_ns[position]}")
-            previous_start, previous_index = s.start, index
+            k = kept[0][position]
+            parts.append(f"{k.start - previous_start},{k.end - k.start},{k.key},{k.depth},"
+                         f"{k.index - previous_index - 1},{k.self_ns}")
+            previous_start, previous_index = k.start, k.index
         yield ",".join(parts)
         progress.advance(n)
         yield "]"
     yield "]"
+    if shown != reduction.shown:
+        raise TraceError(f"the HTML page kept {shown} calls where its survey counted "
+                         f"{reduction.shown}")
 
 
-def _chunks(trace, title, reduction, progress):
+def _chunks(trace, title, survey, progress):
+    reduction = survey.reduction
     yield _PAGE_HEAD.replace("$TITLE", html.escape(f"{title} - pytrace_cffi"))
-    meta = _meta(trace, title, reduction)
+    meta = _meta(trace, title, survey)
     yield f'<script type="application/json" id="pt-meta">{_script_json(meta)}'
     yield '</script>\n<script type="application/json" id="pt-slices">'
     if reduction is None:

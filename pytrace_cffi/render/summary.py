@@ -62,39 +62,67 @@ def summarize(trace, sort="total", limit=20, per_thread=False, per_process=False
     thread field naming the process ("rank 0 (pid 12)")."""
     if sort not in SORT_KEYS:
         raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}, not {sort!r}")
-    unique_names = sorted(set(trace.names))
-    name_id = {name: index for index, name in enumerate(unique_names)}
-    n_names = len(unique_names)
-    name_of_key = ffi.new("uint32_t[]", [name_id[name] for name in trace.names])
-    times_open = ffi.new("uint32_t[]", max(1, n_names))
-
-    def new_table():
-        # per name id: calls, total ns, self ns
-        return (ffi.new("uint64_t[]", max(1, n_names)), ffi.new("int64_t[]", max(1, n_names)),
-                ffi.new("int64_t[]", max(1, n_names)))
-
-    tables = [] if per_thread or per_process else [(None, new_table())]
-    for thread, slices, count in trace.thread_slices():
+    summarizer = Summarizer(trace.names)
+    tables = [] if per_thread or per_process else [(None, summarizer.new_table())]
+    from .chrome import _thread_batches
+    for thread, batches in _thread_batches(trace):
         if per_thread:
-            tables.append((_thread_title(trace, thread), new_table()))
+            tables.append((_thread_title(trace, thread), summarizer.new_table()))
         elif per_process:
             title = _process_title(trace, trace.thread_pid(thread))
             if not tables or tables[-1][0] != title:
-                tables.append((title, new_table()))
-        status = lib.pt_summarize_slices(slices, count, name_of_key, len(trace.names), n_names,
-                                         *tables[-1][1], times_open)
+                tables.append((title, summarizer.new_table()))
+        summarizer.add_thread(thread, batches, tables[-1][1])
+    return summarizer.rows(tables, sort, limit)
+
+
+class Summarizer:
+    """Per-name calls, total and self time over threads whose slices come in
+    batches (chrome._thread_batches): from the events, without a slice table, or
+    the table whole. Names that several keys share are summed as one."""
+
+    def __init__(self, names):
+        self.unique_names = sorted(set(names))
+        name_id = {name: index for index, name in enumerate(self.unique_names)}
+        self.n_names = len(self.unique_names)
+        name_of_key = ffi.new("uint32_t[]", [name_id[name] for name in names] or [0])
+        self._c = ffi.gc(lib.pt_summarizer_new(name_of_key, len(names), self.n_names),
+                         lib.pt_summarizer_free)
+        if self._c == ffi.NULL:
+            raise MemoryError("out of memory while summarizing the trace")
+
+    def new_table(self):
+        """Per name id: calls, total ns, self ns."""
+        n = max(1, self.n_names)
+        return (ffi.new("uint64_t[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n))
+
+    def add(self, thread, slices, n, first_index, table):
+        """One batch of thread's slices, added to table."""
+        status = lib.pt_summarizer_feed(self._c, slices, n, first_index, *table)
         if status == lib.PT_ERR_NOMEM:
             raise MemoryError("out of memory while summarizing the trace")
         if status != lib.PT_OK:
-            raise TraceFormatError(f"thread {thread.index}: a call's key is out of range")
-    rows = []
-    for thread_name, (calls, total, self_time) in tables:
-        thread_rows = [SummaryRow(unique_names[name], calls[name], total[name], self_time[name],
-                                  thread_name)
-                       for name in range(n_names) if calls[name]]
-        thread_rows.sort(key=SORT_KEYS[sort])
-        rows.extend(thread_rows[:limit])
-    return rows
+            raise TraceFormatError(f"thread {thread.index}: a call's key is out of range "
+                                   f"or its parent is not an enclosing call")
+
+    def end_thread(self):
+        lib.pt_summarizer_end_thread(self._c)
+
+    def add_thread(self, thread, batches, table):
+        for slices, n, first_index in batches:
+            self.add(thread, slices, n, first_index, table)
+        self.end_thread()
+
+    def rows(self, tables, sort, limit):
+        """SummaryRows of (title, table) pairs, each sorted and cut to limit."""
+        rows = []
+        for thread_name, (calls, total, self_time) in tables:
+            thread_rows = [SummaryRow(self.unique_names[name], calls[name], total[name],
+                                      self_time[name], thread_name)
+                           for name in range(self.n_names) if calls[name]]
+            thread_rows.sort(key=SORT_KEYS[sort])
+            rows.extend(thread_rows[:limit])
+        return rows
 
 
 NUMBER_COLUMNS = 3                           # calls, total ms, self ms: right-aligned
@@ -123,16 +151,20 @@ def process_totals(trace):
     (empty for a trace of one process)."""
     if not trace.processes:
         return []
+    from .chrome import _thread_batches
     found = {pid: [0, 0, None, None] for pid in trace.processes}
-    for thread, slices, count in trace.thread_slices():
+    for thread, batches in _thread_batches(trace):
         entry = found.setdefault(trace.thread_pid(thread), [0, 0, None, None])
-        entry[0] += count
         entry[1] += 1
-        if count:
+        for slices, count, _ in batches:
+            entry[0] += count
             first = slices[0].start
-            last = max(slices[i].end for i in range(count) if slices[i].parent < 0)
+            # the last root's end: each root ends before the next starts
+            last = max((slices[i].end for i in range(count) if slices[i].parent < 0),
+                       default=None)
             entry[2] = first if entry[2] is None else min(entry[2], first)
-            entry[3] = last if entry[3] is None else max(entry[3], last)
+            if last is not None:
+                entry[3] = last if entry[3] is None else max(entry[3], last)
     return [ProcessTotal(pid, (trace.processes.get(pid) or {}).get("label", f"pid {pid}"),
                          *values) for pid, values in found.items()]
 

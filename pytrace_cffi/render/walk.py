@@ -5,7 +5,7 @@ JSON, a saved directory's slices.bin).
 A trace keeps its events (in memory after stop(), or in a spill file's blocks)
 and a KeyPlan: every key the slice pipeline would add (torch regions, module
 calls, optimizer steps, regions with args) made once, so the streamed exports
-and the slice table built on demand (iteration, HTML, summary) name calls with
+and the slice table built on demand (thread_slices()) name calls with
 the same keys. Each thread is scanned once when the trace is made (its counts,
 its calls open at stop, what names an optimizer step's parent); an export walks
 it again and encodes the records as they become final (Streams.records, in time
