@@ -21,7 +21,9 @@ from pytrace_cffi.render import html as html_module
 from pytrace_cffi.render.summary import SORT_KEYS, SummaryRow, summarize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+# Where the pytrace_cffi under test is importable from, for subprocesses: the
+# installed wheel in CI, the source tree with an in-place build otherwise.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pytrace_cffi.__file__)))
 
 
 def _embedded(text, element_id):
