@@ -808,19 +808,7 @@ def recover(directory, facts=None):
     if facts is None:
         facts = read_process(directory)[1]
     facts = dict(facts)
-    records = []
-    try:
-        with open(os.path.join(directory, KEYS_FILE), "rb") as f:
-            lines = f.read().decode("utf-8", "replace").split("\n")
-    except OSError:
-        lines = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue                      # the last line of a killed writer
-        if isinstance(record, dict):
-            records.append(record)
+    records = _read_jsonl(os.path.join(directory, KEYS_FILE))
     if records:
         facts.update(start_ns=records[0].get("start_ns"), tick0=records[0].get("tick0"))
     for name in ("pid", "start_ns", "tick0", "clock_name"):
@@ -933,10 +921,12 @@ def unfollowed(job_dir):
 
 
 def _read_jsonl(path):
+    """The JSON objects of a file we append one line at a time (keys.jsonl,
+    launched.jsonl, unfollowed.jsonl); [] when there is none."""
     found = []
     try:
         with open(path, "rb") as f:
-            for line in f.read().decode("utf-8", "replace").splitlines():
+            for line in f.read().decode("utf-8", "replace").split("\n"):
                 try:
                     record = json.loads(line)
                 except ValueError:
