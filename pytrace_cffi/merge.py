@@ -21,8 +21,6 @@ from .errors import TraceFormatError
 # torch.profiler(with_stack=True) records Python calls itself; ours replace them.
 TORCH_PYTHON_CATEGORY = "python_function"
 OUR_CATEGORIES = ("python_function", "user_annotation")
-_CATEGORY = {"python": "python_function", "c": "python_function",
-             "annotation": "user_annotation"}       # as chrome.py writes them
 
 READ_CHARS = 1 << 20
 # A single JSON value (an event, a head entry) longer than this is taken for a
@@ -306,7 +304,7 @@ def _write_our_trace(trace, out, span, anchor, base):
     them. False (nothing written) when a call would come before torch's base (a
     negative ts, which the formatter does not write)."""
     from ._core import ffi, lib
-    from .render.chrome import _warn_if_too_deep
+    from .render.chrome import KeyStrings, _warn_if_too_deep
     # A thread's first slice starts first, and the map only moves times forward.
     if any(n and monotonic_to_realtime(anchor, slices[0].start) < base
            for _, slices, n in trace.thread_slices()):
@@ -317,16 +315,7 @@ def _write_our_trace(trace, out, span, anchor, base):
               stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
     first, last = ffi.new("int64_t *"), ffi.new("int64_t *")
     pid = trace.pid
-    escaped = [f'"cat":"{_CATEGORY[kind]}","name":{json.dumps(name)}'.encode("utf-8")
-               for name, kind in zip(trace.names, trace.key_kinds)]
-    extras = [b"" for _ in trace.names]
-    for key, args in trace.key_args.items():
-        if args:
-            extras[key] = b"," + json.dumps(args)[1:-1].encode("utf-8")
-    names = ffi.new("char *[]", [ffi.from_buffer(e) for e in escaped])
-    name_lens = ffi.new("uint32_t[]", [len(e) for e in escaped])
-    extra_ptrs = ffi.new("char *[]", [ffi.from_buffer(e) for e in extras])
-    extra_lens = ffi.new("uint32_t[]", [len(e) for e in extras])
+    keys = KeyStrings(trace)
     buffer = ffi.new("char[]", CHUNK_BYTES)
     next_index, written = ffi.new("uint64_t *"), ffi.new("uint64_t *")
     first_id = 0
@@ -344,8 +333,8 @@ def _write_our_trace(trace, out, span, anchor, base):
         prefix = f',\n{{"ph":"X","pid":{pid},"tid":{tid},'.encode("utf-8")
         next_index[0] = 0
         while next_index[0] < n:
-            lib.pt_format_slices(moved, n, next_index, names, name_lens, extra_ptrs,
-                                 extra_lens, len(escaped), prefix, len(prefix), base,
+            lib.pt_format_slices(moved, n, next_index, keys.names, keys.name_lens, keys.extras,
+                                 keys.extra_lens, keys.count, prefix, len(prefix), base,
                                  first_id, thread.index, buffer, CHUNK_BYTES, written)
             out.formatted(ffi.buffer(buffer, written[0])[:])
         first_id += n
@@ -363,8 +352,9 @@ def _write_our_trace(trace, out, span, anchor, base):
 
 def _write_torch_events(reader, out, span):
     """torch's events, one at a time, as torch wrote them (line breaks taken out,
-    which JSON allows only between tokens: one event per line); its Python events that ours replace, and its names for
-    the threads we name, are left out. Returns how many Python events went."""
+    which JSON allows only between tokens: one event per line); its Python events
+    that ours replace, and its names for the threads we name, are left out. Returns
+    how many Python events went."""
     dropped = 0
     for event, text in reader.events():
         if isinstance(event, dict) and (event.get("pid"), event.get("tid")) in span.traced:

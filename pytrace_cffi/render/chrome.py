@@ -27,6 +27,25 @@ def _us(ns):
     return f"{ns // 1000}.{ns % 1000:03d}"
 
 
+class KeyStrings:
+    """What the C formatter (pt_format_slices) writes per key, formatted once: the
+    category and JSON-escaped name, and the extra args (e.g. "Python module id")
+    with a leading comma, as C arrays pointing into bytes held here."""
+
+    def __init__(self, trace):
+        self._escaped = [f'"cat":"{_CATEGORY[kind]}","name":{json.dumps(name)}'.encode("utf-8")
+                         for name, kind in zip(trace.names, trace.key_kinds)]
+        self._extras = [b"" for _ in trace.names]
+        for key, args in trace.key_args.items():
+            if args:            # {} adds nothing: a lone "," would break the JSON
+                self._extras[key] = b"," + json.dumps(args)[1:-1].encode("utf-8")
+        self.count = len(self._escaped)
+        self.names = ffi.new("char *[]", [ffi.from_buffer(e) for e in self._escaped])
+        self.name_lens = ffi.new("uint32_t[]", [len(e) for e in self._escaped])
+        self.extras = ffi.new("char *[]", [ffi.from_buffer(e) for e in self._extras])
+        self.extra_lens = ffi.new("uint32_t[]", [len(e) for e in self._extras])
+
+
 def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
     """The JSON text in pieces of about CHUNK_BYTES: metadata here, the slices
     formatted by the C core from names escaped once here. Times count from base
@@ -35,18 +54,7 @@ def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
     threads in one sequence)."""
     pid = trace.pid
     base = trace.start_ns if base is None else base
-    # Per key: its category and JSON-escaped name, formatted once.
-    escaped = [f'"cat":"{_CATEGORY[kind]}","name":{json.dumps(name)}'.encode("utf-8")
-               for name, kind in zip(trace.names, trace.key_kinds)]
-    # Per-key extra args (e.g. "Python module id"), preformatted with a leading comma.
-    extras = [b"" for _ in trace.names]
-    for key, args in trace.key_args.items():
-        if args:                # {} adds nothing: a lone "," would break the JSON
-            extras[key] = b"," + json.dumps(args)[1:-1].encode("utf-8")
-    names = ffi.new("char *[]", [ffi.from_buffer(e) for e in escaped])
-    name_lens = ffi.new("uint32_t[]", [len(e) for e in escaped])
-    extra_ptrs = ffi.new("char *[]", [ffi.from_buffer(e) for e in extras])
-    extra_lens = ffi.new("uint32_t[]", [len(e) for e in extras])
+    keys = KeyStrings(trace)
     out = ffi.new("char[]", CHUNK_BYTES)
     next_index = ffi.new("uint64_t *")
     written = ffi.new("uint64_t *")
@@ -93,8 +101,9 @@ def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
             next_index[0] = 0
             while next_index[0] < n:
                 before = next_index[0]
-                lib.pt_format_slices_from(slices, n, next_index, names, name_lens, extra_ptrs,
-                                          extra_lens, len(escaped), prefix, len(prefix), base,
+                lib.pt_format_slices_from(slices, n, next_index, keys.names, keys.name_lens,
+                                          keys.extras, keys.extra_lens, keys.count, prefix,
+                                          len(prefix), base,
                                           first_id, index_base, first_thread + thread.index,
                                           out, CHUNK_BYTES, written)
                 progress.advance(next_index[0] - before)
