@@ -569,11 +569,7 @@ class _LineReader:
             raise TraceFormatError(f"{path}: event {number} is not an object")
         phase = event.get("ph")
         if phase == "M" and event.get("name") == "thread_name":
-            tid = event.get("tid")
-            args = event.get("args")
-            name = args.get("name") if isinstance(args, dict) else None
-            _expect(type(tid) is int and isinstance(name, str),
-                    f"{path}: event {number}: a thread_name needs an integer tid and a name")
+            tid, name = _read_thread_name(path, number, event)
             self.end_thread()
             self.thread_of_tid[tid] = len(self.threads)
             self.thread = _LineThread(len(self.threads), tid, name, self.first_id,
@@ -727,11 +723,7 @@ def _split_events(path, events):
             if type(pid) is not int:
                 raise TraceFormatError(f"{path}: event {number}: pid must be an integer")
         elif phase == "M" and event.get("name") == "thread_name":
-            tid = event.get("tid")
-            args = event.get("args")
-            name = args.get("name") if isinstance(args, dict) else None
-            _expect(type(tid) is int and isinstance(name, str),
-                    f"{path}: event {number}: a thread_name needs an integer tid and a name")
+            tid, name = _read_thread_name(path, number, event)
             thread_of_tid[tid] = len(thread_meta)
             thread_meta.append((tid, name, event.get("pid")))
             calls.append([])
@@ -742,6 +734,16 @@ def _split_events(path, events):
         else:
             raise TraceFormatError(f"{path}: event {number}: unexpected phase {phase!r}")
     return thread_meta, calls, marks, pid, lanes
+
+
+def _read_thread_name(path, number, event):
+    """(tid, name) of a thread_name metadata event, checked."""
+    tid = event.get("tid")
+    args = event.get("args")
+    name = args.get("name") if isinstance(args, dict) else None
+    _expect(type(tid) is int and isinstance(name, str),
+            f"{path}: event {number}: a thread_name needs an integer tid and a name")
+    return tid, name
 
 
 def _read_mark(path, number, event):
