@@ -336,6 +336,19 @@ uint64_t pt_insert_regions(const pt_slice *in, uint64_t n, const uint32_t *regio
  * earlier in the thread and enclosing their children. -1 if all hold, else the
  * index of the first slice that breaks one. */
 int64_t pt_validate_slices(const pt_slice *slices, uint64_t n, uint32_t n_keys);
+/* The same checks on a thread's slices fed in batches (load() of slices.bin),
+ * holding only the open ancestors; a parent must also be one of them (a thread's
+ * calls come parent first, each subtree whole). pt_slice_check_feed returns -1
+ * when all hold, the thread-wide index of the first slice that breaks one, or -2
+ * when out of memory; pt_slice_check_stats: slices checked, those open at stop
+ * and the deepest depth. */
+typedef struct pt_slice_check pt_slice_check;
+pt_slice_check *pt_slice_check_new(void);
+void pt_slice_check_free(pt_slice_check *check);
+int64_t pt_slice_check_feed(pt_slice_check *check, const pt_slice *slices, uint64_t n,
+                            uint32_t n_keys);
+void pt_slice_check_stats(const pt_slice_check *check, uint64_t *count,
+                          uint64_t *open_at_stop, uint32_t *max_depth);
 uint32_t pt_key_count(pt_tracer *tracer);
 /* Copies the first n keys' flags into out (PT_KEY_SKIPPED: left out by the
  * include/exclude filters). */
@@ -379,17 +392,22 @@ void pt_slices_to_realtime(pt_slice *slices, uint64_t n, int64_t mono0, int64_t 
  * slice was open at stop, and key's bytes of interned (InternedData fields) the
  * first time key is seen while interned_done[key] is 0. Key k's bytes are
  * blob[offsets[k]..offsets[k + 1]); both blobs end with PT_PF_BLOB_PADDING spare
- * bytes. stack holds the open slices (stack_cap entries: the thread's deepest
- * depth + 1). Done when cursor->next == n and cursor->open == 0. PT_ERR_ARG:
- * slices out of time order, a key >= n_keys or too deep. */
+ * bytes. A thread's slices may come in batches (first_index: the thread-wide
+ * index of slices[0], which parents count in; cursor->next restarts at 0 for
+ * each batch while the rest of the cursor carries on); the open slices' indices
+ * and ends wait on stack and stack_end (stack_cap entries: the thread's deepest
+ * depth + 1) and are ended after the last batch (last_batch). A batch is done
+ * when cursor->next == n, the thread when also cursor->open == 0 after the last.
+ * PT_ERR_ARG: slices out of time order, a key >= n_keys or too deep. */
 #define PT_PF_BLOB_PADDING 16
 typedef struct {
     uint64_t next;          /* the next slice to begin */
     uint32_t open;          /* slices begun and not yet ended, on the stack */
     int64_t last_ns;        /* timestamp of the sequence's previous packet */
 } pt_pf_cursor;
-int pt_pftrace_slices(const pt_slice *slices, uint64_t n, pt_pf_cursor *cursor,
-                      int64_t *stack, uint32_t stack_cap,
+int pt_pftrace_slices(const pt_slice *slices, uint64_t n, uint64_t first_index,
+                      int last_batch, pt_pf_cursor *cursor, int64_t *stack,
+                      int64_t *stack_end, uint32_t stack_cap,
                       const char *events, const uint32_t *event_offsets,
                       const char *interned, const uint32_t *interned_offsets,
                       uint8_t *interned_done, uint32_t n_keys,

@@ -151,8 +151,8 @@ pt_pf_put_begin(char *p, char *end, uint64_t delta, uint32_t key, int open_at_st
 }
 
 int
-pt_pftrace_slices(const pt_slice *slices, uint64_t n, pt_pf_cursor *cursor,
-                  int64_t *stack, uint32_t stack_cap,
+pt_pftrace_slices(const pt_slice *slices, uint64_t n, uint64_t first_index, int last_batch,
+                  pt_pf_cursor *cursor, int64_t *stack, int64_t *stack_end, uint32_t stack_cap,
                   const char *events, const uint32_t *event_offsets,
                   const char *interned, const uint32_t *interned_offsets,
                   uint8_t *interned_done, uint32_t n_keys,
@@ -170,9 +170,11 @@ pt_pftrace_slices(const pt_slice *slices, uint64_t n, pt_pf_cursor *cursor,
     for (;;) {
         const pt_slice *s = next < n ? &slices[next] : NULL;
         /* The slice on top of the stack ends before s begins unless it is s's
-         * parent: slices come parent first, children in start order. */
-        if (open && (!s || stack[open - 1] != s->parent)) {
-            int64_t t = slices[stack[open - 1]].end;
+         * parent: slices come parent first, children in start order. The stack
+         * keeps each open slice's index and end, as its record may lie in an
+         * earlier batch; at a batch's end the open slices wait for the next. */
+        if (open && (s ? stack[open - 1] != s->parent : last_batch)) {
+            int64_t t = stack_end[open - 1];
             if ((uint64_t)(end - p) < PT_PACKET_OVERHEAD)
                 break;
             if (t < last_ns) {
@@ -198,7 +200,8 @@ pt_pftrace_slices(const pt_slice *slices, uint64_t n, pt_pf_cursor *cursor,
             break;
         p = after;
         last_ns = s->start;
-        stack[open++] = (int64_t)next;
+        stack[open] = (int64_t)(first_index + next);
+        stack_end[open++] = s->end;
         next++;
     }
     cursor->next = next;

@@ -288,6 +288,99 @@ pt_validate_slices(const pt_slice *slices, uint64_t n, uint32_t n_keys)
     return -1;
 }
 
+/* ---- checking slices that stream by ------------------------------------------
+ *
+ * A saved thread's slices are checked batch by batch as load() reads them, so
+ * that the table need not be held: the enclosing calls of the slice at hand
+ * (its ancestors, the only ones a later slice may name as parent, as a thread's
+ * calls come parent first with each subtree whole) wait on a stack. */
+
+typedef struct {
+    int64_t index;
+    int64_t start;
+    int64_t end;
+    uint32_t depth;
+} pt_open_slice;
+
+struct pt_slice_check {
+    uint64_t count;             /* slices checked */
+    uint64_t open_at_stop;
+    uint32_t max_depth;
+    uint32_t open;              /* ancestors on the stack */
+    uint32_t cap;
+    pt_open_slice *stack;
+};
+
+/* Returns a new checker (pt_slice_check_free it), NULL when out of memory. */
+pt_slice_check *
+pt_slice_check_new(void)
+{
+    return (pt_slice_check *)calloc(1, sizeof(pt_slice_check));
+}
+
+void
+pt_slice_check_free(pt_slice_check *check)
+{
+    if (check) {
+        free(check->stack);
+        free(check);
+    }
+}
+
+int64_t
+pt_slice_check_feed(pt_slice_check *check, const pt_slice *slices, uint64_t n, uint32_t n_keys)
+{
+    const uint32_t known_flags = PT_SLICE_C | PT_SLICE_SEEDED | PT_SLICE_OPEN_AT_STOP;
+    for (uint64_t i = 0; i < n; i++) {
+        const pt_slice *s = &slices[i];
+        int64_t index = (int64_t)check->count;
+        if (s->key >= n_keys || (s->flags & ~known_flags) || s->start > s->end ||
+            s->parent < -1 || s->parent >= index)
+            return index;
+        /* Whatever is not s's parent or above it has ended before s. */
+        while (check->open && check->stack[check->open - 1].index != s->parent)
+            check->open--;
+        if (s->parent >= 0) {
+            if (!check->open)
+                return index;       /* its parent is no open ancestor */
+            const pt_open_slice *p = &check->stack[check->open - 1];
+            if (s->start < p->start || s->end > p->end || s->depth != p->depth + 1)
+                return index;
+        } else if (s->depth != 0) {
+            return index;
+        }
+        if (check->open == check->cap) {
+            uint32_t cap = check->cap ? 2 * check->cap : 64;
+            pt_open_slice *grown = (pt_open_slice *)realloc(check->stack,
+                                                            cap * sizeof(pt_open_slice));
+            if (!grown)
+                return -2;
+            check->stack = grown;
+            check->cap = cap;
+        }
+        pt_open_slice *top = &check->stack[check->open++];
+        top->index = index;
+        top->start = s->start;
+        top->end = s->end;
+        top->depth = s->depth;
+        if (s->depth > check->max_depth)
+            check->max_depth = s->depth;
+        if (s->flags & PT_SLICE_OPEN_AT_STOP)
+            check->open_at_stop++;
+        check->count++;
+    }
+    return -1;
+}
+
+void
+pt_slice_check_stats(const pt_slice_check *check, uint64_t *count, uint64_t *open_at_stop,
+                     uint32_t *max_depth)
+{
+    *count = check->count;
+    *open_at_stop = check->open_at_stop;
+    *max_depth = check->max_depth;
+}
+
 uint64_t
 pt_drop_short_slices(pt_slice *slices, uint64_t n, int64_t min_ns, int64_t *new_index)
 {

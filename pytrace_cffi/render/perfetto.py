@@ -375,7 +375,7 @@ def _chunks(trace, progress, chunk_bytes):
                   interned_offsets=interned_offsets, interned_done=interned_done, n_keys=n_keys,
                   open_mark=open_mark, out=out, cap=cap, written=written)
     streams = getattr(trace, "_streams", None)
-    if streams is not None and not trace.slices_built():
+    if hasattr(streams, "records") and not trace.slices_built():
         # From the events: no slice table, records encoded as the walk finalizes them.
         for index, thread in enumerate(trace.threads):
             sequence_id = PROCESS_SEQUENCE + 1 + index
@@ -393,32 +393,50 @@ def _chunks(trace, progress, chunk_bytes):
                                            progress, encode)
         return
 
-    for index, (thread, slices, n) in enumerate(trace.thread_slices()):
+    # A slice table, or a trace streaming whole slices (a loaded slices.bin, a
+    # joined job): batches in start order, begun and ended in time order here.
+    from .chrome import _thread_batches
+    depths = [depth for _, _, _, depth in trace.thread_counts()]
+    for index, (thread, batches) in enumerate(_thread_batches(trace)):
         sequence_id = PROCESS_SEQUENCE + 1 + index
+        batches = iter(batches)
+        first = next(batches, None)
         # The sequence's clock starts at the trace's start, or at its first call if
         # that is earlier (a loaded trace's clock may say so): deltas are never negative.
-        clock_ns = min(trace.start_ns, slices[0].start) if n else trace.start_ns
+        clock_ns = min(trace.start_ns, first[0][0].start) if first else trace.start_ns
         yield _thread_head(uuids["descriptors"]["threads"][index], uuids["threads"][index],
                            sequence_id, interned_head, clock_ns)
-        stack_cap = lib.pt_max_depth(slices, n) + 1 if n else 1
-        stack = ffi.new("int64_t[]", stack_cap)
         ffi.memmove(interned_done, bytes(max(1, n_keys)), max(1, n_keys))
-        cursor.next, cursor.open, cursor.last_ns = 0, 0, clock_ns
-        while cursor.next < n or cursor.open:
-            before = cursor.next, cursor.open
-            status = lib.pt_pftrace_slices(slices, n, cursor, stack, stack_cap, event_blob,
-                                           event_offsets, interned_blob, interned_offsets,
-                                           interned_done, n_keys, open_mark, len(open_mark),
-                                           sequence_id, out, cap, written)
-            if status != lib.PT_OK:
-                raise TraceFormatError(
-                    f"thread {thread.name!r}: call {cursor.next} is out of time order, "
-                    f"nests deeper than its depth says or names no known function")
-            if (cursor.next, cursor.open) == before:
-                raise RuntimeError("pytrace_cffi: a .pftrace packet did not fit its buffer")
-            progress.advance(cursor.next - before[0])
-            yield ffi.buffer(out, written[0])      # valid until the next round
-
+        if first is None:
+            continue
+        stack_cap = depths[index] + 1
+        stack = ffi.new("int64_t[]", stack_cap)
+        stack_end = ffi.new("int64_t[]", stack_cap)
+        cursor.open, cursor.last_ns = 0, clock_ns
+        batch = first
+        while True:
+            slices, n, first_index = batch if batch is not None else (ffi.NULL, 0, 0)
+            last = batch is None
+            cursor.next = 0
+            while cursor.next < n or (last and cursor.open):
+                before = cursor.next, cursor.open
+                status = lib.pt_pftrace_slices(slices, n, first_index, last, cursor, stack,
+                                               stack_end, stack_cap, event_blob,
+                                               event_offsets, interned_blob, interned_offsets,
+                                               interned_done, n_keys, open_mark,
+                                               len(open_mark), sequence_id, out, cap, written)
+                if status != lib.PT_OK:
+                    raise TraceFormatError(
+                        f"thread {thread.name!r}: call {first_index + cursor.next} is out of "
+                        f"time order, nests deeper than its depth says or names no known "
+                        f"function")
+                if (cursor.next, cursor.open) == before:
+                    raise RuntimeError("pytrace_cffi: a .pftrace packet did not fit its buffer")
+                progress.advance(cursor.next - before[0])
+                yield ffi.buffer(out, written[0])      # valid until the next round
+            if last:
+                break
+            batch = next(batches, None)
 
 
 def _encode_records(first, batches, thread, sequence_id, last_ns, progress, encode):

@@ -16,6 +16,7 @@ import json
 import os
 import struct
 import sys
+import threading
 
 from .._clock import checked_anchor
 from .._core import ffi, lib
@@ -360,33 +361,132 @@ def _load_parts(directory, meta, hashes, params):
             directory, meta, threads, names, key_kinds, key_args, bytes(hidden))
         return _trace(meta, names, key_kinds, key_args, threads, slices, params, marks,
                       processes, streams=streams, build_slices=build_slices)
-    path = os.path.join(directory, "slices.bin")
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            header = f.read(SLICES_HEADER.size)
-            _expect(len(header) == SLICES_HEADER.size, f"{path}: truncated header")
-            magic, version, record_size, total = SLICES_HEADER.unpack(header)
-            _expect(magic == SLICES_MAGIC, f"{path}: not a slices file")
-            _expect(version == FORMAT_VERSION and record_size == SLICE_RECORD_SIZE,
-                    f"{path}: version {version}, record size {record_size} unsupported")
-            _expect(total == sum(counts), f"{path}: {total} slices, meta.json says {sum(counts)}")
-            _expect(size == SLICES_HEADER.size + total * SLICE_RECORD_SIZE,
-                    f"{path}: {size} bytes, expected "
-                    f"{SLICES_HEADER.size + total * SLICE_RECORD_SIZE} (truncated or padded)")
-            slices = []
-            for index, n in enumerate(counts):
-                array = ffi.new("pt_slice[]", max(1, n))
-                data = f.read(n * SLICE_RECORD_SIZE)
-                _expect(len(data) == n * SLICE_RECORD_SIZE, f"{path}: truncated")
-                ffi.memmove(array, data, len(data))
-                bad = lib.pt_validate_slices(array, n, len(names))
-                _expect(bad < 0, f"{path}: thread {index}, slice {bad} is inconsistent")
-                slices.append((array, n))
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: {exc}") from None
+    slices_file = _SlicesFile(os.path.join(directory, "slices.bin"), threads, counts,
+                              len(names))
+    return _trace(meta, names, key_kinds, key_args, threads, None, params, marks, processes,
+                  streams=slices_file, build_slices=slices_file.table)
 
-    return _trace(meta, names, key_kinds, key_args, threads, slices, params, marks, processes)
+
+class _HeldFile:
+    """A saved trace's data file (slices.bin or events.bin), opened by load() and
+    held while the trace lives: exports read it again, and saving the trace over
+    its own directory replaces the name, not the data held here."""
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            self._file = open(path, "rb", buffering=0)
+            self.size = os.fstat(self._file.fileno()).st_size
+        except OSError as exc:
+            raise TraceFormatError(f"{path}: {exc}") from None
+        self._lock = threading.Lock()       # seek + read as one step
+
+    def read_into(self, offset, view):
+        """Fills view from offset; returns how many bytes there were."""
+        view = memoryview(view).cast("B")
+        got = 0
+        try:
+            with self._lock:
+                self._file.seek(offset)
+                while got < len(view):
+                    n = self._file.readinto(view[got:])
+                    if not n:
+                        break
+                    got += n
+        except OSError as exc:
+            raise TraceFormatError(f"{self.path}: {exc}") from None
+        return got
+
+    def read(self, offset, size):
+        data = bytearray(size)
+        return bytes(data[:self.read_into(offset, memoryview(data))])
+
+    def __del__(self):
+        file = getattr(self, "_file", None)
+        if file is not None:
+            file.close()
+
+
+SLICE_BATCH = 1 << 16       # slices read at a time: 2.5 MB
+BLOCK_READ_EVENTS = 1 << 18  # events read at a time: 2 MB
+
+
+class _SlicesFile:
+    """A saved trace's slices.bin as the streams a Trace exports from (see
+    walk.Streams): each thread is read a batch at a time, never whole, and checked
+    as it is read (pt_slice_check) - once by load(), which counts it, and again by
+    every pass after, so a file damaged since cannot hand the encoders bad
+    slices. thread_slices() still gets the whole table (table())."""
+
+    def __init__(self, path, threads, counts, n_keys):
+        self.path, self.threads, self.counts, self.n_keys = path, threads, counts, n_keys
+        self.file = _HeldFile(path)
+        header = self.file.read(0, SLICES_HEADER.size)
+        _expect(len(header) == SLICES_HEADER.size, f"{path}: truncated header")
+        magic, version, record_size, total = SLICES_HEADER.unpack(header)
+        _expect(magic == SLICES_MAGIC, f"{path}: not a slices file")
+        _expect(version == FORMAT_VERSION and record_size == SLICE_RECORD_SIZE,
+                f"{path}: version {version}, record size {record_size} unsupported")
+        _expect(total == sum(counts), f"{path}: {total} slices, meta.json says {sum(counts)}")
+        expected = SLICES_HEADER.size + total * SLICE_RECORD_SIZE
+        _expect(self.file.size == expected, f"{path}: {self.file.size} bytes, expected "
+                                            f"{expected} (truncated or padded)")
+        self.offsets = []
+        offset = SLICES_HEADER.size
+        for n in counts:
+            self.offsets.append(offset)
+            offset += n * SLICE_RECORD_SIZE
+        self.stats = []
+        count, open_at_stop = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        depth = ffi.new("uint32_t *")
+        for index in range(len(counts)):
+            checker = self._checker()
+            for _ in self._batches(index, checker):
+                pass
+            lib.pt_slice_check_stats(checker, count, open_at_stop, depth)
+            self.stats.append((count[0], open_at_stop[0], depth[0]))
+
+    @staticmethod
+    def _checker():
+        checker = lib.pt_slice_check_new()
+        if checker == ffi.NULL:
+            raise MemoryError("pytrace_cffi: out of memory reading slices.bin")
+        return ffi.gc(checker, lib.pt_slice_check_free)
+
+    def _batches(self, index, checker):
+        n = self.counts[index]
+        batch = ffi.new("pt_slice[]", max(1, min(SLICE_BATCH, n)))
+        done = 0
+        while done < n:
+            count = min(SLICE_BATCH, n - done)
+            size = count * SLICE_RECORD_SIZE
+            got = self.file.read_into(self.offsets[index] + done * SLICE_RECORD_SIZE,
+                                      ffi.buffer(batch, size))
+            _expect(got == size, f"{self.path}: truncated")
+            bad = lib.pt_slice_check_feed(checker, batch, count, self.n_keys)
+            if bad == -2:
+                raise MemoryError("pytrace_cffi: out of memory reading slices.bin")
+            _expect(bad == -1, f"{self.path}: thread {index}, slice {bad} is inconsistent")
+            yield batch, count, done
+            done += count
+
+    def slices(self, index):
+        """Thread index's slices in batches (pt_slice *, n, index of the first),
+        each valid until the next is asked for."""
+        return self._batches(index, self._checker())
+
+    def table(self):
+        """Every thread's slices whole: [(pt_slice array, n)]."""
+        table = []
+        for index, n in enumerate(self.counts):
+            array = ffi.new("pt_slice[]", max(1, n))
+            size = n * SLICE_RECORD_SIZE
+            _expect(self.file.read_into(self.offsets[index], ffi.buffer(array, size)) == size,
+                    f"{self.path}: truncated")
+            bad = lib.pt_validate_slices(array, n, self.n_keys)
+            _expect(bad < 0, f"{self.path}: thread {index}, slice {bad} is inconsistent")
+            table.append((array, n))
+        return table
 
 
 def _processes(meta):
@@ -461,9 +561,10 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
             "meta.json: bad annotation args")
     path = os.path.join(directory, "events.bin")
     length = _int(events_meta["length"], "events length") if "length" in events_meta else None
-    blocks = _index_blocks(path, threads, length)
+    events_file = _HeldFile(path)
+    blocks = _index_blocks(events_file, threads, length)
     n_names = len(names)
-    sources = [_FileEvents(path, thread, thread_blocks, tick0, n_names, len(tags),
+    sources = [_FileEvents(events_file, thread, thread_blocks, tick0, n_names, len(tags),
                            len(annotation_args))
                for thread, thread_blocks in zip(threads, blocks)]
     plan = KeyPlan(names, key_kinds, key_args, hidden, tags, annotation_args)
@@ -480,37 +581,33 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
     return None, threads, streams, build_slices
 
 
-def _index_blocks(path, threads, length):
+def _index_blocks(events_file, threads, length):
     """Per thread, its blocks' (offset of the events, count, base ticks), read from
     the block headers alone."""
-    try:
-        size = os.path.getsize(path)
-        if length is not None:          # a recovered process: its complete blocks only
-            size = min(size, length)
-        blocks = [[] for _ in threads]
-        with open(path, "rb") as f:
-            header = f.read(EVENTS_HEADER.size)
-            _expect(len(header) == EVENTS_HEADER.size and size >= EVENTS_HEADER.size,
-                    f"{path}: truncated header")
-            magic, version, record_size = EVENTS_HEADER.unpack(header)
-            _expect(magic == EVENTS_MAGIC and version == FORMAT_VERSION
-                    and record_size == EVENT_RECORD_SIZE, f"{path}: not a version-1 events file")
-            offset = EVENTS_HEADER.size
-            while offset < size:
-                _expect(size - offset >= EVENT_BLOCK.size, f"{path}: truncated block header")
-                at = offset
-                f.seek(offset)
-                index, reserved, count, base = EVENT_BLOCK.unpack(f.read(EVENT_BLOCK.size))
-                offset += EVENT_BLOCK.size
-                _expect(index < len(threads),
-                        f"{path}: block at byte {at} for unknown thread {index}")
-                _expect(reserved == 0, f"{path}: block at byte {at} is damaged (reserved field set)")
-                _expect(count <= (size - offset) // EVENT_RECORD_SIZE,
-                        f"{path}: block at byte {at} is truncated")
-                blocks[index].append((at, offset, count, base))
-                offset += count * EVENT_RECORD_SIZE
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: {exc}") from None
+    path = events_file.path
+    size = events_file.size
+    if length is not None:          # a recovered process: its complete blocks only
+        size = min(size, length)
+    blocks = [[] for _ in threads]
+    header = events_file.read(0, EVENTS_HEADER.size)
+    _expect(len(header) == EVENTS_HEADER.size and size >= EVENTS_HEADER.size,
+            f"{path}: truncated header")
+    magic, version, record_size = EVENTS_HEADER.unpack(header)
+    _expect(magic == EVENTS_MAGIC and version == FORMAT_VERSION
+            and record_size == EVENT_RECORD_SIZE, f"{path}: not a version-1 events file")
+    offset = EVENTS_HEADER.size
+    while offset < size:
+        _expect(size - offset >= EVENT_BLOCK.size, f"{path}: truncated block header")
+        at = offset
+        index, reserved, count, base = EVENT_BLOCK.unpack(events_file.read(offset,
+                                                                           EVENT_BLOCK.size))
+        offset += EVENT_BLOCK.size
+        _expect(index < len(threads), f"{path}: block at byte {at} for unknown thread {index}")
+        _expect(reserved == 0, f"{path}: block at byte {at} is damaged (reserved field set)")
+        _expect(count <= (size - offset) // EVENT_RECORD_SIZE,
+                f"{path}: block at byte {at} is truncated")
+        blocks[index].append((at, offset, count, base))
+        offset += count * EVENT_RECORD_SIZE
     return blocks
 
 
@@ -518,8 +615,9 @@ class _FileEvents:
     """A thread's events in events.bin, read a block at a time and checked as read:
     known keys, tags and args, and each block continuing the one before."""
 
-    def __init__(self, path, thread, blocks, tick0, n_keys, n_tags, n_args):
-        self.path, self.thread, self.index, self.blocks = path, thread, thread.index, blocks
+    def __init__(self, events_file, thread, blocks, tick0, n_keys, n_tags, n_args):
+        self.file, self.path = events_file, events_file.path
+        self.thread, self.index, self.blocks = thread, thread.index, blocks
         self.limits = (n_keys, n_tags, n_args)
         self.base_ticks = blocks[0][3] if blocks else tick0
         self.n_events = sum(count for _, _, count, _ in blocks)
@@ -528,31 +626,27 @@ class _FileEvents:
         clock = None
         seen = 0
         name = self.thread.name
-        try:
-            with open(self.path, "rb") as f:
-                for at, offset, count, base in self.blocks:
-                    # A thread's blocks continue one another: a block that starts
-                    # elsewhere means one between them is missing.
-                    _expect(clock is None or clock == base & TICKS_MASK,
-                            f"{self.path}: thread {self.index} ({name!r}): the block at byte "
-                            f"{at} does not continue the one before it (a block is missing)")
-                    if not count:
-                        clock = base & TICKS_MASK
-                        continue
-                    f.seek(offset)
-                    data = f.read(count * EVENT_RECORD_SIZE)
-                    _expect(len(data) == count * EVENT_RECORD_SIZE,
-                            f"{self.path}: block at byte {at} is truncated")
-                    events = ffi.from_buffer("pt_event[]", data)
-                    bad = lib.pt_validate_events(events, count, *self.limits)
-                    _expect(bad < 0, f"{self.path}: thread {self.index} ({name!r}), event "
-                                     f"{seen + bad} names an unknown key, tag or annotation "
-                                     f"args")
-                    seen += count
-                    clock = (base + lib.pt_events_ticks(events, count)) & TICKS_MASK
-                    yield events, count
-        except OSError as exc:
-            raise TraceFormatError(f"{self.path}: {exc}") from None
+        most = max((count for _, _, count, _ in self.blocks), default=0)
+        buffer = ffi.new("pt_event[]", max(1, min(most, BLOCK_READ_EVENTS)))
+        for at, offset, count, base in self.blocks:
+            # A thread's blocks continue one another: a block that starts
+            # elsewhere means one between them is missing.
+            _expect(clock is None or clock == base & TICKS_MASK,
+                    f"{self.path}: thread {self.index} ({name!r}): the block at byte "
+                    f"{at} does not continue the one before it (a block is missing)")
+            clock = base & TICKS_MASK
+            for first in range(0, count, BLOCK_READ_EVENTS):
+                n = min(BLOCK_READ_EVENTS, count - first)
+                size = n * EVENT_RECORD_SIZE
+                _expect(self.file.read_into(offset + first * EVENT_RECORD_SIZE,
+                                            ffi.buffer(buffer, size)) == size,
+                        f"{self.path}: block at byte {at} is truncated")
+                bad = lib.pt_validate_events(buffer, n, *self.limits)
+                _expect(bad < 0, f"{self.path}: thread {self.index} ({name!r}), event "
+                                 f"{seen + bad} names an unknown key, tag or annotation args")
+                seen += n
+                clock = (clock + lib.pt_events_ticks(buffer, n)) & TICKS_MASK
+                yield buffer, n
 
     def read_all(self):
         parts = [bytes(ffi.buffer(events, n * EVENT_RECORD_SIZE)) for events, n in self.runs()]
