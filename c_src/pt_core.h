@@ -317,6 +317,10 @@ int64_t pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys, 
 /* The ticks a run of events advances its thread's clock by (mod 2^64): where
  * the next spilled block of the thread must start. */
 uint64_t pt_events_ticks(const pt_event *events, uint64_t n);
+/* Raises needed[0] to one past the largest key a call, return or seed names,
+ * needed[1] past the largest tag index, needed[2] past the largest annotation
+ * args index: what a process killed before writing meta.json must have had. */
+void pt_events_extent(const pt_event *events, uint64_t n, uint64_t needed[3]);
 
 /* Indices of the slices that carry a tag (up to cap); returns how many there are. */
 uint64_t pt_tagged_slices(const pt_slice *slices, uint64_t n, uint64_t *out, uint64_t cap);

@@ -244,6 +244,18 @@ pt_events_ticks(const pt_event *events, uint64_t n)
     return ticks;
 }
 
+void
+pt_events_extent(const pt_event *events, uint64_t n, uint64_t needed[3])
+{
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t kind = events[i].key_kind & PT_KIND_MASK;
+        uint64_t index = (uint64_t)(events[i].key_kind >> PT_KEY_SHIFT) + 1;
+        int which = kind == PT_EV_TAG ? 1 : kind == PT_EV_ARGS ? 2 : 0;
+        if (kind != PT_EV_TIME && index > needed[which])
+            needed[which] = index;
+    }
+}
+
 uint64_t
 pt_count_calls(const pt_event *events, uint64_t n)
 {

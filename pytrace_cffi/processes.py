@@ -43,7 +43,6 @@ import os
 import signal
 import sys
 import threading
-from array import array
 from collections import namedtuple
 
 from . import _clock
@@ -803,8 +802,10 @@ def recover(directory, facts=None):
     """The Trace of a process directory that has no meta.json (its process was
     killed, or is still running), from process.json, keys.jsonl and events.bin's
     complete blocks. Nothing in the directory is changed."""
-    from .render.saved import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, FORMAT_NAME,
-                        FORMAT_VERSION, _load_parts, read_events_file)
+    from ._core import ffi, lib
+    from .render.saved import (BLOCK_READ_EVENTS, EVENT_BLOCK, EVENT_RECORD_SIZE,
+                               EVENTS_HEADER, FORMAT_NAME, FORMAT_VERSION, _HeldFile,
+                               _load_parts)
     if facts is None:
         facts = read_process(directory)[1]
     facts = dict(facts)
@@ -816,36 +817,34 @@ def recover(directory, facts=None):
             raise TraceFormatError(f"{directory}: nothing was spilled yet" if name in (
                 "start_ns", "tick0") else f"{directory}: process.json lacks {name}")
     path = os.path.join(directory, "events.bin")
-    data = read_events_file(path)
-    if len(data) < EVENTS_HEADER.size:
+    events_file = _HeldFile(path)
+    if events_file.size < EVENTS_HEADER.size:
         raise TraceFormatError(f"{path}: nothing was spilled")
-    # Complete blocks only; per thread: events and the clock after its last one.
+    # Complete blocks only, read a piece at a time; per thread: its events, and the
+    # clock after the last one.
     offset, threads = EVENTS_HEADER.size, {}
-    end_ticks, max_key, max_tag, max_args = facts["tick0"], 0, 0, -1
-    while len(data) - offset >= EVENT_BLOCK.size:
-        index, _, count, base = EVENT_BLOCK.unpack_from(data, offset)
+    end_ticks = facts["tick0"]
+    needed = ffi.new("uint64_t[3]")         # keys, tags, annotation args
+    piece = ffi.new("pt_event[]", BLOCK_READ_EVENTS)
+    while events_file.size - offset >= EVENT_BLOCK.size:
+        index, _, count, base = EVENT_BLOCK.unpack(events_file.read(offset, EVENT_BLOCK.size))
         body = offset + EVENT_BLOCK.size
-        if count > (len(data) - body) // EVENT_RECORD_SIZE or index > 1 << 16:
+        if count > (events_file.size - body) // EVENT_RECORD_SIZE or index > 1 << 16:
             break
-        words = array("I")
-        words.frombytes(data[body:body + count * EVENT_RECORD_SIZE])
-        if sys.byteorder != "little":
-            words.byteswap()
-        ticks = base + sum(words[0::2])
-        for key_kind in words[1::2]:
-            kind = key_kind & 7
-            if kind == 7:
-                ticks += (key_kind >> 3) << 32
-            elif kind == 5:
-                max_tag = max(max_tag, key_kind >> 3)
-            elif kind == 6:
-                max_args = max(max_args, key_kind >> 3)
-            else:
-                max_key = max(max_key, key_kind >> 3)
+        ticks = base
+        for first in range(0, count, BLOCK_READ_EVENTS):
+            n = min(BLOCK_READ_EVENTS, count - first)
+            size = n * EVENT_RECORD_SIZE
+            if events_file.read_into(body + first * EVENT_RECORD_SIZE,
+                                     ffi.buffer(piece, size)) != size:
+                raise TraceFormatError(f"{path}: changed while it was read")
+            ticks += lib.pt_events_ticks(piece, n)
+            lib.pt_events_extent(piece, n, needed)
         end_ticks = max(end_ticks, ticks)
         threads.setdefault(index, 0)
         threads[index] += count
         offset = body + count * EVENT_RECORD_SIZE
+    max_key, max_tag, max_args = max(0, needed[0] - 1), max(0, needed[1] - 1), needed[2] - 1
     keys, names, tags = [], {}, []
     for record in records:
         if record.get("first") == len(keys):

@@ -206,15 +206,6 @@ def _read_json(directory, name):
         raise TraceFormatError(f"{path}: not valid JSON ({exc})") from None
 
 
-def read_events_file(path):
-    """The bytes of an events.bin; TraceFormatError when it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: {exc}") from None
-
-
 def _expect(condition, message):
     if not condition:
         raise TraceFormatError(message)
