@@ -1,7 +1,8 @@
 """Size and speed of each export format on one trace (run by hand):
 
     python benchmarks/export_formats.py [--fib N] [--rounds R] [--memory-fib M]
-                                        [--spilled-fib S] [--viztracer]
+                                        [--spilled-fib S] [--conversions-fib C]
+                                        [--viztracer]
 
 Traces fib(N) (default 25: 242785 calls, 485570 events; 26 gives ~785k events),
 then writes it as .pftrace (uncompressed, and with deflate-compressed packets, the
@@ -21,6 +22,13 @@ a process traces fib(S) with max_events=2**20 spilling to a directory; another
 loads that directory and converts it to .pftrace (compressed, the default, then
 uncompressed). Reports its events, seconds, M events/s and peak RSS (ru_maxrss
 of the converting process, everything it did included).
+
+Conversions (--conversions-fib C, default 0 = skipped; 29 gives ~1.7M calls): a
+process traces fib(C) and saves it as a directory and as Chrome JSON, and `run`
+traces a job of two processes (fork, each fib(C - 1)); then, each in a fresh
+process, those are read back (load, summary.read_trace) and written as .pftrace,
+.html or a summary. Reports seconds and peak RSS above the process before reading,
+and whether the 40-byte-a-call slice table was built (it should not be).
 
 --viztracer: VizTracer's save() of the same fib(N) workload beside ours (time
 and bytes of its JSON), when viztracer is importable.
@@ -119,6 +127,67 @@ events = sum(t.n_events for t in trace.threads)
 print(events, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, seconds)
 """
 
+CONVERSIONS_MAKE = r"""
+import multiprocessing, sys
+import pytrace_cffi
+
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+n, directory = int(sys.argv[1]), sys.argv[2]
+pytrace_cffi.start()
+fib(n)
+trace = pytrace_cffi.stop()
+trace.save(directory + "/saved")
+trace.export_chrome_trace(directory + "/trace.json")
+print(len(trace))
+"""
+
+CONVERSIONS_JOB = r"""
+import multiprocessing, sys
+
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+if __name__ == "__main__":
+    n = int(sys.argv[1])
+    child = multiprocessing.get_context("fork").Process(target=fib, args=(n - 1,))
+    child.start()
+    fib(n - 1)
+    child.join()
+"""
+
+CONVERSIONS_CHILD = r"""
+import sys, time
+import pytrace_cffi
+from pytrace_cffi.render import html, perfetto, summary  # noqa: F401
+
+
+def status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+
+
+source, out = sys.argv[1], sys.argv[2]
+before = status("VmRSS")
+begin = time.perf_counter()
+trace = summary.read_trace(source)
+if out == "summary":
+    summary.format_summary(summary.summarize(trace, limit=None))
+elif out.endswith(".html"):
+    html.write_html(trace, out)
+else:
+    trace.export_perfetto(out)
+seconds = time.perf_counter() - begin
+print(len(trace), status("VmHWM") - before, seconds, int(trace.slices_built()))
+"""
+
 VIZTRACER_CHILD = r"""
 import os, sys, time
 from viztracer import VizTracer
@@ -178,6 +247,40 @@ def spilled(n, directory):
               f"{events / seconds / 1e6:.1f} M events/s, peak RSS {peak / 1e6:.0f} MB")
 
 
+def conversions(n, directory):
+    """Reading back what a run wrote, in a fresh process each: a saved directory, our
+    Chrome JSON and a job of two processes (its trace directory), to .pftrace, .html
+    or a summary. Peak RSS above the process before reading (our modules imported)."""
+    calls = int(_child(CONVERSIONS_MAKE, n, directory)[0])
+    job = os.path.join(directory, "job")
+    program = os.path.join(directory, "job_program.py")
+    with open(program, "w") as f:
+        f.write(CONVERSIONS_JOB)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "--processes-dir", job,
+                    "-o", os.path.join(directory, "job.pftrace"), program, str(n)], env=env,
+                   check=True, capture_output=True)
+    json_size = os.path.getsize(os.path.join(directory, "trace.json"))
+    print(f"\nconversions of fib({n}) ({calls} calls; the JSON {json_size / 1e6:.0f} MB), "
+          f"each in a fresh process: peak RSS above the process before reading")
+    print(f"{'source -> output':32} {'calls':>10} {'seconds':>8} {'peak MB':>8} "
+          f"{'B/call':>7} {'table built':>11}")
+    for label, source, out in (
+            ("saved directory -> .pftrace", "saved", "out.pftrace"),
+            ("saved directory -> .html", "saved", "out.html"),
+            (".json -> summary", "trace.json", "summary"),
+            (".json -> .pftrace", "trace.json", "out.pftrace"),
+            ("job of 2 processes -> .pftrace", "job", "out.pftrace"),
+            ("job of 2 processes -> summary", "job", "summary")):
+        target = out if out == "summary" else os.path.join(directory, out)
+        got, peak, seconds, built = _child(CONVERSIONS_CHILD, os.path.join(directory, source),
+                                           target)
+        got, peak = int(got), int(peak)
+        print(f"{label:32} {got:10d} {float(seconds):8.2f} {peak / 1e6:8.1f} "
+              f"{peak / got:7.2f} {'yes' if built == '1' else 'no':>11}")
+
+
 def viztracer(n, directory, ours):
     path = os.path.join(directory, "viz.json")
     try:
@@ -196,6 +299,7 @@ def main():
     parser.add_argument("--memory-fib", type=int, default=29)
     parser.add_argument("--spilled-fib", type=int, default=0)
     parser.add_argument("--viztracer", action="store_true")
+    parser.add_argument("--conversions-fib", type=int, default=0)
     args = parser.parse_args()
     with pytrace_cffi.trace() as t:
         fib(args.fib)
@@ -227,6 +331,8 @@ def main():
             memory(args.memory_fib, directory)
         if args.spilled_fib:
             spilled(args.spilled_fib, directory)
+        if args.conversions_fib and sys.platform.startswith("linux"):
+            conversions(args.conversions_fib, directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
