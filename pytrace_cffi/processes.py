@@ -1082,7 +1082,7 @@ def _joined(traced, shifts):
     threads in lane order (numbered across processes, each with its process's
     pid), one key per (name, kind, args) over all processes, every time moved
     by its process's host shift; its calls streamed from the processes' traces."""
-    from .trace import Mark, ThreadInfo, Trace
+    from .trace import Mark, Trace
     names, kinds, key_args, key_of = [], [], {}, {}
 
     def union_key(name, kind, args):

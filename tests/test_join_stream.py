@@ -7,14 +7,12 @@ for a real job (a parent with a second thread, a fork Pool(2), a `python -c`
 subprocess) in every output (.html, .pftrace, saved directory) and with another
 host's clock shifted. A job of ~3M calls joins to .pftrace and .html in a few
 bytes a call of memory."""
-import collections
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 
 import pytest
 
