@@ -218,6 +218,15 @@ int pt_replay_buffer(const pt_event *events, uint64_t n, int64_t base_ticks, int
                      double ns_per_tick, pt_slice *out, uint64_t cap, uint64_t *n_out);
 uint64_t pt_count_calls(const pt_event *events, uint64_t n);
 uint32_t pt_max_depth(const pt_slice *slices, uint64_t n);
+/* A process's slices in a trace joined from several (processes.joined_trace):
+ * copies in[0..n) to out with each key k replaced by key_map[k] (the union key
+ * table's), start and end moved by shift_ns (another host's clock onto the first
+ * process's) and tag cleared (it indexes the process's own tag table, which the
+ * joined trace does not carry). Parents, depths and flags stay. PT_ERR_ARG when a
+ * key is n_map or more or a time would overflow: out then holds the slices
+ * before it. */
+int pt_remap_slices(const pt_slice *in, uint64_t n, const uint32_t *key_map, uint32_t n_map,
+                    int64_t shift_ns, pt_slice *out);
 /* Removes the slices whose key has drop[key] set (keys below n_drop), each alone:
  * its children go to its nearest kept ancestor. In place, renumbering parents
  * and depths; new_index is caller scratch of n entries. Returns how many remain. */

@@ -435,6 +435,29 @@ pt_drop_keys(pt_slice *slices, uint64_t n, const uint8_t *drop, uint32_t n_drop,
     return kept;
 }
 
+int
+pt_remap_slices(const pt_slice *in, uint64_t n, const uint32_t *key_map, uint32_t n_map,
+                int64_t shift_ns, pt_slice *out)
+{
+    /* Checked before anything is written for a slice, so a bad batch leaves out
+     * holding only remapped slices. A shift that would overflow a time is refused
+     * as a bad key is: the caller's tables do not fit the slices. */
+    for (uint64_t i = 0; i < n; i++) {
+        pt_slice s = in[i];
+        if (s.key >= n_map)
+            return PT_ERR_ARG;
+        if (shift_ns > 0 ? (s.start > INT64_MAX - shift_ns || s.end > INT64_MAX - shift_ns)
+                         : (s.start < INT64_MIN - shift_ns || s.end < INT64_MIN - shift_ns))
+            return PT_ERR_ARG;
+        s.key = key_map[s.key];
+        s.start += shift_ns;
+        s.end += shift_ns;
+        s.tag = 0;
+        out[i] = s;
+    }
+    return PT_OK;
+}
+
 uint32_t
 pt_max_depth(const pt_slice *slices, uint64_t n)
 {

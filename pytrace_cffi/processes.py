@@ -32,7 +32,7 @@ program name), on CLOCK_MONOTONIC (one host; other hosts through their realtime
 anchors), in the format output's name picks: Chrome JSON with a pid lane per
 process, .pftrace with a process track per process, .html with lanes grouped by
 process, or a saved directory of them all (``joined_trace`` gives that Trace of
-several processes). It never waits for a process: one still running is joined as
+several processes, streamed from the processes' own traces). It never waits for a process: one still running is joined as
 far as its files go and reported as such.
 """
 import atexit
@@ -1031,11 +1031,11 @@ def join(inputs, output):
     hosts' mapped through their realtime anchors). Returns a ProcessResult per
     process."""
     output = os.fspath(output)
-    if not output.endswith((".json", ".json.gz")):
-        trace, results = joined_trace(inputs)
-        write_any(trace, output)
-        return results
-    return _join_json(inputs, output)
+    if output.endswith((".json", ".json.gz")):
+        return _join_json(inputs, output)      # written straight, process by process
+    trace, results = joined_trace(inputs)
+    write_any(trace, output)
+    return results
 
 
 def write_any(trace, path):
@@ -1054,28 +1054,130 @@ def write_any(trace, path):
 def joined_trace(inputs):
     """(Trace, [ProcessResult]): the processes of inputs as one Trace of several
     processes (Trace.processes: pid -> label and facts, in lane order; each
-    thread's pid), times aligned as join aligns them. Joined through a Chrome JSON
-    in a temporary directory (removed after), read back line by line."""
-    import shutil
-    import tempfile
-    from .render.summary import _read_chrome_trace
-    scratch = tempfile.mkdtemp(prefix="pytrace_cffi-job-")
-    try:
-        joined = os.path.join(scratch, "job.json")
-        results = _join_json(inputs, joined)
-        return _read_chrome_trace(joined), results
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    thread's pid), times aligned as join aligns them. It streams from the
+    processes' own traces (no temporary file, no slice table: see _JoinedStreams)."""
+    items, traced = _traced(inputs)
+    return _joined(traced, _host_shifts(traced)), [r for r, _ in items]
 
 
-def _join_json(inputs, output):
+def _traced(inputs):
+    """(every (ProcessResult, (trace, facts)) in lane order, the (result, trace,
+    facts) of those that could be read)."""
     items = sorted(_read_all(inputs), key=_sort_key)
     traced = [(r, t, f) for r, (t, f) in items if t is not None]
     if not traced:
         raise TraceFormatError("no process in " + ", ".join(map(str, [inputs]))
                                + " could be read")
+    return items, traced
+
+
+def _join_json(inputs, output):
+    items, traced = _traced(inputs)
     _write_joined(traced, output, _host_shifts(traced))
     return [r for r, _ in items]
+
+
+def _joined(traced, shifts):
+    """The Trace of several processes that _write_joined's JSON reads back as:
+    threads in lane order (numbered across processes, each with its process's
+    pid), one key per (name, kind, args) over all processes, every time moved
+    by its process's host shift; its calls streamed from the processes' traces."""
+    from .trace import Mark, Trace
+    names, kinds, key_args, key_of = [], [], {}, {}
+
+    def union_key(name, kind, args):
+        identity = (name, kind, json.dumps(args, sort_keys=True) if args else "")
+        key = key_of.get(identity)
+        if key is None:
+            key = key_of[identity] = len(names)
+            names.append(name)
+            kinds.append(kind)
+            if args:
+                key_args[key] = dict(args)
+        return key
+
+    threads, parts, stats, marks, processes = [], [], [], [], {}
+    for (result, trace, facts), shift in zip(traced, shifts):
+        key_map = ffi.new("uint32_t[]", [
+            union_key(name, kind, trace.key_args.get(key))
+            for key, (name, kind) in enumerate(zip(trace.names, trace.key_kinds))] or [0])
+        processes[result.pid] = {"label": result.label, "state": result.state,
+                                 "host": facts.get("host"), "ppid": facts.get("ppid"),
+                                 "argv": facts.get("argv")}
+        for thread, n, open_at_stop, depth in trace.thread_counts():
+            threads.append(thread._replace(index=len(threads), pid=trace.pid))
+            parts.append((trace, thread.index, key_map, len(trace.names), shift))
+            stats.append((n, open_at_stop, depth))
+        marks.extend(Mark(m.kind, m.ns + shift, m.thread, m.name, m.args) for m in trace.marks)
+    root = traced[0][1]
+    streams = _JoinedStreams(parts, stats)
+    joined = Trace(names=names, key_kinds=kinds, key_args=key_args, threads=threads,
+                   slices=None, streams=streams, build_slices=streams.table,
+                   start_ns=min(t.start_ns + shift for (_, t, _), shift in zip(traced, shifts)),
+                   stop_ns=max(t.stop_ns + shift for (_, t, _), shift in zip(traced, shifts)),
+                   pid=root.pid, python_version=root.python_version, backend=root.backend,
+                   clock=root.clock, params={"modules": [], "optimizer_steps": []},
+                   marks=marks, dropped_events=sum(t.dropped_events for _, t, _ in traced),
+                   realtime_anchor=root.realtime_anchor)
+    joined.processes = processes
+    return joined
+
+
+class _JoinedStreams:
+    """The streams of a joined trace (see trace.Trace and render/walk.py): per
+    joined thread, its process's batches (from that trace's own walk, or its
+    slice table) remapped in C (pt_remap_slices) onto the union keys and the
+    shifted clock, REMAP_BATCH slices at a time into a scratch buffer; each
+    batch valid until the next is asked for. No records: a .pftrace encodes
+    the slice batches."""
+
+    REMAP_BATCH = 1 << 16
+
+    def __init__(self, parts, stats):
+        self.parts = parts          # per thread: (trace, its index there, key map, keys, shift)
+        self.stats = stats          # per thread: (calls, open at stop, deepest depth)
+
+    def slices(self, index):
+        trace, local, key_map, n_map, shift = self.parts[index]
+        scratch = None
+        for slices, n, first in _process_batches(trace, local):
+            if scratch is None:
+                scratch = ffi.new("pt_slice[]", min(self.REMAP_BATCH, max(1, n)))
+                capacity = len(scratch)
+            elif n > capacity and capacity < self.REMAP_BATCH:
+                scratch = ffi.new("pt_slice[]", min(self.REMAP_BATCH, n))
+                capacity = len(scratch)
+            for at in range(0, n, capacity):
+                count = min(capacity, n - at)
+                if lib.pt_remap_slices(slices + at, count, key_map, n_map, shift,
+                                       scratch) != lib.PT_OK:
+                    raise TraceFormatError(
+                        f"pid {trace.pid}, thread {local}: a call names a function its "
+                        f"trace does not know, or its time overflows when shifted by "
+                        f"{shift} ns")
+                yield scratch, count, first + at
+
+    def table(self):
+        """The slice table (Trace.thread_slices): every batch copied in."""
+        table = []
+        for index, (n, _, _) in enumerate(self.stats):
+            slices = ffi.new("pt_slice[]", max(1, n))
+            for batch, count, first in self.slices(index):
+                if first + count > n:
+                    raise TraceFormatError(f"thread {index}: more calls than counted")
+                ffi.memmove(slices + first, batch, count * ffi.sizeof("pt_slice"))
+            table.append((slices, n))
+        return table
+
+
+def _process_batches(trace, index):
+    """Thread index's batches of one process's trace (chrome._thread_batches for
+    one thread): from its walk, or its slice table whole."""
+    streams = getattr(trace, "_streams", None)
+    if streams is not None and not trace.slices_built():
+        return streams.slices(index)
+    slices, n = trace._slices[index]
+    return [(slices, n, 0)] if n else []
 
 
 def _realtime_offset(trace):
