@@ -781,9 +781,11 @@ def test_sigkilled_child_with_regions_is_recovered(tmp_path):
     trace = processes.recover(result.directory)
     regions = [call for call in trace if call.name == "unique_region"]
     functions = [call for call in trace if call.name.endswith(": unique_in_region")]
-    # Chunks of 512 events, a region with its call and their built-ins ~10 events;
-    # the last region kept may have been cut before its call.
-    assert 3000 - 60 <= len(regions) < 3000
+    # Chunks of 512 events, a region with its call and their built-ins ~10 events:
+    # the chunk being filled is lost (all regions are kept when its boundary falls
+    # just after the last one: where it falls moves with the length of the paths
+    # imported); the last region kept may have been cut before its call.
+    assert 3000 - 60 <= len(regions) <= 3000
     assert len(regions) - 1 <= len(functions) <= len(regions)
 
 
