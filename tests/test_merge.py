@@ -503,7 +503,7 @@ def test_merge_streams_a_stopped_traces_calls_in_small_batches(tmp_path, monkeyp
     _merge_and_check(trace, tmp_path, "stopped")
 
 
-def test_merge_streams_a_loaded_spilled_trace_and_cuts_a_tables_batches(tmp_path,
+def test_merge_streams_loaded_spilled_and_saved_traces_and_cuts_a_tables_batches(tmp_path,
                                                                         monkeypatch):
     from pytrace_cffi import merge
     from pytrace_cffi.render import walk
@@ -526,14 +526,18 @@ def test_merge_streams_a_loaded_spilled_trace_and_cuts_a_tables_batches(tmp_path
     events = json.loads((tmp_path / "spilled.json").read_text())["traceEvents"]
     assert events == expected_ours(spilled, BASE_NS)
     assert len([e for e in events if e["ph"] == "X"]) == len(spilled) > 600
-    # a saved trace loads with its table: one batch a thread, moved and formatted
-    # in pieces of at most SCRATCH_SLICES
-    monkeypatch.setattr(merge, "SCRATCH_SLICES", 50)
+    # a saved trace streams from its slices.bin; with its slice table built, a
+    # thread is one batch, moved and formatted in pieces of at most SCRATCH_SLICES
     loaded = pytrace_cffi.load(str(tmp_path / "saved"))
-    assert loaded.slices_built() and len(loaded) > 4 * 50
+    expected = expected_ours(trace, BASE_NS)
     pytrace_cffi.merge_torch(loaded, tmp_path / "torch.json", tmp_path / "loaded.json")
-    events = json.loads((tmp_path / "loaded.json").read_text())["traceEvents"]
-    assert events == expected_ours(loaded, BASE_NS) == expected_ours(trace, BASE_NS)
+    assert not loaded.slices_built()
+    assert json.loads((tmp_path / "loaded.json").read_text())["traceEvents"] == expected
+    monkeypatch.setattr(merge, "SCRATCH_SLICES", 50)
+    list(loaded.thread_slices())
+    assert loaded.slices_built() and len(loaded) > 4 * 50
+    pytrace_cffi.merge_torch(loaded, tmp_path / "torch.json", tmp_path / "table.json")
+    assert json.loads((tmp_path / "table.json").read_text())["traceEvents"] == expected
 
 
 def test_a_later_threads_call_before_torchs_base_restarts_the_file(tmp_path):
