@@ -297,19 +297,25 @@ def _other_data(trace):
     }
 
 
+# Slices moved onto CLOCK_REALTIME at a time: the scratch copy stays this small
+# (40 bytes each) whatever the batch (a slice table's batch is a whole thread).
+SCRATCH_SLICES = 1 << 16
+
+
+class _CallBeforeBase(Exception):
+    """A call would come before torch's base: merge_torch starts over from our JSON."""
+
+
 def _write_our_trace(trace, out, span, anchor, base):
-    """Our calls straight from the replayed slices: one thread at a time, a copy
-    of its slices has its times moved onto CLOCK_REALTIME in C and is formatted by
-    the Chrome exporter's C formatter relative to torch's base, as chrome.py writes
-    them. False (nothing written) when a call would come before torch's base (a
-    negative ts, which the formatter does not write)."""
+    """Our calls straight from the replayed slices, streamed (chrome._thread_batches:
+    no slice table when the trace streams from its events): each batch, copied a
+    piece at a time into a bounded scratch buffer, has its times moved onto
+    CLOCK_REALTIME in C and is formatted by the Chrome exporter's C formatter
+    relative to torch's base, as chrome.py writes them. False, after writing some
+    perhaps, when a call would come before torch's base (a negative ts, which the
+    formatter does not write): the caller throws that output away."""
     from ._core import ffi, lib
-    from .render.chrome import KeyStrings, _warn_if_too_deep
-    # A thread's first slice starts first, and the map only moves times forward.
-    if any(n and monotonic_to_realtime(anchor, slices[0].start) < base
-           for _, slices, n in trace.thread_slices()):
-        return False
-    _warn_if_too_deep(trace, "merged trace", stacklevel=4)
+    from .render.chrome import KeyStrings, _thread_batches, _warn_if_too_deep
     start, stop = anchor["start"], anchor["stop"]
     clocks = (start["monotonic_ns"], start["realtime_ns"] - start["monotonic_ns"],
               stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
@@ -318,27 +324,39 @@ def _write_our_trace(trace, out, span, anchor, base):
     keys = KeyStrings(trace)
     buffer = ffi.new("char[]", CHUNK_BYTES)
     next_index, written = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    scratch, room = None, 0
+    slice_size = ffi.sizeof("pt_slice")
     first_id = 0
-    for thread, slices, n in trace.thread_slices():
+    for thread, batches in _thread_batches(trace):
         tid = thread.native_id or thread.ident
         span.traced.add((pid, tid))
         out.event(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                               "args": {"name": thread.name}}).encode("utf-8"))
-        if not n:
-            continue
-        moved = ffi.new("pt_slice[]", n)
-        ffi.memmove(moved, slices, n * ffi.sizeof("pt_slice"))
-        lib.pt_slices_to_realtime(moved, n, *clocks, first, last)
-        span.add((first[0] - base) / 1000, (last[0] - base) / 1000)
         prefix = f',\n{{"ph":"X","pid":{pid},"tid":{tid},'.encode("utf-8")
-        next_index[0] = 0
-        while next_index[0] < n:
-            lib.pt_format_slices(moved, n, next_index, keys.names, keys.name_lens, keys.extras,
-                                 keys.extra_lens, keys.count, prefix, len(prefix), base,
-                                 first_id, thread.index, buffer, CHUNK_BYTES, written)
-            out.formatted(ffi.buffer(buffer, written[0])[:])
-        first_id += n
-        del moved
+        total = 0
+        for slices, n, index_base in batches:
+            for at in range(0, n, SCRATCH_SLICES):
+                piece = min(SCRATCH_SLICES, n - at)
+                if piece > room:
+                    scratch, room = ffi.new("pt_slice[]", piece), piece
+                ffi.memmove(scratch, slices + at, piece * slice_size)
+                lib.pt_slices_to_realtime(scratch, piece, *clocks, first, last)
+                # the map only moves times forward: checking every piece checks
+                # each thread's first call (the old up-front test) as it comes
+                if first[0] < base:
+                    return False
+                span.add((first[0] - base) / 1000, (last[0] - base) / 1000)
+                next_index[0] = 0
+                while next_index[0] < piece:
+                    lib.pt_format_slices_from(scratch, piece, next_index, keys.names,
+                                              keys.name_lens, keys.extras, keys.extra_lens,
+                                              keys.count, prefix, len(prefix), base, first_id,
+                                              index_base + at, thread.index, buffer,
+                                              CHUNK_BYTES, written)
+                    out.formatted(ffi.buffer(buffer, written[0])[:])
+            total = index_base + n
+        first_id += total
+    _warn_if_too_deep(trace, "merged trace", stacklevel=4)
     for mark in trace.marks:
         ts = round((monotonic_to_realtime(anchor, mark.ns) - base) / 1000, 3)
         event = {"ph": mark.kind, "name": mark.name, "pid": pid, "tid": mark.thread,
@@ -418,28 +436,39 @@ def merge_torch(trace, torch_trace_path, out_path):
             head = dict(torch_json.head)        # the entries before traceEvents, in order
             opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6))
                       if out_path.endswith(".gz") else (lambda tmp: open(tmp, "wb")))
-            with replaced_atomically(out_path, opener) as f:
-                text = json.dumps(head)[1:-1]
-                f.write(("{" + text + ("," if text else "") + '\n"traceEvents":[\n')
-                        .encode("utf-8"))
-                out, span = _Out(f), _Span()
-                if not _write_our_trace(ours, out, span, anchor, base):
-                    # a call before torch's base (a negative ts, which the C
-                    # formatter does not write): event by event from our JSON
-                    span = _Span()
-                    our_json = _exported(ours, os.path.dirname(os.path.abspath(out_path)))
-                    our_json.read_head()
-                    _write_our_json(our_json, out, span, anchor, start, base)
-                dropped = _write_torch_events(torch_json, out, span)
-                out.flush()
-                tail = {k: v for k, v in torch_json.tail.items() if k not in head}
-                tail["pytrace_cffi"] = {
-                    "trace": other,
-                    "torch_python_function_events_replaced": dropped,
-                    "clock": "our CLOCK_MONOTONIC ts mapped to torch's epoch time through "
-                             "otherData.realtime_anchor",
-                }
-                f.write(("\n]," + json.dumps(tail)[1:] + "\n").encode("utf-8"))
+            # Streamed from our slices; when a call would come before torch's base
+            # (a negative ts, which the C formatter does not write), found only as
+            # the calls stream by, that file is thrown away and written again,
+            # our events read one by one from our JSON. torch's events are read
+            # after ours: its reader is still at the start of its events.
+            for direct in (True, False):
+                try:
+                    with replaced_atomically(out_path, opener) as f:
+                        text = json.dumps(head)[1:-1]
+                        f.write(("{" + text + ("," if text else "") + '\n"traceEvents":[\n')
+                                .encode("utf-8"))
+                        out, span = _Out(f), _Span()
+                        if direct:
+                            if not _write_our_trace(ours, out, span, anchor, base):
+                                raise _CallBeforeBase
+                        else:
+                            our_json = _exported(ours,
+                                                 os.path.dirname(os.path.abspath(out_path)))
+                            our_json.read_head()
+                            _write_our_json(our_json, out, span, anchor, start, base)
+                        dropped = _write_torch_events(torch_json, out, span)
+                        out.flush()
+                        tail = {k: v for k, v in torch_json.tail.items() if k not in head}
+                        tail["pytrace_cffi"] = {
+                            "trace": other,
+                            "torch_python_function_events_replaced": dropped,
+                            "clock": "our CLOCK_MONOTONIC ts mapped to torch's epoch time "
+                                     "through otherData.realtime_anchor",
+                        }
+                        f.write(("\n]," + json.dumps(tail)[1:] + "\n").encode("utf-8"))
+                    break
+                except _CallBeforeBase:
+                    continue
     finally:
         if our_json is not None:
             our_json.close()

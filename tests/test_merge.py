@@ -3,6 +3,7 @@ trace on torch.profiler's timeline: on every interpreter with synthetic torch
 traces; on the real torch (3.11) with a small CNN."""
 import json
 import os
+import sys
 import threading
 import time
 
@@ -358,9 +359,9 @@ def test_merge_of_a_broken_torch_trace_fails_cleanly(traced, tmp_path):
 
 def test_merge_holds_neither_trace_whole(tmp_path):
     # A 60k-call trace and a ~10 MB torch trace: merging keeps a buffer of torch's
-    # text and a copy of one thread's slices (40 bytes a call) whose times it moves
-    # in C, so the peak stays below either file's size (reading both whole, as
-    # before, took ~100 MB here).
+    # text and a bounded copy of a batch of our slices whose times it moves in C,
+    # so the peak stays below either file's size (reading both whole, as before,
+    # took ~100 MB here).
     import tracemalloc
 
     def calls(n):
@@ -408,6 +409,7 @@ def test_calls_before_torchs_base_keep_their_negative_times(traced, tmp_path):
     first = min(ours, key=lambda e: e["ts"])
     expected = (monotonic_to_realtime(anchor, first_call.start_ns) - base) / 1000
     assert expected < 0 and first["ts"] == pytest.approx(expected, abs=0.0011)
+    assert not traced.slices_built()        # found as the calls stream by
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".json") and p.startswith("tmp")]
 
 
@@ -423,3 +425,217 @@ def test_merge_warns_of_calls_nested_deeper_than_perfetto_draws(tmp_path):
         pytrace_cffi.merge_torch(t.trace, tmp_path / "torch.json", tmp_path / "m.json")
     events = json.loads((tmp_path / "m.json").read_text())["traceEvents"]
     assert len([e for e in events if e.get("ph") == "X"]) == len(t.trace)
+
+
+# -- our calls streamed: no slice table --------------------------------------------
+
+CATEGORY = {"python": "python_function", "c": "python_function",
+            "annotation": "user_annotation"}
+
+
+def us(ns):
+    """ns as the µs number the C formatter writes (three decimals), parsed."""
+    return float(f"{ns // 1000}.{ns % 1000:03d}")
+
+
+def expected_ours(trace, base):
+    """Our events as merge_torch writes them, from the trace's Call iteration and
+    the Python clock map: per thread its thread_name, then its calls in start
+    order, their times mapped to torch's."""
+    assert not trace.key_args                   # (Call does not carry a key's args)
+    anchor, pid = trace.realtime_anchor, trace.pid
+    calls = iter(trace)
+    events = []
+    for thread, n, _, _ in list(trace.thread_counts()):
+        tid = thread.native_id or thread.ident
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                       "args": {"name": thread.name}})
+        for _ in range(n):
+            call = next(calls)
+            start = monotonic_to_realtime(anchor, call.start_ns)
+            end = monotonic_to_realtime(anchor, call.end_ns)
+            events.append({"ph": "X", "pid": pid, "tid": tid, "cat": CATEGORY[call.kind],
+                           "name": call.name, "ts": us(start - base), "dur": us(end - start),
+                           "args": {"Python id": call.id, "Python parent id": call.parent,
+                                    "Python thread": thread.index}})
+    assert next(calls, None) is None
+    return events
+
+
+def _threads_trace():
+    def fib(n):
+        return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+    def worker():
+        for _ in range(3):
+            fib(11)
+            time.sleep(0.001)
+
+    with pytrace_cffi.trace() as t:
+        threads = [threading.Thread(target=worker, name=f"w{i}") for i in range(3)]
+        for thread in threads:
+            thread.start()
+        worker()
+        for thread in threads:
+            thread.join()
+    return t.trace
+
+
+def _merge_and_check(trace, tmp_path, name):
+    from pytrace_cffi.render.chrome import _thread_batches
+    threads = [thread for thread, n, _, _ in trace.thread_counts() if n]
+    assert len(threads) >= 4
+    # the batches are smaller than the threads: several per thread
+    assert sum(1 for _, batches in _thread_batches(trace) for _ in batches) > len(threads)
+    (tmp_path / "torch.json").write_text(json.dumps({"baseTimeNanoseconds": BASE_NS,
+                                                     "traceEvents": []}))
+    out = tmp_path / f"{name}.json"
+    pytrace_cffi.merge_torch(trace, tmp_path / "torch.json", out)
+    events = json.loads(out.read_text())["traceEvents"]
+    assert not trace.slices_built()
+    assert events == expected_ours(trace, BASE_NS)
+
+
+def test_merge_streams_a_stopped_traces_calls_in_small_batches(tmp_path, monkeypatch):
+    from pytrace_cffi.render import walk
+    monkeypatch.setattr(walk, "RUN_EVENTS", 64)        # a batch: what 64 events finish
+    trace = _threads_trace()
+    _merge_and_check(trace, tmp_path, "stopped")
+
+
+def test_merge_streams_loaded_spilled_and_saved_traces_and_cuts_a_tables_batches(tmp_path,
+                                                                        monkeypatch):
+    from pytrace_cffi import merge
+    from pytrace_cffi.render import walk
+    monkeypatch.setattr(walk, "RUN_EVENTS", 64)
+    trace = _threads_trace()
+    trace.save(str(tmp_path / "saved"))
+    with pytrace_cffi.trace(max_events=500, output=str(tmp_path / "spill")) as t:
+        inner = threading.Thread(target=lambda: [len(str(i)) for i in range(300)])
+        inner.start()
+        for i in range(300):
+            len(str(i))
+        inner.join()
+    assert isinstance(t.trace, pytrace_cffi.SpilledTrace)
+    spilled = pytrace_cffi.load(str(tmp_path / "spill"))
+    assert not spilled.slices_built()
+    (tmp_path / "torch.json").write_text(json.dumps({"baseTimeNanoseconds": BASE_NS,
+                                                     "traceEvents": []}))
+    pytrace_cffi.merge_torch(spilled, tmp_path / "torch.json", tmp_path / "spilled.json")
+    assert not spilled.slices_built()
+    events = json.loads((tmp_path / "spilled.json").read_text())["traceEvents"]
+    assert events == expected_ours(spilled, BASE_NS)
+    assert len([e for e in events if e["ph"] == "X"]) == len(spilled) > 600
+    # a saved trace streams from its slices.bin; with its slice table built, a
+    # thread is one batch, moved and formatted in pieces of at most SCRATCH_SLICES
+    loaded = pytrace_cffi.load(str(tmp_path / "saved"))
+    expected = expected_ours(trace, BASE_NS)
+    pytrace_cffi.merge_torch(loaded, tmp_path / "torch.json", tmp_path / "loaded.json")
+    assert not loaded.slices_built()
+    assert json.loads((tmp_path / "loaded.json").read_text())["traceEvents"] == expected
+    monkeypatch.setattr(merge, "SCRATCH_SLICES", 50)
+    list(loaded.thread_slices())
+    assert loaded.slices_built() and len(loaded) > 4 * 50
+    pytrace_cffi.merge_torch(loaded, tmp_path / "torch.json", tmp_path / "table.json")
+    assert json.loads((tmp_path / "table.json").read_text())["traceEvents"] == expected
+
+
+def test_a_later_threads_call_before_torchs_base_restarts_the_file(tmp_path):
+    # The first thread written starts after torch's base, the second before it
+    # (only found once the first is written): that file goes, and the merged one
+    # has every call once, the early ones at negative times, as from our JSON.
+    from pytrace_cffi.trace import Trace
+    trace = _threads_trace()
+    trace.save(str(tmp_path / "saved"))
+    loaded = pytrace_cffi.load(str(tmp_path / "saved"))
+    table = list(loaded.thread_slices())
+    firsts = [slices[0].start for _, slices, n in table]
+    assert firsts[0] < firsts[1]                   # the main thread began first
+    swapped = Trace(names=loaded.names, key_kinds=loaded.key_kinds, key_args=loaded.key_args,
+                    threads=[table[1][0], table[0][0]] + [t for t, _, _ in table[2:]],
+                    slices=[(table[1][1], table[1][2]), (table[0][1], table[0][2])]
+                    + [(s, n) for _, s, n in table[2:]],
+                    start_ns=loaded.start_ns, stop_ns=loaded.stop_ns, pid=loaded.pid,
+                    python_version=loaded.python_version, backend=loaded.backend,
+                    clock=loaded.clock, params=loaded.params, marks=loaded.marks,
+                    realtime_anchor=loaded.realtime_anchor)
+    anchor = loaded.realtime_anchor
+    base = (monotonic_to_realtime(anchor, firsts[0])
+            + monotonic_to_realtime(anchor, firsts[1])) // 2
+    (tmp_path / "torch.json").write_text(json.dumps({"baseTimeNanoseconds": base,
+                                                     "traceEvents": []}))
+    pytrace_cffi.merge_torch(swapped, tmp_path / "torch.json", tmp_path / "m.json")
+    events = json.loads((tmp_path / "m.json").read_text())["traceEvents"]
+    ours = [e for e in events if e["ph"] == "X"]
+    assert sorted(e["args"]["Python id"] for e in ours) == list(range(len(swapped)))
+    assert [e for e in events if e["ph"] == "M"] == \
+        [e for e in expected_ours(swapped, base) if e["ph"] == "M"]
+    assert min(e["ts"] for e in ours) < 0
+    # written from our JSON, event by event: the first calls checked
+    for event, call in zip(ours[:4], swapped):
+        assert event["name"] == call.name and event["args"]["Python id"] == call.id
+        ts = (monotonic_to_realtime(anchor, call.start_ns) - base) / 1000
+        assert event["ts"] == pytest.approx(ts, abs=0.0011)
+    assert sorted(os.listdir(tmp_path)) == ["m.json", "saved", "torch.json"]
+
+
+MERGE_BIG_SCRIPT = r"""
+import json, sys, time
+import pytrace_cffi
+from pytrace_cffi import merge
+import pytrace_cffi.render.chrome, pytrace_cffi.render.walk  # noqa
+
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+
+
+fib(15)
+pytrace_cffi.start()
+fib(int(sys.argv[2]))
+trace = pytrace_cffi.stop()
+base = (time.time_ns() // 10 ** 9 - 50 * 86400) * 10 ** 9
+tid = trace.threads[0].native_id
+with open(sys.argv[1] + ".torch.json", "w") as f:
+    json.dump({"schemaVersion": 1, "baseTimeNanoseconds": base, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::op%d" % i, "pid": trace.pid, "tid": tid,
+         "ts": 1.0 + i, "dur": 0.5, "args": {"External id": i}} for i in range(20)]}, f)
+after_stop = status("VmRSS")
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")                # VmHWM from here: the peak of the merge
+merge.merge_torch(trace, sys.argv[1] + ".torch.json", sys.argv[1] + ".json.gz")
+print(len(trace), status("VmHWM") - after_stop, int(trace.slices_built()))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
+def test_merging_three_million_calls_adds_little_to_the_stopped_traces_memory(tmp_path):
+    """fib(30), 2.7M calls, merged with a small torch-shaped trace in a subprocess:
+    the peak RSS of the merge stays under 16 bytes a call above the stopped trace's
+    (the slice table it used to build took 40 a call, and a copy of the thread's
+    slices 40 more); the file holds every call and torch's events."""
+    import gzip
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(pytrace_cffi.__file__)))
+    base = tmp_path / "big"
+    result = subprocess.run([sys.executable, "-c", MERGE_BIG_SCRIPT, str(base), "30"],
+                            env=dict(os.environ, PYTHONPATH=root), capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    calls, peak, built = map(int, result.stdout.split())
+    assert calls >= 2_692_537                   # fib(30) makes 2 * fib(31) - 1 calls
+    assert peak < 16 * calls, f"{peak / calls:.1f} bytes per call"
+    assert not built
+    ours = ops = 0
+    with gzip.open(f"{base}.json.gz", "rb") as f:
+        for line in f:
+            ours += b'"Python id":' in line
+            ops += b'"aten::op' in line
+    assert ours == calls and ops == 20
