@@ -320,15 +320,17 @@ def _write_our_trace(trace, out, span, anchor, base):
     clocks = (start["monotonic_ns"], start["realtime_ns"] - start["monotonic_ns"],
               stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
     first, last = ffi.new("int64_t *"), ffi.new("int64_t *")
-    pid = trace.pid
     keys = KeyStrings(trace)
     buffer = ffi.new("char[]", CHUNK_BYTES)
+    pid_of_tid = {}
     next_index, written = ffi.new("uint64_t *"), ffi.new("uint64_t *")
     scratch, room = None, 0
     slice_size = ffi.sizeof("pt_slice")
     first_id = 0
     for thread, batches in _thread_batches(trace):
         tid = thread.native_id or thread.ident
+        pid = trace.thread_pid(thread)      # a job's trace: the thread's own process
+        pid_of_tid.setdefault(thread.native_id, pid)
         span.traced.add((pid, tid))
         out.event(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                               "args": {"name": thread.name}}).encode("utf-8"))
@@ -359,6 +361,7 @@ def _write_our_trace(trace, out, span, anchor, base):
     _warn_if_too_deep(trace, "merged trace", stacklevel=4)
     for mark in trace.marks:
         ts = round((monotonic_to_realtime(anchor, mark.ns) - base) / 1000, 3)
+        pid = pid_of_tid.get(mark.thread, trace.pid)
         event = {"ph": mark.kind, "name": mark.name, "pid": pid, "tid": mark.thread,
                  "ts": ts, "args": mark.args}
         if mark.kind == "i":

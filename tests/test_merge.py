@@ -639,3 +639,36 @@ def test_merging_three_million_calls_adds_little_to_the_stopped_traces_memory(tm
             ours += b'"Python id":' in line
             ops += b'"aten::op' in line
     assert ours == calls and ops == 20
+
+
+def _fib(n):
+    return n if n < 2 else _fib(n - 1) + _fib(n - 2)
+
+
+def test_a_job_traces_threads_keep_their_own_pids_when_merged(tmp_path):
+    """A trace of several processes (a job's) merged with torch's: each thread's
+    calls, name and marks go under the process it ran in, as in our own export."""
+    with pytrace_cffi.trace() as t:
+        worker = threading.Thread(target=_fib, args=(8,))
+        worker.start()
+        worker.join()
+        _fib(9)
+        len([1])                # the call synthetic_torch_trace puts an op in
+    original = t.trace
+    pid = original.pid
+    original.processes = {pid: {"label": "first"}, pid + 1: {"label": "second"}}
+    original.threads = [th._replace(pid=pid + (i % 2)) for i, th in enumerate(original.threads)]
+    original.save(str(tmp_path / "two"))
+    trace = pytrace_cffi.load(str(tmp_path / "two"))
+    assert len({trace.thread_pid(t) for t in trace.threads}) == 2
+    synthetic_torch_trace(trace, tmp_path / "torch.json", trace.threads[0].native_id)
+    pytrace_cffi.merge_torch(trace, str(tmp_path / "torch.json"), str(tmp_path / "m.json"))
+    _, events = merged_events(tmp_path / "m.json")
+    pid_of = {t.native_id: trace.thread_pid(t) for t in trace.threads}
+    names = [e for e in events if e.get("name") == "thread_name" and e["tid"] in pid_of
+             and "(python)" not in e["args"]["name"]]
+    assert sorted((e["tid"], e["pid"]) for e in names) == sorted(pid_of.items())
+    ours = [e for e in events if e.get("ph") == "X" and "Python id" in e.get("args", {})]
+    assert len(ours) == len(original)
+    assert all(e["pid"] == pid_of[e["tid"]] for e in ours)
+    assert {e["pid"] for e in ours} == set(pid_of.values())
