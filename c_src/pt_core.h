@@ -270,23 +270,36 @@ void pt_reducer_end_thread(pt_reducer *r);
 uint64_t pt_reducer_take(pt_reducer *r, const pt_reduced **kept);
 /* Reading our Chrome JSON back (pt_jsonlines.c). pt_line_keys maps a call line's
  * function text - from "cat": to the name's closing quote, and the extra args
- * after "Python thread" - to its key and slice flags. pt_read_call_lines appends
+ * after "Python thread" - to its key and slice flags. pt_read_call_lines takes
  * the call lines of thread from text[*pos..len) (each ending ",\n", exactly as
  * pt_format_slices writes them, of a known function, its id the next of the
- * thread's and its parent an earlier call of it) and stops at the first other
- * line, or a line without its newline yet; moves *pos past the lines taken and
- * returns how many. pt_line_thread_push appends one call (PT_ERR_ARG: parent not
- * an earlier call of the thread). The slices are malloc'd: pt_free_slices. */
+ * thread's and its parent an open call of it that encloses it) and stops at the
+ * first other line, a line without its newline yet, when the batch is full or
+ * when limit calls are taken; moves *pos past the lines taken and returns how
+ * many. pt_line_thread_push takes one call (PT_ERR_ARG: its parent is not an
+ * earlier call of the thread; PT_ERR_STATE: the parent is no open call or does
+ * not enclose it). A thread reads in bounded memory: the calls enclosing the next
+ * (a stack as deep as the calls nest) and, when slices is not NULL, the batch of
+ * cap slices filled so far (count; the caller empties it). digest sums up every
+ * call taken, so a second read can tell it met the same calls. */
 typedef struct pt_line_keys pt_line_keys;
+typedef struct pt_line_open pt_line_open;
 typedef struct {
-    pt_slice *slices;       /* grown with realloc */
-    uint64_t count;
+    pt_slice *slices;       /* the batch being filled (caller's), or NULL: keep none */
+    uint64_t count;         /* in slices */
     uint64_t cap;
+    uint64_t n;             /* calls taken: the thread index of the next one */
+    uint64_t limit;         /* take at most this many calls */
     int64_t start_ns;       /* the trace's start: "ts" counts from it */
     uint64_t first_id;      /* "Python id" of the thread's first call */
     uint64_t tid;
     uint32_t thread_index;  /* "Python thread" */
+    uint32_t max_depth;
     uint64_t pid;           /* of the last call taken */
+    uint64_t digest;
+    pt_line_open *open;     /* the enclosing calls, innermost last */
+    uint64_t n_open;
+    uint64_t open_cap;
 } pt_line_thread;
 pt_line_keys *pt_line_keys_new(void);
 void pt_line_keys_free(pt_line_keys *keys);
@@ -296,7 +309,10 @@ uint64_t pt_read_call_lines(const pt_line_keys *keys, pt_line_thread *thread, co
                             uint64_t len, uint64_t *pos);
 int pt_line_thread_push(pt_line_thread *thread, int64_t start, int64_t end, uint32_t key,
                         uint32_t flags, int64_t parent);
-void pt_free_slices(pt_slice *slices);
+/* A zeroed thread (limit: no limit), or NULL when out of memory; free with
+ * pt_line_thread_free (its stack; the batch is the caller's). */
+pt_line_thread *pt_line_thread_new(void);
+void pt_line_thread_free(pt_line_thread *thread);
 /* Summary (pt_summary.c): adds one thread's slices to per-name calls, total_ns
  * (recursion counted once) and self_ns (less direct callees), n_names entries
  * each; name_of_key maps each of n_keys keys to its name. times_open is scratch

@@ -6,7 +6,9 @@
  * and stops at the first line it does not take whole - a thread_name event, a new
  * function, anything unexpected or malformed - for Python to read that one line
  * with the full JSON parser and its error messages. Nothing here trusts the text:
- * every read is bounded by the line's end.
+ * every read is bounded by the line's end. A thread keeps only the calls that
+ * enclose the next one and, when reading calls for use, a batch of them: the
+ * first read of a file checks and counts, later reads hand out batches.
  */
 #include "pt_internal.h"
 
@@ -127,35 +129,90 @@ pt_line_keys_add(pt_line_keys *keys, const char *ident, uint32_t ident_len, cons
     return PT_OK;
 }
 
+struct pt_line_open {
+    int64_t index;
+    int64_t start;
+    int64_t end;
+};
+
+pt_line_thread *
+pt_line_thread_new(void)
+{
+    pt_line_thread *thread = calloc(1, sizeof *thread);
+    if (thread != NULL)
+        thread->limit = UINT64_MAX;
+    return thread;
+}
+
+void
+pt_line_thread_free(pt_line_thread *thread)
+{
+    if (thread == NULL)
+        return;
+    free(thread->open);
+    free(thread);
+}
+
+/* A 64-bit finalizer (MurmurHash3's): every input bit moves every output bit. */
+static uint64_t
+pt_mix(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h;
+}
+
 int
 pt_line_thread_push(pt_line_thread *thread, int64_t start, int64_t end, uint32_t key,
                     uint32_t flags, int64_t parent)
 {
-    if (parent < -1 || parent >= (int64_t)thread->count)
+    if (parent < -1 || parent >= (int64_t)thread->n || start > end)
         return PT_ERR_ARG;
-    if (thread->count == thread->cap) {
-        uint64_t cap = thread->cap ? 2 * thread->cap : 4096;
-        pt_slice *grown = realloc(thread->slices, cap * sizeof *grown);
+    /* Calls come in start order: the parent of the next is the last taken or
+     * one of its enclosing calls; the others have ended. */
+    while (thread->n_open && thread->open[thread->n_open - 1].index != parent)
+        thread->n_open--;
+    if (parent >= 0) {
+        if (!thread->n_open)
+            return PT_ERR_STATE;
+        const pt_line_open *p = &thread->open[thread->n_open - 1];
+        if (start < p->start || end > p->end)
+            return PT_ERR_STATE;
+    }
+    if (thread->slices != NULL && thread->count == thread->cap)
+        return PT_ERR_ARG;
+    if (thread->n_open == thread->open_cap) {
+        uint64_t cap = thread->open_cap ? 2 * thread->open_cap : 64;
+        pt_line_open *grown = realloc(thread->open, cap * sizeof *grown);
         if (grown == NULL)
             return PT_ERR_NOMEM;
-        thread->slices = grown;
-        thread->cap = cap;
+        thread->open = grown;
+        thread->open_cap = cap;
     }
-    pt_slice *s = &thread->slices[thread->count++];
-    s->start = start;
-    s->end = end;
-    s->key = key;
-    s->flags = flags;
-    s->parent = parent;
-    s->tag = 0;
-    s->depth = parent < 0 ? 0 : thread->slices[parent].depth + 1;
+    uint64_t depth = thread->n_open;
+    if (depth > UINT32_MAX)
+        return PT_ERR_ARG;
+    thread->open[thread->n_open++] = (pt_line_open){(int64_t)thread->n, start, end};
+    if (thread->slices != NULL) {
+        pt_slice *s = &thread->slices[thread->count++];
+        s->start = start;
+        s->end = end;
+        s->key = key;
+        s->flags = flags;
+        s->parent = parent;
+        s->tag = 0;
+        s->depth = (uint32_t)depth;
+    }
+    if (depth > thread->max_depth)
+        thread->max_depth = (uint32_t)depth;
+    /* each call's fields and place mixed, summed: another call anywhere changes it */
+    thread->digest += pt_mix((uint64_t)start ^ pt_mix((uint64_t)end ^ pt_mix(
+        ((uint64_t)key << 32 | flags) ^ pt_mix((uint64_t)parent ^ pt_mix(thread->n)))));
+    thread->n++;
     return PT_OK;
-}
-
-void
-pt_free_slices(pt_slice *slices)
-{
-    free(slices);
 }
 
 /* Cursor over one line [p, end): each reader advances it or returns 0. */
@@ -256,12 +313,12 @@ pt_call_line(const pt_line_keys *keys, pt_line_thread *thread, const char *line,
     if (!PT_LITERAL(&c, ",\"ts\":") || !pt_microseconds(&c, &ts) ||
         !PT_LITERAL(&c, ",\"dur\":") || !pt_microseconds(&c, &dur) ||
         !PT_LITERAL(&c, ",\"args\":{\"Python id\":") || !pt_digits(&c, 19, &call_id) ||
-        call_id != thread->first_id + thread->count ||
+        call_id != thread->first_id + thread->n ||
         !PT_LITERAL(&c, ",\"Python parent id\":"))
         return 0;
     if (!PT_LITERAL(&c, "null")) {
         if (!pt_digits(&c, 19, &parent_id) || parent_id < thread->first_id ||
-            parent_id - thread->first_id >= thread->count)
+            parent_id - thread->first_id >= thread->n)
             return 0;
         parent = (int64_t)(parent_id - thread->first_id);
     }
@@ -296,7 +353,8 @@ pt_read_call_lines(const pt_line_keys *keys, pt_line_thread *thread, const char 
     uint64_t lines = 0;
     const char *end = text + len;
     const char *p = text + *pos;
-    while (p < end) {
+    while (p < end && thread->n < thread->limit &&
+           (thread->slices == NULL || thread->count < thread->cap)) {
         const char *newline = memchr(p, '\n', (size_t)(end - p));
         if (newline == NULL || !pt_call_line(keys, thread, p, newline))
             break;

@@ -15,11 +15,13 @@ whole, which needs many times its size in memory (a TraceWarning says so when th
 file is big).
 """
 import gzip
+import io
 import json
 import os
 import re
 import struct
 import warnings
+import weakref
 import zlib
 from collections import namedtuple
 
@@ -309,7 +311,8 @@ def _validated(path, index, first_id, array, count, keys):
     return array, count
 
 
-def _chrome_trace(path, other, keys, threads, slices, marks, pid, lanes):
+def _chrome_trace(path, other, keys, threads, slices, marks, pid, lanes, streams=None,
+                  build_slices=None):
     from ..trace import Mark, Trace
     start_ns = _other_int(path, other, "start_monotonic_ns")
     processes = _lane_processes(path, other, lanes, threads)
@@ -326,7 +329,8 @@ def _chrome_trace(path, other, keys, threads, slices, marks, pid, lanes):
                  marks=[Mark(kind, start_ns + ts_ns, tid, name, args)
                         for kind, ts_ns, tid, name, args in marks],
                  dropped_events=_other_int(path, other, "dropped_events"),
-                 realtime_anchor=_other_anchor(path, other))
+                 realtime_anchor=_other_anchor(path, other), streams=streams,
+                 build_slices=build_slices)
     trace.processes = processes
     return trace
 
@@ -379,10 +383,15 @@ def _other_anchor(path, other):
 
 WHOLE_READ_NOTE_BYTES = 64 << 20             # warn before parsing a file this big whole
 BLOCK_BYTES = 4 << 20                        # read at a time
+STREAM_BATCH_SLICES = 1 << 16                # slices a thread's later reads hand out at once
 
 
 class _OtherLayout(Exception):
     """The file is not laid out as pytrace_cffi writes it: parse it whole."""
+
+
+class _Changed(Exception):
+    """A later read of a file does not meet what the first read met."""
 
 
 # A call exactly as pt_format_slices writes it; anything else on a line goes
@@ -398,22 +407,29 @@ _HEAD_END = b'"traceEvents":['
 
 
 class _LineThread:
-    """One thread's calls while they are read, in a C-grown pt_slice array."""
+    """One thread's calls while they are read (pt_line_thread): checked and
+    counted, and with batch_cap, handed out in batches of that many slices."""
 
-    def __init__(self, index, tid, name, first_id, start_ns):
+    def __init__(self, index, tid, name, first_id, start_ns, batch_cap=0):
         self.index, self.tid, self.name, self.first_id = index, tid, name, first_id
         self.tid_text, self.index_text = str(tid).encode(), str(index).encode()
-        self.state = ffi.new("pt_line_thread *")
+        self.state = ffi.gc(lib.pt_line_thread_new(), lib.pt_line_thread_free)
+        if self.state == ffi.NULL:
+            raise MemoryError("out of memory while reading a trace")
         self.state.start_ns, self.state.first_id = start_ns, first_id
         self.state.thread_index = index
+        self.batch = None
+        if batch_cap:
+            self.batch = ffi.new("pt_slice[]", batch_cap)
+            self.state.slices, self.state.cap = self.batch, batch_cap
         # A tid C cannot compare leaves every line of the thread to Python.
         self.fast = 0 <= tid < 2 ** 64
         if self.fast:
             self.state.tid = tid
 
     def add(self, path, call_id, parent_id, key, flags, start, end):
-        """Appends a call given its id, parent id (None for a root) and key."""
-        count = self.state.count
+        """Takes a call given its id, parent id (None for a root) and key."""
+        count = self.state.n
         if call_id != self.first_id + count:
             raise _OtherLayout(f"call {call_id} is out of order")
         parent = -1
@@ -424,46 +440,143 @@ class _LineThread:
                                        f"earlier call on its thread")
         if not -2 ** 63 <= start <= end < 2 ** 63:
             raise OverflowError
-        if lib.pt_line_thread_push(self.state, start, end, key, flags, parent) != lib.PT_OK:
+        status = lib.pt_line_thread_push(self.state, start, end, key, flags, parent)
+        if status == lib.PT_ERR_NOMEM:
             raise MemoryError("out of memory while reading a trace")
+        if status != lib.PT_OK:
+            raise TraceFormatError(f"{path}: thread {self.index}: call {call_id} does not nest "
+                                   f"inside its parent")
 
-    def slices(self):
-        """(cffi pt_slice array, count): the slices, now owned by the array."""
-        count = self.state.count
-        if not count:
-            return ffi.new("pt_slice[]", 1), 0
-        slices = ffi.gc(self.state.slices, lib.pt_free_slices)
-        self.state.slices = ffi.NULL
-        return slices, count
+    def stats(self):
+        """(calls, calls open at stop, deepest depth): the JSON marks no call as
+        open at stop, so as read back none is (as in the slice table)."""
+        return self.state.n, 0, self.state.max_depth
 
-    def release(self):
-        """Frees the slices not handed over (reading failed)."""
-        lib.pt_free_slices(self.state.slices)
-        self.state.slices = ffi.NULL
+
+class _Text:
+    """A file's text a block at a time: text[start:] is still to be read, and
+    offset is where text[0] is in the file (in the decompressed text of a .gz)."""
+
+    def __init__(self, stream, offset, on_read=None):
+        self.stream, self.on_read = stream, on_read
+        self.text, self.buffer, self.offset = b"", None, None
+        self.at(offset)
+
+    def at(self, offset):
+        """Goes to offset: within the text read, or by seeking (a .gz decompresses
+        up to it, from its start when it is behind)."""
+        if not (self.text and self.offset <= offset <= self.offset + len(self.text)):
+            self.stream.seek(offset)
+            self.text, self.buffer, self.offset = b"", None, offset
+        self.start = offset - self.offset
+
+    def more(self):
+        """Reads the next block; False at the end of the file."""
+        block = self.stream.read(BLOCK_BYTES)
+        if self.on_read is not None:
+            self.on_read()
+        if not block:
+            return False
+        self.offset += self.start
+        self.text = self.text[self.start:] + block if self.start < len(self.text) else block
+        self.start = 0
+        self.buffer = ffi.from_buffer(self.text)
+        return True
 
 
 def _read_chrome_lines(path):
     """The Trace in a file of pytrace_cffi's layout: the head on its first line,
     "traceEvents":[ on the second, then one event per line (a comma after all but
-    the last) and "]}". Raises _OtherLayout as soon as the file is laid out otherwise."""
+    the last) and "]}". Raises _OtherLayout as soon as the file is laid out otherwise.
+    The calls are checked and counted, not kept: the trace reads each thread's
+    again when it is asked for (_JsonStreams), from the file opened here (kept
+    open: a file removed after reading, like a job's joined JSON, still reads)."""
+    raw_file = None
     try:
-        with open(path, "rb") as raw_file:
-            stream = gzip.GzipFile(fileobj=raw_file, mode="rb") if path.endswith(".gz") \
-                else raw_file
-            with Progress(f"reading {path}", os.path.getsize(path)) as progress:
-                reader = _LineReader(path)
-                try:
-                    reader.read(stream, raw_file, progress)
-                finally:
-                    reader.release()
-                return reader.trace()
+        raw_file = open(path, "rb")
+        identity = _identity(os.fstat(raw_file.fileno()))
+        stream = gzip.GzipFile(fileobj=raw_file, mode="rb") if path.endswith(".gz") \
+            else raw_file
+        with Progress(f"reading {path}", os.path.getsize(path)) as progress:
+            reader = _LineReader(path)
+            reader.read(stream, raw_file, progress)
+        trace = reader.trace(_FileSource(path, raw_file, identity))
+        raw_file = None                       # the trace's now
+        return trace
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc})") from None
+    finally:
+        if raw_file is not None:
+            raw_file.close()
+
+
+def _identity(stat):
+    """What tells a file from itself changed in place: its size and mtime."""
+    return stat.st_size, stat.st_mtime_ns
+
+
+class _FileSource:
+    """The file a trace was read from, open, for reading it again: each reader
+    has its own position (os.pread), so threads can be read at the same time."""
+
+    def __init__(self, path, raw_file, identity):
+        self.path, self.raw_file, self.identity = path, raw_file, identity
+
+    def check(self):
+        """_Changed when the file is no longer what the first read met."""
+        if _identity(os.fstat(self.raw_file.fileno())) != self.identity:
+            raise _Changed("its size or time differs")
+
+    def open(self):
+        """A new reader of the file's text (decompressed for a .gz) at its start."""
+        if hasattr(os, "pread"):
+            raw = _PositionedFile(self.raw_file.fileno())
+        else:
+            raw = open(self.path, "rb")       # no pread (Windows): the path again
+        return gzip.GzipFile(fileobj=raw, mode="rb") if self.path.endswith(".gz") else raw
+
+    def close(self):
+        self.raw_file.close()
+
+
+class _PositionedFile(io.RawIOBase):
+    """A file descriptor read with os.pread at a position of this object's own."""
+
+    def __init__(self, fd):
+        super().__init__()
+        self._fd, self._position = fd, 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def readinto(self, buffer):
+        data = os.pread(self._fd, len(buffer), self._position)
+        buffer[:len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        if whence == io.SEEK_CUR:
+            offset += self._position
+        elif whence == io.SEEK_END:
+            offset += os.fstat(self._fd).st_size
+        if offset < 0:
+            raise OSError("negative seek position")
+        self._position = offset
+        return offset
+
+    def tell(self):
+        return self._position
 
 
 class _LineReader:
     """Reads the events after the head: runs of call lines in C (pt_read_call_lines),
-    each line C leaves here, with the checks of the whole-file path."""
+    each line C leaves here, with the checks of the whole-file path. The first
+    read goes through the whole file; a replay (see replayer) reads one thread's
+    calls again."""
 
     def __init__(self, path):
         self.path = path
@@ -472,10 +585,24 @@ class _LineReader:
         if self.line_keys == ffi.NULL:
             raise MemoryError("out of memory while reading a trace")
         self.key_of_text = {}                 # (category, name, extra args) text -> key
-        self.threads, self.slices, self.marks, self.thread_of_tid = [], [], [], {}
+        self.threads, self.marks, self.thread_of_tid = [], [], {}
+        self.stats, self.digests = [], []     # per thread
+        self.starts = []                      # per thread: (offset, event number) of its calls
         self.thread, self.pid, self.number, self.first_id = None, 0, -1, 0
         self.lanes = {}                       # pid -> process_name, process_sort_index
         self.ended = False                    # None after the last event, True after "]}"
+        self.replay = False
+        self.next_offset = 0                  # of the line after the one being read
+        self.position = ffi.new("uint64_t *")
+
+    def replayer(self):
+        """A reader of one thread's calls again, with this one's keys and threads."""
+        again = _LineReader.__new__(_LineReader)
+        again.__dict__.update(self.__dict__)
+        again.marks, again.lanes = [], {}
+        again.position = ffi.new("uint64_t *")
+        again.replay, again.ended = True, False
+        return again
 
     def read(self, stream, raw_file, progress):
         path = self.path
@@ -489,39 +616,55 @@ class _LineReader:
             raise _OtherLayout("the head is not JSON on its own") from None
         _check_other(path, self.other)
         self.start_ns = _other_int(path, self.other, "start_monotonic_ns")
-        position = ffi.new("uint64_t *")
-        pending = b""
-        done = raw_file.tell()
-        while True:
-            block = stream.read(BLOCK_BYTES)
-            text = pending + block if pending else block
-            buffer = ffi.from_buffer(text)
-            start = 0
-            while True:
-                thread = self.thread
-                if thread is not None and thread.fast and self.ended is False:
-                    position[0] = start
-                    taken = lib.pt_read_call_lines(self.line_keys, thread.state, buffer,
-                                                   len(text), position)
-                    if taken:
-                        self.number += taken
-                        self.pid = thread.state.pid
-                        start = position[0]
-                newline = text.find(b"\n", start)
-                if newline < 0:
-                    break
-                self.line(text[start:newline])
-                start = newline + 1
-            pending = text[start:]
-            progress.advance(raw_file.tell() - done)
-            done = raw_file.tell()
-            if not block:
-                break
-        if pending:
-            self.line(pending)
+        done = [raw_file.tell()]
+
+        def advance():
+            progress.advance(raw_file.tell() - done[0])
+            done[0] = raw_file.tell()
+
+        for _ in self.scan(_Text(stream, stream.tell(), advance)):
+            raise AssertionError("the first read keeps no slices")
         if not self.ended:
             raise TraceFormatError(f"{path}: not valid JSON (it ends before the closing ]}})")
         self.end_thread()
+        self.keys.frozen = True
+
+    def scan(self, text, want=None):
+        """Reads the lines of text: to the end of the file, or until the current
+        thread has taken want calls. Yields whenever its batch is full (the caller
+        empties it)."""
+        position = self.position
+        while True:
+            thread = self.thread
+            if thread is not None:
+                state = thread.state
+                if want is not None and state.n >= want:
+                    return
+                if thread.batch is not None and state.count == state.cap:
+                    yield
+                    continue
+                if thread.fast and self.ended is False and text.buffer is not None:
+                    position[0] = text.start
+                    taken = lib.pt_read_call_lines(self.line_keys, state, text.buffer,
+                                                   len(text.text), position)
+                    if taken:
+                        self.number += taken
+                        self.pid = state.pid
+                        text.start = position[0]
+                        continue
+            newline = text.text.find(b"\n", text.start)
+            if newline < 0:
+                if text.more():
+                    continue
+                break
+            line = text.text[text.start:newline]
+            text.start = self.next_offset = newline + 1
+            self.next_offset += text.offset
+            self.line(line)
+        pending = text.text[text.start:]
+        text.start = len(text.text)
+        if pending and want is None:
+            self.line(pending)
 
     def line(self, line):
         path = self.path
@@ -531,6 +674,8 @@ class _LineReader:
         if self.ended:
             raise TraceFormatError(f"{path}: not valid JSON (text after the closing ]}})")
         if line == b"]}":
+            if self.replay:
+                raise _Changed("it ends before the calls of a thread")
             self.ended = True
             return
         if self.ended is None:
@@ -569,12 +714,15 @@ class _LineReader:
             raise TraceFormatError(f"{path}: event {number} is not an object")
         phase = event.get("ph")
         if phase == "M" and event.get("name") == "thread_name":
+            if self.replay:
+                raise _Changed("a thread starts among the calls of another")
             tid, name = _read_thread_name(path, number, event)
             self.end_thread()
             self.thread_of_tid[tid] = len(self.threads)
             self.thread = _LineThread(len(self.threads), tid, name, self.first_id,
                                       self.start_ns)
             self.thread.pid = event.get("pid")
+            self.starts.append((self.next_offset, number))
         elif phase == "X":
             index, (call_id, parent_id, name, category, ts_ns, dur_ns, extra) = \
                 _read_call(path, number, event, self.thread_of_tid)
@@ -611,21 +759,106 @@ class _LineReader:
             from ..trace import ThreadInfo
             self.threads.append(ThreadInfo(thread.index, thread.tid, 0, thread.name, 0, 0,
                                            thread.pid))
-            self.slices.append(thread.slices())
-            self.first_id += self.slices[-1][1]
+            self.stats.append(thread.stats())
+            self.digests.append(thread.state.digest)
+            self.first_id += thread.state.n
             self.thread = None
 
-    def release(self):
-        if self.thread is not None:
-            self.thread.release()
+    def trace(self, source):
+        streams = _JsonStreams(self, source)
+        return _chrome_trace(self.path, self.other, self.keys, self.threads, None, self.marks,
+                             int(self.pid), self.lanes, streams=streams,
+                             build_slices=streams.table)
 
-    def trace(self):
+
+class _JsonStreams:
+    """The calls of a Chrome JSON read line by line, read again a thread at a
+    time when an export or the summary asks for them (the trace's _streams):
+    from the offset of the thread's calls, in batches of STREAM_BATCH_SLICES.
+    Threads are asked for in order, so the file stays open from one thread to the
+    next (a .gz is not decompressed again for each). A file that changed since
+    the first read raises TraceFormatError."""
+
+    def __init__(self, reader, source):
+        self.stats = reader.stats
+        self._reader = reader
+        self._source = source
+        self._first_ids = []
         first_id = 0
-        for index, (slices, count) in enumerate(self.slices):
-            _validated(self.path, index, first_id, slices, count, self.keys)
-            first_id += count
-        return _chrome_trace(self.path, self.other, self.keys, self.threads, self.slices,
-                             self.marks, int(self.pid), self.lanes)
+        for n, _, _ in self.stats:
+            self._first_ids.append(first_id)
+            first_id += n
+        self._last_with_calls = max((i for i, (n, _, _) in enumerate(self.stats) if n),
+                                    default=-1)
+        self._text = [None]                   # a reader where the last thread ended
+        weakref.finalize(self, _close_source, self._text, source)
+
+    def slices(self, index):
+        """Thread index's slices in start order: yields (pt_slice *, n, index of the
+        first), each batch valid until the next is asked for."""
+        n = self.stats[index][0]
+        if not n:
+            return
+        reader = self._reader
+        path = reader.path
+        text, self._text[0] = self._text[0], None    # taken: back only if read through
+        keep = False
+        try:
+            self._source.check()
+            offset, number = reader.starts[index]
+            if text is None:
+                text = _Text(self._source.open(), offset)
+            else:
+                text.at(offset)
+            again = reader.replayer()
+            thread_info = reader.threads[index]
+            thread = _LineThread(index, thread_info.native_id, thread_info.name,
+                                 self._first_ids[index], reader.start_ns,
+                                 min(n, STREAM_BATCH_SLICES))
+            thread.state.limit = n
+            again.thread, again.number = thread, number
+            first = 0
+            for _ in again.scan(text, want=n):
+                count = thread.state.count
+                yield thread.batch, count, first
+                first += count
+                thread.state.count = 0
+            if thread.state.n != n or thread.state.digest != reader.digests[index]:
+                raise _Changed(f"thread {index} has other calls")
+            keep = index < self._last_with_calls
+            if thread.state.count:
+                yield thread.batch, thread.state.count, first
+        except _Changed as exc:
+            raise TraceFormatError(f"{path}: changed since it was read ({exc.args[0]})") \
+                from None
+        except (_OtherLayout, OverflowError):
+            raise TraceFormatError(f"{path}: changed since it was read (thread {index} "
+                                   f"has other calls)") from None
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceFormatError(f"{path}: cannot read ({exc})") from None
+        finally:
+            if text is not None:
+                if keep and self._text[0] is None:
+                    self._text[0] = text
+                else:
+                    text.stream.close()
+
+    def table(self):
+        """The slice table (build_slices): each thread's batches copied into one array."""
+        table = []
+        for index, (n, _, _) in enumerate(self.stats):
+            array = ffi.new("pt_slice[]", max(1, n))
+            for slices, count, first in self.slices(index):
+                ffi.memmove(array + first, slices, count * SLICE_RECORD.size)
+            table.append((array, n))
+        return table
+
+
+def _close_source(holder, source):
+    if holder[0] is not None:
+        holder[0].stream.close()
+        holder[0] = None
+    source.close()
 
 
 def _line_key(keys, category, name, extra):
@@ -649,11 +882,14 @@ class _Keys:
     def __init__(self):
         self.names, self.kinds, self.args = ["<unknown>"], ["python"], {}
         self._key_of = {}
+        self.frozen = False                   # after the first read: no key is new
 
     def key(self, name, category, extra):
         identity = (name, category, json.dumps(extra, sort_keys=True) if extra else "")
         key = self._key_of.get(identity)
         if key is None:
+            if self.frozen:
+                raise _Changed("a call names a function the first read did not meet")
             key = self._key_of[identity] = len(self.names)
             self.names.append(name)
             self.kinds.append(_kind(name, category))
