@@ -382,7 +382,7 @@ def _other_anchor(path, other):
 # --- our layout, line by line -------------------------------------------------------
 
 WHOLE_READ_NOTE_BYTES = 64 << 20             # warn before parsing a file this big whole
-BLOCK_BYTES = 4 << 20                        # read at a time
+BLOCK_BYTES = 1 << 20                        # read at a time (three blocks at most held)
 STREAM_BATCH_SLICES = 1 << 16                # slices a thread's later reads hand out at once
 
 
@@ -834,6 +834,8 @@ class _JsonStreams:
         except (_OtherLayout, OverflowError):
             raise TraceFormatError(f"{path}: changed since it was read (thread {index} "
                                    f"has other calls)") from None
+        except TraceFormatError as exc:       # what the first read found right
+            raise TraceFormatError(f"{path}: changed since it was read ({exc})") from None
         except (OSError, EOFError, zlib.error) as exc:
             raise TraceFormatError(f"{path}: cannot read ({exc})") from None
         finally:
