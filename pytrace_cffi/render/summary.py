@@ -9,10 +9,12 @@ time, not to its total. Self time is a call's time minus its callees' time.
 
 read_trace() opens what pytrace_cffi writes: a saved-trace directory, or a Chrome
 .json / .json.gz it exported. Our JSON has one event per line, so it is read line
-by line into packed slice arrays (40 bytes a call) without ever holding the text or
-a Python object per call; a file in another layout (reformatted, say) is parsed
-whole, which needs many times its size in memory (a TraceWarning says so when the
-file is big).
+by line without ever holding the text or a Python object per call, and its calls
+are checked and counted, not kept: the trace streams, reading each thread's calls
+again in batches when the summary or an export asks (memory that does not grow
+with the calls; the slice table is built only for thread_slices()). A file in
+another layout (reformatted, say) is parsed whole, which needs many times its size
+in memory (a TraceWarning says so when the file is big).
 """
 import gzip
 import io
