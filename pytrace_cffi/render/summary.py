@@ -696,7 +696,8 @@ class _LineReader:
             key = self.key_of_text.get((category, name, extra))
             if key is None:
                 key = _line_key(self.keys, category, name, extra)
-                if key is not None:
+                # (a replay meets no new text; the table C reads is shared)
+                if key is not None and not self.replay:
                     self._new_line_key(line[match.start(3) - len(b'"cat":"'):match.end(4)],
                                        (category, name, extra), key)
             if key is not None:
