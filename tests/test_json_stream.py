@@ -88,9 +88,10 @@ def outputs(trace, where):
            "calls": list(trace)}
     trace.export_chrome_trace(where / "t.json")
     trace.export_chrome_trace(where / "t.json.gz")
+    trace.export_perfetto(where / "t.pftrace")
     write_html(trace, where / "t.html")
     trace.save(where / "saved")
-    for name in ("t.json", "t.html"):
+    for name in ("t.json", "t.html", "t.pftrace"):
         out[name] = (where / name).read_bytes()
     out["t.json.gz"] = gzip.decompress((where / "t.json.gz").read_bytes())
     for name in sorted(os.listdir(where / "saved")):
@@ -126,10 +127,6 @@ def test_streamed_read_gives_what_the_table_read_gives(source, tmp_path, monkeyp
             assert all(-1 <= slices[i].parent < first + i for i in range(count))
             seen += count
         assert seen == n
-    # .pftrace (slice batches or the table) from the streamed trace, the same file.
-    streamed.export_perfetto(tmp_path / "a.pftrace")
-    table_read(path).export_perfetto(tmp_path / "b.pftrace")
-    assert (tmp_path / "a.pftrace").read_bytes() == (tmp_path / "b.pftrace").read_bytes()
 
 
 def test_a_big_batch_of_threads_asked_for_out_of_order(live_trace, tmp_path, monkeypatch):
@@ -244,9 +241,9 @@ def test_the_cli_summary_and_export_leave_no_table(live_trace, tmp_path, monkeyp
     monkeypatch.setattr(summary_module, "read_trace",
                         lambda p: read.append(real(p)) or read[-1])
     assert cli.main(["summary", str(path)]) == 0
-    for out in ("o.json", "o.json.gz", "o.html", "o_dir"):
+    for out in ("o.json", "o.json.gz", "o.html", "o.pftrace", "o_dir"):
         assert cli.main(["export", str(path), "-o", str(tmp_path / out)]) == 0
-    assert len(read) == 5
+    assert len(read) == 6
     assert not any(trace.slices_built() for trace in read)
     assert list(read_trace(tmp_path / "o.json")) == list(live_trace)
     assert list(read_trace(tmp_path / "o_dir")) == list(live_trace)
@@ -268,7 +265,11 @@ with open("/proc/self/clear_refs", "w") as f:
     f.write("5")                    # VmHWM from here
 trace = read_trace(sys.argv[1])
 rows = summarize(trace, limit=None)
-write_html(trace, sys.argv[2])
+out = sys.argv[2]
+write_html(trace, out + ".html")
+trace.export_perfetto(out + ".pftrace")
+trace.export_chrome_trace(out + ".json.gz")
+trace.save(out + "_dir")
 print(json.dumps({"calls": len(trace), "rows": [list(row) for row in rows],
                   "growth": status("VmHWM") - before, "built": trace.slices_built()}))
 """
@@ -281,10 +282,11 @@ def many_calls(n):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
-def test_a_big_json_summary_and_html_export_in_memory_that_does_not_grow(tmp_path):
-    # 2.5M calls, ~470 MB of JSON. The slice table alone was 40 bytes a call
-    # (100 MB); streamed, what grows is the reading's blocks and the page's bounded
-    # content, a few MB whatever the number of calls.
+def test_a_big_json_summary_and_exports_in_memory_that_does_not_grow(tmp_path):
+    # 2.5M calls, ~450 MB of JSON, summarized and exported to .html, .pftrace,
+    # .json.gz and a saved directory. The slice table alone was 40 bytes a call
+    # (100 MB); streamed, what grows is the reading's blocks, a batch and the page's
+    # bounded content, a few MB whatever the number of calls.
     with pytrace_cffi.trace() as t:
         many_calls(1_250_000)
     path = tmp_path / "big.json"
@@ -292,8 +294,7 @@ def test_a_big_json_summary_and_html_export_in_memory_that_does_not_grow(tmp_pat
     expected = [list(row) for row in summarize(t.trace, limit=None)]
     calls = len(t.trace)
     del t
-    proc = subprocess.run([sys.executable, "-c", BIG_SCRIPT, str(path),
-                           str(tmp_path / "big.html")],
+    proc = subprocess.run([sys.executable, "-c", BIG_SCRIPT, str(path), str(tmp_path / "out")],
                           env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -302,4 +303,6 @@ def test_a_big_json_summary_and_html_export_in_memory_that_does_not_grow(tmp_pat
     assert facts["calls"] == calls > 2_500_000
     assert facts["rows"] == expected
     assert not facts["built"]
+    for written in ("out.json.gz", "out_dir"):
+        assert len(read_trace(tmp_path / written)) == calls
     shutil.rmtree(tmp_path)
