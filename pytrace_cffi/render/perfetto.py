@@ -413,7 +413,7 @@ def _chunks(trace, progress, chunk_bytes):
         stack = ffi.new("int64_t[]", stack_cap)
         stack_end = ffi.new("int64_t[]", stack_cap)
         cursor.open, cursor.last_ns = 0, clock_ns
-        batch = first
+        batch, used = first, 0
         while True:
             slices, n, first_index = batch if batch is not None else (ffi.NULL, 0, 0)
             last = batch is None
@@ -424,26 +424,35 @@ def _chunks(trace, progress, chunk_bytes):
                                                stack_end, stack_cap, event_blob,
                                                event_offsets, interned_blob, interned_offsets,
                                                interned_done, n_keys, open_mark,
-                                               len(open_mark), sequence_id, out, cap, written)
+                                               len(open_mark), sequence_id, out + used,
+                                               cap - used, written)
                 if status != lib.PT_OK:
                     raise TraceFormatError(
                         f"thread {thread.name!r}: call {first_index + cursor.next} is out of "
                         f"time order, nests deeper than its depth says or names no known "
                         f"function")
-                if (cursor.next, cursor.open) == before:
-                    raise RuntimeError("pytrace_cffi: a .pftrace packet did not fit its buffer")
+                used += written[0]
                 progress.advance(cursor.next - before[0])
-                yield ffi.buffer(out, written[0])      # valid until the next round
+                if cursor.next < n or (last and cursor.open):       # out is full
+                    if (cursor.next, cursor.open) == before and not used:
+                        raise RuntimeError("pytrace_cffi: a .pftrace packet did not fit its "
+                                           "buffer")
+                    yield ffi.buffer(out, used)     # valid until the next round
+                    used = 0
             if last:
                 break
             batch = next(batches, None)
+        if used:
+            yield ffi.buffer(out, used)
 
 
 def _encode_records(first, batches, thread, sequence_id, last_ns, progress, encode):
-    """The packets of a thread's walk records (pt_pftrace_records), batch by batch."""
+    """The packets of a thread's walk records (pt_pftrace_records), batch by batch,
+    in pieces as full as the buffer allows (a compressed packet takes whole pieces:
+    full ones fill it)."""
     next_index = ffi.new("uint64_t *")
-    out, written = encode["out"], encode["written"]
-    batch = first
+    out, written, cap = encode["out"], encode["written"], encode["cap"]
+    batch, used = first, 0
     while batch is not None:
         records, n = batch
         next_index[0] = 0
@@ -453,16 +462,21 @@ def _encode_records(first, batches, thread, sequence_id, last_ns, progress, enco
                                             encode["event_offsets"], encode["interned"],
                                             encode["interned_offsets"], encode["interned_done"],
                                             encode["n_keys"], encode["open_mark"],
-                                            len(encode["open_mark"]), sequence_id, out,
-                                            encode["cap"], written)
+                                            len(encode["open_mark"]), sequence_id, out + used,
+                                            cap - used, written)
             if status != lib.PT_OK:
                 raise TraceFormatError(f"thread {thread.name!r}: its calls are out of time "
                                        f"order or name no known function")
-            if next_index[0] == before:
-                raise RuntimeError("pytrace_cffi: a .pftrace packet did not fit its buffer")
+            used += written[0]
             progress.advance((next_index[0] - before) // 2)
-            yield ffi.buffer(out, written[0])      # valid until the next round
+            if next_index[0] < n:                   # out is full
+                if next_index[0] == before and not used:
+                    raise RuntimeError("pytrace_cffi: a .pftrace packet did not fit its buffer")
+                yield ffi.buffer(out, used)         # valid until the next round
+                used = 0
         batch = next(batches, None)
+    if used:
+        yield ffi.buffer(out, used)
 
 
 def write_perfetto(trace, path, compress=True):
