@@ -32,8 +32,8 @@ program name), on CLOCK_MONOTONIC (one host; other hosts through their realtime
 anchors), in the format output's name picks: Chrome JSON with a pid lane per
 process, .pftrace with a process track per process, .html with lanes grouped by
 process, or a saved directory of them all (``joined_trace`` gives that Trace of
-several processes, streamed from the processes' own traces). It never waits for a process: one still running is joined as
-far as its files go and reported as such.
+several processes, streamed from the processes' own traces). It never waits for a
+process: one still running is joined as far as its files go and reported as such.
 """
 import atexit
 import collections
