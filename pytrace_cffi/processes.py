@@ -503,6 +503,8 @@ def _audit(event, args):
     try:
         executable, argv, env = args[0], args[1], args[-1]
         if event == "os.exec":
+            if not _can_exec(executable):
+                return              # the attempt fails (os.execvp tries each PATH entry)
             inherited = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
             _note_launch(session.job_dir, "exec", executable, argv, env, os.getpid())
             finish_here()
@@ -521,6 +523,18 @@ def _audit(event, args):
         _note_launch(session.job_dir, how, executable, argv, env, None)
     except Exception:            # noqa: BLE001 - an audit hook must never fail the call
         pass
+
+
+def _can_exec(path):
+    """Whether an exec of path can replace the process. os.execvp and friends try
+    each PATH entry in turn, raising an audit event for each: the attempts that
+    fail must leave tracing on, or the rest of the program would go untraced."""
+    if isinstance(path, int):       # fexecve: an open file
+        return True
+    try:
+        return os.access(path, os.X_OK) and not os.path.isdir(path)
+    except (TypeError, ValueError):
+        return True                 # let the exec itself say what is wrong
 
 
 def _note_launch(job_dir, how, executable, argv, env, pid, name=None):

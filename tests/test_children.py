@@ -220,6 +220,41 @@ def test_exec_saves_before_and_traces_after(tmp_path):
     assert totals(counts(job)) == {"unique_before_exec": 5, "unique_after_exec": 6}
 
 
+def test_failed_exec_attempts_leave_tracing_on(tmp_path):
+    """os.execvp tries each PATH entry (an audit event each): the entries that do
+    not hold the program fail, and must not end the trace; an exec that fails
+    outright leaves the program traced to its end."""
+    job = tmp_path / "job"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python-here").symlink_to(sys.executable)
+    proc = run_script(tmp_path, """
+        import os, sys
+        import pytrace_cffi
+        def unique_before_exec(): pass
+        def unique_after_failure(): pass
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        pid = os.fork()
+        if pid == 0:
+            unique_before_exec()
+            try:
+                os.execv(os.path.join(sys.argv[2], "missing"), ["missing"])
+            except OSError:
+                unique_after_failure()
+            os.environ["PATH"] = os.pathsep.join([sys.argv[1], sys.argv[2]])
+            os.execvp("python-here", ["python-here", "-c",
+                      "def unique_after_exec(): pass\\nunique_after_exec()"])
+        os.waitpid(pid, 0)
+        pytrace_cffi.stop()
+        print(pid)
+    """, str(job), str(bin_dir))
+    child = int(proc.stdout)
+    found = counts(job)
+    assert found[child] == ("prog.py (fork)", "complete",
+                            {"unique_before_exec": 1, "unique_after_failure": 1})
+    assert totals(found)["unique_after_exec"] == 1
+
+
 def test_sigkilled_child_keeps_its_spilled_part(tmp_path):
     job = tmp_path / "job"
     proc = run_script(tmp_path, """
