@@ -225,9 +225,6 @@ def test_failed_exec_attempts_leave_tracing_on(tmp_path):
     not hold the program fail, and must not end the trace; an exec that fails
     outright leaves the program traced to its end."""
     job = tmp_path / "job"
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python-here").symlink_to(sys.executable)
     proc = run_script(tmp_path, """
         import os, sys
         import pytrace_cffi
@@ -238,16 +235,17 @@ def test_failed_exec_attempts_leave_tracing_on(tmp_path):
         if pid == 0:
             unique_before_exec()
             try:
-                os.execv(os.path.join(sys.argv[2], "missing"), ["missing"])
+                os.execv(os.path.join(sys.argv[1], "missing"), ["missing"])
             except OSError:
                 unique_after_failure()
-            os.environ["PATH"] = os.pathsep.join([sys.argv[1], sys.argv[2]])
-            os.execvp("python-here", ["python-here", "-c",
+            here, name = os.path.split(sys.executable)
+            os.environ["PATH"] = os.pathsep.join([sys.argv[1], here])
+            os.execvp(name, [name, "-c",
                       "def unique_after_exec(): pass\\nunique_after_exec()"])
         os.waitpid(pid, 0)
         pytrace_cffi.stop()
         print(pid)
-    """, str(job), str(bin_dir))
+    """, str(job))
     child = int(proc.stdout)
     found = counts(job)
     assert found[child] == ("prog.py (fork)", "complete",

@@ -321,10 +321,10 @@ FIB_CALLS = 11_405_773          # fib(33) makes 2 * fib(34) - 1 calls
 
 
 def _pftrace_counts(path):
-    """(slice begins, slice ends, names of the begins in the first compressed packet)
-    of a .pftrace, by the perfetto package's protos: every packet parsed; the names
-    resolved through the sequence's interning for the first compressed packet only
-    (resolving 22M names in Python would double the test's time)."""
+    """(slice begins, slice ends, names of the begins in the first compressed packet
+    that has any) of a .pftrace, by the perfetto package's protos: every packet
+    parsed; the names resolved through the sequence's interning up to that packet
+    only (resolving 22M names in Python would double the test's time)."""
     import zlib
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
     begins = ends = 0
@@ -343,19 +343,16 @@ def _pftrace_counts(path):
         types = [p.track_event.type for p in packets]
         begins += types.count(pb.TrackEvent.TYPE_SLICE_BEGIN)
         ends += types.count(pb.TrackEvent.TYPE_SLICE_END)
-        if first_names is None and packet.HasField("compressed_packets"):
-            first_names = []
+        if first_names is None:
+            found = []
             for p in packets:
                 names = interned.setdefault(p.trusted_packet_sequence_id, {})
                 for entry in p.interned_data.event_names:
                     names[entry.iid] = entry.name
                 if p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
-                    first_names.append(names[p.track_event.name_iid])
-        elif first_names is None:
-            for p in packets:
-                names = interned.setdefault(p.trusted_packet_sequence_id, {})
-                for entry in p.interned_data.event_names:
-                    names[entry.iid] = entry.name
+                    found.append(names[p.track_event.name_iid])
+            if found and packet.HasField("compressed_packets"):
+                first_names = found
     return begins, ends, first_names
 
 
