@@ -352,8 +352,7 @@ def _load_parts(directory, meta, hashes, params):
             directory, meta, threads, names, key_kinds, key_args, bytes(hidden))
         return _trace(meta, names, key_kinds, key_args, threads, slices, params, marks,
                       processes, streams=streams, build_slices=build_slices)
-    slices_file = _SlicesFile(os.path.join(directory, "slices.bin"), threads, counts,
-                              len(names))
+    slices_file = _SlicesFile(os.path.join(directory, "slices.bin"), counts, len(names))
     return _trace(meta, names, key_kinds, key_args, threads, None, params, marks, processes,
                   streams=slices_file, build_slices=slices_file.table)
 
@@ -409,8 +408,8 @@ class _SlicesFile:
     every pass after, so a file damaged since cannot hand the encoders bad
     slices. thread_slices() still gets the whole table (table())."""
 
-    def __init__(self, path, threads, counts, n_keys):
-        self.path, self.threads, self.counts, self.n_keys = path, threads, counts, n_keys
+    def __init__(self, path, counts, n_keys):
+        self.path, self.counts, self.n_keys = path, counts, n_keys
         self.file = _HeldFile(path)
         header = self.file.read(0, SLICES_HEADER.size)
         _expect(len(header) == SLICES_HEADER.size, f"{path}: truncated header")
