@@ -65,7 +65,17 @@ FORMATS = [
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-MEMORY_CHILD = r"""
+# status(field): a /proc/self/status size in bytes (VmRSS; VmHWM, the peak since
+# the process began or since "5" was written to /proc/self/clear_refs)
+PROC_STATUS = """
+def status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+"""
+
+MEMORY_CHILD = PROC_STATUS + r"""
 import sys, time
 import gzip, concurrent.futures, pytrace_cffi, pytrace_cffi.render.chrome, pytrace_cffi.render.perfetto
 import pytrace_cffi.render.html
@@ -75,11 +85,6 @@ def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 
 
-def status(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
 
 
 fib(15)
@@ -161,17 +166,12 @@ if __name__ == "__main__":
     child.join()
 """
 
-CONVERSIONS_CHILD = r"""
+CONVERSIONS_CHILD = PROC_STATUS + r"""
 import sys, time
 import pytrace_cffi
 from pytrace_cffi.render import html, perfetto, summary  # noqa: F401
 
 
-def status(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
 
 
 source, out = sys.argv[1], sys.argv[2]

@@ -68,3 +68,15 @@ def assert_nested(trace):
         siblings.sort(key=lambda c: (c.start_ns, c.id))
         for before, after in zip(siblings, siblings[1:]):
             assert before.end_ns <= after.start_ns, (before, after)
+
+
+# The start of a memory test's script (run in a subprocess, on Linux): status(field)
+# is a /proc/self/status size in bytes, e.g. VmRSS, or VmHWM, the peak since the
+# process began or since "5" was written to /proc/self/clear_refs.
+PROC_STATUS = """
+def status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+"""

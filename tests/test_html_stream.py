@@ -16,6 +16,7 @@ import threading
 import pytest
 
 import pytrace_cffi
+from helpers import PROC_STATUS
 from pytrace_cffi._core import ffi, lib
 from pytrace_cffi.render import html as html_module
 from pytrace_cffi.render.summary import SORT_KEYS, SummaryRow, summarize
@@ -284,7 +285,7 @@ print("ok")
 
 # --- ten million calls: content and memory ----------------------------------------------
 
-BIG_SCRIPT = r"""
+BIG_SCRIPT = PROC_STATUS + r"""
 import sys
 import pytrace_cffi
 
@@ -293,11 +294,6 @@ def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 
 
-def status(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
 
 
 import gzip, pytrace_cffi.render.chrome, pytrace_cffi.render.perfetto  # noqa

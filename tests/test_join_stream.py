@@ -17,6 +17,7 @@ import tempfile
 import pytest
 
 import pytrace_cffi
+from helpers import PROC_STATUS
 from pytrace_cffi import processes
 from pytrace_cffi._core import ffi, lib
 from pytrace_cffi.errors import TraceFormatError
@@ -321,18 +322,13 @@ if __name__ == "__main__":
     pytrace_cffi.stop()
 """
 
-MEASURE = r"""
+MEASURE = PROC_STATUS + r"""
 import sys
 import pytrace_cffi
 from pytrace_cffi import processes
 import pytrace_cffi.render.html, pytrace_cffi.render.perfetto, pytrace_cffi.render.summary  # noqa
 
 
-def status(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
 
 
 calls = sum(r.calls for r in processes.status(sys.argv[1]))

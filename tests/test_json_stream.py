@@ -13,6 +13,7 @@ import threading
 import pytest
 
 import pytrace_cffi
+from helpers import PROC_STATUS
 from pytrace_cffi import TraceFormatError
 from pytrace_cffi.render import summary as summary_module
 from pytrace_cffi.render.html import write_html
@@ -249,16 +250,11 @@ def test_the_cli_summary_and_export_leave_no_table(live_trace, tmp_path, monkeyp
     assert list(read_trace(tmp_path / "o_dir")) == list(live_trace)
 
 
-BIG_SCRIPT = r"""
+BIG_SCRIPT = PROC_STATUS + r"""
 import json, sys
 from pytrace_cffi.render.html import write_html
 from pytrace_cffi.render.summary import read_trace, summarize
 
-def status(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
 
 before = status("VmRSS")
 with open("/proc/self/clear_refs", "w") as f:

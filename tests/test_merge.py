@@ -10,6 +10,7 @@ import time
 import pytest
 
 import pytrace_cffi
+from helpers import PROC_STATUS
 from pytrace_cffi.__main__ import main
 from pytrace_cffi._clock import monotonic_to_realtime
 
@@ -579,7 +580,7 @@ def test_a_later_threads_call_before_torchs_base_restarts_the_file(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["m.json", "saved", "torch.json"]
 
 
-MERGE_BIG_SCRIPT = r"""
+MERGE_BIG_SCRIPT = PROC_STATUS + r"""
 import json, sys, time
 import pytrace_cffi
 from pytrace_cffi import merge
@@ -590,11 +591,6 @@ def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 
 
-def status(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
 
 
 fib(15)

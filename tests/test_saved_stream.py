@@ -11,47 +11,19 @@ import threading
 import pytest
 
 import pytrace_cffi
+from helpers import PROC_STATUS
 from pytrace_cffi import TraceFormatError
 from pytrace_cffi.render import saved as saved_module
-from test_streaming import ROOT, both_ways, fib, nested
+from test_streaming import ROOT, both_ways, fib, threads_marks_and_calls_open_at_stop
 
 SLICE = struct.Struct("<qqIIqII")
 HEADER = 24
 
 
-def rich_trace():
-    """Two threads, a region with args, an instant, a counter, seeded frames and
-    calls still open at stop."""
-    release, started = threading.Event(), threading.Event()
-
-    def worker():
-        started.set()
-        fib(10)
-        release.wait()
-
-    holder = {}
-
-    def run():
-        t = threading.Thread(target=worker, name="worker")
-        t.start()
-        started.wait()
-        with pytrace_cffi.record_function("region", {"n": 3}):
-            fib(12)
-            pytrace_cffi.instant("here", {"k": 1})
-            pytrace_cffi.counter("c", 4)
-        holder["trace"] = pytrace_cffi.stop()
-        release.set()
-        t.join()
-
-    pytrace_cffi.start()
-    nested(5, lambda: nested(3, run))
-    return holder["trace"]
-
-
 @pytest.fixture(scope="module")
 def saved_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("saved") / "trace"
-    trace = rich_trace()
+    trace = threads_marks_and_calls_open_at_stop()
     trace.save(str(directory))
     chrome = tmp_path_factory.mktemp("chrome") / "original.json"
     trace.export_chrome_trace(str(chrome))
@@ -207,17 +179,12 @@ def test_a_parent_that_is_no_open_ancestor_is_refused(saved_dir, tmp_path):
         pytrace_cffi.load(str(directory))
 
 
-BIG_LOAD_SCRIPT = r"""
+BIG_LOAD_SCRIPT = PROC_STATUS + r"""
 import sys
 import pytrace_cffi
 import pytrace_cffi.render.html, pytrace_cffi.render.summary  # noqa
 
 
-def status(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
 
 
 before = status("VmRSS")

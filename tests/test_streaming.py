@@ -251,7 +251,9 @@ def nested(depth, then):
     return then()
 
 
-def test_threads_seeded_frames_marks_and_calls_open_at_stop(tmp_path):
+def threads_marks_and_calls_open_at_stop():
+    """A trace of two threads, a region with args, an instant, a counter, frames
+    running at start (seeded) and calls still running at stop."""
     release = threading.Event()
     started = threading.Event()
 
@@ -276,7 +278,11 @@ def test_threads_seeded_frames_marks_and_calls_open_at_stop(tmp_path):
 
     pytrace_cffi.start()
     nested(5, lambda: nested(3, run))       # started inside calls: seeded frames
-    trace = holder["trace"]
+    return holder["trace"]
+
+
+def test_threads_seeded_frames_marks_and_calls_open_at_stop(tmp_path):
+    trace = threads_marks_and_calls_open_at_stop()
     assert sum(open_at_stop for _, _, open_at_stop, _ in trace.thread_counts()) > 5
     both_ways(trace, tmp_path)
 
