@@ -220,3 +220,55 @@ def test_a_big_saved_directory_converts_in_bounded_memory(tmp_path):
     assert calls >= fib_calls
     assert peak < 8 * calls, f"{peak / calls:.1f} bytes per call"
     assert not built
+
+
+def test_loaded_traces_hold_a_bounded_number_of_files(saved_dir, tmp_path, monkeypatch):
+    """Beyond MAX_HELD loaded traces (a job of thousands of processes), the least
+    recently read file is closed and opened again by name when read next."""
+    monkeypatch.setattr(saved_module._HeldFile, "MAX_HELD", 2)
+    traces = []
+    for number in range(5):
+        directory = tmp_path / f"copy{number}"
+        directory.mkdir()
+        for name in os.listdir(saved_dir[0]):
+            (directory / name).write_bytes((saved_dir[0] / name).read_bytes())
+        traces.append(pytrace_cffi.load(str(directory)))
+
+    def open_files():
+        return sum(1 for t in traces if t._streams.file._file is not None)
+    assert open_files() == 2
+    for number, trace in enumerate(traces):
+        trace.export_chrome_trace(str(tmp_path / f"{number}.json"))
+        assert (tmp_path / f"{number}.json").read_bytes() == saved_dir[1]
+        assert open_files() == 2
+    # a closed one whose file was replaced since: a clear error, not other data
+    replacement = tmp_path / "copy0" / "slices.new"
+    replacement.write_bytes((tmp_path / "copy0" / "slices.bin").read_bytes())
+    os.replace(replacement, tmp_path / "copy0" / "slices.bin")     # same bytes, new file
+    assert traces[0]._streams.file._file is None
+    with pytest.raises(TraceFormatError, match="replaced or changed since it was loaded"):
+        traces[0].export_chrome_trace(str(tmp_path / "again.json"))
+
+
+@pytest.mark.parametrize("held", [1, 64])
+def test_a_spilled_trace_saved_over_its_directory_with_its_file_closed(tmp_path, monkeypatch,
+                                                                        held):
+    """Its events.bin stays until slices.bin is written: read again by name."""
+    monkeypatch.setattr(saved_module._HeldFile, "MAX_HELD", held)
+    directory = spilled(tmp_path)
+    trace = pytrace_cffi.load(str(directory))
+    other = pytrace_cffi.load(str(saved_dir_copy(tmp_path, directory)))
+    trace.export_chrome_trace(str(tmp_path / "before.json"))
+    other.export_chrome_trace(str(tmp_path / "other.json"))   # closes trace's file at 1
+    trace.save(str(directory))
+    assert not (directory / "events.bin").exists()
+    pytrace_cffi.load(str(directory)).export_chrome_trace(str(tmp_path / "reloaded.json"))
+    assert (tmp_path / "reloaded.json").read_bytes() == (tmp_path / "before.json").read_bytes()
+
+
+def saved_dir_copy(tmp_path, source):
+    target = tmp_path / "other"
+    target.mkdir()
+    for name in os.listdir(source):
+        (target / name).write_bytes((source / name).read_bytes())
+    return target

@@ -11,12 +11,14 @@
 A hash id is the first 8 bytes of BLAKE2b (digest_size=8) of the UTF-8 name, read
 little-endian: the same name gives the same id in every run and process.
 """
+import collections
 import hashlib
 import json
 import os
 import struct
 import sys
 import threading
+import weakref
 
 from .._clock import checked_anchor
 from .._core import ffi, lib
@@ -172,8 +174,6 @@ def save(trace, directory):
                        for t, n in counts]
     if several:
         meta["processes"] = [dict(facts, pid=pid) for pid, facts in trace.processes.items()]
-    if os.path.exists(os.path.join(directory, "events.bin")):
-        os.unlink(os.path.join(directory, "events.bin"))
     _write_names(directory, trace.names, trace.params)
     total = sum(n for _, n in counts)
     with replaced_atomically(os.path.join(directory, "slices.bin"),
@@ -186,6 +186,9 @@ def save(trace, directory):
                 written += n
         if written != total:
             raise TraceFormatError(f"slices.bin: {written} calls written, {total} counted")
+    # A spilled trace saved over its own directory read its events.bin until now.
+    if os.path.exists(os.path.join(directory, "events.bin")):
+        os.unlink(os.path.join(directory, "events.bin"))
     # meta.json last: a directory without it is an incomplete save.
     _write_json(os.path.join(directory, "meta.json"), meta)
 
@@ -360,31 +363,70 @@ def _load_parts(directory, meta, hashes, params):
 class _HeldFile:
     """A saved trace's data file (slices.bin or events.bin), opened by load() and
     held while the trace lives: exports read it again, and saving the trace over
-    its own directory replaces the name, not the data held here."""
+    its own directory replaces the name, not the data held here. At most
+    MAX_HELD files stay open in a process (a job of thousands of processes must
+    not run out of descriptors): the least recently read is closed, and opened
+    again by its name when it is read next, which must then still be the same
+    file (device and inode) and no shorter, else TraceFormatError.
+    One lock serves every held file: a read is a seek and a read, and a file
+    may be closed for another."""
+
+    MAX_HELD = 64
+    _held = collections.OrderedDict()       # id -> weakref to an open one, least recent first
+    _lock = threading.RLock()               # reentrant: __del__ may run inside a read
 
     def __init__(self, path):
         self.path = path
+        self._file = None
+        self._identity = None
+        with self._lock:
+            self._open()
+        self.size = self._identity[2]
+
+    def _open(self):
+        """Opens the file (again), checks it is the one loaded, and holds it; the
+        least recently read file beyond MAX_HELD is closed. Under _lock."""
         try:
-            self._file = open(path, "rb", buffering=0)
-            self.size = os.fstat(self._file.fileno()).st_size
+            file = open(self.path, "rb", buffering=0)
+            st = os.fstat(file.fileno())
         except OSError as exc:
-            raise TraceFormatError(f"{path}: {exc}") from None
-        self._lock = threading.Lock()       # seek + read as one step
+            raise TraceFormatError(f"{self.path}: {exc}") from None
+        # The same file, no shorter: a running process's events.bin grows (only its
+        # blocks complete when it was read count); what is read is checked as read.
+        identity = (st.st_dev, st.st_ino, st.st_size)
+        if self._identity is not None and (identity[:2] != self._identity[:2]
+                                           or identity[2] < self._identity[2]):
+            file.close()
+            raise TraceFormatError(f"{self.path}: replaced or changed since it was loaded")
+        if self._identity is None:
+            self._identity = identity
+        self._file = file
+        self._held[id(self)] = weakref.ref(self)
+        while len(self._held) > self.MAX_HELD:
+            _, oldest = self._held.popitem(last=False)
+            oldest = oldest()
+            if oldest is not None and oldest._file is not None:
+                oldest._file.close()
+                oldest._file = None
 
     def read_into(self, offset, view):
         """Fills view from offset; returns how many bytes there were."""
         view = memoryview(view).cast("B")
         got = 0
-        try:
-            with self._lock:
+        with self._lock:
+            if self._file is None:
+                self._open()
+            else:
+                self._held.move_to_end(id(self))
+            try:
                 self._file.seek(offset)
                 while got < len(view):
                     n = self._file.readinto(view[got:])
                     if not n:
                         break
                     got += n
-        except OSError as exc:
-            raise TraceFormatError(f"{self.path}: {exc}") from None
+            except OSError as exc:
+                raise TraceFormatError(f"{self.path}: {exc}") from None
         return got
 
     def read(self, offset, size):
@@ -392,9 +434,12 @@ class _HeldFile:
         return bytes(data[:self.read_into(offset, memoryview(data))])
 
     def __del__(self):
-        file = getattr(self, "_file", None)
-        if file is not None:
-            file.close()
+        with self._lock:
+            if self._held.get(id(self)) is not None and self._held[id(self)]() in (None, self):
+                del self._held[id(self)]
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
 
 SLICE_BATCH = 1 << 16       # slices read at a time: 2.5 MB
