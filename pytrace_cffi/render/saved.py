@@ -434,12 +434,16 @@ class _HeldFile:
         return bytes(data[:self.read_into(offset, memoryview(data))])
 
     def __del__(self):
-        with self._lock:
-            if self._held.get(id(self)) is not None and self._held[id(self)]() in (None, self):
-                del self._held[id(self)]
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+        try:
+            with self._lock:
+                entry = self._held.get(id(self))
+                if entry is not None and entry() in (None, self):
+                    del self._held[id(self)]
+                if self._file is not None:
+                    self._file.close()
+                    self._file = None
+        except Exception:       # noqa: BLE001 - at interpreter exit, what is left may be gone
+            pass
 
 
 SLICE_BATCH = 1 << 16       # slices read at a time: 2.5 MB
