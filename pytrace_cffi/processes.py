@@ -1152,9 +1152,10 @@ class _JoinedStreams:
         self.stats = stats          # per thread: (calls, open at stop, deepest depth)
 
     def slices(self, index):
+        from .render.chrome import thread_batches
         trace, local, key_map, n_map, shift = self.parts[index]
         scratch = None
-        for slices, n, first in _process_batches(trace, local):
+        for slices, n, first in thread_batches(trace, local):
             if scratch is None:
                 scratch = ffi.new("pt_slice[]", min(self.REMAP_BATCH, max(1, n)))
                 capacity = len(scratch)
@@ -1173,25 +1174,8 @@ class _JoinedStreams:
 
     def table(self):
         """The slice table (Trace.thread_slices): every batch copied in."""
-        table = []
-        for index, (n, _, _) in enumerate(self.stats):
-            slices = ffi.new("pt_slice[]", max(1, n))
-            for batch, count, first in self.slices(index):
-                if first + count > n:
-                    raise TraceFormatError(f"thread {index}: more calls than counted")
-                ffi.memmove(slices + first, batch, count * ffi.sizeof("pt_slice"))
-            table.append((slices, n))
-        return table
-
-
-def _process_batches(trace, index):
-    """Thread index's batches of one process's trace (chrome._thread_batches for
-    one thread): from its walk, or its slice table whole."""
-    streams = getattr(trace, "_streams", None)
-    if streams is not None and not trace.slices_built():
-        return streams.slices(index)
-    slices, n = trace._slices[index]
-    return [(slices, n, 0)] if n else []
+        from .render.walk import table_from_streams
+        return table_from_streams(self)
 
 
 def _realtime_offset(trace):

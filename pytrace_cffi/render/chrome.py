@@ -121,16 +121,21 @@ def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
 
 
 def _thread_batches(trace):
-    """(ThreadInfo, batches of (pt_slice *, n, index of the first)) per thread:
-    streamed from the events when the trace can (no slice table: each batch is
-    valid until the next is asked for), else the slice table whole."""
+    """(ThreadInfo, batches of (pt_slice *, n, index of the first)) per thread
+    (see thread_batches)."""
+    for index, thread in enumerate(trace.threads):
+        yield thread, thread_batches(trace, index)
+
+
+def thread_batches(trace, index):
+    """Thread index's calls as batches of (pt_slice *, n, index of the first):
+    streamed when the trace can (no slice table: each batch is valid until the
+    next is asked for), else its slice table whole."""
     streams = getattr(trace, "_streams", None)
     if streams is not None and not trace.slices_built():
-        for index, thread in enumerate(trace.threads):
-            yield thread, streams.slices(index)
-        return
-    for thread, slices, n in trace.thread_slices():
-        yield thread, ([(slices, n, 0)] if n else [])
+        return streams.slices(index)
+    slices, n = trace._slices[index]
+    return [(slices, n, 0)] if n else []
 
 
 PERFETTO_MAX_DEPTH = 512

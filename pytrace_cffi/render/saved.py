@@ -515,17 +515,10 @@ class _SlicesFile:
         return self._batches(index, self._checker())
 
     def table(self):
-        """Every thread's slices whole: [(pt_slice array, n)]."""
-        table = []
-        for index, n in enumerate(self.counts):
-            array = ffi.new("pt_slice[]", max(1, n))
-            size = n * SLICE_RECORD_SIZE
-            _expect(self.file.read_into(self.offsets[index], ffi.buffer(array, size)) == size,
-                    f"{self.path}: truncated")
-            bad = lib.pt_validate_slices(array, n, self.n_keys)
-            _expect(bad < 0, f"{self.path}: thread {index}, slice {bad} is inconsistent")
-            table.append((array, n))
-        return table
+        """Every thread's slices whole: [(pt_slice array, n)], read (and checked) as
+        the exports read them."""
+        from .walk import table_from_streams
+        return table_from_streams(self, f"{self.path}: ")
 
 
 def _processes(meta):

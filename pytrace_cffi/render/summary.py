@@ -850,13 +850,8 @@ class _JsonStreams:
 
     def table(self):
         """The slice table (build_slices): each thread's batches copied into one array."""
-        table = []
-        for index, (n, _, _) in enumerate(self.stats):
-            array = ffi.new("pt_slice[]", max(1, n))
-            for slices, count, first in self.slices(index):
-                ffi.memmove(array + first, slices, count * SLICE_RECORD.size)
-            table.append((array, n))
-        return table
+        from .walk import table_from_streams
+        return table_from_streams(self, f"{self._reader.path}: ")
 
 
 def _close_source(holder, source):

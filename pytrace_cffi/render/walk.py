@@ -226,6 +226,21 @@ class Streams:
             yield slices[0], ready, first[0]
 
 
+def table_from_streams(streams, where=""):
+    """The slice table (Trace.thread_slices) of streams that hand out whole slices
+    (a loaded slices.bin, a joined job, a JSON read back): per thread, its
+    batches copied into one array. [(pt_slice array, n)]."""
+    table = []
+    for index, (n, _, _) in enumerate(streams.stats):
+        array = ffi.new("pt_slice[]", max(1, n))
+        for batch, count, first in streams.slices(index):
+            if first + count > n:
+                raise TraceFormatError(f"{where}thread {index}: more calls than counted")
+            ffi.memmove(array + first, batch, count * ffi.sizeof("pt_slice"))
+        table.append((array, n))
+    return table
+
+
 def _check(rc, source, walk):
     if rc == lib.PT_ERR_NOMEM:
         raise MemoryError("pytrace_cffi: out of memory walking the trace's events")
