@@ -369,114 +369,119 @@ def _chunks(trace, progress, chunk_bytes):
                                 + max(map(len, interned), default=0) + len(open_mark)) + 1024)
     out = ffi.new("char[]", cap)
     written = ffi.new("uint64_t *")
-    cursor = ffi.new("pt_pf_cursor *")
 
     encode = dict(events=event_blob, event_offsets=event_offsets, interned=interned_blob,
                   interned_offsets=interned_offsets, interned_done=interned_done, n_keys=n_keys,
-                  open_mark=open_mark, out=out, cap=cap, written=written)
+                  open_mark=open_mark, out=out, cap=cap, written=written, progress=progress)
+    # From the events, records as the walk finalizes them; else (a slice table, or
+    # a trace streaming whole slices: a loaded slices.bin, a joined job) slices in
+    # start order, begun and ended in time order in C.
     streams = getattr(trace, "_streams", None)
-    if hasattr(streams, "records") and not trace.slices_built():
-        # From the events: no slice table, records encoded as the walk finalizes them.
-        for index, thread in enumerate(trace.threads):
-            sequence_id = PROCESS_SEQUENCE + 1 + index
-            batches = streams.records(index)
-            first = next(batches, None)
-            # The sequence's clock starts at the trace's start, or at its first call if
-            # that is earlier (a loaded trace's clock may say so): deltas are never negative.
-            clock_ns = min(trace.start_ns, first[0][0].ts) if first else trace.start_ns
-            yield _thread_head(uuids["descriptors"]["threads"][index], uuids["threads"][index],
-                               sequence_id, interned_head, clock_ns)
-            ffi.memmove(interned_done, bytes(max(1, n_keys)), max(1, n_keys))
-            last_ns = ffi.new("int64_t *", clock_ns)
-            if first is not None:
-                yield from _encode_records(first, batches, thread, sequence_id, last_ns,
-                                           progress, encode)
-        return
-
-    # A slice table, or a trace streaming whole slices (a loaded slices.bin, a
-    # joined job): batches in start order, begun and ended in time order here.
-    from .chrome import _thread_batches
+    records = hasattr(streams, "records") and not trace.slices_built()
     depths = [depth for _, _, _, depth in trace.thread_counts()]
-    for index, (thread, batches) in enumerate(_thread_batches(trace)):
+    from .chrome import thread_batches
+    for index, thread in enumerate(trace.threads):
         sequence_id = PROCESS_SEQUENCE + 1 + index
-        batches = iter(batches)
+        batches = iter(streams.records(index) if records else thread_batches(trace, index))
         first = next(batches, None)
         # The sequence's clock starts at the trace's start, or at its first call if
         # that is earlier (a loaded trace's clock may say so): deltas are never negative.
-        clock_ns = min(trace.start_ns, first[0][0].start) if first else trace.start_ns
+        clock_ns = trace.start_ns
+        if first is not None:
+            clock_ns = min(clock_ns, first[0][0].ts if records else first[0][0].start)
         yield _thread_head(uuids["descriptors"]["threads"][index], uuids["threads"][index],
                            sequence_id, interned_head, clock_ns)
         ffi.memmove(interned_done, bytes(max(1, n_keys)), max(1, n_keys))
         if first is None:
             continue
-        stack_cap = depths[index] + 1
-        stack = ffi.new("int64_t[]", stack_cap)
-        stack_end = ffi.new("int64_t[]", stack_cap)
-        cursor.open, cursor.last_ns = 0, clock_ns
-        batch, used = first, 0
+        steps = (_record_steps if records else _slice_steps)(
+            first, batches, thread, sequence_id, clock_ns, depths[index], encode)
+        yield from _filled(steps, encode)
+
+
+def _filled(steps, encode):
+    """The buffer's contents, handed on as full as it gets (a compressed packet
+    takes whole pieces: full ones fill it), each valid until the next is asked
+    for. steps yields, per batch, step(at, room): it encodes the batch on from
+    where it stopped into room bytes at `at` (the length in encode["written"])
+    and returns (whether it moved on, whether it stopped for want of room)."""
+    out, cap, written = encode["out"], encode["cap"], encode["written"]
+    used = 0
+    for step in steps:
         while True:
-            slices, n, first_index = batch if batch is not None else (ffi.NULL, 0, 0)
-            last = batch is None
-            cursor.next = 0
-            while cursor.next < n or (last and cursor.open):
-                before = cursor.next, cursor.open
-                status = lib.pt_pftrace_slices(slices, n, first_index, last, cursor, stack,
-                                               stack_end, stack_cap, event_blob,
-                                               event_offsets, interned_blob, interned_offsets,
-                                               interned_done, n_keys, open_mark,
-                                               len(open_mark), sequence_id, out + used,
-                                               cap - used, written)
-                if status != lib.PT_OK:
-                    raise TraceFormatError(
-                        f"thread {thread.name!r}: call {first_index + cursor.next} is out of "
-                        f"time order, nests deeper than its depth says or names no known "
-                        f"function")
-                used += written[0]
-                progress.advance(cursor.next - before[0])
-                if cursor.next < n or (last and cursor.open):       # out is full
-                    if (cursor.next, cursor.open) == before and not used:
-                        raise RuntimeError("pytrace_cffi: a .pftrace packet did not fit its "
-                                           "buffer")
-                    yield ffi.buffer(out, used)     # valid until the next round
-                    used = 0
-            if last:
+            moved, full = step(out + used, cap - used)
+            used += written[0]
+            if not full:
                 break
-            batch = next(batches, None)
-        if used:
+            if not moved and not used:
+                raise RuntimeError("pytrace_cffi: a .pftrace packet did not fit its buffer")
             yield ffi.buffer(out, used)
+            used = 0
+    if used:
+        yield ffi.buffer(out, used)
 
 
-def _encode_records(first, batches, thread, sequence_id, last_ns, progress, encode):
-    """The packets of a thread's walk records (pt_pftrace_records), batch by batch,
-    in pieces as full as the buffer allows (a compressed packet takes whole pieces:
-    full ones fill it)."""
+def _record_steps(first, batches, thread, sequence_id, clock_ns, depth, encode):
+    """_filled's steps for a thread's walk records (pt_pftrace_records)."""
+    e = encode
     next_index = ffi.new("uint64_t *")
-    out, written, cap = encode["out"], encode["written"], encode["cap"]
-    batch, used = first, 0
+    last_ns = ffi.new("int64_t *", clock_ns)
+    batch = first
     while batch is not None:
         records, n = batch
         next_index[0] = 0
-        while next_index[0] < n:
+
+        def step(at, room, records=records, n=n):
             before = next_index[0]
-            status = lib.pt_pftrace_records(records, n, next_index, last_ns, encode["events"],
-                                            encode["event_offsets"], encode["interned"],
-                                            encode["interned_offsets"], encode["interned_done"],
-                                            encode["n_keys"], encode["open_mark"],
-                                            len(encode["open_mark"]), sequence_id, out + used,
-                                            cap - used, written)
+            status = lib.pt_pftrace_records(records, n, next_index, last_ns, e["events"],
+                                            e["event_offsets"], e["interned"],
+                                            e["interned_offsets"], e["interned_done"],
+                                            e["n_keys"], e["open_mark"], len(e["open_mark"]),
+                                            sequence_id, at, room, e["written"])
             if status != lib.PT_OK:
                 raise TraceFormatError(f"thread {thread.name!r}: its calls are out of time "
                                        f"order or name no known function")
-            used += written[0]
-            progress.advance((next_index[0] - before) // 2)
-            if next_index[0] < n:                   # out is full
-                if next_index[0] == before and not used:
-                    raise RuntimeError("pytrace_cffi: a .pftrace packet did not fit its buffer")
-                yield ffi.buffer(out, used)         # valid until the next round
-                used = 0
+            e["progress"].advance((next_index[0] - before) // 2)
+            return next_index[0] != before, next_index[0] < n
+        yield step
         batch = next(batches, None)
-    if used:
-        yield ffi.buffer(out, used)
+
+
+def _slice_steps(first, batches, thread, sequence_id, clock_ns, depth, encode):
+    """_filled's steps for a thread's slices in start order (pt_pftrace_slices),
+    a batch each and one more after the last to end the slices still open."""
+    e = encode
+    stack_cap = depth + 1
+    stack = ffi.new("int64_t[]", stack_cap)
+    stack_end = ffi.new("int64_t[]", stack_cap)
+    cursor = ffi.new("pt_pf_cursor *")
+    cursor.open, cursor.last_ns = 0, clock_ns
+    batch = first
+    while True:
+        slices, n, first_index = batch if batch is not None else (ffi.NULL, 0, 0)
+        last = batch is None
+        cursor.next = 0
+
+        def step(at, room, slices=slices, n=n, first_index=first_index, last=last):
+            before = cursor.next, cursor.open
+            status = lib.pt_pftrace_slices(slices, n, first_index, last, cursor, stack,
+                                           stack_end, stack_cap, e["events"],
+                                           e["event_offsets"], e["interned"],
+                                           e["interned_offsets"], e["interned_done"],
+                                           e["n_keys"], e["open_mark"], len(e["open_mark"]),
+                                           sequence_id, at, room, e["written"])
+            if status != lib.PT_OK:
+                raise TraceFormatError(
+                    f"thread {thread.name!r}: call {first_index + cursor.next} is out of "
+                    f"time order, nests deeper than its depth says or names no known "
+                    f"function")
+            e["progress"].advance(cursor.next - before[0])
+            return ((cursor.next, cursor.open) != before,
+                    cursor.next < n or bool(last and cursor.open))
+        yield step
+        if last:
+            break
+        batch = next(batches, None)
 
 
 def write_perfetto(trace, path, compress=True):
