@@ -355,11 +355,11 @@ def test_html_draws_a_header_per_process(job, job_page, tmp_path):
         pytest.skip("chromium is not installed")
     labels = job[3]
 
-    def chromium(*args):
+    def chromium(*args, page=job_page):
         command = [binary, "--headless", "--no-sandbox", "--disable-gpu",
                    "--no-first-run", "--disable-background-networking",
                    f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000",
-                   *args, job_page.as_uri()]
+                   *args, *([page.as_uri()] if page else [])]
         proc = subprocess.run(command, capture_output=True, timeout=180, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr[-2000:]
         return proc.stdout.decode("utf-8")
@@ -375,18 +375,12 @@ def test_html_draws_a_header_per_process(job, job_page, tmp_path):
     assert options == ["all processes"] + [f"{labels[pid]} (pid {pid})"
                                            for pid in read_trace(job[0]).processes]
     # Each process's group header: a band of its colour across the timeline.
-    shot = tmp_path / "shot.png"
-    x = None
-    # A busy machine can get the screenshot taken before the canvas is painted
-    # (no lane header, #eef1f4, anywhere in it): then it is taken again.
-    for _ in range(3):
-        chromium(f"--screenshot={shot}", "--window-size=1000,5000")
-        _, height, channels, rows = test_html.png_pixels(shot.read_bytes())
-        x = 900 * channels                        # right of any header text
-        if any(tuple(row[x:x + 3]) == (0xee, 0xf1, 0xf4) for row in rows):
-            break
+    width, _, rows = test_html.canvas_pixels(lambda *args: chromium(*args, page=None),
+                                             job_page, tmp_path, window="1000,5000")
+    x = 4 * (width - 40)                              # right of any header text
+    assert any(tuple(row[x:x + 3]) == (0xee, 0xf1, 0xf4) for row in rows)   # lane headers
     header = [tuple(row[x:x + 3]) == (0xd8, 0xde, 0xe4) for row in rows]
-    bands = sum(1 for y in range(1, height) if header[y] and not header[y - 1])
+    bands = sum(1 for y in range(1, len(rows)) if header[y] and not header[y - 1])
     assert bands == len(labels), bands
 
 
