@@ -177,15 +177,20 @@ from pytrace_cffi.render import html, perfetto, summary  # noqa: F401
 source, out = sys.argv[1], sys.argv[2]
 before = status("VmRSS")
 begin = time.perf_counter()
-trace = summary.read_trace(source)
-if out == "summary":
-    summary.format_summary(summary.summarize(trace, limit=None))
-elif out.endswith(".html"):
-    html.write_html(trace, out)
+if out.endswith(".json"):                       # a job's processes joined (what `run` does)
+    from pytrace_cffi import processes
+    calls, built = sum(r.calls for r in processes.join(source, out)), 0
 else:
-    trace.export_perfetto(out)
+    trace = summary.read_trace(source)
+    if out == "summary":
+        summary.format_summary(summary.summarize(trace, limit=None))
+    elif out.endswith(".html"):
+        html.write_html(trace, out)
+    else:
+        trace.export_perfetto(out)
+    calls, built = len(trace), int(trace.slices_built())
 seconds = time.perf_counter() - begin
-print(len(trace), status("VmHWM") - before, seconds, int(trace.slices_built()))
+print(calls, status("VmHWM") - before, seconds, built)
 """
 
 VIZTRACER_CHILD = r"""
@@ -272,6 +277,7 @@ def conversions(n, directory):
             (".json -> summary", "trace.json", "summary"),
             (".json -> .pftrace", "trace.json", "out.pftrace"),
             ("job of 2 processes -> .pftrace", "job", "out.pftrace"),
+            ("job of 2 processes -> .json", "job", "out.json"),
             ("job of 2 processes -> summary", "job", "summary")):
         target = out if out == "summary" else os.path.join(directory, out)
         got, peak, seconds, built = _child(CONVERSIONS_CHILD, os.path.join(directory, source),

@@ -1044,11 +1044,8 @@ def join(inputs, output):
     of several processes. Times on the first process's CLOCK_MONOTONIC (other
     hosts' mapped through their realtime anchors). Returns a ProcessResult per
     process."""
-    output = os.fspath(output)
-    if output.endswith((".json", ".json.gz")):
-        return _join_json(inputs, output)      # written straight, process by process
     trace, results = joined_trace(inputs)
-    write_any(trace, output)
+    write_any(trace, os.fspath(output))
     return results
 
 
@@ -1085,17 +1082,39 @@ def _traced(inputs):
     return items, traced
 
 
-def _join_json(inputs, output):
-    items, traced = _traced(inputs)
-    _write_joined(traced, output, _host_shifts(traced))
-    return [r for r, _ in items]
+LANE_STEP = 1 << 22       # above any Linux pid or tid (pid_max is at most 2**22)
+
+
+def _lane_ids(traced):
+    """Per process: (its lane pid, {OS tid: lane tid}). A joined trace keys
+    processes, lanes and Chrome/Perfetto pids by pid, and marks find their thread by
+    tid, so every process needs its own pid and every thread its own tid across
+    the join. The OS ids are kept where they are unique; a process sharing its pid
+    with an earlier one (another host's, often the same small pid in containers;
+    a pid reused, or the image after an exec) gets pid + k * LANE_STEP, as do its
+    threads' tids that an earlier process used. Processes.os_pid keeps the OS pid."""
+    pids, tids, out = set(), set(), []
+
+    def unused(number, used):
+        lane = number
+        while lane in used:
+            lane += LANE_STEP
+        used.add(lane)
+        return lane
+
+    for _, trace, _ in traced:
+        lane_pid = unused(trace.pid, pids)
+        own = {thread.native_id for thread in trace.threads if thread.native_id}
+        own.update(mark.thread for mark in trace.marks)
+        out.append((lane_pid, {tid: unused(tid, tids) for tid in sorted(own)}))
+    return out
 
 
 def _joined(traced, shifts):
-    """The Trace of several processes that _write_joined's JSON reads back as:
-    threads in lane order (numbered across processes, each with its process's
-    pid), one key per (name, kind, args) over all processes, every time moved
-    by its process's host shift; its calls streamed from the processes' traces."""
+    """The Trace of several processes: threads in lane order (numbered across
+    processes, each with its process's lane pid and tid: see _lane_ids), one key
+    per (name, kind, args) over all processes, every time moved by its
+    process's host shift; its calls streamed from the processes' traces."""
     from .trace import Mark, Trace
     names, kinds, key_args, key_of = [], [], {}, {}
 
@@ -1111,18 +1130,24 @@ def _joined(traced, shifts):
         return key
 
     threads, parts, stats, marks, processes = [], [], [], [], {}
-    for (result, trace, facts), shift in zip(traced, shifts):
+    for (result, trace, facts), shift, (lane_pid, lane_tid) in zip(traced, shifts,
+                                                                     _lane_ids(traced)):
         key_map = ffi.new("uint32_t[]", [
             union_key(name, kind, trace.key_args.get(key))
             for key, (name, kind) in enumerate(zip(trace.names, trace.key_kinds))] or [0])
-        processes[result.pid] = {"label": result.label, "state": result.state,
-                                 "host": facts.get("host"), "ppid": facts.get("ppid"),
-                                 "argv": facts.get("argv")}
+        processes[lane_pid] = {"label": result.label, "state": result.state,
+                               "host": facts.get("host"), "ppid": facts.get("ppid"),
+                               "argv": facts.get("argv")}
+        if lane_pid != trace.pid:
+            processes[lane_pid]["os_pid"] = trace.pid
         for thread, n, open_at_stop, depth in trace.thread_counts():
-            threads.append(thread._replace(index=len(threads), pid=trace.pid))
+            threads.append(thread._replace(index=len(threads), pid=lane_pid,
+                                           native_id=lane_tid.get(thread.native_id,
+                                                                  thread.native_id)))
             parts.append((trace, thread.index, key_map, len(trace.names), shift))
             stats.append((n, open_at_stop, depth))
-        marks.extend(Mark(m.kind, m.ns + shift, m.thread, m.name, m.args) for m in trace.marks)
+        marks.extend(Mark(m.kind, m.ns + shift, lane_tid.get(m.thread, m.thread), m.name,
+                          m.args) for m in trace.marks)
     root = traced[0][1]
     streams = _JoinedStreams(parts, stats)
     joined = Trace(names=names, key_kinds=kinds, key_args=key_args, threads=threads,
@@ -1218,53 +1243,6 @@ def _host_shifts(traced):
                       f"CLOCK_MONOTONIC differs between hosts; {detail}", TraceWarning,
                       stacklevel=3)
     return shifts
-
-
-def _write_joined(traced, path, shifts):
-    import gzip
-    from ._files import replaced_atomically
-    from ._progress import Progress
-    from .render.chrome import _chunks
-    base = min(t.start_ns + shift for (_, t, _), shift in zip(traced, shifts))
-    opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6)) if path.endswith(".gz")
-              else (lambda tmp: open(tmp, "wb")))
-    root = traced[0][1]
-    anchor = root.realtime_anchor      # the first process's: its clock is the file's
-    head = {"displayTimeUnit": "ns",
-            "otherData": {"generator": "pytrace_cffi", "start_monotonic_ns": base,
-                          "stop_monotonic_ns": max(t.stop_ns + shift for (_, t, _), shift
-                                                   in zip(traced, shifts)),
-                          "python": root.python_version, "backend": root.backend,
-                          "clock": root.clock,
-                          "dropped_events": sum(t.dropped_events for _, t, _ in traced),
-                          "realtime_anchor": anchor,
-                          "processes": [dict(pid=r.pid, label=r.label, state=r.state,
-                                             host=f.get("host"), ppid=f.get("ppid"),
-                                             argv=f.get("argv"))
-                                        for r, _, f in traced]}}
-    total = sum(len(t) for _, t, _ in traced)
-    with replaced_atomically(path, opener) as out, \
-            Progress(f"writing {path}", total) as progress:
-        out.write(('{' + json.dumps(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8"))
-        first_id = first_thread = 0
-        for order, (result, trace, _) in enumerate(traced):
-            for name, args in (("process_name", {"name": result.label}),
-                               ("process_sort_index", {"sort_index": order})):
-                event = {"ph": "M", "name": name, "pid": trace.pid, "tid": 0, "args": args}
-                out.write(((",\n" if order or name != "process_name" else "")
-                           + json.dumps(event)).encode("utf-8"))
-            pieces = _chunks(trace, progress, base=base - shifts[order], first_id=first_id,
-                             first_thread=first_thread)
-            first_id += len(trace)
-            first_thread += len(trace.threads)
-            next(pieces)                      # its own header
-            for piece in pieces:
-                if piece == b"\n]}\n":
-                    break
-                if not piece.startswith(b",\n"):
-                    out.write(b",\n")
-                out.write(piece)
-        out.write(b"\n]}\n")
 
 
 # -- `run` ------------------------------------------------------------------

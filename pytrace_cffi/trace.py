@@ -104,7 +104,9 @@ class Trace:
     hook_lost = ()
     # A trace of several processes (a job's, see processes.py): pid -> dict with
     # "label" and, when known, "host", "ppid", "argv", "state"; in lane order (root
-    # first, then ranks, then by start). None for a trace of one process.
+    # first, then ranks, then by start). None for a trace of one process. The pid
+    # is the process's lane; "os_pid" is its OS pid when that differs (an earlier
+    # process of the join had it: see processes._lane_ids).
     processes = None
 
     def __init__(self, *, names, key_kinds, key_args, threads, slices, start_ns, stop_ns,
@@ -188,6 +190,18 @@ class Trace:
 
     def __len__(self):
         return sum(n for _, n, _, _ in self.thread_counts())
+
+    def process_id_text(self, pid):
+        """How lane pid is shown: "pid N" with its OS pid, and "on HOST" when the
+        trace's processes ran on several hosts."""
+        processes = self.processes or {}
+        info = processes.get(pid) or {}
+        os_pid = info.get("os_pid")
+        text = f"pid {os_pid if type(os_pid) is int else pid}"
+        hosts = {str(facts.get("host")) for facts in processes.values()}
+        if len(hosts) > 1 and isinstance(info.get("host"), str):
+            text += f" on {info['host']}"
+        return text
 
     def thread_pid(self, thread):
         """The pid of the process thread (a ThreadInfo of this trace) ran in."""

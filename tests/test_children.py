@@ -218,6 +218,25 @@ def test_exec_saves_before_and_traces_after(tmp_path):
     assert by_dir[f"proc-{child}"] == (child, "prog.py (fork)", "complete")
     assert by_dir[f"proc-{child}-2"] == (child, "python -c", "complete")
     assert totals(counts(job)) == {"unique_before_exec": 5, "unique_after_exec": 6}
+    # Joined, the image before the exec and the one after are two processes, each in
+    # a lane of its own (the second's pid moved off the OS pid, which it keeps).
+    joined, _ = processes.joined_trace(job)
+    info = {lane: (facts["label"], facts.get("os_pid", lane))
+            for lane, facts in joined.processes.items()}
+    assert len(info) == 3
+    assert info[child] == ("prog.py (fork)", child)
+    assert info[child + (1 << 22)] == ("python -c", child)
+    lane_of_tid = {t.native_id: joined.thread_pid(t) for t in joined.threads}
+    assert len(lane_of_tid) == len(joined.threads)        # no tid shared between lanes
+    per_lane = collections.defaultdict(collections.Counter)
+    for call in joined:
+        if call.name.endswith("_exec"):
+            per_lane[lane_of_tid[call.thread]][call.name.rsplit(" ", 1)[-1]] += 1
+    assert per_lane == {child: {"unique_before_exec": 5},
+                        child + (1 << 22): {"unique_after_exec": 6}}
+    from pytrace_cffi.render import summary
+    text = summary.format_process_totals(joined)
+    assert f"pid {child} (prog.py (fork)): " in text and f"pid {child} (python -c): " in text
 
 
 def test_failed_exec_attempts_leave_tracing_on(tmp_path):

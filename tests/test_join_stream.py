@@ -5,8 +5,9 @@ joined_trace used to take): the same calls per thread (ids, names, times,
 depths, parents, pids), threads, processes in lane order, marks and summaries,
 for a real job (a parent with a second thread, a fork Pool(2), a `python -c`
 subprocess) in every output (.html, .pftrace, saved directory) and with another
-host's clock shifted. A job of ~3M calls joins to .pftrace and .html in a few
-bytes a call of memory."""
+host's clock shifted. Two nodes whose processes have the same pids and tids
+(containers) join into distinct lanes. A job of ~3M calls joins to .pftrace and
+.html in a few bytes a call of memory."""
 import json
 import os
 import shutil
@@ -153,7 +154,6 @@ def test_read_trace_of_a_job_directory_streams(job):
 def _no_temporary_json(monkeypatch):
     def refused(*args, **kwargs):
         raise AssertionError("joining wrote a temporary JSON")
-    monkeypatch.setattr(processes, "_write_joined", refused)
     monkeypatch.setattr(tempfile, "mkdtemp", refused)
     monkeypatch.setattr(summary_module, "_read_chrome_trace", refused)
 
@@ -363,3 +363,101 @@ def test_a_big_job_joins_in_a_few_bytes_a_call(tmp_path, output):
         assert meta["calls"] == calls and len(meta["processes"]) >= 2
         fib = [row for row in meta["summary"]["rows"] if row[0].endswith(": fib")]
         assert fib[0][1] == 3 * FIB_CALLS
+
+
+def _other_node(job_dir, where, host="node-b"):
+    """A copy of job_dir as another node's job: the same pids and tids, host renamed."""
+    copy = where / "node-b-job"
+    shutil.copytree(job_dir, copy)
+    for process_dir in copy.iterdir():
+        meta_path = process_dir / "meta.json"
+        if meta_path.exists():
+            meta = json.loads(meta_path.read_text())
+            meta["host"] = host
+            meta_path.write_text(json.dumps(meta))
+    return copy
+
+
+def test_two_nodes_with_the_same_pids_get_their_own_lanes(job, tmp_path):
+    """Containers on two nodes often run the same pids (and tids): each process
+    must keep its own lane, its own calls and its own marks, in every output."""
+    job_dir, _ = job
+    other = _other_node(job_dir, tmp_path)
+    alone = processes.joined_trace(job_dir)[0]
+    with pytest.warns(pytrace_cffi.TraceWarning, match="2 hosts"):
+        both, results = processes.joined_trace([job_dir, other])
+    n = len(alone.processes)
+    assert len(both.processes) == len(results) == 2 * n
+    lanes = list(both.processes)
+    assert len(set(lanes)) == 2 * n
+    tids = [t.native_id for t in both.threads]
+    assert len(set(tids)) == len(tids)
+    # Each node-b process: the OS pid of its node-a twin, a lane of its own.
+    twin = {}
+    for pid, info in both.processes.items():
+        if info["host"] == "node-b":
+            assert info["os_pid"] in alone.processes and pid == info["os_pid"] + (1 << 22)
+            twin[pid] = info["os_pid"]
+        else:
+            assert "os_pid" not in info and pid in alone.processes
+    assert len(twin) == n
+    # Each lane holds exactly its process's calls (its own trace is the oracle).
+    per_lane = {}
+    for thread, calls in zip(both.threads, _per_thread(both)):
+        per_lane.setdefault(both.thread_pid(thread), []).append(
+            [(c.name, c.start_ns, c.end_ns) for c in calls])
+    for lane, pid in twin.items():
+        # node-b's times come through its own realtime anchor: one shift per process,
+        # as small as the anchors' jitter.
+        shift = per_lane[lane][0][0][1] - per_lane[pid][0][0][1]
+        assert abs(shift) < 10_000_000
+        assert per_lane[lane] == [[(name, start + shift, end + shift)
+                                   for name, start, end in thread] for thread in per_lane[pid]]
+        own = [t for t in alone.threads if alone.thread_pid(t) == pid]
+        assert len(per_lane[lane]) == len(own)
+    assert sum(len(calls) for threads in per_lane.values() for calls in threads) == \
+        2 * len(alone)
+    # Marks: each on its own node's thread.
+    lane_of_tid = {t.native_id: both.thread_pid(t) for t in both.threads}
+    host_of_mark = sorted((both.processes[lane_of_tid[m.thread]]["host"], m.name, m.ns)
+                          for m in both.marks)
+    assert host_of_mark == sorted([(info, m.name, m.ns) for m in alone.marks
+                                   for info in ("node-b", alone.processes[
+                                       alone.thread_pid(next(t for t in alone.threads
+                                                             if t.native_id == m.thread))
+                                   ]["host"])])
+    # The JSON: a pid per lane, marks under their own lane; it reads back the same.
+    path = tmp_path / "both.json"
+    with pytest.warns(pytrace_cffi.TraceWarning):
+        processes.join([job_dir, other], path)
+    events = json.loads(path.read_text())["traceEvents"]
+    named = {e["pid"] for e in events if e.get("name") == "process_name"}
+    assert named == set(lanes)
+    for event in events:
+        if event["ph"] in ("i", "C"):
+            assert event["pid"] == lane_of_tid[event["tid"]]
+    again = _read_chrome_trace(str(path))
+    assert facts_of(again) == facts_of(both) and calls_of(again) == calls_of(both)
+    # Text and page say which node's pid a lane is.
+    text = format_process_totals(both)
+    for lane, pid in twin.items():
+        label = both.processes[lane]["label"]
+        assert f"pid {pid} on node-b ({label}):" in text
+        assert f"pid {pid} on {alone.processes[pid]['host']} ({label}):" in text
+    write_html(both, tmp_path / "both.html")
+    shown = {p["pid"]: p["shown"] for p in _page_meta(tmp_path / "both.html")["processes"]}
+    assert all(shown[lane] == f"pid {pid} on node-b" for lane, pid in twin.items())
+    # The saved directory keeps the lanes and the OS pids.
+    both.save(tmp_path / "saved")
+    loaded = pytrace_cffi.load(tmp_path / "saved")
+    assert loaded.processes == both.processes and calls_of(loaded) == calls_of(both)
+    # The .pftrace: a process track per lane, named with its OS pid and node.
+    test_perfetto = pytest.importorskip("test_perfetto")
+    pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    both.export_perfetto(str(tmp_path / "both.pftrace"))
+    decoded = test_perfetto.decode(str(tmp_path / "both.pftrace"))
+    tracks = dict(decoded["processes"].values())
+    assert set(tracks) == set(lanes)
+    for lane, pid in twin.items():
+        assert tracks[lane].endswith(f" (pid {pid} on node-b)")
+    assert len(decoded["slices"]) == 2 * len(alone)

@@ -46,14 +46,13 @@ class KeyStrings:
         self.extra_lens = ffi.new("uint32_t[]", [len(e) for e in self._extras])
 
 
-def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
+def _chunks(trace, progress):
     """The JSON text in pieces of about CHUNK_BYTES: metadata here, the slices
-    formatted by the C core from names escaped once here. Times count from base
-    (default: the trace's start); "Python id"s from first_id and "Python
-    thread"s from first_thread (processes.join numbers all processes' calls and
-    threads in one sequence)."""
+    formatted by the C core from names escaped once here. Times count from the
+    trace's start; "Python id"s and "Python thread"s from 0."""
     pid = trace.pid
-    base = trace.start_ns if base is None else base
+    base = trace.start_ns
+    first_id = 0
     keys = KeyStrings(trace)
     out = ffi.new("char[]", CHUNK_BYTES)
     next_index = ffi.new("uint64_t *")
@@ -104,7 +103,7 @@ def _chunks(trace, progress, base=None, first_id=0, first_thread=0):
                 lib.pt_format_slices_from(slices, n, next_index, keys.names, keys.name_lens,
                                           keys.extras, keys.extra_lens, keys.count, prefix,
                                           len(prefix), base,
-                                          first_id, index_base, first_thread + thread.index,
+                                          first_id, index_base, thread.index,
                                           out, CHUNK_BYTES, written)
                 progress.advance(next_index[0] - before)
                 yield ffi.buffer(out, written[0])[:]

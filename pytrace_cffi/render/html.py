@@ -191,7 +191,7 @@ def _meta(trace, title, survey):
             entry["pid"] = trace.thread_pid(thread)
         # The summary table can show one process's functions too.
         meta["processes"] = [{"pid": t.pid, "label": t.label, "calls": t.calls,
-                              "threads": t.threads,
+                              "threads": t.threads, "shown": trace.process_id_text(t.pid),
                               "summary": _summary_rows(survey.process_rows.get(
                                   _process_title(trace, t.pid), []))}
                              for t in process_totals(trace)]
@@ -434,7 +434,8 @@ _PAGE_SCRIPT = r""""use strict";
     for (const thread of threads) {
       if (thread.info.pid !== previous) {
         const process = processOf.get(thread.info.pid) ||
-          { pid: thread.info.pid, label: `pid ${thread.info.pid}`, calls: 0, threads: 0 };
+          { pid: thread.info.pid, label: `pid ${thread.info.pid}`, shown: `pid ${thread.info.pid}`,
+            calls: 0, threads: 0 };
         thread.group = { process, top: 0, threads: [] };
         groups.push(thread.group);
         previous = thread.info.pid;
@@ -601,7 +602,7 @@ _PAGE_SCRIPT = r""""use strict";
       ctx.fillStyle = "#1f2328";
       ctx.font = "700 13px system-ui, sans-serif";
       const folded = group.threads.every(t => t.folded);
-      ctx.fillText(`${folded ? "\u25b8" : "\u25be"} ${p.label}  \u00b7  pid ${p.pid}` +
+      ctx.fillText(`${folded ? "\u25b8" : "\u25be"} ${p.label}  \u00b7  ${p.shown}` +
                    `  \u00b7  ${count(p.threads, "thread")}` +
                    `  \u00b7  ${count(p.calls, "call")}`, 8, group.top + GROUP_HEAD / 2);
     }
@@ -648,9 +649,9 @@ _PAGE_SCRIPT = r""""use strict";
     return threads.find(t => contentY >= t.top && contentY < t.top + LANE_HEAD) || null;
   }
 
-  function processLabel(pid) {
+  function processTitle(pid) {
     const found = (meta.processes || []).find(p => p.pid === pid);
-    return found ? found.label : "?";
+    return found ? `${found.label} (${found.shown})` : `? (pid ${pid})`;
   }
 
   function groupHeaderAt(y) {
@@ -695,8 +696,7 @@ _PAGE_SCRIPT = r""""use strict";
       ["Name", names[k]],
       ["Kind", KIND_NAMES[meta.kinds[k]]],
       ["Thread", `${thread.info.name} (tid ${thread.info.tid})`],
-      ...(meta.processes ? [["Process", `${processLabel(thread.info.pid)} (pid ` +
-                                        `${thread.info.pid})`]] : []),
+      ...(meta.processes ? [["Process", processTitle(thread.info.pid)]] : []),
       ["Start", formatNs(thread.start[index]) + " after trace start"],
       ["Duration", formatNs(thread.end[index] - thread.start[index])],
       ["Self time", formatNs(selfTime(thread, index))],
@@ -864,7 +864,7 @@ _PAGE_SCRIPT = r""""use strict";
     const select = document.createElement("select");
     select.id = "summary-process";
     select.add(new Option("all processes", ""));
-    meta.processes.forEach((p, i) => select.add(new Option(`${p.label} (pid ${p.pid})`,
+    meta.processes.forEach((p, i) => select.add(new Option(`${p.label} (${p.shown})`,
                                                            String(i))));
     select.addEventListener("change", () => {
       const chosen = select.value === "" ? meta.summary : meta.processes[+select.value].summary;
@@ -883,7 +883,7 @@ _PAGE_SCRIPT = r""""use strict";
     ` \u00b7 ${formatNs(meta.stop_ns - meta.start_ns)} \u00b7 ` +
     (meta.processes ? `${meta.processes.length} process` +
       `${meta.processes.length === 1 ? "" : "es"} (` +
-      meta.processes.map(p => `${p.label}, pid ${p.pid}`).join("; ") + ")" : `pid ${meta.pid}`) +
+      meta.processes.map(p => `${p.label}, ${p.shown}`).join("; ") + ")" : `pid ${meta.pid}`) +
     ` \u00b7 Python ${meta.python} (${meta.backend})`;
   if (meta.dropped_events > 0) {
     document.getElementById("warning").textContent =

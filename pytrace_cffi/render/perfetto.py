@@ -329,7 +329,9 @@ def _chunks(trace, progress, chunk_bytes):
     # One process track per process (the trace's own first).
     labels = {trace.pid: None}
     if trace.processes:
+        # A lane whose pid is not the OS pid (processes._lane_ids) says which it is.
         labels = {pid: str(info.get("label", f"pid {pid}"))
+                  + (f" ({trace.process_id_text(pid)})" if "os_pid" in info else "")
                   for pid, info in trace.processes.items()}
         labels.setdefault(trace.pid, f"pid {trace.pid}")
     process_uuids = {trace.pid: base_uuid}

@@ -134,7 +134,8 @@ NUMBER_COLUMNS = 3                           # calls, total ms, self ms: right-a
 
 def _process_title(trace, pid):
     label = (trace.processes or {}).get(pid, {}).get("label")
-    return f"{label} (pid {pid})" if label is not None else f"pid {pid}"
+    shown = trace.process_id_text(pid)
+    return f"{label} ({shown})" if label is not None else shown
 
 
 def _thread_title(trace, thread):
@@ -142,7 +143,7 @@ def _thread_title(trace, thread):
         return thread.name
     pid = trace.thread_pid(thread)
     label = trace.processes.get(pid, {}).get("label", "?")
-    return f"{thread.name} ({label}, pid {pid})"
+    return f"{thread.name} ({label}, {trace.process_id_text(pid)})"
 
 
 ProcessTotal = namedtuple("ProcessTotal", "pid label calls threads start_ns end_ns")
@@ -180,8 +181,9 @@ def format_process_totals(trace):
         span = ("" if total.start_ns is None else
                 f", {_ms(total.start_ns - trace.start_ns)}-{_ms(total.end_ns - trace.start_ns)}"
                 " ms")
-        lines.append(f"  pid {total.pid} ({total.label}): {total.calls} calls on "
-                     f"{total.threads} thread{'s' if total.threads != 1 else ''}{span}")
+        lines.append(f"  {trace.process_id_text(total.pid)} ({total.label}): {total.calls} "
+                     f"calls on {total.threads} thread{'s' if total.threads != 1 else ''}"
+                     f"{span}")
     return "\n".join(lines)
 
 
