@@ -154,9 +154,8 @@ def chromium(tmp_path_factory):
 
 
 # Read back after the page's own script has drawn: a script added to a copy of the
-# page puts the canvas's pixels into the DOM, which --dump-dom prints. (A screenshot
-# depends on when the compositor catches up, which on a loaded machine was sometimes
-# never within the time budget.)
+# page puts the canvas's pixels into the DOM, which --dump-dom prints. The canvas's
+# own pixels, with no compositor, window chrome or screenshot timing in between.
 _CANVAS_PROBE = """<script>
 window.addEventListener("load", () => {
   const canvas = document.getElementById("canvas");

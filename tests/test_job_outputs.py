@@ -377,8 +377,13 @@ def test_html_draws_a_header_per_process(job, job_page, tmp_path):
     # Each process's group header: a band of its colour across the timeline.
     width, _, rows = test_html.canvas_pixels(lambda *args: chromium(*args, page=None),
                                              job_page, tmp_path, window="1000,5000")
-    x = 4 * (width - 40)                              # right of any header text
-    assert any(tuple(row[x:x + 3]) == (0xee, 0xf1, 0xf4) for row in rows)   # lane headers
+    # A column right of any header text, between the time axis's grid lines (drawn
+    # across the headers every 110+ px, where they would be missed): one where lane
+    # headers (#eef1f4) show.
+    lane = (0xee, 0xf1, 0xf4)
+    x = next((4 * column for column in range(width - 40, width - 200, -1)
+              if any(tuple(row[4 * column:4 * column + 3]) == lane for row in rows)), None)
+    assert x is not None, "no lane header was drawn"
     header = [tuple(row[x:x + 3]) == (0xd8, 0xde, 0xe4) for row in rows]
     bands = sum(1 for y in range(1, len(rows)) if header[y] and not header[y - 1])
     assert bands == len(labels), bands
