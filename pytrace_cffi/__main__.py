@@ -464,6 +464,7 @@ def _cmd_run(args, program):
         from .processes import make_run_windows
         windows = make_run_windows(output, options, _write_or_fall_back, export,
                                    keep_in=args.processes_dir)
+    windows.guard_ending()      # os._exit or an exec of this process still writes OUT
     hide_launcher_frames(_launcher_codes())
     # The program's module stays __main__ to the end, as under python: threads and
     # atexit handlers that outlive its code still unpickle from it.

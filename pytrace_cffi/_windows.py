@@ -32,6 +32,83 @@ def signal_number(name):
     return int(found)
 
 
+# The run whose open window is written before the process ends without
+# returning to `run` (os._exit) or becomes another program (exec): (pid, Windows).
+# A follow run does this in processes.py (its exec'd image can finish the job).
+_ending_guard = None
+_real_exit = os._exit
+_audit_installed = False
+
+
+def _exit_writing(code):
+    """os._exit during a run: the open window is written first."""
+    _write_before_ending()
+    _real_exit(code)
+
+
+def _audit(event, args):
+    if event == "os.exec" and _ending_guard is not None:
+        from .processes import _can_exec
+        try:
+            if _can_exec(args[0]):
+                _write_before_ending()
+        except Exception:            # noqa: BLE001 - an audit hook must never fail the call
+            pass
+
+
+def _write_before_ending():
+    global _ending_guard
+    guard, _ending_guard = _ending_guard, None
+    if guard is None or guard[0] != os.getpid():
+        return
+    try:
+        guard[1].finish()
+    except Exception as exc:         # noqa: BLE001 - the program's exit goes on
+        print(f"pytrace_cffi: writing the trace failed ({exc.__class__.__name__}: {exc})",
+              file=sys.stderr)
+
+
+def _on_sigterm(signum, frame):
+    """SIGTERM during a run (the program has no handler of its own): the open
+    window is written, then the process dies of the signal as it would have."""
+    _write_before_ending()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _guard_ending(windows):
+    """Until windows.finish(): os._exit, an exec or SIGTERM of this process writes
+    its open window first."""
+    global _ending_guard, _audit_installed
+    _ending_guard = (os.getpid(), windows)
+    os._exit = _exit_writing
+    if not _audit_installed:
+        sys.addaudithook(_audit)
+        # A forked child owes nothing, and its SIGTERM must stay the default: a
+        # Python handler would not run while it waits in C (Pool.terminate()).
+        os.register_at_fork(after_in_child=_unguard_ending)
+        _audit_installed = True
+    if threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):
+            pass
+
+
+def _unguard_ending():
+    global _ending_guard
+    _ending_guard = None
+    if os._exit is _exit_writing:
+        os._exit = _real_exit
+    if threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
+
 class Windows:
     """write(trace, path) writes a window's trace and returns the path it went to
     (another one when path failed), or None when it was lost (then .lost).
@@ -54,6 +131,11 @@ class Windows:
         self._timers = []
 
     # -- ways to drive it ----------------------------------------------------
+    def guard_ending(self):
+        """os._exit or an exec of this process writes the open window first (until
+        finish())."""
+        _guard_ending(self)
+
     def whole_run(self):
         self.open()
 
@@ -123,6 +205,7 @@ class Windows:
 
     def finish(self):
         """At the program's end: closes an open window; says if none was traced."""
+        _unguard_ending()
         for timer in self._timers:
             timer.cancel()
         self.close()

@@ -73,6 +73,10 @@ state  "complete" (its trace was saved), "running" (still running at the join:
 _real_exit = os._exit
 _child_job = None          # set by the bootstrap: the process being started is a child
 _armed = None              # (job dir, options): a forkserver, untraced, whose forks trace
+# `run`'s pending finish in the process that owes it (pid, job dir, OUT, keep the
+# job dir, write, export: see finish_run). An exec replaces that process: the new
+# image takes the finish over (_hand_over_run), or it is done before the exec.
+_run_finish = None
 _audit_installed = False
 
 
@@ -390,6 +394,10 @@ def start_from_environment():
             _armed = (job_dir, options)
             os.register_at_fork(after_in_child=_armed_after_fork)
             return
+        finish = config.get("finish")
+        if isinstance(finish, dict):
+            # This image replaced (exec) the process running `run`: it owes the finish.
+            _owe_run_finish(job_dir, finish)
         if _untraced_helper(command):
             return
         import pytrace_cffi
@@ -402,6 +410,64 @@ def start_from_environment():
             _note_unfollowed(job_dir, {"pid": os.getppid(), "command": _command_line(),
                                        "child_pid": os.getpid(),
                                        "reason": f"its tracing failed to start ({reason})"})
+
+
+def _owe_run_finish(job_dir, finish):
+    """Makes this process finish `run` at exit (its trace saved first), as the
+    process it replaced would have after the program."""
+    global _run_finish
+
+    def write(trace, path):
+        from .__main__ import _write_or_fall_back
+        return _write_or_fall_back(trace, path)
+
+    def export(source, path):
+        from .__main__ import export
+        return export(source, path)
+
+    _run_finish = (os.getpid(), job_dir, str(finish["output"]), bool(finish.get("keep")),
+                   write, export)
+    atexit.register(_finish_owed_run)
+
+
+def _finish_owed_run():
+    """When this process owes `run`'s finish (an exec'd image's atexit, or os._exit):
+    saves its trace, then writes OUT from the job. Never raises."""
+    global _run_finish
+    owed, _run_finish = _run_finish, None
+    if owed is None or owed[0] != os.getpid():
+        return
+    finish_here()
+    _, job_dir, output, keep, write, export = owed
+    try:
+        finish_run(job_dir, output, write, export, keep=keep)
+    except Exception as exc:     # noqa: BLE001 - the program's exit goes on
+        _say(f"cannot write the job's trace to {output!r} ({exc.__class__.__name__}: "
+             f"{exc}); the per-process traces are in {job_dir}")
+
+
+def _hand_over_run(env, followed):
+    """At an exec of the process owing `run`'s finish (its trace saved already):
+    the new image gets the finish through PYTRACE_CFFI_FOLLOW (in env, or
+    os.environ when None) when it will be followed; otherwise (not Python, or
+    its environment drops the variable) the job is finished here, before this
+    image is gone."""
+    global _run_finish
+    owed, _run_finish = _run_finish, None
+    pid, job_dir, output, keep, write, export = owed
+    target = os.environ if env is None else env
+    config = None
+    if followed and hasattr(target, "get") and isinstance(next(iter(target), ""), str):
+        config = target.get(ENV)
+    if config:
+        try:
+            config = json.loads(config)
+            config["finish"] = {"output": output, "keep": keep}
+            target[ENV] = json.dumps(config)
+            return
+        except (TypeError, ValueError):
+            pass
+    finish_run(job_dir, output, write, export, keep=keep)
 
 
 def _say(text):
@@ -435,8 +501,10 @@ def finish_here():
 
 
 def _exit_saving(code):
-    """os._exit while following: saves this process's trace first."""
+    """os._exit while following: saves this process's trace first (and writes
+    `run`'s OUT when this process owes it)."""
     finish_here()
+    _finish_owed_run()
     _real_exit(code)
 
 
@@ -446,6 +514,7 @@ def _on_sigterm(signum, frame):
         _terminate_after = True
         return
     finish_here()
+    _finish_owed_run()
     _die_of_sigterm()
 
 
@@ -464,15 +533,23 @@ def _install_exit_paths(root):
         sys.addaudithook(_audit)
         atexit.register(finish_here)
         _audit_installed = True
-    if not root and threading.current_thread() is threading.main_thread():
-        try:
-            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-                signal.signal(signal.SIGTERM, _on_sigterm)
-            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-                # (again in a forked child: it inherits the handler, not the timer)
-                lib.pt_sigterm_guard(1)     # see pt_signals.c: a SIGTERM is never missed
-        except (ValueError, OSError):
-            pass
+    if not root:
+        _handle_sigterm()
+
+
+def _handle_sigterm():
+    """SIGTERM saves the trace (and writes `run`'s OUT when owed) before the
+    process dies of it, unless the program has a handler of its own."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            # (again in a forked child: it inherits the handler, not the timer)
+            lib.pt_sigterm_guard(1)     # see pt_signals.c: a SIGTERM is never missed
+    except (ValueError, OSError):
+        pass
 
 
 def _restore_exit_paths():
@@ -512,6 +589,8 @@ def _audit(event, args):
                 for name, value in zip((ENV, "PYTHONPATH"), inherited):
                     if value is not None:
                         os.environ[name] = value
+            if _run_finish is not None and _run_finish[0] == os.getpid():
+                _hand_over_run(env, _unfollowable(executable, argv, env) is None)
             return
         if event == "subprocess.Popen":
             _popen.argv = list(argv or ())
@@ -1265,7 +1344,12 @@ def make_run_windows(output, options, write, export, keep_in=None):
     from ._windows import Windows, numbered
 
     class FollowWindows(Windows):
+        def guard_ending(self):
+            """Done by the follow session: _exit_saving and _audit write OUT from
+            the job, or hand its finish over to an exec'd image (_run_finish)."""
+
         def open(self, noop=False):
+            global _run_finish
             from . import _has_session, start
             if noop:                    # a schedule's warmup: nothing kept, none followed
                 self._job = None
@@ -1278,14 +1362,19 @@ def make_run_windows(output, options, write, export, keep_in=None):
                 keep = (numbered(keep_in, number) if self._numbered and keep_in is not None
                         else keep_in)
                 self._job = job_dir_for(path, keep)
+                _run_finish = (os.getpid(), self._job, path, keep_in is not None, write,
+                               export)
+                _handle_sigterm()        # (the session's end takes it away again)
             # Last statement: what this frame runs once the hooks are live is recorded.
             start(follow_children=True, output=self._job, **self._options)
 
         def close(self, save=True):
             from . import _has_session, stop
+            global _run_finish
             with self._lock:
                 if not _has_session():
                     return
+                _run_finish = None
                 stop()
                 if not save or self._job is None:      # a schedule's warmup
                     if self._job is not None and keep_in is None:

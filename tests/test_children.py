@@ -8,7 +8,6 @@ import signal
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 
@@ -16,6 +15,7 @@ import pytest
 
 import pytrace_cffi
 from pytrace_cffi import processes
+from pytrace_cffi.render.summary import read_trace
 
 TIMEOUT = 120
 # Where the pytrace_cffi under test is importable from: the installed wheel in CI,
@@ -443,12 +443,13 @@ def test_no_follow(tmp_path):
     script.write_text("import os\npid = os.fork()\nif pid == 0:\n"
                       "    import pytrace_cffi\n    print(pytrace_cffi.is_tracing())\n"
                       "    os._exit(0)\nos.waitpid(pid, 0)\n")
+    (tmp_path / "tmp").mkdir()
     proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "--no-follow", "-o",
                            str(out), str(script)], capture_output=True, text=True,
-                          timeout=TIMEOUT, cwd=tmp_path, env=_env())
+                          timeout=TIMEOUT, cwd=tmp_path, env=_env(TMPDIR=str(tmp_path / "tmp")))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "False\n"
-    assert "pytrace_cffi-out.json-" not in " ".join(os.listdir(tempfile.gettempdir()))
+    assert os.listdir(tmp_path / "tmp") == []
     pids = {e["pid"] for e in json.loads(out.read_text())["traceEvents"]}
     assert len(pids) == 1
 
@@ -481,9 +482,10 @@ def test_run_follows_children_end_to_end(tmp_path):
             subprocess.run(["true"], check=True, timeout=60)
             print(os.getpid(), pid)
     """))
+    (tmp_path / "tmp").mkdir()
     proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out),
                            str(script)], capture_output=True, text=True, timeout=TIMEOUT,
-                          cwd=tmp_path, env=_env())
+                          cwd=tmp_path, env=_env(TMPDIR=str(tmp_path / "tmp")))
     assert proc.returncode == 0, proc.stderr
     root, forked = map(int, proc.stdout.split())
     events = json.loads(out.read_text())["traceEvents"]
@@ -503,7 +505,7 @@ def test_run_follows_children_end_to_end(tmp_path):
     assert lines[4] == "pytrace_cffi:   not followed (not Python): 1 program: true"
     assert len(lines) == 5
     # Joined and complete: the per-process directories are not left behind.
-    assert "pytrace_cffi-out.json-" not in " ".join(os.listdir(tempfile.gettempdir()))
+    assert os.listdir(tmp_path / "tmp") == []
 
 
 # -- torch (3.11 venv) ---------------------------------------------------------
@@ -689,8 +691,9 @@ def test_run_to_a_directory_writes_the_whole_job(tmp_path):
     script.write_text("import subprocess, sys\ndef unique_root(): pass\nunique_root()\n"
                       "subprocess.run([sys.executable, '-c', 'def unique_sub(): pass\\n"
                       "for _ in range(4): unique_sub()'], check=True, timeout=60)\n")
+    (tmp_path / "tmp").mkdir()
     proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out),
-                        str(script)], tmp_path, _env(), TIMEOUT)
+                        str(script)], tmp_path, _env(TMPDIR=str(tmp_path / "tmp")), TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     # OUT is one saved trace of both processes (as `export JOB -o OUT` writes it).
     trace = pytrace_cffi.load(out)
@@ -701,7 +704,7 @@ def test_run_to_a_directory_writes_the_whole_job(tmp_path):
     assert proc.stderr.splitlines()[0] == (f"pytrace_cffi: 2 processes, {len(trace)} calls "
                                            f"-> {out}")
     assert "stay in" not in proc.stderr
-    assert "pytrace_cffi-outdir-" not in " ".join(os.listdir(tempfile.gettempdir()))
+    assert os.listdir(tmp_path / "tmp") == []
 
 
 def test_fork_child_keeps_the_filters(tmp_path):
@@ -927,3 +930,142 @@ def test_summary_and_export_read_a_whole_job(tmp_path):
     proc = run_command(command + ["merge", str(job), "-o", str(tmp_path / "m.html")],
                        tmp_path, _env(), TIMEOUT)
     assert proc.returncode == 0 and "2 processes ->" in proc.stderr, proc.stderr
+
+
+# --- `run` of a program that execs ------------------------------------------------
+
+def _run_exec(tmp_path, source, out_name="out.json", extra=()):
+    """`run -o OUT prog.py` with its own temporary directory, so the job directory
+    it leaves (if any) can be seen; (process, OUT path, what is left in TMPDIR)."""
+    (tmp_path / "prog.py").write_text(textwrap.dedent(source))
+    (tmp_path / "work.py").write_text(textwrap.dedent("""
+        import os, sys
+        def unique_work(): pass
+        for _ in range(5): unique_work()
+        if len(sys.argv) > 1:               # exec on, once more
+            os.execv(sys.executable, [sys.executable, "work.py"])
+        print("work done")
+        sys.exit(3)
+    """))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = dict(_env(), TMPDIR=str(temp))
+    proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", *extra, "-o", out_name,
+                        "prog.py"], tmp_path, env, TIMEOUT)
+    return proc, tmp_path / out_name, sorted(os.listdir(temp))
+
+
+def _calls_per_process(path):
+    """{lane: (OS pid, label, Counter of unique_* functions)} of a joined or
+    one-process OUT."""
+    trace = read_trace(str(path))
+    lanes = trace.processes or {trace.pid: {"label": None}}
+    pid_of_tid = {t.native_id: trace.thread_pid(t) for t in trace.threads}
+    out = {}
+    for call in trace:
+        name = call.name.rsplit(": ", 1)[-1]
+        if name.startswith("unique_"):
+            lane = pid_of_tid[call.thread]
+            info = lanes[lane]
+            entry = out.setdefault(lane, (info.get("os_pid", lane), info["label"],
+                                          collections.Counter()))
+            entry[2][name] += 1
+    return out
+
+
+def test_run_of_a_program_that_execs_python_writes_out_from_the_new_image(tmp_path):
+    """The process running `run` is replaced by an exec: the new image (followed)
+    finishes the run at its exit: OUT holds both images (and a second exec's),
+    the temporary job directory is gone, the program's exit code is kept."""
+    proc, out, left = _run_exec(tmp_path, """
+        import os, sys
+        def unique_launch(): pass
+        unique_launch()
+        os.execv(sys.executable, [sys.executable, "work.py", "again"])
+    """)
+    assert proc.returncode == 3, proc.stderr
+    assert "work done" in proc.stdout
+    assert "3 processes" in proc.stderr and str(out.name) in proc.stderr
+    found = list(_calls_per_process(out).values())
+    assert len({pid for pid, _, _ in found}) == 1       # one OS process, three images
+    assert [(label, names) for _, label, names in found] == [
+        ("prog.py", {"unique_launch": 1}), ("work.py", {"unique_work": 5}),
+        ("work.py", {"unique_work": 5})]
+    assert left == []
+
+
+def test_run_of_a_program_that_execs_python_to_html(tmp_path):
+    proc, out, left = _run_exec(tmp_path, """
+        import os, sys
+        def unique_launch(): pass
+        unique_launch()
+        os.execvp(sys.executable, [sys.executable, "work.py"])
+    """, out_name="out.html")
+    assert proc.returncode == 3, proc.stderr
+    assert out.stat().st_size > 1000 and left == []
+    assert "2 processes" in proc.stderr
+
+
+@pytest.mark.parametrize("how", ["not python", "environment replaced"])
+def test_run_of_a_program_that_execs_an_unfollowed_program_writes_out_first(tmp_path, how):
+    """The new image will not be followed: OUT is written before the exec."""
+    target = ('"/bin/sh", ["sh", "-c", "echo from sh"]' if how == "not python" else
+              'sys.executable, [sys.executable, "work.py"], {"PATH": os.environ["PATH"]}')
+    call = "execv" if how == "not python" else "execve"
+    proc, out, left = _run_exec(tmp_path, f"""
+        import os, sys
+        def unique_launch(): pass
+        unique_launch()
+        os.{call}({target})
+    """)
+    assert ("from sh" if how == "not python" else "work done") in proc.stdout
+    assert "not followed" in proc.stderr
+    assert [names for _, _, names in _calls_per_process(out).values()] == \
+        [{"unique_launch": 1}]
+    assert left == []
+
+
+def test_a_forked_child_that_execs_does_not_finish_the_run(tmp_path):
+    """Only the process running `run` owes its finish: a fork of it that execs
+    hands nothing over, and the run finishes when the program ends."""
+    proc, out, left = _run_exec(tmp_path, """
+        import os, sys
+        def unique_launch(): pass
+        unique_launch()
+        pid = os.fork()
+        if pid == 0:
+            os.execv(sys.executable, [sys.executable, "work.py"])
+        os.waitpid(pid, 0)
+        def unique_after(): pass
+        unique_after()
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count(" -> ") == 1       # OUT written once, by the run
+    counted = collections.Counter()
+    for _, _, names in _calls_per_process(out).values():
+        counted.update(names)
+    assert counted == {"unique_launch": 1, "unique_work": 5, "unique_after": 1}
+    assert left == []
+
+
+@pytest.mark.parametrize("follow", [True, False])
+@pytest.mark.parametrize("ending", ["os._exit", "exec", "SIGTERM"])
+def test_run_writes_out_when_the_program_ends_without_returning(tmp_path, follow, ending):
+    """os._exit, an exec (of a program not followed) or SIGTERM (no handler of the
+    program's) end the process running `run` without returning to it: OUT is
+    written first, and the process still ends as the program made it end."""
+    ends = {"os._exit": "os._exit(4)",
+            "exec": 'os.execv("/bin/sh", ["sh", "-c", "echo from sh; exit 5"])',
+            "SIGTERM": "os.kill(os.getpid(), signal.SIGTERM); time.sleep(30)"}
+    proc, out, left = _run_exec(tmp_path, f"""
+        import os, signal, sys, time
+        def unique_before(): pass
+        unique_before()
+        {ends[ending]}
+    """, extra=() if follow else ("--no-follow",))
+    assert proc.returncode == {"os._exit": 4, "exec": 5, "SIGTERM": -signal.SIGTERM}[ending], \
+        proc.stderr
+    assert proc.stderr.count(" -> ") == 1, proc.stderr
+    assert [names for _, _, names in _calls_per_process(out).values()] == \
+        [{"unique_before": 1}]
+    assert left == []

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import textwrap
 
 import pytest
@@ -28,8 +27,10 @@ def run_cli(tmp_path, source, *args, check=True):
     """`python -m pytrace_cffi run ARGS prog.py` in tmp_path."""
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent(source))
+    # A temporary directory of its own: what a run leaves there is its own.
+    (tmp_path / "tmp").mkdir(exist_ok=True)
     proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", *map(str, args),
-                        str(script)], tmp_path, _env(), TIMEOUT)
+                        str(script)], tmp_path, _env(TMPDIR=str(tmp_path / "tmp")), TIMEOUT)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -44,9 +45,9 @@ def process_labels(trace):
     return sorted(t.name.split(" (", 1)[1].rsplit(", pid", 1)[0] for t in trace.threads)
 
 
-def left_in_tmp(name):
-    return [d for d in os.listdir(tempfile.gettempdir())
-            if d.startswith(f"pytrace_cffi-{name}-")]
+def left_in_tmp(tmp_path, name):
+    """What run_cli's run left in its temporary directory for OUT name."""
+    return [d for d in os.listdir(tmp_path / "tmp") if d.startswith(f"pytrace_cffi-{name}-")]
 
 
 def unique_counts(names):
@@ -76,14 +77,14 @@ def test_run_to_html_writes_the_whole_job(tmp_path):
     assert lines[0].startswith("pytrace_cffi: 2 processes, ") and lines[0].endswith(
         f"calls -> {out}")
     assert len(lines) == 3 and "stay in" not in proc.stderr
-    assert not left_in_tmp("out.html")          # written: the per-process traces went
+    assert not left_in_tmp(tmp_path, "out.html")          # written: the per-process traces went
 
 
 def test_run_to_pftrace_writes_the_whole_job(tmp_path):
     out = tmp_path / "out.pftrace"
     proc = run_cli(tmp_path, CHILD, "-o", out)
     assert proc.stderr.startswith("pytrace_cffi: 2 processes, ")
-    assert not left_in_tmp("out.pftrace")
+    assert not left_in_tmp(tmp_path, "out.pftrace")
     assert out.stat().st_size > 0
     decode = pytest.importorskip("test_perfetto").decode      # the perfetto venvs
     decoded = decode(out)
@@ -113,7 +114,7 @@ def test_a_single_process_run_is_unchanged(tmp_path, name):
     [line] = proc.stderr.splitlines()
     assert re.fullmatch(rf"pytrace_cffi: \d+ calls on 1 threads -> {re.escape(str(out))}",
                         line), line
-    assert out.exists() and not left_in_tmp(name)
+    assert out.exists() and not left_in_tmp(tmp_path, name)
 
 
 # -- the per-process traces afterwards ------------------------------------------
