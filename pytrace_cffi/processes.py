@@ -60,6 +60,7 @@ KEYS_FILE = "keys.jsonl"
 JOB_FILE = "job.json"
 UNFOLLOWED_FILE = "unfollowed.jsonl"
 LAUNCHED_FILE = "launched.jsonl"
+FINISH_FILE = "finish.json"         # `run`'s finish, handed to an exec'd image
 NOT_PYTHON = "not a Python interpreter"
 
 ProcessResult = namedtuple("ProcessResult", "pid label state calls directory note")
@@ -75,7 +76,8 @@ _child_job = None          # set by the bootstrap: the process being started is 
 _armed = None              # (job dir, options): a forkserver, untraced, whose forks trace
 # `run`'s pending finish in the process that owes it (pid, job dir, OUT, keep the
 # job dir, write, export: see finish_run). An exec replaces that process: the new
-# image takes the finish over (_hand_over_run), or it is done before the exec.
+# image takes the finish over (_hand_over_run, FINISH_FILE), or it is done before
+# the exec.
 _run_finish = None
 _audit_installed = False
 
@@ -244,7 +246,7 @@ class FollowSession(Session):
         try:
             os.makedirs(self.job_dir, exist_ok=True)
             if root:
-                for name in (JOB_FILE, UNFOLLOWED_FILE, LAUNCHED_FILE):
+                for name in (JOB_FILE, UNFOLLOWED_FILE, LAUNCHED_FILE, FINISH_FILE):
                     if os.path.exists(os.path.join(self.job_dir, name)):
                         os.unlink(os.path.join(self.job_dir, name))
             self.process_dir = _new_process_dir(self.job_dir)
@@ -394,8 +396,8 @@ def start_from_environment():
             _armed = (job_dir, options)
             os.register_at_fork(after_in_child=_armed_after_fork)
             return
-        finish = config.get("finish")
-        if isinstance(finish, dict):
+        finish = _handed_over(job_dir)
+        if finish is not None:
             # This image replaced (exec) the process running `run`: it owes the finish.
             _owe_run_finish(job_dir, finish)
         if _untraced_helper(command):
@@ -446,28 +448,41 @@ def _finish_owed_run():
              f"{exc}); the per-process traces are in {job_dir}")
 
 
-def _hand_over_run(env, followed):
+def _hand_over_run(followed):
     """At an exec of the process owing `run`'s finish (its trace saved already):
-    the new image gets the finish through PYTRACE_CFFI_FOLLOW (in env, or
-    os.environ when None) when it will be followed; otherwise (not Python, or
-    its environment drops the variable) the job is finished here, before this
-    image is gone."""
+    when the new image will be followed, DIR/finish.json hands the finish over
+    (the image keeps the pid, which the file names; the environment cannot carry
+    it: os.execve has read its env before the audit hook runs); otherwise (not
+    Python, or its environment drops PYTRACE_CFFI_FOLLOW) the job is finished
+    here, before this image is gone."""
     global _run_finish
     owed, _run_finish = _run_finish, None
     pid, job_dir, output, keep, write, export = owed
-    target = os.environ if env is None else env
-    config = None
-    if followed and hasattr(target, "get") and isinstance(next(iter(target), ""), str):
-        config = target.get(ENV)
-    if config:
+    if followed:
         try:
-            config = json.loads(config)
-            config["finish"] = {"output": output, "keep": keep}
-            target[ENV] = json.dumps(config)
+            _write_json(os.path.join(job_dir, FINISH_FILE),
+                        {"pid": pid, "output": output, "keep": keep})
             return
-        except (TypeError, ValueError):
+        except OSError:
             pass
     finish_run(job_dir, output, write, export, keep=keep)
+
+
+def _handed_over(job_dir):
+    """The finish DIR/finish.json hands this process (the image an exec of the
+    process running `run` started), taken out of the directory; or None."""
+    path = os.path.join(job_dir, FINISH_FILE)
+    try:
+        with open(path, "rb") as f:
+            finish = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(finish, dict) or finish.get("pid") != os.getpid() or \
+            not isinstance(finish.get("output"), str):
+        return None
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    return finish
 
 
 def _say(text):
@@ -590,7 +605,7 @@ def _audit(event, args):
                     if value is not None:
                         os.environ[name] = value
             if _run_finish is not None and _run_finish[0] == os.getpid():
-                _hand_over_run(env, _unfollowable(executable, argv, env) is None)
+                _hand_over_run(_unfollowable(executable, argv, env) is None)
             return
         if event == "subprocess.Popen":
             _popen.argv = list(argv or ())

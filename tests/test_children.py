@@ -994,12 +994,16 @@ def test_run_of_a_program_that_execs_python_writes_out_from_the_new_image(tmp_pa
     assert left == []
 
 
-def test_run_of_a_program_that_execs_python_to_html(tmp_path):
-    proc, out, left = _run_exec(tmp_path, """
+@pytest.mark.parametrize("call", [
+    "os.execvp(sys.executable, [sys.executable, 'work.py'])",
+    # an environment of its own (which os.execve reads before any audit hook runs)
+    "os.execve(sys.executable, [sys.executable, 'work.py'], dict(os.environ, MORE='1'))"])
+def test_run_of_a_program_that_execs_python_to_html(tmp_path, call):
+    proc, out, left = _run_exec(tmp_path, f"""
         import os, sys
         def unique_launch(): pass
         unique_launch()
-        os.execvp(sys.executable, [sys.executable, "work.py"])
+        {call}
     """, out_name="out.html")
     assert proc.returncode == 3, proc.stderr
     assert out.stat().st_size > 1000 and left == []
