@@ -5,7 +5,6 @@ import collections
 import json
 import os
 import signal
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -400,7 +399,7 @@ def test_bootstrap_failure_leaves_the_child_running(tmp_path):
                           capture_output=True, text=True, timeout=TIMEOUT, env=env)
     assert proc.returncode == 0 and proc.stdout == "False\n"
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"pytrace_cffi: not tracing pid ")
+    assert len(lines) == 1 and lines[0].startswith("pytrace_cffi: not tracing pid ")
 
 
 def test_bootstrap_failure_is_noted_for_the_parent(tmp_path):

@@ -13,7 +13,7 @@ order), or, for JSON and slices.bin, after one more scan that keeps each call's
 duration, the whole calls in start order (Streams.slices).
 """
 from .._core import ffi, lib
-from .._torch import MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT
+from .._torch import MODULE_CALL, OPTIMIZER_STEP
 from ..errors import TraceError, TraceFormatError
 
 RUN_EVENTS = 1 << 16        # events fed per call: records wait at most this long
