@@ -79,6 +79,7 @@ _armed = None              # (job dir, options): a forkserver, untraced, whose f
 # image takes the finish over (_hand_over_run, FINISH_FILE), or it is done before
 # the exec.
 _run_finish = None
+_run_ended_early = False   # OUT was written (or handed over) before the program returned
 _audit_installed = False
 
 
@@ -455,17 +456,33 @@ def _hand_over_run(followed):
     it: os.execve has read its env before the audit hook runs); otherwise (not
     Python, or its environment drops PYTRACE_CFFI_FOLLOW) the job is finished
     here, before this image is gone."""
-    global _run_finish
+    global _run_finish, _run_ended_early
     owed, _run_finish = _run_finish, None
+    _run_ended_early = True
     pid, job_dir, output, keep, write, export = owed
     if followed:
         try:
             _write_json(os.path.join(job_dir, FINISH_FILE),
                         {"pid": pid, "output": output, "keep": keep})
+            # Runs only if this image survives: the exec failed, nobody claimed it.
+            atexit.register(_finish_unclaimed, owed)
             return
         except OSError:
             pass
     finish_run(job_dir, output, write, export, keep=keep)
+
+
+def _finish_unclaimed(owed):
+    """atexit after an exec that failed (ENOEXEC, ...) past its hand-over: the
+    finish is still this process's; OUT holds what was traced before the exec."""
+    _, job_dir, output, keep, write, export = owed
+    if _handed_over(job_dir) is None:
+        return
+    try:
+        finish_run(job_dir, output, write, export, keep=keep)
+    except Exception as exc:     # noqa: BLE001 - the program's exit goes on
+        _say(f"cannot write the job's trace to {output!r} ({exc.__class__.__name__}: "
+             f"{exc}); the per-process traces are in {job_dir}")
 
 
 def _handed_over(job_dir):
@@ -1362,6 +1379,10 @@ def make_run_windows(output, options, write, export, keep_in=None):
         def guard_ending(self):
             """Done by the follow session: _exit_saving and _audit write OUT from
             the job, or hand its finish over to an exec'd image (_run_finish)."""
+
+        def finish(self):
+            if not _run_ended_early:     # else written, or handed over, at an exec
+                super().finish()
 
         def open(self, noop=False):
             global _run_finish

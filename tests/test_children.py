@@ -1072,3 +1072,27 @@ def test_run_writes_out_when_the_program_ends_without_returning(tmp_path, follow
     assert [names for _, _, names in _calls_per_process(out).values()] == \
         [{"unique_before": 1}]
     assert left == []
+
+
+def test_run_of_a_program_whose_exec_fails_still_writes_out(tmp_path):
+    """An exec that fails after the finish was handed over (a followed-looking
+    program that cannot run): the process goes on, untraced, and writes OUT with
+    what was traced before the exec at its exit."""
+    broken = tmp_path / "python-broken"
+    broken.write_text("not a program\n")
+    broken.chmod(0o755)
+    proc, out, left = _run_exec(tmp_path, """
+        import os
+        def unique_launch(): pass
+        unique_launch()
+        try:
+            os.execv("./python-broken", ["./python-broken"])
+        except OSError as exc:
+            print("exec failed:", exc.errno)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert "exec failed" in proc.stdout
+    assert proc.stderr.count(" -> ") == 1 and "no window was traced" not in proc.stderr
+    assert [names for _, _, names in _calls_per_process(out).values()] == \
+        [{"unique_launch": 1}]
+    assert left == []
