@@ -441,6 +441,12 @@ def _finish_owed_run():
     if owed is None or owed[0] != os.getpid():
         return
     finish_here()
+    _finish_now(owed)
+
+
+def _finish_now(owed):
+    """finish_run for an owed finish (see _run_finish). Never raises: it runs as
+    the process ends (atexit, os._exit, SIGTERM, an exec's audit hook)."""
     _, job_dir, output, keep, write, export = owed
     try:
         finish_run(job_dir, output, write, export, keep=keep)
@@ -459,7 +465,7 @@ def _hand_over_run(followed):
     global _run_finish, _run_ended_early
     owed, _run_finish = _run_finish, None
     _run_ended_early = True
-    pid, job_dir, output, keep, write, export = owed
+    pid, job_dir, output, keep = owed[:4]
     if followed:
         try:
             _write_json(os.path.join(job_dir, FINISH_FILE),
@@ -469,20 +475,14 @@ def _hand_over_run(followed):
             return
         except OSError:
             pass
-    finish_run(job_dir, output, write, export, keep=keep)
+    _finish_now(owed)
 
 
 def _finish_unclaimed(owed):
     """atexit after an exec that failed (ENOEXEC, ...) past its hand-over: the
     finish is still this process's; OUT holds what was traced before the exec."""
-    _, job_dir, output, keep, write, export = owed
-    if _handed_over(job_dir) is None:
-        return
-    try:
-        finish_run(job_dir, output, write, export, keep=keep)
-    except Exception as exc:     # noqa: BLE001 - the program's exit goes on
-        _say(f"cannot write the job's trace to {output!r} ({exc.__class__.__name__}: "
-             f"{exc}); the per-process traces are in {job_dir}")
+    if _handed_over(owed[1]) is not None:
+        _finish_now(owed)
 
 
 def _handed_over(job_dir):
