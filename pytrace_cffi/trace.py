@@ -192,14 +192,25 @@ class Trace:
         return sum(n for _, n, _, _ in self.thread_counts())
 
     def process_id_text(self, pid):
-        """How lane pid is shown: "pid N" with its OS pid, and "on HOST" when the
-        trace's processes ran on several hosts."""
+        """How lane pid is shown: "pid N" with its OS pid; "#k" when other lanes
+        of the trace had that pid on the same host (an exec'd image, a reused
+        pid), k counting them in lane order; "on HOST" when the processes ran on
+        several hosts."""
         processes = self.processes or {}
         info = processes.get(pid) or {}
-        os_pid = info.get("os_pid")
-        text = f"pid {os_pid if type(os_pid) is int else pid}"
-        hosts = {str(facts.get("host")) for facts in processes.values()}
-        if len(hosts) > 1 and isinstance(info.get("host"), str):
+
+        def os_pid_of(lane, facts):
+            os_pid = facts.get("os_pid")
+            return os_pid if type(os_pid) is int else lane
+
+        os_pid, host = os_pid_of(pid, info), str(info.get("host"))
+        text = f"pid {os_pid}"
+        same = [lane for lane, facts in processes.items()
+                if os_pid_of(lane, facts) == os_pid and str(facts.get("host")) == host]
+        if len(same) > 1 and pid in same:
+            text += f" #{same.index(pid) + 1}"
+        if len({str(facts.get("host")) for facts in processes.values()}) > 1 and \
+                isinstance(info.get("host"), str):
             text += f" on {info['host']}"
         return text
 

@@ -235,7 +235,8 @@ def test_exec_saves_before_and_traces_after(tmp_path):
                         child + (1 << 22): {"unique_after_exec": 6}}
     from pytrace_cffi.render import summary
     text = summary.format_process_totals(joined)
-    assert f"pid {child} (prog.py (fork)): " in text and f"pid {child} (python -c): " in text
+    assert f"pid {child} #1 (prog.py (fork)): " in text
+    assert f"pid {child} #2 (python -c): " in text
 
 
 def test_failed_exec_attempts_leave_tracing_on(tmp_path):
