@@ -2,7 +2,7 @@
 import json
 import os
 import sys
-from collections import namedtuple
+from collections import defaultdict, namedtuple
 
 from . import _clock
 from ._core import ffi, lib
@@ -102,6 +102,7 @@ class Trace:
     """
 
     hook_lost = ()
+    _process_id_texts = None          # (the processes it was made from, lane -> text)
     # A trace of several processes (a job's, see processes.py): pid -> dict with
     # "label" and, when known, "host", "ppid", "argv", "state"; in lane order (root
     # first, then ranks, then by start). None for a trace of one process. The pid
@@ -196,23 +197,33 @@ class Trace:
         of the trace had that pid on the same host (an exec'd image, a reused
         pid), k counting them in lane order; "on HOST" when the processes ran on
         several hosts."""
+        cached = self._process_id_texts
+        if cached is None or cached[0] is not self.processes:
+            # All lanes in one pass, once: outputs ask per thread, and a job may
+            # have thousands of processes.
+            cached = self._process_id_texts = (self.processes, self._all_process_id_texts())
+        return cached[1].get(pid) or f"pid {pid}"
+
+    def _all_process_id_texts(self):
         processes = self.processes or {}
-        info = processes.get(pid) or {}
-
-        def os_pid_of(lane, facts):
+        identity = {}                   # lane -> (OS pid, host)
+        for lane, facts in processes.items():
             os_pid = facts.get("os_pid")
-            return os_pid if type(os_pid) is int else lane
-
-        os_pid, host = os_pid_of(pid, info), str(info.get("host"))
-        text = f"pid {os_pid}"
-        same = [lane for lane, facts in processes.items()
-                if os_pid_of(lane, facts) == os_pid and str(facts.get("host")) == host]
-        if len(same) > 1 and pid in same:
-            text += f" #{same.index(pid) + 1}"
-        if len({str(facts.get("host")) for facts in processes.values()}) > 1 and \
-                isinstance(info.get("host"), str):
-            text += f" on {info['host']}"
-        return text
+            identity[lane] = (os_pid if type(os_pid) is int else lane, str(facts.get("host")))
+        holders = defaultdict(list)     # (OS pid, host) -> lanes, in order
+        for lane, key in identity.items():
+            holders[key].append(lane)
+        several_hosts = len({host for _, host in identity.values()}) > 1
+        texts = {}
+        for lane, (os_pid, host) in identity.items():
+            text = f"pid {os_pid}"
+            same = holders[(os_pid, host)]
+            if len(same) > 1:
+                text += f" #{same.index(lane) + 1}"
+            if several_hosts and isinstance(processes[lane].get("host"), str):
+                text += f" on {host}"
+            texts[lane] = text
+        return texts
 
     def thread_pid(self, thread):
         """The pid of the process thread (a ThreadInfo of this trace) ran in."""
