@@ -71,9 +71,9 @@ def _write_before_ending():
 def _on_sigterm(signum, frame):
     """SIGTERM during a run (the program has no handler of its own): the open
     window is written, then the process dies of the signal as it would have."""
+    from .processes import _die_of_sigterm
     _write_before_ending()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
+    _die_of_sigterm()
 
 
 def _guard_ending(windows):
