@@ -29,6 +29,13 @@ def _env(**extra):
     return env
 
 
+def _env_own_tmp(tmp_path):
+    """_env() with TMPDIR a directory of the test's own (tmp_path/tmp, made here):
+    what a run leaves in its temporary directory is then the run's own."""
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return _env(TMPDIR=str(tmp_path / "tmp"))
+
+
 def run_script(tmp_path, source, *args, env=None, timeout=TIMEOUT, check=True):
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent(source))
@@ -443,10 +450,9 @@ def test_no_follow(tmp_path):
     script.write_text("import os\npid = os.fork()\nif pid == 0:\n"
                       "    import pytrace_cffi\n    print(pytrace_cffi.is_tracing())\n"
                       "    os._exit(0)\nos.waitpid(pid, 0)\n")
-    (tmp_path / "tmp").mkdir()
     proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "--no-follow", "-o",
                            str(out), str(script)], capture_output=True, text=True,
-                          timeout=TIMEOUT, cwd=tmp_path, env=_env(TMPDIR=str(tmp_path / "tmp")))
+                          timeout=TIMEOUT, cwd=tmp_path, env=_env_own_tmp(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "False\n"
     assert os.listdir(tmp_path / "tmp") == []
@@ -482,10 +488,9 @@ def test_run_follows_children_end_to_end(tmp_path):
             subprocess.run(["true"], check=True, timeout=60)
             print(os.getpid(), pid)
     """))
-    (tmp_path / "tmp").mkdir()
     proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out),
                            str(script)], capture_output=True, text=True, timeout=TIMEOUT,
-                          cwd=tmp_path, env=_env(TMPDIR=str(tmp_path / "tmp")))
+                          cwd=tmp_path, env=_env_own_tmp(tmp_path))
     assert proc.returncode == 0, proc.stderr
     root, forked = map(int, proc.stdout.split())
     events = json.loads(out.read_text())["traceEvents"]
@@ -691,9 +696,8 @@ def test_run_to_a_directory_writes_the_whole_job(tmp_path):
     script.write_text("import subprocess, sys\ndef unique_root(): pass\nunique_root()\n"
                       "subprocess.run([sys.executable, '-c', 'def unique_sub(): pass\\n"
                       "for _ in range(4): unique_sub()'], check=True, timeout=60)\n")
-    (tmp_path / "tmp").mkdir()
     proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out),
-                        str(script)], tmp_path, _env(TMPDIR=str(tmp_path / "tmp")), TIMEOUT)
+                        str(script)], tmp_path, _env_own_tmp(tmp_path), TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     # OUT is one saved trace of both processes (as `export JOB -o OUT` writes it).
     trace = pytrace_cffi.load(out)
@@ -947,12 +951,9 @@ def _run_exec(tmp_path, source, out_name="out.json", extra=()):
         print("work done")
         sys.exit(3)
     """))
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    env = dict(_env(), TMPDIR=str(temp))
     proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", *extra, "-o", out_name,
-                        "prog.py"], tmp_path, env, TIMEOUT)
-    return proc, tmp_path / out_name, sorted(os.listdir(temp))
+                        "prog.py"], tmp_path, _env_own_tmp(tmp_path), TIMEOUT)
+    return proc, tmp_path / out_name, sorted(os.listdir(tmp_path / "tmp"))
 
 
 def _calls_per_process(path):

@@ -14,7 +14,8 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi import processes
 
-from test_children import TIMEOUT, _env, counts, run_command, run_script, totals
+from test_children import (TIMEOUT, _env, _env_own_tmp, counts, run_command, run_script,
+                           totals)
 
 CHILD = ("import subprocess, sys\n"
          "def unique_root(): pass\n"
@@ -27,10 +28,8 @@ def run_cli(tmp_path, source, *args, check=True):
     """`python -m pytrace_cffi run ARGS prog.py` in tmp_path."""
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent(source))
-    # A temporary directory of its own: what a run leaves there is its own.
-    (tmp_path / "tmp").mkdir(exist_ok=True)
     proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", *map(str, args),
-                        str(script)], tmp_path, _env(TMPDIR=str(tmp_path / "tmp")), TIMEOUT)
+                        str(script)], tmp_path, _env_own_tmp(tmp_path), TIMEOUT)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
