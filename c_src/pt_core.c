@@ -246,12 +246,74 @@ pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out)
     out->dropped = thread->dropped;
     out->base_ticks = thread->base_ticks;
     out->spilled = thread->spilled;
-    for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next) {
-        uint64_t used = pt_chunk_used(thread, chunk);
-        out->n_events += used;
-        out->n_calls += pt_count_calls(chunk->events, used);
-    }
+    for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next)
+        out->n_events += pt_chunk_used(thread, chunk);
     return PT_OK;
+}
+
+uint64_t
+pt_thread_count_calls(pt_tracer *tracer, int index)
+{
+    pt_thread *thread = pt_thread_for_reading(tracer, index);
+    uint64_t calls = 0;
+    if (thread)
+        for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next)
+            calls += pt_count_calls(chunk->events, pt_chunk_used(thread, chunk));
+    return calls;
+}
+
+int
+pt_thread_ends_open(pt_tracer *tracer, int index)
+{
+    pt_thread *thread = pt_thread_for_reading(tracer, index);
+    if (!thread)
+        return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
+    /* The open calls' key_kind words with the kind's call bit cleared, so that a
+     * return's word (kind | 1) compares as is after clearing it too: PY_CALL 0 /
+     * PY_RETURN 1, C_CALL 2 / C_RETURN 3; a seed (4) is a Python call. */
+    uint32_t inline_stack[256];
+    uint32_t *stack = inline_stack;
+    uint64_t depth = 0, cap = 256;
+    int rc = 0;
+    for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next) {
+        const pt_event *ev = chunk->events;
+        const pt_event *end = ev + pt_chunk_used(thread, chunk);
+        for (; ev < end; ev++) {
+            uint32_t word = ev->key_kind;
+            uint32_t kind = word & PT_KIND_MASK;
+            if (kind == PT_EV_PY_CALL || kind == PT_EV_C_CALL || kind == PT_EV_PY_SEED) {
+                if (depth == cap) {
+                    uint32_t *grown = malloc(2 * cap * sizeof *grown);
+                    if (!grown) {
+                        rc = PT_ERR_NOMEM;
+                        goto done;
+                    }
+                    memcpy(grown, stack, depth * sizeof *grown);
+                    if (stack != inline_stack)
+                        free(stack);
+                    stack = grown;
+                    cap *= 2;
+                }
+                stack[depth++] = kind == PT_EV_PY_SEED ? word & ~(uint32_t)PT_KIND_MASK : word;
+            } else if (kind == PT_EV_PY_RETURN || kind == PT_EV_C_RETURN) {
+                uint32_t call = word & ~(uint32_t)1;
+                if (depth && stack[depth - 1] == call) {
+                    depth--;
+                    continue;
+                }
+                for (uint64_t i = depth; i > 0; i--)
+                    if (stack[i - 1] == call) {
+                        depth = i - 1;
+                        break;
+                    }
+            }
+        }
+    }
+    rc = depth != 0;
+done:
+    if (stack != inline_stack)
+        free(stack);
+    return rc;
 }
 
 int

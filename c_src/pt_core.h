@@ -60,7 +60,7 @@ typedef struct {
     uint64_t ident;         /* threading.get_ident() */
     uint64_t native_id;     /* OS thread id */
     uint64_t n_events;      /* events held */
-    uint64_t n_calls;       /* events that open a slice */
+    uint64_t n_calls;       /* 0: counting them reads every event (pt_thread_count_calls) */
     uint64_t dropped;       /* events lost (allocation failure) */
     int64_t base_ticks;     /* the clock reading the first delta counts from */
     uint64_t spilled;       /* events written to the spill file */
@@ -191,7 +191,17 @@ int pt_annotation_data(pt_tracer *tracer, void *py_args_list, void *py_marks_lis
 /* Reading. */
 uint64_t pt_current_tstate_id(void);
 int pt_thread_count(pt_tracer *tracer);
+/* O(chunks): stop() reads every thread's info, so no event is read here. */
 int pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out);
+/* The thread's events that open a slice (calls and seeds); 0 for a bad index. */
+uint64_t pt_thread_count_calls(pt_tracer *tracer, int index);
+/* Whether the thread's calls, paired with their returns as replay pairs them (a
+ * return closes the innermost open call of its key and kind, and the calls open
+ * inside it; one that matches none is ignored), leave any call open at its last
+ * event: 1 yes, 0 no, a status < 0 for a bad index or a running tracer. Reads
+ * each event once and nothing else (no key table): a thread that ended with its
+ * calls closed is told apart at memory speed. */
+int pt_thread_ends_open(pt_tracer *tracer, int index);
 /* Copies a thread's raw events into out (cap entries). */
 int pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t cap);
 /* Pairs a thread's calls and returns into slices, with times in nanoseconds

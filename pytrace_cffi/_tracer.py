@@ -421,21 +421,25 @@ def finish_hook_losses(session, result):
     """The Trace.hook_lost entries of a stopped session, once its trace exists:
     adds threads that lost the hook and ended before any check could see it
     (3.9-3.11: a thread that ends with our hook returns from all its frames, so
-    one gone at stop with calls still open had lost it), then counts calls."""
+    one gone at stop with calls still open had lost it), then counts calls.
+    Only a thread that ended with a call open (pt_thread_ends_open, a read of its
+    events) has the trace count its calls: stop() stays O(threads) otherwise."""
     losses = list(session.hook_losses)
-    per_thread = getattr(result, "thread_counts", None)
-    if not USE_MONITORING and per_thread is not None:
+    if not USE_MONITORING and getattr(result, "thread_counts", None) is not None:
         reported = {loss.get("thread_index") for loss in losses}
         last = ffi.new("int64_t *")
-        ms = None
-        for thread, n, open_calls, _ in per_thread():
-            if thread.index in reported or not n:
+        suspects = [index for index in range(lib.pt_thread_count(session.ptr))
+                    if index not in reported
+                    and lib.pt_thread_at_stop(session.ptr, index, last) == 0
+                    and lib.pt_thread_ends_open(session.ptr, index) == 1]
+        counts = {thread.index: (thread, n, open_calls)
+                  for thread, n, open_calls, _ in result.thread_counts()} if suspects else {}
+        ms = _ms_after_start(session) if suspects else None
+        for index in suspects:
+            thread, n, open_calls = counts[index]
+            if not n or not open_calls:
                 continue
-            if lib.pt_thread_at_stop(session.ptr, thread.index, last) != 0:
-                continue
-            if not open_calls:
-                continue
-            ms = ms or _ms_after_start(session)
+            lib.pt_thread_at_stop(session.ptr, index, last)
             losses.append({
                 "scope": "thread", "thread": thread.name, "native_id": thread.native_id or None,
                 "after_ms": ms(last[0]), "noticed_ms": ms(lib.pt_stop_ticks(session.ptr)),
@@ -448,7 +452,7 @@ def finish_hook_losses(session, result):
 def count_calls(losses, result):
     """Fills each loss's calls with what the trace holds (on that thread, or in
     all): an in-memory Trace counts them; a spilled one leaves None (events say)."""
-    per_thread = getattr(result, "thread_counts", None)
+    per_thread = getattr(result, "thread_counts", None) if losses else None
     counts = {thread.index: n for thread, n, _, _ in per_thread()} if per_thread else None
     for loss in losses:
         index = loss.pop("thread_index", None)

@@ -102,6 +102,8 @@ class Trace:
     """
 
     hook_lost = ()
+    _pending_keys = None              # a stopped session's keys to make (_from_session)
+    _stream_source = None
     _process_id_texts = None          # (the processes it was made from, lane -> text)
     # A trace of several processes (a job's, see processes.py): pid -> dict with
     # "label" and, when known, "host", "ppid", "argv", "state"; in lane order (root
@@ -113,6 +115,7 @@ class Trace:
     def __init__(self, *, names, key_kinds, key_args, threads, slices, start_ns, stop_ns,
                  pid, python_version, backend, clock, params, marks=(), dropped_events=None,
                  realtime_anchor=None, streams=None, build_slices=None):
+        self._pending_keys = None     # see _from_session
         self.names = names
         self.key_kinds = key_kinds
         self.key_args = key_args
@@ -138,38 +141,73 @@ class Trace:
 
     @classmethod
     def _from_session(cls, session):
-        """The trace of a stopped session: its events stay where they are, scanned
-        once per thread; exports and iteration stream from them and the slice
-        table is made only when something asks for it (thread_slices())."""
-        from .render.walk import HeldEvents, KeyPlan, Streams
+        """The trace of a stopped session, made in O(threads): its events stay where
+        they are. The keys' names (O(keys), in Python) are made when first read,
+        and each thread is scanned (O(events), in C) when first counted; exports
+        and iteration stream from the events, and the slice table is made only
+        when something asks for it (thread_slices())."""
         ptr = session.ptr
-        facts = session_facts(session)
-        clock = facts["clock"]
-        names, key_kinds = list(facts["names"]), list(facts["key_kinds"])
-        key_args = {}
-        plan = KeyPlan(names, key_kinds, key_args, facts["hidden"], facts["tags"],
-                       facts["annotation_args"])
-        sources = [HeldEvents(ptr, thread.index) for thread in facts["threads"]]
-        streams = Streams(plan, sources, clock, clock["stop_ticks"], session.min_duration_ns,
-                          keep_alive=ptr)
-        min_duration_ns = session.min_duration_ns
-
-        def build_slices():
-            return _replay_held(ptr, facts, plan, min_duration_ns)
-
-        trace = cls(names=names, key_kinds=key_kinds, key_args=key_args,
+        facts = _stop_facts(session)
+        trace = cls(names=None, key_kinds=None, key_args=None,
                     threads=list(facts["threads"]), slices=None, start_ns=facts["start_ns"],
                     stop_ns=facts["stop_ns"], pid=facts["pid"], python_version=facts["python"],
                     backend=facts["backend"], clock=facts["clock_name"],
                     params=facts["params"], marks=facts["marks"],
-                    realtime_anchor=facts["realtime_anchor"], streams=streams,
-                    build_slices=build_slices)
+                    realtime_anchor=facts["realtime_anchor"])
         trace._ptr = ptr                      # keeps the raw events alive with the trace
+        trace._pending_keys = (session, facts)     # (no cycle through the trace)
         return trace
+
+    def _settle_keys(self):
+        (session, facts), self._pending_keys = self._pending_keys, None
+        _held_keys(self, session, facts)
+
+    # A stopped session's names, kinds and streams: made on first use (_held_keys).
+    @property
+    def names(self):
+        if self._pending_keys is not None:
+            self._settle_keys()
+        return self._names
+
+    @names.setter
+    def names(self, value):
+        self._names = value
+
+    @property
+    def key_kinds(self):
+        if self._pending_keys is not None:
+            self._settle_keys()
+        return self._key_kinds
+
+    @key_kinds.setter
+    def key_kinds(self, value):
+        self._key_kinds = value
+
+    @property
+    def key_args(self):
+        if self._pending_keys is not None:
+            self._settle_keys()
+        return self._key_args
+
+    @key_args.setter
+    def key_args(self, value):
+        self._key_args = value
+
+    @property
+    def _streams(self):
+        if self._pending_keys is not None:
+            self._settle_keys()
+        return self._stream_source
+
+    @_streams.setter
+    def _streams(self, value):
+        self._stream_source = value
 
     @property
     def _slices(self):
         if self._slice_table is None:
+            if self._pending_keys is not None:
+                self._settle_keys()
             self._slice_table = self._build_slices()
             self._build_slices = None
         return self._slice_table
@@ -290,11 +328,12 @@ def _replay_held(ptr, facts, plan, min_duration_ns):
     hidden = plan.hidden
     slices = []
     n_out = ffi.new("uint64_t *")
-    for thread, info in zip(facts["threads"], facts["infos"]):
-        thread_slices = ffi.new("pt_slice[]", max(1, info.n_calls))
+    for thread in facts["threads"]:
+        n_calls = lib.pt_thread_count_calls(ptr, thread.index)
+        thread_slices = ffi.new("pt_slice[]", max(1, n_calls))
         check(lib.pt_thread_replay(ptr, thread.index, hidden, len(hidden), clock["tick0"],
                                    clock["ns0"], clock["ns_per_tick"], thread_slices,
-                                   info.n_calls, n_out), ptr, "replay")
+                                   n_calls, n_out), ptr, "replay")
         thread_slices, n = plan.regions.insert(thread_slices, n_out[0])
         slices.append((thread_slices, drop_short(thread_slices, n, min_duration_ns)))
     name_tagged_calls(facts["tags"], facts["annotation_args"], slices, plan.names,
@@ -370,10 +409,42 @@ def drop_short(slices, n, min_duration_ns):
     return lib.pt_drop_short_slices(slices, n, min_duration_ns, scratch)
 
 
+def _held_keys(trace, session, facts):
+    """The rest of a stopped session's trace (see Trace._from_session): key names,
+    kinds and hiding, the KeyPlan, and the streams over the held events, which scan
+    each thread when first counted (at once when record_function args need keys of
+    their own: the names are then complete when first read)."""
+    from .render.walk import HeldEvents, KeyPlan, Streams
+    ptr = session.ptr
+    facts.update(_key_facts(session))
+    clock = facts["clock"]
+    names, key_kinds = list(facts["names"]), list(facts["key_kinds"])
+    key_args = {}
+    plan = KeyPlan(names, key_kinds, key_args, facts["hidden"], facts["tags"],
+                   facts["annotation_args"])
+    sources = [HeldEvents(ptr, thread.index) for thread in facts["threads"]]
+    min_duration_ns = session.min_duration_ns
+    streams = Streams(plan, sources, clock, clock["stop_ticks"], min_duration_ns,
+                      keep_alive=ptr, lazy=not plan.annotation_args)
+    trace.names, trace.key_kinds, trace.key_args, trace._streams = names, key_kinds, key_args, streams
+
+    def build_slices():
+        return _replay_held(ptr, facts, plan, min_duration_ns)
+    trace._build_slices = build_slices
+
+
 def session_facts(session):
     """Everything a stopped session knows besides its events: clock mapping, key
     names, kinds and hiding, threads, tags, marks. Shared by the in-memory trace
     and the spilled one."""
+    facts = _stop_facts(session)
+    facts.update(_key_facts(session))
+    return facts
+
+
+def _stop_facts(session):
+    """What stop() needs of a stopped session, in O(threads): clock mapping,
+    threads, tags, marks."""
     ptr = session.ptr
     start_ns = lib.pt_start_ns(ptr)
     tick0 = lib.pt_start_ticks(ptr)
@@ -385,17 +456,6 @@ def session_facts(session):
         # closed at stop end exactly at stop_ns.
         return start_ns + int(float(ticks - tick0) * ns_per_tick)
 
-    sources = []
-    check(lib.pt_key_sources(ptr, 1, ffi.cast("void *", id(sources))), ptr, "key sources")
-    sources.insert(0, None)
-    prefixes = path_prefixes() if session.trim_paths else ()
-    # Code the filters left out can still have frames seeded at start (its key was
-    # classified just after): they are left out alone.
-    flags = ffi.new("uint8_t[]", len(sources))
-    lib.pt_key_flags(ptr, flags, len(sources))
-    hidden = [_hiding(source) or (lib.PT_HIDE_ALONE if flags[key] & lib.PT_KEY_SKIPPED else
-                                  lib.PT_HIDE_CARRIER if flags[key] & lib.PT_KEY_NAMED else 0)
-              for key, source in enumerate(sources)]
     threads, infos = [], []
     for index in range(lib.pt_thread_count(ptr)):
         info = ffi.new("pt_thread_info *")
@@ -410,9 +470,6 @@ def session_facts(session):
                   "stop_ticks": stop_ticks},
         "start_ns": start_ns,
         "stop_ns": to_ns(stop_ticks),
-        "names": [name_for_source(source, prefixes) for source in sources],
-        "key_kinds": [_kind(source) for source in sources],
-        "hidden": hidden,
         "threads": threads,
         "infos": infos,
         "tags": watcher.tags if watcher else [None],
@@ -427,6 +484,27 @@ def session_facts(session):
         "clock_name": "tsc" if _clock.USE_TSC else "monotonic",
         "min_duration_ns": session.min_duration_ns,
         "realtime_anchor": _clock.realtime_anchor(ptr),
+    }
+
+
+def _key_facts(session):
+    """A stopped session's keys, in O(keys): names, kinds and how traces hide them."""
+    ptr = session.ptr
+    sources = []
+    check(lib.pt_key_sources(ptr, 1, ffi.cast("void *", id(sources))), ptr, "key sources")
+    sources.insert(0, None)
+    prefixes = path_prefixes() if session.trim_paths else ()
+    # Code the filters left out can still have frames seeded at start (its key was
+    # classified just after): they are left out alone.
+    flags = ffi.new("uint8_t[]", len(sources))
+    lib.pt_key_flags(ptr, flags, len(sources))
+    hidden = [_hiding(source) or (lib.PT_HIDE_ALONE if flags[key] & lib.PT_KEY_SKIPPED else
+                                  lib.PT_HIDE_CARRIER if flags[key] & lib.PT_KEY_NAMED else 0)
+              for key, source in enumerate(sources)]
+    return {
+        "names": [name_for_source(source, prefixes) for source in sources],
+        "key_kinds": [_kind(source) for source in sources],
+        "hidden": hidden,
     }
 
 

@@ -6,8 +6,9 @@ A trace keeps its events (in memory after stop(), or in a spill file's blocks)
 and a KeyPlan: every key the slice pipeline would add (torch regions, module
 calls, optimizer steps, regions with args) made once, so the streamed exports
 and the slice table built on demand (thread_slices()) name calls with
-the same keys. Each thread is scanned once when the trace is made (its counts,
-its calls open at stop, what names an optimizer step's parent); an export walks
+the same keys. Each thread is scanned once (its counts,
+its calls open at stop, what names an optimizer step's parent: at once for a
+loaded trace, when first needed for a stopped session's); an export walks
 it again and encodes the records as they become final (Streams.records, in time
 order), or, for JSON and slices.bin, after one more scan that keeps each call's
 duration, the whole calls in start order (Streams.slices).
@@ -144,9 +145,12 @@ class HeldEvents:
 
 class Streams:
     """What a trace needs to stream its threads: the plan, each thread's events
-    and its scan."""
+    and its scan. The scans run when made, or with lazy=True when first needed
+    (stats, or a walk that reads them): a stopped session's trace counts nothing
+    until asked."""
 
-    def __init__(self, plan, sources, clock, stop_ticks, min_duration_ns, keep_alive=None):
+    def __init__(self, plan, sources, clock, stop_ticks, min_duration_ns, keep_alive=None,
+                 lazy=False):
         self.plan = plan
         self.sources = sources
         self.clock = clock
@@ -154,10 +158,33 @@ class Streams:
         self.min_duration_ns = min_duration_ns
         self.keep_alive = keep_alive        # the tracer that holds the events
         self._scan_tables = plan.tables(clock, stop_ticks, min_duration_ns, scan=True)
-        self.scans, self.stats, self.calls_begun = [], [], []
+        self._scanned = None                # (scans, stats, calls_begun, emitting tables)
+        if not lazy:
+            self._scan()
+
+    @property
+    def scans(self):
+        return (self._scanned or self._scan())[0]
+
+    @property
+    def stats(self):
+        """Per thread: (calls shown, those open at stop, deepest depth)."""
+        return (self._scanned or self._scan())[1]
+
+    @property
+    def calls_begun(self):
+        return (self._scanned or self._scan())[2]
+
+    @property
+    def _tables(self):
+        return (self._scanned or self._scan())[3]
+
+    def _scan(self):
+        plan = self.plan
+        scans, stats_list, calls_begun = [], [], []
         base_keys = [NO_KEY] * len(plan.annotation_args)
         out = ffi.new("uint32_t[]", max(1, len(base_keys)))
-        for source in sources:
+        for source in self.sources:
             walk = ffi.gc(lib.pt_walk_new(self._scan_tables, ffi.NULL, source.base_ticks),
                           lib.pt_walk_free)
             if walk == ffi.NULL:
@@ -167,16 +194,18 @@ class Streams:
             _check(lib.pt_walk_finish(walk), source, walk)
             stats = ffi.new("pt_walk_stats *")
             lib.pt_walk_get_stats(walk, stats)
-            self.scans.append(walk)
-            self.stats.append((stats.slices, stats.open_at_stop, stats.max_depth))
-            self.calls_begun.append(stats.calls_begun)
+            scans.append(walk)
+            stats_list.append((stats.slices, stats.open_at_stop, stats.max_depth))
+            calls_begun.append(stats.calls_begun)
             if base_keys:
                 lib.pt_walk_args_keys(walk, out, len(base_keys))
                 for index in range(len(base_keys)):
                     if out[index] != NO_KEY:
                         base_keys[index] = out[index]
         plan.set_args_keys(base_keys)
-        self._tables = plan.tables(clock, stop_ticks, min_duration_ns, scan=False)
+        tables = plan.tables(self.clock, self.stop_ticks, self.min_duration_ns, scan=False)
+        self._scanned = (scans, stats_list, calls_begun, tables)
+        return self._scanned
 
     def records(self, index):
         """Thread index's records, in time order: yields (pt_walk_record *, n),
