@@ -138,6 +138,7 @@ pt_tracer_free(pt_tracer *tracer)
         Py_CLEAR(tracer->spill_hook);
         Py_CLEAR(tracer->getprofile);
         Py_CLEAR(tracer->hooks_lost);
+        Py_CLEAR(tracer->thread_objects);
         for (uint32_t i = 0; i < tracer->n_keys; i++)
             Py_CLEAR(tracer->sources[i]);
         PyGILState_Release(gil);

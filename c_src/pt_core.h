@@ -98,12 +98,27 @@ int pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frame
 /* Attach the calling thread (a thread born during tracing), seeding its frames
  * except the innermost skip_frames (the attaching hook's own). */
 int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
+/* The hook for threading.setprofile, appended to py_list: one C function for every
+ * tracer, run by each new thread as its first profile event. It attaches the
+ * thread to the tracer running then (seeding its frames; 3.9-3.11: installing the
+ * profile hook, then looking at every attached thread's hook as pt_check_hooks
+ * does; 3.12+: removing itself, sys.monitoring sees every thread) and notes its
+ * threading.Thread (pt_set_thread_objects); with no tracer running it removes
+ * itself. No Python frame of its own, no lock, the GIL never released: a thread
+ * that read the hook while one tracer ran and runs it after that tracer stopped
+ * follows the next one, or nothing. */
+int pt_thread_hook(void *py_list);
+/* Before pt_start: the dict the thread hook fills, tstate id -> threading.Thread
+ * (a strong reference is kept). */
+int pt_set_thread_objects(pt_tracer *tracer, void *py_dict);
 /* Stop: removes the hook from every thread; the buffers stay for reading. */
 int pt_stop(pt_tracer *tracer);
 /* Another profiler taking the hook (PT_BACKEND_PROFILE; the sys.monitoring
  * backend is checked in Python): compares the profile hook of each thread we
  * attached (or of the calling thread only, when current_only) with ours, and
- * notes each thread found without it once. pt_stop does the same check and
+ * notes each thread found without it once. The thread hook (pt_thread_hook) on a
+ * thread that has not run it yet counts as ours: that thread attaches at its
+ * first event. pt_stop does the same check and
  * leaves another profiler's hook in place. Returns how many of the checked
  * threads lack our hook. */
 int pt_check_hooks(pt_tracer *tracer, int current_only);

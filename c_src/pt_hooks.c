@@ -64,6 +64,9 @@ pt_handle_detach(PyObject *handle)
         ((pt_handle *)handle)->tracer = NULL;
 }
 
+/* threading's hook (pt_thread_hook): one for every tracer, made once. */
+static PyObject *pt_thread_hook_object;
+
 /* ======================================================================== */
 /* Finding the calling thread's buffer                                      */
 /* ======================================================================== */
@@ -208,7 +211,7 @@ pt_caller_skipped(pt_tracer *tracer, PyFrameObject *frame)
     PyObject *code = (PyObject *)PyFrame_GetCode(frame);
     uint32_t key = pt_key_for_code(tracer, code);
     Py_DECREF(code);
-    return pt_callees_skipped(tracer, key);
+    return !key || pt_callees_skipped(tracer, key);     /* 0: stopped meanwhile */
 }
 
 /* Whether the profile hook's C-call argument is a built-in function (the only
@@ -234,7 +237,7 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
         PyObject *code = (PyObject *)PyFrame_GetCode(frame);
         uint32_t key = pt_key_for_code(tracer, code);
         Py_DECREF(code);
-        if (pt_skipped(tracer, key))
+        if (!key || pt_skipped(tracer, key))
             break;
         if (what == PT_TRACE_RETURN) {
             pt_record_return(tracer, thread, PT_EV_PY_RETURN, key);
@@ -251,7 +254,8 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
             uint32_t key = pt_key_for_builtin(tracer, arg, 1, NULL);
             thread->c_callable = arg;
             thread->c_key = key;
-            pt_record_call(tracer, thread, PT_EV_C_CALL, key);
+            if (key)
+                pt_record_call(tracer, thread, PT_EV_C_CALL, key);
         }
         break;
     case PT_TRACE_C_RETURN:
@@ -265,7 +269,8 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
                 key = pt_key_for_builtin(tracer, arg, 1, NULL);
             else
                 break;
-            pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
+            if (key)
+                pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
         }
         break;
     default:
@@ -302,6 +307,8 @@ pt_monitor_py_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs,
     if (!thread)
         Py_RETURN_NONE;
     uint32_t key = pt_key_for_code(tracer, args[0]);
+    if (!key)
+        Py_RETURN_NONE;
     if (pt_skipped(tracer, key))
         return pt_monitor_result(tracer, may_disable);
     if (kind == PT_EV_PY_RETURN) {
@@ -423,9 +430,13 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
     pt_tracer *tracer = pt_recording_tracer(handle);
     if (!tracer)
         Py_RETURN_NONE;
-    if (tracer->code_filter && nargs >= 1 &&
-        pt_callees_skipped(tracer, pt_key_for_code(tracer, args[0])))
-        return pt_monitor_result(tracer, is_call);
+    if (tracer->code_filter && nargs >= 1) {
+        uint32_t caller = pt_key_for_code(tracer, args[0]);
+        if (!caller)
+            Py_RETURN_NONE;
+        if (pt_callees_skipped(tracer, caller))
+            return pt_monitor_result(tracer, is_call);
+    }
     if (nargs < 4 || !(tracer->flags & PT_FLAG_C_CALLS))
         Py_RETURN_NONE;
     pt_thread *thread = pt_thread_current(tracer);
@@ -638,7 +649,9 @@ pt_hook_is_ours(pt_tracer *tracer, PyThreadState *ts, PyObject **found)
     PyThreadState_Swap(saved);
     if (!current)
         return -1;
-    if (current == tracer->handle) {
+    /* ours, or threading's hook not yet run there (the thread attaches at its
+     * first event: see pt_thread_hook) */
+    if (current == tracer->handle || (current == pt_thread_hook_object && current)) {
         Py_DECREF(current);
         return 1;
     }
@@ -684,11 +697,12 @@ pt_check_thread_hook(pt_tracer *tracer, PyThreadState *ts)
     return thread != NULL;
 }
 
-int
-pt_check_hooks(pt_tracer *tracer, int current_only)
+/* pt_check_hooks with the GIL held: runs no Python code, so nothing else runs
+ * meanwhile. */
+static int
+pt_check_hooks_held(pt_tracer *tracer, int current_only)
 {
     int lost = 0;
-    PyGILState_STATE gil = PyGILState_Ensure();
     if (tracer->backend == PT_BACKEND_PROFILE && tracer->state == PT_STATE_RUNNING &&
         tracer->getprofile) {
         PyObject *type, *value, *tb;
@@ -704,6 +718,14 @@ pt_check_hooks(pt_tracer *tracer, int current_only)
         }
         PyErr_Restore(type, value, tb);
     }
+    return lost;
+}
+
+int
+pt_check_hooks(pt_tracer *tracer, int current_only)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int lost = pt_check_hooks_held(tracer, current_only);
     PyGILState_Release(gil);
     return lost;
 }
@@ -827,15 +849,20 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames)
         }
     }
     Py_XDECREF(current_frames);
+    /* Running from here: the questions below run Python code, which lets other
+     * threads run, and a thread that starts then attaches through the thread
+     * hook (which finds no tracer before this, and would unhook itself). */
+    if (rc == PT_OK)
+        pt_active_tracer = tracer;
     /* The thread walk is over: the watcher and filters may now see the code
      * objects it met (before any event, as the hooks are not live yet on 3.12+;
      * on 3.9-3.11 their first events wait for the GIL this thread holds). */
     pt_ask_deferred_questions(tracer);
     if (rc == PT_OK && tracer->backend == PT_BACKEND_MONITOR)
         rc = pt_enable_monitoring(tracer, tool_id, event_mask);
-    if (rc == PT_OK)
-        pt_active_tracer = tracer;
     if (rc != PT_OK) {
+        if (pt_active_tracer == tracer)
+            pt_active_tracer = NULL;
         tracer->state = PT_STATE_STOPPED;
         tracer->stop_ticks = pt_ticks(tracer);
         tracer->stop_ns = pt_clock();
@@ -853,26 +880,132 @@ done:
     return rc;
 }
 
+/* Attaches the calling thread to a running tracer, with the GIL held. The hook
+ * goes in first: the watcher's questions about the frames seeded run Python code,
+ * which lets other threads run (one may check our hooks, or stop the tracer). */
+static void
+pt_attach_held(pt_tracer *tracer, int skip_frames)
+{
+    if (tracer->backend == PT_BACKEND_PROFILE)
+        PyEval_SetProfile(pt_profile_callback, tracer->handle);
+    PyThreadState *tstate = PyThreadState_Get();
+    uint64_t tstate_id = PyThreadState_GetID(tstate);
+    if (!pt_thread_find(tracer, tstate_id)) {
+        int64_t now = pt_ticks(tracer);
+        pt_thread *thread = pt_thread_new(tracer, tstate_id, PyThread_get_thread_ident(),
+                                          PyThread_get_thread_native_id(), now);
+        if (thread && !(tracer->flags & PT_FLAG_NOOP)) {
+            /* as in pt_start: the questions come after the seeds are written */
+            pt_defer_questions(tracer);
+            pt_seed_frames(tracer, thread, PyThreadState_GetFrame(tstate), skip_frames, 0, now);
+            pt_ask_deferred_questions(tracer);
+        }
+    }
+}
+
 int
 pt_attach_current_thread(pt_tracer *tracer, int skip_frames)
 {
     PyGILState_STATE gil = PyGILState_Ensure();
-    if (tracer->state == PT_STATE_RUNNING) {
-        PyThreadState *tstate = PyThreadState_Get();
-        uint64_t tstate_id = PyThreadState_GetID(tstate);
-        if (!pt_thread_find(tracer, tstate_id)) {
-            int64_t now = pt_ticks(tracer);
-            pt_thread *thread = pt_thread_new(tracer, tstate_id, PyThread_get_thread_ident(),
-                                              PyThread_get_thread_native_id(), now);
-            if (thread && !(tracer->flags & PT_FLAG_NOOP))
-                pt_seed_frames(tracer, thread, PyThreadState_GetFrame(tstate), skip_frames,
-                               0, now);
-        }
-        if (tracer->backend == PT_BACKEND_PROFILE)
-            PyEval_SetProfile(pt_profile_callback, tracer->handle);
-    }
+    if (tracer->state == PT_STATE_RUNNING)
+        pt_attach_held(tracer, skip_frames);
     PyGILState_Release(gil);
     return PT_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* threading's hook: a thread born while tracing                             */
+/* ------------------------------------------------------------------------ */
+
+static PyObject *pt_active_threads;     /* threading._active: ident -> Thread */
+
+/* Notes the calling thread's threading.Thread (the names of threads that end
+ * before stop): threading registers it in _active before it runs the hook. A
+ * dict lookup by int, so no Python code runs (current_thread() would, and let
+ * other threads run in the middle of attaching). */
+static void
+pt_note_thread_object(pt_tracer *tracer)
+{
+    if (!tracer->thread_objects || !pt_active_threads || !PyDict_Check(pt_active_threads))
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    PyObject *thread = ident ? PyDict_GetItem(pt_active_threads, ident) : NULL;  /* borrowed */
+    PyObject *key = thread ? PyLong_FromUnsignedLongLong(
+                                 PyThreadState_GetID(PyThreadState_Get())) : NULL;
+    if (key && PyDict_SetItem(tracer->thread_objects, key, thread) < 0)
+        PyErr_Clear();
+    Py_XDECREF(key);
+    Py_XDECREF(ident);
+    PyErr_Restore(type, value, tb);
+}
+
+/* threading.setprofile's hook (METH_FASTCALL, called as frame, event, arg): its
+ * first event in a new thread. No Python frame of its own, so nothing to skip
+ * when seeding. */
+static PyObject *
+pt_thread_hook_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self; (void)args; (void)nargs;
+    pt_tracer *tracer = pt_active_tracer;
+    PyEval_SetProfile(NULL, NULL);      /* runs once; 3.12+ then leave it off */
+    if (tracer && tracer->state == PT_STATE_RUNNING) {
+        pt_note_thread_object(tracer);
+        pt_attach_held(tracer, 0);
+        /* A new thread is a cheap moment to look (3.9-3.11: stop() cannot see
+         * a thread that lost its hook and ended before it). The tracer may have
+         * stopped (and been let go) while the attach asked its questions. */
+        if (pt_active_tracer == tracer && tracer->backend == PT_BACKEND_PROFILE)
+            (void)pt_check_hooks_held(tracer, 0);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef pt_thread_hook_def = {
+    "pytrace_cffi_thread_hook", (PyCFunction)(void (*)(void))pt_thread_hook_call,
+    METH_FASTCALL, "pytrace_cffi: attaches a thread born while tracing (internal)",
+};
+
+int
+pt_thread_hook(void *py_list)
+{
+    int rc = PT_OK;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *list = (PyObject *)py_list;
+    if (!pt_active_threads) {
+        PyObject *threading = PyImport_ImportModule("threading");
+        pt_active_threads = threading ? PyObject_GetAttrString(threading, "_active") : NULL;
+        Py_XDECREF(threading);
+        PyErr_Clear();          /* without it, threads keep the names seen at stop */
+    }
+    if (!pt_thread_hook_object)
+        pt_thread_hook_object = PyCFunction_NewEx(&pt_thread_hook_def, NULL, NULL);
+    if (!PyList_Check(list) || !pt_thread_hook_object ||
+        PyList_Append(list, pt_thread_hook_object) < 0) {
+        PyErr_Clear();
+        rc = PT_ERR_PYTHON;
+    }
+    PyGILState_Release(gil);
+    return rc;
+}
+
+int
+pt_set_thread_objects(pt_tracer *tracer, void *py_dict)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *dict = (PyObject *)py_dict;
+    int rc = PyDict_Check(dict) ? PT_OK : PT_ERR_ARG;
+    if (rc == PT_OK) {
+        PyObject *old = tracer->thread_objects;
+        Py_INCREF(dict);
+        tracer->thread_objects = dict;
+        Py_XDECREF(old);
+    } else {
+        pt_set_error(tracer, "pt_set_thread_objects needs a dict");
+    }
+    PyGILState_Release(gil);
+    return rc;
 }
 
 int

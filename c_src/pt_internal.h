@@ -113,6 +113,8 @@ struct pt_tracer {
      * profile object found instead). */
     PyObject *getprofile;
     PyObject *hooks_lost;
+    PyObject *thread_objects;     /* dict: tstate id -> threading.Thread, filled by the
+                                     thread hook (pt_set_thread_objects), or NULL */
     char error[256];
 };
 
@@ -217,6 +219,7 @@ void pt_defer_questions(pt_tracer *tracer);
 void pt_ask_deferred_questions(pt_tracer *tracer);
 /* Takes ownership of source (a new reference naming the key). */
 uint32_t pt_key_add(pt_tracer *tracer, const void *a, const void *b, PyObject *source);
+/* 0 when the tracer stopped while Python code named the built-in. */
 uint32_t pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
                                  const void *a, PyObject *self);
 
@@ -271,7 +274,9 @@ pt_key_lookup(const pt_tracer *tracer, const void *a, const void *b)
 }
 
 /* The key of a code object: one probe on the hot path, the insert (and the
- * watcher's and filter's questions about new code) out of line. */
+ * watcher's and filter's questions about new code) out of line. 0 when out of
+ * memory, or when the tracer stopped while Python code answered those questions
+ * (a hook then records nothing: its checks of 0 fold into this miss branch). */
 static inline uint32_t
 pt_key_for_code(pt_tracer *tracer, PyObject *code)
 {

@@ -249,7 +249,12 @@ pt_key_for_new_code(pt_tracer *tracer, PyObject *code)
     if (id && (tracer->watch_names || tracer->code_filter)) {
         if (tracer->classify_from)
             return id;     /* pt_start is walking threads: no Python code may run yet */
+        int was_running = tracer->state == PT_STATE_RUNNING;
         pt_ask_about_code(tracer, id);
+        /* The Python code asked may let other threads run, and one may stop the
+         * tracer: the hook asking must then record nothing (after stop_ticks). */
+        if (was_running && tracer->state != PT_STATE_RUNNING)
+            return 0;
     }
     return id;
 }
@@ -305,7 +310,8 @@ pt_tag_call(pt_tracer *tracer, pt_thread *thread, PyFrameObject *frame)
     long tag = result ? PyLong_AsLong(result) : -1;
     Py_XDECREF(result);
     if (tag > 0 && tag < (long)PT_MAX_KEYS) {
-        pt_append(tracer, thread, 0, (uint32_t)tag << PT_KEY_SHIFT | PT_EV_TAG);
+        if (tracer->state == PT_STATE_RUNNING)      /* not stopped while the watcher ran */
+            pt_append(tracer, thread, 0, (uint32_t)tag << PT_KEY_SHIFT | PT_EV_TAG);
     } else if (tag < 0 && PyErr_Occurred() && !tracer->hot_error) {
         tracer->hot_error = PT_ERR_PYTHON;
         pt_set_error_from_python(tracer, "tagging a call");
@@ -507,9 +513,9 @@ pt_key_for_module_function(pt_tracer *tracer, PyObject *callable, PyObject *self
  * for implementation `a` called on `self` (or, for a function of a module, for
  * the callable itself): first sights, and every call whose key the fast path
  * does not compute (function records, subclass instances of modules and types). */
-uint32_t
-pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
-                        const void *a, PyObject *self)
+static uint32_t
+pt_key_for_builtin_named(pt_tracer *tracer, PyObject *callable, int is_function,
+                         const void *a, PyObject *self)
 {
     if (is_function && (!self || Py_TYPE(self) == &PyModule_Type))
         return pt_key_for_module_function(tracer, callable, self);
@@ -565,4 +571,15 @@ pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
      * is the descriptor. */
     PyObject *keepalive = record ? self : is_function ? NULL : callable;
     return pt_key_insert_builtin(tracer, a, b, callable, self, owner, keepalive);
+}
+
+uint32_t
+pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
+                        const void *a, PyObject *self)
+{
+    /* Naming may run Python code (a descriptor's __get__, a __name__ property),
+     * which may let a thread stop the tracer: 0 then, and the hook records nothing. */
+    int was_running = tracer->state == PT_STATE_RUNNING;
+    uint32_t id = pt_key_for_builtin_named(tracer, callable, is_function, a, self);
+    return was_running && tracer->state != PT_STATE_RUNNING ? 0 : id;
 }

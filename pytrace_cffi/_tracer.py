@@ -103,16 +103,19 @@ class Session:
             spec = self.watcher.watch_spec()
             check(lib.pt_set_watch(self.ptr, ffi.cast("void *", id(spec))), self.ptr, "watch")
         self.thread_objects = {}        # tstate id -> threading.Thread, for names
+        check(lib.pt_set_thread_objects(self.ptr, ffi.cast("void *", id(self.thread_objects))),
+              self.ptr, "thread objects")
         self.thread_names = {}          # ident -> name, snapshots at start and stop
         self.thread_native_ids = {}     # ident -> OS thread id, likewise
         self._previous_thread_hook = None
-        self._thread_hook = None        # the bound method given to threading.setprofile
+        self._thread_hook = None        # what start() gave threading.setprofile
         self._tool_id = None
         self._callbacks = {}            # sys.monitoring event -> our callback
         self._event_mask = 0
         # Another profiler taking our hook: the C core notes threads on 3.9-3.11;
         # these hold what Python notices (sys.monitoring, threading's hook).
         self._check_lock = threading.RLock()    # a signal handler may ask mid-check
+        self._live = False              # pt_start done: the hooks are there to check
         self._stopped = False
         self._monitoring_lost = None
         self._thread_hook_lost = None
@@ -126,7 +129,7 @@ class Session:
         if USE_MONITORING:
             tool_id, mask = self._claim_monitoring()
         self._previous_thread_hook = _get_threading_profile()
-        self._thread_hook = self._on_new_thread
+        self._thread_hook = thread_hook()
         threading.setprofile(self._thread_hook)
         try:
             if self.watcher is not None:
@@ -134,6 +137,7 @@ class Session:
             if self._max_depth:
                 self._uncount_hidden_frames()
             check(lib.pt_start(self.ptr, tool_id, mask, _own_frames()), self.ptr, "start")
+            self._live = True
         except BaseException:
             if self.watcher is not None:
                 self.watcher.end()
@@ -213,18 +217,6 @@ class Session:
         if holder == MONITORING_TOOL_NAME:
             monitoring.free_tool_id(tool_id)
 
-    def _on_new_thread(self, frame, event, arg):
-        """threading's profile hook: runs once, first thing in each new thread."""
-        if USE_MONITORING:
-            sys.setprofile(None)    # sys.monitoring already sees every thread
-        self.thread_objects[lib.pt_current_tstate_id()] = threading.current_thread()
-        # Skip this hook's own frame; seed run() and threading's bootstrap frames.
-        lib.pt_attach_current_thread(self.ptr, 1)
-        try:
-            self.check_hooks()      # a new thread is a cheap moment to look
-        except Exception:           # never into the new thread's code; stop looks again
-            pass
-
     # -- another profiler taking the hook ----------------------------------------
     def check_hooks(self, current_only=False):
         """Notes another profiler that took our hook, and says whether ours still
@@ -232,8 +224,8 @@ class Session:
         current_only, of the calling thread only); on 3.12+ our sys.monitoring
         tool. Cheap (no event is read); never called on the hot path."""
         with self._check_lock:
-            if self._stopped:
-                return False
+            if self._stopped or not self._live:
+                return False        # (start() not done: another thread asking early)
             if USE_MONITORING:
                 return self._check_monitoring()
             self._check_thread_hook()
@@ -365,6 +357,21 @@ class Session:
 
 
 _disabled_locations = False       # a session with filters ran on sys.monitoring
+_thread_hooks = []                # [the C hook for threading.setprofile], made once
+
+
+def thread_hook():
+    """threading.setprofile's hook: one C function for every session (see
+    pt_thread_hook in c_src/pt_core.h). It attaches each new thread to the session
+    running when that thread first runs it, without a Python frame, a lock or a
+    release of the GIL; and a thread that read it while one session ran and runs
+    it after that session stopped follows the next one, or nothing."""
+    if not _thread_hooks:
+        found = []
+        if lib.pt_thread_hook(ffi.cast("void *", id(found))) != lib.PT_OK or not found:
+            raise TraceError("cannot make the hook for new threads")
+        _thread_hooks.append(found[0])
+    return _thread_hooks[0]
 
 
 def _describe(hook):
