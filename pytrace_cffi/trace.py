@@ -86,6 +86,19 @@ def _kind(source):
     return "annotation" if isinstance(source, str) else "python"
 
 
+def _settled(slot):
+    """A Trace attribute that a stopped session's trace makes when first read
+    (Trace._settle_keys); otherwise a plain attribute, kept in `slot`."""
+    def read(trace):
+        if trace._pending_keys is not None:
+            trace._settle_keys()
+        return trace.__dict__.get(slot)
+
+    def write(trace, value):
+        trace.__dict__[slot] = value
+    return property(read, write)
+
+
 class Trace:
     """Calls recorded between start() and stop(), grouped by thread.
 
@@ -103,7 +116,6 @@ class Trace:
 
     hook_lost = ()
     _pending_keys = None              # a stopped session's keys to make (_from_session)
-    _stream_source = None
     _process_id_texts = None          # (the processes it was made from, lane -> text)
     # A trace of several processes (a job's, see processes.py): pid -> dict with
     # "label" and, when known, "host", "ppid", "argv", "state"; in lane order (root
@@ -163,45 +175,10 @@ class Trace:
         _held_keys(self, session, facts)
 
     # A stopped session's names, kinds and streams: made on first use (_held_keys).
-    @property
-    def names(self):
-        if self._pending_keys is not None:
-            self._settle_keys()
-        return self._names
-
-    @names.setter
-    def names(self, value):
-        self._names = value
-
-    @property
-    def key_kinds(self):
-        if self._pending_keys is not None:
-            self._settle_keys()
-        return self._key_kinds
-
-    @key_kinds.setter
-    def key_kinds(self, value):
-        self._key_kinds = value
-
-    @property
-    def key_args(self):
-        if self._pending_keys is not None:
-            self._settle_keys()
-        return self._key_args
-
-    @key_args.setter
-    def key_args(self, value):
-        self._key_args = value
-
-    @property
-    def _streams(self):
-        if self._pending_keys is not None:
-            self._settle_keys()
-        return self._stream_source
-
-    @_streams.setter
-    def _streams(self, value):
-        self._stream_source = value
+    names = _settled("_names")
+    key_kinds = _settled("_key_kinds")
+    key_args = _settled("_key_args")
+    _streams = _settled("_stream_source")
 
     @property
     def _slices(self):

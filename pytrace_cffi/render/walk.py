@@ -162,22 +162,12 @@ class Streams:
         if not lazy:
             self._scan()
 
-    @property
-    def scans(self):
-        return (self._scanned or self._scan())[0]
-
-    @property
-    def stats(self):
-        """Per thread: (calls shown, those open at stop, deepest depth)."""
-        return (self._scanned or self._scan())[1]
-
-    @property
-    def calls_begun(self):
-        return (self._scanned or self._scan())[2]
-
-    @property
-    def _tables(self):
-        return (self._scanned or self._scan())[3]
+    # The scans' findings, per thread: the scan walks, (calls shown, those open
+    # at stop, deepest depth), calls begun; and the emitting walks' tables.
+    scans = property(lambda self: (self._scanned or self._scan())[0])
+    stats = property(lambda self: (self._scanned or self._scan())[1])
+    calls_begun = property(lambda self: (self._scanned or self._scan())[2])
+    _tables = property(lambda self: (self._scanned or self._scan())[3])
 
     def _scan(self):
         plan = self.plan
