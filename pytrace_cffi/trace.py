@@ -2,6 +2,7 @@
 import json
 import os
 import sys
+import threading
 from collections import defaultdict, namedtuple
 
 from . import _clock
@@ -84,6 +85,9 @@ def _kind(source):
     if isinstance(source, tuple):
         return "c"
     return "annotation" if isinstance(source, str) else "python"
+
+
+_SETTLE_LOCK = threading.RLock()
 
 
 def _settled(slot):
@@ -171,8 +175,12 @@ class Trace:
         return trace
 
     def _settle_keys(self):
-        (session, facts), self._pending_keys = self._pending_keys, None
-        _held_keys(self, session, facts)
+        # Once, whichever thread asks first (exports may run on several at once):
+        # the others wait, and see _pending_keys cleared only once all is set.
+        with _SETTLE_LOCK:
+            if self._pending_keys is not None:
+                _held_keys(self, *self._pending_keys)
+                self._pending_keys = None
 
     # A stopped session's names, kinds and streams: made on first use (_held_keys).
     names = _settled("_names")

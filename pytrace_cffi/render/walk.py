@@ -17,8 +17,11 @@ from .._core import ffi, lib
 from .._torch import MODULE_CALL, OPTIMIZER_STEP
 from ..errors import TraceError, TraceFormatError
 
+import threading
+
 RUN_EVENTS = 1 << 16        # events fed per call: records wait at most this long
 NO_KEY = 0xFFFFFFFF
+_SCAN_LOCK = threading.Lock()
 
 
 class KeyPlan:
@@ -170,6 +173,12 @@ class Streams:
     _tables = property(lambda self: (self._scanned or self._scan())[3])
 
     def _scan(self):
+        with _SCAN_LOCK:        # once, whichever thread asks first
+            if self._scanned is None:
+                self._scanned = self._scan_all()
+            return self._scanned
+
+    def _scan_all(self):
         plan = self.plan
         scans, stats_list, calls_begun = [], [], []
         base_keys = [NO_KEY] * len(plan.annotation_args)
@@ -194,8 +203,7 @@ class Streams:
                         base_keys[index] = out[index]
         plan.set_args_keys(base_keys)
         tables = plan.tables(self.clock, self.stop_ticks, self.min_duration_ns, scan=False)
-        self._scanned = (scans, stats_list, calls_begun, tables)
-        return self._scanned
+        return scans, stats_list, calls_begun, tables
 
     def records(self, index):
         """Thread index's records, in time order: yields (pt_walk_record *, n),
