@@ -10,8 +10,10 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ======================================================================== */
 /* Chunk pool                                                               */
@@ -119,42 +121,78 @@ typedef struct {
     int64_t base_ticks;
 } pt_spill_block;
 
-/* Writes n events of thread to the spill file; on failure stops spilling (the
- * sticky error says why) and returns 0, and the caller drops them instead. */
+static void pt_spill_give_up(pt_tracer *tracer);
+
+/* Appends one block (n events of thread) to the spill file. On failure the file is
+ * cut back to its last whole block, spill_errno says why, and 0 is returned: the
+ * file stays open, the caller decides (try again elsewhere, or give up); when it
+ * cannot be cut back, it is given up at once. */
+static int
+pt_spill_write(pt_tracer *tracer, pt_thread *thread, const pt_chunk *chunk, uint64_t n)
+{
+    pt_spill_block block = {(uint32_t)thread->index, 0, n, chunk->base_ticks};
+    if (fwrite(&block, sizeof block, 1, tracer->spill) == 1 &&
+        fwrite(chunk->events, sizeof(pt_event), n, tracer->spill) == n) {
+        tracer->spill_bytes += sizeof block + n * sizeof(pt_event);
+        tracer->spill_errno = 0;
+        return 1;
+    }
+    tracer->spill_errno = errno ? errno : EIO;
+    clearerr(tracer->spill);
+    /* Unbuffered: what went in is in the file; a partial block would make the
+     * blocks after it unreadable. (load() stops at the length meta.json gives.) */
+    if (ftruncate(fileno(tracer->spill), (off_t)tracer->spill_bytes) != 0 ||
+        fseeko(tracer->spill, (off_t)tracer->spill_bytes, SEEK_SET) != 0)
+        pt_spill_give_up(tracer);
+    return 0;
+}
+
+/* The spill file failed for good: the file keeps what it holds, and recording
+ * stops (a gap inside a thread's blocks would make them unreadable, and events
+ * that can go nowhere only cost time). The sticky error says why. */
+static void
+pt_spill_give_up(pt_tracer *tracer)
+{
+    if (!tracer->spill)
+        return;
+    if (!tracer->hot_error) {
+        tracer->hot_error = PT_ERR_PYTHON;
+        pt_set_error(tracer, "writing spilled events failed (%s); recording stopped there: "
+                     "the trace holds what was written before",
+                     strerror(tracer->spill_errno ? tracer->spill_errno : EIO));
+    }
+    fclose(tracer->spill);
+    tracer->spill = NULL;
+    tracer->flags |= PT_FLAG_NOOP;
+}
+
+/* Writes n events of thread to the spill file; on failure gives the file up and
+ * returns 0, and the caller drops them instead. */
 static int
 pt_spill_events(pt_tracer *tracer, pt_thread *thread, const pt_chunk *chunk,
                 uint64_t n)
 {
     if (!tracer->spill)
         return 0;
-    pt_spill_block block = {(uint32_t)thread->index, 0, n, chunk->base_ticks};
-    if (fwrite(&block, sizeof block, 1, tracer->spill) != 1 ||
-        fwrite(chunk->events, sizeof(pt_event), n, tracer->spill) != n) {
-        if (!tracer->hot_error) {
-            tracer->hot_error = PT_ERR_PYTHON;
-            pt_set_error(tracer,
-                         "writing spilled events failed (disk full?); later ones were dropped");
-        }
-        fclose(tracer->spill);
-        tracer->spill = NULL;
-        return 0;
-    }
-    tracer->spilled_events += n;
-    thread->spilled += n;
-    return 1;
+    if (pt_spill_write(tracer, thread, chunk, n))
+        return 1;
+    pt_spill_give_up(tracer);
+    return 0;
 }
 
-/* Moves owner's oldest chunk out of memory: to the spill file, or dropped and
- * counted. A thread's only chunk is emptied in place. */
+/* Empties owner's oldest chunk in place (a thread's only chunk) or frees it, its
+ * n events counted as spilled or as dropped. */
 static void
-pt_evict_head(pt_tracer *tracer, pt_thread *owner)
+pt_release_head(pt_tracer *tracer, pt_thread *owner, uint64_t n, int spilled)
 {
     pt_chunk *victim = owner->head;
-    int is_tail = victim == owner->tail;
-    uint64_t n = is_tail ? (uint64_t)(owner->cursor - victim->events) : victim->used;
-    if (!pt_spill_events(tracer, owner, victim, n))
+    if (spilled) {
+        tracer->spilled_events += n;
+        owner->spilled += n;
+    } else {
         owner->dropped += n;
-    if (is_tail) {
+    }
+    if (victim == owner->tail) {
         victim->used = 0;
         victim->seq = tracer->chunk_seq++;
         victim->base_ticks = owner->last_ticks;
@@ -164,6 +202,16 @@ pt_evict_head(pt_tracer *tracer, pt_thread *owner)
         tracer->held_events -= victim->capacity;
         pt_chunk_free(victim);
     }
+}
+
+/* Moves owner's oldest chunk out of memory: to the spill file, or dropped and
+ * counted. A thread's only chunk is emptied in place. */
+static void
+pt_evict_head(pt_tracer *tracer, pt_thread *owner)
+{
+    pt_chunk *victim = owner->head;
+    uint64_t n = pt_chunk_used(owner, victim);
+    pt_release_head(tracer, owner, n, pt_spill_events(tracer, owner, victim, n));
 }
 
 /* Evicts the oldest chunk holding events of any thread. Returns 0 when no chunk
@@ -207,22 +255,113 @@ pt_run_spill_hook(pt_tracer *tracer)
 
 /* Spills this thread's full chunk at once and empties it in place (the spill
  * hook's mode). Returns 1 when done, 0 when it cannot (nothing to spill, or the
- * file failed), -1 when tracing stopped meanwhile (the event is dropped). */
+ * file failed), -1 when tracing stopped meanwhile (the event is dropped). A block
+ * that fails to go in is tried once more after the hook ran again, which may
+ * have moved the file (see pt_spill_errno). */
 static int
 pt_spill_own_chunk(pt_tracer *tracer, pt_thread *thread)
 {
-    pt_run_spill_hook(tracer);
-    /* The hook may have let other threads run: one of them may have stopped
-     * tracing (stop() waits for a hook in progress, not for this tail), or emptied
-     * this thread's chunk already (more threads than max_events has chunks). */
-    if (tracer->state != PT_STATE_RUNNING)
-        return -1;
-    if (thread->cursor < thread->limit)
-        return 1;
-    if (!tracer->spill || thread->head != thread->tail)
-        return 0;
-    pt_evict_head(tracer, thread);
-    return thread->cursor < thread->limit;
+    for (int attempt = 0;; attempt++) {
+        pt_run_spill_hook(tracer);
+        /* The hook may have let other threads run: one of them may have stopped
+         * tracing (stop() waits for a hook in progress, not for this tail), or
+         * emptied this thread's chunk already (more threads than max_events has
+         * chunks). */
+        if (tracer->state != PT_STATE_RUNNING)
+            return -1;
+        if (thread->cursor < thread->limit)
+            return 1;
+        if (!tracer->spill || thread->head != thread->tail)
+            return 0;
+        uint64_t n = pt_chunk_used(thread, thread->head);
+        if (pt_spill_write(tracer, thread, thread->head, n)) {
+            pt_release_head(tracer, thread, n, 1);
+            return thread->cursor < thread->limit;
+        }
+        if (attempt > 0 || tracer->spill_hook_busy || !tracer->spill) {
+            pt_spill_give_up(tracer);
+            pt_release_head(tracer, thread, n, 0);
+            return thread->cursor < thread->limit;
+        }
+    }
+}
+
+int
+pt_spill_errno(pt_tracer *tracer)
+{
+    return tracer->spill_errno;
+}
+
+int
+pt_spill_fd(pt_tracer *tracer)
+{
+    return tracer->spill ? fileno(tracer->spill) : -1;
+}
+
+uint64_t
+pt_spill_bytes(pt_tracer *tracer)
+{
+    return tracer->spill_bytes;
+}
+
+/* Copies the first `bytes` of in to out. Returns 0, or an errno. */
+static int
+pt_copy_file(int in, int out, uint64_t bytes)
+{
+    char buffer[1 << 16];
+    uint64_t done = 0;
+    while (done < bytes) {
+        size_t want = bytes - done < sizeof buffer ? (size_t)(bytes - done) : sizeof buffer;
+        ssize_t got = pread(in, buffer, want, (off_t)done);
+        if (got <= 0)
+            return got < 0 ? errno : EIO;
+        for (ssize_t put = 0; put < got;) {
+            ssize_t n = write(out, buffer + put, (size_t)(got - put));
+            if (n < 0) {
+                if (errno == EINTR)
+                    continue;
+                return errno;
+            }
+            put += n;
+        }
+        done += (uint64_t)got;
+    }
+    return 0;
+}
+
+int
+pt_spill_move(pt_tracer *tracer, const char *path)
+{
+    /* Under the GIL throughout: no thread spills while the file is copied. */
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int rc = PT_OK;
+    if (!tracer->spill) {
+        pt_set_error(tracer, "there is no spill file to move");
+        rc = PT_ERR_STATE;
+        goto done;
+    }
+    int out = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int err = out < 0 ? errno : pt_copy_file(fileno(tracer->spill), out, tracer->spill_bytes);
+    FILE *moved = NULL;
+    if (!err && !(moved = fdopen(out, "r+b")))
+        err = errno ? errno : ENOMEM;
+    if (err) {
+        if (out >= 0) {
+            close(out);
+            unlink(path);
+        }
+        tracer->spill_errno = err;
+        pt_set_error(tracer, "cannot move the spill file to %s: %s", path, strerror(err));
+        rc = PT_ERR_ARG;
+        goto done;
+    }
+    setvbuf(moved, NULL, _IONBF, 0);
+    fclose(tracer->spill);
+    tracer->spill = moved;
+    tracer->spill_errno = 0;
+done:
+    PyGILState_Release(gil);
+    return rc;
 }
 
 int
@@ -253,7 +392,7 @@ pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path)
         return PT_ERR_ARG;
     }
     if (spill_path) {
-        tracer->spill = fopen(spill_path, "wb");
+        tracer->spill = fopen(spill_path, "w+b");
         if (!tracer->spill) {
             pt_set_error(tracer, "cannot write %s", spill_path);
             return PT_ERR_ARG;
@@ -268,6 +407,7 @@ pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path)
             pt_set_error(tracer, "cannot write %s", spill_path);
             return PT_ERR_ARG;
         }
+        tracer->spill_bytes = sizeof header;
     }
     tracer->max_events = max_events;
     /* Chunks of about an eighth of the budget, so eviction frees memory finely. */

@@ -160,6 +160,22 @@ int pt_set_uncounted(pt_tracer *tracer, void *py_code);
 int pt_set_import_entry(pt_tracer *tracer, void *py_code);
 int pt_spill_rest(pt_tracer *tracer);
 uint64_t pt_spilled_events(pt_tracer *tracer);
+/* A block that fails to go into the spill file (a full disk) is cut off again, so
+ * the file always ends with a whole block. With a spill hook, the hook runs once
+ * more, pt_spill_errno saying why (an errno), and may move the file elsewhere
+ * (pt_spill_move); the block is then tried again. When it fails for good (or
+ * without a hook) the tracer stops recording: a sticky error says so, and the
+ * file keeps everything before it. */
+int pt_spill_errno(pt_tracer *tracer);
+/* The spill file's descriptor (-1 when there is none) and its length in whole
+ * blocks: what it holds even when its directory was removed while it was open. */
+int pt_spill_fd(pt_tracer *tracer);
+uint64_t pt_spill_bytes(pt_tracer *tracer);
+/* Copies the spill file to path (a new file) and goes on spilling there; the old
+ * file is closed (its removal is the caller's). On failure (PT_ERR_ARG: the
+ * message says why, pt_spill_errno the errno) nothing changes and the new file is
+ * removed. */
+int pt_spill_move(pt_tracer *tracer, const char *path);
 /* After pt_set_bounds with a spill file, before pt_start: every chunk is spilled
  * as soon as it is full (each thread holds one chunk), and py_hook (id of a
  * callable taking no arguments) runs just before each spill, so that what the

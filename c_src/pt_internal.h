@@ -100,8 +100,10 @@ struct pt_tracer {
     uint64_t held_events;         /* capacity of the chunks held */
     uint64_t chunk_seq;
     uint64_t bounded_chunk_events;
-    FILE *spill;
+    FILE *spill;                  /* opened for reading too: pt_spill_move copies it */
     uint64_t spilled_events;
+    uint64_t spill_bytes;         /* the spill file's length in whole blocks */
+    int spill_errno;              /* why the last block failed to go in (0: it did) */
     /* pt_set_spill_hook: each full chunk goes to the spill file at once (a killed
      * process loses at most one chunk per thread), after spill_hook() has run */
     PyObject *spill_hook;

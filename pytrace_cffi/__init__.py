@@ -226,8 +226,10 @@ def stop():
         result.hook_lost = hook_lost
         warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=2)
     failure = session.hot_error()
-    if failure:
-        raise TraceError(f"tracing failed: {failure}", trace=result)
+    problem = getattr(session, "spill_problem", None)     # render/saved.finish_spill
+    if failure or problem:
+        raise TraceError("; ".join(filter(None, [failure and f"tracing failed: {failure}",
+                                                  problem])), trace=result)
     if result.dropped_events:
         import warnings
         warnings.warn(f"pytrace_cffi dropped {result.dropped_events} events "

@@ -12,7 +12,6 @@ from ._windows import OptimizerSteps, ScheduledWindows, Windows, parse_schedule,
 from .errors import TraceFormatError
 from .trace import hide_launcher_frames
 
-EXIT_INTERRUPTED = 130
 OUTPUT_HELP = ("OUT's name picks the format: .json or .json.gz for Chrome trace JSON "
                "(Perfetto, chrome://tracing), .pftrace for Perfetto's native protobuf "
                "(compact: use it for big traces), .html for a self-contained page with a "
@@ -244,7 +243,7 @@ def _write_or_fall_back(trace, path):
     temporary directory, else in the current one, and says so in one line.
     Returns the path written, or None when every place failed."""
     try:
-        _write_trace(trace, path)
+        _whole_or_nothing(path, lambda: _write_trace(trace, path))
         return path
     except OSError as exc:
         failure = exc
@@ -254,19 +253,34 @@ def _write_or_fall_back(trace, path):
         if os.path.exists(fallback):
             continue
         try:
-            _write_trace(trace, fallback)
+            _whole_or_nothing(fallback, lambda: _write_trace(trace, fallback))
         except OSError:
             continue
         print(f"pytrace_cffi: cannot write trace to {path!r}: {failure.strerror or failure}; "
               f"saved it to {fallback!r} instead", file=sys.stderr)
         return fallback
     print(f"pytrace_cffi: cannot write trace to {path!r}: {failure.strerror or failure}; "
-          f"no fallback location took it either: the trace is lost", file=sys.stderr)
+          f"no fallback location took it either", file=sys.stderr)
     return None
 
 
+def _whole_or_nothing(path, write):
+    """write(), which writes path; if it fails (a full disk, a Ctrl-C), a saved
+    directory it made there goes too: half of one is no trace. (Files are
+    written whole or not at all already: _files.replaced_atomically.)"""
+    made = not os.path.exists(path)
+    try:
+        return write()
+    except BaseException:
+        if made and os.path.isdir(path):
+            import shutil
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
 def _exit_code(exc):
-    """The process exit code Python would give for an uncaught exc."""
+    """The process exit code Python would give for an uncaught exc (a
+    KeyboardInterrupt is raised again instead: see _raise_uncaught)."""
     if isinstance(exc, SystemExit):
         code = exc.code
         if code is None:
@@ -275,8 +289,6 @@ def _exit_code(exc):
             return code
         print(code, file=sys.stderr)
         return 1
-    if isinstance(exc, KeyboardInterrupt):
-        return EXIT_INTERRUPTED
     return 1
 
 
@@ -408,13 +420,37 @@ def _launcher_codes():
     return codes
 
 
-def _print_uncaught(exc):
-    """Prints exc as the interpreter prints an uncaught exception, through
-    sys.excepthook, without the frame of _cmd_run that ran the program."""
+def _program_traceback(exc):
+    """exc's traceback without the frame of _cmd_run that ran the program."""
     tb = exc.__traceback__
     if tb is not None and tb.tb_frame.f_code is _cmd_run.__code__:
         tb = tb.tb_next
+    return tb
+
+
+def _print_uncaught(exc):
+    """Prints exc as the interpreter prints an uncaught exception, through
+    sys.excepthook, without the frame of _cmd_run that ran the program."""
+    tb = _program_traceback(exc)
     sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+
+
+def _raise_uncaught(exc):
+    """Raises the program's KeyboardInterrupt again, out of main(), once OUT is
+    written: the interpreter then ends as python ends on one (the program's
+    atexit handlers run, then the process dies by SIGINT), printing it through
+    sys.excepthook with the program's frames only (not the ones it passes here)."""
+    tb = _program_traceback(exc)
+    hook = sys.excepthook
+
+    def program_frames(exc_type, value, traceback):
+        sys.excepthook = hook
+        if value is exc:
+            value, traceback = value.with_traceback(tb), tb
+        hook(exc_type, value, traceback)
+
+    sys.excepthook = program_frames
+    raise exc.with_traceback(tb)
 
 
 def _cmd_run(args, program):
@@ -500,12 +536,24 @@ def _cmd_run(args, program):
         _set_step_hook(None)
         optimizer_steps.uninstall()
         scheduled.end()
-    windows.finish()
-    if failure is not None and not isinstance(failure, (SystemExit, KeyboardInterrupt)):
+    _finish_windows(windows)
+    if isinstance(failure, KeyboardInterrupt):
+        _raise_uncaught(failure)
+    if failure is not None and not isinstance(failure, SystemExit):
         _print_uncaught(failure)
-    if windows.lost and not exit_code:
-        exit_code = 1
-    return exit_code
+    return exit_code        # the program's, whatever became of the trace
+
+
+def _finish_windows(windows):
+    """windows.finish(), which says what it wrote or kept; a failure of ours
+    beyond that is said in one line: the program's exit goes on unchanged."""
+    try:
+        windows.finish()
+    except KeyboardInterrupt:    # past writing (which keeps the trace and says where)
+        print("pytrace_cffi: interrupted", file=sys.stderr)
+    except Exception as exc:     # noqa: BLE001 - never a traceback of ours, nor an exit code
+        print(f"pytrace_cffi: writing the trace failed ({exc.__class__.__name__}: {exc})",
+              file=sys.stderr)
 
 
 def _cmd_summary(args):
@@ -529,11 +577,16 @@ def _cmd_summary(args):
 
 def export(source, path):
     """What `export SOURCE -o PATH` does, also `run -o PATH` for a job of several
-    processes (SOURCE its trace directory): reads SOURCE as one trace and writes it
-    in the format PATH's name picks. Returns the trace."""
+    processes (SOURCE its trace directory, or the list of its process
+    directories): reads SOURCE as one trace and writes it in the format PATH's
+    name picks. Returns the trace."""
     from .render.summary import read_trace
-    trace = read_trace(source)
-    _write_trace(trace, path)
+    if isinstance(source, (list, tuple)):
+        from .processes import joined_trace
+        trace = joined_trace(source)[0]
+    else:
+        trace = read_trace(source)
+    _whole_or_nothing(path, lambda: _write_trace(trace, path))
     return trace
 
 

@@ -2,7 +2,9 @@
 
 Small jobs finish before a percentage is worth reading, and a redirected stderr
 (a log, a pipe, a test) must not fill up with carriage returns; so a Progress
-stays silent unless the job is big and stderr is a terminal.
+stays silent unless the job is big and stderr is a terminal. `run` says in one
+line when writing OUT starts and in one when it ends, with its size and time,
+wherever stderr goes (announce_writing, written_note).
 """
 import sys
 
@@ -48,3 +50,58 @@ def _is_terminal(stream):
         return bool(isatty and isatty())
     except ValueError:           # a closed stream
         return False
+
+
+# -- `run` writing OUT: said in a line when it starts and one when it ends ---------
+
+def announce_writing(path, stream=None):
+    """Says that writing path starts (on any stderr: a big trace takes seconds,
+    and a log should show where they went); returns the clock to time it by."""
+    import time
+    _say(f"pytrace_cffi: writing {path} ...", stream)
+    return time.monotonic()
+
+
+def written_note(path, started):
+    """" (12.3 MB, 0.41 s)": the size of what was written at path (a file, or a
+    directory's files) and the time since announce_writing."""
+    import time
+    seconds = time.monotonic() - started
+    return f" ({size_text(_size(path))}, {seconds:.2f} s)"
+
+
+def size_text(n):
+    """12345678 -> "12.3 MB"."""
+    if n < 1000:
+        return f"{n} bytes"
+    for unit in ("kB", "MB", "GB", "TB"):
+        n /= 1000
+        if n < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}"
+
+
+def _size(path):
+    import os
+    try:
+        if not os.path.isdir(path):
+            return os.path.getsize(path)
+        return sum(os.path.getsize(os.path.join(top, name))
+                   for top, _, names in os.walk(path) for name in names)
+    except OSError:
+        return 0
+
+
+def finish_command(sources, path):
+    """The command that writes the traces in sources (directories) to path."""
+    import shlex
+    sources = [shlex.quote(str(s)) for s in sources]
+    verb = "export" if len(sources) == 1 else "merge"
+    return f"python -m pytrace_cffi {verb} {' '.join(sources)} -o {shlex.quote(str(path))}"
+
+
+def _say(text, stream=None):
+    stream = sys.stderr if stream is None else stream
+    try:
+        print(text, file=stream, flush=True)
+    except (OSError, ValueError):       # a closed or broken stderr: nothing to say it on
+        pass

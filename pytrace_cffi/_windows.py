@@ -1,6 +1,7 @@
 """Tracing windows for `run`: the whole run, or windows opened and closed by a
 signal (each signal toggles; each window gets its own numbered file), or one
 window bounded by --delay and --duration, or the steps a --schedule picks."""
+import contextlib
 import os
 import shutil
 import signal
@@ -9,6 +10,8 @@ import tempfile
 import threading
 
 from . import _has_session, start, stop
+from ._progress import announce_writing, finish_command, written_note
+from .errors import TraceError
 from .schedule import Action, ScheduledTracing, schedule
 
 
@@ -109,6 +112,35 @@ def _unguard_ending():
             pass
 
 
+@contextlib.contextmanager
+def interrupts_held():
+    """Holds SIGINT off for the block (main thread), so that a trace is never
+    left half-saved: yields a list that gets an entry for each Ctrl-C meanwhile,
+    which the caller handles once the block is done."""
+    came = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: came.append(True))
+    except ValueError:               # not the main thread: signals go to that one
+        yield came
+        return
+    try:
+        yield came
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def stopped():
+    """(stop()'s trace, whether a Ctrl-C came meanwhile), with SIGINT held off.
+    A TraceError (a failed spill, a spill directory removed) is said in one
+    line, and its trace, saved as far as it went, returned all the same."""
+    with interrupts_held() as came:
+        try:
+            return stop(), bool(came)
+        except TraceError as exc:
+            print(f"pytrace_cffi: {exc}", file=sys.stderr)
+            return exc.trace, bool(came)
+
+
 class Windows:
     """write(trace, path) writes a window's trace and returns the path it went to
     (another one when path failed), or None when it was lost (then .lost).
@@ -177,25 +209,38 @@ class Windows:
         with self._lock:
             if not _has_session():
                 return
-            result = stop()
+            result, interrupted = stopped()
             if not save:                # a schedule's warmup
                 return
             spill_dir, self._spill_dir = self._spill_dir, None
-            if spill_dir is not None:
-                result = result.load()
+            if spill_dir is not None:       # (made elsewhere when it was removed)
+                spill_dir = getattr(result, "directory", spill_dir)
             self._count += 1
             path = numbered(self._output, self._count) if self._numbered else self._output
-            written = self._write(result, path)
+            try:
+                if interrupted:
+                    raise KeyboardInterrupt
+                started = announce_writing(path)
+                if spill_dir is not None:
+                    result = result.load()
+                written = self._write(result, path)
+            except KeyboardInterrupt:
+                self.lost = True
+                _keep_interrupted(result, path, spill_dir)
+                return
             if written is None:
                 self.lost = True
                 if spill_dir is not None:
                     print(f"pytrace_cffi: the spilled events stay in {spill_dir!r} "
-                          "(pytrace_cffi.load() or `export` read them)", file=sys.stderr)
+                          f"(write them later with: {finish_command([spill_dir], path)})",
+                          file=sys.stderr)
+                else:
+                    print("pytrace_cffi: the trace is lost", file=sys.stderr)
                 return
             if spill_dir is not None:
                 shutil.rmtree(spill_dir, ignore_errors=True)
             print(f"pytrace_cffi: {len(result)} calls on {len(result.threads)} threads "
-                  f"-> {written}", file=sys.stderr)
+                  f"-> {written}{written_note(written, started)}", file=sys.stderr)
 
     def toggle(self):
         if _has_session():
@@ -213,6 +258,35 @@ class Windows:
             print("pytrace_cffi: no window was traced (no signal came, the program "
                   "ended before --delay, or it took fewer steps than --schedule waits)",
                   file=sys.stderr)
+
+
+def _keep_interrupted(result, path, spill_dir):
+    """A Ctrl-C while a window's trace was written: OUT is not written (nor left
+    half written); the trace stays where it is (a spill directory), or is saved
+    to a directory first (Ctrl-C held meanwhile), and the line says where and the
+    command that finishes it."""
+    said = f"pytrace_cffi: interrupted while writing {path}: "
+    if spill_dir is not None:
+        print(f"{said}the trace stays in {spill_dir} (finish it with: "
+              f"{finish_command([spill_dir], path)})", file=sys.stderr)
+        return
+    name = f"pytrace_cffi-{os.getpid()}-interrupted"
+    for where in (tempfile.gettempdir(), os.getcwd()):
+        kept = os.path.join(where, name)
+        if os.path.exists(kept):
+            continue
+        print(f"{said}saving the trace to {kept} first (Ctrl-C waits for it)",
+              file=sys.stderr)
+        try:
+            with interrupts_held():         # (a Ctrl-C meanwhile is let go)
+                result.save(kept)
+        except (OSError, KeyboardInterrupt):
+            shutil.rmtree(kept, ignore_errors=True)
+            continue
+        print(f"pytrace_cffi: the trace is in {kept} (finish it with: "
+              f"{finish_command([kept], path)})", file=sys.stderr)
+        return
+    print(f"{said}the trace is lost (no place took it)", file=sys.stderr)
 
 
 def parse_schedule(text):

@@ -45,11 +45,11 @@ import sys
 import threading
 from collections import namedtuple
 
-from . import _clock
+from . import _clock, _progress
 from ._core import ffi, lib
 from ._names import name_for_source, path_prefixes
 from ._tracer import USE_MONITORING, Session, check
-from .errors import TraceFormatError
+from .errors import TraceError, TraceFormatError
 from .trace import hide_alone
 
 ENV = "PYTRACE_CFFI_FOLLOW"
@@ -61,7 +61,10 @@ JOB_FILE = "job.json"
 UNFOLLOWED_FILE = "unfollowed.jsonl"
 LAUNCHED_FILE = "launched.jsonl"
 FINISH_FILE = "finish.json"         # `run`'s finish, handed to an exec'd image
+RUN_DONE_FILE = "run_finished.json"  # `run` has written OUT: its processes stop recording
 NOT_PYTHON = "not a Python interpreter"
+STARTING_AT_FINISH = ("it is running, but was still starting up when its run finished: it is "
+                      "not traced")
 
 ProcessResult = namedtuple("ProcessResult", "pid label state calls directory note")
 ProcessResult.__doc__ = """One process of a joined trace directory.
@@ -81,6 +84,11 @@ _armed = None              # (job dir, options): a forkserver, untraced, whose f
 _run_finish = None
 _run_ended_early = False   # OUT was written (or handed over) before the program returned
 _audit_installed = False
+# A `run` job (ENV carries them to its processes): the pid of the process running
+# `run`, and the directory beside its OUT, where the per-process traces continue
+# when their own place fills up (see _KeyNames.keep_place).
+_run_pid = None
+_spill_beside = None
 
 
 # -- which process is this -------------------------------------------------
@@ -184,23 +192,40 @@ def _new_process_dir(job_dir):
 
 class _KeyNames:
     """The spill hook: appends the names of keys seen since the last spill to
-    keys.jsonl, so a killed process's events can still be named. Holds a plain
-    (non-owning) tracer pointer: the tracer holds this object."""
+    keys.jsonl, so a killed process's events can still be named; and keeps the
+    spilling going (keep_place). Holds a plain (non-owning) tracer pointer: the
+    tracer holds this object."""
 
-    def __init__(self, ptr, directory, trim_paths, watcher):
+    def __init__(self, ptr, directory, trim_paths, watcher, job_dir, chunk_bytes):
         self.ptr = ffi.cast("pt_tracer *", ptr)
-        self.path = os.path.join(directory, KEYS_FILE)
+        self.directory = directory
+        self.job_dir = job_dir
+        self.chunk_bytes = chunk_bytes      # one spill's size, at most
         self.trim_paths = trim_paths
         self.watcher = watcher
         self.keys_written = 0
         self.tags_written = 0
+        self.sidecar = None                 # process.json, once written
+        self.stopped_because = None         # why recording stops early (keep_place)
+        self.removed = None                 # the directory removed while tracing
+        self._nowhere_else = False          # a move to _spill_beside was impossible
         # Held while writing, and by stop(): a hook that let other threads run is
         # not cut short by a stop. Reentrant: a SIGTERM handler may stop from here.
         self.lock = threading.RLock()
 
+    @property
+    def path(self):
+        return os.path.join(self.directory, KEYS_FILE)
+
     def __call__(self):
         with self.lock:
-            self._write_new()
+            self.keep_place()
+            try:
+                self._write_new()
+            except OSError:
+                if not self._move_elsewhere():
+                    raise
+                self._write_new()
 
     def _write_new(self):
         from .render.saved import hash_id
@@ -231,6 +256,158 @@ class _KeyNames:
         self.keys_written += len(sources)
         self.tags_written = len(tags)
 
+    # -- where the spill goes -------------------------------------------------
+    def keep_place(self, stopped=False):
+        """Before each spill (and once stopped, before the last one): once `run`
+        has finished, recording stops (a process that outlives it would trace
+        without bound into a directory nobody reads); a process directory
+        removed while the job runs is made again, with everything the open
+        files held; a place running short of room, or whose last block failed
+        (pt_spill_errno), is left for _spill_beside. Never raises."""
+        try:
+            over = _run_over(self.job_dir)
+            if over and self.stopped_because is None and not stopped:
+                self._stop_soon(over)
+            if not os.path.isdir(self.directory):
+                if not over:
+                    self._relink()
+            elif lib.pt_spill_errno(self.ptr) or self._short_of_room():
+                self._move_elsewhere()
+        except Exception as exc:    # noqa: BLE001 - the spill goes on where it is
+            _say(f"pid {os.getpid()}: keeping its trace's place failed ({exc})")
+
+    def _stop_soon(self, reason):
+        """Stops recording from another thread (never from inside the hook, which
+        runs in the middle of recording): the trace is saved as at exit, with
+        reason in its meta.json."""
+        self.stopped_because = reason
+        try:
+            threading.Thread(target=finish_here, name="pytrace_cffi: stop",
+                             daemon=False).start()
+        except RuntimeError:        # at interpreter shutdown: the exit saves it anyway
+            pass
+
+    def _short_of_room(self):
+        """Whether the file system of the process directory has less room than it
+        should keep for the program (a tenth of it, at most 64 MiB) and two spills,
+        while _spill_beside could take the spill."""
+        if _spill_beside is None or self._nowhere_else:
+            return False
+        return _free_bytes(self.directory) < _reserve(self.directory) + 2 * self.chunk_bytes
+
+    def _move_elsewhere(self):
+        """Moves the spill into the job's directory beside OUT (overflow_dir), when
+        that is on another file system with room for it. Returns whether it did."""
+        beside = overflow_dir(self.job_dir)
+        if beside is None or self._nowhere_else or _within(self.directory, beside):
+            return False
+        existing = beside
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing)
+        needed = lib.pt_spill_bytes(self.ptr) + _reserve(existing) + 2 * self.chunk_bytes
+        if _same_device(existing, self.directory) or _free_bytes(existing) < needed:
+            self._nowhere_else = True
+            return False
+        os.makedirs(beside, exist_ok=True)
+        try:                        # its own name there: finish_run counts it once
+            place = os.path.join(beside, os.path.basename(self.directory))
+            os.mkdir(place)
+        except FileExistsError:
+            place = _new_process_dir(beside)
+        return self._move_to(place)
+
+    def _relink(self):
+        """The process directory was removed (by the program) while its files were
+        open: it is made again (else a new one beside OUT) with what they held."""
+        removed = self.directory
+        try:
+            os.makedirs(self.directory)
+            place = self.directory
+        except OSError:
+            beside = overflow_dir(self.job_dir)
+            if beside is None:
+                return False
+            try:
+                place = _new_process_dir(_made(beside))
+            except OSError:
+                return False
+        if not self._move_to(place):
+            return False
+        self.removed = self.removed or removed
+        return True
+
+    def _move_to(self, place):
+        """Copies the spill file into the new directory place and spills there from
+        now on; process.json and keys.jsonl are written there anew, the old
+        directory goes. Returns whether it worked (else place is removed)."""
+        import shutil
+        target = os.path.join(place, "events.bin")
+        if lib.pt_spill_move(self.ptr, os.fsencode(target)) != lib.PT_OK:
+            shutil.rmtree(place, ignore_errors=True)
+            return False
+        old, self.directory = self.directory, place
+        self.keys_written = self.tags_written = 0       # all of keys.jsonl, there
+        try:
+            if self.sidecar is not None:
+                _write_json(os.path.join(place, PROCESS_FILE), self.sidecar)
+            self._write_new()
+        except OSError:
+            pass                    # the next spill tries the keys again
+        if os.path.isdir(old) and not _within(place, old):
+            shutil.rmtree(old, ignore_errors=True)
+        return True
+
+
+def _free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _reserve(path):
+    """The room a spill leaves free on path's file system, for the program: a
+    tenth of it, at most 64 MiB."""
+    st = os.statvfs(path)
+    return min(64 << 20, st.f_blocks * st.f_frsize // 10)
+
+
+def _same_device(path, other):
+    try:
+        return os.stat(path).st_dev == os.stat(other).st_dev
+    except OSError:             # (other removed: a new place is all the better)
+        return False
+
+
+def _within(path, directory):
+    path, directory = os.path.abspath(path), os.path.abspath(directory)
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _made(directory):
+    os.makedirs(directory, exist_ok=True)
+    return directory
+
+
+def overflow_dir(job_dir):
+    """Where a `run` job's per-process traces continue when their own file system
+    fills up ($TMPDIR, by default): beside OUT, named after the job directory;
+    None outside `run`."""
+    if _spill_beside is None:
+        return None
+    name = os.path.basename(os.path.normpath(job_dir))
+    return os.path.join(_spill_beside, name + ".overflow")
+
+
+def _run_over(job_dir):
+    """Why this process of a `run` job should stop recording: `run` wrote OUT
+    (RUN_DONE_FILE in the job directory) or ended; None while it goes on."""
+    if _run_pid is None or _run_pid == os.getpid():
+        return None
+    if os.path.exists(os.path.join(job_dir, RUN_DONE_FILE)):
+        return f"its run (pid {_run_pid}) had finished"
+    if not _alive(_run_pid):
+        return f"its run (pid {_run_pid}) had ended"
+    return None
+
 
 class FollowSession(Session):
     """A Session that traces this process into DIR/proc-<pid> and arranges for
@@ -244,10 +421,14 @@ class FollowSession(Session):
             options["max_events"] = DEFAULT_MAX_EVENTS
         self.follow_options = options
         self.root = root
+        over = None if root else _run_over(self.job_dir)
+        if over:
+            raise ValueError(f"not tracing: {over}")
         try:
             os.makedirs(self.job_dir, exist_ok=True)
             if root:
-                for name in (JOB_FILE, UNFOLLOWED_FILE, LAUNCHED_FILE, FINISH_FILE):
+                for name in (JOB_FILE, UNFOLLOWED_FILE, LAUNCHED_FILE, FINISH_FILE,
+                             RUN_DONE_FILE):
                     if os.path.exists(os.path.join(self.job_dir, name)):
                         os.unlink(os.path.join(self.job_dir, name))
             self.process_dir = _new_process_dir(self.job_dir)
@@ -255,7 +436,9 @@ class FollowSession(Session):
             raise ValueError(f"cannot use {self.job_dir!r} as the trace directory: "
                              f"{exc}") from None
         super().__init__(output=self.process_dir, **options)
-        self._key_names = _KeyNames(self.ptr, self.process_dir, self.trim_paths, self.watcher)
+        chunk_bytes = min(max(options["max_events"], 4096), 2 << 20) + 64
+        self._key_names = _KeyNames(self.ptr, self.process_dir, self.trim_paths, self.watcher,
+                                    self.job_dir, chunk_bytes)
         check(lib.pt_set_spill_hook(self.ptr, ffi.cast("void *", id(self._key_names))),
               self.ptr, "spill hook")
         self.process_meta = {}
@@ -269,6 +452,7 @@ class FollowSession(Session):
                        python=sys.version.split()[0],
                        backend="sys.monitoring" if USE_MONITORING else "PyEval_SetProfile")
         _write_json(os.path.join(self.process_dir, PROCESS_FILE), sidecar)
+        self._key_names.sidecar = sidecar
         if self.root:
             _write_json(os.path.join(self.job_dir, JOB_FILE), {"root_pid": os.getpid()})
         self._set_environment()
@@ -288,7 +472,8 @@ class FollowSession(Session):
 
     def _set_environment(self):
         config = json.dumps({"dir": self.job_dir, "options": self.follow_options,
-                             "package": os.path.dirname(os.path.dirname(BOOT_DIR))})
+                             "package": os.path.dirname(os.path.dirname(BOOT_DIR)),
+                             "run_pid": _run_pid, "spill_beside": _spill_beside})
         self._saved_env = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
         os.environ[ENV] = config
         paths = (self._saved_env[1] or "").split(os.pathsep)
@@ -313,9 +498,20 @@ class FollowSession(Session):
             self._restore_environment()
         facts = process_facts(self.forked)   # labels known only now (e.g. worker ids)
         self.process_meta = dict(facts, job_dir=self.job_dir, root=self.root)
+        if self._key_names.stopped_because:
+            self.process_meta["stopped_early"] = (
+                f"recording stopped at a spill: {self._key_names.stopped_because}")
 
     def result(self):
         try:
+            with self._key_names.lock:      # its place, as at each spill
+                self._key_names.keep_place(stopped=True)
+                self.output = self.process_dir = self._key_names.directory
+            if self._key_names.removed:
+                from .render.saved import note_spill_problem
+                note_spill_problem(self, f"the process directory {self._key_names.removed!r} "
+                                         "was removed while tracing: its trace was saved "
+                                         f"again, whole, in {self.output!r}")
             return super().result()
         finally:
             # Only now: a SIGTERM while the trace was being written waited for it.
@@ -338,6 +534,8 @@ def _write_json(path, data):
 def continue_in_forked_child(session):
     """In a child forked while following: a fresh session for this process with
     the parent's options (the inherited one was abandoned). Returns it started."""
+    if _run_over(session.job_dir):
+        return None                 # the run is over: this child is not traced
     options = dict(session.follow_options, output=session.job_dir)
     return _start_child_session(options)
 
@@ -358,7 +556,7 @@ def _start_child_session(options):
 def _armed_after_fork():
     """A forkserver's fork: start tracing the new child."""
     import pytrace_cffi
-    if _armed is None or pytrace_cffi._session is not None:
+    if _armed is None or pytrace_cffi._session is not None or _run_over(_armed[0]):
         return
     pytrace_cffi._lock = threading.Lock()
     try:
@@ -391,6 +589,7 @@ def start_from_environment():
     try:
         config = json.loads(config)
         job_dir, options = config["dir"], dict(config["options"])
+        _join_run(config)
         command = " ".join(_command_line())
         if "from multiprocessing.forkserver import main" in command:
             # The server lives as long as the job; the children it forks are traced.
@@ -401,8 +600,8 @@ def start_from_environment():
         if finish is not None:
             # This image replaced (exec) the process running `run`: it owes the finish.
             _owe_run_finish(job_dir, finish)
-        if _untraced_helper(command):
-            return
+        if _untraced_helper(command) or _run_over(job_dir):
+            return                    # (a run over: started as it ended, not traced)
         import pytrace_cffi
         _child_job = job_dir
         pytrace_cffi.start(follow_children=True, output=job_dir, **options)
@@ -413,6 +612,14 @@ def start_from_environment():
             _note_unfollowed(job_dir, {"pid": os.getppid(), "command": _command_line(),
                                        "child_pid": os.getpid(),
                                        "reason": f"its tracing failed to start ({reason})"})
+
+
+def _join_run(config):
+    """Takes the `run` facts of PYTRACE_CFFI_FOLLOW's config (see _run_pid)."""
+    global _run_pid, _spill_beside
+    run_pid, beside = config.get("run_pid"), config.get("spill_beside")
+    _run_pid = run_pid if isinstance(run_pid, int) and not isinstance(run_pid, bool) else None
+    _spill_beside = beside if isinstance(beside, str) and os.path.isabs(beside) else None
 
 
 def _owe_run_finish(job_dir, finish):
@@ -524,6 +731,8 @@ def finish_here():
     _finishing = True
     try:
         pytrace_cffi.stop()
+    except TraceError as exc:    # a failed spill: what it held is saved
+        _say(f"pid {os.getpid()}: {exc}")
     except Exception as exc:     # noqa: BLE001 - the program's exit goes on
         _say(f"pid {os.getpid()}: saving its trace failed ({exc.__class__.__name__}: {exc})")
     finally:
@@ -1105,15 +1314,51 @@ def _left_no_trace(job_dir, noted):
         else:
             missing.append(launch)
     out = []
+    running = None
     for launch in missing:
         child = launch.get("child_pid")
+        if child is None and running is None:
+            running = list(_descendant_commands().values())
         if child is not None and launch.get("how") != "exec" and _alive(child):
             reason = "it left no trace yet (still starting up, or stopped before tracing)"
+        elif child is None and any(_runs(command, launch.get("command")) for command in running):
+            reason = STARTING_AT_FINISH
         else:
             reason = ("it left no trace: it ended before its bootstrap could start "
                       "tracing (terminated or killed while Python started up?)")
         out.append(dict(launch, reason=reason))
     return out
+
+
+def _descendant_commands():
+    """{pid: argv} of the live processes descending from this one: a child whose
+    launch noted no pid (subprocess) is found among them by its command line
+    (Linux /proc; {} elsewhere)."""
+    parents = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {}
+    for name in names:
+        try:
+            with open(f"/proc/{int(name)}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if fields[0] != b"Z":
+                parents[int(name)] = int(fields[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    mine, newest = set(), {os.getpid()}
+    while newest:
+        newest = {pid for pid, ppid in parents.items() if ppid in newest} - mine
+        mine |= newest
+    commands = {}
+    for pid in mine:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                commands[pid] = [os.fsdecode(a) for a in f.read().split(b"\0")[:-1]]
+        except OSError:
+            continue
+    return commands
 
 
 def _runs(command, launched):
@@ -1373,7 +1618,7 @@ def job_dir_for(path, keep_in=None):
 def make_run_windows(output, options, write, export, keep_in=None):
     """`run`'s tracing windows, following children (see _windows.Windows); write
     and export as for finish_run; keep_in: --processes-dir, or None."""
-    from ._windows import Windows, numbered
+    from ._windows import Windows, numbered, stopped
 
     class FollowWindows(Windows):
         def guard_ending(self):
@@ -1385,7 +1630,7 @@ def make_run_windows(output, options, write, export, keep_in=None):
                 super().finish()
 
         def open(self, noop=False):
-            global _run_finish
+            global _run_finish, _run_pid, _spill_beside
             from . import _has_session, start
             if noop:                    # a schedule's warmup: nothing kept, none followed
                 self._job = None
@@ -1400,18 +1645,20 @@ def make_run_windows(output, options, write, export, keep_in=None):
                 self._job = job_dir_for(path, keep)
                 _run_finish = (os.getpid(), self._job, path, keep_in is not None, write,
                                export)
+                _run_pid = os.getpid()
+                _spill_beside = os.path.dirname(os.path.abspath(path.rstrip(os.sep)))
                 _handle_sigterm()        # (the session's end takes it away again)
             # Last statement: what this frame runs once the hooks are live is recorded.
             start(follow_children=True, output=self._job, **self._options)
 
         def close(self, save=True):
-            from . import _has_session, stop
+            from . import _has_session
             global _run_finish
             with self._lock:
                 if not _has_session():
                     return
                 _run_finish = None
-                stop()
+                _, interrupted = stopped()
                 if not save or self._job is None:      # a schedule's warmup
                     if self._job is not None and keep_in is None:
                         import shutil
@@ -1419,62 +1666,146 @@ def make_run_windows(output, options, write, export, keep_in=None):
                     return
                 self._count += 1
                 path = numbered(self._output, self._count) if self._numbered else self._output
-                if not finish_run(self._job, path, write, export, keep=keep_in is not None):
+                if not finish_run(self._job, path, write, export, keep=keep_in is not None,
+                                  interrupted=interrupted):
                     self.lost = True
 
     return FollowWindows(output, options, write)
 
 
-def finish_run(job_dir, path, write, export, keep=False):
+def finish_run(job_dir, path, write, export, keep=False, interrupted=False):
     """After `run`: OUT written and one line per process traced and per child not
     followed. One process (the program's own, nothing followed): written as
     without following, by write(trace, path), which returns the path written
     (perhaps a fallback) or None. Several: the whole job, joined by join() for
     .json/.json.gz, else by export(job_dir, path) (what `export DIR -o OUT` does:
-    .html, .pftrace or a saved directory). The per-process traces in job_dir are
-    removed afterwards, unless keep (the user's --processes-dir), OUT could not be
-    written, or a process is still running or could not be read: then they stay
-    and their place is printed. Returns whether OUT was written."""
-    from .render.saved import load
-    results = status(job_dir)
+    .html, .pftrace or a saved directory). Writing is said in a line when it
+    starts and one when it ends (size, time).
+
+    First RUN_DONE_FILE goes into job_dir: a process of the job that outlives the
+    run stops recording at its next spill. The per-process traces are in job_dir
+    and, when its file system filled up, in overflow_dir(job_dir) beside OUT.
+    They are removed afterwards, unless keep (the user's --processes-dir), OUT
+    could not be written (a Ctrl-C while writing, or interrupted: one came while
+    this process's trace was saved), or a process is still running or could not
+    be read: then they stay, their place is printed, and without OUT the command
+    that writes it. Never changes the exit code: returns whether OUT was written."""
+    _write_json_quietly(os.path.join(job_dir, RUN_DONE_FILE), {"pid": os.getpid()})
+    removed = not os.path.exists(os.path.join(job_dir, JOB_FILE))
+    places = _job_places(job_dir)
+    results, written = [], None
+    try:
+        if interrupted:
+            raise KeyboardInterrupt
+        if places:
+            inputs = _process_inputs(places)
+            results = status(inputs)
+            written = _write_job(results, inputs, path, write, export)
+    except KeyboardInterrupt:
+        interrupted = True
+    except (OSError, TraceFormatError) as exc:
+        _say(f"cannot read the per-process traces of the job: {exc}")
     skipped = unfollowed(job_dir)
+    # A child still starting up finds RUN_DONE_FILE (and so stays untraced) only
+    # while job_dir is there.
+    unsettled = any(r.state in ("running", "lost") for r in results) or any(
+        child.get("reason") == STARTING_AT_FINISH for child in skipped)
+    show_dirs = keep or not written or unsettled
+    for r in results if len(results) > 1 else ():
+        _say(f"  pid {r.pid} ({r.label}): {_state_text(r)}"
+             + (f" [{r.directory}]" if show_dirs else ""))
+    for line in unfollowed_lines(skipped):
+        _say(f"  {line}")
+    if removed:
+        _say(f"{job_dir} was removed while the program ran: the traces of the processes "
+             "that had ended by then are lost, with its notes of the children not followed"
+             + ("; the running ones were saved again" if places else ""))
+    shown = " and ".join(places) or job_dir
+    if not places:
+        _say(f"no process of the job left a trace in {job_dir}")
+    elif interrupted:
+        _say(f"interrupted while writing {path}: the per-process traces stay in {shown} "
+             f"(finish it with: {_progress.finish_command(places, path)})")
+    elif not written:
+        _say(f"the per-process traces stay in {shown} (write them later with: "
+             f"{_progress.finish_command(places, path)})")
+    elif keep or unsettled:
+        _say(f"the per-process traces stay in {shown}")
+    else:
+        import shutil
+        for place in {job_dir, *places}:
+            shutil.rmtree(place, ignore_errors=True)
+    return bool(written)
+
+
+def _write_job(results, inputs, path, write, export):
+    """finish_run's writing of OUT (see there). Returns the path written, or None."""
+    from .render.saved import load
     root = [r for r in results if r.state == "complete" and _is_root(r.directory)]
-    written = None
+    started = _progress.announce_writing(path)
     if len(results) == 1 and root:
         trace = load(root[0].directory)
         written = write(trace, path)
         if written:
-            print(f"pytrace_cffi: {len(trace)} calls on {len(trace.threads)} threads -> "
-                  f"{written}", file=sys.stderr)
-    else:
+            _say(f"{len(trace)} calls on {len(trace.threads)} threads -> {written}"
+                 f"{_progress.written_note(written, started)}")
+        return written
+    try:
+        if path.endswith((".json", ".json.gz")):
+            join(inputs, path)
+        else:
+            export(inputs, path)
+    except (OSError, ValueError, TraceFormatError) as exc:
+        _say(f"cannot write the job's trace to {path!r}: {exc}")
+        return None
+    _say(f"{len(results)} processes, {sum(r.calls for r in results)} calls -> {path}"
+         f"{_progress.written_note(path, started)}")
+    return path
+
+
+def _state_text(result):
+    """A process's state in finish_run's lines: one that outlives the run stops
+    recording at its next spill; this process, running to the reader, stopped."""
+    text = f"{result.state}, {result.calls} calls" + (f" - {result.note}" if result.note else "")
+    if result.state == "running" and result.pid == os.getpid():
+        return (f"stopped, {result.calls} calls - its trace could not be completed (a full "
+                "disk?): read as far as it was spilled")
+    if result.state == "running":
+        text += "; it outlives the run: it stops recording at its next spill"
+    return text
+
+
+def _job_places(job_dir):
+    """The directories holding the job's per-process traces: job_dir, and the
+    overflow beside OUT when a process moved there (see _KeyNames; made for a move
+    that failed, it is removed empty)."""
+    places = []
+    for place in (job_dir, overflow_dir(job_dir)):
         try:
-            if path.endswith((".json", ".json.gz")):
-                join(job_dir, path)
-            else:
-                export(job_dir, path)
-            written = path
-            print(f"pytrace_cffi: {len(results)} processes, {sum(r.calls for r in results)} "
-                  f"calls -> {path}", file=sys.stderr)
-        except (OSError, ValueError, TraceFormatError) as exc:
-            print(f"pytrace_cffi: cannot write the job's trace to {path!r}: {exc}",
-                  file=sys.stderr)
-    unsettled = any(r.state in ("running", "lost") for r in results)
-    show_dirs = keep or not written or unsettled
-    for r in results if len(results) > 1 else ():
-        print(f"pytrace_cffi:   pid {r.pid} ({r.label}): {r.state}, {r.calls} calls"
-              + (f" - {r.note}" if r.note else "")
-              + (f" [{r.directory}]" if show_dirs else ""), file=sys.stderr)
-    for line in unfollowed_lines(skipped):
-        print(f"pytrace_cffi:   {line}", file=sys.stderr)
-    if not written:
-        print(f"pytrace_cffi: the per-process traces stay in {job_dir} (write them later "
-              f"with: python -m pytrace_cffi export {job_dir} -o OUT)", file=sys.stderr)
-    elif keep or unsettled:
-        print(f"pytrace_cffi: the per-process traces stay in {job_dir}", file=sys.stderr)
-    else:
-        import shutil
-        shutil.rmtree(job_dir, ignore_errors=True)
-    return bool(written)
+            if place and any(name.startswith("proc-") for name in os.listdir(place)):
+                places.append(place)
+            elif place and place != job_dir:
+                os.rmdir(place)
+        except OSError:
+            pass
+    return places
+
+
+def _process_inputs(places):
+    """What status and join read for the job: its directory when it is the one
+    place, else the process directories of all (one moved beside OUT counts once)."""
+    if len(places) == 1:
+        return places[0]
+    found = {}
+    for place in places:            # the overflow last: its copy is the one moved
+        for directory in process_directories(place):
+            found[os.path.basename(directory)] = directory
+    return sorted(found.values())
+
+
+def _write_json_quietly(path, data):
+    with contextlib.suppress(OSError):
+        _write_json(path, data)
 
 
 def unfollowed_lines(skipped):

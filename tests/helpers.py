@@ -1,6 +1,11 @@
-"""Shared checks: calls by (name, parent name, kind), and exact nesting."""
+"""Shared checks: calls by (name, parent name, kind), and exact nesting; a small
+disk that fills up."""
+import contextlib
 import os
+import subprocess
 from collections import Counter, defaultdict
+
+import pytest
 
 from pytrace_cffi._names import path_prefixes, trim_path
 
@@ -80,3 +85,25 @@ def status(field):
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
 """
+
+
+@contextlib.contextmanager
+def small_disk(path, size):
+    """A tmpfs of `size` (e.g. "4m") mounted at path (made here) for the block: a
+    disk that fills up. Needs root (skipped otherwise); a root that cannot mount
+    one fails under CI and skips elsewhere. Unmounted lazily at the end, so files
+    a test still holds open do not keep it."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("a full disk is a small tmpfs, and mounting one needs root")
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                              str(path)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        reason = f"cannot mount a tmpfs at {path}: {mounted.stderr.strip()}"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)

@@ -9,7 +9,7 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi import TraceWarning
 
-from helpers import assert_nested
+from helpers import assert_nested, small_disk
 
 
 def fib(n):
@@ -125,3 +125,47 @@ def test_damaged_spill_raises_format_error(tmp_path):
         warnings.simplefilter("error")
         (out / "events.bin").write_bytes(data)
         pytrace_cffi.load(out)
+
+
+def leaf(i):
+    return i
+
+
+def test_stop_with_a_full_spill_disk_raises_trace_error_holding_what_was_recorded(tmp_path):
+    """A spill disk that fills up: recording stops there, the file keeps its whole
+    blocks, and stop() raises a TraceError whose trace holds them; the JSON files
+    that would make the directory a saved trace did not fit either."""
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        pytrace_cffi.start(max_events=4096, output=str(disk / "spill"))
+        for i in range(200_000):            # 400k events: 3.2 MB, the disk holds 1 MB
+            leaf(i)
+        marker()                            # after the disk filled: not recorded
+        with pytest.raises(pytrace_cffi.TraceError, match="No space left on device") as info:
+            pytrace_cffi.stop()
+        trace = info.value.trace.load()
+        leaves = sum(1 for c in trace if c.name.endswith(": leaf"))
+        assert 20_000 < leaves < 200_000, leaves     # most of what fitted, then nothing
+        assert not [c for c in trace if c.name.endswith(": marker")]
+        assert trace.dropped_events <= 4096 + 512    # what memory held when it filled
+        assert_nested(trace)
+        del trace, info
+
+
+def test_stop_with_the_spill_directory_removed_raises_trace_error_holding_every_event(tmp_path):
+    import shutil
+    out = tmp_path / "spill"
+    pytrace_cffi.start(max_events=4096, output=str(out))
+    for i in range(20_000):
+        leaf(i)
+    shutil.rmtree(out)                      # (the program's doing)
+    for i in range(20_000):
+        leaf(i)
+    marker()
+    with pytest.raises(pytrace_cffi.TraceError, match="removed while tracing") as info:
+        pytrace_cffi.stop()
+    trace = info.value.trace.load()
+    assert sum(1 for c in trace if c.name.endswith(": leaf")) == 40_000
+    assert [c for c in trace if c.name.endswith(": marker")]
+    assert_nested(trace)
+    again = pytrace_cffi.load(out)          # made again, a saved trace
+    assert sum(1 for c in again if c.name.endswith(": leaf")) == 40_000

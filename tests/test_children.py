@@ -4,6 +4,7 @@ traced program runs in its own interpreter, with a timeout."""
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -502,8 +503,10 @@ def test_run_follows_children_end_to_end(tmp_path):
                                  if e.get("ph") == "X" and "unique_" in e["name"])
     assert by_pid == {(root, "unique_main"): 1, (forked, "unique_forked"): 50,
                       (sub, "unique_sub"): 9}
-    lines = proc.stderr.splitlines()
-    assert lines[0].startswith("pytrace_cffi: 3 processes, ") and lines[0].endswith(str(out))
+    start, *lines = proc.stderr.splitlines()
+    assert start == f"pytrace_cffi: writing {out} ..."
+    assert lines[0].startswith("pytrace_cffi: 3 processes, ") and re.search(
+        rf" -> {re.escape(str(out))} \(\d+\.\d [kM]B, \d+\.\d\d s\)$", lines[0])
     assert sorted(line.split(":")[1].strip() for line in lines[1:4]) == sorted(
         f"pid {pid} ({lanes[pid]})" for pid in lanes)
     assert all("): complete, " in line for line in lines[1:4])
@@ -705,8 +708,9 @@ def test_run_to_a_directory_writes_the_whole_job(tmp_path):
                                if ": unique_" in call.name) == {"unique_root": 1,
                                                                 "unique_sub": 4}
     assert len(trace.threads) == 2
-    assert proc.stderr.splitlines()[0] == (f"pytrace_cffi: 2 processes, {len(trace)} calls "
-                                           f"-> {out}")
+    assert proc.stderr.splitlines()[0] == f"pytrace_cffi: writing {out} ..."
+    assert proc.stderr.splitlines()[1].startswith(f"pytrace_cffi: 2 processes, {len(trace)} "
+                                                  f"calls -> {out} (")
     assert "stay in" not in proc.stderr
     assert os.listdir(tmp_path / "tmp") == []
 

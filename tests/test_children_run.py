@@ -73,16 +73,17 @@ def test_run_to_html_writes_the_whole_job(tmp_path):
     assert unique_counts(names) == {"unique_root": 1, "unique_sub": 7}
     assert len(meta["threads"]) == 2 and "python -c" in text     # the child's label
     lines = proc.stderr.splitlines()
-    assert lines[0].startswith("pytrace_cffi: 2 processes, ") and lines[0].endswith(
-        f"calls -> {out}")
-    assert len(lines) == 3 and "stay in" not in proc.stderr
+    assert lines[0] == f"pytrace_cffi: writing {out} ..."
+    assert re.fullmatch(rf"pytrace_cffi: 2 processes, \d+ calls -> {re.escape(str(out))} "
+                        rf"\(\d+\.\d [kM]B, \d+\.\d\d s\)", lines[1]), lines[1]
+    assert len(lines) == 4 and "stay in" not in proc.stderr
     assert not left_in_tmp(tmp_path, "out.html")          # written: the per-process traces went
 
 
 def test_run_to_pftrace_writes_the_whole_job(tmp_path):
     out = tmp_path / "out.pftrace"
     proc = run_cli(tmp_path, CHILD, "-o", out)
-    assert proc.stderr.startswith("pytrace_cffi: 2 processes, ")
+    assert proc.stderr.splitlines()[1].startswith("pytrace_cffi: 2 processes, ")
     assert not left_in_tmp(tmp_path, "out.pftrace")
     assert out.stat().st_size > 0
     decode = pytest.importorskip("test_perfetto").decode      # the perfetto venvs
@@ -110,9 +111,10 @@ def test_run_to_a_directory_is_one_loadable_trace(tmp_path):
 def test_a_single_process_run_is_unchanged(tmp_path, name):
     out = tmp_path / name
     proc = run_cli(tmp_path, "def unique_only(): pass\nunique_only()\n", "-o", out)
-    [line] = proc.stderr.splitlines()
-    assert re.fullmatch(rf"pytrace_cffi: \d+ calls on 1 threads -> {re.escape(str(out))}",
-                        line), line
+    [start, line] = proc.stderr.splitlines()
+    assert start == f"pytrace_cffi: writing {out} ..."
+    assert re.fullmatch(rf"pytrace_cffi: \d+ calls on 1 threads -> {re.escape(str(out))} "
+                        rf"\(\d+(\.\d [kM]B| bytes), \d+\.\d\d s\)", line), line
     assert out.exists() and not left_in_tmp(tmp_path, name)
 
 
@@ -125,7 +127,7 @@ def test_processes_dir_keeps_the_per_process_traces(tmp_path):
     found = counts(keep)
     assert sorted(label for label, _, _ in found.values()) == ["prog.py", "python -c"]
     assert totals(found) == {"unique_root": 1, "unique_sub": 7}
-    assert all(f"[{keep}{os.sep}proc-" in line for line in proc.stderr.splitlines()[1:3])
+    assert all(f"[{keep}{os.sep}proc-" in line for line in proc.stderr.splitlines()[2:4])
     # A directory that holds something already is refused before the program runs.
     proc = run_cli(tmp_path, "open('ran', 'w').close()\n", "-o", tmp_path / "b.json",
                    "--processes-dir", keep, check=False)
@@ -138,12 +140,12 @@ def test_a_failed_write_keeps_the_per_process_traces(tmp_path):
     out = tmp_path / "sub" / "out.html"
     proc = run_cli(tmp_path, CHILD + "import shutil\nshutil.rmtree('sub')\n", "-o", out,
                    check=False)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 0, proc.stderr        # the program's, whatever the trace's fate
     assert f"pytrace_cffi: cannot write the job's trace to {str(out)!r}" in proc.stderr
     said = [line for line in proc.stderr.splitlines() if "the per-process traces stay in" in line]
     assert len(said) == 1
     job = said[0].split(" stay in ")[1].split(" (write them later")[0]
-    assert f"python -m pytrace_cffi export {job} -o OUT" in said[0]
+    assert f"python -m pytrace_cffi export {job} -o {out})" in said[0]
     try:
         assert totals(counts(job)) == {"unique_root": 1, "unique_sub": 7}
     finally:

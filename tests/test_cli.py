@@ -1,5 +1,6 @@
 """python -m pytrace_cffi run: scripts and modules, threads, argv, exit codes."""
 import json
+import signal
 import subprocess
 import sys
 import textwrap
@@ -43,7 +44,7 @@ def slices(path):
 
 
 @pytest.mark.parametrize("mode, code", [("ok", 0), ("raise", 1), ("exit", 7),
-                                        ("interrupt", 130)])
+                                        ("interrupt", -signal.SIGINT)])
 def test_run_script_writes_trace_and_keeps_exit_code(tmp_path, mode, code):
     script_dir = tmp_path / "scripts"
     script_dir.mkdir()
@@ -66,6 +67,8 @@ def test_run_script_writes_trace_and_keeps_exit_code(tmp_path, mode, code):
     assert {"MainThread", "cli-worker"} <= thread_names
     if mode == "raise":
         assert "RuntimeError: script failed" in proc.stderr
+    if mode == "interrupt":     # as python: its traceback, then death by SIGINT
+        assert proc.stderr.endswith('    raise KeyboardInterrupt\nKeyboardInterrupt\n')
     assert not [n for n in names if "pytrace_cffi/" in n and "__main__" not in n]
 
 

@@ -49,13 +49,18 @@ class SpilledTrace:
     """What stop() returns when max_events spilled to a directory: the events
     stay on disk; load() (or iterating, or exporting) reads them back."""
 
-    def __init__(self, directory, threads, dropped_events, spilled_events):
+    def __init__(self, directory, threads, dropped_events, spilled_events, parts=None):
         self.directory = directory
         self.threads = threads
         self.dropped_events = dropped_events
         self.spilled_events = spilled_events
+        # (meta, hashes, params) when the directory's JSON files could not be
+        # written (a full disk): its events.bin is read with these instead.
+        self._parts = parts
 
     def load(self):
+        if self._parts is not None:
+            return _load_parts(self.directory, *self._parts)
         return load(self.directory)
 
     def __iter__(self):
@@ -87,9 +92,14 @@ def prepare_spill_directory(directory):
 
 def finish_spill(session):
     """After stop: writes what is still in memory to events.bin, then the JSON
-    files that make the directory a saved trace."""
+    files that make the directory a saved trace. Nothing recorded is lost to the
+    file system: a directory removed while tracing is made again (see
+    keep_spill_file), and when the JSON files cannot be written (a full disk) the
+    trace returned reads events.bin with what they would hold. Either is noted in
+    session.spill_problem, which stop() raises as a TraceError holding the trace."""
     from .._tracer import check
     from ..trace import session_facts
+    keep_spill_file(session)
     check(lib.pt_spill_rest(session.ptr), session.ptr, "spilling")
     facts = session_facts(session)
     directory = session.output
@@ -106,15 +116,70 @@ def finish_spill(session):
     meta["threads"] = [_thread_meta(t, None) for t in threads]
     for entry, hide in zip(meta["keys"], facts["hidden"]):
         entry.append(hide)
+    # length: the whole blocks (a block a full disk cut short is not one of them)
     meta["events"] = dict(facts["clock"], file="events.bin",
-                          min_duration_ns=facts["min_duration_ns"])
+                          min_duration_ns=facts["min_duration_ns"],
+                          length=lib.pt_spill_bytes(session.ptr))
     meta["tags"] = facts["tags"]
     meta["annotation_args"] = facts["annotation_args"]
     meta.update(getattr(session, "process_meta", None) or {})   # processes.py: who is who
-    _write_names(directory, names, facts["params"])
-    _write_json(os.path.join(directory, "meta.json"), meta)
     spilled = sum(t.n_events for t in threads)
-    return SpilledTrace(directory, threads, meta["dropped_events"], spilled)
+    parts = None
+    try:
+        _write_names(directory, names, facts["params"])
+        _write_json(os.path.join(directory, "meta.json"), meta)
+    except OSError as exc:
+        kept = os.path.isfile(os.path.join(directory, "events.bin"))
+        parts = (meta, _names_file(names), facts["params"]) if kept else None
+        note_spill_problem(session, f"the saved trace in {directory!r} could not be "
+                                    f"completed ({exc.strerror or exc}): " + (
+                                        "its events.bin is read with what its meta.json "
+                                        "would hold" if kept else "its events are lost"))
+    return SpilledTrace(directory, threads, meta["dropped_events"], spilled, parts=parts)
+
+
+def note_spill_problem(session, text):
+    """Adds text to what stop() raises about a spilled session (spill_problem)."""
+    previous = getattr(session, "spill_problem", None)
+    session.spill_problem = f"{previous}; {text}" if previous else text
+
+
+def keep_spill_file(session):
+    """Before the last events go to the spill file of a stopped session: when its
+    directory (or its events.bin) was removed while tracing, the open file still
+    holds every event; it is copied into the directory made again, or else into a
+    new temporary one (session.output then names it), and the spilling goes on
+    there. Noted in session.spill_problem."""
+    fd = lib.pt_spill_fd(session.ptr)
+    directory = session.output
+    if fd < 0 or _is_open_file(fd, os.path.join(directory, "events.bin")):
+        return
+    import tempfile
+    for place in (directory, None):
+        try:
+            if place is None:
+                place = tempfile.mkdtemp(prefix="pytrace_cffi-spill-")
+            os.makedirs(place, exist_ok=True)
+            target = os.path.join(place, "events.bin")
+            if lib.pt_spill_move(session.ptr, os.fsencode(target)) != lib.PT_OK:
+                continue
+        except OSError:
+            continue
+        session.output = place
+        where = "made again" if place == directory else f"moved to {place!r}"
+        note_spill_problem(session, f"the spill directory {directory!r} was removed while "
+                                    f"tracing: {where}, with every event recorded")
+        return
+    note_spill_problem(session, f"the spill directory {directory!r} was removed while "
+                                "tracing and no place took its events again: they are lost")
+
+
+def _is_open_file(fd, path):
+    """Whether path is the file open as fd (not removed, nor replaced)."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except OSError:
+        return False
 
 
 def _meta(pid, python, backend, clock, start_ns, stop_ns, dropped, names, key_kinds,
@@ -150,10 +215,15 @@ def _thread_meta(thread, n_slices, pid=None):
     return entry
 
 
-def _write_names(directory, names, params):
+def _names_file(names):
+    """hashes.json's content: hash id -> name."""
     hashes = {str(hash_id(name)): name for name in names}
     hashes[str(hash_id(EXIT_EVENT_NAME))] = EXIT_EVENT_NAME
-    _write_json(os.path.join(directory, "hashes.json"), hashes)
+    return hashes
+
+
+def _write_names(directory, names, params):
+    _write_json(os.path.join(directory, "hashes.json"), _names_file(names))
     _write_json(os.path.join(directory, "params.json"), params)
 
 

@@ -1,0 +1,309 @@
+"""`run` under faults: a full disk, the program removing the job's directory, a
+second Ctrl-C while OUT is written, a child that outlives the run, and Ctrl-C
+itself. The trace is kept (or where it stays is said, with the command that
+finishes it) and the program's exit code never changes. Counts are checked
+against what the traced program counts itself."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import pytrace_cffi
+
+from helpers import assert_nested, small_disk
+from test_children import TIMEOUT, _env, run_command
+
+
+def run(tmp_path, source, *args, env=None, cwd=None):
+    """`python -m pytrace_cffi run ARGS prog.py` with TMPDIR tmp_path/tmp (unless
+    env gives another)."""
+    (tmp_path / "prog.py").write_text(textwrap.dedent(source))
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = _env(**{"TMPDIR": str(tmp_path / "tmp"), **(env or {})})
+    return run_command([sys.executable, "-m", "pytrace_cffi", "run", *map(str, args),
+                        str(tmp_path / "prog.py")], cwd or tmp_path, env, TIMEOUT)
+
+
+def leaf_calls(trace):
+    return sum(1 for call in trace if call.name.endswith(": leaf"))
+
+
+# The program counts its own calls of leaf: the expected count.
+MANY_LEAVES = """
+    import sys
+    def leaf(i):
+        return i
+    def work(n):
+        for i in range(n):
+            leaf(i)
+        return n
+    print(work({n}))
+    sys.exit(3)
+"""
+
+
+def test_a_full_tmpdir_continues_the_spill_beside_out(tmp_path):
+    """TMPDIR (4 MB) takes a fraction of the ~5 MB of events: the process's spill
+    moves beside OUT and goes on there; OUT holds every call; nothing is left."""
+    with small_disk(tmp_path / "tmpdisk", "4m") as tmpdir:
+        out = tmp_path / "out" / "saved"
+        proc = run(tmp_path, MANY_LEAVES.format(n=300_000), "-o", out,
+                   env={"TMPDIR": str(tmpdir)})
+        assert proc.returncode == 3, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert leaf_calls(pytrace_cffi.load(out)) == int(proc.stdout) == 300_000
+        assert os.listdir(tmpdir) == [] and os.listdir(out.parent) == ["saved"]
+
+
+def test_every_disk_full_keeps_the_exit_code_and_says_how_to_finish(tmp_path):
+    """TMPDIR and OUT's disk (also the current directory) fill up: recording stops,
+    the exit code stays the program's, and the job directory stays, named with
+    the command that writes OUT once there is room."""
+    with small_disk(tmp_path / "tmpdisk", "2m") as tmpdir, \
+            small_disk(tmp_path / "outdisk", "2m") as outdir:
+        out = outdir / "saved"
+        proc = run(tmp_path, MANY_LEAVES.format(n=300_000), "-o", out,
+                   env={"TMPDIR": str(tmpdir)}, cwd=outdir)
+        assert proc.returncode == 3, proc.stderr
+        assert "Traceback" not in proc.stderr and not out.exists()
+        assert "No space left on device" in proc.stderr
+        match = re.search(r"the per-process traces stay in (\S+) \(write them later with: "
+                          r"(python -m pytrace_cffi export \S+ -o \S+)\)", proc.stderr)
+        assert match, proc.stderr
+        assert os.path.dirname(match.group(1)) == str(tmpdir)
+        subprocess.run(["mount", "-o", "remount,size=64m", str(outdir)], check=True)
+        finish = run_command(match.group(2).replace("python", sys.executable, 1).split(),
+                             tmp_path, _env(), TIMEOUT)
+        assert finish.returncode == 0, finish.stderr
+        trace = pytrace_cffi.load(out)
+        assert 10_000 < leaf_calls(trace) < 300_000      # what fitted: recording stopped
+        assert_nested(trace)
+
+
+def _saved(tmp_path, out):
+    """OUT (a .json) read back: exported again to a saved directory."""
+    saved = tmp_path / "again"
+    proc = run_command([sys.executable, "-m", "pytrace_cffi", "export", str(out), "-o",
+                        str(saved)], tmp_path, _env(), TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    return saved
+
+
+def test_a_spill_beside_out_that_fills_keeps_the_exit_code(tmp_path):
+    """run --no-follow --spill (the spill beside OUT, on a full disk): recording
+    stops, what was spilled is written to the fallback place, exit code kept."""
+    with small_disk(tmp_path / "outdisk", "1m") as outdir:
+        proc = run(tmp_path, MANY_LEAVES.format(n=200_000), "--no-follow", "--max-events",
+                   "4096", "--spill", "-o", outdir / "saved")
+        assert proc.returncode == 3, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert "writing spilled events failed (No space left on device)" in proc.stderr
+        [fallback] = re.findall(r"saved it to '(\S+)' instead", proc.stderr)
+        trace = pytrace_cffi.load(fallback)
+        assert 10_000 < leaf_calls(trace) < 200_000
+        assert_nested(trace)
+
+
+def test_the_program_removing_the_job_directory_keeps_its_exit_code(tmp_path):
+    """The job directory removed (by the program) between two children: the
+    running processes are saved again, the exit code stays, and what is lost
+    (the processes that had ended) is said."""
+    out = tmp_path / "out.json"
+    proc = run(tmp_path, """
+        import json, os, shutil, subprocess, sys
+        child = "def unique_{}(): pass\\nfor _ in range(5): unique_{}()"
+        def leaf(i):
+            return i
+        subprocess.run([sys.executable, "-c", child.format("before", "before")], check=True)
+        for i in range(50_000):
+            leaf(i)
+        shutil.rmtree(json.loads(os.environ["PYTRACE_CFFI_FOLLOW"])["dir"])
+        subprocess.run([sys.executable, "-c", child.format("after", "after")], check=True)
+        for i in range(50_000):
+            leaf(i)
+        sys.exit(3)
+    """, "-o", out)
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "was removed while the program ran: the traces of the processes that had " \
+           "ended by then are lost" in proc.stderr
+    names = [e["name"] for e in json.loads(out.read_text())["traceEvents"]
+             if e.get("ph") == "X"]
+    assert sum(name.endswith(": leaf") for name in names) == 100_000
+    assert sum(name.endswith(": unique_after") for name in names) == 5
+    assert not any(name.endswith(": unique_before") for name in names)
+    assert os.listdir(tmp_path / "tmp") == []
+
+
+@pytest.mark.parametrize("how", ["follow", "no-follow"])
+def test_a_second_ctrl_c_while_writing_keeps_the_trace(tmp_path, how):
+    """Ctrl-C ends the program, a second one comes as OUT is written: no traceback
+    of ours, OUT not half written, the trace kept and the command that finishes
+    it printed; then the process dies of SIGINT as python would."""
+    out = tmp_path / "out.json"
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+        def leaf(i):
+            return i
+        for i in range(300_000):
+            leaf(i)
+        raise KeyboardInterrupt
+    """))
+    (tmp_path / "tmp").mkdir()
+    extra = ["--no-follow"] if how == "no-follow" else []
+    with subprocess.Popen([sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out),
+                           *extra, str(tmp_path / "prog.py")], cwd=tmp_path,
+                          env=_env(TMPDIR=str(tmp_path / "tmp")), stderr=subprocess.PIPE,
+                          text=True) as proc:
+        said = []
+        for line in proc.stderr:
+            said.append(line)
+            if line.startswith("pytrace_cffi: writing "):
+                proc.send_signal(signal.SIGINT)
+        assert proc.wait(TIMEOUT) == -signal.SIGINT, "".join(said)
+    stderr = "".join(said)
+    assert said[0] == f"pytrace_cffi: writing {out} ...\n", stderr
+    assert stderr.count("Traceback") == 1 and stderr.endswith(
+        "    raise KeyboardInterrupt\nKeyboardInterrupt\n"), stderr    # the program's
+    assert not out.exists() and not list(tmp_path.glob("out.json.tmp*"))
+    match = re.search(r"\(finish it with: (python -m pytrace_cffi export (\S+) -o \S+)\)",
+                      stderr)
+    assert match and f"interrupted while writing {out}" in stderr, stderr
+    finish = run_command(match.group(1).replace("python", sys.executable, 1).split(),
+                         tmp_path, _env(), TIMEOUT)
+    assert finish.returncode == 0, finish.stderr
+    assert leaf_calls(pytrace_cffi.load(_saved(tmp_path, out))) == 300_000
+
+
+def test_writing_out_is_said_when_it_starts_and_ends(tmp_path):
+    """On a stderr that is no terminal: a line as writing starts, and one with
+    OUT's size and the time it took as it ends (windows of --no-follow too)."""
+    out = tmp_path / "out.json"
+    proc = run(tmp_path, MANY_LEAVES.format(n=10), "--no-follow", "-o", out)
+    assert proc.returncode == 3, proc.stderr
+    start, end = proc.stderr.splitlines()
+    assert start == f"pytrace_cffi: writing {out} ..."
+    size = os.path.getsize(out)
+    shown = f"{size} bytes" if size < 1000 else f"{size / 1000:.1f} kB"
+    assert re.fullmatch(rf"pytrace_cffi: \d+ calls on 1 threads -> {re.escape(str(out))} "
+                        rf"\({re.escape(shown)}, \d+\.\d\d s\)", end), end
+
+
+# -- a child that outlives the run ------------------------------------------------
+
+ORPHAN = """\
+import os, subprocess, sys, time
+child = '''
+import os, sys, time
+def leaf(i):
+    return i
+for i in range(300_000):          # two spills or more: a trace in its directory
+    leaf(i)
+open("spilled", "w").close()
+while os.getppid() == {parent}:   # cheaply, until the run is over
+    time.sleep(0.05)
+for i in range(10 ** 9):          # then without bound, as the issue's child
+    leaf(i)
+'''.format(parent=os.getpid())
+started = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+while not os.path.exists("spilled"):
+    time.sleep(0.02)
+print(started.pid)
+"""
+
+
+def test_a_child_that_outlives_the_run_stops_recording(tmp_path):
+    """The run reports the child as running, with its directory, and ends; the
+    child, at its next spill, stops recording, saves what it has with the reason
+    in its meta.json, and runs on untraced (its directory grows no more)."""
+    proc = run(tmp_path, ORPHAN, "-o", tmp_path / "out.json")
+    child = int(proc.stdout)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        line = next((line for line in proc.stderr.splitlines() if f"pid {child} " in line),
+                    "")
+        assert re.search(r": running, \d+ calls .*\[(\S+)\]$", line), proc.stderr
+        directory = re.search(r"\[(\S+)\]$", line).group(1)
+        assert f"the per-process traces stay in {os.path.dirname(directory)}" in proc.stderr
+        meta = os.path.join(directory, "meta.json")
+        deadline = time.monotonic() + 10
+        while not os.path.exists(meta) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with open(meta, encoding="utf-8") as f:
+            assert "its run (pid" in json.load(f)["stopped_early"]
+        size = _size(directory)
+        time.sleep(0.5)
+        assert _size(directory) == size and _alive(child)     # busy, untraced
+        assert leaf_calls(pytrace_cffi.load(directory)) > 300_000
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_a_child_still_starting_as_the_run_ends_is_not_traced(tmp_path):
+    """A child started just before the program ends is running, not "ended
+    before its bootstrap": it is said so, and it does not trace at all."""
+    proc = run(tmp_path, """
+        import subprocess, sys
+        started = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(started.pid)
+    """, "-o", tmp_path / "out.json")
+    child = int(proc.stdout)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        assert "ended before its bootstrap" not in proc.stderr
+        # still starting (untraced), or already running (then it stops at a spill)
+        assert ("was still starting up when its run finished: it is not traced"
+                in proc.stderr or re.search(rf"pid {child} \(.*\): running", proc.stderr)), \
+            proc.stderr
+        time.sleep(1)
+        size = _size(tmp_path / "tmp")
+        time.sleep(0.5)
+        assert _size(tmp_path / "tmp") == size < 4 << 20 and _alive(child)
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def _size(directory):
+    return sum(os.path.getsize(os.path.join(top, name))
+               for top, _, names in os.walk(directory) for name in names)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+# -- Ctrl-C ----------------------------------------------------------------------
+
+def test_ctrl_c_prints_the_traceback_and_dies_of_sigint_as_python_does(tmp_path):
+    source = textwrap.dedent("""
+        import atexit, sys
+        atexit.register(lambda: print("atexit ran"))
+        def inner():
+            raise KeyboardInterrupt
+        def outer():
+            inner()
+        print("started")
+        outer()
+    """)
+    (tmp_path / "prog.py").write_text(source)
+    plain = run_command([sys.executable, str(tmp_path / "prog.py")], tmp_path, _env(),
+                        TIMEOUT)
+    traced = run(tmp_path, source, "-o", tmp_path / "out.json")
+    assert plain.returncode == traced.returncode == -signal.SIGINT
+    assert traced.stdout == plain.stdout == "started\natexit ran\n"
+    ours = [line for line in traced.stderr.splitlines(True) if line.startswith("pytrace_cffi:")]
+    assert "".join(line for line in traced.stderr.splitlines(True)
+                   if line not in ours) == plain.stderr
+    assert traced.stderr.startswith("".join(ours))             # OUT written first
+    assert (tmp_path / "out.json").stat().st_size > 0
