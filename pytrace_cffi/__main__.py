@@ -522,9 +522,19 @@ def _cmd_summary(args):
                  f" ms\n{format_process_totals(trace)}\n"
                  + ("per process:" if per_process else
                     "per thread:" if args.per_thread else "all processes:"))
-    print(format_summary(rows, title=title,
-                         column="process" if per_process and trace.processes else "thread"))
+    _print_text(format_summary(rows, title=title,
+                               column="process" if per_process and trace.processes else "thread"))
     return 0
+
+
+def _print_text(text):
+    """print(text); a path that is not UTF-8 (its bytes as lone surrogates) shown
+    with U+FFFD where stdout cannot write those (a strict UTF-8 stdout)."""
+    try:
+        print(text)
+    except UnicodeEncodeError:
+        from ._jsontext import utf8_text
+        print(utf8_text(text))
 
 
 def export(source, path):

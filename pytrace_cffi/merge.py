@@ -16,6 +16,7 @@ import tempfile
 
 from ._clock import checked_anchor, monotonic_to_realtime
 from ._files import replaced_atomically
+from ._jsontext import NON_FINITE, dumps_utf8
 from .errors import TraceFormatError
 
 # torch.profiler(with_stack=True) records Python calls itself; ours replace them.
@@ -45,7 +46,8 @@ class _ChromeReader:
             raise TraceFormatError(f"{what} {self.path!r} does not exist") from None
         except OSError as exc:
             raise TraceFormatError(f"{what} {self.path!r}: {exc}") from None
-        self._decoder = json.JSONDecoder()
+        self._decoder = json.JSONDecoder(parse_constant=self._non_finite)
+        self.non_finite = False     # a bare NaN or Infinity was read since taken
         self._buf, self._pos, self._eof = "", 0, False
         self.head, self.tail = {}, {}
         self.scratch = None         # a scratch file of ours to remove when done
@@ -58,6 +60,16 @@ class _ChromeReader:
 
     def __exit__(self, *exc):
         self.close()
+
+    def _non_finite(self, name):
+        self.non_finite = True
+        return NON_FINITE[name]
+
+    def take_non_finite(self):
+        """Whether a bare NaN / Infinity / -Infinity (not JSON, which a strict reader
+        refuses) was read since the last call."""
+        found, self.non_finite = self.non_finite, False
+        return found
 
     def _bad(self, detail):
         return TraceFormatError(f"{self.what} {self.path!r}: not valid JSON ({detail})")
@@ -280,7 +292,7 @@ def _write_our_json(reader, out, span, anchor, start, base):
                 event["dur"] = round(end - event["ts"], 3)
                 span.add(event["ts"], end)
         span.traced.add((event.get("pid"), event.get("tid")))
-        out.event(json.dumps(event).encode("utf-8"))
+        out.event(dumps_utf8(event).encode("utf-8"))
 
 
 def _other_data(trace):
@@ -332,7 +344,7 @@ def _write_our_trace(trace, out, span, anchor, base):
         pid = trace.thread_pid(thread)      # a job's trace: the thread's own process
         pid_of_tid.setdefault(thread.native_id, pid)
         span.traced.add((pid, tid))
-        out.event(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+        out.event(dumps_utf8({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                               "args": {"name": thread.name}}).encode("utf-8"))
         prefix = f',\n{{"ph":"X","pid":{pid},"tid":{tid},'.encode("utf-8")
         total = 0
@@ -367,17 +379,21 @@ def _write_our_trace(trace, out, span, anchor, base):
         if mark.kind == "i":
             event["s"] = "t"
         span.traced.add((pid, mark.thread))
-        out.event(json.dumps(event).encode("utf-8"))
+        out.event(dumps_utf8(event).encode("utf-8"))
     return True
 
 
 def _write_torch_events(reader, out, span):
     """torch's events, one at a time, as torch wrote them (line breaks taken out,
-    which JSON allows only between tokens: one event per line); its Python events
-    that ours replace, and its names for the threads we name, are left out. Returns
-    how many Python events went."""
+    which JSON allows only between tokens: one event per line); one holding a bare
+    NaN or Infinity (which strict readers refuse) written again with strings for
+    them (see _jsontext); its Python events that ours replace, and its names for the
+    threads we name, are left out. Returns how many Python events went."""
     dropped = 0
+    reader.take_non_finite()
     for event, text in reader.events():
+        if reader.take_non_finite():
+            text = dumps_utf8(event)
         if isinstance(event, dict) and (event.get("pid"), event.get("tid")) in span.traced:
             if event.get("cat") == TORCH_PYTHON_CATEGORY and _number(event.get("ts")) and \
                     span.first is not None and event["ts"] < span.last and \
@@ -447,7 +463,7 @@ def merge_torch(trace, torch_trace_path, out_path):
             for direct in (True, False):
                 try:
                     with replaced_atomically(out_path, opener) as f:
-                        text = json.dumps(head)[1:-1]
+                        text = dumps_utf8(head)[1:-1]
                         f.write(("{" + text + ("," if text else "") + '\n"traceEvents":[\n')
                                 .encode("utf-8"))
                         out, span = _Out(f), _Span()
@@ -468,7 +484,7 @@ def merge_torch(trace, torch_trace_path, out_path):
                             "clock": "our CLOCK_MONOTONIC ts mapped to torch's epoch time "
                                      "through otherData.realtime_anchor",
                         }
-                        f.write(("\n]," + json.dumps(tail)[1:] + "\n").encode("utf-8"))
+                        f.write(("\n]," + dumps_utf8(tail)[1:] + "\n").encode("utf-8"))
                     break
                 except _CallBeforeBase:
                     continue

@@ -14,6 +14,7 @@ import os
 
 from .._core import ffi, lib
 from .._files import replaced_atomically
+from .._jsontext import dumps_utf8, utf8_text
 from .._progress import Progress
 
 
@@ -33,12 +34,12 @@ class KeyStrings:
     with a leading comma, as C arrays pointing into bytes held here."""
 
     def __init__(self, trace):
-        self._escaped = [f'"cat":"{_CATEGORY[kind]}","name":{json.dumps(name)}'.encode("utf-8")
-                         for name, kind in zip(trace.names, trace.key_kinds)]
+        self._escaped = [f'"cat":"{_CATEGORY[kind]}","name":{json.dumps(utf8_text(name))}'
+                         .encode("utf-8") for name, kind in zip(trace.names, trace.key_kinds)]
         self._extras = [b"" for _ in trace.names]
         for key, args in trace.key_args.items():
             if args:            # {} adds nothing: a lone "," would break the JSON
-                self._extras[key] = b"," + json.dumps(args)[1:-1].encode("utf-8")
+                self._extras[key] = b"," + dumps_utf8(args)[1:-1].encode("utf-8")
         self.count = len(self._escaped)
         self.names = ffi.new("char *[]", [ffi.from_buffer(e) for e in self._escaped])
         self.name_lens = ffi.new("uint32_t[]", [len(e) for e in self._escaped])
@@ -73,14 +74,14 @@ def _chunks(trace, progress):
     if trace.processes:
         head["otherData"]["processes"] = [dict(facts, pid=process_pid)
                                           for process_pid, facts in trace.processes.items()]
-    yield ('{' + json.dumps(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8")
+    yield ('{' + dumps_utf8(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8")
     first = True
     # A trace of several processes: a lane per process, named and ranked (as
     # processes.join writes them).
     for order, (process_pid, facts) in enumerate((trace.processes or {}).items()):
         for name, args in (("process_name", {"name": facts.get("label", "")}),
                            ("process_sort_index", {"sort_index": order})):
-            meta = json.dumps({"ph": "M", "name": name, "pid": process_pid, "tid": 0,
+            meta = dumps_utf8({"ph": "M", "name": name, "pid": process_pid, "tid": 0,
                                "args": args})
             yield (meta if first else ",\n" + meta).encode("utf-8")
             first = False
@@ -89,7 +90,7 @@ def _chunks(trace, progress):
         tid = thread.native_id or thread.ident
         pid = trace.thread_pid(thread)
         pid_of_tid.setdefault(thread.native_id, pid)
-        meta = json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+        meta = dumps_utf8({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                            "args": {"name": thread.name}})
         yield (meta if first else ",\n" + meta).encode("utf-8")
         first = False
@@ -115,7 +116,7 @@ def _chunks(trace, progress):
                  "ts": float(_us(mark.ns - base)), "args": mark.args}
         if mark.kind == "i":
             event["s"] = "t"
-        yield (",\n" + json.dumps(event)).encode("utf-8")
+        yield (",\n" + dumps_utf8(event)).encode("utf-8")
     yield b"\n]}\n"
 
 

@@ -34,6 +34,7 @@ import zlib
 
 from .._core import ffi, lib
 from .._files import replaced_atomically
+from .._jsontext import utf8_text
 from .._progress import Progress
 from ..errors import TraceFormatError
 
@@ -75,8 +76,8 @@ def _int(field, value):
 def _bytes(field, data):
     if isinstance(data, str):
         # A path undecodable in the file system's encoding keeps its bytes as lone
-        # surrogates, which UTF-8 cannot hold: they are written as \udcXX.
-        data = data.encode("utf-8", "backslashreplace")
+        # surrogates, which UTF-8 cannot hold: each is written as U+FFFD.
+        data = utf8_text(data).encode("utf-8")
     return _varint(field << 3 | 2) + _varint(len(data)) + data
 
 

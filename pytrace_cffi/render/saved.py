@@ -9,7 +9,8 @@
                  raw 8-byte events in per-thread blocks, replayed by load()
 
 A hash id is the first 8 bytes of BLAKE2b (digest_size=8) of the UTF-8 name, read
-little-endian: the same name gives the same id in every run and process.
+little-endian: the same name gives the same id in every run and process (a name
+from a path that is not UTF-8: of its bytes, see name_bytes).
 """
 import collections
 import hashlib
@@ -23,6 +24,7 @@ import weakref
 from .._clock import checked_anchor
 from .._core import ffi, lib
 from .._files import replaced_atomically
+from .._jsontext import dumps, finite_number
 from .._torch import EXIT_EVENT_NAME, TAG_KINDS
 from ..errors import TraceFormatError
 
@@ -41,8 +43,21 @@ KINDS = ("python", "c", "annotation")
 
 def hash_id(name):
     """The stable 64-bit id of a name."""
-    return int.from_bytes(hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest(),
-                          "little")
+    return int.from_bytes(hashlib.blake2b(name_bytes(name), digest_size=8).digest(), "little")
+
+
+def name_bytes(name):
+    """A name's UTF-8 bytes. A name from a path that is not UTF-8 holds its
+    undecodable bytes as lone surrogates (surrogateescape, as Python shows it): those
+    are its bytes again; any other lone surrogate is kept as surrogatepass spells it."""
+    try:
+        return name.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    try:
+        return name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogatepass")
 
 
 class SpilledTrace:
@@ -194,8 +209,10 @@ def save(trace, directory):
 
 
 def _write_json(path, data):
+    # No bare NaN (see _jsontext); a name's lone surrogates stay (\udcXX escapes).
+    text = dumps(data)
     with replaced_atomically(path, lambda tmp: open(tmp, "w", encoding="utf-8")) as out:
-        json.dump(data, out)
+        out.write(text)
 
 
 def _read_json(directory, name):
@@ -245,7 +262,9 @@ def _mark(mark, thread_ids):
             isinstance(v, list) and all(_is_int(size) for size in v)) for v in args.values()),
             f"{bad}: args values must be str, int, float, bool or a list of integer sizes")
     else:
-        _expect(all(_is_number(v) for v in args.values()),
+        # a non-finite value is written as its string ("NaN", see _jsontext)
+        args = {series: finite_number(v) for series, v in args.items()}
+        _expect(all(v is not None for v in args.values()),
                 f"{bad}: a counter's values must be numbers")
     _int(ns, "mark time")
     _expect(_int(thread, "mark thread", UINT64) in thread_ids,
@@ -255,10 +274,6 @@ def _mark(mark, thread_ids):
 
 def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def load(directory):

@@ -1,0 +1,90 @@
+"""JSON text that every reader takes, and text that UTF-8 can hold.
+
+JSON has no NaN or infinities: json.dumps would write bare NaN / Infinity, which
+strict parsers (a browser's JSON.parse, Perfetto's importer) refuse. A non-finite
+float is written as the string "NaN", "Infinity" or "-Infinity" instead (JavaScript's
+spellings); a counter's value reads back as the float (NON_FINITE).
+
+A name from a path that is not UTF-8 holds its undecodable bytes as lone
+surrogates (surrogateescape, as Python shows it). Our own files keep them (JSON's
+\\udcXX escapes, read back as they were); a format that others read must be valid
+UTF-8 (Chrome JSON, .pftrace strings, the HTML page): there each becomes U+FFFD.
+
+Both conversions copy a value only when it needs them, so the common case costs one
+json.dumps.
+"""
+import json
+import math
+import re
+
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def dumps(value, **kwargs):
+    """json.dumps(value) with non-finite floats as strings (see the module's doc)."""
+    try:
+        return json.dumps(value, allow_nan=False, **kwargs)
+    except ValueError:
+        return json.dumps(_converted(value, False), allow_nan=False, **kwargs)
+
+
+def dumps_utf8(value, **kwargs):
+    """dumps(value), with every lone surrogate in its strings (keys too) as U+FFFD:
+    for a format others read."""
+    text = dumps(value, **kwargs)
+    # ensure_ascii spells every lone surrogate (and every pair a character beyond
+    # the BMP needs) \ud...: only then can a string hold one.
+    if "\\ud" in text and _holds_surrogate(value):
+        text = json.dumps(_converted(value, True), allow_nan=False, **kwargs)
+    return text
+
+
+def utf8_text(text):
+    """text with each lone surrogate (an undecodable byte of a path) as U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+def finite_number(value):
+    """A counter's value as written (a number, or a non-finite one's string) as a
+    number; None when it is neither."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return NON_FINITE.get(value)
+    return None
+
+
+def _non_finite_text(value):
+    return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+
+
+def _holds_surrogate(value):
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(k for k in item if isinstance(k, str))
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
+
+
+def _converted(value, texts):
+    """A copy of value with non-finite floats as strings and, when texts, lone
+    surrogates as U+FFFD. Containers are rebuilt (dicts, lists; a tuple becomes a
+    list, as JSON writes it); everything else is kept."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _non_finite_text(value)
+    if isinstance(value, str):
+        return utf8_text(value) if texts else value
+    if isinstance(value, dict):
+        return {_converted(k, texts) if isinstance(k, (str, float)) else k: _converted(v, texts)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_converted(v, texts) for v in value]
+    return value
