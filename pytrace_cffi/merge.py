@@ -27,7 +27,6 @@ READ_CHARS = 1 << 20
 # A single JSON value (an event, a head entry) longer than this is taken for a
 # broken file rather than read on: what a stream cannot finish is bounded.
 MAX_VALUE_CHARS = 64 << 20
-CHUNK_BYTES = 1 << 20
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 
@@ -78,7 +77,9 @@ class _ChromeReader:
         if self._eof:
             return False
         try:
-            chunk = self._file.read(READ_CHARS)
+            # as long as what is pending: a value of megabytes (a long name) is read
+            # in time proportional to its length, not its square
+            chunk = self._file.read(max(READ_CHARS, len(self._buf) - self._pos))
         except (OSError, EOFError, UnicodeDecodeError) as exc:
             raise self._bad(exc) from None
         if not chunk:
@@ -327,13 +328,13 @@ def _write_our_trace(trace, out, span, anchor, base):
     perhaps, when a call would come before torch's base (a negative ts, which the
     formatter does not write): the caller throws that output away."""
     from ._core import ffi, lib
-    from .render.chrome import KeyStrings, _thread_batches, _warn_if_too_deep
+    from .render.chrome import KeyStrings, _thread_batches, _warn_if_too_deep, format_slices
     start, stop = anchor["start"], anchor["stop"]
     clocks = (start["monotonic_ns"], start["realtime_ns"] - start["monotonic_ns"],
               stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
     first, last = ffi.new("int64_t *"), ffi.new("int64_t *")
     keys = KeyStrings(trace)
-    buffer = ffi.new("char[]", CHUNK_BYTES)
+    buffer, cap = keys.buffer()
     pid_of_tid = {}
     next_index, written = ffi.new("uint64_t *"), ffi.new("uint64_t *")
     scratch, room = None, 0
@@ -362,11 +363,8 @@ def _write_our_trace(trace, out, span, anchor, base):
                 span.add((first[0] - base) / 1000, (last[0] - base) / 1000)
                 next_index[0] = 0
                 while next_index[0] < piece:
-                    lib.pt_format_slices_from(scratch, piece, next_index, keys.names,
-                                              keys.name_lens, keys.extras, keys.extra_lens,
-                                              keys.count, prefix, len(prefix), base, first_id,
-                                              index_base + at, thread.index, buffer,
-                                              CHUNK_BYTES, written)
+                    format_slices(scratch, piece, next_index, keys, prefix, base, first_id,
+                                  index_base + at, thread.index, buffer, cap, written)
                     out.formatted(ffi.buffer(buffer, written[0])[:])
             total = index_base + n
         first_id += total

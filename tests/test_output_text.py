@@ -209,3 +209,51 @@ def test_save_and_a_spilled_stop_into_a_directory_that_is_not_utf8(odd_dir):
     with open(os.path.join(odd_dir, "spill.json"), "rb") as fh:
         names = {e["name"] for e in strict_json(fh.read().decode("utf-8"))["traceEvents"]}
     assert name.replace("\udcff", "\ufffd") in names
+
+
+# -- a name of megabytes -------------------------------------------------------
+
+LONG_NAME_SCRIPT = """
+import json, os, sys, threading
+import pytrace_cffi
+from pytrace_cffi._clock import monotonic_to_realtime
+from pytrace_cffi.render.html import write_html
+from pytrace_cffi.render.summary import read_trace
+out = sys.argv[1]
+name = "x" * (2 ** 20 + 100)
+code = compile(f"def {name}():\\n    return 1\\n{name}()\\n", "long.py", "exec")
+with pytrace_cffi.trace() as t:
+    exec(code, {})
+trace = t.trace
+trace.export_chrome_trace(os.path.join(out, "t.json"))
+trace.export_chrome_trace(os.path.join(out, "t.json.gz"))
+trace.export_perfetto(os.path.join(out, "t.pftrace"))
+write_html(trace, os.path.join(out, "t.html"))
+trace.save(os.path.join(out, "saved"))
+for source in ("t.json", "t.json.gz", "saved"):
+    again = read_trace(os.path.join(out, source))
+    assert sum(c.name == "long.py(1): " + name for c in again) == 1, source
+    again.export_chrome_trace(os.path.join(out, "again.json"))
+    again.export_perfetto(os.path.join(out, "again.pftrace"))
+base = (trace.realtime_anchor["start"]["realtime_ns"] // 10 ** 9 - 10) * 10 ** 9
+with open(os.path.join(out, "torch.json"), "w") as f:
+    json.dump({"baseTimeNanoseconds": base, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "y" * 2 ** 21, "pid": trace.pid,
+         "tid": threading.get_native_id(), "ts": 1.0, "dur": 1.0, "args": {}}]}, f)
+pytrace_cffi.merge_torch(trace, os.path.join(out, "torch.json"), os.path.join(out, "m.json"))
+pytrace_cffi.merge_torch(os.path.join(out, "t.json"), os.path.join(out, "torch.json"),
+                         os.path.join(out, "m2.json"))
+print("ok")
+"""
+
+
+def test_a_function_name_of_a_megabyte_is_written_and_read_in_every_format(tmp_path):
+    # It used to hang export_chrome_trace for good (a record longer than the
+    # formatter's buffer was never written): a timeout catches that.
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(LONG_NAME_SCRIPT),
+                           str(tmp_path)], env=ENV, capture_output=True, text=True,
+                          timeout=90)
+    assert proc.stdout == "ok\n", proc.stderr
+    events = json.loads((tmp_path / "m.json").read_text())["traceEvents"]
+    assert {"long.py(1): " + "x" * (2 ** 20 + 100), "y" * 2 ** 21} <= {
+        e.get("name") for e in events}

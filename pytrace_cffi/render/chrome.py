@@ -19,6 +19,7 @@ from .._progress import Progress
 
 
 CHUNK_BYTES = 1 << 20       # the C formatter fills it; bigger only costs memory
+RECORD_ROOM = 1024          # a record's bytes besides its name and extra args (C: < 256 + prefix)
 _CATEGORY = {"python": "python_function", "c": "python_function",
              "annotation": "user_annotation"}
 
@@ -45,6 +46,27 @@ class KeyStrings:
         self.name_lens = ffi.new("uint32_t[]", [len(e) for e in self._escaped])
         self.extras = ffi.new("char *[]", [ffi.from_buffer(e) for e in self._extras])
         self.extra_lens = ffi.new("uint32_t[]", [len(e) for e in self._extras])
+        # the C formatter writes a call only when its whole record fits
+        self.longest = max((len(e) + len(x) for e, x in zip(self._escaped, self._extras)),
+                           default=0)
+
+    def buffer(self):
+        """(buffer, its size) for pt_format_slices_from: CHUNK_BYTES, or room for the
+        longest record (a name of megabytes) when that is more."""
+        cap = max(CHUNK_BYTES, self.longest + RECORD_ROOM)
+        return ffi.new("char[]", cap), cap
+
+
+def format_slices(slices, n, next_index, keys, prefix, base, first_id, index_base,
+                  thread_index, out, cap, written):
+    """pt_format_slices_from on from next_index[0]: at least one call formatted
+    (the buffer has room for the longest: see KeyStrings.buffer)."""
+    before = next_index[0]
+    lib.pt_format_slices_from(slices, n, next_index, keys.names, keys.name_lens, keys.extras,
+                              keys.extra_lens, keys.count, prefix, len(prefix), base, first_id,
+                              index_base, thread_index, out, cap, written)
+    if next_index[0] == before:
+        raise RuntimeError("pytrace_cffi: a call's JSON did not fit the formatter's buffer")
 
 
 def _chunks(trace, progress):
@@ -55,7 +77,7 @@ def _chunks(trace, progress):
     base = trace.start_ns
     first_id = 0
     keys = KeyStrings(trace)
-    out = ffi.new("char[]", CHUNK_BYTES)
+    out, cap = keys.buffer()
     next_index = ffi.new("uint64_t *")
     written = ffi.new("uint64_t *")
     head = {
@@ -101,11 +123,8 @@ def _chunks(trace, progress):
             next_index[0] = 0
             while next_index[0] < n:
                 before = next_index[0]
-                lib.pt_format_slices_from(slices, n, next_index, keys.names, keys.name_lens,
-                                          keys.extras, keys.extra_lens, keys.count, prefix,
-                                          len(prefix), base,
-                                          first_id, index_base, thread.index,
-                                          out, CHUNK_BYTES, written)
+                format_slices(slices, n, next_index, keys, prefix, base, first_id, index_base,
+                              thread.index, out, cap, written)
                 progress.advance(next_index[0] - before)
                 yield ffi.buffer(out, written[0])[:]
             total = index_base + n

@@ -475,8 +475,10 @@ class _Text:
         self.start = offset - self.offset
 
     def more(self):
-        """Reads the next block; False at the end of the file."""
-        block = self.stream.read(BLOCK_BYTES)
+        """Reads the next block; False at the end of the file. A line longer than a
+        block (a name of megabytes) is read in blocks as long as what is pending, so
+        it costs time in proportion to its length, not its square."""
+        block = self.stream.read(max(BLOCK_BYTES, len(self.text) - self.start))
         if self.on_read is not None:
             self.on_read()
         if not block:
