@@ -561,12 +561,15 @@ def _is_torch_trace(path):
     if os.path.isdir(path) or not path.endswith((".json", ".json.gz")):
         return False
     import gzip
+    import zlib
     try:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rb") as f:
             head = f.read(4096)
-    except OSError:
+    except FileNotFoundError:
         return False
+    except (OSError, EOFError, zlib.error) as exc:     # a damaged .gz: said here
+        raise TraceFormatError(f"{path}: cannot be read ({exc})") from None
     return b'"generator": "pytrace_cffi"' not in head
 
 

@@ -18,6 +18,10 @@ import math
 import re
 
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+# Args nest a level or two (a record_function arg's list of sizes): a file whose
+# args nest deeper than this is refused as it is read, so no writer (.pftrace's
+# annotations are encoded recursively) ever meets one.
+MAX_ARGS_DEPTH = 32
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -88,3 +92,21 @@ def _converted(value, texts):
     if isinstance(value, (list, tuple)):
         return [_converted(v, texts) for v in value]
     return value
+
+
+def too_deep(value, limit=MAX_ARGS_DEPTH):
+    """Whether value (a JSON value) nests objects and arrays more than limit deep
+    (an object alone is 1 deep)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

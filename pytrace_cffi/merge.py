@@ -11,8 +11,10 @@ our slices land on the same thread tracks as the aten ops they ran.
 import gzip
 import json
 import os
+import math
 import re
 import tempfile
+import zlib
 
 from ._clock import checked_anchor, monotonic_to_realtime
 from ._files import replaced_atomically
@@ -80,7 +82,7 @@ class _ChromeReader:
             # as long as what is pending: a value of megabytes (a long name) is read
             # in time proportional to its length, not its square
             chunk = self._file.read(max(READ_CHARS, len(self._buf) - self._pos))
-        except (OSError, EOFError, UnicodeDecodeError) as exc:
+        except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
             raise self._bad(exc) from None
         if not chunk:
             self._eof = True
@@ -212,7 +214,24 @@ class _ChromeReader:
 
 
 def _number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite JSON number (not a bool, not NaN or an infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def _event_problem(event):
+    """What keeps a torch event from being placed (merge_torch reads its pid, tid
+    and, for a Python call, its ts and dur), or None."""
+    if not isinstance(event, dict):
+        return None                     # passed through as it is
+    for field in ("pid", "tid"):
+        if isinstance(event.get(field), (list, dict)):
+            return f"its {field} is not a number or a string"
+    dur = event.get("dur")
+    if event.get("cat") == TORCH_PYTHON_CATEGORY and dur is not None and (
+            not isinstance(dur, (int, float)) or isinstance(dur, bool)):
+        return "a python_function event whose dur is not a number"
+    return None
 
 
 def _check_torch(head, where):
@@ -278,8 +297,9 @@ def _write_our_json(reader, out, span, anchor, start, base):
     """Our events from our Chrome JSON, one at a time, put on torch's timeline."""
     where = reader.path
     for event, _ in reader.events():
-        if not isinstance(event, dict):
-            raise TraceFormatError(f"{where}: an event is not an object")
+        if not isinstance(event, dict) or _event_problem(event):
+            raise TraceFormatError(f"{where}: an event is not an object with a number or "
+                                   "string pid and tid")
         if event.get("ph") != "M":
             if not _number(event.get("ts")):
                 raise TraceFormatError(f"{where}: an event has no numeric ts")
@@ -389,7 +409,10 @@ def _write_torch_events(reader, out, span):
     threads we name, are left out. Returns how many Python events went."""
     dropped = 0
     reader.take_non_finite()
-    for event, text in reader.events():
+    for number, (event, text) in enumerate(reader.events()):
+        problem = _event_problem(event)
+        if problem:
+            raise TraceFormatError(f"torch trace {reader.path!r}: event {number}: {problem}")
         if reader.take_non_finite():
             text = dumps_utf8(event)
         if isinstance(event, dict) and (event.get("pid"), event.get("tid")) in span.traced:

@@ -24,7 +24,8 @@ import weakref
 from .._clock import checked_anchor
 from .._core import ffi, lib
 from .._files import replaced_atomically
-from .._jsontext import dumps, finite_number
+from .._jsontext import MAX_ARGS_DEPTH, dumps, finite_number, too_deep
+from .._safe_read import open_binary, read_bounded
 from .._torch import EXIT_EVENT_NAME, TAG_KINDS
 from ..errors import TraceFormatError
 
@@ -218,8 +219,7 @@ def _write_json(path, data):
 def _read_json(directory, name):
     path = os.path.join(directory, name)
     try:
-        with open(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"))
+        return json.loads(read_bounded(path).decode("utf-8"))
     except FileNotFoundError:
         raise TraceFormatError(f"{directory!r} is not a saved trace: {name} is missing") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -288,7 +288,18 @@ def load(directory):
             f"version {FORMAT_VERSION}")
     hashes = _read_json(directory, "hashes.json")
     params = _read_json(directory, "params.json")
-    return _load_parts(directory, meta, hashes, params)
+    try:
+        return _load_parts(directory, meta, hashes, params)
+    except TraceFormatError as exc:
+        raise _in_directory(directory, exc) from None
+
+
+def _in_directory(directory, exc):
+    """exc, its message naming the file by its path when it names one of ours."""
+    message = str(exc)
+    if message.startswith(("meta.json", "hashes.json", "params.json")):
+        return TraceFormatError(os.path.join(directory, message))
+    return exc
 
 
 def _load_parts(directory, meta, hashes, params):
@@ -319,6 +330,8 @@ def _load_parts(directory, meta, hashes, params):
                 f"hashes.json: id {hid} is not the hash of its name {hashes[hid]!r:.80}")
         _expect(kind in KINDS, f"meta.json: key {key} has kind {kind!r}")
         _expect(isinstance(args, dict), f"meta.json: key {key} args must be an object")
+        _expect(not too_deep(args), f"meta.json: key {key} args nest deeper than "
+                                    f"{MAX_ARGS_DEPTH} levels")
         names.append(hashes[hid])
         key_kinds.append(kind)
         if args:
@@ -402,8 +415,7 @@ class _HeldFile:
         """Opens the file (again), checks it is the one loaded, and holds it; the
         least recently read file beyond MAX_HELD is closed. Under _lock."""
         try:
-            file = open(self.path, "rb", buffering=0)
-            st = os.fstat(file.fileno())
+            file, st = open_binary(self.path)       # a regular file, not through a link
         except OSError as exc:
             raise TraceFormatError(f"{self.path}: {exc}") from None
         # The same file, no shorter: a running process's events.bin grows (only its
@@ -549,6 +561,8 @@ def _processes(meta):
         _expect(isinstance(entry, dict) and _is_int(entry.get("pid"))
                 and isinstance(entry.get("label"), str),
                 f"meta.json: process {number} needs an integer pid and a label")
+        _expect(not too_deep(entry), f"meta.json: process {number} nests deeper than "
+                                     f"{MAX_ARGS_DEPTH} levels")
         _int(entry["pid"], "process pid")
         _expect(entry["pid"] not in processes,
                 f"meta.json: process {number}: pid {entry['pid']} is listed twice")
@@ -606,6 +620,8 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
     _expect(isinstance(annotation_args, list) and all(isinstance(a, dict)
                                                       for a in annotation_args),
             "meta.json: bad annotation args")
+    _expect(not too_deep(annotation_args, MAX_ARGS_DEPTH + 1),
+            f"meta.json: annotation args nest deeper than {MAX_ARGS_DEPTH} levels")
     path = os.path.join(directory, "events.bin")
     length = _int(events_meta["length"], "events length") if "length" in events_meta else None
     events_file = _HeldFile(path)

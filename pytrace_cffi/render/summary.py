@@ -28,6 +28,7 @@ import zlib
 from collections import namedtuple
 
 from .._core import ffi, lib
+from .._jsontext import MAX_ARGS_DEPTH, too_deep
 from .._progress import Progress
 from ..errors import TraceFormatError, TraceWarning
 
@@ -351,6 +352,8 @@ def _lane_processes(path, other, lanes, threads):
     listed = other.get("processes", [])
     _expect(isinstance(listed, list) and all(isinstance(p, dict) for p in listed),
             f"{path}: otherData.processes must be a list of objects")
+    _expect(not too_deep(listed, MAX_ARGS_DEPTH + 1),
+            f"{path}: otherData.processes nest deeper than {MAX_ARGS_DEPTH} levels")
     for entry in listed:
         if type(entry.get("pid")) is int and entry["pid"] in processes:
             facts = {k: v for k, v in entry.items() if k not in ("pid", "label")}
@@ -717,6 +720,9 @@ class _LineReader:
             event = json.loads(line)
         except ValueError as exc:
             raise TraceFormatError(f"{path}: event {number}: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise TraceFormatError(f"{path}: event {number}: not valid JSON (nested too "
+                                   "deeply)") from None
         if type(event) is not dict:
             raise TraceFormatError(f"{path}: event {number} is not an object")
         phase = event.get("ph")
@@ -871,11 +877,11 @@ def _line_key(keys, category, name, extra):
     try:
         args = json.loads(b"{" + extra[1:] + b"}") if extra else None
         name = json.loads(name)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    if args is not None and (type(args) is not dict or
+    if args is not None and (type(args) is not dict or too_deep(args) or
                              any(arg in args for arg in _STANDARD_ARGS)):
-        return None
+        return None         # read by line(), which says what is wrong
     return keys.key(name, category.decode(), args)
 
 
@@ -993,6 +999,8 @@ def _read_mark(path, number, event):
     _expect(isinstance(name, str) and _is_time(ts) and type(tid) is int
             and isinstance(args, dict),
             f"{path}: event {number}: an instant or counter needs a name, ts, tid and args")
+    _expect(not too_deep(args), f"{path}: event {number}: args nest deeper than "
+                                f"{MAX_ARGS_DEPTH} levels")
     return event["ph"], round(ts * 1000), tid, name, args
 
 
@@ -1024,6 +1032,9 @@ def _read_call(path, number, event, thread_of_tid):
         raise TraceFormatError(f"{path}: event {number}: tid {tid!r} and Python thread "
                                f"{thread!r} do not match a thread_name event")
     extra = {k: v for k, v in args.items() if k not in _STANDARD_ARGS} if len(args) > 3 else None
+    if extra and too_deep(extra):
+        raise TraceFormatError(f"{path}: event {number}: args nest deeper than "
+                               f"{MAX_ARGS_DEPTH} levels")
     return thread, (call_id, parent_id, name, category, round(ts * 1000), round(dur * 1000),
                     extra)
 
