@@ -592,8 +592,8 @@ def _cmd_merge(args):
     _check_output(args.output)
     results = processes.join(args.inputs, args.output)
     for result in results:
-        print(f"pytrace_cffi: pid {result.pid} ({result.label}): {result.state}",
-              file=sys.stderr)
+        print(f"pytrace_cffi: pid {result.pid} ({result.label}): {result.state}"
+              + (f" - {result.note}" if result.note else ""), file=sys.stderr)
     for path in args.inputs:            # a job's trace directory: who was not followed
         if os.path.isdir(path) and not os.path.exists(os.path.join(path, "meta.json")):
             for line in processes.unfollowed_lines(processes.unfollowed(path)):

@@ -8,13 +8,14 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
 import pytest
 
 import pytrace_cffi
-from pytrace_cffi import TraceFormatError
+from pytrace_cffi import TraceFormatError, TraceWarning, processes
 from pytrace_cffi._clock import monotonic_to_realtime
 from pytrace_cffi.render.summary import read_trace
 
@@ -159,6 +160,133 @@ def test_a_directory_in_place_of_a_file_is_refused(traces, tmp_path):
     (directory / "meta.json").mkdir()
     with pytest.raises(TraceFormatError, match="meta.json: a directory, not a regular file"):
         pytrace_cffi.load(str(directory))
+
+
+# -- jobs ---------------------------------------------------------------------
+
+KILLED = """
+import os, signal, sys
+import pytrace_cffi
+def unique_victim(i):
+    return i
+pytrace_cffi.start(follow_children=True, output=sys.argv[1], max_events=4096)
+for i in range(20000):
+    unique_victim(i)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+VICTIM_CALLS = 20000
+
+
+@pytest.fixture(scope="module")
+def killed_job(tmp_path_factory):
+    """A job whose one process was killed: recovered from keys.jsonl and events.bin."""
+    job = tmp_path_factory.mktemp("killed") / "job"
+    subprocess.run([sys.executable, "-c", KILLED, str(job)], env=ENV, timeout=120)
+    [result] = processes.status(str(job))
+    assert result.state == "recovered" and result.calls > 0, result
+    return job
+
+
+def job_copy(killed_job, tmp_path):
+    shutil.copytree(killed_job, tmp_path / "job")
+    job = tmp_path / "job"
+    [proc] = [p for p in job.iterdir() if p.name.startswith("proc-")]
+    return job, proc
+
+
+def victims(trace):
+    return sorted(call.start_ns for call in trace if call.name.endswith(": unique_victim"))
+
+
+def test_a_job_whose_keys_jsonl_lost_its_first_line_keeps_its_calls_and_says_so(
+        killed_job, tmp_path):
+    job, proc = job_copy(killed_job, tmp_path)
+    intact = processes.recover(str(proc))
+    assert len(victims(intact)) > VICTIM_CALLS // 2
+    keys = proc / "keys.jsonl"
+    lines = keys.read_bytes().split(b"\n")
+    lines[0] = lines[0][:40] + b"#" + lines[0][41:]           # one byte damaged
+    keys.write_bytes(b"\n".join(lines))
+    [result] = processes.status(str(job))
+    assert result.state == "recovered"
+    assert "keys.jsonl line 1 is not JSON" in result.note
+    assert "the clock's start was lost" in result.note and "functions unnamed" in result.note
+    # The calls are kept; the names that line held are lost (unique_victim's among
+    # them: it was named before the first spill).
+    trace = processes.recover(str(proc))
+    assert len(trace) >= len(intact) and result.calls == len(trace)
+    assert sum(call.name.startswith("<unnamed key ") for call in trace) >= len(victims(intact))
+    for args in (("summary", job), ("export", job, "-o", tmp_path / "o.json")):
+        run = cli(*args)
+        assert run.returncode == 0, run.stderr
+        assert "not every process of" in run.stderr
+        assert f"pid {result.pid} (" in run.stderr and "keys.jsonl line 1" in run.stderr
+    assert json.loads((tmp_path / "o.json").read_text())["traceEvents"]
+    with pytest.warns(TraceWarning, match="keys.jsonl line 1 is not JSON"):
+        joined = read_trace(str(job))
+    assert len(joined) == len(trace)
+    merged = cli("merge", job, "-o", tmp_path / "m.json")
+    assert merged.returncode == 0 and "keys.jsonl line 1 is not JSON" in merged.stderr
+
+
+def test_recovered_times_without_the_clock_start_are_those_with_it(killed_job, tmp_path):
+    job, proc = job_copy(killed_job, tmp_path)
+    intact = victims(processes.recover(str(proc)))
+    keys = proc / "keys.jsonl"
+    first, rest = keys.read_bytes().split(b"\n", 1)
+    record = json.loads(first)
+    del record["start_ns"], record["tick0"]                   # the clock's start lost
+    keys.write_bytes(json.dumps(record).encode() + b"\n" + rest)
+    estimated = victims(processes.recover(str(proc)))
+    assert len(estimated) == len(intact)
+    assert max(abs(a - b) for a, b in zip(estimated, intact)) < 1_000_000
+    [result] = processes.status(str(job))
+    assert "the clock's start was lost" in result.note
+
+
+def test_a_deeply_nested_keys_jsonl_line_is_said_not_raised(killed_job, tmp_path):
+    job, proc = job_copy(killed_job, tmp_path)
+    intact = len(processes.recover(str(proc)))
+    with open(proc / "keys.jsonl", "ab") as out:
+        out.write(b"[" * 100_000 + b"\n")
+    [result] = processes.status(str(job))
+    assert result.state == "recovered" and result.calls == intact
+    assert "is nested too deeply" in result.note
+    run = cli("summary", job)
+    assert run.returncode == 0 and "Traceback" not in run.stderr
+    assert "nested too deeply" in run.stderr
+
+
+@pytest.mark.parametrize("line", [
+    '{"pid": 1, "command": 5, "how": "subprocess", "child_pid": null}',
+    '{"pid": 1, "command": ["a"], "how": "spawn", "child_pid": "x"}',
+    '{"pid": 1, "command": ["x"], "how": 5, "child_pid": 1.5}',
+    '[1, 2]', '\x00\xff garbage', '{"pid": 99999999999999999999, "command": ["x"]}'])
+def test_a_garbage_launch_note_is_said_not_raised(killed_job, tmp_path, line):
+    job, _ = job_copy(killed_job, tmp_path)
+    for name in ("launched.jsonl", "unfollowed.jsonl"):
+        with open(job / name, "w") as out:
+            out.write(line + "\n")
+    damaged = [c for c in processes.unfollowed(str(job)) if c.get("damaged")]
+    assert sorted(c["damaged"].split()[0] for c in damaged) == ["launched.jsonl",
+                                                                 "unfollowed.jsonl"]
+    run = cli("merge", job, "-o", tmp_path / "m.json")
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr and "launched.jsonl line 1" in run.stderr
+
+
+def test_a_linked_process_directory_is_not_merged(killed_job, traces, tmp_path):
+    job, _ = job_copy(killed_job, tmp_path)
+    os.symlink(traces / "saved", job / "proc-4242")      # another trace, outside the job
+    results = {r.pid: r for r in processes.status(str(job))}
+    assert results[4242].state == "lost" and "symbolic link" in results[4242].note
+    with pytest.warns(TraceWarning, match="symbolic link"):
+        trace = read_trace(str(job))
+    assert len(trace.processes or {}) <= 1 and not any(call.name.endswith(": f")
+                                                       for call in trace)
+    # named by the user, a link is followed
+    os.symlink(traces / "saved", tmp_path / "named")
+    assert len(processes.status(str(tmp_path / "named"))) == 1
 
 
 # -- item 14: deep JSON, torch's JSON ------------------------------------------------

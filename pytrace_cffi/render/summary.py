@@ -250,9 +250,14 @@ def _holds_processes(path):
 
 def _read_job(path):
     """Every process of a job's trace directory as one Trace of several processes
-    (see processes.joined_trace): each thread's pid says whose it is."""
+    (see processes.joined_trace): each thread's pid says whose it is. A process
+    not read whole (lost, recovered, damaged) is named in a TraceWarning."""
     from .. import processes
-    return processes.joined_trace(path)[0]
+    trace, results = processes.joined_trace(path)
+    message = processes.not_read_whole(path, results)
+    if message:
+        warnings.warn(message, TraceWarning, stacklevel=3)
+    return trace
 
 
 # What the Chrome JSON does not say of a "python_function", read from its name:
