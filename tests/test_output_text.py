@@ -85,8 +85,13 @@ def test_non_finite_numbers_are_written_as_strings_in_every_json(tmp_path):
     assert {"nan": "NaN", "inf": "Infinity", "minus": "-Infinity", "ok": 2.5}.items() <= \
         next(iter(meta["key_args"].values())).items()
     trace.export_perfetto(str(tmp_path / "t.pftrace"))        # doubles: nothing to refuse
-    # read back from our JSON, every format is valid again
+    # read back from our JSON, a counter's values are numbers again, and every
+    # format is valid again
     again = read_trace(str(tmp_path / "t.json"))
+    counters = {m.name: m.args for m in again.marks if m.kind == "C"}
+    assert math.isnan(counters["one"]["one"])
+    assert counters["two"] == {"up": math.inf, "down": -math.inf, "n": 1}
+    again.export_perfetto(str(tmp_path / "again.pftrace"))
     again.export_chrome_trace(str(tmp_path / "again.json"))
     strict_json((tmp_path / "again.json").read_text())
 

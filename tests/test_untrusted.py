@@ -330,6 +330,17 @@ def test_a_line_nested_beyond_the_parser_is_a_format_error(traces, tmp_path):
         read_trace(str(tmp_path / "deep.json"))
 
 
+def test_a_counter_whose_value_is_no_number_is_refused(tmp_path):
+    with pytrace_cffi.trace() as t:
+        pytrace_cffi.counter("c", 1)
+    t.trace.export_chrome_trace(str(tmp_path / "t.json"))
+    text = (tmp_path / "t.json").read_text()
+    assert '"args": {"c": 1}' in text
+    (tmp_path / "bad.json").write_text(text.replace('"args": {"c": 1}', '"args": {"c": "x"}'))
+    with pytest.raises(TraceFormatError, match=r"bad.json: event \d+: a counter's values"):
+        read_trace(str(tmp_path / "bad.json"))
+
+
 @pytest.fixture(scope="module")
 def ours(tmp_path_factory):
     with pytrace_cffi.trace() as t:

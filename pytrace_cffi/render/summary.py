@@ -28,7 +28,7 @@ import zlib
 from collections import namedtuple
 
 from .._core import ffi, lib
-from .._jsontext import MAX_ARGS_DEPTH, too_deep
+from .._jsontext import MAX_ARGS_DEPTH, finite_number, too_deep
 from .._progress import Progress
 from ..errors import TraceFormatError, TraceWarning
 
@@ -1006,6 +1006,11 @@ def _read_mark(path, number, event):
             f"{path}: event {number}: an instant or counter needs a name, ts, tid and args")
     _expect(not too_deep(args), f"{path}: event {number}: args nest deeper than "
                                 f"{MAX_ARGS_DEPTH} levels")
+    if event["ph"] == "C":
+        # a counter's values are numbers ("NaN" and the infinities written as strings)
+        args = {series: finite_number(value) for series, value in args.items()}
+        _expect(None not in args.values(),
+                f"{path}: event {number}: a counter's values must be numbers")
     return event["ph"], round(ts * 1000), tid, name, args
 
 
