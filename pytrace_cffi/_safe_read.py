@@ -77,9 +77,11 @@ def read_bounded(path, limit=None):
             raise TraceFormatError(f"{path}: {st.st_size} bytes, more than the {limit} it "
                                    "may hold")
         parts, size = [], 0
+        want = st.st_size + 1       # one read for all of it, then whatever it grew by
         while size <= limit:
             try:
-                part = f.read(min(limit + 1 - size, 1 << 24))
+                part = f.read(min(limit + 1 - size, want))
+                want = 1 << 20
             except OSError as exc:
                 raise TraceFormatError(f"{path}: cannot be read ({exc.strerror or exc})") \
                     from None
