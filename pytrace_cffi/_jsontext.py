@@ -33,6 +33,17 @@ def dumps(value, **kwargs):
         return json.dumps(_converted(value, False), allow_nan=False, **kwargs)
 
 
+def dump(value, out):
+    """json.dump(value, out) (a text file at its start) with non-finite floats as
+    strings: written as it is encoded, and again from a copy when it holds one."""
+    try:
+        json.dump(value, out, allow_nan=False)
+    except ValueError:
+        out.seek(0)
+        out.truncate()
+        json.dump(_converted(value, False), out, allow_nan=False)
+
+
 def dumps_utf8(value, **kwargs):
     """dumps(value), with every lone surrogate in its strings (keys too) as U+FFFD:
     for a format others read."""

@@ -24,7 +24,7 @@ import weakref
 from .._clock import checked_anchor
 from .._core import ffi, lib
 from .._files import replaced_atomically
-from .._jsontext import MAX_ARGS_DEPTH, dumps, finite_number, too_deep
+from .._jsontext import MAX_ARGS_DEPTH, dump, finite_number, too_deep
 from .._safe_read import open_binary, read_bounded
 from .._torch import EXIT_EVENT_NAME, TAG_KINDS
 from ..errors import TraceFormatError
@@ -211,9 +211,8 @@ def save(trace, directory):
 
 def _write_json(path, data):
     # No bare NaN (see _jsontext); a name's lone surrogates stay (\udcXX escapes).
-    text = dumps(data)
     with replaced_atomically(path, lambda tmp: open(tmp, "w", encoding="utf-8")) as out:
-        out.write(text)
+        dump(data, out)
 
 
 def _read_json(directory, name):
