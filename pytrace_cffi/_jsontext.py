@@ -25,12 +25,18 @@ MAX_ARGS_DEPTH = 32
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+_FINITE = json.JSONEncoder(allow_nan=False)     # made once: json.dumps with an
+                                                # option makes an encoder per call
+
+
 def dumps(value, **kwargs):
     """json.dumps(value) with non-finite floats as strings (see the module's doc)."""
+    encode = _FINITE.encode if not kwargs else json.JSONEncoder(allow_nan=False,
+                                                                **kwargs).encode
     try:
-        return json.dumps(value, allow_nan=False, **kwargs)
+        return encode(value)
     except ValueError:
-        return json.dumps(_converted(value, False), allow_nan=False, **kwargs)
+        return encode(_converted(value, False))
 
 
 def dump(value, out):
@@ -51,7 +57,7 @@ def dumps_utf8(value, **kwargs):
     # ensure_ascii spells every lone surrogate (and every pair a character beyond
     # the BMP needs) \ud...: only then can a string hold one.
     if "\\ud" in text and _holds_surrogate(value):
-        text = json.dumps(_converted(value, True), allow_nan=False, **kwargs)
+        text = dumps(_converted(value, True), **kwargs)
     return text
 
 
@@ -108,6 +114,12 @@ def _converted(value, texts):
 def too_deep(value, limit=MAX_ARGS_DEPTH):
     """Whether value (a JSON value) nests objects and arrays more than limit deep
     (an object alone is 1 deep)."""
+    if isinstance(value, dict):
+        for child in value.values():
+            if isinstance(child, (dict, list, tuple)):
+                break
+        else:
+            return False                # args as they mostly are: flat
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()

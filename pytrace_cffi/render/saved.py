@@ -249,25 +249,32 @@ def _mark(mark, thread_ids):
     counter's map series names to numbers. An instant's null args (written by
     pytrace_cffi before marks were always objects) read as {}."""
     from ..trace import Mark
-    bad = f"meta.json: bad mark {mark!r:.80}"
-    _expect(isinstance(mark, list) and len(mark) == 5 and mark[0] in ("i", "C")
-            and isinstance(mark[3], str), bad)
+
+    def bad(detail=""):         # the message made only for a mark that is bad
+        raise TraceFormatError(f"meta.json: bad mark {mark!r:.80}{detail}")
+    if not (isinstance(mark, list) and len(mark) == 5 and mark[0] in ("i", "C")
+            and isinstance(mark[3], str)):
+        bad()
     kind, ns, thread, name, args = mark
     if kind == "i" and args is None:
         args = {}
-    _expect(isinstance(args, dict), bad)
+    if not isinstance(args, dict):
+        bad()
     if kind == "i":
-        _expect(all(isinstance(v, (str, int, float)) or (
-            isinstance(v, list) and all(_is_int(size) for size in v)) for v in args.values()),
-            f"{bad}: args values must be str, int, float, bool or a list of integer sizes")
-    else:
+        if not all(isinstance(v, (str, int, float)) or (
+                isinstance(v, list) and all(_is_int(size) for size in v))
+                for v in args.values()):
+            bad(": args values must be str, int, float, bool or a list of integer sizes")
+    elif not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                 for v in args.values()):
         # a non-finite value is written as its string ("NaN", see _jsontext)
         args = {series: finite_number(v) for series, v in args.items()}
-        _expect(all(v is not None for v in args.values()),
-                f"{bad}: a counter's values must be numbers")
+        if None in args.values():
+            bad(": a counter's values must be numbers")
     _int(ns, "mark time")
-    _expect(_int(thread, "mark thread", UINT64) in thread_ids,
-            f"meta.json: mark {name!r} names thread {thread}, which meta.json's threads lack")
+    if _int(thread, "mark thread", UINT64) not in thread_ids:
+        raise TraceFormatError(f"meta.json: mark {name!r} names thread {thread}, which "
+                               "meta.json's threads lack")
     return Mark(kind, ns, thread, name, args)
 
 

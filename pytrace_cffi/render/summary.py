@@ -1004,13 +1004,17 @@ def _read_mark(path, number, event):
     _expect(isinstance(name, str) and _is_time(ts) and type(tid) is int
             and isinstance(args, dict),
             f"{path}: event {number}: an instant or counter needs a name, ts, tid and args")
-    _expect(not too_deep(args), f"{path}: event {number}: args nest deeper than "
-                                f"{MAX_ARGS_DEPTH} levels")
+    if too_deep(args):
+        raise TraceFormatError(f"{path}: event {number}: args nest deeper than "
+                               f"{MAX_ARGS_DEPTH} levels")
     if event["ph"] == "C":
-        # a counter's values are numbers ("NaN" and the infinities written as strings)
-        args = {series: finite_number(value) for series, value in args.items()}
-        _expect(None not in args.values(),
-                f"{path}: event {number}: a counter's values must be numbers")
+        for value in args.values():
+            if type(value) not in _NUMBER_TYPES:
+                # a counter's values are numbers ("NaN" and the infinities as strings)
+                args = {series: finite_number(v) for series, v in args.items()}
+                _expect(None not in args.values(),
+                        f"{path}: event {number}: a counter's values must be numbers")
+                break
     return event["ph"], round(ts * 1000), tid, name, args
 
 
