@@ -570,9 +570,19 @@ def _cmd_summary(args):
                  f" ms\n{format_process_totals(trace)}\n"
                  + ("per process:" if per_process else
                     "per thread:" if args.per_thread else "all processes:"))
-    print(format_summary(rows, title=title,
-                         column="process" if per_process and trace.processes else "thread"))
+    _print_text(format_summary(rows, title=title,
+                               column="process" if per_process and trace.processes else "thread"))
     return 0
+
+
+def _print_text(text):
+    """print(text); a path that is not UTF-8 (its bytes as lone surrogates) shown
+    with U+FFFD where stdout cannot write those (a strict UTF-8 stdout)."""
+    try:
+        print(text)
+    except UnicodeEncodeError:
+        from ._jsontext import utf8_text
+        print(utf8_text(text))
 
 
 def export(source, path):
@@ -604,12 +614,15 @@ def _is_torch_trace(path):
     if os.path.isdir(path) or not path.endswith((".json", ".json.gz")):
         return False
     import gzip
+    import zlib
     try:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rb") as f:
             head = f.read(4096)
-    except OSError:
+    except FileNotFoundError:
         return False
+    except (OSError, EOFError, zlib.error) as exc:     # a damaged .gz: said here
+        raise TraceFormatError(f"{path}: cannot be read ({exc})") from None
     return b'"generator": "pytrace_cffi"' not in head
 
 
@@ -632,8 +645,8 @@ def _cmd_merge(args):
     _check_output(args.output)
     results = processes.join(args.inputs, args.output)
     for result in results:
-        print(f"pytrace_cffi: pid {result.pid} ({result.label}): {result.state}",
-              file=sys.stderr)
+        print(f"pytrace_cffi: pid {result.pid} ({result.label}): {result.state}"
+              + (f" - {result.note}" if result.note else ""), file=sys.stderr)
     for path in args.inputs:            # a job's trace directory: who was not followed
         if os.path.isdir(path) and not os.path.exists(os.path.join(path, "meta.json")):
             for line in processes.unfollowed_lines(processes.unfollowed(path)):

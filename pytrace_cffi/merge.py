@@ -11,11 +11,14 @@ our slices land on the same thread tracks as the aten ops they ran.
 import gzip
 import json
 import os
+import math
 import re
 import tempfile
+import zlib
 
 from ._clock import checked_anchor, monotonic_to_realtime
 from ._files import replaced_atomically
+from ._jsontext import NON_FINITE, dumps_utf8
 from .errors import TraceFormatError
 
 # torch.profiler(with_stack=True) records Python calls itself; ours replace them.
@@ -26,7 +29,6 @@ READ_CHARS = 1 << 20
 # A single JSON value (an event, a head entry) longer than this is taken for a
 # broken file rather than read on: what a stream cannot finish is bounded.
 MAX_VALUE_CHARS = 64 << 20
-CHUNK_BYTES = 1 << 20
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 
@@ -45,7 +47,8 @@ class _ChromeReader:
             raise TraceFormatError(f"{what} {self.path!r} does not exist") from None
         except OSError as exc:
             raise TraceFormatError(f"{what} {self.path!r}: {exc}") from None
-        self._decoder = json.JSONDecoder()
+        self._decoder = json.JSONDecoder(parse_constant=self._non_finite)
+        self.non_finite = False     # a bare NaN or Infinity was read since taken
         self._buf, self._pos, self._eof = "", 0, False
         self.head, self.tail = {}, {}
         self.scratch = None         # a scratch file of ours to remove when done
@@ -59,6 +62,16 @@ class _ChromeReader:
     def __exit__(self, *exc):
         self.close()
 
+    def _non_finite(self, name):
+        self.non_finite = True
+        return NON_FINITE[name]
+
+    def take_non_finite(self):
+        """Whether a bare NaN / Infinity / -Infinity (not JSON, which a strict reader
+        refuses) was read since the last call."""
+        found, self.non_finite = self.non_finite, False
+        return found
+
     def _bad(self, detail):
         return TraceFormatError(f"{self.what} {self.path!r}: not valid JSON ({detail})")
 
@@ -66,8 +79,10 @@ class _ChromeReader:
         if self._eof:
             return False
         try:
-            chunk = self._file.read(READ_CHARS)
-        except (OSError, EOFError, UnicodeDecodeError) as exc:
+            # as long as what is pending: a value of megabytes (a long name) is read
+            # in time proportional to its length, not its square
+            chunk = self._file.read(max(READ_CHARS, len(self._buf) - self._pos))
+        except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
             raise self._bad(exc) from None
         if not chunk:
             self._eof = True
@@ -199,7 +214,24 @@ class _ChromeReader:
 
 
 def _number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite JSON number (not a bool, not NaN or an infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def _event_problem(event):
+    """What keeps a torch event from being placed (merge_torch reads its pid, tid
+    and, for a Python call, its ts and dur), or None."""
+    if not isinstance(event, dict):
+        return None                     # passed through as it is
+    for field in ("pid", "tid"):
+        if isinstance(event.get(field), (list, dict)):
+            return f"its {field} is not a number or a string"
+    dur = event.get("dur")
+    if event.get("cat") == TORCH_PYTHON_CATEGORY and dur is not None and (
+            not isinstance(dur, (int, float)) or isinstance(dur, bool)):
+        return "a python_function event whose dur is not a number"
+    return None
 
 
 def _check_torch(head, where):
@@ -265,8 +297,9 @@ def _write_our_json(reader, out, span, anchor, start, base):
     """Our events from our Chrome JSON, one at a time, put on torch's timeline."""
     where = reader.path
     for event, _ in reader.events():
-        if not isinstance(event, dict):
-            raise TraceFormatError(f"{where}: an event is not an object")
+        if not isinstance(event, dict) or _event_problem(event):
+            raise TraceFormatError(f"{where}: an event is not an object with a number or "
+                                   "string pid and tid")
         if event.get("ph") != "M":
             if not _number(event.get("ts")):
                 raise TraceFormatError(f"{where}: an event has no numeric ts")
@@ -280,7 +313,7 @@ def _write_our_json(reader, out, span, anchor, start, base):
                 event["dur"] = round(end - event["ts"], 3)
                 span.add(event["ts"], end)
         span.traced.add((event.get("pid"), event.get("tid")))
-        out.event(json.dumps(event).encode("utf-8"))
+        out.event(dumps_utf8(event).encode("utf-8"))
 
 
 def _other_data(trace):
@@ -315,13 +348,13 @@ def _write_our_trace(trace, out, span, anchor, base):
     perhaps, when a call would come before torch's base (a negative ts, which the
     formatter does not write): the caller throws that output away."""
     from ._core import ffi, lib
-    from .render.chrome import KeyStrings, _thread_batches, _warn_if_too_deep
+    from .render.chrome import KeyStrings, _thread_batches, _warn_if_too_deep, format_slices
     start, stop = anchor["start"], anchor["stop"]
     clocks = (start["monotonic_ns"], start["realtime_ns"] - start["monotonic_ns"],
               stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
     first, last = ffi.new("int64_t *"), ffi.new("int64_t *")
     keys = KeyStrings(trace)
-    buffer = ffi.new("char[]", CHUNK_BYTES)
+    buffer, cap = keys.buffer()
     pid_of_tid = {}
     next_index, written = ffi.new("uint64_t *"), ffi.new("uint64_t *")
     scratch, room = None, 0
@@ -332,7 +365,7 @@ def _write_our_trace(trace, out, span, anchor, base):
         pid = trace.thread_pid(thread)      # a job's trace: the thread's own process
         pid_of_tid.setdefault(thread.native_id, pid)
         span.traced.add((pid, tid))
-        out.event(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+        out.event(dumps_utf8({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                               "args": {"name": thread.name}}).encode("utf-8"))
         prefix = f',\n{{"ph":"X","pid":{pid},"tid":{tid},'.encode("utf-8")
         total = 0
@@ -350,11 +383,8 @@ def _write_our_trace(trace, out, span, anchor, base):
                 span.add((first[0] - base) / 1000, (last[0] - base) / 1000)
                 next_index[0] = 0
                 while next_index[0] < piece:
-                    lib.pt_format_slices_from(scratch, piece, next_index, keys.names,
-                                              keys.name_lens, keys.extras, keys.extra_lens,
-                                              keys.count, prefix, len(prefix), base, first_id,
-                                              index_base + at, thread.index, buffer,
-                                              CHUNK_BYTES, written)
+                    format_slices(scratch, piece, next_index, keys, prefix, base, first_id,
+                                  index_base + at, thread.index, buffer, cap, written)
                     out.formatted(ffi.buffer(buffer, written[0])[:])
             total = index_base + n
         first_id += total
@@ -367,17 +397,24 @@ def _write_our_trace(trace, out, span, anchor, base):
         if mark.kind == "i":
             event["s"] = "t"
         span.traced.add((pid, mark.thread))
-        out.event(json.dumps(event).encode("utf-8"))
+        out.event(dumps_utf8(event).encode("utf-8"))
     return True
 
 
 def _write_torch_events(reader, out, span):
     """torch's events, one at a time, as torch wrote them (line breaks taken out,
-    which JSON allows only between tokens: one event per line); its Python events
-    that ours replace, and its names for the threads we name, are left out. Returns
-    how many Python events went."""
+    which JSON allows only between tokens: one event per line); one holding a bare
+    NaN or Infinity (which strict readers refuse) written again with strings for
+    them (see _jsontext); its Python events that ours replace, and its names for the
+    threads we name, are left out. Returns how many Python events went."""
     dropped = 0
-    for event, text in reader.events():
+    reader.take_non_finite()
+    for number, (event, text) in enumerate(reader.events()):
+        problem = _event_problem(event)
+        if problem:
+            raise TraceFormatError(f"torch trace {reader.path!r}: event {number}: {problem}")
+        if reader.take_non_finite():
+            text = dumps_utf8(event)
         if isinstance(event, dict) and (event.get("pid"), event.get("tid")) in span.traced:
             if event.get("cat") == TORCH_PYTHON_CATEGORY and _number(event.get("ts")) and \
                     span.first is not None and event["ts"] < span.last and \
@@ -447,7 +484,7 @@ def merge_torch(trace, torch_trace_path, out_path):
             for direct in (True, False):
                 try:
                     with replaced_atomically(out_path, opener) as f:
-                        text = json.dumps(head)[1:-1]
+                        text = dumps_utf8(head)[1:-1]
                         f.write(("{" + text + ("," if text else "") + '\n"traceEvents":[\n')
                                 .encode("utf-8"))
                         out, span = _Out(f), _Span()
@@ -468,7 +505,7 @@ def merge_torch(trace, torch_trace_path, out_path):
                             "clock": "our CLOCK_MONOTONIC ts mapped to torch's epoch time "
                                      "through otherData.realtime_anchor",
                         }
-                        f.write(("\n]," + json.dumps(tail)[1:] + "\n").encode("utf-8"))
+                        f.write(("\n]," + dumps_utf8(tail)[1:] + "\n").encode("utf-8"))
                     break
                 except _CallBeforeBase:
                     continue

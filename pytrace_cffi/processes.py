@@ -43,13 +43,15 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from collections import namedtuple
 
 from . import _clock, _progress
 from ._core import ffi, lib
 from ._names import name_for_source, path_prefixes
 from ._tracer import USE_MONITORING, Session, check
-from .errors import TraceError, TraceFormatError
+from ._safe_read import read_bounded
+from .errors import TraceError, TraceFormatError, TraceWarning
 from .trace import hide_alone
 
 ENV = "PYTRACE_CFFI_FOLLOW"
@@ -697,9 +699,8 @@ def _handed_over(job_dir):
     process running `run` started), taken out of the directory; or None."""
     path = os.path.join(job_dir, FINISH_FILE)
     try:
-        with open(path, "rb") as f:
-            finish = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError):
+        finish = _read_json_file(path)
+    except (OSError, TraceFormatError):
         return None
     if not isinstance(finish, dict) or finish.get("pid") != os.getpid() or \
             not isinstance(finish.get("output"), str):
@@ -1064,11 +1065,16 @@ def process_directories(inputs):
         path = os.fsdecode(path)
         if not os.path.isdir(path):
             raise TraceFormatError(f"{path!r} is not a directory")
+        if os.path.islink(path):
+            path = os.path.realpath(path)   # named by the user: a link inside one is not
         if _is_process_dir(path):
             found.append(path)
             continue
+        # A proc-* link is listed, to be refused by read_process in words: it may
+        # lead out of the job's directory.
         subdirs = sorted(os.path.join(path, d) for d in os.listdir(path)
-                         if d.startswith("proc-") and os.path.isdir(os.path.join(path, d)))
+                         if d.startswith("proc-") and (os.path.isdir(os.path.join(path, d))
+                                                       or os.path.islink(os.path.join(path, d))))
         if not subdirs:
             raise TraceFormatError(f"{path!r} holds no process traces (no proc-* directory, "
                                    "no meta.json)")
@@ -1077,10 +1083,49 @@ def process_directories(inputs):
 
 
 def _is_process_dir(path):
-    return any(os.path.exists(os.path.join(path, f)) for f in ("meta.json", PROCESS_FILE))
+    return any(os.path.lexists(os.path.join(path, f)) for f in ("meta.json", PROCESS_FILE))
+
+
+def _read_json_file(path):
+    """The JSON value of one of our small files in a job's directory (a regular file,
+    not through a link, bounded: see _safe_read); FileNotFoundError when missing,
+    TraceFormatError when it cannot be read or is not JSON."""
+    data = read_bounded(path)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise TraceFormatError(f"{path}: not valid JSON ({exc})") from None
+
+
+def _process_facts(directory):
+    """(process.json's facts, or {}; what is wrong with it, or None when it is
+    fine or missing)."""
+    path = os.path.join(directory, PROCESS_FILE)
+    try:
+        facts = _read_json_file(path)
+    except FileNotFoundError:
+        return {}, None
+    except TraceFormatError as exc:
+        return {}, str(exc)
+    if not isinstance(facts, dict):
+        return {}, f"{path}: not an object"
+    return facts, None
+
+
+def _pid_of_name(directory):
+    """The pid a process directory's name gives (proc-<pid>, proc-<pid>-<n>), or None."""
+    name = os.path.basename(os.path.normpath(directory))
+    number = name[len("proc-"):].split("-")[0]
+    return int(number) if name.startswith("proc-") and number.isdigit() else None
+
+
+def _is_pid(value):
+    return type(value) is int and 0 < value < 1 << 32
 
 
 def _alive(pid):
+    if not _is_pid(pid):
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -1097,73 +1142,129 @@ def _alive(pid):
 def read_process(directory):
     """(Trace or None, facts dict, state, note) for one process directory."""
     from .render.saved import load
-    facts = {}
-    try:
-        with open(os.path.join(directory, PROCESS_FILE), "rb") as f:
-            facts = json.loads(f.read().decode("utf-8"))
-        if not isinstance(facts, dict):
-            facts = {}
-    except (OSError, ValueError):
-        facts = {}
-    if os.path.exists(os.path.join(directory, "meta.json")):
+    if os.path.islink(directory):
+        raise TraceFormatError(f"{directory}: a symbolic link, not followed (it may lead out "
+                               "of the job's directory)")
+    facts, damaged = _process_facts(directory)
+    if os.path.lexists(os.path.join(directory, "meta.json")):
         trace = load(directory)
-        with open(os.path.join(directory, "meta.json"), "rb") as f:
-            meta = json.loads(f.read().decode("utf-8"))
+        meta = _read_json_file(os.path.join(directory, "meta.json"))
         for name in ("pid", "ppid", "argv", "host", "label", "rank", "local_rank",
                      "world_size", "root", "worker_id", "num_workers"):
             if name in meta:
                 facts[name] = meta[name]
         return trace, facts, "complete", ""
     pid = facts.get("pid")
-    if not isinstance(pid, int):
-        name = os.path.basename(os.path.normpath(directory))
-        number = name[len("proc-"):].split("-")[0]
-        if name.startswith("proc-") and number.isdigit():
-            facts["pid"] = int(number)
+    if not _is_pid(pid):
+        if _pid_of_name(directory) is not None:
+            facts["pid"] = _pid_of_name(directory)
+        if damaged:
+            return None, facts, "lost", f"no meta.json, and {damaged}"
         return None, facts, "lost", ("ended before it recorded anything (no meta.json, no "
                                      "process.json)")
     state = "running" if _alive(pid) else "recovered"
     try:
-        trace = recover(directory, facts)
+        trace, damage = _recover(directory, facts)
     except TraceFormatError as exc:
         return None, facts, "lost", str(exc)
     note = ("still running: joined as far as it has spilled" if state == "running" else
             "ended without saving (killed?): joined as far as it had spilled")
-    return trace, facts, state, note
+    return trace, facts, state, "; ".join([note] + damage)
 
 
 def recover(directory, facts=None):
     """The Trace of a process directory that has no meta.json (its process was
     killed, or is still running), from process.json, keys.jsonl and events.bin's
-    complete blocks. Nothing in the directory is changed."""
-    from ._core import ffi, lib
-    from .render.saved import (BLOCK_READ_EVENTS, EVENT_BLOCK, EVENT_RECORD_SIZE,
-                               EVENTS_HEADER, FORMAT_NAME, FORMAT_VERSION, _HeldFile,
-                               _load_parts)
+    complete blocks. Nothing in the directory is changed. A damaged keys.jsonl
+    costs the names (or the clock's start) it held, not the calls: read_process's
+    note says what was damaged."""
     if facts is None:
-        facts = read_process(directory)[1]
+        facts = _process_facts(directory)[0]
+    return _recover(directory, facts)[0]
+
+
+MAX_THREADS = 1 << 16       # a block for a thread index beyond: events.bin is damaged
+
+
+def _recover(directory, facts):
+    """(recover's Trace, phrases saying what was damaged and what it cost)."""
+    from .render.saved import EVENTS_HEADER, FORMAT_NAME, FORMAT_VERSION, _HeldFile, _load_parts
     facts = dict(facts)
-    records = _read_jsonl(os.path.join(directory, KEYS_FILE))
-    if records:
-        facts.update(start_ns=records[0].get("start_ns"), tick0=records[0].get("tick0"))
-    for name in ("pid", "start_ns", "tick0", "clock_name"):
-        if not isinstance(facts.get(name), (int, str)):
-            raise TraceFormatError(f"{directory}: nothing was spilled yet" if name in (
-                "start_ns", "tick0") else f"{directory}: process.json lacks {name}")
+    if not _is_pid(facts.get("pid")):
+        raise TraceFormatError(f"{directory}: process.json lacks pid")
+    if facts.get("clock_name") not in ("tsc", "monotonic"):
+        raise TraceFormatError(f"{directory}: process.json lacks clock_name")
+    records, damage = _key_records(os.path.join(directory, KEYS_FILE))
     path = os.path.join(directory, "events.bin")
     events_file = _HeldFile(path)
     if events_file.size < EVENTS_HEADER.size:
         raise TraceFormatError(f"{path}: nothing was spilled")
-    # Complete blocks only, read a piece at a time; per thread: its events, and the
-    # clock after the last one.
-    offset, threads = EVENTS_HEADER.size, {}
-    end_ticks = facts["tick0"]
+    blocks = _spilled_blocks(events_file, damage)
+    start = next((r for r in records if r.get("first") == 0 and "start_ns" in r), None)
+    if start is not None:
+        tick0, start_ns = start["tick0"], start["start_ns"]
+    elif blocks.threads:
+        tick0 = blocks.first_base
+        start_ns, how = _estimated_start(facts, tick0)
+        damage.append(f"the clock's start was lost with {KEYS_FILE}'s first line: {how}")
+    else:
+        raise TraceFormatError(f"{directory}: nothing was spilled yet")
+    end_ticks = max(tick0, blocks.end_ticks if blocks.threads else tick0)
+    keys, names, tags, unnamed = _recovered_keys(records, blocks.max_key, blocks.max_tag)
+    if unnamed:
+        damage.append(f"{unnamed} function{'s' if unnamed > 1 else ''} unnamed (no name in "
+                      f"{KEYS_FILE})")
+    # A region's args are known only at stop: a recovered region keeps its name.
+    annotation_args = [{} for _ in range(blocks.max_args + 1)]
+    ns_per_tick = _clock.ns_per_tick() if facts["clock_name"] == "tsc" else 1.0
+    stop_ns = start_ns + int(float(end_ticks - tick0) * ns_per_tick)
+    # OS thread ids are known only at stop: lanes 1, 2, ... stand in for them.
+    thread_list = [{"index": i, "native_id": i + 1, "ident": i + 1, "name": f"thread {i}",
+                    "n_events": blocks.threads.get(i, 0), "dropped": 0}
+                   for i in range(max(blocks.threads, default=-1) + 1)]
+    meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "pid": facts["pid"],
+            "python": facts.get("python", "?"), "backend": facts.get("backend", "?"),
+            "clock": facts["clock_name"], "start_ns": start_ns, "stop_ns": stop_ns,
+            "dropped_events": 0, "keys": keys,
+            "marks": [], "threads": thread_list, "tags": tags,
+            "annotation_args": annotation_args,
+            "events": {"file": "events.bin", "tick0": tick0, "ns0": start_ns,
+                       "ns_per_tick": float(ns_per_tick), "stop_ticks": end_ticks,
+                       "min_duration_ns": 0, "length": blocks.length}}
+    return _load_parts(directory, meta, names, {"modules": [], "optimizer_steps": []}), damage
+
+
+class _Blocks:
+    """What events.bin's complete blocks hold: events per thread index, the
+    earliest block's base and the latest clock, the highest key, tag and
+    annotation args index the events name, and the length read."""
+
+    def __init__(self):
+        self.threads, self.first_base, self.end_ticks = {}, None, None
+        self.max_key = self.max_tag = 0
+        self.max_args = -1
+        self.length = 0
+
+
+def _spilled_blocks(events_file, damage):
+    """_Blocks of events_file, read a piece at a time up to its last complete block
+    (a running or killed process's last one may be cut), or up to a block that is
+    damaged (said in damage)."""
+    from .render.saved import BLOCK_READ_EVENTS, EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER
+    path = events_file.path
+    blocks = _Blocks()
+    offset = EVENTS_HEADER.size
     needed = ffi.new("uint64_t[3]")         # keys, tags, annotation args
     piece = ffi.new("pt_event[]", BLOCK_READ_EVENTS)
     while events_file.size - offset >= EVENT_BLOCK.size:
-        index, _, count, base = EVENT_BLOCK.unpack(events_file.read(offset, EVENT_BLOCK.size))
+        index, reserved, count, base = EVENT_BLOCK.unpack(events_file.read(offset,
+                                                                           EVENT_BLOCK.size))
         body = offset + EVENT_BLOCK.size
-        if count > (events_file.size - body) // EVENT_RECORD_SIZE or index > 1 << 16:
+        if index >= MAX_THREADS or reserved:
+            damage.append(f"{path} is damaged at byte {offset}: the "
+                          f"{events_file.size - offset} bytes from there are left out")
+            break
+        if count > (events_file.size - body) // EVENT_RECORD_SIZE:
             break
         ticks = base
         for first in range(0, count, BLOCK_READ_EVENTS):
@@ -1174,49 +1275,106 @@ def recover(directory, facts=None):
                 raise TraceFormatError(f"{path}: changed while it was read")
             ticks += lib.pt_events_ticks(piece, n)
             lib.pt_events_extent(piece, n, needed)
-        end_ticks = max(end_ticks, ticks)
-        threads.setdefault(index, 0)
-        threads[index] += count
+        if index not in blocks.threads:
+            blocks.first_base = base if blocks.first_base is None else min(blocks.first_base,
+                                                                           base)
+        blocks.end_ticks = ticks if blocks.end_ticks is None else max(blocks.end_ticks, ticks)
+        blocks.threads[index] = blocks.threads.get(index, 0) + count
         offset = body + count * EVENT_RECORD_SIZE
-    max_key, max_tag, max_args = max(0, needed[0] - 1), max(0, needed[1] - 1), needed[2] - 1
-    keys, names, tags = [], {}, []
+    blocks.max_key, blocks.max_tag = max(0, needed[0] - 1), max(0, needed[1] - 1)
+    blocks.max_args = needed[2] - 1
+    blocks.length = offset
+    return blocks
+
+
+def _estimated_start(facts, tick0):
+    """(CLOCK_MONOTONIC ns at tick0, how that was found) for a process whose
+    clock start was lost: the same clock (monotonic ticks are its ns), or this
+    host's TSC read now (the same host and boot: the TSC is invariant)."""
+    if facts["clock_name"] == "monotonic":
+        return tick0, "its times are kept (CLOCK_MONOTONIC)"
+    if _clock.USE_TSC and facts.get("host") in (None, _host()):
+        ticks, ns = _clock.reading()
+        return (ns - int(float(ticks - tick0) * _clock.ns_per_tick()),
+                "its times are mapped through this host's TSC now, exact unless it rebooted "
+                "since")
+    return 0, "its times could not be placed (another host's TSC): they count from 0"
+
+
+def _key_records(path):
+    """(the well-formed records of a process's keys.jsonl, phrases for the lines
+    that are not, each left out)."""
+    from ._torch import TAG_KINDS
+    from .render.saved import INT64, KINDS, hash_id
+    records = []
+    numbered, damage = _read_jsonl(path)
+    name = os.path.basename(path)
+    for number, record in numbered:
+        problem = _key_record_problem(record, KINDS, TAG_KINDS, INT64)
+        if problem:
+            damage.append(f"{name} line {number} has {problem}")
+            continue
+        names = {hid: text for hid, text in record["names"].items()
+                 if str(hash_id(text)) == hid}
+        if len(names) < len(record["names"]):
+            damage.append(f"{name} line {number}: {len(record['names']) - len(names)} "
+                          "names do not match their hash ids")
+        records.append(dict(record, names=names))
+    return records, damage
+
+
+def _key_record_problem(record, kinds, tag_kinds, int64):
+    """What is wrong with a keys.jsonl record (see _KeyNames), or None."""
+    def integer(value, low=0, high=int64[1]):
+        return type(value) is int and low <= value <= high
+    if not integer(record.get("first")) or not integer(record.get("tags_first", 0)):
+        return "a bad first or tags_first"
+    keys, names, tags = record.get("keys"), record.get("names"), record.get("tags", [])
+    if not isinstance(keys, list) or not all(
+            isinstance(k, list) and len(k) == 3 and isinstance(k[0], str) and k[1] in kinds
+            and integer(k[2], 0, 4) for k in keys):
+        return "bad keys"
+    if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
+        return "bad names"
+    if not isinstance(tags, list) or not all(
+            (t is None and record.get("tags_first", 0) + i == 0)     # index 0: no tag
+            or isinstance(t, dict) and isinstance(t.get("name"), str)
+            and t.get("kind") in tag_kinds
+            and (t.get("kind") != "module" or integer(t.get("module_id"), *int64))
+            for i, t in enumerate(tags)):
+        return "bad tags"
+    if ("start_ns" in record or "tick0" in record) and not (
+            record["first"] == 0 and integer(record.get("start_ns"), *int64)
+            and integer(record.get("tick0"), *int64)):
+        return "bad start_ns or tick0"
+    return None
+
+
+def _recovered_keys(records, max_key, max_tag):
+    """(meta.json's keys, hashes.json's names, the tags, how many keys the events
+    use have no name) from keys.jsonl's records, each key and tag placed at its own
+    index (a damaged line costs its own names only)."""
+    from .render.saved import hash_id
+    by_key, names, by_tag = {}, {}, {}
     for record in records:
-        if record.get("first") == len(keys):
-            keys.extend(record["keys"])
-            names.update(record["names"])
-        if record.get("tags_first") == len(tags):
-            tags.extend(record.get("tags", []))
-    if not keys:
-        keys = [[None, "python", 0]]
-    for key in range(len(keys), max_key + 1):
-        keys.append([None, "python", 0])
-    for key, entry in enumerate(keys):
-        if entry[0] is None or entry[0] not in names:
+        for offset, entry in enumerate(record["keys"]):
+            by_key.setdefault(record["first"] + offset, entry)
+        names.update(record["names"])
+        for offset, tag in enumerate(record.get("tags", [])):
+            by_tag.setdefault(record.get("tags_first", 0) + offset, tag)
+    keys, unnamed = [], 0
+    for key in range(max(max(by_key, default=0), max_key) + 1):
+        hid, kind, hide = by_key.get(key, [None, "python", 0])
+        if hid not in names:
             name = "<unknown>" if key == 0 else f"<unnamed key {key}>"
-            from .render.saved import hash_id
-            entry[0] = str(hash_id(name))
-            names[entry[0]] = name
-    tags = tags or [None]
-    tags.extend([{"kind": "module", "name": f"<unnamed tag {t}>", "module_id": t}
-                 for t in range(len(tags), max_tag + 1)])
-    # A region's args are known only at stop: a recovered region keeps its name.
-    annotation_args = [{} for _ in range(max_args + 1)]
-    ns_per_tick = _clock.ns_per_tick() if facts["clock_name"] == "tsc" else 1.0
-    stop_ns = facts["start_ns"] + int(float(end_ticks - facts["tick0"]) * ns_per_tick)
-    # OS thread ids are known only at stop: lanes 1, 2, ... stand in for them.
-    thread_list = [{"index": i, "native_id": i + 1, "ident": i + 1, "name": f"thread {i}",
-                    "n_events": threads.get(i, 0), "dropped": 0}
-                   for i in range(max(threads, default=-1) + 1)]
-    meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "pid": facts["pid"],
-            "python": facts.get("python", "?"), "backend": facts.get("backend", "?"),
-            "clock": facts["clock_name"], "start_ns": facts["start_ns"], "stop_ns": stop_ns,
-            "dropped_events": 0, "keys": [[k[0], k[1], {}, k[2]] for k in keys],
-            "marks": [], "threads": thread_list, "tags": tags,
-            "annotation_args": annotation_args,
-            "events": {"file": "events.bin", "tick0": facts["tick0"], "ns0": facts["start_ns"],
-                       "ns_per_tick": float(ns_per_tick), "stop_ticks": end_ticks,
-                       "min_duration_ns": 0, "length": offset}}
-    return _load_parts(directory, meta, names, {"modules": [], "optimizer_steps": []})
+            unnamed += key != 0 and key <= max_key
+            hid = str(hash_id(name))
+            names[hid] = name
+        keys.append([hid, kind, {}, hide])
+    tags = [None] + [by_tag.get(t) or {"kind": "module", "name": f"<unnamed tag {t}>",
+                                       "module_id": t}
+                     for t in range(1, max(max(by_tag, default=0), max_tag) + 1)]
+    return keys, names, tags, unnamed
 
 
 def status(inputs):
@@ -1230,7 +1388,7 @@ def _read_all(inputs):
         try:
             trace, facts, state, note = read_process(directory)
         except TraceFormatError as exc:
-            trace, facts, state, note = None, {}, "lost", str(exc)
+            trace, facts, state, note = None, {"pid": _pid_of_name(directory)}, "lost", str(exc)
         pid = facts.get("pid")
         if trace is not None:
             pid = trace.pid
@@ -1248,36 +1406,95 @@ def unfollowed(job_dir):
     the children noted as they were launched (not Python, started with -I/-E/-S,
     given an environment without PYTRACE_CFFI_FOLLOW, their tracing failed to
     start), and the followed Python children that left no directory: ended before
-    their bootstrap ran (a spawned Pool worker terminated while Python started)."""
-    found = _read_jsonl(os.path.join(job_dir, UNFOLLOWED_FILE))
-    return found + _left_no_trace(job_dir, found)
+    their bootstrap ran (a spawned Pool worker terminated while Python started).
+    A damaged line of either file is one more dict, with "damaged" saying which
+    line and what is wrong (pid None, command [])."""
+    noted, damaged = _child_records(job_dir, UNFOLLOWED_FILE)
+    launches, more = _child_records(job_dir, LAUNCHED_FILE)
+    return (noted + _left_no_trace(job_dir, noted, launches)
+            + [{"pid": None, "command": [], "damaged": what,
+                "reason": "a damaged line: a child noted there may be missing here"}
+               for what in damaged + more])
+
+
+_CHILD_FIELDS = {"pid": lambda v: v is None or _is_pid(v),
+                 "child_pid": lambda v: v is None or _is_pid(v),
+                 "command": lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
+                 "how": lambda v: isinstance(v, str), "name": lambda v: isinstance(v, str),
+                 "reason": lambda v: isinstance(v, str)}
+
+
+NOT_READ_WHOLE = "not every process of"       # the TraceWarning of not_read_whole
+
+
+def not_read_whole(job_dir, results):
+    """The TraceWarning text for a job's trace read as one (summary, export): each
+    process not read whole (lost, recovered, running, or damaged: ProcessResult's
+    note says what), and each damaged line of the job's launch notes; None when
+    there is none."""
+    lines = [f"pid {r.pid} ({r.label}): {r.state}, {r.calls} calls"
+             + (f" - {r.note}" if r.note else "") + f" [{r.directory}]"
+             for r in results if r.state != "complete" or r.note]
+    for name in (LAUNCHED_FILE, UNFOLLOWED_FILE):
+        lines += [f"{what} (a child noted there may be missing from this report)"
+                  for what in _child_records(job_dir, name)[1]]
+    if not lines:
+        return None
+    return f"{NOT_READ_WHOLE} {job_dir} was read whole:\n  " + "\n  ".join(lines)
+
+
+def _child_records(job_dir, name):
+    """(the records of launched.jsonl or unfollowed.jsonl whose fields have their
+    types, phrases for the lines left out)."""
+    numbered, damaged = _read_jsonl(os.path.join(job_dir, name))
+    records = []
+    for number, record in numbered:
+        bad = [field for field, ok in _CHILD_FIELDS.items()
+               if field in record and not ok(record[field])]
+        if bad or not isinstance(record.get("command"), list):
+            damaged.append(f"{name} line {number} has a bad {', '.join(bad) or 'command'}")
+        else:
+            records.append(record)
+    return records, damaged
 
 
 def _read_jsonl(path):
-    """The JSON objects of a file we append one line at a time (keys.jsonl,
-    launched.jsonl, unfollowed.jsonl); [] when there is none."""
-    found = []
+    """([(line number, JSON object)] of a file we append one line at a time
+    (keys.jsonl, launched.jsonl, unfollowed.jsonl), [a phrase per line that is not
+    one, and for a file that cannot be read]); ([], []) when there is none."""
+    name = os.path.basename(path)
     try:
-        with open(path, "rb") as f:
-            for line in f.read().decode("utf-8", "replace").split("\n"):
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue              # the last line of a killed writer
-                if isinstance(record, dict):
-                    found.append(record)
-    except OSError:
-        pass
-    return found
+        data = read_bounded(path)
+    except FileNotFoundError:
+        return [], []
+    except TraceFormatError as exc:
+        return [], [str(exc)]
+    found, damaged = [], []
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            # the last line without its newline: its writer ended as it wrote it
+            what = ("cut short" if number == len(lines) else
+                    "nested too deeply" if isinstance(exc, RecursionError) else "not JSON")
+            damaged.append(f"{name} line {number} is {what}")
+            continue
+        if isinstance(record, dict):
+            found.append((number, record))
+        else:
+            damaged.append(f"{name} line {number} is not an object")
+    return found, damaged
 
 
-def _left_no_trace(job_dir, noted):
-    """The launches in launched.jsonl that no process directory (nor a failed
+def _left_no_trace(job_dir, noted, launches):
+    """The launches (launched.jsonl's) that no process directory (nor a failed
     bootstrap's note) answers, with the reason. A launch with a pid is answered by
     that pid's directory; one without (subprocess, posix_spawn) by an unanswered
     directory whose command is the launch's (or runs it: a #! script's
     interpreter line comes first)."""
-    launches = _read_jsonl(os.path.join(job_dir, LAUNCHED_FILE))
     if not launches:
         return []
     answers = []          # (pid, command) of each process that got as far as tracing
@@ -1286,20 +1503,12 @@ def _left_no_trace(job_dir, noted):
     except TraceFormatError:
         directories = []
     for directory in directories:
-        facts = {}
-        try:
-            with open(os.path.join(directory, PROCESS_FILE), "rb") as f:
-                facts = json.loads(f.read().decode("utf-8"))
-        except (OSError, ValueError):
-            pass
-        if not isinstance(facts, dict):
-            facts = {}
+        facts = _process_facts(directory)[0] if not os.path.islink(directory) else {}
         if facts.get("root") or facts.get("forked"):
             continue                      # not launched: the job's own, or forked
         pid = facts.get("pid")
         if not isinstance(pid, int):
-            name = os.path.basename(os.path.normpath(directory))[len("proc-"):].split("-")[0]
-            pid = int(name) if name.isdigit() else None
+            pid = _pid_of_name(directory)
         answers.append([pid, facts.get("command")])
     answers += [[r.get("child_pid"), r.get("command")] for r in noted if r.get("child_pid")]
     missing = []
@@ -1754,7 +1963,9 @@ def _write_job(results, inputs, path, write, export):
         if path.endswith((".json", ".json.gz")):
             join(inputs, path)
         else:
-            export(inputs, path)
+            with warnings.catch_warnings():     # finish_run's lines say it
+                warnings.filterwarnings("ignore", NOT_READ_WHOLE, TraceWarning)
+                export(inputs, path)
     except (OSError, ValueError, TraceFormatError) as exc:
         _say(f"cannot write the job's trace to {path!r}: {exc}")
         return None
@@ -1814,6 +2025,9 @@ def unfollowed_lines(skipped):
     tools: a job may start hundreds) together in one, counted by name."""
     lines, others = [], collections.Counter()
     for child in skipped:
+        if child.get("damaged"):
+            lines.append(f"{child['damaged']} (a child noted there may be missing here)")
+            continue
         command = [str(a) for a in child.get("command") or ()]
         if child.get("reason") == NOT_PYTHON:
             others[os.path.basename(command[0]) if command else "?"] += 1
@@ -1833,8 +2047,4 @@ def unfollowed_lines(skipped):
 
 
 def _is_root(directory):
-    try:
-        with open(os.path.join(directory, PROCESS_FILE), "rb") as f:
-            return bool(json.loads(f.read().decode("utf-8")).get("root"))
-    except (OSError, ValueError, AttributeError):
-        return False
+    return bool(_process_facts(directory)[0].get("root"))

@@ -14,10 +14,12 @@ import os
 
 from .._core import ffi, lib
 from .._files import replaced_atomically
+from .._jsontext import dumps_utf8, utf8_text
 from .._progress import Progress
 
 
 CHUNK_BYTES = 1 << 20       # the C formatter fills it; bigger only costs memory
+RECORD_ROOM = 1024          # a record's bytes besides its name and extra args (C: < 256 + prefix)
 _CATEGORY = {"python": "python_function", "c": "python_function",
              "annotation": "user_annotation"}
 
@@ -33,17 +35,38 @@ class KeyStrings:
     with a leading comma, as C arrays pointing into bytes held here."""
 
     def __init__(self, trace):
-        self._escaped = [f'"cat":"{_CATEGORY[kind]}","name":{json.dumps(name)}'.encode("utf-8")
-                         for name, kind in zip(trace.names, trace.key_kinds)]
+        self._escaped = [f'"cat":"{_CATEGORY[kind]}","name":{json.dumps(utf8_text(name))}'
+                         .encode("utf-8") for name, kind in zip(trace.names, trace.key_kinds)]
         self._extras = [b"" for _ in trace.names]
         for key, args in trace.key_args.items():
             if args:            # {} adds nothing: a lone "," would break the JSON
-                self._extras[key] = b"," + json.dumps(args)[1:-1].encode("utf-8")
+                self._extras[key] = b"," + dumps_utf8(args)[1:-1].encode("utf-8")
         self.count = len(self._escaped)
         self.names = ffi.new("char *[]", [ffi.from_buffer(e) for e in self._escaped])
         self.name_lens = ffi.new("uint32_t[]", [len(e) for e in self._escaped])
         self.extras = ffi.new("char *[]", [ffi.from_buffer(e) for e in self._extras])
         self.extra_lens = ffi.new("uint32_t[]", [len(e) for e in self._extras])
+        # the C formatter writes a call only when its whole record fits
+        self.longest = max((len(e) + len(x) for e, x in zip(self._escaped, self._extras)),
+                           default=0)
+
+    def buffer(self):
+        """(buffer, its size) for pt_format_slices_from: CHUNK_BYTES, or room for the
+        longest record (a name of megabytes) when that is more."""
+        cap = max(CHUNK_BYTES, self.longest + RECORD_ROOM)
+        return ffi.new("char[]", cap), cap
+
+
+def format_slices(slices, n, next_index, keys, prefix, base, first_id, index_base,
+                  thread_index, out, cap, written):
+    """pt_format_slices_from on from next_index[0]: at least one call formatted
+    (the buffer has room for the longest: see KeyStrings.buffer)."""
+    before = next_index[0]
+    lib.pt_format_slices_from(slices, n, next_index, keys.names, keys.name_lens, keys.extras,
+                              keys.extra_lens, keys.count, prefix, len(prefix), base, first_id,
+                              index_base, thread_index, out, cap, written)
+    if next_index[0] == before:
+        raise RuntimeError("pytrace_cffi: a call's JSON did not fit the formatter's buffer")
 
 
 def _chunks(trace, progress):
@@ -54,7 +77,7 @@ def _chunks(trace, progress):
     base = trace.start_ns
     first_id = 0
     keys = KeyStrings(trace)
-    out = ffi.new("char[]", CHUNK_BYTES)
+    out, cap = keys.buffer()
     next_index = ffi.new("uint64_t *")
     written = ffi.new("uint64_t *")
     head = {
@@ -73,14 +96,14 @@ def _chunks(trace, progress):
     if trace.processes:
         head["otherData"]["processes"] = [dict(facts, pid=process_pid)
                                           for process_pid, facts in trace.processes.items()]
-    yield ('{' + json.dumps(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8")
+    yield ('{' + dumps_utf8(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8")
     first = True
     # A trace of several processes: a lane per process, named and ranked (as
     # processes.join writes them).
     for order, (process_pid, facts) in enumerate((trace.processes or {}).items()):
         for name, args in (("process_name", {"name": facts.get("label", "")}),
                            ("process_sort_index", {"sort_index": order})):
-            meta = json.dumps({"ph": "M", "name": name, "pid": process_pid, "tid": 0,
+            meta = dumps_utf8({"ph": "M", "name": name, "pid": process_pid, "tid": 0,
                                "args": args})
             yield (meta if first else ",\n" + meta).encode("utf-8")
             first = False
@@ -89,7 +112,7 @@ def _chunks(trace, progress):
         tid = thread.native_id or thread.ident
         pid = trace.thread_pid(thread)
         pid_of_tid.setdefault(thread.native_id, pid)
-        meta = json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+        meta = dumps_utf8({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                            "args": {"name": thread.name}})
         yield (meta if first else ",\n" + meta).encode("utf-8")
         first = False
@@ -100,11 +123,8 @@ def _chunks(trace, progress):
             next_index[0] = 0
             while next_index[0] < n:
                 before = next_index[0]
-                lib.pt_format_slices_from(slices, n, next_index, keys.names, keys.name_lens,
-                                          keys.extras, keys.extra_lens, keys.count, prefix,
-                                          len(prefix), base,
-                                          first_id, index_base, thread.index,
-                                          out, CHUNK_BYTES, written)
+                format_slices(slices, n, next_index, keys, prefix, base, first_id, index_base,
+                              thread.index, out, cap, written)
                 progress.advance(next_index[0] - before)
                 yield ffi.buffer(out, written[0])[:]
             total = index_base + n
@@ -115,7 +135,7 @@ def _chunks(trace, progress):
                  "ts": float(_us(mark.ns - base)), "args": mark.args}
         if mark.kind == "i":
             event["s"] = "t"
-        yield (",\n" + json.dumps(event)).encode("utf-8")
+        yield (",\n" + dumps_utf8(event)).encode("utf-8")
     yield b"\n]}\n"
 
 

@@ -23,12 +23,12 @@ says what was left out and how to see everything; the summary table always count
 every call.
 """
 import html
-import json
 import os
 from collections import namedtuple
 
 from .._core import ffi, lib
 from .._files import replaced_atomically
+from .._jsontext import dumps_utf8, utf8_text
 from .._progress import Progress
 from ..errors import TraceError, TraceFormatError
 from .chrome import _thread_batches
@@ -153,8 +153,10 @@ def choose_reduction(trace, call_budget=CALL_BUDGET):
 
 def _script_json(data):
     """JSON that is safe inside a <script> element: "<" only occurs in strings in
-    JSON, and written as \\u003c it can never close the element or open a comment."""
-    return json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
+    JSON, and written as \\u003c it can never close the element or open a comment.
+    No bare NaN (JSON.parse would refuse the page's data), no lone surrogate (see
+    _jsontext)."""
+    return dumps_utf8(data, separators=(",", ":")).replace("<", "\\u003c")
 
 
 def _summary_rows(rows):
@@ -261,7 +263,7 @@ def _reduced_arrays(trace, reduction, progress):
 
 def _chunks(trace, title, survey, progress):
     reduction = survey.reduction
-    yield _PAGE_HEAD.replace("$TITLE", html.escape(f"{title} - pytrace_cffi"))
+    yield _PAGE_HEAD.replace("$TITLE", html.escape(utf8_text(f"{title} - pytrace_cffi")))
     meta = _meta(trace, title, survey)
     yield f'<script type="application/json" id="pt-meta">{_script_json(meta)}'
     yield '</script>\n<script type="application/json" id="pt-slices">'

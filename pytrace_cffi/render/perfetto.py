@@ -34,6 +34,7 @@ import zlib
 
 from .._core import ffi, lib
 from .._files import replaced_atomically
+from .._jsontext import MAX_ARGS_DEPTH, utf8_text
 from .._progress import Progress
 from ..errors import TraceFormatError
 
@@ -75,8 +76,8 @@ def _int(field, value):
 def _bytes(field, data):
     if isinstance(data, str):
         # A path undecodable in the file system's encoding keeps its bytes as lone
-        # surrogates, which UTF-8 cannot hold: they are written as \udcXX.
-        data = data.encode("utf-8", "backslashreplace")
+        # surrogates, which UTF-8 cannot hold: each is written as U+FFFD.
+        data = utf8_text(data).encode("utf-8")
     return _varint(field << 3 | 2) + _varint(len(data)) + data
 
 
@@ -89,8 +90,9 @@ def _packet(*fields):
     return _bytes(1, b"".join(fields))
 
 
-def _annotation_value(value):
-    """DebugAnnotation value fields for a JSON-like value."""
+def _annotation_value(value, depth=0):
+    """DebugAnnotation value fields for a JSON-like value (loaded traces refuse
+    args nested deeper than MAX_ARGS_DEPTH: deeper ones are cut, never recursed)."""
     if isinstance(value, bool):
         return _int(2, int(value))
     if isinstance(value, int) and _INT64[0] <= value <= _INT64[1]:
@@ -99,11 +101,13 @@ def _annotation_value(value):
         return _double(5, value)
     if isinstance(value, str):
         return _bytes(6, value)
+    if isinstance(value, (dict, list, tuple)) and depth >= MAX_ARGS_DEPTH:
+        return _bytes(6, "<nested too deeply>")
     if isinstance(value, dict):
-        return b"".join(_bytes(11, _bytes(10, str(k)) + _annotation_value(v))
+        return b"".join(_bytes(11, _bytes(10, str(k)) + _annotation_value(v, depth + 1))
                         for k, v in value.items())
     if isinstance(value, (list, tuple)):
-        return b"".join(_bytes(12, _annotation_value(v)) for v in value)
+        return b"".join(_bytes(12, _annotation_value(v, depth + 1)) for v in value)
     if value is None:
         return _bytes(9, "null")    # legacy_json_value: what the JSON says
     return _bytes(6, repr(value))   # inf, nan, huge ints: as Python writes them

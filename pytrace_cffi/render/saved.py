@@ -9,7 +9,8 @@
                  raw 8-byte events in per-thread blocks, replayed by load()
 
 A hash id is the first 8 bytes of BLAKE2b (digest_size=8) of the UTF-8 name, read
-little-endian: the same name gives the same id in every run and process.
+little-endian: the same name gives the same id in every run and process (a name
+from a path that is not UTF-8: of its bytes, see name_bytes).
 """
 import collections
 import hashlib
@@ -23,6 +24,8 @@ import weakref
 from .._clock import checked_anchor
 from .._core import ffi, lib
 from .._files import replaced_atomically
+from .._jsontext import MAX_ARGS_DEPTH, dump, finite_number, too_deep
+from .._safe_read import open_binary, read_bounded
 from .._torch import EXIT_EVENT_NAME, TAG_KINDS
 from ..errors import TraceFormatError
 
@@ -41,8 +44,21 @@ KINDS = ("python", "c", "annotation")
 
 def hash_id(name):
     """The stable 64-bit id of a name."""
-    return int.from_bytes(hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest(),
-                          "little")
+    return int.from_bytes(hashlib.blake2b(name_bytes(name), digest_size=8).digest(), "little")
+
+
+def name_bytes(name):
+    """A name's UTF-8 bytes. A name from a path that is not UTF-8 holds its
+    undecodable bytes as lone surrogates (surrogateescape, as Python shows it): those
+    are its bytes again; any other lone surrogate is kept as surrogatepass spells it."""
+    try:
+        return name.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    try:
+        return name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogatepass")
 
 
 class SpilledTrace:
@@ -264,15 +280,15 @@ def save(trace, directory):
 
 
 def _write_json(path, data):
+    # No bare NaN (see _jsontext); a name's lone surrogates stay (\udcXX escapes).
     with replaced_atomically(path, lambda tmp: open(tmp, "w", encoding="utf-8")) as out:
-        json.dump(data, out)
+        dump(data, out)
 
 
 def _read_json(directory, name):
     path = os.path.join(directory, name)
     try:
-        with open(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"))
+        return json.loads(read_bounded(path).decode("utf-8"))
     except FileNotFoundError:
         raise TraceFormatError(f"{directory!r} is not a saved trace: {name} is missing") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -303,32 +319,37 @@ def _mark(mark, thread_ids):
     counter's map series names to numbers. An instant's null args (written by
     pytrace_cffi before marks were always objects) read as {}."""
     from ..trace import Mark
-    bad = f"meta.json: bad mark {mark!r:.80}"
-    _expect(isinstance(mark, list) and len(mark) == 5 and mark[0] in ("i", "C")
-            and isinstance(mark[3], str), bad)
+
+    def bad(detail=""):         # the message made only for a mark that is bad
+        raise TraceFormatError(f"meta.json: bad mark {mark!r:.80}{detail}")
+    if not (isinstance(mark, list) and len(mark) == 5 and mark[0] in ("i", "C")
+            and isinstance(mark[3], str)):
+        bad()
     kind, ns, thread, name, args = mark
     if kind == "i" and args is None:
         args = {}
-    _expect(isinstance(args, dict), bad)
+    if not isinstance(args, dict):
+        bad()
     if kind == "i":
-        _expect(all(isinstance(v, (str, int, float)) or (
-            isinstance(v, list) and all(_is_int(size) for size in v)) for v in args.values()),
-            f"{bad}: args values must be str, int, float, bool or a list of integer sizes")
-    else:
-        _expect(all(_is_number(v) for v in args.values()),
-                f"{bad}: a counter's values must be numbers")
+        if not all(isinstance(v, (str, int, float)) or (
+                isinstance(v, list) and all(_is_int(size) for size in v))
+                for v in args.values()):
+            bad(": args values must be str, int, float, bool or a list of integer sizes")
+    elif not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                 for v in args.values()):
+        # a non-finite value is written as its string ("NaN", see _jsontext)
+        args = {series: finite_number(v) for series, v in args.items()}
+        if None in args.values():
+            bad(": a counter's values must be numbers")
     _int(ns, "mark time")
-    _expect(_int(thread, "mark thread", UINT64) in thread_ids,
-            f"meta.json: mark {name!r} names thread {thread}, which meta.json's threads lack")
+    if _int(thread, "mark thread", UINT64) not in thread_ids:
+        raise TraceFormatError(f"meta.json: mark {name!r} names thread {thread}, which "
+                               "meta.json's threads lack")
     return Mark(kind, ns, thread, name, args)
 
 
 def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def load(directory):
@@ -343,7 +364,18 @@ def load(directory):
             f"version {FORMAT_VERSION}")
     hashes = _read_json(directory, "hashes.json")
     params = _read_json(directory, "params.json")
-    return _load_parts(directory, meta, hashes, params)
+    try:
+        return _load_parts(directory, meta, hashes, params)
+    except TraceFormatError as exc:
+        raise _in_directory(directory, exc) from None
+
+
+def _in_directory(directory, exc):
+    """exc, its message naming the file by its path when it names one of ours."""
+    message = str(exc)
+    if message.startswith(("meta.json", "hashes.json", "params.json")):
+        return TraceFormatError(os.path.join(directory, message))
+    return exc
 
 
 def _load_parts(directory, meta, hashes, params):
@@ -374,6 +406,8 @@ def _load_parts(directory, meta, hashes, params):
                 f"hashes.json: id {hid} is not the hash of its name {hashes[hid]!r:.80}")
         _expect(kind in KINDS, f"meta.json: key {key} has kind {kind!r}")
         _expect(isinstance(args, dict), f"meta.json: key {key} args must be an object")
+        _expect(not too_deep(args), f"meta.json: key {key} args nest deeper than "
+                                    f"{MAX_ARGS_DEPTH} levels")
         names.append(hashes[hid])
         key_kinds.append(kind)
         if args:
@@ -457,8 +491,7 @@ class _HeldFile:
         """Opens the file (again), checks it is the one loaded, and holds it; the
         least recently read file beyond MAX_HELD is closed. Under _lock."""
         try:
-            file = open(self.path, "rb", buffering=0)
-            st = os.fstat(file.fileno())
+            file, st = open_binary(self.path)       # a regular file, not through a link
         except OSError as exc:
             raise TraceFormatError(f"{self.path}: {exc}") from None
         # The same file, no shorter: a running process's events.bin grows (only its
@@ -604,6 +637,8 @@ def _processes(meta):
         _expect(isinstance(entry, dict) and _is_int(entry.get("pid"))
                 and isinstance(entry.get("label"), str),
                 f"meta.json: process {number} needs an integer pid and a label")
+        _expect(not too_deep(entry), f"meta.json: process {number} nests deeper than "
+                                     f"{MAX_ARGS_DEPTH} levels")
         _int(entry["pid"], "process pid")
         _expect(entry["pid"] not in processes,
                 f"meta.json: process {number}: pid {entry['pid']} is listed twice")
@@ -661,6 +696,8 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
     _expect(isinstance(annotation_args, list) and all(isinstance(a, dict)
                                                       for a in annotation_args),
             "meta.json: bad annotation args")
+    _expect(not too_deep(annotation_args, MAX_ARGS_DEPTH + 1),
+            f"meta.json: annotation args nest deeper than {MAX_ARGS_DEPTH} levels")
     path = os.path.join(directory, "events.bin")
     length = _int(events_meta["length"], "events length") if "length" in events_meta else None
     events_file = _HeldFile(path)

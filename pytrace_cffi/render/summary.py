@@ -28,6 +28,7 @@ import zlib
 from collections import namedtuple
 
 from .._core import ffi, lib
+from .._jsontext import MAX_ARGS_DEPTH, finite_number, too_deep
 from .._progress import Progress
 from ..errors import TraceFormatError, TraceWarning
 
@@ -249,9 +250,14 @@ def _holds_processes(path):
 
 def _read_job(path):
     """Every process of a job's trace directory as one Trace of several processes
-    (see processes.joined_trace): each thread's pid says whose it is."""
+    (see processes.joined_trace): each thread's pid says whose it is. A process
+    not read whole (lost, recovered, damaged) is named in a TraceWarning."""
     from .. import processes
-    return processes.joined_trace(path)[0]
+    trace, results = processes.joined_trace(path)
+    message = processes.not_read_whole(path, results)
+    if message:
+        warnings.warn(message, TraceWarning, stacklevel=3)
+    return trace
 
 
 # What the Chrome JSON does not say of a "python_function", read from its name:
@@ -351,6 +357,8 @@ def _lane_processes(path, other, lanes, threads):
     listed = other.get("processes", [])
     _expect(isinstance(listed, list) and all(isinstance(p, dict) for p in listed),
             f"{path}: otherData.processes must be a list of objects")
+    _expect(not too_deep(listed, MAX_ARGS_DEPTH + 1),
+            f"{path}: otherData.processes nest deeper than {MAX_ARGS_DEPTH} levels")
     for entry in listed:
         if type(entry.get("pid")) is int and entry["pid"] in processes:
             facts = {k: v for k, v in entry.items() if k not in ("pid", "label")}
@@ -475,8 +483,10 @@ class _Text:
         self.start = offset - self.offset
 
     def more(self):
-        """Reads the next block; False at the end of the file."""
-        block = self.stream.read(BLOCK_BYTES)
+        """Reads the next block; False at the end of the file. A line longer than a
+        block (a name of megabytes) is read in blocks as long as what is pending, so
+        it costs time in proportion to its length, not its square."""
+        block = self.stream.read(max(BLOCK_BYTES, len(self.text) - self.start))
         if self.on_read is not None:
             self.on_read()
         if not block:
@@ -715,6 +725,9 @@ class _LineReader:
             event = json.loads(line)
         except ValueError as exc:
             raise TraceFormatError(f"{path}: event {number}: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise TraceFormatError(f"{path}: event {number}: not valid JSON (nested too "
+                                   "deeply)") from None
         if type(event) is not dict:
             raise TraceFormatError(f"{path}: event {number} is not an object")
         phase = event.get("ph")
@@ -869,11 +882,11 @@ def _line_key(keys, category, name, extra):
     try:
         args = json.loads(b"{" + extra[1:] + b"}") if extra else None
         name = json.loads(name)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    if args is not None and (type(args) is not dict or
+    if args is not None and (type(args) is not dict or too_deep(args) or
                              any(arg in args for arg in _STANDARD_ARGS)):
-        return None
+        return None         # read by line(), which says what is wrong
     return keys.key(name, category.decode(), args)
 
 
@@ -991,6 +1004,17 @@ def _read_mark(path, number, event):
     _expect(isinstance(name, str) and _is_time(ts) and type(tid) is int
             and isinstance(args, dict),
             f"{path}: event {number}: an instant or counter needs a name, ts, tid and args")
+    if too_deep(args):
+        raise TraceFormatError(f"{path}: event {number}: args nest deeper than "
+                               f"{MAX_ARGS_DEPTH} levels")
+    if event["ph"] == "C":
+        for value in args.values():
+            if type(value) not in _NUMBER_TYPES:
+                # a counter's values are numbers ("NaN" and the infinities as strings)
+                args = {series: finite_number(v) for series, v in args.items()}
+                _expect(None not in args.values(),
+                        f"{path}: event {number}: a counter's values must be numbers")
+                break
     return event["ph"], round(ts * 1000), tid, name, args
 
 
@@ -1022,6 +1046,9 @@ def _read_call(path, number, event, thread_of_tid):
         raise TraceFormatError(f"{path}: event {number}: tid {tid!r} and Python thread "
                                f"{thread!r} do not match a thread_name event")
     extra = {k: v for k, v in args.items() if k not in _STANDARD_ARGS} if len(args) > 3 else None
+    if extra and too_deep(extra):
+        raise TraceFormatError(f"{path}: event {number}: args nest deeper than "
+                               f"{MAX_ARGS_DEPTH} levels")
     return thread, (call_id, parent_id, name, category, round(ts * 1000), round(dur * 1000),
                     extra)
 
