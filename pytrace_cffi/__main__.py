@@ -563,9 +563,10 @@ def _is_torch_trace(path):
 def _cmd_merge(args):
     torch_traces = [path for path in args.inputs if _is_torch_trace(path)]
     if torch_traces:
-        if not args.output.endswith((".json", ".json.gz")):
+        if not args.output.endswith((".json", ".json.gz", ".pftrace")):
             raise SystemExit(f"pytrace_cffi: a trace merged with torch.profiler's is Chrome "
-                             f"JSON: name it .json or .json.gz, not {args.output!r}")
+                             f"JSON or .pftrace: name it .json, .json.gz or .pftrace, not "
+                             f"{args.output!r}")
         ours = [path for path in args.inputs if path not in torch_traces]
         if len(torch_traces) != 1 or len(ours) != 1:
             raise SystemExit("pytrace_cffi: merging with torch.profiler takes one of our traces "
