@@ -210,7 +210,22 @@ def _checked_ns(value):
 
 # --- the whole file -----------------------------------------------------------------
 
-class _Scan:
+class _Reader:
+    """What packets() and a _Sequence need of the reader: C's statuses turned into
+    exceptions (fault: the reader's own for a bad call)."""
+
+    def failed(self, status):
+        self.check(status, self.sequence)
+
+    def check(self, status, sequence):
+        if status == lib.PT_OK:
+            return
+        if status == lib.PT_ERR_NOMEM:
+            raise MemoryError("out of memory while reading a .pftrace")
+        self.fault(status, sequence)
+
+
+class _Scan(_Reader):
     """The first read: the trace's facts, processes, counters and marks (sequence
     1), every thread's sequence checked and counted, where each begins."""
 
@@ -238,14 +253,7 @@ class _Scan:
     def full(self):
         return False
 
-    def failed(self, status):
-        self.check(status, self.sequence)
-
-    def check(self, status, sequence):
-        if status == lib.PT_OK:
-            return
-        if status == lib.PT_ERR_NOMEM:
-            raise MemoryError("out of memory while reading a .pftrace")
+    def fault(self, status, sequence):
         where = f"thread {len(self.threads) - 1}: call {sequence.c.n}"
         if status == lib.PT_ERR_STATE:
             raise _Changed(f"{where} is not as the first read found it")
@@ -453,7 +461,7 @@ def _common_words(titles):
     return None
 
 
-class _Replay:
+class _Replay(_Reader):
     """One thread's sequence read again (durations, then slices pass)."""
 
     def __init__(self, scan, index):
@@ -467,14 +475,7 @@ class _Replay:
         out = self.sequence.c.out
         return out != ffi.NULL and out.count == out.cap
 
-    def failed(self, status):
-        self.check(status, self.sequence)
-
-    def check(self, status, sequence):
-        if status == lib.PT_OK:
-            return
-        if status == lib.PT_ERR_NOMEM:
-            raise MemoryError("out of memory while reading a .pftrace")
+    def fault(self, status, sequence):
         raise _Changed(f"thread {self.index} has other calls")
 
     def packet(self, data, location):
