@@ -322,7 +322,7 @@ void pt_line_thread_free(pt_line_thread *thread);
  * stops with *pos at the first other entry: PT_PF_PYTHON (whatever it is, or an
  * entry cut by the buffer's end: for Python to decode), PT_PF_FULL (slices mode:
  * the batch is full; empty out->slices and call again), PT_ERR_ARG (time goes
- * back, or an end without a begin), PT_ERR_STATE (more calls than the scan
+ * back, an end without a begin, calls nested 2^20 deep), PT_ERR_STATE (more calls than the scan
  * counted, or not as the durations pass found them), PT_ERR_NOMEM. Python feeds
  * what it decoded itself through pt_pf_begin and pt_pf_end (absolute ns). Modes:
  * PT_PF_SCAN counts (n, open_at_stop, max_depth, digest of every call as

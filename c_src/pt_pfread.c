@@ -30,6 +30,9 @@
 #define PT_TYPE_SLICE_BEGIN 1
 #define PT_TYPE_SLICE_END 2
 #define PT_PF_LONG UINT32_MAX       /* in durations: the call is in longs */
+/* Deeper than any Python stack: what a damaged or hostile file's begins without
+ * ends can make the open-call stack cost stays bounded (32 MiB). */
+#define PT_PF_MAX_DEPTH (1u << 20)
 
 struct pt_pf_open {
     int64_t index;          /* in the thread */
@@ -120,6 +123,8 @@ pt_pf_begin(pt_pf_thread *t, int64_t ts, uint32_t key, uint32_t flags)
         return PT_ERR_ARG;
     if (t->mode != PT_PF_SCAN && t->n >= t->durations_cap)
         return PT_ERR_STATE;            /* more calls than the scan counted */
+    if (t->n_open >= PT_PF_MAX_DEPTH)
+        return PT_ERR_ARG;
     if (t->n_open == t->open_cap) {
         uint64_t cap = t->open_cap ? 2 * t->open_cap : 64;
         pt_pf_open *grown = realloc(t->open, cap * sizeof *grown);
@@ -137,8 +142,6 @@ pt_pf_begin(pt_pf_thread *t, int64_t ts, uint32_t key, uint32_t flags)
         if (status != PT_OK)
             return status == PT_ERR_NOMEM ? status : PT_ERR_STATE;
     }
-    if (t->n_open > UINT32_MAX)
-        return PT_ERR_ARG;
     if (t->n_open > t->max_depth)
         t->max_depth = (uint32_t)t->n_open;
     t->open[t->n_open++] = (pt_pf_open){(int64_t)t->n, ts, parent, key, flags};

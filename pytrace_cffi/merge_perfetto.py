@@ -17,6 +17,7 @@ ours) in memory, about their size in its file. Flow events ("s"/"f", e.g. CPU
 launch -> GPU kernel) bind to the innermost slice around them on their track.
 Events of other phases are counted in the "torch.profiler" instant's args.
 """
+import hashlib
 import struct
 import warnings
 
@@ -110,7 +111,10 @@ def _int32(value):
 
 
 def _flow_id(category, ident):
-    return hash((str(category), str(ident))) & 0xFFFFFFFFFFFFFFFF or 1
+    """A flow's 64-bit id from torch's category and id (the same in every run)."""
+    digest = hashlib.blake2b(f"{category}\0{ident}".encode("utf-8", "backslashreplace"),
+                             digest_size=8).digest()
+    return int.from_bytes(digest, "little") or 1
 
 
 def _event_fields(event):

@@ -13,7 +13,7 @@ import zlib
 
 from ._core import lib
 
-MAX_PACKET_BYTES = 64 << 20     # one packet, inflated: far above any we write
+MAX_PACKET_BYTES = 16 << 20     # one packet, inflated: far above any we write
 BLOCK_BYTES = 256 << 10         # read, or inflated, at a time
 PACKET_TAG = 0x0a               # Trace.packet: field 1, length-delimited
 DOUBLE = struct.Struct("<d")

@@ -27,7 +27,7 @@ stop, which the JSON does not.
 Only what our writer emits is read: a .pftrace from another tool, or one merged
 with torch.profiler's events, is refused with TraceFormatError, as is anything
 corrupt or hostile (bounded reads, no allocation from a length field beyond
-MAX_PACKET_BYTES, decompression in bounded pieces).
+MAX_PACKET_BYTES (16 MiB), decompression in bounded pieces).
 """
 import os
 
@@ -257,7 +257,8 @@ class _Scan(_Reader):
         where = f"thread {len(self.threads) - 1}: call {sequence.c.n}"
         if status == lib.PT_ERR_STATE:
             raise _Changed(f"{where} is not as the first read found it")
-        raise Bad(f"{where}: its time goes back, or a slice ends that did not begin")
+        raise Bad(f"{where}: its time goes back, a slice ends that did not begin, or "
+                  f"slices nest over a million deep")
 
     def packet(self, data, location):
         fields = parse(data)

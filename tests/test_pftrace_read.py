@@ -381,6 +381,27 @@ def test_a_compressed_bomb_is_refused_in_bounded_memory(tmp_path):
         read_trace(path)
 
 
+def test_begins_without_ends_nest_a_million_deep_at_most(tmp_path):
+    """A hostile file's begins never ended cost a bounded stack, then an error."""
+    with pytrace_cffi.trace() as t:
+        fib(2)
+    path = tmp_path / "deep.pftrace"
+    t.trace.export_perfetto(path, compress=False)
+    data = path.read_bytes()
+    # a begin packet of a key already interned (no interned data), its delta 0
+    begin = re.search(rb"\x0a(.)\x40.\x5a(.)\x48\x01", data, re.S)
+    while b"\x62" in data[begin.start() + 2:begin.start() + 2 + data[begin.start() + 1]]:
+        begin = re.compile(rb"\x0a(.)\x40.\x5a(.)\x48\x01", re.S).search(data, begin.end())
+    packet = bytearray(data[begin.start():begin.start() + 2 + data[begin.start() + 1]])
+    packet[3] = 0
+    path.write_bytes(data + bytes(packet) * ((1 << 20) + 1))
+    with pytest.raises(TraceFormatError, match="nest over a million deep"):
+        read_trace(path)
+    path.write_bytes(data + bytes(packet) * 3)
+    with pytest.raises(TraceFormatError, match="3 slices begin and never end"):
+        read_trace(path)
+
+
 def test_a_file_cut_anywhere_reads_or_is_a_format_error(live_trace, tmp_path):
     for compress in (True, False):
         path = tmp_path / "t.pftrace"
