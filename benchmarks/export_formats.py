@@ -23,12 +23,13 @@ loads that directory and converts it to .pftrace (compressed, the default, then
 uncompressed). Reports its events, seconds, M events/s and peak RSS (ru_maxrss
 of the converting process, everything it did included).
 
-Conversions (--conversions-fib C, default 0 = skipped; 29 gives ~1.7M calls): a
-process traces fib(C) and saves it as a directory and as Chrome JSON, and `run`
-traces a job of two processes (fork, each fib(C - 1)); then, each in a fresh
-process, those are read back (load, summary.read_trace) and written as .pftrace,
-.html or a summary. Reports seconds and peak RSS above the process before reading,
-and whether the 40-byte-a-call slice table was built (it should not be).
+Conversions (--conversions-fib C, default 0 = skipped; 29 gives ~1.7M calls, 33
+~11.4M): a process traces fib(C) and saves it as a directory, as Chrome JSON and
+as .pftrace, and `run` traces a job of two processes (fork, each fib(C - 1));
+then, each in a fresh process, those are read back (load, summary.read_trace)
+and written as .pftrace, .html, .json or a summary. Reports seconds and peak RSS
+above the process before reading, and whether the 40-byte-a-call slice table was
+built (it should not be). --conversions-pftrace-only: the .pftrace rows alone.
 
 --viztracer: VizTracer's save() of the same fib(N) workload beside ours (time
 and bytes of its JSON), when viztracer is importable.
@@ -145,8 +146,10 @@ n, directory = int(sys.argv[1]), sys.argv[2]
 pytrace_cffi.start()
 fib(n)
 trace = pytrace_cffi.stop()
-trace.save(directory + "/saved")
-trace.export_chrome_trace(directory + "/trace.json")
+if sys.argv[3] == "all":
+    trace.save(directory + "/saved")
+    trace.export_chrome_trace(directory + "/trace.json")
+trace.export_perfetto(directory + "/trace.pftrace")
 print(len(trace))
 """
 
@@ -177,7 +180,7 @@ from pytrace_cffi.render import html, perfetto, summary  # noqa: F401
 source, out = sys.argv[1], sys.argv[2]
 before = status("VmRSS")
 begin = time.perf_counter()
-if out.endswith(".json"):                       # a job's processes joined (what `run` does)
+if out.endswith(".json") and not source.endswith(".pftrace"):   # a job joined (as `run`)
     from pytrace_cffi import processes
     calls, built = sum(r.calls for r in processes.join(source, out)), 0
 else:
@@ -186,8 +189,10 @@ else:
         summary.format_summary(summary.summarize(trace, limit=None))
     elif out.endswith(".html"):
         html.write_html(trace, out)
-    else:
+    elif out.endswith(".pftrace"):
         trace.export_perfetto(out)
+    else:
+        trace.export_chrome_trace(out)
     calls, built = len(trace), int(trace.slices_built())
 seconds = time.perf_counter() - begin
 print(calls, status("VmHWM") - before, seconds, built)
@@ -252,11 +257,22 @@ def spilled(n, directory):
               f"{events / seconds / 1e6:.1f} M events/s, peak RSS {peak / 1e6:.0f} MB")
 
 
-def conversions(n, directory):
+def conversions(n, directory, pftrace_only=False):
     """Reading back what a run wrote, in a fresh process each: a saved directory, our
-    Chrome JSON and a job of two processes (its trace directory), to .pftrace, .html
-    or a summary. Peak RSS above the process before reading (our modules imported)."""
-    calls = int(_child(CONVERSIONS_MAKE, n, directory)[0])
+    Chrome JSON, our .pftrace and a job of two processes (its trace directory), to
+    .pftrace, .html, .json or a summary. Peak RSS above the process before reading
+    (our modules imported). pftrace_only: the .pftrace rows alone."""
+    calls = int(_child(CONVERSIONS_MAKE, n, directory, "pftrace" if pftrace_only else "all")[0])
+    pftrace_size = os.path.getsize(os.path.join(directory, "trace.pftrace"))
+    rows = [(".pftrace -> summary", "trace.pftrace", "summary"),
+            (".pftrace -> .json", "trace.pftrace", "out.json"),
+            (".pftrace -> .html", "trace.pftrace", "out.html")]
+    if pftrace_only:
+        print(f"\nconversions of fib({n}) ({calls} calls; the .pftrace "
+              f"{pftrace_size / 1e6:.0f} MB), each in a fresh process: peak RSS above the "
+              f"process before reading")
+        _conversion_rows(directory, rows)
+        return
     job = os.path.join(directory, "job")
     program = os.path.join(directory, "job_program.py")
     with open(program, "w") as f:
@@ -269,16 +285,20 @@ def conversions(n, directory):
     json_size = os.path.getsize(os.path.join(directory, "trace.json"))
     print(f"\nconversions of fib({n}) ({calls} calls; the JSON {json_size / 1e6:.0f} MB), "
           f"each in a fresh process: peak RSS above the process before reading")
+    _conversion_rows(directory, [
+        ("saved directory -> .pftrace", "saved", "out.pftrace"),
+        ("saved directory -> .html", "saved", "out.html"),
+        (".json -> summary", "trace.json", "summary"),
+        (".json -> .pftrace", "trace.json", "out.pftrace"),
+        ("job of 2 processes -> .pftrace", "job", "out.pftrace"),
+        ("job of 2 processes -> .json", "job", "out.json"),
+        ("job of 2 processes -> summary", "job", "summary")] + rows)
+
+
+def _conversion_rows(directory, rows):
     print(f"{'source -> output':32} {'calls':>10} {'seconds':>8} {'peak MB':>8} "
           f"{'B/call':>7} {'table built':>11}")
-    for label, source, out in (
-            ("saved directory -> .pftrace", "saved", "out.pftrace"),
-            ("saved directory -> .html", "saved", "out.html"),
-            (".json -> summary", "trace.json", "summary"),
-            (".json -> .pftrace", "trace.json", "out.pftrace"),
-            ("job of 2 processes -> .pftrace", "job", "out.pftrace"),
-            ("job of 2 processes -> .json", "job", "out.json"),
-            ("job of 2 processes -> summary", "job", "summary")):
+    for label, source, out in rows:
         target = out if out == "summary" else os.path.join(directory, out)
         got, peak, seconds, built = _child(CONVERSIONS_CHILD, os.path.join(directory, source),
                                            target)
@@ -306,6 +326,8 @@ def main():
     parser.add_argument("--spilled-fib", type=int, default=0)
     parser.add_argument("--viztracer", action="store_true")
     parser.add_argument("--conversions-fib", type=int, default=0)
+    parser.add_argument("--conversions-pftrace-only", action="store_true",
+                        help="with --conversions-fib: only the rows reading a .pftrace")
     args = parser.parse_args()
     with pytrace_cffi.trace() as t:
         fib(args.fib)
@@ -338,7 +360,7 @@ def main():
         if args.spilled_fib:
             spilled(args.spilled_fib, directory)
         if args.conversions_fib and sys.platform.startswith("linux"):
-            conversions(args.conversions_fib, directory)
+            conversions(args.conversions_fib, directory, args.conversions_pftrace_only)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

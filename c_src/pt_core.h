@@ -354,6 +354,61 @@ int pt_line_thread_push(pt_line_thread *thread, int64_t start, int64_t end, uint
  * pt_line_thread_free (its stack; the batch is the caller's). */
 pt_line_thread *pt_line_thread_new(void);
 void pt_line_thread_free(pt_line_thread *thread);
+/* Reading back a .pftrace pytrace_cffi wrote (pt_pfread.c): one thread's
+ * sequence at a time. pt_pf_read takes the Trace.packet entries of buffer from
+ * *pos on while each is a SLICE_BEGIN (its TrackEvent bytes after the type
+ * field known to keys: pt_line_keys_add with them as ident and no extra) or a
+ * SLICE_END of the sequence, timestamped by the sequence's incremental clock
+ * (now, in ns, moved by delta * unit_ns; clock_ready set), and nothing else; it
+ * stops with *pos at the first other entry: PT_PF_PYTHON (whatever it is, or an
+ * entry cut by the buffer's end: for Python to decode), PT_PF_FULL (slices mode:
+ * the batch is full; empty out->slices and call again), PT_ERR_ARG (time goes
+ * back, an end without a begin, calls nested 2^20 deep), PT_ERR_STATE (more calls than the scan
+ * counted, or not as the durations pass found them), PT_ERR_NOMEM. Python feeds
+ * what it decoded itself through pt_pf_begin and pt_pf_end (absolute ns). Modes:
+ * PT_PF_SCAN counts (n, open_at_stop, max_depth, digest of every call as
+ * pt_line_thread_push sums them); PT_PF_DURATIONS does too and keeps each call's
+ * duration (4 bytes a call: room for `calls`, the scan's count); then
+ * pt_pf_thread_slices turns it to PT_PF_SLICES, which pushes each call whole, in
+ * start order, into out (its digest the scan's when the same calls were read). */
+#define PT_PF_PYTHON 1
+#define PT_PF_FULL 2
+#define PT_PF_SCAN 0
+#define PT_PF_DURATIONS 1
+#define PT_PF_SLICES 2
+typedef struct pt_pf_open pt_pf_open;
+typedef struct pt_pf_long pt_pf_long;
+typedef struct {
+    uint32_t sequence_id;   /* the thread's sequence: other packets go to Python */
+    int mode;
+    int clock_ready;        /* the sequence's clock is known (its snapshot read) */
+    int64_t now;            /* the sequence clock, as CLOCK_MONOTONIC ns */
+    uint64_t unit_ns;       /* of a timestamp delta */
+    uint64_t n;             /* calls begun */
+    uint64_t open_at_stop;
+    uint32_t max_depth;
+    uint32_t reserved;
+    uint64_t digest;
+    pt_pf_open *open;       /* the calls begun and not ended, innermost last */
+    uint64_t n_open;
+    uint64_t open_cap;
+    uint32_t *durations;    /* per call (durations and slices passes) */
+    uint64_t durations_cap;
+    pt_pf_long *longs;      /* the calls of 2^32 - 1 ns or more */
+    uint64_t n_long;
+    uint64_t long_cap;
+    uint64_t next_long;
+    pt_line_thread *out;    /* slices pass */
+} pt_pf_thread;
+pt_pf_thread *pt_pf_thread_new(uint32_t sequence_id, int mode, uint64_t calls);
+void pt_pf_thread_free(pt_pf_thread *t);
+int pt_pf_read(pt_pf_thread *t, const pt_line_keys *keys, const char *buffer, uint64_t len,
+               uint64_t *pos);
+int pt_pf_begin(pt_pf_thread *t, int64_t ts, uint32_t key, uint32_t flags);
+int pt_pf_end(pt_pf_thread *t, int64_t ts);
+/* After a durations pass that read every call: the slices pass, from the
+ * sequence's start again (PT_ERR_STATE otherwise). */
+int pt_pf_thread_slices(pt_pf_thread *t, pt_line_thread *out);
 /* Summary (pt_summary.c): adds one thread's slices to per-name calls, total_ns
  * (recursion counted once) and self_ns (less direct callees), n_names entries
  * each; name_of_key maps each of n_keys keys to its name. times_open is scratch

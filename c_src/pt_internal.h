@@ -403,4 +403,30 @@ extern pt_tracer *pt_active_tracer;
 /* pt_annotate.c */
 uint32_t pt_key_for_annotation(pt_tracer *tracer, PyObject *name);
 
+/* pt_jsonlines.c: the key and flags of text (ident text, no extra) in keys; 0 if unknown. */
+int pt_line_keys_lookup(const pt_line_keys *keys, const char *text, uint32_t len, uint32_t *key,
+                        uint32_t *flags);
+
+/* A 64-bit finalizer (MurmurHash3's): every input bit moves every output bit. */
+static inline uint64_t
+pt_mix(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h;
+}
+
+/* One call's share of a thread's digest (pt_line_thread.digest): its fields and
+ * place mixed, to be summed, so another call anywhere changes the sum. */
+static inline uint64_t
+pt_call_digest(int64_t start, int64_t end, uint32_t key, uint32_t flags, int64_t parent,
+               uint64_t index)
+{
+    return pt_mix((uint64_t)start ^ pt_mix((uint64_t)end ^ pt_mix(
+        ((uint64_t)key << 32 | flags) ^ pt_mix((uint64_t)parent ^ pt_mix(index)))));
+}
+
 #endif /* PT_INTERNAL_H */

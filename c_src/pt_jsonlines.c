@@ -90,6 +90,19 @@ pt_line_keys_find(const pt_line_keys *keys, uint64_t hash, const char *ident,
 }
 
 int
+pt_line_keys_lookup(const pt_line_keys *keys, const char *text, uint32_t len, uint32_t *key,
+                    uint32_t *flags)
+{
+    const pt_line_key *known = pt_line_keys_find(keys, pt_line_key_hash(text, len, "", 0),
+                                                 text, len, "", 0);
+    if (known->text == NULL)
+        return 0;
+    *key = known->key;
+    *flags = known->flags;
+    return 1;
+}
+
+int
 pt_line_keys_add(pt_line_keys *keys, const char *ident, uint32_t ident_len, const char *extra,
                  uint32_t extra_len, uint32_t key, uint32_t flags)
 {
@@ -153,18 +166,6 @@ pt_line_thread_free(pt_line_thread *thread)
     free(thread);
 }
 
-/* A 64-bit finalizer (MurmurHash3's): every input bit moves every output bit. */
-static uint64_t
-pt_mix(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
-}
-
 int
 pt_line_thread_push(pt_line_thread *thread, int64_t start, int64_t end, uint32_t key,
                     uint32_t flags, int64_t parent)
@@ -208,9 +209,7 @@ pt_line_thread_push(pt_line_thread *thread, int64_t start, int64_t end, uint32_t
     }
     if (depth > thread->max_depth)
         thread->max_depth = (uint32_t)depth;
-    /* each call's fields and place mixed, summed: another call anywhere changes it */
-    thread->digest += pt_mix((uint64_t)start ^ pt_mix((uint64_t)end ^ pt_mix(
-        ((uint64_t)key << 32 | flags) ^ pt_mix((uint64_t)parent ^ pt_mix(thread->n)))));
+    thread->digest += pt_call_digest(start, end, key, flags, parent, thread->n);
     thread->n++;
     return PT_OK;
 }

@@ -106,8 +106,8 @@ def _parser():
                     "recursive function's time counted once) and self time (without "
                     "the functions it called), in milliseconds.")
     summary.add_argument("trace", metavar="TRACE",
-                         help="a saved-trace directory, or a .json / .json.gz that "
-                              "pytrace_cffi wrote")
+                         help="a saved-trace directory, or a .json / .json.gz / .pftrace "
+                              "that pytrace_cffi wrote")
     summary.add_argument("--sort", choices=("total", "self", "calls", "name"),
                          default="total", help="order of the rows (default: total)")
     summary.add_argument("--limit", type=_count, default=20, metavar="N",
@@ -120,11 +120,11 @@ def _parser():
 
     export = commands.add_parser(
         "export", help="convert a trace to another format",
-        description="Reads a saved-trace directory or a Chrome .json / .json.gz that "
-                    "pytrace_cffi wrote, and writes it as OUT.",
+        description="Reads a saved-trace directory, or a Chrome .json / .json.gz or a "
+                    ".pftrace that pytrace_cffi wrote, and writes it as OUT.",
         epilog=OUTPUT_HELP + ".")
     export.add_argument("source", metavar="DIR_OR_JSON",
-                        help="a saved-trace directory, or a .json / .json.gz")
+                        help="a saved-trace directory, or a .json / .json.gz / .pftrace")
     export.add_argument("-o", "--output", required=True, metavar="OUT",
                         help="where to write: .json, .json.gz, .pftrace, .html or a directory")
 
@@ -140,11 +140,12 @@ def _parser():
                     "tracks, beside its cpu_op, user_annotation and GPU events; where torch "
                     "recorded Python calls too (with_stack=True), ours replace them.")
     merge.add_argument("inputs", nargs="+", metavar="TRACE",
-                       help="trace or process directories; or OURS (a .json / .json.gz or "
-                            "saved-trace directory) and TORCH_JSON")
+                       help="trace or process directories; or OURS (a .json / .json.gz, "
+                            ".pftrace or saved-trace directory) and TORCH_JSON")
     merge.add_argument("-o", "--output", required=True, metavar="OUT",
                        help="where to write the merged trace: .json, .json.gz, .pftrace, "
-                            ".html or a directory (with torch.profiler's: .json or .json.gz)")
+                            ".html or a directory (with torch.profiler's: .json, .json.gz "
+                            "or .pftrace)")
     return parser
 
 
@@ -629,9 +630,10 @@ def _is_torch_trace(path):
 def _cmd_merge(args):
     torch_traces = [path for path in args.inputs if _is_torch_trace(path)]
     if torch_traces:
-        if not args.output.endswith((".json", ".json.gz")):
+        if not args.output.endswith((".json", ".json.gz", ".pftrace")):
             raise SystemExit(f"pytrace_cffi: a trace merged with torch.profiler's is Chrome "
-                             f"JSON: name it .json or .json.gz, not {args.output!r}")
+                             f"JSON or .pftrace: name it .json, .json.gz or .pftrace, not "
+                             f"{args.output!r}")
         ours = [path for path in args.inputs if path not in torch_traces]
         if len(torch_traces) != 1 or len(ours) != 1:
             raise SystemExit("pytrace_cffi: merging with torch.profiler takes one of our traces "

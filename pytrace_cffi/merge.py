@@ -445,13 +445,14 @@ def merge_torch(trace, torch_trace_path, out_path):
     """Writes to out_path one Chrome trace with torch.profiler's events (from
     torch_trace_path, its export_chrome_trace file) and ours on torch's timeline.
 
-    trace: a Trace, or the path of a .json/.json.gz or saved-trace directory
-    pytrace_cffi wrote. Our slices keep their pid and tid (the process id and OS
+    trace: a Trace, or the path of a .json/.json.gz, .pftrace or saved-trace
+    directory pytrace_cffi wrote. Our slices keep their pid and tid (the process id and OS
     thread id, which torch writes too), so they share thread tracks with torch's
     cpu_op and user_annotation events; GPU events stay on their device tracks. When
     torch recorded Python calls as well (with_stack=True), its python_function
     events on the threads we traced, within our trace's time, are left out: ours
-    replace them. out_path: .json, or .json.gz for gzip. Returns out_path.
+    replace them. out_path: .json, or .json.gz for gzip, or .pftrace (see
+    merge_perfetto: torch's events on tracks of their own). Returns out_path.
 
     Both traces are read as streams (neither is held whole in memory); our calls
     are formatted in C, as by export_chrome_trace."""
@@ -469,6 +470,9 @@ def merge_torch(trace, torch_trace_path, out_path):
         if anchor is None:
             raise TraceFormatError(f"{where}: has no realtime anchor (written by a pytrace_cffi "
                                    "older than merge): it cannot be placed on torch's timeline")
+        if out_path.endswith(".pftrace"):
+            from .merge_perfetto import merge_torch_pftrace
+            return merge_torch_pftrace(ours, torch_path, out_path, anchor)
         start = ours.start_ns
         with _ChromeReader(torch_path, "torch trace") as torch_json:
             head = torch_json.whole_head(("baseTimeNanoseconds",))

@@ -58,16 +58,22 @@ def source(request, live_trace):
     (a process lane for the main thread and one for the others)."""
     if request.param == "one":
         return live_trace
-    trace = pytrace_cffi.Trace(
-        names=live_trace.names, key_kinds=live_trace.key_kinds, key_args=live_trace.key_args,
-        threads=[t._replace(pid=100 if t.index == 0 else 200) for t in live_trace.threads],
-        slices=[(slices, n) for _, slices, n in live_trace.thread_slices()],
-        start_ns=live_trace.start_ns, stop_ns=live_trace.stop_ns, pid=100,
-        python_version=live_trace.python_version, backend=live_trace.backend,
-        clock=live_trace.clock, params=live_trace.params, marks=live_trace.marks,
-        realtime_anchor=live_trace.realtime_anchor)
-    trace.processes = {100: {"label": "root"}, 200: {"label": "rank 1"}}
-    return trace
+    return as_job(live_trace, {100: {"label": "root"}, 200: {"label": "rank 1"}})
+
+
+def as_job(trace, processes):
+    """trace's threads as a job's: the main thread in the first of processes (pid ->
+    facts), the others in the second."""
+    first, second = processes
+    job = pytrace_cffi.Trace(
+        names=trace.names, key_kinds=trace.key_kinds, key_args=trace.key_args,
+        threads=[t._replace(pid=first if t.index == 0 else second) for t in trace.threads],
+        slices=[(slices, n) for _, slices, n in trace.thread_slices()],
+        start_ns=trace.start_ns, stop_ns=trace.stop_ns, pid=first,
+        python_version=trace.python_version, backend=trace.backend, clock=trace.clock,
+        params=trace.params, marks=trace.marks, realtime_anchor=trace.realtime_anchor)
+    job.processes = processes
+    return job
 
 
 def table_read(path):
@@ -283,18 +289,7 @@ def test_a_big_json_summary_and_exports_in_memory_that_does_not_grow(tmp_path):
     # .json.gz and a saved directory. The slice table alone was 40 bytes a call
     # (100 MB); streamed, what grows is the reading's blocks, a batch and the page's
     # bounded content, a few MB whatever the number of calls.
-    with pytrace_cffi.trace() as t:
-        many_calls(1_250_000)
-    path = tmp_path / "big.json"
-    t.trace.export_chrome_trace(path)
-    expected = [list(row) for row in summarize(t.trace, limit=None)]
-    calls = len(t.trace)
-    del t
-    proc = subprocess.run([sys.executable, "-c", BIG_SCRIPT, str(path), str(tmp_path / "out")],
-                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                          text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    facts = json.loads(proc.stdout)
+    facts, expected, calls = big_read(tmp_path / "big.json", 1_250_000)
     assert facts["growth"] < 10 * calls, f"{facts['growth'] / calls:.1f} bytes a call"
     assert facts["calls"] == calls > 2_500_000
     assert facts["rows"] == expected
@@ -302,3 +297,24 @@ def test_a_big_json_summary_and_exports_in_memory_that_does_not_grow(tmp_path):
     for written in ("out.json.gz", "out_dir"):
         assert len(read_trace(tmp_path / written)) == calls
     shutil.rmtree(tmp_path)
+
+
+def big_read(path, n):
+    """(what BIG_SCRIPT says, the summary rows expected, calls) of a trace of
+    many_calls(n) exported to path (.json or .pftrace) and read back in a fresh
+    process."""
+    with pytrace_cffi.trace() as t:
+        many_calls(n)
+    if str(path).endswith(".pftrace"):
+        t.trace.export_perfetto(path)
+    else:
+        t.trace.export_chrome_trace(path)
+    expected = [list(row) for row in summarize(t.trace, limit=None)]
+    calls = len(t.trace)
+    del t
+    out = os.path.join(os.path.dirname(path), "out")
+    proc = subprocess.run([sys.executable, "-c", BIG_SCRIPT, str(path), out],
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout), expected, calls

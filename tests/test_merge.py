@@ -668,3 +668,163 @@ def test_a_job_traces_threads_keep_their_own_pids_when_merged(tmp_path):
     assert len(ours) == len(original)
     assert all(e["pid"] == pid_of[e["tid"]] for e in ours)
     assert {e["pid"] for e in ours} == set(pid_of.values())
+
+
+# -- merging into a .pftrace ----------------------------------------------------
+
+def _decode(path):
+    """test_perfetto.decode (the perfetto package's protos): skipped without them,
+    except in CI."""
+    try:
+        from test_perfetto import decode
+    except pytest.skip.Exception:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip("the perfetto and protobuf packages are not installed")
+    return decode(path)
+
+
+def test_realtime_to_monotonic_inverts_the_anchor_map():
+    from pytrace_cffi.merge_perfetto import realtime_to_monotonic
+    anchor = {"start": {"monotonic_ns": 1_000_000, "realtime_ns": 5_000_000_000_000,
+                        "spread_ns": 10},
+              "stop": {"monotonic_ns": 9_000_000_000, "realtime_ns": 5_009_000_040_000,
+                       "spread_ns": 10}}            # 40 µs of slew between them
+    for monotonic in (0, 1_000_000, 7_654_321, 4_500_000_001, 9_000_000_000, 10 ** 10):
+        realtime = monotonic_to_realtime(anchor, monotonic)
+        assert realtime_to_monotonic(anchor, realtime) == monotonic
+
+
+def test_merge_into_a_pftrace_puts_torchs_events_on_our_clock(traced, tmp_path):
+    tid = threading.get_native_id()
+    call = synthetic_torch_trace(traced, tmp_path / "torch.json", tid)
+    out = pytrace_cffi.merge_torch(traced, tmp_path / "torch.json", tmp_path / "merged.pftrace")
+    assert out == str(tmp_path / "merged.pftrace")
+    decoded = _decode(tmp_path / "merged.pftrace")
+    threads = decoded["threads"]
+    ours = [s for s in decoded["slices"] if s["categories"] == ["python_function"]
+            and s["name"] != "later" and s["name"] != "elsewhere"]
+    assert len(ours) == len(traced)
+    torch = {s["name"]: s for s in decoded["slices"]
+             if s["name"] in ("aten::fake", "later", "elsewhere", "gemm", "work")}
+    # torch's Python events that ours duplicate are gone; the others stay
+    assert set(torch) == {"aten::fake", "later", "elsewhere", "gemm"}
+    op = torch["aten::fake"]
+    assert op["categories"] == ["cpu_op"] and op["args"] == {"External id": 1}
+    # inside our call, on our clock, to the ns (ts goes through a double of µs)
+    assert abs(op["start"] - (call.start_ns + 1)) <= 2
+    assert abs(op["end"] - (call.end_ns - 1)) <= 2
+    # on a track of its own for our thread: same pid, tid and name as ours
+    ours_track = next(s["track"] for s in ours if s["name"] == call.name)
+    assert op["track"] != ours_track
+    assert threads[op["track"]] == threads[ours_track] == (
+        traced.pid, tid, threading.current_thread().name)
+    assert threads[torch["gemm"]["track"]][:2] == (1, 7)
+    assert (1, "torch pid 1") in decoded["processes"].values()
+    info = next(i for i in decoded["instants"] if i["name"] == "torch.profiler")
+    assert info["args"]["baseTimeNanoseconds"] == BASE_NS
+    assert info["args"]["torch_python_function_events_replaced"] == 1
+    assert info["args"]["schemaVersion"] == 1
+    # not read back as ours
+    from pytrace_cffi.render.summary import read_trace
+    with pytest.raises(pytrace_cffi.TraceFormatError, match="merged with torch.profiler"):
+        read_trace(tmp_path / "merged.pftrace")
+
+
+def test_merge_cli_reads_and_writes_pftrace(traced, tmp_path):
+    tid = threading.get_native_id()
+    synthetic_torch_trace(traced, tmp_path / "torch.json", tid)
+    traced.export_chrome_trace(str(tmp_path / "ours.json"))
+    traced.export_perfetto(str(tmp_path / "ours.pftrace"))
+    pytrace_cffi.merge_torch(traced, tmp_path / "torch.json", tmp_path / "a.json")
+    assert main(["merge", str(tmp_path / "ours.pftrace"), str(tmp_path / "torch.json"),
+                 "-o", str(tmp_path / "b.json")]) == 0
+    a, b = (merged_events(tmp_path / name)[1] for name in ("a.json", "b.json"))
+    assert a == b
+    assert main(["merge", str(tmp_path / "ours.json"), str(tmp_path / "torch.json"),
+                 "-o", str(tmp_path / "c.pftrace")]) == 0
+    assert main(["merge", str(tmp_path / "torch.json"), str(tmp_path / "ours.pftrace"),
+                 "-o", str(tmp_path / "d.pftrace")]) == 0
+    c, d = _decode(tmp_path / "c.pftrace"), _decode(tmp_path / "d.pftrace")
+    key = lambda s: (s["name"], s["start"], s["end"], s["depth"])  # noqa: E731
+    assert sorted(map(key, c["slices"])) == sorted(map(key, d["slices"]))
+    assert len(c["slices"]) == len(traced) + 4      # aten::fake, later, elsewhere, gemm
+
+
+def test_torchs_slices_nest_and_carry_their_flows_in_a_pftrace(traced, tmp_path):
+    """Complete events in any order, children before parents, equal starts, a
+    zero-length one, one crossing its parent's end, and CPU -> GPU flows."""
+    us = lambda ns: torch_us(traced, traced.start_ns + ns)  # noqa: E731
+    pid, tid = 4242, 17
+    x = [("parent", 0, 100_000), ("first child", 0, 40_000), ("zero", 40_000, 40_000),
+         ("second child", 40_000, 100_000), ("grandchild", 50_000, 60_000),
+         ("crossing", 90_000, 120_000), ("after", 100_000, 110_000)]
+    events = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": pid, "tid": tid,
+               "ts": us(start), "dur": (end - start) / 1000, "args": {}}
+              for name, start, end in reversed(x)]
+    events += [
+        {"ph": "X", "cat": "kernel", "name": "kernel", "pid": 0, "tid": "stream 7",
+         "ts": us(200_000), "dur": 5.0, "args": {"stream": 7}},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 9, "pid": pid, "tid": tid,
+         "ts": us(55_000)},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 9, "pid": 0, "tid": "stream 7",
+         "ts": us(200_000), "bp": "e"},
+        {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": "loop"}},
+        {"ph": "i", "s": "t", "name": "[memory]", "pid": pid, "tid": tid, "ts": us(70_000),
+         "args": {"Bytes": 512}},
+        {"ph": "C", "name": "queue", "pid": pid, "ts": us(80_000), "args": {"depth": 3}},
+    ]
+    (tmp_path / "torch.json").write_text(json.dumps({"baseTimeNanoseconds": BASE_NS,
+                                                     "traceEvents": events}))
+    pytrace_cffi.merge_torch(traced, tmp_path / "torch.json", tmp_path / "m.pftrace")
+    decoded = _decode(tmp_path / "m.pftrace")
+    got = {s["name"]: (s["start"] - traced.start_ns, s["end"] - traced.start_ns, s["depth"])
+           for s in decoded["slices"] if s["categories"] in (["cpu_op"], ["kernel"])}
+    assert {name: (round(a, -1), round(b, -1), depth) for name, (a, b, depth) in got.items()} \
+        == {"parent": (0, 100_000, 0), "first child": (0, 40_000, 1),
+            "zero": (40_000, 40_000, 2), "second child": (40_000, 100_000, 1),
+            "grandchild": (50_000, 60_000, 2), "crossing": (90_000, 100_000, 2),
+            "after": (100_000, 110_000, 0), "kernel": (200_000, 205_000, 0)}
+    tracks = {s["name"]: s["track"] for s in decoded["slices"]}
+    assert decoded["threads"][tracks["parent"]] == (pid, tid, "loop")
+    # the flow: on the grandchild (innermost at 55 µs) and on the kernel
+    from test_perfetto import _packets
+    flows = {}
+    for _, packet in _packets((tmp_path / "m.pftrace").read_bytes()):
+        if packet is not None and packet.HasField("track_event") and \
+                packet.track_event.flow_ids:
+            flows[packet.track_event.name] = list(packet.track_event.flow_ids)
+    assert set(flows) == {"grandchild", "kernel"}
+    assert flows["grandchild"] == flows["kernel"]
+    instant = next(i for i in decoded["instants"] if i["name"] == "[memory]")
+    assert instant["args"] == {"Bytes": 512} and instant["track"] == tracks["parent"]
+    assert [(decoded["counters"][track][0], value) for track, _, value
+            in decoded["counter_values"] if decoded["counters"][track][0] == "queue depth"] \
+        == [("queue depth", 3)]
+
+
+def test_every_conv2d_op_lies_inside_its_python_call_in_a_merged_pftrace(tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(),
+                              torch.nn.Conv2d(4, 2, 3), torch.nn.Flatten())
+    x = torch.randn(2, 1, 8, 8)
+    net(x)
+    with pytrace_cffi.trace() as t:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(3):
+                net(x).sum().backward()
+    prof.export_chrome_trace(str(tmp_path / "torch.json"))
+    pytrace_cffi.merge_torch(t.trace, tmp_path / "torch.json", tmp_path / "merged.pftrace")
+    decoded = _decode(tmp_path / "merged.pftrace")
+    threads = decoded["threads"]
+    ops = [s for s in decoded["slices"] if s["name"] == "aten::conv2d"]
+    calls = [s for s in decoded["slices"] if s["name"] == "conv2d"
+             and s["categories"] == ["python_function"]]
+    assert len(ops) == len(calls) == 2 * 3
+    slack = max(m["spread_ns"] for m in t.trace.realtime_anchor.values())
+    for op in ops:
+        around = [c for c in calls if threads[c["track"]][:2] == threads[op["track"]][:2]
+                  and c["start"] - slack <= op["start"] and op["end"] <= c["end"] + slack]
+        assert len(around) == 1, op

@@ -308,11 +308,14 @@ def _blob(parts):
     return blob, ffi.new("uint32_t[]", offsets)
 
 
-def _chunks(trace, progress, chunk_bytes):
+def _chunks(trace, progress, chunk_bytes, uuids=None):
     """The file's packets in pieces of at most about chunk_bytes (bytes, or a view
-    of the C side's buffer that the next piece overwrites)."""
+    of the C side's buffer that the next piece overwrites). uuids: a dict that
+    gets the tracks' uuids ("process_of_pid", "tids", "next_uuid") as soon as
+    they are made."""
     base_uuid = _uuid_base(trace)
-    uuids = {"process": base_uuid, "threads": [], "tids": {}, "counters": {}}
+    uuids = {} if uuids is None else uuids
+    uuids.update(process=base_uuid, threads=[], tids={}, counters={})
     for index, thread in enumerate(trace.threads):
         uuid = base_uuid + 1 + index
         uuids["threads"].append(uuid)
@@ -345,6 +348,7 @@ def _chunks(trace, progress, chunk_bytes):
             next_uuid += 1
     ranks = {pid: rank for rank, pid in enumerate(labels)}
     uuids["process_of_pid"] = process_uuids
+    uuids["next_uuid"] = next_uuid
     uuids["descriptors"] = track_descriptors(
         [(uuid, pid, labels[pid], ranks[pid]) for pid, uuid in process_uuids.items()],
         [(uuids["threads"][index], process_uuids.get(trace.thread_pid(thread), base_uuid),
@@ -490,10 +494,12 @@ def _slice_steps(first, batches, thread, sequence_id, clock_ns, depth, encode):
         batch = next(batches, None)
 
 
-def write_perfetto(trace, path, compress=True):
+def write_perfetto(trace, path, compress=True, more=None):
     """Writes trace to path as Perfetto protobuf, deflate-compressed packets when
     compress. Written beside path and renamed: a failed export leaves no
-    truncated file and the trace untouched."""
+    truncated file and the trace untouched. more(uuids, first_sequence_id):
+    packets (whole Trace.packet entries) to write after the trace's, given its
+    tracks' uuids (see _chunks) and the first sequence id it leaves free."""
     from .chrome import _warn_if_too_deep
     path = os.fspath(path)
     _warn_if_too_deep(trace)
@@ -502,8 +508,12 @@ def write_perfetto(trace, path, compress=True):
             Progress(f"writing {path}", len(trace)) as progress:
         sink = _Sink(out, compress)
         try:
-            for chunk in _chunks(trace, progress, chunk_bytes):
+            uuids = {}
+            for chunk in _chunks(trace, progress, chunk_bytes, uuids):
                 sink.write(chunk)
+            if more is not None:
+                for chunk in more(uuids, PROCESS_SEQUENCE + 1 + len(trace.threads)):
+                    sink.write(chunk)
             sink.finish()
         finally:
             sink.close()

@@ -226,8 +226,8 @@ def format_summary(rows, title=None, column="thread"):
 
 
 def read_trace(path):
-    """A Trace from a saved-trace directory or a Chrome .json/.json.gz written by
-    pytrace_cffi. Raises TraceFormatError for anything else."""
+    """A Trace from a saved-trace directory, a Chrome .json/.json.gz or a .pftrace
+    written by pytrace_cffi. Raises TraceFormatError for anything else."""
     from .. import load
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -238,8 +238,11 @@ def read_trace(path):
         raise TraceFormatError(f"{path!r} does not exist")
     if path.endswith((".json", ".json.gz")):
         return _read_chrome_trace(path)
-    raise TraceFormatError(f"{path!r} is neither a saved-trace directory nor a .json or "
-                           f".json.gz file")
+    if path.endswith(".pftrace"):
+        from ..pftrace_reader import read_pftrace
+        return read_pftrace(path)
+    raise TraceFormatError(f"{path!r} is neither a saved-trace directory nor a .json, "
+                           f".json.gz or .pftrace file")
 
 
 def _holds_processes(path):

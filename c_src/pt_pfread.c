@@ -1,0 +1,301 @@
+/* pt_pfread.c - reading back the calls of a .pftrace that pytrace_cffi wrote.
+ *
+ * pt_perfetto.c writes each call as a SLICE_BEGIN and a SLICE_END TrackEvent
+ * packet on its thread's sequence, timestamps as deltas of the sequence's
+ * incremental clock, the begin carrying the bytes of its key (name iid, category
+ * iid, debug annotations). This unit takes runs of such packets from a buffer of
+ * Trace bytes (Trace.packet entries, already inflated) and stops at the first
+ * packet it does not take whole - a descriptor, interned data, a clock snapshot,
+ * another sequence's packet, a begin whose key bytes it has not been told, an
+ * entry cut by the buffer's end - for Python to decode that one. Nothing here
+ * trusts the bytes: every read is bounded by its packet's end.
+ *
+ * Begins and ends become calls in three passes over a thread, each in memory
+ * that does not grow with the calls but for the middle one's 4 bytes a call:
+ * a scan counts and checks (depth, calls open at stop, a digest of every call);
+ * a durations pass keeps each call's duration; a slices pass hands out whole
+ * calls in start order (pt_slice, as the slice table has them) in batches,
+ * through a pt_line_thread, whose digest must be the scan's.
+ */
+#include "pt_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define PT_PB_PACKET 0x0a          /* Trace.packet: field 1, length-delimited */
+#define PT_PB_TIMESTAMP 0x40       /* TracePacket.timestamp: field 8, varint */
+#define PT_PB_SEQUENCE_ID 0x50     /* TracePacket.trusted_packet_sequence_id: 10 */
+#define PT_PB_TRACK_EVENT 0x5a     /* TracePacket.track_event: 11, length-delimited */
+#define PT_PB_EVENT_TYPE 0x48      /* TrackEvent.type: field 9, varint */
+#define PT_TYPE_SLICE_BEGIN 1
+#define PT_TYPE_SLICE_END 2
+#define PT_PF_LONG UINT32_MAX       /* in durations: the call is in longs */
+/* Deeper than any Python stack: what a damaged or hostile file's begins without
+ * ends can make the open-call stack cost stays bounded (32 MiB). */
+#define PT_PF_MAX_DEPTH (1u << 20)
+
+struct pt_pf_open {
+    int64_t index;          /* in the thread */
+    int64_t start;
+    int64_t parent;
+    uint32_t key;
+    uint32_t flags;
+};
+
+struct pt_pf_long {
+    uint64_t index;
+    int64_t duration;
+};
+
+pt_pf_thread *
+pt_pf_thread_new(uint32_t sequence_id, int mode, uint64_t calls)
+{
+    pt_pf_thread *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return NULL;
+    t->sequence_id = sequence_id;
+    t->mode = mode;
+    if (mode != PT_PF_SCAN) {
+        t->durations = malloc((calls ? calls : 1) * sizeof *t->durations);
+        if (t->durations == NULL) {
+            free(t);
+            return NULL;
+        }
+        t->durations_cap = calls;
+    }
+    return t;
+}
+
+void
+pt_pf_thread_free(pt_pf_thread *t)
+{
+    if (t == NULL)
+        return;
+    free(t->open);
+    free(t->durations);
+    free(t->longs);
+    free(t);
+}
+
+static int
+pt_pf_by_index(const void *a, const void *b)
+{
+    uint64_t x = ((const pt_pf_long *)a)->index, y = ((const pt_pf_long *)b)->index;
+    return (x > y) - (x < y);
+}
+
+int
+pt_pf_thread_slices(pt_pf_thread *t, pt_line_thread *out)
+{
+    if (t->mode != PT_PF_DURATIONS || t->n_open || t->n != t->durations_cap)
+        return PT_ERR_STATE;
+    qsort(t->longs, t->n_long, sizeof *t->longs, pt_pf_by_index);
+    t->mode = PT_PF_SLICES;
+    t->out = out;
+    t->n = 0;
+    t->next_long = 0;
+    t->open_at_stop = 0;
+    t->max_depth = 0;
+    t->digest = 0;
+    t->clock_ready = 0;
+    return PT_OK;
+}
+
+/* The duration the durations pass found for call index (slices pass: calls come
+ * in index order, and so do the long ones once sorted). */
+static int64_t
+pt_pf_duration(pt_pf_thread *t, uint64_t index)
+{
+    uint32_t d = t->durations[index];
+    if (d != PT_PF_LONG)
+        return d;
+    while (t->next_long < t->n_long && t->longs[t->next_long].index < index)
+        t->next_long++;
+    if (t->next_long < t->n_long && t->longs[t->next_long].index == index)
+        return t->longs[t->next_long].duration;
+    return -1;
+}
+
+int
+pt_pf_begin(pt_pf_thread *t, int64_t ts, uint32_t key, uint32_t flags)
+{
+    if (ts < t->now)
+        return PT_ERR_ARG;
+    if (t->mode != PT_PF_SCAN && t->n >= t->durations_cap)
+        return PT_ERR_STATE;            /* more calls than the scan counted */
+    if (t->n_open >= PT_PF_MAX_DEPTH)
+        return PT_ERR_ARG;
+    if (t->n_open == t->open_cap) {
+        uint64_t cap = t->open_cap ? 2 * t->open_cap : 64;
+        pt_pf_open *grown = realloc(t->open, cap * sizeof *grown);
+        if (grown == NULL)
+            return PT_ERR_NOMEM;
+        t->open = grown;
+        t->open_cap = cap;
+    }
+    int64_t parent = t->n_open ? t->open[t->n_open - 1].index : -1;
+    if (t->mode == PT_PF_SLICES) {
+        int64_t duration = pt_pf_duration(t, t->n);
+        if (duration < 0 || ts > INT64_MAX - duration)
+            return PT_ERR_STATE;
+        int status = pt_line_thread_push(t->out, ts, ts + duration, key, flags, parent);
+        if (status != PT_OK)
+            return status == PT_ERR_NOMEM ? status : PT_ERR_STATE;
+    }
+    if (t->n_open > t->max_depth)
+        t->max_depth = (uint32_t)t->n_open;
+    t->open[t->n_open++] = (pt_pf_open){(int64_t)t->n, ts, parent, key, flags};
+    if (flags & PT_SLICE_OPEN_AT_STOP)
+        t->open_at_stop++;
+    t->now = ts;
+    t->n++;
+    return PT_OK;
+}
+
+int
+pt_pf_end(pt_pf_thread *t, int64_t ts)
+{
+    if (ts < t->now || !t->n_open)
+        return PT_ERR_ARG;
+    pt_pf_open *call = &t->open[--t->n_open];
+    int64_t duration = ts - call->start;
+    if (t->mode == PT_PF_DURATIONS) {
+        if (duration < PT_PF_LONG) {
+            t->durations[call->index] = (uint32_t)duration;
+        } else {
+            if (t->n_long == t->long_cap) {
+                uint64_t cap = t->long_cap ? 2 * t->long_cap : 16;
+                pt_pf_long *grown = realloc(t->longs, cap * sizeof *grown);
+                if (grown == NULL)
+                    return PT_ERR_NOMEM;
+                t->longs = grown;
+                t->long_cap = cap;
+            }
+            t->durations[call->index] = PT_PF_LONG;
+            t->longs[t->n_long++] = (pt_pf_long){(uint64_t)call->index, duration};
+        }
+    }
+    if (t->mode != PT_PF_SLICES)
+        t->digest += pt_call_digest(call->start, ts, call->key, call->flags, call->parent,
+                                    (uint64_t)call->index);
+    t->now = ts;
+    return PT_OK;
+}
+
+#if defined(__GNUC__)
+#define pt_pf_mul_overflow(a, b, out) __builtin_mul_overflow((a), (b), (out))
+#define pt_pf_add_overflow(a, b, out) __builtin_add_overflow((a), (b), (out))
+#else
+static int
+pt_pf_mul_overflow(uint64_t a, uint64_t b, uint64_t *out)
+{
+    if (b && a > UINT64_MAX / b)
+        return 1;
+    *out = a * b;
+    return 0;
+}
+
+static int
+pt_pf_add_overflow(int64_t a, int64_t b, int64_t *out)
+{
+    if (b > 0 && a > INT64_MAX - b)
+        return 1;
+    *out = a + b;
+    return 0;
+}
+#endif
+
+/* A varint at *p before end (at most ten bytes); 0 if cut or too long. */
+static int
+pt_pf_varint(const unsigned char **p, const unsigned char *end, uint64_t *value)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+        unsigned char byte = *(*p)++;
+        if (shift == 63 && byte > 1)
+            return 0;
+        v |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) {
+            *value = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int
+pt_pf_read(pt_pf_thread *t, const pt_line_keys *keys, const char *buffer, uint64_t len,
+           uint64_t *pos)
+{
+    const unsigned char *base = (const unsigned char *)buffer;
+    const unsigned char *end = base + len;
+    const unsigned char *p = base + *pos;
+    int status = PT_OK;
+    while (p < end) {
+        const unsigned char *entry = p;
+        uint64_t size, value, delta = 0, sequence = 0, te_len = 0;
+        const unsigned char *te = NULL;
+        int timed = 0, sequenced = 0;
+        if (*p++ != PT_PB_PACKET || !pt_pf_varint(&p, end, &size) ||
+            size > (uint64_t)(end - p)) {
+            p = entry;
+            status = PT_PF_PYTHON;
+            break;
+        }
+        const unsigned char *packet_end = p + size;
+        while (p < packet_end) {
+            unsigned char tag = *p++;
+            if (tag == PT_PB_TIMESTAMP && !timed && pt_pf_varint(&p, packet_end, &delta)) {
+                timed = 1;
+            } else if (tag == PT_PB_SEQUENCE_ID && !sequenced &&
+                       pt_pf_varint(&p, packet_end, &sequence)) {
+                sequenced = 1;
+            } else if (tag == PT_PB_TRACK_EVENT && te == NULL &&
+                       pt_pf_varint(&p, packet_end, &value) &&
+                       value <= (uint64_t)(packet_end - p)) {
+                te = p;
+                te_len = value;
+                p += value;
+            } else {
+                break;                  /* anything else: Python's */
+            }
+        }
+        uint32_t key = 0, flags = 0;
+        int kind = 0;
+        if (p == packet_end && timed && sequenced && te != NULL && t->clock_ready &&
+            sequence == t->sequence_id && te_len >= 2 && te[0] == PT_PB_EVENT_TYPE) {
+            if (te[1] == PT_TYPE_SLICE_END && te_len == 2)
+                kind = PT_TYPE_SLICE_END;
+            else if (te[1] == PT_TYPE_SLICE_BEGIN && te_len - 2 <= UINT32_MAX &&
+                     pt_line_keys_lookup(keys, (const char *)te + 2, (uint32_t)(te_len - 2),
+                                         &key, &flags))
+                kind = PT_TYPE_SLICE_BEGIN;
+        }
+        /* the clock moves by delta units; a time past INT64_MAX is Python's to report */
+        uint64_t step = delta;
+        int64_t ts;
+        if (!kind || (t->unit_ns != 1 && pt_pf_mul_overflow(delta, t->unit_ns, &step)) ||
+            step > (uint64_t)INT64_MAX || pt_pf_add_overflow(t->now, (int64_t)step, &ts)) {
+            p = entry;
+            status = PT_PF_PYTHON;
+            break;
+        }
+        if (kind == PT_TYPE_SLICE_BEGIN) {
+            if (t->mode == PT_PF_SLICES && t->out->count == t->out->cap) {
+                p = entry;
+                status = PT_PF_FULL;
+                break;
+            }
+            status = pt_pf_begin(t, ts, key, flags);
+        } else {
+            status = pt_pf_end(t, ts);
+        }
+        if (status != PT_OK) {
+            p = entry;
+            break;
+        }
+        p = packet_end;
+    }
+    *pos = (uint64_t)(p - base);
+    return status;
+}
