@@ -7,17 +7,15 @@ import sys
 import tempfile
 import types
 
-from . import _check_options, _set_step_hook
+from . import _check_options, _set_step_hook, formats
 from ._windows import OptimizerSteps, ScheduledWindows, Windows, parse_schedule, signal_number
 from .errors import TraceFormatError
 from .trace import hide_launcher_frames
 
 EXIT_INTERRUPTED = 130
-OUTPUT_HELP = ("OUT's name picks the format: .json or .json.gz for Chrome trace JSON "
-               "(Perfetto, chrome://tracing), .pftrace for Perfetto's native protobuf "
-               "(compact: use it for big traces), .html for a self-contained page with a "
-               "timeline and the summary, anything else (or a name ending in a path "
-               "separator) for a saved-trace directory")
+OUTPUT_HELP = ("OUT's name picks the format (its suffix, in any case): "
+               + formats.choices() + ". Any other suffix is refused, and so is a "
+               "directory holding files that are not a saved trace")
 
 
 def _parser():
@@ -41,8 +39,8 @@ def _parser():
                "trace goes to the system's temporary directory (or the current one) "
                "and its path is printed.")
     run.add_argument("-o", "--output", default="trace.json", metavar="OUT",
-                     help="where to write the trace: .json, .json.gz, .pftrace, .html or a "
-                          "directory (default: trace.json)")
+                     help=f"where to write the trace: {formats.suffixes_text()} "
+                          "(default: trace.json)")
     run.add_argument("--no-c-calls", action="store_true",
                      help="record Python functions only, not built-in calls")
     run.add_argument("--include", action="append", metavar="GLOB",
@@ -127,7 +125,7 @@ def _parser():
     export.add_argument("source", metavar="DIR_OR_JSON",
                         help="a saved-trace directory, or a .json / .json.gz")
     export.add_argument("-o", "--output", required=True, metavar="OUT",
-                        help="where to write: .json, .json.gz, .pftrace, .html or a directory")
+                        help=f"where to write: {formats.suffixes_text()}")
 
     merge = commands.add_parser(
         "merge", help="join traces onto one timeline: processes, or ours with torch.profiler's",
@@ -144,8 +142,8 @@ def _parser():
                        help="trace or process directories; or OURS (a .json / .json.gz or "
                             "saved-trace directory) and TORCH_JSON")
     merge.add_argument("-o", "--output", required=True, metavar="OUT",
-                       help="where to write the merged trace: .json, .json.gz, .pftrace, "
-                            ".html or a directory (with torch.profiler's: .json or .json.gz)")
+                       help=f"where to write the merged trace: {formats.suffixes_text()} "
+                            "(with torch.profiler's: .json or .json.gz)")
     return parser
 
 
@@ -163,17 +161,6 @@ def _count(text):
     return value
 
 
-def _output_format(path):
-    """"json", "html", "perfetto" or "directory", from OUT's name."""
-    if path.endswith((".json", ".json.gz")):
-        return "json"
-    if path.endswith(".html"):
-        return "html"
-    if path.endswith(".pftrace"):
-        return "perfetto"
-    return "directory"
-
-
 def _cannot_write(path, reason):
     """The one-line refusal of an output that cannot be written (exit code 2)."""
     print(f"pytrace_cffi: cannot write trace to {path!r}: {reason}", file=sys.stderr)
@@ -184,13 +171,19 @@ def _check_output(path):
     """Exits (code 2) unless OUT can be written: a file's directory exists and takes
     a new file; a directory output exists and takes a new file, or can be made.
     Checked by making (and removing) what the write will make, so a read-only file
-    system or a missing permission is found before the program runs."""
-    output_format = _output_format(path)
+    system or a missing permission is found before the program runs. A name of
+    no format, and a directory of other files, are refused (see formats)."""
+    try:
+        is_directory = formats.format_of(path) is formats.DIRECTORY
+    except formats.UnknownFormat as exc:
+        raise _cannot_write(path, str(exc)) from None
     absolute = os.path.abspath(path)
-    if output_format == "directory" and os.path.exists(path) and not os.path.isdir(path):
+    if is_directory and os.path.exists(path) and not os.path.isdir(path):
         raise _cannot_write(path, "it is a file; a saved trace is a directory (name the "
                                   "output .json, .json.gz, .pftrace or .html for a file)")
-    if output_format != "directory":
+    if is_directory and formats.foreign_directory(path):
+        raise _cannot_write(path, formats.foreign_directory(path))
+    if not is_directory:
         if os.path.isdir(absolute):
             raise _cannot_write(path, "it is a directory")
         where = os.path.dirname(absolute)
@@ -202,7 +195,7 @@ def _check_output(path):
         state = "is not a directory" if os.path.exists(where) else "does not exist"
         raise _cannot_write(path, f"directory {where!r} {state}")
     try:
-        if output_format == "directory" and where != absolute:
+        if is_directory and where != absolute:
             os.rmdir(tempfile.mkdtemp(prefix=".pytrace_cffi-", dir=where))
         else:
             fd, probe = tempfile.mkstemp(prefix=".pytrace_cffi-", dir=where)
@@ -224,27 +217,14 @@ def _check_processes_dir(path):
     _check_output(path.rstrip(os.sep) + os.sep)
 
 
-def _write_trace(trace, path):
-    """Writes trace to path in the format its name picks (see _output_format)."""
-    output_format = _output_format(path)
-    if output_format == "json":
-        trace.export_chrome_trace(path)
-    elif output_format == "perfetto":
-        trace.export_perfetto(path)
-    elif output_format == "html":
-        from .render.html import write_html
-        write_html(trace, path)
-    else:
-        trace.save(path)
-
-
 def _write_or_fall_back(trace, path):
     """Writes trace to path; if that fails (a full disk, a directory removed while
     the program ran), to a file or directory of the same format in the system's
     temporary directory, else in the current one, and says so in one line.
     Returns the path written, or None when every place failed."""
+    fmt = formats.format_of(path)       # the fallback keeps it, whatever its name
     try:
-        _write_trace(trace, path)
+        formats.write(trace, path, fmt)
         return path
     except OSError as exc:
         failure = exc
@@ -254,7 +234,7 @@ def _write_or_fall_back(trace, path):
         if os.path.exists(fallback):
             continue
         try:
-            _write_trace(trace, fallback)
+            formats.write(trace, fallback, fmt)
         except OSError:
             continue
         print(f"pytrace_cffi: cannot write trace to {path!r}: {failure.strerror or failure}; "
@@ -533,7 +513,7 @@ def export(source, path):
     in the format PATH's name picks. Returns the trace."""
     from .render.summary import read_trace
     trace = read_trace(source)
-    _write_trace(trace, path)
+    formats.write(trace, path)
     return trace
 
 
@@ -548,11 +528,11 @@ def _cmd_export(args):
 def _is_torch_trace(path):
     """Whether path is a Chrome JSON file that pytrace_cffi did not write (its
     header, written first, names us as the generator)."""
-    if os.path.isdir(path) or not path.endswith((".json", ".json.gz")):
+    if os.path.isdir(path) or not formats.is_chrome_json(path):
         return False
     import gzip
     try:
-        opener = gzip.open if path.endswith(".gz") else open
+        opener = gzip.open if formats.gzipped(path) else open
         with opener(path, "rb") as f:
             head = f.read(4096)
     except OSError:
@@ -563,13 +543,14 @@ def _is_torch_trace(path):
 def _cmd_merge(args):
     torch_traces = [path for path in args.inputs if _is_torch_trace(path)]
     if torch_traces:
-        if not args.output.endswith((".json", ".json.gz")):
+        if not formats.is_chrome_json(args.output):
             raise SystemExit(f"pytrace_cffi: a trace merged with torch.profiler's is Chrome "
                              f"JSON: name it .json or .json.gz, not {args.output!r}")
         ours = [path for path in args.inputs if path not in torch_traces]
         if len(torch_traces) != 1 or len(ours) != 1:
             raise SystemExit("pytrace_cffi: merging with torch.profiler takes one of our traces "
                              f"and one torch trace, not {len(ours)} and {len(torch_traces)}")
+        _check_output(args.output)
         from .merge import merge_torch
         merge_torch(ours[0], torch_traces[0], args.output)
         print(f"pytrace_cffi: {ours[0]} on the timeline of {torch_traces[0]} -> {args.output}",

@@ -9,16 +9,8 @@ import tempfile
 import threading
 
 from . import _has_session, start, stop
+from .formats import numbered
 from .schedule import Action, ScheduledTracing, schedule
-
-
-def numbered(path, number):
-    """out.json -> out.1.json, out.json.gz -> out.1.json.gz (.html and .pftrace
-    alike), dir -> dir.1"""
-    for suffix in (".json.gz", ".json", ".html", ".pftrace"):
-        if path.endswith(suffix):
-            return f"{path[:-len(suffix)]}.{number}{suffix}"
-    return f"{path.rstrip(os.sep)}.{number}"
 
 
 def signal_number(name):

@@ -45,7 +45,7 @@ import sys
 import threading
 from collections import namedtuple
 
-from . import _clock
+from . import _clock, formats
 from ._core import ffi, lib
 from ._names import name_for_source, path_prefixes
 from ._tracer import USE_MONITORING, Session, check
@@ -1162,15 +1162,7 @@ def join(inputs, output):
 
 def write_any(trace, path):
     """Writes trace to path in the format its name picks (as `export` does)."""
-    if path.endswith((".json", ".json.gz")):
-        trace.export_chrome_trace(path)
-    elif path.endswith(".pftrace"):
-        trace.export_perfetto(path)
-    elif path.endswith(".html"):
-        from .render.html import write_html
-        write_html(trace, path)
-    else:
-        trace.save(path)
+    formats.write(trace, path)
 
 
 def joined_trace(inputs):
@@ -1395,7 +1387,8 @@ def make_run_windows(output, options, write, export, keep_in=None):
                     return
                 number = self._count + 1
                 path = numbered(self._output, number) if self._numbered else self._output
-                keep = (numbered(keep_in, number) if self._numbered and keep_in is not None
+                keep = (numbered(keep_in, number, formats.DIRECTORY)
+                        if self._numbered and keep_in is not None
                         else keep_in)
                 self._job = job_dir_for(path, keep)
                 _run_finish = (os.getpid(), self._job, path, keep_in is not None, write,
@@ -1448,7 +1441,7 @@ def finish_run(job_dir, path, write, export, keep=False):
                   f"{written}", file=sys.stderr)
     else:
         try:
-            if path.endswith((".json", ".json.gz")):
+            if formats.is_chrome_json(path):
                 join(job_dir, path)
             else:
                 export(job_dir, path)

@@ -13,6 +13,7 @@ import json
 import os
 
 from .._core import ffi, lib
+from ..formats import gzipped
 from .._files import replaced_atomically
 from .._progress import Progress
 
@@ -157,15 +158,18 @@ def _warn_if_too_deep(trace, output="export", stacklevel=3):
                       f"to keep the {output} within them", TraceWarning, stacklevel=stacklevel)
 
 
-def write_chrome_trace(trace, path):
-    """Writes trace to path (.json, or gzip-compressed for .json.gz).
+def write_chrome_trace(trace, path, compress=None):
+    """Writes trace to path (.json, or gzip-compressed for .json.gz; compress
+    True or False decides instead of the name).
 
     Writes to a temporary file beside path and renames it, so a failed export
     leaves neither a truncated file nor a damaged trace: retry at will."""
     path = os.fspath(path)
     _warn_if_too_deep(trace)
+    if compress is None:
+        compress = gzipped(path)
     # gzip level 6: most of level 9's size at several times its speed
-    opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6)) if path.endswith(".gz")
+    opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6)) if compress
               else (lambda tmp: open(tmp, "wb")))
     with replaced_atomically(path, opener) as out, \
             Progress(f"writing {path}", len(trace)) as progress:

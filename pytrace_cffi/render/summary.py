@@ -27,6 +27,7 @@ import weakref
 import zlib
 from collections import namedtuple
 
+from .. import formats
 from .._core import ffi, lib
 from .._progress import Progress
 from ..errors import TraceFormatError, TraceWarning
@@ -235,7 +236,7 @@ def read_trace(path):
         return load(path)
     if not os.path.exists(path):
         raise TraceFormatError(f"{path!r} does not exist")
-    if path.endswith((".json", ".json.gz")):
+    if formats.is_chrome_json(path):
         return _read_chrome_trace(path)
     raise TraceFormatError(f"{path!r} is neither a saved-trace directory nor a .json or "
                            f".json.gz file")
@@ -499,7 +500,7 @@ def _read_chrome_lines(path):
     try:
         raw_file = open(path, "rb")
         identity = _identity(os.fstat(raw_file.fileno()))
-        stream = gzip.GzipFile(fileobj=raw_file, mode="rb") if path.endswith(".gz") \
+        stream = gzip.GzipFile(fileobj=raw_file, mode="rb") if formats.gzipped(path) \
             else raw_file
         with Progress(f"reading {path}", os.path.getsize(path)) as progress:
             reader = _LineReader(path)
@@ -537,7 +538,7 @@ class _FileSource:
             raw = _PositionedFile(self.raw_file.fileno())
         else:
             raw = open(self.path, "rb")       # no pread (Windows): the path again
-        return gzip.GzipFile(fileobj=raw, mode="rb") if self.path.endswith(".gz") else raw
+        return gzip.GzipFile(fileobj=raw, mode="rb") if formats.gzipped(self.path) else raw
 
     def close(self):
         self.raw_file.close()
@@ -935,7 +936,7 @@ def _thread_slices(path, thread_calls, first_id, start_ns, keys):
 
 
 def _load_json(path):
-    opener = gzip.open if path.endswith(".gz") else open
+    opener = gzip.open if formats.gzipped(path) else open
     try:
         with opener(path, "rb") as f:
             return json.loads(f.read())
