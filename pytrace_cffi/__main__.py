@@ -8,11 +8,14 @@ import tempfile
 import types
 
 from . import _check_options, _set_step_hook, formats
+from ._progress import counted
 from ._windows import OptimizerSteps, ScheduledWindows, Windows, parse_schedule, signal_number
 from .errors import TraceFormatError
 from .trace import hide_launcher_frames
 
 EXIT_INTERRUPTED = 130
+EXIT_CANNOT_OPEN = 2            # python's own, for a script it cannot open
+EXIT_BROKEN_PIPE = 1            # python's own, when stdout's reader went away
 OUTPUT_HELP = ("OUT's name picks the format (its suffix, in any case): "
                + formats.choices() + ". Any other suffix is refused, and so is a "
                "directory holding files that are not a saved trace")
@@ -361,14 +364,16 @@ def _main_module(module, program_argv):
         main.__dict__.update(__file__=spec.origin, __cached__=spec.cached,
                              __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
         return code, main, packages
-    script = program_argv[0]
-    if not os.path.isfile(script):
-        raise SystemExit(f"pytrace_cffi: cannot find script {script!r}")
-    path = os.path.abspath(script)
+    path = os.path.abspath(program_argv[0])
     import io
     from importlib.machinery import SourceFileLoader
-    with io.open_code(path) as f:
-        source = f.read()
+    try:
+        with io.open_code(path) as f:
+            source = f.read()
+    except OSError as exc:          # as python says it, with its exit code
+        print(f"pytrace_cffi: can't open file {path!r}: [Errno {exc.errno}] {exc.strerror}",
+              file=sys.stderr)
+        raise SystemExit(EXIT_CANNOT_OPEN) from None
     code = compile(source, path, "exec", dont_inherit=True)
     sys.argv = program_argv
     sys.path[0] = os.path.dirname(os.path.realpath(path))
@@ -494,11 +499,14 @@ def _cmd_summary(args):
     per_process = args.per_process and not args.per_thread
     rows = summarize(trace, sort=args.sort, limit=args.limit or None,
                      per_thread=args.per_thread, per_process=per_process)
-    title = (f"{args.trace}: {len(trace)} calls on {len(trace.threads)} threads, "
+    title = (f"{args.trace}: {counted(len(trace), 'call')} on "
+             f"{counted(len(trace.threads), 'thread')}, "
              f"{(trace.stop_ns - trace.start_ns) / 1e6:.3f} ms")
     if trace.processes:
-        title = (f"{args.trace}: {len(trace)} calls in {len(trace.processes)} processes, "
-                 f"{len(trace.threads)} threads, {(trace.stop_ns - trace.start_ns) / 1e6:.3f}"
+        title = (f"{args.trace}: {counted(len(trace), 'call')} in "
+                 f"{counted(len(trace.processes), 'process')}, "
+                 f"{counted(len(trace.threads), 'thread')}, "
+                 f"{(trace.stop_ns - trace.start_ns) / 1e6:.3f}"
                  f" ms\n{format_process_totals(trace)}\n"
                  + ("per process:" if per_process else
                     "per thread:" if args.per_thread else "all processes:"))
@@ -520,8 +528,8 @@ def export(source, path):
 def _cmd_export(args):
     _check_output(args.output)
     trace = export(args.source, args.output)
-    print(f"pytrace_cffi: {len(trace)} calls on {len(trace.threads)} threads -> {args.output}",
-          file=sys.stderr)
+    print(f"pytrace_cffi: {counted(len(trace), 'call')} on "
+          f"{counted(len(trace.threads), 'thread')} -> {args.output}", file=sys.stderr)
     return 0
 
 
@@ -566,7 +574,8 @@ def _cmd_merge(args):
         if os.path.isdir(path) and not os.path.exists(os.path.join(path, "meta.json")):
             for line in processes.unfollowed_lines(processes.unfollowed(path)):
                 print(f"pytrace_cffi: {line}", file=sys.stderr)
-    print(f"pytrace_cffi: {len(results)} processes -> {args.output}", file=sys.stderr)
+    print(f"pytrace_cffi: {counted(len(results), 'process')} -> {args.output}",
+          file=sys.stderr)
     return 0
 
 
@@ -586,9 +595,23 @@ def main(argv=None):
             raise SystemExit(f"pytrace_cffi: {exc}") from None
     args = parser.parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()          # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return _stdout_gone()
     except (TraceFormatError, OSError) as exc:
         raise SystemExit(f"pytrace_cffi: {exc}") from None
+
+
+def _stdout_gone():
+    """`summary ... | head`: the reader left. Silent, as Python's own tools are
+    (docs: "Note on SIGPIPE"): what is still buffered goes to /dev/null so the
+    flush at exit does not complain, and the exit code is 1."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -48,3 +48,11 @@ def _is_terminal(stream):
         return bool(isatty and isatty())
     except ValueError:           # a closed stream
         return False
+
+
+def counted(n, noun):
+    """"1 thread", "2 threads", "0 calls": a count as the lines we print say it
+    (noun a regular English noun: calls, threads, processes, events)."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{n} {noun}s"

@@ -9,6 +9,7 @@ import tempfile
 import threading
 
 from . import _has_session, start, stop
+from ._progress import counted
 from .formats import numbered
 from .schedule import Action, ScheduledTracing, schedule
 
@@ -186,7 +187,8 @@ class Windows:
                 return
             if spill_dir is not None:
                 shutil.rmtree(spill_dir, ignore_errors=True)
-            print(f"pytrace_cffi: {len(result)} calls on {len(result.threads)} threads "
+            print(f"pytrace_cffi: {counted(len(result), 'call')} on "
+                  f"{counted(len(result.threads), 'thread')} "
                   f"-> {written}", file=sys.stderr)
 
     def toggle(self):

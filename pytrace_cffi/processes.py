@@ -47,7 +47,8 @@ from collections import namedtuple
 
 from . import _clock, formats
 from ._core import ffi, lib
-from ._names import name_for_source, path_prefixes
+from ._names import name_for_source, path_prefixes, program_name
+from ._progress import counted
 from ._tracer import USE_MONITORING, Session, check
 from .errors import TraceFormatError
 from .trace import hide_alone
@@ -139,10 +140,7 @@ def process_facts(forked=False):
         if name:                                     # multiprocessing "fork", early
             facts["label"] = name
             return facts
-    program = sys.argv[0] if sys.argv and sys.argv[0] else "python"
-    if program in ("-c", "-"):
-        program = "python " + program
-    facts["label"] = os.path.basename(program) + (" (fork)" if forked else "")
+    facts["label"] = program_name() + (" (fork)" if forked else "")
     return facts
 
 
@@ -1437,8 +1435,8 @@ def finish_run(job_dir, path, write, export, keep=False):
         trace = load(root[0].directory)
         written = write(trace, path)
         if written:
-            print(f"pytrace_cffi: {len(trace)} calls on {len(trace.threads)} threads -> "
-                  f"{written}", file=sys.stderr)
+            print(f"pytrace_cffi: {counted(len(trace), 'call')} on "
+                  f"{counted(len(trace.threads), 'thread')} -> {written}", file=sys.stderr)
     else:
         try:
             if formats.is_chrome_json(path):
@@ -1446,15 +1444,16 @@ def finish_run(job_dir, path, write, export, keep=False):
             else:
                 export(job_dir, path)
             written = path
-            print(f"pytrace_cffi: {len(results)} processes, {sum(r.calls for r in results)} "
-                  f"calls -> {path}", file=sys.stderr)
+            print(f"pytrace_cffi: {counted(len(results), 'process')}, "
+                  f"{counted(sum(r.calls for r in results), 'call')} -> {path}",
+                  file=sys.stderr)
         except (OSError, ValueError, TraceFormatError) as exc:
             print(f"pytrace_cffi: cannot write the job's trace to {path!r}: {exc}",
                   file=sys.stderr)
     unsettled = any(r.state in ("running", "lost") for r in results)
     show_dirs = keep or not written or unsettled
     for r in results if len(results) > 1 else ():
-        print(f"pytrace_cffi:   pid {r.pid} ({r.label}): {r.state}, {r.calls} calls"
+        print(f"pytrace_cffi:   pid {r.pid} ({r.label}): {r.state}, {counted(r.calls, 'call')}"
               + (f" - {r.note}" if r.note else "")
               + (f" [{r.directory}]" if show_dirs else ""), file=sys.stderr)
     for line in unfollowed_lines(skipped):

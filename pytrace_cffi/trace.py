@@ -6,7 +6,8 @@ from collections import defaultdict, namedtuple
 
 from . import _clock
 from ._core import ffi, lib
-from ._names import name_for_source, path_prefixes
+from ._names import name_for_source, path_prefixes, program_name
+from ._progress import counted
 from ._torch import (MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT,
                      is_fast_region_code)
 from .annotations import WRAPPER_CODE
@@ -109,6 +110,11 @@ class Trace:
     # is the process's lane; "os_pid" is its OS pid when that differs (an earlier
     # process of the join had it: see processes._lane_ids).
     processes = None
+    # What the traced process ran, as its user names it (a script's file name,
+    # a `python -m` module, torchrun: _names.program_name; a followed process's
+    # label), or None when not known (files written before it was kept). A
+    # .pftrace names a single process's track after it.
+    label = None
 
     def __init__(self, *, names, key_kinds, key_args, threads, slices, start_ns, stop_ns,
                  pid, python_version, backend, clock, params, marks=(), dropped_events=None,
@@ -165,6 +171,7 @@ class Trace:
                     realtime_anchor=facts["realtime_anchor"], streams=streams,
                     build_slices=build_slices)
         trace._ptr = ptr                      # keeps the raw events alive with the trace
+        trace.label = facts["label"]
         return trace
 
     @property
@@ -278,8 +285,10 @@ class Trace:
         return directory
 
     def __repr__(self):
-        processes = f" in {len(self.processes)} processes" if self.processes else ""
-        return (f"<pytrace_cffi.Trace {len(self)} calls, {len(self.threads)} threads"
+        processes = (f" in {counted(len(self.processes), 'process')}" if self.processes
+                     else "")
+        return (f"<pytrace_cffi.Trace {counted(len(self), 'call')}, "
+                f"{counted(len(self.threads), 'thread')}"
                 f"{processes}, {(self.stop_ns - self.start_ns) / 1e6:.3f} ms>")
 
 
@@ -423,6 +432,7 @@ def session_facts(session):
                   for kind, ticks, index, name, payload in session.marks],
         "pid": os.getpid(),
         "python": sys.version.split()[0],
+        "label": program_name(),
         "backend": "sys.monitoring" if USE_MONITORING else "PyEval_SetProfile",
         "clock_name": "tsc" if _clock.USE_TSC else "monotonic",
         "min_duration_ns": session.min_duration_ns,

@@ -83,7 +83,8 @@ def test_run_module_with_gzip_output(tmp_path):
 
 def test_bad_invocations_fail_clearly(tmp_path):
     proc = run_cli(tmp_path, "run", "-o", "x.json", "missing.py")
-    assert proc.returncode == 1 and "cannot find script 'missing.py'" in proc.stderr
+    assert proc.returncode == 2 and "can't open file" in proc.stderr   # as python says it
+    assert "missing.py': [Errno 2] No such file or directory" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "x.json").exists()
     # A bad OUT (a file where a saved-trace directory goes) is refused on its own,
     # with an existing script, before the script runs: the script would leave a mark.

@@ -248,7 +248,9 @@ def assert_same_as_json(trace, tmp_path, compress):
     assert ours["counters"] == expected
     assert len(ours["facts"]) == 1
     assert ours["facts"][0]["args"] == theirs["other"]
-    assert list(decoded["processes"].values()) == [(trace.pid, "python")]
+    # one process: its track is named after the program (test_cli_output checks
+    # that name by hand), "python" for a trace that does not know it
+    assert list(decoded["processes"].values()) == [(trace.pid, trace.label or "python")]
     assert sorted((tid, name) for _, tid, name in decoded["threads"].values()) == \
         sorted(theirs["names"].items())
     return decoded
@@ -428,6 +430,39 @@ def test_cli_run_and_export_write_pftrace(tmp_path):
     assert_same_as_json(pytrace_cffi.load(str(saved)), tmp_path / "compare", True)
     assert len([s for s in decode(again)["slices"]
                 if s["name"].endswith("prog.py(1): f")]) == 465
+
+
+def test_a_single_process_track_is_named_after_the_program(tmp_path):
+    """run -o x.pftrace prog.py: the one process's track reads "prog.py", not
+    "python"; kept through a .json and a saved directory exported again, and
+    for `-m module` and the API too."""
+    (tmp_path / "prog.py").write_text("def f():\n    return 1\nf()\n")
+    (tmp_path / "api.py").write_text(
+        "import pytrace_cffi\nwith pytrace_cffi.trace() as t:\n    sum([1])\n"
+        "t.export_perfetto('api.pftrace')\n")
+    (tmp_path / "tool").mkdir()
+    (tmp_path / "tool" / "__init__.py").write_text("")
+    (tmp_path / "tool" / "__main__.py").write_text("def g():\n    return 2\ng()\n")
+
+    def cli(*args):
+        proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+
+    def process_names(name):
+        return [label for _, label in decode(tmp_path / name)["processes"].values()]
+    cli("run", "-o", "direct.pftrace", "prog.py")
+    cli("run", "--no-follow", "-o", "alone.pftrace", "prog.py")
+    cli("run", "--no-follow", "-o", "t.json", "prog.py")
+    cli("export", "t.json", "-o", "from_json.pftrace")
+    cli("export", "t.json", "-o", "saved")
+    cli("export", "saved", "-o", "from_saved.pftrace")
+    cli("run", "-o", "module.pftrace", "-m", "tool")
+    subprocess.run([sys.executable, "api.py"], cwd=tmp_path, check=True, timeout=120)
+    for name in ("direct", "alone", "from_json", "from_saved"):
+        assert process_names(f"{name}.pftrace") == ["prog.py"], name
+    assert process_names("module.pftrace") == ["tool"]
+    assert process_names("api.pftrace") == ["api.py"]
 
 
 def test_signal_windows_number_pftrace_files_before_the_suffix():

@@ -74,6 +74,8 @@ def _chunks(trace, progress):
     if trace.processes:
         head["otherData"]["processes"] = [dict(facts, pid=process_pid)
                                           for process_pid, facts in trace.processes.items()]
+    if trace.label is not None:
+        head["otherData"]["label"] = trace.label
     yield ('{' + json.dumps(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8")
     first = True
     # A trace of several processes: a lane per process, named and ranked (as

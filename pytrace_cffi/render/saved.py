@@ -110,6 +110,7 @@ def finish_spill(session):
                           min_duration_ns=facts["min_duration_ns"])
     meta["tags"] = facts["tags"]
     meta["annotation_args"] = facts["annotation_args"]
+    meta["label"] = facts["label"]
     meta.update(getattr(session, "process_meta", None) or {})   # processes.py: who is who
     _write_names(directory, names, facts["params"])
     _write_json(os.path.join(directory, "meta.json"), meta)
@@ -174,6 +175,8 @@ def save(trace, directory):
                        for t, n in counts]
     if several:
         meta["processes"] = [dict(facts, pid=pid) for pid, facts in trace.processes.items()]
+    if trace.label is not None:
+        meta["label"] = trace.label
     _write_names(directory, trace.names, trace.params)
     total = sum(n for _, n in counts)
     with replaced_atomically(os.path.join(directory, "slices.bin"),
@@ -555,6 +558,7 @@ def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks, pro
                   dropped_events=_int(meta.get("dropped_events"), "dropped_events"),
                   realtime_anchor=_anchor(meta.get("realtime_anchor")))
     trace.processes = processes
+    trace.label = meta["label"] if isinstance(meta.get("label"), str) else None
     return trace
 
 

@@ -29,7 +29,7 @@ from collections import namedtuple
 
 from .. import formats
 from .._core import ffi, lib
-from .._progress import Progress
+from .._progress import Progress, counted
 from ..errors import TraceFormatError, TraceWarning
 
 SummaryRow = namedtuple("SummaryRow", "name calls total_ns self_ns thread")
@@ -182,8 +182,8 @@ def format_process_totals(trace):
         span = ("" if total.start_ns is None else
                 f", {_ms(total.start_ns - trace.start_ns)}-{_ms(total.end_ns - trace.start_ns)}"
                 " ms")
-        lines.append(f"  {trace.process_id_text(total.pid)} ({total.label}): {total.calls} "
-                     f"calls on {total.threads} thread{'s' if total.threads != 1 else ''}"
+        lines.append(f"  {trace.process_id_text(total.pid)} ({total.label}): "
+                     f"{counted(total.calls, 'call')} on {counted(total.threads, 'thread')}"
                      f"{span}")
     return "\n".join(lines)
 
@@ -337,6 +337,7 @@ def _chrome_trace(path, other, keys, threads, slices, marks, pid, lanes, streams
                  realtime_anchor=_other_anchor(path, other), streams=streams,
                  build_slices=build_slices)
     trace.processes = processes
+    trace.label = other["label"] if isinstance(other.get("label"), str) else None
     return trace
 
 
