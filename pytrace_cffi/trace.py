@@ -304,11 +304,20 @@ def _replay_held(ptr, facts, plan, min_duration_ns):
         check(lib.pt_thread_replay(ptr, thread.index, hidden, len(hidden), clock["tick0"],
                                    clock["ns0"], clock["ns_per_tick"], thread_slices,
                                    info.n_calls, n_out), ptr, "replay")
-        thread_slices, n = plan.regions.insert(thread_slices, n_out[0])
-        slices.append((thread_slices, drop_short(thread_slices, n, min_duration_ns)))
-    name_tagged_calls(facts["tags"], facts["annotation_args"], slices, plan.names,
-                      plan.key_kinds, plan.key_args, plan)
+        slices.append(plan.regions.insert(thread_slices, n_out[0]))
+    slices = named_then_short_dropped(facts["tags"], facts["annotation_args"], slices, plan,
+                                      min_duration_ns)
     return drop_carriers(slices, facts["hidden"])
+
+
+def named_then_short_dropped(tags, annotation_args, slices, plan, min_duration_ns):
+    """[(slices, n)] with tagged calls named (name_tagged_calls), then the calls
+    shorter than min_duration_ns dropped: in that order, so that a call named
+    after a callee (an optimizer step's wrapper) keeps the name when the callee
+    is too short to keep, as the streaming walk names it."""
+    name_tagged_calls(tags, annotation_args, slices, plan.names, plan.key_kinds,
+                      plan.key_args, plan)
+    return [(table, drop_short(table, n, min_duration_ns)) for table, n in slices]
 
 
 class TorchRegions:

@@ -692,7 +692,7 @@ class _FileEvents:
 def _spilled_slices(sources, clock, stop_ticks, min_duration_ns, plan):
     """The slice table of a spilled trace: each thread's events replayed in C,
     then the slice pipeline with plan's keys."""
-    from ..trace import drop_carriers, drop_short, name_tagged_calls
+    from ..trace import drop_carriers, named_then_short_dropped
     slices = []
     n_out = ffi.new("uint64_t *")
     hidden = plan.hidden
@@ -711,8 +711,7 @@ def _spilled_slices(sources, clock, stop_ticks, min_duration_ns, plan):
         bad = lib.pt_validate_slices(out, n_out[0], len(plan.names))
         _expect(bad < 0, f"{source.path}: thread {source.index} ({source.thread.name!r}): call "
                          f"{bad} ends before it starts or outside its parent (damaged deltas)")
-        out, n = plan.regions.insert(out, n_out[0])
-        slices.append((out, drop_short(out, n, min_duration_ns)))
-    name_tagged_calls(plan.tags, plan.annotation_args, slices, plan.names, plan.key_kinds,
-                      plan.key_args, plan)
+        slices.append(plan.regions.insert(out, n_out[0]))
+    slices = named_then_short_dropped(plan.tags, plan.annotation_args, slices, plan,
+                                      min_duration_ns)
     return drop_carriers(slices, hidden)
