@@ -75,6 +75,7 @@ def decode(path):
     out = {"processes": {}, "threads": {}, "counters": {}, "slices": [], "instants": [],
            "counter_values": [], "compressed": 0, "primary_clock": None, "packets": 0}
     open_slices = {}            # track uuid -> stack of open slices
+    tracks = {}                 # uuid -> (kind, parent uuid or None)
     for what, packet in _packets(data):
         if what == "compressed":
             out["compressed"] += 1
@@ -119,6 +120,10 @@ def decode(path):
             continue
         if packet.HasField("track_descriptor"):
             d = packet.track_descriptor
+            kind = ("process" if d.HasField("process") else "thread" if d.HasField("thread")
+                    else "counter" if d.HasField("counter") else "root")
+            place = (kind, d.parent_uuid if d.HasField("parent_uuid") else None)
+            assert tracks.setdefault(d.uuid, place) == place, f"track {d.uuid} described twice"
             if d.HasField("process"):
                 out["processes"][d.uuid] = (d.process.pid, d.process.process_name)
             elif d.HasField("thread"):
@@ -164,7 +169,30 @@ def decode(path):
             value = event.WhichOneof("counter_value_field")
             out["counter_values"].append((track, ts, getattr(event, value)))
     assert not any(open_slices.values()), "slices begun and never ended"
+    _check_track_tree(out, tracks)
     return out
+
+
+def _check_track_tree(out, tracks):
+    """Where every track hangs: a process track at the top, each thread track
+    under the process track of its pid, each counter track under a process
+    track, the root descriptor (uuid 0) alone; slices on thread tracks, instants
+    on thread or process tracks, counter values on counter tracks."""
+    for uuid, (kind, parent) in tracks.items():
+        if kind == "root":
+            assert uuid == 0 and parent is None, (uuid, parent)
+        elif kind == "process":
+            assert parent is None, f"process track {uuid} has a parent ({parent})"
+        else:
+            assert parent is not None and tracks.get(parent, (None,))[0] == "process", \
+                f"{kind} track {uuid} is not under a process track (parent {parent})"
+            if kind == "thread":
+                assert out["threads"][uuid][0] == out["processes"][parent][0], \
+                    f"thread track {uuid} (pid {out['threads'][uuid][0]}) is under the " \
+                    f"track of pid {out['processes'][parent][0]}"
+    assert {s["track"] for s in out["slices"]} <= set(out["threads"])
+    assert {i["track"] for i in out["instants"]} <= set(out["threads"]) | set(out["processes"])
+    assert {track for track, _, _ in out["counter_values"]} <= set(out["counters"])
 
 
 def load_json(path):
