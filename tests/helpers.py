@@ -85,3 +85,24 @@ def status(field):
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
 """
+
+
+def perfetto_protos(required=True):
+    """The perfetto package's generated protos, which the .pftrace tests decode
+    with (pip install perfetto "protobuf>=6.31.1"). Where they do not import,
+    those tests skip (required) or get None (a test with a check of its own
+    instead) - except in CI ($CI set), where a missing decoder fails the test
+    rather than quietly hiding every .pftrace check."""
+    import pytest
+    try:
+        from perfetto.protos.perfetto.trace import perfetto_trace_pb2
+    except ImportError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"$CI is set but the perfetto protos do not import ({exc}): the "
+                        ".pftrace tests must run in CI (pip install perfetto "
+                        "'protobuf>=6.31.1')", pytrace=False)
+        if required:
+            pytest.skip("the perfetto and protobuf packages are not installed",
+                        allow_module_level=True)
+        return None
+    return perfetto_trace_pb2

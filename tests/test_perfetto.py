@@ -17,8 +17,9 @@ from pytrace_cffi._core import ffi, lib
 from pytrace_cffi.errors import TraceFormatError
 from pytrace_cffi.trace import ThreadInfo, Trace
 
-pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
-                         reason="the perfetto and protobuf packages are not installed")
+from helpers import perfetto_protos
+
+pb = perfetto_protos()        # skips where not installed; fails in CI
 
 SEQ_INCREMENTAL_STATE_CLEARED = 1
 CLOCK_MONOTONIC = 3
