@@ -183,7 +183,8 @@ def _check_output(path):
     absolute = os.path.abspath(path)
     if is_directory and os.path.exists(path) and not os.path.isdir(path):
         raise _cannot_write(path, "it is a file; a saved trace is a directory (name the "
-                                  "output .json, .json.gz, .pftrace or .html for a file)")
+                                  f"output {formats.suffixes_text(directory=False)} for a "
+                                  "file)")
     if is_directory and formats.foreign_directory(path):
         raise _cannot_write(path, formats.foreign_directory(path))
     if not is_directory:

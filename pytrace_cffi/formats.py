@@ -73,9 +73,11 @@ def choices():
     return ", ".join(parts) + f", or {DIRECTORY.what}"
 
 
-def suffixes_text():
-    """".json, .json.gz, .pftrace, .html or a directory": for short help."""
-    return ", ".join(row.suffixes[0] for row in FORMATS) + " or a directory"
+def suffixes_text(directory=True):
+    """".json, .json.gz, .pftrace, .html or a directory" (without the directory:
+    ".json, .json.gz, .pftrace or .html"), for short help and refusals."""
+    names = [row.suffixes[0] for row in FORMATS] + (["a directory"] if directory else [])
+    return ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def gzipped(path):
@@ -112,8 +114,7 @@ def foreign_directory(path):
         return None
     if entries and not os.path.isfile(os.path.join(path, SAVED_TRACE_FILE)):
         return ("it is a directory holding other files, not a saved trace (name a new or "
-                "empty directory, or a file: " + suffixes_text().replace(" or a directory", "")
-                + ")")
+                f"empty directory, or a file: {suffixes_text(directory=False)})")
     return None
 
 
