@@ -74,4 +74,11 @@ PyAPI_FUNC(PyObject *) PyMethod_Self(PyObject *method);
 typedef PyObject *(*pt_fastcall)(PyObject *self, PyObject *const *args,
                                  Py_ssize_t nargs);
 
+/* PyMem_Calloc (3.5+, stable ABI) is declared by 3.9's headers only outside the
+ * limited API (Include/cpython/pymem.h); 3.10+ declare it in Include/pymem.h.
+ * Without this a build on 3.9 (pip install ., pip install -e .) fails. */
+#if PY_VERSION_HEX < 0x030A0000
+PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
+#endif
+
 #endif /* PT_CPYTHON_H */

@@ -358,6 +358,8 @@ pt_walk_materialize(pt_walk *w, pt_walk_call *call)
                                        (call->seeded ? PT_SLICE_SEEDED : 0)));
 }
 
+static int pt_walk_name_step_parent(pt_walk *w, const pt_walk_node *n);
+
 static int
 pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
 {
@@ -393,7 +395,9 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
         w->stats.slices = n->kept_before;
         w->stats.open_at_stop = n->open_before;
         w->stats.max_depth = n->depth_before;
-        return PT_OK;
+        /* a step too short to keep still names its parent, as the slice table
+         * names it before min_duration drops anything */
+        return pt_walk_name_step_parent(w, n);
     }
     if (shown) {
         w->stats.slices++;
@@ -406,6 +410,15 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
     uint32_t sub = shown && n->depth + 1 > n->sub_max ? n->depth + 1 : n->sub_max;
     if (w->n_nodes && sub > w->nodes[w->n_nodes - 1].sub_max)
         w->nodes[w->n_nodes - 1].sub_max = sub;
+    return pt_walk_name_step_parent(w, n);
+}
+
+/* At the end of an optimizer step's tagged call n (just popped): its parent,
+ * the call that ran the step, takes the step's name (found by the first pass,
+ * applied by the later ones through the renames it lists). */
+static int
+pt_walk_name_step_parent(pt_walk *w, const pt_walk_node *n)
+{
     if (!w->scan && w->n_nodes && !n->is_region && n->tag && !(n->tag & PT_TAG_ARGS_BIT) &&
         n->tag < w->t.n_tags && w->t.step_key[n->tag]) {
         /* An optimizer step names its parent, unless the parent is torch's own

@@ -15,6 +15,28 @@ import os as _os
 import sys as _sys
 import threading as _threading
 
+
+def _core_missing():
+    """The one line that says what to do when the C core is not beside this file:
+    a source tree (build_ffi.py beside it) run from its own directory shadows an
+    installed pytrace_cffi, and its core is built only by `python build_ffi.py`
+    or an editable install."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    if _os.path.exists(_os.path.join(_os.path.dirname(here), "build_ffi.py")):
+        return (f"pytrace_cffi's C core is not built in the source tree {here}, which is "
+                "imported instead of an installed pytrace_cffi: run from another directory, "
+                "or build it here with `python build_ffi.py` (or `pip install -e .`)")
+    return (f"pytrace_cffi's C core (_core) is missing from {here}: reinstall pytrace_cffi "
+            "(pip install --force-reinstall pytrace_cffi)")
+
+
+try:
+    from ._core import lib as _lib  # noqa: F401 - only: is the core there?
+except ModuleNotFoundError as _exc:
+    if _exc.name != f"{__name__}._core":
+        raise
+    raise ImportError(_core_missing(), name=__name__) from None  # runpy: one line
+
 from ._tracer import Session as _Session
 from .annotations import (RecordFunction, capture_stack, counter, instant, record_function,
                           symbolize)

@@ -7,16 +7,17 @@ import sys
 import tempfile
 import types
 
-from . import _check_options, _set_step_hook
+from . import _check_options, _set_step_hook, formats
+from ._progress import counted
 from ._windows import OptimizerSteps, ScheduledWindows, Windows, parse_schedule, signal_number
 from .errors import TraceFormatError
 from .trace import hide_launcher_frames
 
-OUTPUT_HELP = ("OUT's name picks the format: .json or .json.gz for Chrome trace JSON "
-               "(Perfetto, chrome://tracing), .pftrace for Perfetto's native protobuf "
-               "(compact: use it for big traces), .html for a self-contained page with a "
-               "timeline and the summary, anything else (or a name ending in a path "
-               "separator) for a saved-trace directory")
+EXIT_CANNOT_OPEN = 2            # python's own, for a script it cannot open
+EXIT_BROKEN_PIPE = 1            # python's own, when stdout's reader went away
+OUTPUT_HELP = ("OUT's name picks the format (its suffix, in any case): "
+               + formats.choices() + ". Any other suffix is refused, and so is a "
+               "directory holding files that are not a saved trace")
 
 
 def _parser():
@@ -40,8 +41,8 @@ def _parser():
                "trace goes to the system's temporary directory (or the current one) "
                "and its path is printed.")
     run.add_argument("-o", "--output", default="trace.json", metavar="OUT",
-                     help="where to write the trace: .json, .json.gz, .pftrace, .html or a "
-                          "directory (default: trace.json)")
+                     help=f"where to write the trace: {formats.suffixes_text()} "
+                          "(default: trace.json)")
     run.add_argument("--no-c-calls", action="store_true",
                      help="record Python functions only, not built-in calls")
     run.add_argument("--include", action="append", metavar="GLOB",
@@ -126,7 +127,7 @@ def _parser():
     export.add_argument("source", metavar="DIR_OR_JSON",
                         help="a saved-trace directory, or a .json / .json.gz / .pftrace")
     export.add_argument("-o", "--output", required=True, metavar="OUT",
-                        help="where to write: .json, .json.gz, .pftrace, .html or a directory")
+                        help=f"where to write: {formats.suffixes_text()}")
 
     merge = commands.add_parser(
         "merge", help="join traces onto one timeline: processes, or ours with torch.profiler's",
@@ -143,9 +144,8 @@ def _parser():
                        help="trace or process directories; or OURS (a .json / .json.gz, "
                             ".pftrace or saved-trace directory) and TORCH_JSON")
     merge.add_argument("-o", "--output", required=True, metavar="OUT",
-                       help="where to write the merged trace: .json, .json.gz, .pftrace, "
-                            ".html or a directory (with torch.profiler's: .json, .json.gz "
-                            "or .pftrace)")
+                       help=f"where to write the merged trace: {formats.suffixes_text()} "
+                            "(with torch.profiler's: .json, .json.gz or .pftrace)")
     return parser
 
 
@@ -163,17 +163,6 @@ def _count(text):
     return value
 
 
-def _output_format(path):
-    """"json", "html", "perfetto" or "directory", from OUT's name."""
-    if path.endswith((".json", ".json.gz")):
-        return "json"
-    if path.endswith(".html"):
-        return "html"
-    if path.endswith(".pftrace"):
-        return "perfetto"
-    return "directory"
-
-
 def _cannot_write(path, reason):
     """The one-line refusal of an output that cannot be written (exit code 2)."""
     print(f"pytrace_cffi: cannot write trace to {path!r}: {reason}", file=sys.stderr)
@@ -184,13 +173,20 @@ def _check_output(path):
     """Exits (code 2) unless OUT can be written: a file's directory exists and takes
     a new file; a directory output exists and takes a new file, or can be made.
     Checked by making (and removing) what the write will make, so a read-only file
-    system or a missing permission is found before the program runs."""
-    output_format = _output_format(path)
+    system or a missing permission is found before the program runs. A name of
+    no format, and a directory of other files, are refused (see formats)."""
+    try:
+        is_directory = formats.format_of(path) is formats.DIRECTORY
+    except formats.UnknownFormat as exc:
+        raise _cannot_write(path, str(exc)) from None
     absolute = os.path.abspath(path)
-    if output_format == "directory" and os.path.exists(path) and not os.path.isdir(path):
+    if is_directory and os.path.exists(path) and not os.path.isdir(path):
         raise _cannot_write(path, "it is a file; a saved trace is a directory (name the "
-                                  "output .json, .json.gz, .pftrace or .html for a file)")
-    if output_format != "directory":
+                                  f"output {formats.suffixes_text(directory=False)} for a "
+                                  "file)")
+    if is_directory and formats.foreign_directory(path):
+        raise _cannot_write(path, formats.foreign_directory(path))
+    if not is_directory:
         if os.path.isdir(absolute):
             raise _cannot_write(path, "it is a directory")
         where = os.path.dirname(absolute)
@@ -202,7 +198,7 @@ def _check_output(path):
         state = "is not a directory" if os.path.exists(where) else "does not exist"
         raise _cannot_write(path, f"directory {where!r} {state}")
     try:
-        if output_format == "directory" and where != absolute:
+        if is_directory and where != absolute:
             os.rmdir(tempfile.mkdtemp(prefix=".pytrace_cffi-", dir=where))
         else:
             fd, probe = tempfile.mkstemp(prefix=".pytrace_cffi-", dir=where)
@@ -224,27 +220,14 @@ def _check_processes_dir(path):
     _check_output(path.rstrip(os.sep) + os.sep)
 
 
-def _write_trace(trace, path):
-    """Writes trace to path in the format its name picks (see _output_format)."""
-    output_format = _output_format(path)
-    if output_format == "json":
-        trace.export_chrome_trace(path)
-    elif output_format == "perfetto":
-        trace.export_perfetto(path)
-    elif output_format == "html":
-        from .render.html import write_html
-        write_html(trace, path)
-    else:
-        trace.save(path)
-
-
 def _write_or_fall_back(trace, path):
     """Writes trace to path; if that fails (a full disk, a directory removed while
     the program ran), to a file or directory of the same format in the system's
     temporary directory, else in the current one, and says so in one line.
     Returns the path written, or None when every place failed."""
+    fmt = formats.format_of(path)       # the fallback keeps it, whatever its name
     try:
-        _whole_or_nothing(path, lambda: _write_trace(trace, path))
+        _whole_or_nothing(path, lambda: formats.write(trace, path, fmt))
         return path
     except OSError as exc:
         failure = exc
@@ -254,7 +237,7 @@ def _write_or_fall_back(trace, path):
         if os.path.exists(fallback):
             continue
         try:
-            _whole_or_nothing(fallback, lambda: _write_trace(trace, fallback))
+            _whole_or_nothing(fallback, lambda: formats.write(trace, fallback, fmt))
         except OSError:
             continue
         print(f"pytrace_cffi: cannot write trace to {path!r}: {failure.strerror or failure}; "
@@ -394,14 +377,16 @@ def _main_module(module, program_argv):
         main.__dict__.update(__file__=spec.origin, __cached__=spec.cached,
                              __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
         return code, main, packages
-    script = program_argv[0]
-    if not os.path.isfile(script):
-        raise SystemExit(f"pytrace_cffi: cannot find script {script!r}")
-    path = os.path.abspath(script)
+    path = os.path.abspath(program_argv[0])
     import io
     from importlib.machinery import SourceFileLoader
-    with io.open_code(path) as f:
-        source = f.read()
+    try:
+        with io.open_code(path) as f:
+            source = f.read()
+    except OSError as exc:          # as python says it, with its exit code
+        print(f"pytrace_cffi: can't open file {path!r}: [Errno {exc.errno}] {exc.strerror}",
+              file=sys.stderr)
+        raise SystemExit(EXIT_CANNOT_OPEN) from None
     code = compile(source, path, "exec", dont_inherit=True)
     sys.argv = program_argv
     sys.path[0] = os.path.dirname(os.path.realpath(path))
@@ -563,11 +548,14 @@ def _cmd_summary(args):
     per_process = args.per_process and not args.per_thread
     rows = summarize(trace, sort=args.sort, limit=args.limit or None,
                      per_thread=args.per_thread, per_process=per_process)
-    title = (f"{args.trace}: {len(trace)} calls on {len(trace.threads)} threads, "
+    title = (f"{args.trace}: {counted(len(trace), 'call')} on "
+             f"{counted(len(trace.threads), 'thread')}, "
              f"{(trace.stop_ns - trace.start_ns) / 1e6:.3f} ms")
     if trace.processes:
-        title = (f"{args.trace}: {len(trace)} calls in {len(trace.processes)} processes, "
-                 f"{len(trace.threads)} threads, {(trace.stop_ns - trace.start_ns) / 1e6:.3f}"
+        title = (f"{args.trace}: {counted(len(trace), 'call')} in "
+                 f"{counted(len(trace.processes), 'process')}, "
+                 f"{counted(len(trace.threads), 'thread')}, "
+                 f"{(trace.stop_ns - trace.start_ns) / 1e6:.3f}"
                  f" ms\n{format_process_totals(trace)}\n"
                  + ("per process:" if per_process else
                     "per thread:" if args.per_thread else "all processes:"))
@@ -597,27 +585,27 @@ def export(source, path):
         trace = joined_trace(source)[0]
     else:
         trace = read_trace(source)
-    _whole_or_nothing(path, lambda: _write_trace(trace, path))
+    _whole_or_nothing(path, lambda: formats.write(trace, path))
     return trace
 
 
 def _cmd_export(args):
     _check_output(args.output)
     trace = export(args.source, args.output)
-    print(f"pytrace_cffi: {len(trace)} calls on {len(trace.threads)} threads -> {args.output}",
-          file=sys.stderr)
+    print(f"pytrace_cffi: {counted(len(trace), 'call')} on "
+          f"{counted(len(trace.threads), 'thread')} -> {args.output}", file=sys.stderr)
     return 0
 
 
 def _is_torch_trace(path):
     """Whether path is a Chrome JSON file that pytrace_cffi did not write (its
     header, written first, names us as the generator)."""
-    if os.path.isdir(path) or not path.endswith((".json", ".json.gz")):
+    if os.path.isdir(path) or not formats.is_chrome_json(path):
         return False
     import gzip
     import zlib
     try:
-        opener = gzip.open if path.endswith(".gz") else open
+        opener = gzip.open if formats.gzipped(path) else open
         with opener(path, "rb") as f:
             head = f.read(4096)
     except FileNotFoundError:
@@ -630,7 +618,8 @@ def _is_torch_trace(path):
 def _cmd_merge(args):
     torch_traces = [path for path in args.inputs if _is_torch_trace(path)]
     if torch_traces:
-        if not args.output.endswith((".json", ".json.gz", ".pftrace")):
+        if getattr(formats.find(args.output), "name", None) not in ("json", "json.gz",
+                                                                     "pftrace"):
             raise SystemExit(f"pytrace_cffi: a trace merged with torch.profiler's is Chrome "
                              f"JSON or .pftrace: name it .json, .json.gz or .pftrace, not "
                              f"{args.output!r}")
@@ -638,6 +627,7 @@ def _cmd_merge(args):
         if len(torch_traces) != 1 or len(ours) != 1:
             raise SystemExit("pytrace_cffi: merging with torch.profiler takes one of our traces "
                              f"and one torch trace, not {len(ours)} and {len(torch_traces)}")
+        _check_output(args.output)
         from .merge import merge_torch
         merge_torch(ours[0], torch_traces[0], args.output)
         print(f"pytrace_cffi: {ours[0]} on the timeline of {torch_traces[0]} -> {args.output}",
@@ -653,7 +643,8 @@ def _cmd_merge(args):
         if os.path.isdir(path) and not os.path.exists(os.path.join(path, "meta.json")):
             for line in processes.unfollowed_lines(processes.unfollowed(path)):
                 print(f"pytrace_cffi: {line}", file=sys.stderr)
-    print(f"pytrace_cffi: {len(results)} processes -> {args.output}", file=sys.stderr)
+    print(f"pytrace_cffi: {counted(len(results), 'process')} -> {args.output}",
+          file=sys.stderr)
     return 0
 
 
@@ -673,9 +664,23 @@ def main(argv=None):
             raise SystemExit(f"pytrace_cffi: {exc}") from None
     args = parser.parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()          # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return _stdout_gone()
     except (TraceFormatError, OSError) as exc:
         raise SystemExit(f"pytrace_cffi: {exc}") from None
+
+
+def _stdout_gone():
+    """`summary ... | head`: the reader left. Silent, as Python's own tools are
+    (docs: "Note on SIGPIPE"): what is still buffered goes to /dev/null so the
+    flush at exit does not complain, and the exit code is 1."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -118,3 +118,46 @@ def name_for_source(source, prefixes=()):
     if isinstance(source, tuple):
         return builtin_name(source[0], source[1])
     return python_function_name(source, prefixes)
+
+
+# Launchers better known by the command that runs them than by their module.
+LAUNCHER_NAMES = {"torch.distributed.run": "torchrun"}
+_PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+
+
+def program_name():
+    """What this process runs, named as its user would name it: a `python -m`
+    module by its name (``flake8`` for flake8/__main__.py; ``torchrun`` for
+    torch.distributed.run), a script by its file name, ``python -c`` and
+    ``python -`` as such."""
+    module = _main_module_name()
+    if module:
+        return LAUNCHER_NAMES.get(module, module)
+    program = sys.argv[0] if sys.argv and sys.argv[0] else "python"
+    if program in ("-c", "-", "-m"):
+        return "python " + program
+    return os.path.basename(program)
+
+
+def _main_module_name():
+    """The module `python -m` runs as __main__ (a package's name for its
+    __main__), or None for a script. Before runpy has set __main__ up (a child's
+    bootstrap, at start), read from sys.orig_argv where there is one (3.10+)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None)
+    if isinstance(name, str) and name:
+        return name[:-len(".__main__")] if name.endswith(".__main__") else name
+    if not (sys.argv and sys.argv[0] == "-m"):
+        return None
+    args = list(getattr(sys, "orig_argv", ()))[1:]
+    while args:
+        arg = args.pop(0)
+        if arg == "-m":
+            return args[0] if args else None
+        if arg.startswith("-m") and not arg.startswith("--"):
+            return arg[2:]
+        if arg in _PYTHON_OPTIONS_WITH_VALUE:
+            args = args[1:]
+        elif not arg.startswith("-") or arg in ("-c", "-"):
+            return None
+    return None

@@ -105,3 +105,9 @@ def _say(text, stream=None):
         print(text, file=stream, flush=True)
     except (OSError, ValueError):       # a closed or broken stderr: nothing to say it on
         pass
+def counted(n, noun):
+    """"1 thread", "2 threads", "0 calls": a count as the lines we print say it
+    (noun a regular English noun: calls, threads, processes, events)."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{n} {noun}s"

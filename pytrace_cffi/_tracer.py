@@ -1,5 +1,6 @@
 """Starting and stopping the C core: backend choice, sys.monitoring registration,
 the hook that attaches threads born while tracing, and status codes -> exceptions."""
+import math
 import os
 import sys
 import threading
@@ -36,6 +37,16 @@ _STATUS_ERRORS = {
     lib.PT_ERR_PYTHON: TraceError,
     lib.PT_ERR_ARG: ValueError,
 }
+
+
+def min_duration_ns(min_duration_us):
+    """min_duration_us as the whole-nanosecond bound a call's length is held to
+    (kept when at least this long): 1.001 us is 1001 ns, though 1.001 * 1000 is
+    1000.9999999999999 in floats (rounded to 1e-6 ns first), and a fraction of a
+    nanosecond rounds up, calls lasting whole nanoseconds."""
+    if not min_duration_us:
+        return 0
+    return math.ceil(round(min_duration_us * 1000, 6))
 
 
 def check(status, tracer_ptr, what):
@@ -78,7 +89,7 @@ class Session:
         self.ptr = ffi.gc(ptr, lib.pt_tracer_free)
         self.trim_paths = trim_paths
         self.output = output
-        self.min_duration_ns = int(min_duration_us * 1000) if min_duration_us else 0
+        self.min_duration_ns = min_duration_ns(min_duration_us)
         self._skip_code = make_code_filter(include, exclude)
         self._max_depth = max_depth
         if max_depth or self._skip_code:

@@ -10,18 +10,10 @@ import tempfile
 import threading
 
 from . import _has_session, start, stop
-from ._progress import announce_writing, finish_command, written_note
+from ._progress import announce_writing, counted, finish_command, written_note
 from .errors import TraceError
+from .formats import numbered
 from .schedule import Action, ScheduledTracing, schedule
-
-
-def numbered(path, number):
-    """out.json -> out.1.json, out.json.gz -> out.1.json.gz (.html and .pftrace
-    alike), dir -> dir.1"""
-    for suffix in (".json.gz", ".json", ".html", ".pftrace"):
-        if path.endswith(suffix):
-            return f"{path[:-len(suffix)]}.{number}{suffix}"
-    return f"{path.rstrip(os.sep)}.{number}"
 
 
 def signal_number(name):
@@ -239,7 +231,8 @@ class Windows:
                 return
             if spill_dir is not None:
                 shutil.rmtree(spill_dir, ignore_errors=True)
-            print(f"pytrace_cffi: {len(result)} calls on {len(result.threads)} threads "
+            print(f"pytrace_cffi: {counted(len(result), 'call')} on "
+                  f"{counted(len(result.threads), 'thread')} "
                   f"-> {written}{written_note(written, started)}", file=sys.stderr)
 
     def toggle(self):

@@ -20,6 +20,7 @@ from ._clock import checked_anchor, monotonic_to_realtime
 from ._files import replaced_atomically
 from ._jsontext import NON_FINITE, dumps_utf8
 from .errors import TraceFormatError
+from .formats import find as find_format, gzipped
 
 # torch.profiler(with_stack=True) records Python calls itself; ours replace them.
 TORCH_PYTHON_CATEGORY = "python_function"
@@ -41,7 +42,7 @@ class _ChromeReader:
     def __init__(self, path, what):
         self.path, self.what = os.fspath(path), what
         try:
-            opener = gzip.open if self.path.endswith(".gz") else open
+            opener = gzip.open if gzipped(self.path) else open
             self._file = opener(self.path, "rt", encoding="utf-8")
         except FileNotFoundError:
             raise TraceFormatError(f"{what} {self.path!r} does not exist") from None
@@ -470,7 +471,7 @@ def merge_torch(trace, torch_trace_path, out_path):
         if anchor is None:
             raise TraceFormatError(f"{where}: has no realtime anchor (written by a pytrace_cffi "
                                    "older than merge): it cannot be placed on torch's timeline")
-        if out_path.endswith(".pftrace"):
+        if getattr(find_format(out_path), "name", None) == "pftrace":
             from .merge_perfetto import merge_torch_pftrace
             return merge_torch_pftrace(ours, torch_path, out_path, anchor)
         start = ours.start_ns
@@ -479,7 +480,7 @@ def merge_torch(trace, torch_trace_path, out_path):
             base = _check_torch(head, torch_path)
             head = dict(torch_json.head)        # the entries before traceEvents, in order
             opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6))
-                      if out_path.endswith(".gz") else (lambda tmp: open(tmp, "wb")))
+                      if gzipped(out_path) else (lambda tmp: open(tmp, "wb")))
             # Streamed from our slices; when a call would come before torch's base
             # (a negative ts, which the C formatter does not write), found only as
             # the calls stream by, that file is thrown away and written again,

@@ -46,9 +46,10 @@ import threading
 import warnings
 from collections import namedtuple
 
-from . import _clock, _progress
+from . import _clock, _progress, formats
 from ._core import ffi, lib
-from ._names import name_for_source, path_prefixes
+from ._names import name_for_source, path_prefixes, program_name
+from ._progress import counted
 from ._tracer import USE_MONITORING, Session, check
 from ._safe_read import read_bounded
 from .errors import TraceError, TraceFormatError, TraceWarning
@@ -149,10 +150,7 @@ def process_facts(forked=False):
         if name:                                     # multiprocessing "fork", early
             facts["label"] = name
             return facts
-    program = sys.argv[0] if sys.argv and sys.argv[0] else "python"
-    if program in ("-c", "-"):
-        program = "python " + program
-    facts["label"] = os.path.basename(program) + (" (fork)" if forked else "")
+    facts["label"] = program_name() + (" (fork)" if forked else "")
     return facts
 
 
@@ -1616,15 +1614,7 @@ def join(inputs, output):
 
 def write_any(trace, path):
     """Writes trace to path in the format its name picks (as `export` does)."""
-    if path.endswith((".json", ".json.gz")):
-        trace.export_chrome_trace(path)
-    elif path.endswith(".pftrace"):
-        trace.export_perfetto(path)
-    elif path.endswith(".html"):
-        from .render.html import write_html
-        write_html(trace, path)
-    else:
-        trace.save(path)
+    formats.write(trace, path)
 
 
 def joined_trace(inputs):
@@ -1849,7 +1839,8 @@ def make_run_windows(output, options, write, export, keep_in=None):
                     return
                 number = self._count + 1
                 path = numbered(self._output, number) if self._numbered else self._output
-                keep = (numbered(keep_in, number) if self._numbered and keep_in is not None
+                keep = (numbered(keep_in, number, formats.DIRECTORY)
+                        if self._numbered and keep_in is not None
                         else keep_in)
                 self._job = job_dir_for(path, keep)
                 _run_finish = (os.getpid(), self._job, path, keep_in is not None, write,
@@ -1956,11 +1947,11 @@ def _write_job(results, inputs, path, write, export):
         trace = load(root[0].directory)
         written = write(trace, path)
         if written:
-            _say(f"{len(trace)} calls on {len(trace.threads)} threads -> {written}"
-                 f"{_progress.written_note(written, started)}")
+            _say(f"{counted(len(trace), 'call')} on {counted(len(trace.threads), 'thread')}"
+                 f" -> {written}{_progress.written_note(written, started)}")
         return written
     try:
-        if path.endswith((".json", ".json.gz")):
+        if formats.is_chrome_json(path):
             join(inputs, path)
         else:
             with warnings.catch_warnings():     # finish_run's lines say it
@@ -1969,7 +1960,8 @@ def _write_job(results, inputs, path, write, export):
     except (OSError, ValueError, TraceFormatError) as exc:
         _say(f"cannot write the job's trace to {path!r}: {exc}")
         return None
-    _say(f"{len(results)} processes, {sum(r.calls for r in results)} calls -> {path}"
+    _say(f"{counted(len(results), 'process')}, "
+         f"{counted(sum(r.calls for r in results), 'call')} -> {path}"
          f"{_progress.written_note(path, started)}")
     return path
 
@@ -1977,9 +1969,10 @@ def _write_job(results, inputs, path, write, export):
 def _state_text(result):
     """A process's state in finish_run's lines: one that outlives the run stops
     recording at its next spill; this process, running to the reader, stopped."""
-    text = f"{result.state}, {result.calls} calls" + (f" - {result.note}" if result.note else "")
+    text = f"{result.state}, {counted(result.calls, 'call')}" + (
+        f" - {result.note}" if result.note else "")
     if result.state == "running" and result.pid == os.getpid():
-        return (f"stopped, {result.calls} calls - its trace could not be completed (a full "
+        return (f"stopped, {counted(result.calls, 'call')} - its trace could not be completed (a full "
                 "disk?): read as far as it was spilled")
     if result.state == "running":
         text += "; it outlives the run: it stops recording at its next spill"

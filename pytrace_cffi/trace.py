@@ -7,7 +7,8 @@ from collections import defaultdict, namedtuple
 
 from . import _clock
 from ._core import ffi, lib
-from ._names import name_for_source, path_prefixes
+from ._names import name_for_source, path_prefixes, program_name
+from ._progress import counted
 from ._torch import (MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT,
                      is_fast_region_code)
 from .annotations import WRAPPER_CODE
@@ -127,6 +128,11 @@ class Trace:
     # is the process's lane; "os_pid" is its OS pid when that differs (an earlier
     # process of the join had it: see processes._lane_ids).
     processes = None
+    # What the traced process ran, as its user names it (a script's file name,
+    # a `python -m` module, torchrun: _names.program_name; a followed process's
+    # label), or None when not known (files written before it was kept). A
+    # .pftrace names a single process's track after it.
+    label = None
 
     def __init__(self, *, names, key_kinds, key_args, threads, slices, start_ns, stop_ns,
                  pid, python_version, backend, clock, params, marks=(), dropped_events=None,
@@ -172,6 +178,7 @@ class Trace:
                     realtime_anchor=facts["realtime_anchor"])
         trace._ptr = ptr                      # keeps the raw events alive with the trace
         trace._pending_keys = (session, facts)     # (no cycle through the trace)
+        trace.label = facts["label"]
         return trace
 
     def _settle_keys(self):
@@ -301,8 +308,10 @@ class Trace:
         return directory
 
     def __repr__(self):
-        processes = f" in {len(self.processes)} processes" if self.processes else ""
-        return (f"<pytrace_cffi.Trace {len(self)} calls, {len(self.threads)} threads"
+        processes = (f" in {counted(len(self.processes), 'process')}" if self.processes
+                     else "")
+        return (f"<pytrace_cffi.Trace {counted(len(self), 'call')}, "
+                f"{counted(len(self.threads), 'thread')}"
                 f"{processes}, {(self.stop_ns - self.start_ns) / 1e6:.3f} ms>")
 
 
@@ -319,11 +328,20 @@ def _replay_held(ptr, facts, plan, min_duration_ns):
         check(lib.pt_thread_replay(ptr, thread.index, hidden, len(hidden), clock["tick0"],
                                    clock["ns0"], clock["ns_per_tick"], thread_slices,
                                    n_calls, n_out), ptr, "replay")
-        thread_slices, n = plan.regions.insert(thread_slices, n_out[0])
-        slices.append((thread_slices, drop_short(thread_slices, n, min_duration_ns)))
-    name_tagged_calls(facts["tags"], facts["annotation_args"], slices, plan.names,
-                      plan.key_kinds, plan.key_args, plan)
+        slices.append(plan.regions.insert(thread_slices, n_out[0]))
+    slices = named_then_short_dropped(facts["tags"], facts["annotation_args"], slices, plan,
+                                      min_duration_ns)
     return drop_carriers(slices, facts["hidden"])
+
+
+def named_then_short_dropped(tags, annotation_args, slices, plan, min_duration_ns):
+    """[(slices, n)] with tagged calls named (name_tagged_calls), then the calls
+    shorter than min_duration_ns dropped: in that order, so that a call named
+    after a callee (an optimizer step's wrapper) keeps the name when the callee
+    is too short to keep, as the streaming walk names it."""
+    name_tagged_calls(tags, annotation_args, slices, plan.names, plan.key_kinds,
+                      plan.key_args, plan)
+    return [(table, drop_short(table, n, min_duration_ns)) for table, n in slices]
 
 
 class TorchRegions:
@@ -465,6 +483,7 @@ def _stop_facts(session):
                   for kind, ticks, index, name, payload in session.marks],
         "pid": os.getpid(),
         "python": sys.version.split()[0],
+        "label": program_name(),
         "backend": "sys.monitoring" if USE_MONITORING else "PyEval_SetProfile",
         "clock_name": "tsc" if _clock.USE_TSC else "monotonic",
         "min_duration_ns": session.min_duration_ns,

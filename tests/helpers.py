@@ -7,12 +7,17 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from pytrace_cffi._names import path_prefixes, trim_path
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def trimmed(path):
-    """A file name as traces show it now: sys.path and site prefixes stripped."""
-    return trim_path(os.path.abspath(path), path_prefixes())
+    """A test file's name as traces show it, worked out without the tracer's own
+    trimming code: the tests directory is on sys.path (conftest.py) and is the
+    deepest entry holding the tests' files, so their names are relative to it
+    ("test_api.py", "workloads/threads.py")."""
+    path = os.path.abspath(path)
+    assert path.startswith(TESTS_DIR + os.sep), f"{path} is not a test file"
+    return path[len(TESTS_DIR) + 1:]
 
 
 def in_files(files):
@@ -107,3 +112,22 @@ def small_disk(path, size):
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
+def perfetto_protos(required=True):
+    """The perfetto package's generated protos, which the .pftrace tests decode
+    with (pip install perfetto "protobuf>=6.31.1"). Where they do not import,
+    those tests skip (required) or get None (a test with a check of its own
+    instead) - except in CI ($CI set), where a missing decoder fails the test
+    rather than quietly hiding every .pftrace check."""
+    import pytest
+    try:
+        from perfetto.protos.perfetto.trace import perfetto_trace_pb2
+    except ImportError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"$CI is set but the perfetto protos do not import ({exc}): the "
+                        ".pftrace tests must run in CI (pip install perfetto "
+                        "'protobuf>=6.31.1')", pytrace=False)
+        if required:
+            pytest.skip("the perfetto and protobuf packages are not installed",
+                        allow_module_level=True)
+        return None
+    return perfetto_trace_pb2

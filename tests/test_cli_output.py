@@ -140,3 +140,134 @@ def test_export_to_an_unwritable_output_fails_in_one_line(prog):
         assert proc.returncode == 2
         assert proc.stderr.startswith(f"pytrace_cffi: cannot write trace to {out!r}: ")
         assert len(proc.stderr.splitlines()) == 1 and ".tmp" not in proc.stderr
+
+
+# --- which format a name picks (pytrace_cffi/formats.py, the one place) ----------
+
+@pytest.mark.parametrize("name, expected", [
+    ("out.json", "json"), ("out.JSON", "json"), ("a/b.c/out.Json", "json"),
+    ("out.json.gz", "json.gz"), ("out.JSON.GZ", "json.gz"), ("x.Json.Gz", "json.gz"),
+    ("out.pftrace", "pftrace"), ("OUT.PFTRACE", "pftrace"), ("t.perfetto-trace", "pftrace"),
+    ("t.Perfetto-Trace", "pftrace"), ("page.html", "html"), ("PAGE.HTML", "html"),
+    ("saved", "directory"), ("saved/", "directory"), ("v1.2/", "directory"),
+    ("some.dir/saved", "directory"), (".hidden", "directory"),
+])
+def test_a_name_picks_its_format_by_the_longest_suffix_in_any_case(name, expected):
+    from pytrace_cffi import formats
+    assert formats.format_of(name).name == expected
+
+
+@pytest.mark.parametrize("name", ["out.txt", "out.pb", "out.tar.gz", "out.gz", "v1.2",
+                                  "out.json.bak", "out.htm"])
+def test_a_name_of_no_format_is_refused_with_the_formats(name):
+    from pytrace_cffi import formats
+    with pytest.raises(ValueError) as info:
+        formats.format_of(name)
+    for listed in (".json", ".json.gz", ".pftrace", ".perfetto-trace", ".html", "directory"):
+        assert listed in str(info.value)
+
+
+@pytest.mark.parametrize("name, number, expected", [
+    ("out.json", 1, "out.1.json"), ("out.JSON.GZ", 2, "out.2.JSON.GZ"),
+    ("t.perfetto-trace", 3, "t.3.perfetto-trace"), ("t.Html", 1, "t.1.Html"),
+    ("saved", 2, "saved.2" + os.sep), ("v1.2" + os.sep, 1, "v1.2.1" + os.sep),
+])
+def test_numbered_windows_keep_the_format(name, number, expected):
+    from pytrace_cffi import formats
+    assert formats.numbered(name, number) == expected
+
+
+def read_json_file(path):
+    import gzip
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return json.loads(data)
+
+
+@pytest.mark.parametrize("out, compressed", [("out.JSON", False), ("out.Json.GZ", True)])
+def test_json_names_in_any_case_are_json_files(prog, out, compressed):
+    proc = run_cli(prog, "run", "-o", out, "prog.py")
+    assert proc.returncode == 0, proc.stderr
+    with open(prog / out, "rb") as f:
+        assert (f.read(2) == b"\x1f\x8b") == compressed
+    names = [e["name"] for e in read_json_file(prog / out)["traceEvents"]]
+    assert any(name.endswith("prog.py(4): work") for name in names)
+    # read back by name too, as summary and export read it
+    proc = run_cli(prog, "summary", out)
+    assert proc.returncode == 0 and "prog.py(4): work" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("out", ["out.perfetto-trace", "OUT.PFTRACE"])
+def test_perfetto_trace_is_pftrace(prog, out):
+    proc = run_cli(prog, "run", "-o", out, "prog.py")
+    assert proc.returncode == 0, proc.stderr
+    assert (prog / out).is_file()
+    with open(prog / out, "rb") as f:
+        head = f.read(1)
+    assert head == b"\x0a"          # field 1 (Trace.packet), length-delimited
+
+
+@pytest.mark.parametrize("out", ["out.txt", "out.pb", "out.tar.gz", "results.v2"])
+@pytest.mark.parametrize("command", ["run", "export", "merge"])
+def test_an_unknown_suffix_is_refused_before_anything_runs(prog, out, command):
+    saved = prog / "saved"
+    if command != "run":
+        assert run_cli(prog, "run", "-o", saved, "prog.py").returncode == 0
+        (prog / "ran").unlink()
+    args = {"run": ["run", "-o", out, "prog.py"], "export": ["export", saved, "-o", out],
+            "merge": ["merge", saved, "-o", out]}[command]
+    proc = run_cli(prog, *args)
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"pytrace_cffi: cannot write trace to {out!r}: ")
+    for listed in (".json", ".json.gz", ".pftrace", ".perfetto-trace", ".html",
+                   "a name without a suffix"):
+        assert listed in line
+    assert not (prog / out).exists() and not (prog / "ran").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "export", "merge"])
+def test_a_directory_of_other_files_is_refused(prog, command):
+    saved = prog / "saved"
+    if command != "run":
+        assert run_cli(prog, "run", "-o", saved, "prog.py").returncode == 0
+        (prog / "ran").unlink()
+    mine = prog / "mydata"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    args = {"run": ["run", "-o", "mydata", "prog.py"], "export": ["export", saved, "-o", "mydata"],
+            "merge": ["merge", saved, "-o", "mydata"]}[command]
+    proc = run_cli(prog, *args)
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("pytrace_cffi: cannot write trace to 'mydata': ")
+    assert "not a saved trace" in line
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    assert not (prog / "ran").exists()
+
+
+def test_an_empty_directory_or_an_earlier_saved_trace_takes_a_saved_trace(prog):
+    (prog / "empty").mkdir()
+    for out in ("empty", "empty", "fresh" + os.sep):      # the second run: over a trace
+        proc = run_cli(prog, "run", "-o", out, "prog.py")
+        assert proc.returncode == 0, proc.stderr
+        names = [call.name for call in pytrace_cffi.load(prog / out)]
+        assert any(name.endswith("prog.py(4): work") for name in names)
+
+
+def test_a_directory_of_other_files_found_at_the_end_is_not_written_into(prog):
+    """A directory that fills with the user's files while the program runs (here
+    the program makes it) is no place for the trace either: it goes elsewhere,
+    and the line says so."""
+    fallback_dir = prog / "tmp"
+    fallback_dir.mkdir()
+    (prog / "make_mine.py").write_text("import os\nos.mkdir('mine')\n"
+                                       "open('mine/notes.txt', 'w').close()\n")
+    proc = run_cli(prog, "run", "-o", "mine", "make_mine.py", env={"TMPDIR": str(fallback_dir)})
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (prog / "mine").iterdir()) == ["notes.txt"]
+    [saved] = list(fallback_dir.iterdir())
+    assert saved.name.endswith("-mine") and (saved / "meta.json").is_file()
+    assert f"saved it to {str(saved)!r} instead" in proc.stderr

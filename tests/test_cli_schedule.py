@@ -193,3 +193,26 @@ def test_step_drives_an_open_scheduled_trace(tmp_path):
     pytrace_cffi.step()                 # after the block: nothing runs it
     assert len(ready) >= 1
     assert steps_in(collections.Counter(c.name for c in ready[0])) == [(2, 1), (3, 1)]
+
+
+@pytest.mark.parametrize("out, windows", [
+    ("T.JSON", ["T.1.JSON", "T.2.JSON"]),
+    ("t.dir", None),                             # refused: a suffix of no format
+    ("t", ["t.1", "t.2"]),                       # saved-trace directories
+    ("t.v2" + os.sep, ["t.v2.1", "t.v2.2"]),
+])
+def test_numbered_windows_keep_the_output_format(tmp_path, out, windows):
+    (tmp_path / "prog.py").write_text(STEP_LOOP)
+    proc = run_cli(tmp_path, "--schedule", "2,1,2,2", "-o", out, "prog.py")
+    if windows is None:
+        assert proc.returncode == 2 and "not a trace format" in proc.stderr, proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    made = sorted(p.name for p in tmp_path.iterdir() if p.name != "prog.py")
+    assert made == windows
+    for window, steps in zip(windows, ([(3, 1), (4, 1)], [(8, 1), (9, 1)])):
+        if (tmp_path / window).is_dir():
+            counter = collections.Counter(c.name for c in pytrace_cffi.load(tmp_path / window))
+        else:
+            counter = names(tmp_path / window)
+        assert steps_in(counter) == steps

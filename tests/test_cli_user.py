@@ -238,3 +238,45 @@ def read_all(fd):
             break
         chunks.append(chunk)
     return b"".join(chunks).decode()
+
+
+def test_summary_into_a_closed_pipe_is_silent(tmp_path, saved):
+    """`summary ... | head`: the reader goes away before the table is written;
+    as Python's own tools, no "Broken pipe" message and no traceback, exit 1."""
+    proc = subprocess.Popen(cli("summary", saved, "--limit", "0"), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()                     # before the program writes anything
+    _, errors = proc.communicate(timeout=120)
+    assert errors.decode() == ""
+    assert proc.returncode == 1
+
+
+def test_counts_are_said_in_the_singular_for_one(tmp_path):
+    (tmp_path / "one.py").write_text("def only():\n    pass\n")
+    proc = run_cli(tmp_path, "run", "--no-c-calls", "--no-follow", "-o", "one.json", "one.py")
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(r"pytrace_cffi: 1 call on 1 thread -> one.json\n", proc.stderr), \
+        proc.stderr
+    proc = run_cli(tmp_path, "summary", "one.json")
+    assert proc.stdout.startswith("one.json: 1 call on 1 thread, "), proc.stdout
+    proc = run_cli(tmp_path, "export", "one.json", "-o", "one.html")
+    assert proc.stderr == "pytrace_cffi: 1 call on 1 thread -> one.html\n"
+    assert repr(pytrace_cffi.load(_saved_copy(tmp_path))).startswith(
+        "<pytrace_cffi.Trace 1 call, 1 thread, ")
+
+
+def _saved_copy(tmp_path):
+    assert run_cli(tmp_path, "export", "one.json", "-o", "one_dir").returncode == 0
+    return tmp_path / "one_dir"
+
+
+def test_a_missing_script_is_said_and_exits_as_python_does(tmp_path):
+    proc = run_cli(tmp_path, "run", "-o", "x.json", "missing.py")
+    plain = subprocess.run([sys.executable, "missing.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60)
+    assert proc.returncode == plain.returncode == 2
+    path = os.path.join(os.path.realpath(tmp_path), "missing.py")
+    assert proc.stderr == (f"pytrace_cffi: can't open file {path!r}: [Errno 2] No such file "
+                           "or directory\n")
+    assert "can't open file" in plain.stderr and "[Errno 2]" in plain.stderr
+    assert not (tmp_path / "x.json").exists()

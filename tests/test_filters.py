@@ -116,3 +116,58 @@ def test_frames_seeded_at_start_obey_the_filters():
     assert not [n for n in names if "test_filters.py" in n]
     assert sum(1 for n in names if n.endswith(": fib")) == fib_calls(5)
     assert_nested(trace)
+
+
+def _spilled(tmp_path, **options):
+    out = tmp_path / "spill"
+    pytrace_cffi.start(max_events=4000, output=str(out), **options)
+    for _ in range(3):
+        local_work()
+    pytrace_cffi.stop()
+    return out
+
+
+def _with_min_duration_ns(directory, ns):
+    import json
+    meta_path = directory / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["events"]["min_duration_ns"] = ns
+    meta_path.write_text(json.dumps(meta))
+    return pytrace_cffi.load(str(directory))
+
+
+def test_a_call_exactly_min_duration_long_is_kept(tmp_path):
+    """min_duration leaves out calls *shorter* than it: one exactly that long
+    stays, one a nanosecond shorter goes. The bound is set on a spilled trace's
+    events (meta.json) to the length of calls it holds, and the calls kept are
+    checked against those of the unfiltered trace, through the streaming walk
+    (iterating) and the slice table alike."""
+    directory = _spilled(tmp_path)
+    every = list(pytrace_cffi.load(str(directory)))
+    lengths = sorted({c.end_ns - c.start_ns for c in every if c.kind == "python"})
+    bound = lengths[len(lengths) // 2]            # a length some calls have exactly
+    exactly = [c for c in every if c.end_ns - c.start_ns == bound]
+    assert exactly
+    for ns, kept_exactly in ((bound, True), (bound + 1, False)):
+        trace = _with_min_duration_ns(directory, ns)
+        expected = sorted((c.name, c.start_ns, c.end_ns) for c in every
+                          if c.end_ns - c.start_ns >= ns)
+        walked = sorted((c.name, c.start_ns, c.end_ns) for c in trace)
+        assert walked == expected
+        tabled = sorted((trace.names[s[i].key], s[i].start, s[i].end)
+                        for _, s, n in trace.thread_slices() for i in range(n))
+        assert tabled == expected
+        assert all(((c.name, c.start_ns, c.end_ns) in walked) == kept_exactly
+                   for c in exactly)
+
+
+@pytest.mark.parametrize("us, ns", [(1.001, 1001), (0.3, 300), (2.5, 2500), (7, 7000),
+                                    (0.0005, 1), (1000.999, 1000999)])
+def test_min_duration_in_microseconds_is_the_exact_bound_in_nanoseconds(tmp_path, us, ns):
+    """1.001 us is 1001 ns, not 1000 (1.001 * 1000 is 1000.9999999999999 in
+    floats): a call of 1000 ns is shorter than the bound and goes. A fraction of a
+    nanosecond rounds up: calls are whole nanoseconds."""
+    import json
+    directory = _spilled(tmp_path, min_duration_us=us)
+    meta = json.loads((directory / "meta.json").read_text())
+    assert meta["events"]["min_duration_ns"] == ns

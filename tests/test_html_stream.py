@@ -16,7 +16,7 @@ import threading
 import pytest
 
 import pytrace_cffi
-from helpers import PROC_STATUS
+from helpers import PROC_STATUS, perfetto_protos
 from pytrace_cffi._core import ffi, lib
 from pytrace_cffi.render import html as html_module
 from pytrace_cffi.render.summary import SORT_KEYS, SummaryRow, summarize
@@ -384,9 +384,7 @@ def test_ten_million_calls_to_pftrace_json_gz_and_html_in_bounded_memory(tmp_pat
     assert [by_name["fib"].calls, by_name["fib"].total_ns, by_name["fib"].self_ns] == \
         rows["fib"][1:]
     # The .pftrace, decoded where the perfetto protos are installed.
-    try:
-        import perfetto.protos.perfetto.trace.perfetto_trace_pb2  # noqa: F401
-    except ImportError:
+    if perfetto_protos(required=False) is None:                # fails in CI
         assert os.path.getsize(f"{base}.pftrace") > calls    # at least a byte a call
         return
     begins, ends, first_names = _pftrace_counts(f"{base}.pftrace")

@@ -16,6 +16,7 @@ import textwrap
 import pytest
 
 import pytrace_cffi
+from helpers import perfetto_protos
 from pytrace_cffi import processes
 from pytrace_cffi.errors import TraceFormatError
 from pytrace_cffi.render import summary as summary_module
@@ -178,7 +179,7 @@ def pftrace_tracks(path):
 
 @pytest.mark.parametrize("command", ["export", "merge"])
 def test_pftrace_has_a_process_track_per_process(job, tmp_path, command):
-    pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    perfetto_protos()
     job_dir, expected, root_pid, labels = job
     out = tmp_path / "job.pftrace"
     cli(command, job_dir, "-o", out, cwd=tmp_path)
@@ -450,7 +451,7 @@ def test_another_hosts_process_is_aligned_in_every_format(job, tmp_path):
                         if c.name.endswith(": unique_main"))
     assert root_calls == sorted(c.start_ns for c in pytrace_cffi.load(tmp_path / "saved")
                                 if c.name.endswith(": unique_main"))
-    if pytest.importorskip("test_perfetto", reason="no perfetto protos") is not None:
+    if perfetto_protos() is not None:
         with pytest.warns(pytrace_cffi.TraceWarning, match="2 hosts"):
             processes.join(moved, tmp_path / "moved.pftrace")
         _, _, thread_tracks, decoded = pftrace_tracks(tmp_path / "moved.pftrace")
@@ -540,7 +541,7 @@ def test_a_trace_of_two_processes_made_by_hand_round_trips(tmp_path):
 
 
 def test_counters_of_each_process_hang_under_its_own_track(tmp_path):
-    pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    perfetto_protos()
     import threading
 
     def count(value):

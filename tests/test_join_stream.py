@@ -18,7 +18,7 @@ import tempfile
 import pytest
 
 import pytrace_cffi
-from helpers import PROC_STATUS
+from helpers import PROC_STATUS, perfetto_protos
 from pytrace_cffi import processes
 from pytrace_cffi._core import ffi, lib
 from pytrace_cffi.errors import TraceFormatError
@@ -189,7 +189,7 @@ def test_outputs_hold_the_json_read_back_calls(job, tmp_path, monkeypatch):
             assert meta[field] == pages[0][field], field
     # The .pftrace, decoded where the perfetto protos are installed.
     test_perfetto = pytest.importorskip("test_perfetto")
-    pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    perfetto_protos()
     for name in ("job.pftrace", "again-job.pftrace"):
         decoded = test_perfetto.decode(str(tmp_path / name))
         pid_of_track = {uuid: pid for uuid, (pid, _, _) in decoded["threads"].items()}
@@ -453,7 +453,7 @@ def test_two_nodes_with_the_same_pids_get_their_own_lanes(job, tmp_path):
     assert loaded.processes == both.processes and calls_of(loaded) == calls_of(both)
     # The .pftrace: a process track per lane, named with its OS pid and node.
     test_perfetto = pytest.importorskip("test_perfetto")
-    pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    perfetto_protos()
     both.export_perfetto(str(tmp_path / "both.pftrace"))
     decoded = test_perfetto.decode(str(tmp_path / "both.pftrace"))
     tracks = dict(decoded["processes"].values())

@@ -174,3 +174,41 @@ def test_the_literal_lines_are_this_file_s():
     functions = [Shape.__init__, Shape.area, Shape.unit.__func__, Shape.check, plain, outer,
                  gen, workload]
     assert [f.__code__.co_firstlineno for f in functions] == [25, 28, 31, 35, 40, 44, 50, 55]
+
+
+NESTED_PATH_PROGRAM = """
+import json, sys
+import pytrace_cffi
+from pkg import mod
+from pkg.sub import deep
+with pytrace_cffi.trace(c_calls=False) as t:
+    mod.f()
+    deep.g()
+print("NAMES " + json.dumps(sorted({c.name for c in t.trace if c.kind == "python"})))
+"""
+
+
+def test_nested_sys_path_entries_trim_the_longest_prefix(tmp_path):
+    """PYTHONPATH=proj:proj/src (an entry inside another, in either order): a module
+    under proj/src is named from proj/src, the longer prefix, as torch's profiler
+    names it (its prefixes reverse-sorted). Names written out by hand."""
+    import json
+    import subprocess
+    src = tmp_path / "proj" / "src"
+    (src / "pkg" / "sub").mkdir(parents=True)
+    (src / "pkg" / "__init__.py").write_text("")
+    (src / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
+    (src / "pkg" / "sub" / "__init__.py").write_text("")
+    (src / "pkg" / "sub" / "deep.py").write_text("\n\ndef g():\n    return 2\n")
+    (tmp_path / "prog.py").write_text(NESTED_PATH_PROGRAM)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(pytrace_cffi.__file__)))
+    for entries in (["proj", "proj/src"], ["proj/src", "proj"]):
+        paths = [str(tmp_path / entry) for entry in entries]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths + [package]))
+        proc = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        names = json.loads(proc.stdout.split("NAMES ", 1)[1])
+        assert "pkg/mod.py(1): f" in names, (entries, names)
+        assert "pkg/sub/deep.py(3): g" in names, (entries, names)
+        assert not [n for n in names if n.startswith(("src/", "proj/"))], names

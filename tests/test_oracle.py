@@ -3,6 +3,7 @@ whatever interpreter runs the tests (tests/run_all.sh runs every one present).""
 import importlib
 import os
 import sys
+import time
 from collections import Counter
 
 import pytest
@@ -90,3 +91,49 @@ def test_bound_builtin_unwrapping_matches_this_interpreter():
     assert profile_unwraps_bound_builtins((3, 13, 0, "beta", 4)) is False
     assert profile_unwraps_bound_builtins((3, 13, 0, "candidate", 1)) is True
     assert profile_unwraps_bound_builtins((3, 14, 0, "final", 0)) is False
+
+
+NAPS = (0.005, 0.04, 0.01)          # seconds; the longest shows a 1% clock-rate error
+CLOCK_SLACK_NS = 200_000            # the clock mapping's error, far below 1% of 40 ms
+
+
+def napping(seconds, noted):
+    noted.append(time.monotonic_ns())
+    time.sleep(seconds)
+    noted.append(time.monotonic_ns())
+
+
+def napping_in_turn(noted):
+    for seconds in NAPS:
+        napping(seconds, noted)
+
+
+def test_call_times_agree_with_the_programs_own_clock():
+    """The oracle compares counts only; times are held to the program's own
+    time.monotonic_ns() readings (the clock Call times are on) and to sleeps of
+    known length: each call lies where the readings taken inside and around it
+    put it, and lasts at least as long as the readings inside it say."""
+    noted = []
+    napping_in_turn([])                                 # warm up
+    before = time.monotonic_ns()
+    with pytrace_cffi.trace() as traced:
+        napping_in_turn(noted)
+    after = time.monotonic_ns()
+    calls = list(traced.trace)
+    assert_nested(traced.trace)                         # inside parents, non-negative
+    naps = sorted((c for c in calls if c.name.endswith(": napping")), key=lambda c: c.start_ns)
+    assert len(naps) == len(NAPS)
+    [outer] = [c for c in calls if c.name.endswith(": napping_in_turn")]
+    assert before - CLOCK_SLACK_NS <= outer.start_ns <= noted[0] + CLOCK_SLACK_NS
+    assert noted[-1] - CLOCK_SLACK_NS <= outer.end_ns <= after + CLOCK_SLACK_NS
+    for i, (nap, seconds) in enumerate(zip(naps, NAPS)):
+        entered, leaving = noted[2 * i], noted[2 * i + 1]
+        assert nap.start_ns <= entered + CLOCK_SLACK_NS
+        assert nap.end_ns >= leaving - CLOCK_SLACK_NS
+        assert nap.end_ns - nap.start_ns >= leaving - entered - CLOCK_SLACK_NS
+        if i:                                           # after the nap before it
+            assert nap.start_ns >= noted[2 * i - 1] - CLOCK_SLACK_NS
+        [sleep] = [c for c in calls if c.parent == nap.id and c.name == "time.sleep"]
+        assert entered - CLOCK_SLACK_NS <= sleep.start_ns
+        assert sleep.end_ns <= leaving + CLOCK_SLACK_NS
+        assert sleep.end_ns - sleep.start_ns >= seconds * 1e9 - CLOCK_SLACK_NS

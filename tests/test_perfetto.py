@@ -17,8 +17,9 @@ from pytrace_cffi._core import ffi, lib
 from pytrace_cffi.errors import TraceFormatError
 from pytrace_cffi.trace import ThreadInfo, Trace
 
-pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
-                         reason="the perfetto and protobuf packages are not installed")
+from helpers import perfetto_protos
+
+pb = perfetto_protos()        # skips where not installed; fails in CI
 
 SEQ_INCREMENTAL_STATE_CLEARED = 1
 CLOCK_MONOTONIC = 3
@@ -75,6 +76,7 @@ def decode(path):
     out = {"processes": {}, "threads": {}, "counters": {}, "slices": [], "instants": [],
            "counter_values": [], "compressed": 0, "primary_clock": None, "packets": 0}
     open_slices = {}            # track uuid -> stack of open slices
+    tracks = {}                 # uuid -> (kind, parent uuid or None)
     for what, packet in _packets(data):
         if what == "compressed":
             out["compressed"] += 1
@@ -119,6 +121,10 @@ def decode(path):
             continue
         if packet.HasField("track_descriptor"):
             d = packet.track_descriptor
+            kind = ("process" if d.HasField("process") else "thread" if d.HasField("thread")
+                    else "counter" if d.HasField("counter") else "root")
+            place = (kind, d.parent_uuid if d.HasField("parent_uuid") else None)
+            assert tracks.setdefault(d.uuid, place) == place, f"track {d.uuid} described twice"
             if d.HasField("process"):
                 out["processes"][d.uuid] = (d.process.pid, d.process.process_name)
             elif d.HasField("thread"):
@@ -164,7 +170,30 @@ def decode(path):
             value = event.WhichOneof("counter_value_field")
             out["counter_values"].append((track, ts, getattr(event, value)))
     assert not any(open_slices.values()), "slices begun and never ended"
+    _check_track_tree(out, tracks)
     return out
+
+
+def _check_track_tree(out, tracks):
+    """Where every track hangs: a process track at the top, each thread track
+    under the process track of its pid, each counter track under a process
+    track, the root descriptor (uuid 0) alone; slices on thread tracks, instants
+    on thread or process tracks, counter values on counter tracks."""
+    for uuid, (kind, parent) in tracks.items():
+        if kind == "root":
+            assert uuid == 0 and parent is None, (uuid, parent)
+        elif kind == "process":
+            assert parent is None, f"process track {uuid} has a parent ({parent})"
+        else:
+            assert parent is not None and tracks.get(parent, (None,))[0] == "process", \
+                f"{kind} track {uuid} is not under a process track (parent {parent})"
+            if kind == "thread":
+                assert out["threads"][uuid][0] == out["processes"][parent][0], \
+                    f"thread track {uuid} (pid {out['threads'][uuid][0]}) is under the " \
+                    f"track of pid {out['processes'][parent][0]}"
+    assert {s["track"] for s in out["slices"]} <= set(out["threads"])
+    assert {i["track"] for i in out["instants"]} <= set(out["threads"]) | set(out["processes"])
+    assert {track for track, _, _ in out["counter_values"]} <= set(out["counters"])
 
 
 def load_json(path):
@@ -248,7 +277,9 @@ def assert_same_as_json(trace, tmp_path, compress):
     assert ours["counters"] == expected
     assert len(ours["facts"]) == 1
     assert ours["facts"][0]["args"] == theirs["other"]
-    assert list(decoded["processes"].values()) == [(trace.pid, "python")]
+    # one process: its track is named after the program (test_cli_output checks
+    # that name by hand), "python" for a trace that does not know it
+    assert list(decoded["processes"].values()) == [(trace.pid, trace.label or "python")]
     assert sorted((tid, name) for _, tid, name in decoded["threads"].values()) == \
         sorted(theirs["names"].items())
     return decoded
@@ -429,6 +460,39 @@ def test_cli_run_and_export_write_pftrace(tmp_path):
     assert_same_as_json(pytrace_cffi.load(str(saved)), tmp_path / "compare", True)
     assert len([s for s in decode(again)["slices"]
                 if s["name"].endswith("prog.py(1): f")]) == 465
+
+
+def test_a_single_process_track_is_named_after_the_program(tmp_path):
+    """run -o x.pftrace prog.py: the one process's track reads "prog.py", not
+    "python"; kept through a .json and a saved directory exported again, and
+    for `-m module` and the API too."""
+    (tmp_path / "prog.py").write_text("def f():\n    return 1\nf()\n")
+    (tmp_path / "api.py").write_text(
+        "import pytrace_cffi\nwith pytrace_cffi.trace() as t:\n    sum([1])\n"
+        "t.export_perfetto('api.pftrace')\n")
+    (tmp_path / "tool").mkdir()
+    (tmp_path / "tool" / "__init__.py").write_text("")
+    (tmp_path / "tool" / "__main__.py").write_text("def g():\n    return 2\ng()\n")
+
+    def cli(*args):
+        proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+
+    def process_names(name):
+        return [label for _, label in decode(tmp_path / name)["processes"].values()]
+    cli("run", "-o", "direct.pftrace", "prog.py")
+    cli("run", "--no-follow", "-o", "alone.pftrace", "prog.py")
+    cli("run", "--no-follow", "-o", "t.json", "prog.py")
+    cli("export", "t.json", "-o", "from_json.pftrace")
+    cli("export", "t.json", "-o", "saved")
+    cli("export", "saved", "-o", "from_saved.pftrace")
+    cli("run", "-o", "module.pftrace", "-m", "tool")
+    subprocess.run([sys.executable, "api.py"], cwd=tmp_path, check=True, timeout=120)
+    for name in ("direct", "alone", "from_json", "from_saved"):
+        assert process_names(f"{name}.pftrace") == ["prog.py"], name
+    assert process_names("module.pftrace") == ["tool"]
+    assert process_names("api.pftrace") == ["api.py"]
 
 
 def test_signal_windows_number_pftrace_files_before_the_suffix():

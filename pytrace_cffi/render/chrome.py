@@ -13,6 +13,7 @@ import json
 import os
 
 from .._core import ffi, lib
+from ..formats import gzipped
 from .._files import replaced_atomically
 from .._jsontext import dumps_utf8, utf8_text
 from .._progress import Progress
@@ -96,6 +97,8 @@ def _chunks(trace, progress):
     if trace.processes:
         head["otherData"]["processes"] = [dict(facts, pid=process_pid)
                                           for process_pid, facts in trace.processes.items()]
+    if trace.label is not None:
+        head["otherData"]["label"] = trace.label
     yield ('{' + dumps_utf8(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8")
     first = True
     # A trace of several processes: a lane per process, named and ranked (as
@@ -177,15 +180,18 @@ def _warn_if_too_deep(trace, output="export", stacklevel=3):
                       f"to keep the {output} within them", TraceWarning, stacklevel=stacklevel)
 
 
-def write_chrome_trace(trace, path):
-    """Writes trace to path (.json, or gzip-compressed for .json.gz).
+def write_chrome_trace(trace, path, compress=None):
+    """Writes trace to path (.json, or gzip-compressed for .json.gz; compress
+    True or False decides instead of the name).
 
     Writes to a temporary file beside path and renames it, so a failed export
     leaves neither a truncated file nor a damaged trace: retry at will."""
     path = os.fspath(path)
     _warn_if_too_deep(trace)
+    if compress is None:
+        compress = gzipped(path)
     # gzip level 6: most of level 9's size at several times its speed
-    opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6)) if path.endswith(".gz")
+    opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6)) if compress
               else (lambda tmp: open(tmp, "wb")))
     with replaced_atomically(path, opener) as out, \
             Progress(f"writing {path}", len(trace)) as progress:

@@ -201,12 +201,13 @@ ORDERING_EXPLICIT = 1     # TrackDescriptor ProcessOrdering / ThreadOrdering EXP
 CHILD_ORDERING_EXPLICIT = 3   # TrackDescriptor ChildTracksOrdering EXPLICIT
 
 
-def track_descriptors(processes, threads):
+def track_descriptors(processes, threads, single_name="python"):
     """TrackDescriptor bodies (what TracePacket field 60 holds) of the process and
     thread tracks: {"root": ..., "processes": [...], "threads": [...]}.
 
     processes: (uuid, pid, label, rank) per process; label None for the trace of
-    one process (named "python" as before), rank its place among the processes.
+    one process (named single_name: the program, "python" when not known), rank
+    its place among the processes.
     threads: (uuid, process uuid, pid, tid, name, rank) per thread.
     With several processes, Perfetto's UI orders process tracks by their
     sibling_order_rank (and threads by theirs) only when the root descriptor
@@ -218,7 +219,7 @@ def track_descriptors(processes, threads):
     for uuid, pid, label, rank in processes:
         if label is None:
             out["processes"].append(_int(1, uuid) + _bytes(3, _int(1, pid)
-                                                            + _bytes(6, "python")))
+                                                            + _bytes(6, single_name)))
         else:
             out["processes"].append(_int(1, uuid) + _bytes(3, _int(1, pid) + _bytes(6, label))
                                     + _int(11, CHILD_ORDERING_EXPLICIT) + _int(12, rank))
@@ -260,6 +261,8 @@ def _process_sequence(trace, uuids):
              "dropped_events": trace.dropped_events, "realtime_anchor": trace.realtime_anchor}
     if trace.processes:
         facts["processes"] = [dict(info, pid=pid) for pid, info in trace.processes.items()]
+    if trace.label is not None:
+        facts["label"] = trace.label
     yield _packet(_int(8, base), _bytes(11, _int(9, TYPE_INSTANT) + _int(11, uuids["process"])
                                         + _bytes(23, "pytrace_cffi")
                                         + _AnnotationNames.plain(facts)
@@ -353,7 +356,8 @@ def _chunks(trace, progress, chunk_bytes, uuids=None):
         [(uuid, pid, labels[pid], ranks[pid]) for pid, uuid in process_uuids.items()],
         [(uuids["threads"][index], process_uuids.get(trace.thread_pid(thread), base_uuid),
           trace.thread_pid(thread), thread.native_id or thread.ident, thread.name, index)
-         for index, thread in enumerate(trace.threads)])
+         for index, thread in enumerate(trace.threads)],
+        single_name=trace.label or "python")
 
     yield b"".join(_process_sequence(trace, uuids))
     annotation_names = _AnnotationNames()

@@ -138,6 +138,7 @@ def finish_spill(session):
                           length=lib.pt_spill_bytes(session.ptr))
     meta["tags"] = facts["tags"]
     meta["annotation_args"] = facts["annotation_args"]
+    meta["label"] = facts["label"]
     meta.update(getattr(session, "process_meta", None) or {})   # processes.py: who is who
     spilled = sum(t.n_events for t in threads)
     parts = None
@@ -260,6 +261,8 @@ def save(trace, directory):
                        for t, n in counts]
     if several:
         meta["processes"] = [dict(facts, pid=pid) for pid, facts in trace.processes.items()]
+    if trace.label is not None:
+        meta["label"] = trace.label
     _write_names(directory, trace.names, trace.params)
     total = sum(n for _, n in counts)
     with replaced_atomically(os.path.join(directory, "slices.bin"),
@@ -660,6 +663,7 @@ def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks, pro
                   dropped_events=_int(meta.get("dropped_events"), "dropped_events"),
                   realtime_anchor=_anchor(meta.get("realtime_anchor")))
     trace.processes = processes
+    trace.label = meta["label"] if isinstance(meta.get("label"), str) else None
     return trace
 
 
@@ -795,7 +799,7 @@ class _FileEvents:
 def _spilled_slices(sources, clock, stop_ticks, min_duration_ns, plan):
     """The slice table of a spilled trace: each thread's events replayed in C,
     then the slice pipeline with plan's keys."""
-    from ..trace import drop_carriers, drop_short, name_tagged_calls
+    from ..trace import drop_carriers, named_then_short_dropped
     slices = []
     n_out = ffi.new("uint64_t *")
     hidden = plan.hidden
@@ -814,8 +818,7 @@ def _spilled_slices(sources, clock, stop_ticks, min_duration_ns, plan):
         bad = lib.pt_validate_slices(out, n_out[0], len(plan.names))
         _expect(bad < 0, f"{source.path}: thread {source.index} ({source.thread.name!r}): call "
                          f"{bad} ends before it starts or outside its parent (damaged deltas)")
-        out, n = plan.regions.insert(out, n_out[0])
-        slices.append((out, drop_short(out, n, min_duration_ns)))
-    name_tagged_calls(plan.tags, plan.annotation_args, slices, plan.names, plan.key_kinds,
-                      plan.key_args, plan)
+        slices.append(plan.regions.insert(out, n_out[0]))
+    slices = named_then_short_dropped(plan.tags, plan.annotation_args, slices, plan,
+                                      min_duration_ns)
     return drop_carriers(slices, hidden)

@@ -27,9 +27,10 @@ import weakref
 import zlib
 from collections import namedtuple
 
+from .. import formats
 from .._core import ffi, lib
 from .._jsontext import MAX_ARGS_DEPTH, finite_number, too_deep
-from .._progress import Progress
+from .._progress import Progress, counted
 from ..errors import TraceFormatError, TraceWarning
 
 SummaryRow = namedtuple("SummaryRow", "name calls total_ns self_ns thread")
@@ -182,8 +183,8 @@ def format_process_totals(trace):
         span = ("" if total.start_ns is None else
                 f", {_ms(total.start_ns - trace.start_ns)}-{_ms(total.end_ns - trace.start_ns)}"
                 " ms")
-        lines.append(f"  {trace.process_id_text(total.pid)} ({total.label}): {total.calls} "
-                     f"calls on {total.threads} thread{'s' if total.threads != 1 else ''}"
+        lines.append(f"  {trace.process_id_text(total.pid)} ({total.label}): "
+                     f"{counted(total.calls, 'call')} on {counted(total.threads, 'thread')}"
                      f"{span}")
     return "\n".join(lines)
 
@@ -236,9 +237,9 @@ def read_trace(path):
         return load(path)
     if not os.path.exists(path):
         raise TraceFormatError(f"{path!r} does not exist")
-    if path.endswith((".json", ".json.gz")):
+    if formats.is_chrome_json(path):
         return _read_chrome_trace(path)
-    if path.endswith(".pftrace"):
+    if getattr(formats.find(path), "name", None) == "pftrace":
         from ..pftrace_reader import read_pftrace
         return read_pftrace(path)
     raise TraceFormatError(f"{path!r} is neither a saved-trace directory nor a .json, "
@@ -345,6 +346,7 @@ def _chrome_trace(path, other, keys, threads, slices, marks, pid, lanes, streams
                  realtime_anchor=_other_anchor(path, other), streams=streams,
                  build_slices=build_slices)
     trace.processes = processes
+    trace.label = other["label"] if isinstance(other.get("label"), str) else None
     return trace
 
 
@@ -512,7 +514,7 @@ def _read_chrome_lines(path):
     try:
         raw_file = open(path, "rb")
         identity = _identity(os.fstat(raw_file.fileno()))
-        stream = gzip.GzipFile(fileobj=raw_file, mode="rb") if path.endswith(".gz") \
+        stream = gzip.GzipFile(fileobj=raw_file, mode="rb") if formats.gzipped(path) \
             else raw_file
         with Progress(f"reading {path}", os.path.getsize(path)) as progress:
             reader = _LineReader(path)
@@ -550,7 +552,7 @@ class _FileSource:
             raw = _PositionedFile(self.raw_file.fileno())
         else:
             raw = open(self.path, "rb")       # no pread (Windows): the path again
-        return gzip.GzipFile(fileobj=raw, mode="rb") if self.path.endswith(".gz") else raw
+        return gzip.GzipFile(fileobj=raw, mode="rb") if formats.gzipped(self.path) else raw
 
     def close(self):
         self.raw_file.close()
@@ -951,7 +953,7 @@ def _thread_slices(path, thread_calls, first_id, start_ns, keys):
 
 
 def _load_json(path):
-    opener = gzip.open if path.endswith(".gz") else open
+    opener = gzip.open if formats.gzipped(path) else open
     try:
         with opener(path, "rb") as f:
             return json.loads(f.read())

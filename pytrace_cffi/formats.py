@@ -1,0 +1,133 @@
+"""The formats a trace is written in, chosen from a file's name here and nowhere else.
+
+A name's format is its longest known suffix, matched case-insensitively
+(``out.JSON.GZ`` is gzip-compressed Chrome JSON); a name without a suffix, or
+ending in a path separator, is a saved-trace directory; any other suffix is
+refused with the list of formats, never taken for a directory. Adding a format
+is one row of FORMATS: its suffixes, a line for the help, and its writer,
+named as "module:function" under this package (called writer(trace, path,
+**options)) so that any module may read this table without importing the
+renderers it names.
+"""
+import errno
+import importlib
+import os
+from collections import namedtuple
+
+Format = namedtuple("Format", "name suffixes what writer options chrome_json gzip")
+
+FORMATS = (
+    Format("json", (".json",), "Chrome trace JSON for Perfetto and chrome://tracing",
+           "render.chrome:write_chrome_trace", {"compress": False}, True, False),
+    Format("json.gz", (".json.gz",), "gzip-compressed Chrome trace JSON",
+           "render.chrome:write_chrome_trace", {"compress": True}, True, True),
+    Format("pftrace", (".pftrace", ".perfetto-trace"),
+           "Perfetto's native protobuf, compact: for big traces",
+           "render.perfetto:write_perfetto", {}, False, False),
+    Format("html", (".html",), "a self-contained page: timeline and summary",
+           "render.html:write_html", {}, False, False),
+)
+DIRECTORY = Format("directory", (), "a saved-trace directory: a name without a suffix, "
+                   f"or ending in {os.sep}", "render.saved:save", {}, False, False)
+
+# Longest first, so that .json.gz wins over .json.
+_BY_SUFFIX = sorted(((suffix, row) for row in FORMATS for suffix in row.suffixes),
+                    key=lambda item: -len(item[0]))
+# What makes a directory a trace that may be written over (render/saved.py).
+SAVED_TRACE_FILE = "meta.json"
+
+
+class UnknownFormat(ValueError):
+    """A file name whose suffix names no format."""
+
+
+def _ends_in_separator(path):
+    return path.endswith(os.sep) or (os.altsep is not None and path.endswith(os.altsep))
+
+
+def find(path):
+    """The Format path's name picks, or None when its suffix is unknown."""
+    path = os.fspath(path)
+    if _ends_in_separator(path):
+        return DIRECTORY
+    name = os.path.basename(path).lower()
+    for suffix, row in _BY_SUFFIX:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return row
+    return DIRECTORY if not os.path.splitext(name)[1] else None
+
+
+def format_of(path):
+    """The Format path's name picks; UnknownFormat (a ValueError saying which
+    formats there are) for a suffix that names none."""
+    found = find(path)
+    if found is None:
+        suffix = os.path.splitext(os.fspath(path))[1]
+        raise UnknownFormat(f"{suffix!r} is not a trace format; name it {choices()}")
+    return found
+
+
+def choices():
+    """The formats as a phrase for help and refusals."""
+    parts = [" or ".join(row.suffixes) + f" ({row.what})" for row in FORMATS]
+    return ", ".join(parts) + f", or {DIRECTORY.what}"
+
+
+def suffixes_text(directory=True):
+    """".json, .json.gz, .pftrace, .html or a directory" (without the directory:
+    ".json, .json.gz, .pftrace or .html"), for short help and refusals."""
+    names = [row.suffixes[0] for row in FORMATS] + (["a directory"] if directory else [])
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def gzipped(path):
+    """Whether a file's name says gzip: .gz in any case (.json.gz is the format
+    we write; a torch.profiler trace read by merge may be any NAME.gz)."""
+    return os.fspath(path).lower().endswith(".gz")
+
+
+def is_chrome_json(path):
+    """Whether path's name is that of a Chrome JSON file (.json, .json.gz)."""
+    found = find(path)
+    return found is not None and found.chrome_json
+
+
+def numbered(path, number, fmt=None):
+    """The name of window `number` of path, in its format (fmt, by default the
+    one its name picks): out.json -> out.1.json, out.JSON.GZ -> out.1.JSON.GZ
+    (.html and .pftrace alike), dir -> dir.1/ (the separator keeps a directory
+    a directory whatever its name)."""
+    fmt = fmt or format_of(path)
+    if fmt is DIRECTORY:
+        return f"{path.rstrip(os.sep)}.{number}{os.sep}"
+    suffix = next(s for s in fmt.suffixes if path.lower().endswith(s))
+    return f"{path[:-len(suffix)]}.{number}{path[-len(suffix):]}"
+
+
+def foreign_directory(path):
+    """Why a saved trace may not be written into directory path, or None: a
+    non-empty directory that is not a saved trace holds someone else's files,
+    which a trace written into it would mix with."""
+    try:
+        entries = os.listdir(path)
+    except OSError:                 # missing, a file, unreadable: writing says why
+        return None
+    if entries and not os.path.isfile(os.path.join(path, SAVED_TRACE_FILE)):
+        return ("it is a directory holding other files, not a saved trace (name a new or "
+                f"empty directory, or a file: {suffixes_text(directory=False)})")
+    return None
+
+
+def write(trace, path, fmt=None):
+    """Writes trace to path in fmt (by default the format path's name picks;
+    UnknownFormat for none). A saved trace is never written into a directory of
+    other files (an OSError, ENOTEMPTY, says so)."""
+    path = os.fspath(path)
+    fmt = fmt or format_of(path)
+    if fmt is DIRECTORY:
+        refused = foreign_directory(path)
+        if refused is not None:
+            raise OSError(errno.ENOTEMPTY, refused, path)
+    module, function = fmt.writer.split(":")
+    writer = getattr(importlib.import_module(f"{__package__}.{module}"), function)
+    writer(trace, path, **fmt.options)

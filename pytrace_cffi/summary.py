@@ -1,0 +1,12 @@
+"""The terminal summary, under the name the README gives it:
+
+    from pytrace_cffi import summary
+    print(summary.format_summary(summary.summarize(summary.read_trace("trace.json"))))
+
+The code lives in pytrace_cffi/render/summary.py; these are its public names.
+"""
+from .render.summary import (SummaryRow, format_process_totals, format_summary, read_trace,
+                             summarize)
+
+__all__ = ["SummaryRow", "format_process_totals", "format_summary", "read_trace",
+           "summarize"]
