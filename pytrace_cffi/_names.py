@@ -6,12 +6,22 @@ import sys
 import types
 
 
-def path_prefixes():
+def path_inputs():
+    """What path_prefixes depends on that a program may change: sys.path and
+    where torch was imported from. A snapshot, cheap to take at stop()."""
+    torch = sys.modules.get("torch")
+    torch_file = getattr(torch, "__file__", None)
+    return tuple(sys.path), torch_file if isinstance(torch_file, str) else None
+
+
+def path_prefixes(inputs=None):
     """The directory prefixes stripped from file names, exactly as torch's
     profiler chooses them (torch.profiler.python_tracer._prefix_regex): site
     packages, sys.path, the user base and user site, and the directory holding
     the torch package when torch is imported; reverse-sorted, so a longer path
-    comes before its parent. torch itself is never imported here."""
+    comes before its parent. torch itself is never imported here. inputs: a
+    path_inputs() snapshot taken earlier (default: now)."""
+    search_path, torch_file = inputs or path_inputs()
     raw = []
     for getter in ("getsitepackages", "getuserbase", "getusersitepackages"):
         try:
@@ -19,10 +29,8 @@ def path_prefixes():
         except Exception:            # site can be stubbed in restricted interpreters
             continue
         raw.extend(found if isinstance(found, list) else [found])
-    raw.extend(sys.path)
-    torch = sys.modules.get("torch")
-    torch_file = getattr(torch, "__file__", None)
-    if isinstance(torch_file, str):
+    raw.extend(search_path)
+    if torch_file is not None:
         raw.append(os.path.dirname(os.path.dirname(torch_file)))
     prefixes = sorted({os.path.abspath(p) for p in raw if isinstance(p, str)}, reverse=True)
     return tuple(p + os.sep for p in prefixes)

@@ -7,7 +7,7 @@ from collections import defaultdict, namedtuple
 
 from . import _clock
 from ._core import ffi, lib
-from ._names import name_for_source, path_prefixes, program_name
+from ._names import name_for_source, path_inputs, path_prefixes, program_name
 from ._progress import counted
 from ._torch import (MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT,
                      is_fast_region_code)
@@ -63,11 +63,19 @@ def hide_alone(code):
     _hidden_alone.append(code)
 
 
-def _hiding(source):
+def hiding_rules():
+    """A snapshot of the rules _hiding reads that the program may change after
+    stop() (which launcher frames, which wrappers): the trace keeps stop()'s."""
+    return dict(_launcher_codes), tuple(_hidden_alone)
+
+
+def _hiding(source, rules=None):
     """Our own start/stop machinery is left out of traces with what it calls; the
     record_function decorator's wrapper is left out alone; a launcher's frames
     (see hide_launcher_frames) are left out when seeded; FastRegion's __enter__ and
-    __exit__ are left out alone once their regions exist."""
+    __exit__ are left out alone once their regions exist. rules: a hiding_rules()
+    snapshot (default: the rules now)."""
+    launcher_codes, hidden_alone = rules or (_launcher_codes, _hidden_alone)
     if source is WRAPPER_CODE:
         return lib.PT_HIDE_ALONE
     if is_fast_region_code(source):
@@ -75,9 +83,9 @@ def _hiding(source):
     filename = getattr(source, "co_filename", None)
     if filename is not None and os.path.dirname(os.path.abspath(filename)) in _OWN_DIRS:
         # ours, with what it calls; our wrappers of the program's calls alone (hide_alone)
-        alone = any(source is code for code in _hidden_alone)
+        alone = any(source is code for code in hidden_alone)
         return lib.PT_HIDE_ALONE if alone else lib.PT_HIDE_SUBTREE
-    if _launcher_codes.get(id(source)) is source:
+    if launcher_codes.get(id(source)) is source:
         return lib.PT_HIDE_SEEDED
     return 0
 
@@ -419,7 +427,7 @@ def _held_keys(trace, session, facts):
     their own: the names are then complete when first read)."""
     from .render.walk import HeldEvents, KeyPlan, Streams
     ptr = session.ptr
-    facts.update(_key_facts(session))
+    facts.update(_key_facts(session, facts))
     clock = facts["clock"]
     names, key_kinds = list(facts["names"]), list(facts["key_kinds"])
     key_args = {}
@@ -441,7 +449,7 @@ def session_facts(session):
     names, kinds and hiding, threads, tags, marks. Shared by the in-memory trace
     and the spilled one."""
     facts = _stop_facts(session)
-    facts.update(_key_facts(session))
+    facts.update(_key_facts(session, facts))
     return facts
 
 
@@ -484,6 +492,9 @@ def _stop_facts(session):
         "pid": os.getpid(),
         "python": sys.version.split()[0],
         "label": program_name(),
+        # what naming and hiding read when the keys are settled, as they were now
+        "path_inputs": path_inputs() if session.trim_paths else None,
+        "hiding_rules": hiding_rules(),
         "backend": "sys.monitoring" if USE_MONITORING else "PyEval_SetProfile",
         "clock_name": "tsc" if _clock.USE_TSC else "monotonic",
         "min_duration_ns": session.min_duration_ns,
@@ -491,18 +502,19 @@ def _stop_facts(session):
     }
 
 
-def _key_facts(session):
+def _key_facts(session, facts):
     """A stopped session's keys, in O(keys): names, kinds and how traces hide them."""
     ptr = session.ptr
     sources = []
     check(lib.pt_key_sources(ptr, 1, ffi.cast("void *", id(sources))), ptr, "key sources")
     sources.insert(0, None)
-    prefixes = path_prefixes() if session.trim_paths else ()
+    prefixes = path_prefixes(facts["path_inputs"]) if session.trim_paths else ()
     # Code the filters left out can still have frames seeded at start (its key was
     # classified just after): they are left out alone.
     flags = ffi.new("uint8_t[]", len(sources))
     lib.pt_key_flags(ptr, flags, len(sources))
-    hidden = [_hiding(source) or (lib.PT_HIDE_ALONE if flags[key] & lib.PT_KEY_SKIPPED else
+    rules = facts["hiding_rules"]
+    hidden = [_hiding(source, rules) or (lib.PT_HIDE_ALONE if flags[key] & lib.PT_KEY_SKIPPED else
                                   lib.PT_HIDE_CARRIER if flags[key] & lib.PT_KEY_NAMED else 0)
               for key, source in enumerate(sources)]
     return {

@@ -212,3 +212,17 @@ def test_nested_sys_path_entries_trim_the_longest_prefix(tmp_path):
         assert "pkg/mod.py(1): f" in names, (entries, names)
         assert "pkg/sub/deep.py(3): g" in names, (entries, names)
         assert not [n for n in names if n.startswith(("src/", "proj/"))], names
+
+
+def test_names_trim_with_sys_path_as_it_was_at_stop(tmp_path, monkeypatch):
+    """A trace names its keys when first read, after stop(): sys.path changed
+    after stop() must not change how its file names are trimmed."""
+    import pytrace_cffi
+    (tmp_path / "late_trim_mod.py").write_text("def late_trim_f():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import late_trim_mod
+    pytrace_cffi.start()
+    late_trim_mod.late_trim_f()
+    trace = pytrace_cffi.stop()
+    sys.path.remove(str(tmp_path))
+    assert "late_trim_mod.py(1): late_trim_f" in {call.name for call in trace}
