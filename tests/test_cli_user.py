@@ -255,8 +255,9 @@ def test_counts_are_said_in_the_singular_for_one(tmp_path):
     (tmp_path / "one.py").write_text("def only():\n    pass\n")
     proc = run_cli(tmp_path, "run", "--no-c-calls", "--no-follow", "-o", "one.json", "one.py")
     assert proc.returncode == 0, proc.stderr
-    assert re.fullmatch(r"pytrace_cffi: 1 call on 1 thread -> one.json\n", proc.stderr), \
-        proc.stderr
+    assert re.fullmatch(r"pytrace_cffi: writing one.json \.\.\.\n"
+                        r"pytrace_cffi: 1 call on 1 thread -> one.json \(\d+ bytes, \d+\.\d\d s\)\n",
+                        proc.stderr), proc.stderr
     proc = run_cli(tmp_path, "summary", "one.json")
     assert proc.stdout.startswith("one.json: 1 call on 1 thread, "), proc.stdout
     proc = run_cli(tmp_path, "export", "one.json", "-o", "one.html")

@@ -190,7 +190,7 @@ def test_writing_out_is_said_when_it_starts_and_ends(tmp_path):
     assert start == f"pytrace_cffi: writing {out} ..."
     size = os.path.getsize(out)
     shown = f"{size} bytes" if size < 1000 else f"{size / 1000:.1f} kB"
-    assert re.fullmatch(rf"pytrace_cffi: \d+ calls on 1 threads -> {re.escape(str(out))} "
+    assert re.fullmatch(rf"pytrace_cffi: \d+ calls on 1 thread -> {re.escape(str(out))} "
                         rf"\({re.escape(shown)}, \d+\.\d\d s\)", end), end
 
 
