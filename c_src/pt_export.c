@@ -80,6 +80,8 @@ pt_format_slices_from(const pt_slice *slices, uint64_t n, uint64_t *next,
         p = PT_PUT_LITERAL(p, ",\"Python thread\":");
         p = pt_put_u64(p, thread_index);
         p = pt_put(p, extras[key], extra_lens[key]);
+        if (s->flags & PT_SLICE_SEEDED)
+            p = PT_PUT_LITERAL(p, ",\"open at start\":true");
         p = PT_PUT_LITERAL(p, "}}");
     }
     *next = i;

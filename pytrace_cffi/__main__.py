@@ -509,15 +509,17 @@ def _cmd_run(args, program):
 
 
 def _cmd_summary(args):
-    from .render.summary import format_process_totals, format_summary, read_trace, summarize
+    from .render.summary import (format_process_totals, format_summary, read_trace,
+                                 summarize_counting)
     trace = read_trace(args.trace)
     per_process = args.per_process and not args.per_thread
-    rows = summarize(trace, sort=args.sort, limit=args.limit or None,
-                     per_thread=args.per_thread, per_process=per_process)
-    title = (f"{args.trace}: {len(trace)} calls on {len(trace.threads)} threads, "
+    # calls as the table counts them: frames running when tracing began are none
+    rows, calls = summarize_counting(trace, sort=args.sort, limit=args.limit or None,
+                                     per_thread=args.per_thread, per_process=per_process)
+    title = (f"{args.trace}: {calls} calls on {len(trace.threads)} threads, "
              f"{(trace.stop_ns - trace.start_ns) / 1e6:.3f} ms")
     if trace.processes:
-        title = (f"{args.trace}: {len(trace)} calls in {len(trace.processes)} processes, "
+        title = (f"{args.trace}: {calls} calls in {len(trace.processes)} processes, "
                  f"{len(trace.threads)} threads, {(trace.stop_ns - trace.start_ns) / 1e6:.3f}"
                  f" ms\n{format_process_totals(trace)}\n"
                  + ("per process:" if per_process else

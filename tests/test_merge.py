@@ -455,10 +455,13 @@ def expected_ours(trace, base):
             call = next(calls)
             start = monotonic_to_realtime(anchor, call.start_ns)
             end = monotonic_to_realtime(anchor, call.end_ns)
+            args = {"Python id": call.id, "Python parent id": call.parent,
+                    "Python thread": thread.index}
+            if call.start_ns == trace.start_ns and call.kind == "python":
+                args["open at start"] = True        # running when tracing began
             events.append({"ph": "X", "pid": pid, "tid": tid, "cat": CATEGORY[call.kind],
                            "name": call.name, "ts": us(start - base), "dur": us(end - start),
-                           "args": {"Python id": call.id, "Python parent id": call.parent,
-                                    "Python thread": thread.index}})
+                           "args": args})
     assert next(calls, None) is None
     return events
 

@@ -309,6 +309,34 @@ def test_slices_open_at_stop_are_flagged(rich_trace, tmp_path):
     assert flagged == expected
 
 
+def _started_inside(depth):
+    if depth:
+        return _started_inside(depth - 1)
+    pytrace_cffi.start()
+    fib(5)
+    return pytrace_cffi.stop()
+
+
+def test_slices_open_at_start_are_flagged(tmp_path):
+    """Frames running when the trace began carry "open at start": true, from the
+    walk's records and from the slice table alike."""
+    trace = _started_inside(3)
+    found = []
+    for form in ("records", "slices"):
+        path = tmp_path / f"{form}.pftrace"
+        trace.export_perfetto(str(path))
+        found.append(sorted((s["start"], s["name"].rsplit(": ", 1)[1])
+                            for s in decode(path)["slices"]
+                            if s["args"].get("open at start") is True))
+        assert trace.slices_built() == (form == "slices")
+        list(trace.thread_slices())               # the next export reads the table
+    expected = sorted((slices[i].start, trace.names[slices[i].key].rsplit(": ", 1)[1])
+                      for _, slices, n in trace.thread_slices() for i in range(n)
+                      if slices[i].flags & lib.PT_SLICE_SEEDED)
+    assert [name for _, name in expected].count("_started_inside") == 4
+    assert found == [expected, expected]
+
+
 def test_module_args_dropped_events_and_a_thread_without_calls(rich_trace, tmp_path):
     """Per-key args (as torch modules get "Python module id") become debug
     annotations; dropped events are in the facts; a thread with no calls still

@@ -155,6 +155,7 @@ class Streams:
         self.keep_alive = keep_alive        # the tracer that holds the events
         self._scan_tables = plan.tables(clock, stop_ticks, min_duration_ns, scan=True)
         self.scans, self.stats, self.calls_begun = [], [], []
+        self.open_at_start = []         # per thread: its slices running at the start
         base_keys = [NO_KEY] * len(plan.annotation_args)
         out = ffi.new("uint32_t[]", max(1, len(base_keys)))
         for source in sources:
@@ -170,6 +171,7 @@ class Streams:
             self.scans.append(walk)
             self.stats.append((stats.slices, stats.open_at_stop, stats.max_depth))
             self.calls_begun.append(stats.calls_begun)
+            self.open_at_start.append(stats.open_at_start)
             if base_keys:
                 lib.pt_walk_args_keys(walk, out, len(base_keys))
                 for index in range(len(base_keys)):
