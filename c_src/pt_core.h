@@ -103,6 +103,10 @@ int pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frame
 /* Attach the calling thread (a thread born during tracing), seeding its frames
  * except the innermost skip_frames (the attaching hook's own). */
 int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
+/* The calling thread is one of pytrace_cffi's own (pt_own.c): no trace records
+ * it, from now on and until pt_own_thread_end. PT_ERR_NOMEM when 16 are already. */
+int pt_own_thread_begin(void);
+void pt_own_thread_end(void);
 /* Stop: removes the hook from every thread; the buffers stay for reading. */
 int pt_stop(pt_tracer *tracer);
 /* Another profiler taking the hook (PT_BACKEND_PROFILE; the sys.monitoring

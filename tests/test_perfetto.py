@@ -309,6 +309,20 @@ def test_slices_open_at_stop_are_flagged(rich_trace, tmp_path):
     assert flagged == expected
 
 
+def test_an_export_while_tracing_records_nothing_of_ours(rich_trace, tmp_path):
+    """A program that exports a trace while another records: neither our export's
+    calls nor its encoder threads are in the recording."""
+    with pytrace_cffi.trace() as t:
+        fib(4)
+        rich_trace.export_perfetto(str(tmp_path / "during.pftrace"))
+        fib(3)
+    assert [thread.name for thread in t.trace.threads] == ["MainThread"]
+    assert not [c.name for c in t.trace if "pytrace_cffi" in c.name]
+    assert sum(c.name.endswith(": fib") for c in t.trace) == 9 + 5
+    decoded = decode(tmp_path / "during.pftrace")                # and it was written whole
+    assert decoded["compressed"] > 0 and len(decoded["slices"]) == len(rich_trace)
+
+
 def _started_inside(depth):
     if depth:
         return _started_inside(depth - 1)

@@ -150,7 +150,8 @@ class _Sink:
     packets of at most COMPRESSED_INPUT_BYTES input each. zlib lets go of the GIL
     while it works, so pieces are deflated on COMPRESS_THREADS threads while the
     next ones are encoded; at most twice that many wait, and they are written in
-    order."""
+    order. While a trace records (an export from a traced program) they are
+    deflated here instead: threads of ours must not show in a trace."""
 
     def __init__(self, out, compress):
         self.out = out
@@ -159,7 +160,7 @@ class _Sink:
         self.pending_bytes = 0
         self.in_flight = collections.deque()
         self.pool = (concurrent.futures.ThreadPoolExecutor(COMPRESS_THREADS)
-                     if compress else None)
+                     if compress and not _recording() else None)
 
     def write(self, data):
         """data may be a view of a buffer about to be reused: written or copied now."""
@@ -172,7 +173,11 @@ class _Sink:
         self.pending_bytes += len(data)
 
     def _submit(self):
-        if self.pending:
+        if self.pending and self.pool is None:
+            self.out.write(_packet(_bytes(50, zlib.compress(b"".join(self.pending),
+                                                            COMPRESS_LEVEL))))
+            self.pending, self.pending_bytes = [], 0
+        elif self.pending:
             self.in_flight.append(self.pool.submit(zlib.compress, b"".join(self.pending),
                                                    COMPRESS_LEVEL))
             self.pending, self.pending_bytes = [], 0
@@ -194,6 +199,12 @@ class _Sink:
             for future in self.in_flight:
                 future.cancel()
             self.pool.shutdown(wait=True)
+
+
+def _recording():
+    """Whether this process is tracing now (start() without its stop())."""
+    from .. import _has_session
+    return _has_session()
 
 
 ORDERING_EXPLICIT = 1     # TrackDescriptor ProcessOrdering / ThreadOrdering EXPLICIT
