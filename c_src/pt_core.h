@@ -424,6 +424,23 @@ int pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
 void pt_slices_to_realtime(pt_slice *slices, uint64_t n, int64_t mono0, int64_t off0,
                            int64_t mono1, int64_t off1, int64_t *first_start,
                            int64_t *last_end);
+/* merge_torch (pt_merge.c): per thread, torch's regions (n, by start: start,
+ * end, a name id > 0) filter our slices as they stream by, in start order, parents
+ * first and absolute over the thread (first_index: the batch's first). Left out:
+ * a slice crossing a region's edge, and one whose key has a name id
+ * (region_name_of_key, 0: none) that a region of that name lies within (torch's
+ * region replaces ours). The rest are moved up in place, numbered over the kept
+ * slices and re-parented to their nearest kept ancestor. Returns how many of the
+ * batch are kept (UINT64_MAX when out of memory). counts: slices left out so far. */
+typedef struct pt_region_edges pt_region_edges;
+pt_region_edges *pt_region_edges_new(const int64_t *starts, const int64_t *ends,
+                                     const uint32_t *names, uint64_t n);
+void pt_region_edges_free(pt_region_edges *edges);
+uint64_t pt_region_edges_filter(pt_region_edges *edges, pt_slice *slices, uint64_t n,
+                                uint64_t first_index, const uint32_t *region_name_of_key,
+                                uint32_t n_keys);
+void pt_region_edges_counts(const pt_region_edges *edges, uint64_t *replaced,
+                            uint64_t *crossing);
 /* Perfetto export (pt_perfetto.c): encodes a thread's slices as SLICE_BEGIN /
  * SLICE_END TrackEvent packets (each a Trace.packet entry) into out until it is
  * nearly full, resuming from *cursor (zeroed, last_ns = the sequence clock's
