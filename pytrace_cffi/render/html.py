@@ -113,8 +113,8 @@ def _survey(trace, call_budget):
                 process_tables.append((title, per_process.new_table()))
         open_at_start.append(0)
         for slices, n, first_index in batches:
-            if not first_index:
-                open_at_start[-1] = _leading_open_at_start(slices, n)
+            if open_at_start[-1] == first_index:    # every slice so far: the run goes on
+                open_at_start[-1] += _leading_open_at_start(slices, n)
             summarizer.add(thread, slices, n, first_index, table)
             if per_process is not None:
                 per_process.add(thread, slices, n, first_index, process_tables[-1][1])
