@@ -78,7 +78,12 @@ typedef struct {
 } pt_slice;
 
 #define PT_SLICE_C 1            /* a built-in call (else Python) */
-#define PT_SLICE_SEEDED 2       /* began before tracing: started at attach time */
+/* Running when its thread's tracing began with the trace (start(), a forked
+ * child's start): drawn from the start, marked "open at start" in exports, and
+ * no call in the counts (it began before the trace). A thread attached later
+ * (born while tracing) has its frames seeded too, but they began in the trace:
+ * they are ordinary calls. */
+#define PT_SLICE_SEEDED 2
 #define PT_SLICE_OPEN_AT_STOP 4 /* still running at stop: ended at stop time */
 
 /* Lifecycle. pt_tracer_new returns NULL only when out of memory. */
@@ -111,6 +116,10 @@ int pt_thread_hook(void *py_list);
 /* Before pt_start: the dict the thread hook fills, tstate id -> threading.Thread
  * (a strong reference is kept). */
 int pt_set_thread_objects(pt_tracer *tracer, void *py_dict);
+/* The calling thread is one of pytrace_cffi's own (pt_own.c): no trace records
+ * it, from now on and until pt_own_thread_end. PT_ERR_NOMEM when 16 are already. */
+int pt_own_thread_begin(void);
+void pt_own_thread_end(void);
 /* Stop: removes the hook from every thread; the buffers stay for reading. */
 int pt_stop(pt_tracer *tracer);
 /* Another profiler taking the hook (PT_BACKEND_PROFILE; the sys.monitoring
@@ -136,6 +145,8 @@ int64_t pt_last_event_ticks(pt_tracer *tracer);
 int pt_thread_at_stop(pt_tracer *tracer, int index, int64_t *last_ticks);
 /* How many slices replay closed at stop time (PT_SLICE_OPEN_AT_STOP). */
 uint64_t pt_open_at_stop(const pt_slice *slices, uint64_t n);
+/* How many slices were running at the trace's start (PT_SLICE_SEEDED). */
+uint64_t pt_open_at_start(const pt_slice *slices, uint64_t n);
 /* Sticky error raised by the hot path, or PT_OK. */
 int pt_hot_error(pt_tracer *tracer);
 
@@ -485,7 +496,8 @@ int pt_key_flags(pt_tracer *tracer, uint8_t *out, uint32_t n);
  * is nearly full, advancing *next. Each event is prefix (",\n{...\"name\":"),
  * names[key] (already JSON-escaped), ts/dur in microseconds with three decimals
  * relative to base_ns, and args {"Python id", "Python parent id", "Python thread"}
- * followed by extras[key] (",\"k\":v" or ""). */
+ * followed by extras[key] (",\"k\":v" or ""), then "open at start": true for a
+ * PT_SLICE_SEEDED slice. */
 /* The same for slices numbered from index_base (a streaming walk's batch): the
  * slice at i has "Python id" first_id + index_base + i; parents are absolute. */
 int pt_format_slices_from(const pt_slice *slices, uint64_t n, uint64_t *next,
@@ -508,13 +520,32 @@ int pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
 void pt_slices_to_realtime(pt_slice *slices, uint64_t n, int64_t mono0, int64_t off0,
                            int64_t mono1, int64_t off1, int64_t *first_start,
                            int64_t *last_end);
+/* merge_torch (pt_merge.c): per thread, torch's regions (n, by start: start,
+ * end, a name id > 0) filter our slices as they stream by, in start order, parents
+ * first and absolute over the thread (first_index: the batch's first). Left out:
+ * a slice crossing a region's edge, and one whose key has a name id
+ * (region_name_of_key, 0: none) that a region of that name lies within (torch's
+ * region replaces ours). The rest are moved up in place, numbered over the kept
+ * slices and re-parented to their nearest kept ancestor. Returns how many of the
+ * batch are kept (UINT64_MAX when out of memory). counts: slices left out so far. */
+typedef struct pt_region_edges pt_region_edges;
+pt_region_edges *pt_region_edges_new(const int64_t *starts, const int64_t *ends,
+                                     const uint32_t *names, uint64_t n);
+void pt_region_edges_free(pt_region_edges *edges);
+uint64_t pt_region_edges_filter(pt_region_edges *edges, pt_slice *slices, uint64_t n,
+                                uint64_t first_index, const uint32_t *region_name_of_key,
+                                uint32_t n_keys);
+void pt_region_edges_counts(const pt_region_edges *edges, uint64_t *replaced,
+                            uint64_t *crossing);
 /* Perfetto export (pt_perfetto.c): encodes a thread's slices as SLICE_BEGIN /
  * SLICE_END TrackEvent packets (each a Trace.packet entry) into out until it is
  * nearly full, resuming from *cursor (zeroed, last_ns = the sequence clock's
  * value, before the thread's first call). Timestamps are deltas from the previous
  * packet of the sequence. A begin carries key's bytes of events (TrackEvent
- * fields: name iid, category iids, debug annotations), open_mark too when the
- * slice was open at stop, and key's bytes of interned (InternedData fields) the
+ * fields: name iid, category iids, debug annotations), marks[m] too for a slice
+ * open at stop (m = PT_PF_MARK_OPEN_AT_STOP), at start (PT_PF_MARK_OPEN_AT_START:
+ * PT_SLICE_SEEDED) or both (their sum), mark_lens[m] bytes (debug annotations;
+ * entry 0 unused), and key's bytes of interned (InternedData fields) the
  * first time key is seen while interned_done[key] is 0. Key k's bytes are
  * blob[offsets[k]..offsets[k + 1]); both blobs end with PT_PF_BLOB_PADDING spare
  * bytes. A thread's slices may come in batches (first_index: the thread-wide
@@ -525,6 +556,8 @@ void pt_slices_to_realtime(pt_slice *slices, uint64_t n, int64_t mono0, int64_t 
  * when cursor->next == n, the thread when also cursor->open == 0 after the last.
  * PT_ERR_ARG: slices out of time order, a key >= n_keys or too deep. */
 #define PT_PF_BLOB_PADDING 16
+#define PT_PF_MARK_OPEN_AT_STOP 1
+#define PT_PF_MARK_OPEN_AT_START 2
 typedef struct {
     uint64_t next;          /* the next slice to begin */
     uint32_t open;          /* slices begun and not yet ended, on the stack */
@@ -536,7 +569,7 @@ int pt_pftrace_slices(const pt_slice *slices, uint64_t n, uint64_t first_index,
                       const char *events, const uint32_t *event_offsets,
                       const char *interned, const uint32_t *interned_offsets,
                       uint8_t *interned_done, uint32_t n_keys,
-                      const char *open_mark, uint32_t open_mark_len,
+                      const char *const *marks, const uint32_t *mark_lens,
                       uint32_t sequence_id, char *out, uint64_t cap, uint64_t *written);
 /* Streaming walk (pt_walk.c): one thread's calls from its events, fed a run at a
  * time, with everything the slice pipeline does (hiding, torch regions,
@@ -573,7 +606,7 @@ typedef struct {
     uint64_t slices;        /* calls (and regions) the trace shows */
     uint64_t open_at_stop;  /* of them, still running at stop */
     uint32_t max_depth;     /* deepest depth of a shown call */
-    uint32_t reserved;
+    uint32_t open_at_start; /* of the slices, running when the trace began (PT_SLICE_SEEDED) */
     uint64_t calls_begun;   /* calls and regions begun so far (where a walk failed) */
 } pt_walk_stats;
 typedef struct {
@@ -583,6 +616,7 @@ typedef struct {
 } pt_walk_record;
 #define PT_RECORD_END 1             /* else a begin */
 #define PT_RECORD_OPEN_AT_STOP 2    /* a begin of a call still running at stop */
+#define PT_RECORD_OPEN_AT_START 4   /* a begin of a call running when the trace began */
 typedef struct pt_walk pt_walk;
 /* Returns a new walk (pt_walk_free it), NULL when out of memory or given a scan
  * not finished. The scan must outlive the emitting walk; several emitting walks
@@ -620,7 +654,7 @@ int pt_pftrace_records(const pt_walk_record *records, uint64_t n, uint64_t *next
                        const char *events, const uint32_t *event_offsets,
                        const char *interned, const uint32_t *interned_offsets,
                        uint8_t *interned_done, uint32_t n_keys,
-                       const char *open_mark, uint32_t open_mark_len,
+                       const char *const *marks, const uint32_t *mark_lens,
                        uint32_t sequence_id, char *out, uint64_t cap, uint64_t *written);
 /* Appends, for keys first..count-1, what names each key to py_list: a code
  * object, or a (owner, name) tuple for a built-in (owner a module, a type or None). */

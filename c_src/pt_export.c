@@ -22,15 +22,18 @@ pt_put_u64(char *p, uint64_t v)
     return p;
 }
 
-/* Nanoseconds as microseconds with exactly three decimals (negative never occurs:
- * times are relative to the trace's start and durations are >= 0). */
+/* Nanoseconds as microseconds with exactly three decimals; a negative time (a
+ * merge's call before torch's base) with its sign. */
 static char *
 pt_put_us(char *p, int64_t ns)
 {
-    if (ns < 0)
-        ns = 0;
-    p = pt_put_u64(p, (uint64_t)ns / 1000);
-    uint32_t frac = (uint32_t)((uint64_t)ns % 1000);
+    uint64_t magnitude = (uint64_t)ns;
+    if (ns < 0) {
+        *p++ = '-';
+        magnitude = 0 - magnitude;
+    }
+    p = pt_put_u64(p, magnitude / 1000);
+    uint32_t frac = (uint32_t)(magnitude % 1000);
     *p++ = '.';
     *p++ = (char)('0' + frac / 100);
     *p++ = (char)('0' + frac / 10 % 10);
@@ -80,6 +83,8 @@ pt_format_slices_from(const pt_slice *slices, uint64_t n, uint64_t *next,
         p = PT_PUT_LITERAL(p, ",\"Python thread\":");
         p = pt_put_u64(p, thread_index);
         p = pt_put(p, extras[key], extra_lens[key]);
+        if (s->flags & PT_SLICE_SEEDED)
+            p = PT_PUT_LITERAL(p, ",\"open at start\":true");
         p = PT_PUT_LITERAL(p, "}}");
     }
     *next = i;

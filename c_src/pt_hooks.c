@@ -90,6 +90,12 @@ pt_thread_lookup_cold(pt_tracer *tracer)
 {
     PyThreadState *tstate = PyThreadState_Get();
     uint64_t tstate_id = PyThreadState_GetID(tstate);
+    if (pt_is_own_tstate(tstate_id)) {
+        /* ours: "no buffer" cached, so its events record nothing (pt_own.c) */
+        pt_tls_thread = NULL;
+        pt_tls_generation = tracer->generation;
+        return NULL;
+    }
     pt_thread *thread = pt_thread_find(tracer, tstate_id);
     if (!thread)
         thread = pt_thread_new(tracer, tstate_id, PyThread_get_thread_ident(), 0,
@@ -826,6 +832,8 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames)
     tracer->state = PT_STATE_RUNNING;
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
          ts = PyThreadState_Next(ts)) {
+        if (pt_is_own_tstate(PyThreadState_GetID(ts)))
+            continue;                           /* ours: never traced (pt_own.c) */
         PyFrameObject *top = PyThreadState_GetFrame(ts);   /* new reference */
         uint64_t ident = ts == self_tstate ? PyThread_get_thread_ident()
                                            : pt_ident_for_frame(current_frames, top);
@@ -886,6 +894,8 @@ done:
 static void
 pt_attach_held(pt_tracer *tracer, int skip_frames)
 {
+    if (pt_is_own_tstate(PyThreadState_GetID(PyThreadState_Get())))
+        return;                         /* one of pytrace_cffi's own (pt_own.c) */
     if (tracer->backend == PT_BACKEND_PROFILE)
         PyEval_SetProfile(pt_profile_callback, tracer->handle);
     PyThreadState *tstate = PyThreadState_Get();

@@ -187,6 +187,8 @@ pt_ticks(const pt_tracer *tracer)
 
 /* pt_core.c */
 pt_thread *pt_thread_find(pt_tracer *tracer, uint64_t tstate_id);
+/* A thread of pytrace_cffi's own, never recorded (pt_own.c). */
+int pt_is_own_tstate(uint64_t tstate_id);
 pt_thread *pt_thread_for_reading(pt_tracer *tracer, int index);
 pt_thread *pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
                          uint64_t native_id, int64_t base_ticks);

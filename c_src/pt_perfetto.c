@@ -107,20 +107,28 @@ pt_pf_put_end(char *p, uint64_t delta, const char *seq, uint32_t seq_len)
     return p + seq_len;
 }
 
+/* Which of the marks (see pt_pftrace_slices) a begin carries. */
+static inline uint32_t
+pt_pf_mark(int open_at_stop, int open_at_start)
+{
+    return (open_at_stop ? PT_PF_MARK_OPEN_AT_STOP : 0) |
+           (open_at_start ? PT_PF_MARK_OPEN_AT_START : 0);
+}
+
 /* TracePacket { timestamp, track_event { type = SLICE_BEGIN, the key's fields,
- * open mark }, interned_data { the key's name }, sequence id }; NULL when it
+ * marks[mark] }, interned_data { the key's name }, sequence id }; NULL when it
  * does not fit before end. */
 static inline char *
-pt_pf_put_begin(char *p, char *end, uint64_t delta, uint32_t key, int open_at_stop,
+pt_pf_put_begin(char *p, char *end, uint64_t delta, uint32_t key, uint32_t mark,
                 const char *events, const uint32_t *event_offsets,
                 const char *interned, const uint32_t *interned_offsets,
-                uint8_t *interned_done, const char *open_mark, uint32_t open_mark_len,
+                uint8_t *interned_done, const char *const *marks, const uint32_t *mark_lens,
                 const char *seq, uint32_t seq_len)
 {
     uint32_t event_len = event_offsets[key + 1] - event_offsets[key];
     uint32_t intern_len = interned_done[key] ? 0
                           : interned_offsets[key + 1] - interned_offsets[key];
-    uint32_t extra_len = open_at_stop ? open_mark_len : 0;
+    uint32_t extra_len = mark ? mark_lens[mark] : 0;
     if ((uint64_t)(end - p) < (uint64_t)PT_PACKET_OVERHEAD + event_len + extra_len + intern_len)
         return NULL;
     uint32_t te_len = 2 + event_len + extra_len;
@@ -137,7 +145,7 @@ pt_pf_put_begin(char *p, char *end, uint64_t delta, uint32_t key, int open_at_st
     p[1] = PT_TYPE_SLICE_BEGIN;
     p = pt_put_padded(p + 2, events + event_offsets[key], event_len);
     if (PT_UNLIKELY(extra_len)) {
-        memcpy(p, open_mark, extra_len);
+        memcpy(p, marks[mark], extra_len);
         p += extra_len;
     }
     if (PT_UNLIKELY(intern_len)) {
@@ -156,7 +164,7 @@ pt_pftrace_slices(const pt_slice *slices, uint64_t n, uint64_t first_index, int 
                   const char *events, const uint32_t *event_offsets,
                   const char *interned, const uint32_t *interned_offsets,
                   uint8_t *interned_done, uint32_t n_keys,
-                  const char *open_mark, uint32_t open_mark_len,
+                  const char *const *marks, const uint32_t *mark_lens,
                   uint32_t sequence_id, char *out, uint64_t cap, uint64_t *written)
 {
     char *p = out;
@@ -193,9 +201,10 @@ pt_pftrace_slices(const pt_slice *slices, uint64_t n, uint64_t first_index, int 
             break;
         }
         char *after = pt_pf_put_begin(p, end, (uint64_t)(s->start - last_ns), s->key,
-                                      s->flags & PT_SLICE_OPEN_AT_STOP, events, event_offsets,
-                                      interned, interned_offsets, interned_done, open_mark,
-                                      open_mark_len, seq, seq_len);
+                                      pt_pf_mark(s->flags & PT_SLICE_OPEN_AT_STOP,
+                                                 s->flags & PT_SLICE_SEEDED),
+                                      events, event_offsets, interned, interned_offsets,
+                                      interned_done, marks, mark_lens, seq, seq_len);
         if (!after)
             break;
         p = after;
@@ -216,7 +225,7 @@ pt_pftrace_records(const pt_walk_record *records, uint64_t n, uint64_t *next, in
                    const char *events, const uint32_t *event_offsets,
                    const char *interned, const uint32_t *interned_offsets,
                    uint8_t *interned_done, uint32_t n_keys,
-                   const char *open_mark, uint32_t open_mark_len,
+                   const char *const *marks, const uint32_t *mark_lens,
                    uint32_t sequence_id, char *out, uint64_t cap, uint64_t *written)
 {
     char *p = out;
@@ -239,9 +248,11 @@ pt_pftrace_records(const pt_walk_record *records, uint64_t n, uint64_t *next, in
             p = pt_pf_put_end(p, delta, seq, seq_len);
         } else {
             char *after = pt_pf_put_begin(p, end, delta, r->key,
-                                          r->flags & PT_RECORD_OPEN_AT_STOP, events,
+                                          pt_pf_mark(r->flags & PT_RECORD_OPEN_AT_STOP,
+                                                     r->flags & PT_RECORD_OPEN_AT_START),
+                                          events,
                                           event_offsets, interned, interned_offsets,
-                                          interned_done, open_mark, open_mark_len, seq,
+                                          interned_done, marks, mark_lens, seq,
                                           seq_len);
             if (!after)
                 break;

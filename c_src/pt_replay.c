@@ -80,7 +80,9 @@ pt_replay_push(pt_replay_state *st, uint32_t kind, uint32_t key, int64_t ts)
         out->start = ts;
         out->end = ts;
         out->key = key;
-        out->flags = (is_c ? PT_SLICE_C : 0) | (seeded ? PT_SLICE_SEEDED : 0);
+        /* seeded when the trace began (not when a thread born later attached) */
+        int open_at_start = seeded && st->ticks == st->tick0;
+        out->flags = (is_c ? PT_SLICE_C : 0) | (open_at_start ? PT_SLICE_SEEDED : 0);
         out->parent = parent;
         out->tag = 0;
         out->depth = parent >= 0 ? st->out[parent].depth + 1 : 0;
@@ -206,14 +208,26 @@ pt_replay_buffer(const pt_event *events, uint64_t n, int64_t base_ticks, int64_t
     return rc;
 }
 
+static uint64_t
+pt_count_flag(const pt_slice *slices, uint64_t n, uint32_t flag)
+{
+    uint64_t found = 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (slices[i].flags & flag)
+            found++;
+    return found;
+}
+
 uint64_t
 pt_open_at_stop(const pt_slice *slices, uint64_t n)
 {
-    uint64_t open = 0;
-    for (uint64_t i = 0; i < n; i++)
-        if (slices[i].flags & PT_SLICE_OPEN_AT_STOP)
-            open++;
-    return open;
+    return pt_count_flag(slices, n, PT_SLICE_OPEN_AT_STOP);
+}
+
+uint64_t
+pt_open_at_start(const pt_slice *slices, uint64_t n)
+{
+    return pt_count_flag(slices, n, PT_SLICE_SEEDED);
 }
 
 int64_t

@@ -3,7 +3,9 @@
  * The summary runs over every call of a trace, millions of them for the HTML page
  * and the summary command, so its per-call loop lives here rather than in Python.
  * Total time counts a function once however deep it recurses: a call made while
- * the same function is open adds to its calls and self time only.
+ * the same function is open adds to its calls and self time only. A frame that
+ * was running when the trace began (PT_SLICE_SEEDED: at start(), or a forked
+ * child's frames continued from its parent) adds its time but is no call.
  * pt_summarize_slices takes a whole slice table (the tests' oracle); summaries
  * stream through a pt_summarizer, batch by batch.
  */
@@ -39,7 +41,7 @@ pt_summarize_slices(const pt_slice *slices, uint64_t n, const uint32_t *name_of_
         }
         uint32_t name = name_of_key[s->key];
         int64_t duration = s->end - s->start;
-        calls[name]++;
+        calls[name] += !(s->flags & PT_SLICE_SEEDED);
         self_ns[name] += duration;
         if (open)
             self_ns[stack_names[open - 1]] -= duration;
@@ -142,7 +144,7 @@ pt_summarizer_feed(pt_summarizer *s, const pt_slice *slices, uint64_t n, uint64_
             return PT_ERR_ARG;
         uint32_t name = s->name_of_key[slice->key];
         int64_t duration = slice->end - slice->start;
-        calls[name]++;
+        calls[name] += !(slice->flags & PT_SLICE_SEEDED);
         self_ns[name] += duration;
         if (s->open)
             self_ns[s->open_name[s->open - 1]] -= duration;

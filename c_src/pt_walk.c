@@ -41,6 +41,7 @@ typedef struct {
     uint64_t kept_before;   /* the stats before it began: restored when it is dropped */
     uint64_t open_before;
     uint32_t depth_before;
+    uint32_t open_at_start_before;
     uint32_t key;
     uint32_t tag;
     uint32_t depth;         /* shown calls and regions open below it */
@@ -60,7 +61,7 @@ typedef struct {
     uint32_t key;
     uint32_t tag;
     uint8_t is_c;
-    uint8_t seeded;
+    uint8_t open_at_start;  /* seeded when the trace began: PT_SLICE_SEEDED */
     uint8_t hides_subtree;
     uint8_t emits;          /* replay would emit it (a slice exists) */
     uint8_t pending;        /* emits, and its node is not made yet */
@@ -304,6 +305,7 @@ pt_walk_push_node(pt_walk *w, int64_t start, uint32_t key, uint32_t tag, int is_
     n->kept_before = w->stats.slices;
     n->open_before = w->stats.open_at_stop;
     n->depth_before = w->stats.max_depth;
+    n->open_at_start_before = w->stats.open_at_start;
     const pt_walk_node *up = w->n_nodes ? &w->nodes[w->n_nodes - 1] : NULL;
     n->child_parent = up ? up->child_parent : -1;
     n->child_depth = up ? up->child_depth : 0;
@@ -321,7 +323,9 @@ pt_walk_push_node(pt_walk *w, int64_t start, uint32_t key, uint32_t tag, int is_
     if (!n->shown)
         return PT_OK;
     if (w->scan)
-        return pt_walk_write(w, start, key, n->open_at_stop ? PT_RECORD_OPEN_AT_STOP : 0);
+        return pt_walk_write(w, start, key,
+                             (n->open_at_stop ? PT_RECORD_OPEN_AT_STOP : 0) |
+                             (n->slice_flags & PT_SLICE_SEEDED ? PT_RECORD_OPEN_AT_START : 0));
     return PT_OK;
 }
 
@@ -355,7 +359,7 @@ pt_walk_materialize(pt_walk *w, pt_walk_call *call)
     call->node = (int64_t)w->n_nodes;
     return pt_walk_push_node(w, call->start, key, tag, 0, exempt,
                              (uint8_t)((call->is_c ? PT_SLICE_C : 0) |
-                                       (call->seeded ? PT_SLICE_SEEDED : 0)));
+                                       (call->open_at_start ? PT_SLICE_SEEDED : 0)));
 }
 
 static int pt_walk_name_step_parent(pt_walk *w, const pt_walk_node *n);
@@ -395,6 +399,7 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
         w->stats.slices = n->kept_before;
         w->stats.open_at_stop = n->open_before;
         w->stats.max_depth = n->depth_before;
+        w->stats.open_at_start = n->open_at_start_before;
         /* a step too short to keep still names its parent, as the slice table
          * names it before min_duration drops anything */
         return pt_walk_name_step_parent(w, n);
@@ -402,6 +407,7 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
     if (shown) {
         w->stats.slices++;
         w->stats.open_at_stop += open_at_stop != 0;
+        w->stats.open_at_start += !n->is_region && (n->slice_flags & PT_SLICE_SEEDED);
         if (n->depth > w->stats.max_depth)
             w->stats.max_depth = n->depth;
         if (w->scan && !w->scan->durations)
@@ -499,7 +505,8 @@ pt_walk_push(pt_walk *w, uint32_t kind, uint32_t key, int64_t ts)
     call->key = key;
     call->tag = 0;
     call->is_c = kind == PT_EV_C_CALL;
-    call->seeded = (uint8_t)seeded;
+    /* seeded when the trace began (not when a thread born later attached) */
+    call->open_at_start = (uint8_t)(seeded && w->ticks == w->t.tick0);
     call->emits = !hide && !w->hiding;
     call->pending = call->emits;
     call->hides_subtree = (uint8_t)(hide == PT_HIDE_SUBTREE && !seeded);

@@ -543,16 +543,18 @@ def _finish_windows(windows):
 
 
 def _cmd_summary(args):
-    from .render.summary import format_process_totals, format_summary, read_trace, summarize
+    from .render.summary import (format_process_totals, format_summary, read_trace,
+                                 summarize_counting)
     trace = read_trace(args.trace)
     per_process = args.per_process and not args.per_thread
-    rows = summarize(trace, sort=args.sort, limit=args.limit or None,
-                     per_thread=args.per_thread, per_process=per_process)
-    title = (f"{args.trace}: {counted(len(trace), 'call')} on "
+    # calls as the table counts them: frames running when tracing began are none
+    rows, calls = summarize_counting(trace, sort=args.sort, limit=args.limit or None,
+                                     per_thread=args.per_thread, per_process=per_process)
+    title = (f"{args.trace}: {counted(calls, 'call')} on "
              f"{counted(len(trace.threads), 'thread')}, "
              f"{(trace.stop_ns - trace.start_ns) / 1e6:.3f} ms")
     if trace.processes:
-        title = (f"{args.trace}: {counted(len(trace), 'call')} in "
+        title = (f"{args.trace}: {counted(calls, 'call')} in "
                  f"{counted(len(trace.processes), 'process')}, "
                  f"{counted(len(trace.threads), 'thread')}, "
                  f"{(trace.stop_ns - trace.start_ns) / 1e6:.3f}"

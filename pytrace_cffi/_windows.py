@@ -10,6 +10,7 @@ import tempfile
 import threading
 
 from . import _has_session, start, stop
+from ._core import lib
 from ._progress import announce_writing, counted, finish_command, written_note
 from .errors import TraceError
 from .formats import numbered
@@ -131,6 +132,21 @@ def stopped():
         except TraceError as exc:
             print(f"pytrace_cffi: {exc}", file=sys.stderr)
             return exc.trace, bool(came)
+class _OwnTimer(threading.Timer):
+    """A threading.Timer that no trace records: it says it is ours (pt_own.c)
+    before anything else, and registered is set once it has."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.registered = threading.Event()
+
+    def run(self):
+        lib.pt_own_thread_begin()       # when 16 are ours already it is traced
+        self.registered.set()
+        try:
+            super().run()
+        finally:
+            lib.pt_own_thread_end()
 
 
 class Windows:
@@ -153,6 +169,10 @@ class Windows:
         self._numbered = False
         self._count = 0
         self._timers = []
+        # A window being closed and written, and whether a signal handled meanwhile
+        # (its handler runs inside the writer) owes a window once it is written.
+        self._closing = False
+        self._open_after_close = False
 
     # -- ways to drive it ----------------------------------------------------
     def guard_ending(self):
@@ -169,18 +189,19 @@ class Windows:
 
     def after(self, delay, duration):
         """One window: opens after `delay` seconds, closes `duration` later."""
+        if duration:                    # first: a thread born in a window would be seen
+            self._timer(delay + duration, self.close)
         if delay:
             self._timer(delay, self.open)
         else:
             self.open()
-        if duration:
-            self._timer(delay + duration, self.close)
 
     def _timer(self, seconds, action):
-        timer = threading.Timer(seconds, action)
+        timer = _OwnTimer(seconds, action)
         timer.daemon = True
         self._timers.append(timer)
         timer.start()
+        timer.registered.wait()
 
     # -- windows -------------------------------------------------------------
     def open(self, noop=False):
@@ -198,6 +219,13 @@ class Windows:
         start(**options)
 
     def close(self, save=True):
+        self._closing = True
+        try:
+            self._close(save)
+        finally:
+            self._closing = False
+
+    def _close(self, save):
         with self._lock:
             if not _has_session():
                 return
@@ -236,8 +264,16 @@ class Windows:
                   f"-> {written}{written_note(written, started)}", file=sys.stderr)
 
     def toggle(self):
+        if self._closing:
+            # Signalled while the last window is written: a window opened now would
+            # trace the writer (its encoder threads, its calls). It opens once written.
+            self._open_after_close = not self._open_after_close
+            return
         if _has_session():
             self.close()
+            if self._open_after_close:
+                self._open_after_close = False
+                self.open()             # last: what runs once the hooks are live is recorded
         else:
             self.open()
 

@@ -13,7 +13,6 @@ import json
 import os
 import math
 import re
-import tempfile
 import zlib
 
 from ._clock import checked_anchor, monotonic_to_realtime
@@ -52,7 +51,6 @@ class _ChromeReader:
         self.non_finite = False     # a bare NaN or Infinity was read since taken
         self._buf, self._pos, self._eof = "", 0, False
         self.head, self.tail = {}, {}
-        self.scratch = None         # a scratch file of ours to remove when done
 
     def close(self):
         self._file.close()
@@ -245,12 +243,6 @@ def _check_torch(head, where):
     return base
 
 
-def torch_ts(anchor, start_monotonic_ns, ts_us, base_ns):
-    """Our ts (µs after start_monotonic_ns) as torch's (epoch µs less base_ns)."""
-    monotonic_ns = start_monotonic_ns + round(ts_us * 1000)
-    return (monotonic_to_realtime(anchor, monotonic_ns) - base_ns) / 1000
-
-
 class _Span:
     """What our events cover: their (pid, tid)s and first and last moments, in
     torch's µs."""
@@ -294,29 +286,6 @@ class _Out:
             self.parts = []
 
 
-def _write_our_json(reader, out, span, anchor, start, base):
-    """Our events from our Chrome JSON, one at a time, put on torch's timeline."""
-    where = reader.path
-    for event, _ in reader.events():
-        if not isinstance(event, dict) or _event_problem(event):
-            raise TraceFormatError(f"{where}: an event is not an object with a number or "
-                                   "string pid and tid")
-        if event.get("ph") != "M":
-            if not _number(event.get("ts")):
-                raise TraceFormatError(f"{where}: an event has no numeric ts")
-            ts = event["ts"]
-            event["ts"] = round(torch_ts(anchor, start, ts, base), 3)
-            if event.get("ph") == "X":
-                if not _number(event.get("dur")):
-                    raise TraceFormatError(f"{where}: a complete event has no numeric dur")
-                # both ends mapped: the offset between the clocks may move
-                end = round(torch_ts(anchor, start, ts + event["dur"], base), 3)
-                event["dur"] = round(end - event["ts"], 3)
-                span.add(event["ts"], end)
-        span.traced.add((event.get("pid"), event.get("tid")))
-        out.event(dumps_utf8(event).encode("utf-8"))
-
-
 def _other_data(trace):
     """The otherData our Chrome export writes for trace."""
     return {
@@ -336,18 +305,13 @@ def _other_data(trace):
 SCRATCH_SLICES = 1 << 16
 
 
-class _CallBeforeBase(Exception):
-    """A call would come before torch's base: merge_torch starts over from our JSON."""
-
-
-def _write_our_trace(trace, out, span, anchor, base):
+def _write_our_trace(trace, out, span, anchor, base, regions):
     """Our calls straight from the replayed slices, streamed (chrome._thread_batches:
     no slice table when the trace streams from its events): each batch, copied a
     piece at a time into a bounded scratch buffer, has its times moved onto
-    CLOCK_REALTIME in C and is formatted by the Chrome exporter's C formatter
-    relative to torch's base, as chrome.py writes them. False, after writing some
-    perhaps, when a call would come before torch's base (a negative ts, which the
-    formatter does not write): the caller throws that output away."""
+    CLOCK_REALTIME in C, is filtered around torch's regions on its thread (see
+    _TorchRegions) and is formatted by the Chrome exporter's C formatter relative
+    to torch's base (a call before it at a negative ts), as chrome.py writes them."""
     from ._core import ffi, lib
     from .render.chrome import KeyStrings, _thread_batches, _warn_if_too_deep, format_slices
     start, stop = anchor["start"], anchor["stop"]
@@ -355,6 +319,7 @@ def _write_our_trace(trace, out, span, anchor, base):
               stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
     first, last = ffi.new("int64_t *"), ffi.new("int64_t *")
     keys = KeyStrings(trace)
+    region_name_of_key = regions.name_ids(trace.names, trace.key_kinds)
     buffer, cap = keys.buffer()
     pid_of_tid = {}
     next_index, written = ffi.new("uint64_t *"), ffi.new("uint64_t *")
@@ -369,7 +334,8 @@ def _write_our_trace(trace, out, span, anchor, base):
         out.event(dumps_utf8({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                               "args": {"name": thread.name}}).encode("utf-8"))
         prefix = f',\n{{"ph":"X","pid":{pid},"tid":{tid},'.encode("utf-8")
-        total = 0
+        edges = regions.edges(pid, tid)
+        total = 0                           # slices written for the thread
         for slices, n, index_base in batches:
             for at in range(0, n, SCRATCH_SLICES):
                 piece = min(SCRATCH_SLICES, n - at)
@@ -377,17 +343,15 @@ def _write_our_trace(trace, out, span, anchor, base):
                     scratch, room = ffi.new("pt_slice[]", piece), piece
                 ffi.memmove(scratch, slices + at, piece * slice_size)
                 lib.pt_slices_to_realtime(scratch, piece, *clocks, first, last)
-                # the map only moves times forward: checking every piece checks
-                # each thread's first call (the old up-front test) as it comes
-                if first[0] < base:
-                    return False
                 span.add((first[0] - base) / 1000, (last[0] - base) / 1000)
+                if edges is not None:
+                    piece = edges.filter(scratch, piece, index_base + at, region_name_of_key)
                 next_index[0] = 0
                 while next_index[0] < piece:
                     format_slices(scratch, piece, next_index, keys, prefix, base, first_id,
-                                  index_base + at, thread.index, buffer, cap, written)
+                                  total, thread.index, buffer, cap, written)
                     out.formatted(ffi.buffer(buffer, written[0])[:])
-            total = index_base + n
+                total += piece
         first_id += total
     _warn_if_too_deep(trace, "merged trace", stacklevel=4)
     for mark in trace.marks:
@@ -399,7 +363,6 @@ def _write_our_trace(trace, out, span, anchor, base):
             event["s"] = "t"
         span.traced.add((pid, mark.thread))
         out.event(dumps_utf8(event).encode("utf-8"))
-    return True
 
 
 def _write_torch_events(reader, out, span):
@@ -455,82 +418,144 @@ def merge_torch(trace, torch_trace_path, out_path):
     replace them. out_path: .json, or .json.gz for gzip, or .pftrace (see
     merge_perfetto: torch's events on tracks of their own). Returns out_path.
 
+    torch's record_function regions (user_annotation) stay, once each: a region of
+    ours with one of torch's of the same name within it goes, and so does each call
+    of ours that crosses the edge of one of torch's regions on its thread
+    (record_function's own enter and exit ops, in which torch's region begins and
+    ends), alone: every slice on a thread track nests (see _TorchRegions).
+
     Both traces are read as streams (neither is held whole in memory); our calls
     are formatted in C, as by export_chrome_trace."""
     out_path = os.fspath(out_path)
     torch_path = os.fspath(torch_trace_path)
     where = trace if isinstance(trace, (str, os.PathLike)) else "trace"
     ours = _our_trace(trace)
-    our_json = None
+    other = _other_data(ours)
     try:
-        other = _other_data(ours)
-        try:
-            anchor = checked_anchor(ours.realtime_anchor)
-        except ValueError as exc:
-            raise TraceFormatError(f"{where}: {exc}") from None
-        if anchor is None:
-            raise TraceFormatError(f"{where}: has no realtime anchor (written by a pytrace_cffi "
-                                   "older than merge): it cannot be placed on torch's timeline")
-        if getattr(find_format(out_path), "name", None) == "pftrace":
-            from .merge_perfetto import merge_torch_pftrace
-            return merge_torch_pftrace(ours, torch_path, out_path, anchor)
-        start = ours.start_ns
-        with _ChromeReader(torch_path, "torch trace") as torch_json:
-            head = torch_json.whole_head(("baseTimeNanoseconds",))
-            base = _check_torch(head, torch_path)
-            head = dict(torch_json.head)        # the entries before traceEvents, in order
-            opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6))
-                      if gzipped(out_path) else (lambda tmp: open(tmp, "wb")))
-            # Streamed from our slices; when a call would come before torch's base
-            # (a negative ts, which the C formatter does not write), found only as
-            # the calls stream by, that file is thrown away and written again,
-            # our events read one by one from our JSON. torch's events are read
-            # after ours: its reader is still at the start of its events.
-            for direct in (True, False):
-                try:
-                    with replaced_atomically(out_path, opener) as f:
-                        text = dumps_utf8(head)[1:-1]
-                        f.write(("{" + text + ("," if text else "") + '\n"traceEvents":[\n')
-                                .encode("utf-8"))
-                        out, span = _Out(f), _Span()
-                        if direct:
-                            if not _write_our_trace(ours, out, span, anchor, base):
-                                raise _CallBeforeBase
-                        else:
-                            our_json = _exported(ours,
-                                                 os.path.dirname(os.path.abspath(out_path)))
-                            our_json.read_head()
-                            _write_our_json(our_json, out, span, anchor, start, base)
-                        dropped = _write_torch_events(torch_json, out, span)
-                        out.flush()
-                        tail = {k: v for k, v in torch_json.tail.items() if k not in head}
-                        tail["pytrace_cffi"] = {
-                            "trace": other,
-                            "torch_python_function_events_replaced": dropped,
-                            "clock": "our CLOCK_MONOTONIC ts mapped to torch's epoch time "
-                                     "through otherData.realtime_anchor",
-                        }
-                        f.write(("\n]," + dumps_utf8(tail)[1:] + "\n").encode("utf-8"))
-                    break
-                except _CallBeforeBase:
-                    continue
-    finally:
-        if our_json is not None:
-            our_json.close()
-            if our_json.scratch:
-                os.unlink(our_json.scratch)
+        anchor = checked_anchor(ours.realtime_anchor)
+    except ValueError as exc:
+        raise TraceFormatError(f"{where}: {exc}") from None
+    if anchor is None:
+        raise TraceFormatError(f"{where}: has no realtime anchor (written by a pytrace_cffi "
+                               "older than merge): it cannot be placed on torch's timeline")
+    if getattr(find_format(out_path), "name", None) == "pftrace":
+        from .merge_perfetto import merge_torch_pftrace
+        return merge_torch_pftrace(ours, torch_path, out_path, anchor)
+    with _ChromeReader(torch_path, "torch trace") as torch_json:
+        head = torch_json.whole_head(("baseTimeNanoseconds",))
+        base = _check_torch(head, torch_path)
+        head = dict(torch_json.head)        # the entries before traceEvents, in order
+        regions = _TorchRegions.read(torch_path, base)
+        opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6))
+                  if gzipped(out_path) else (lambda tmp: open(tmp, "wb")))
+        # Ours first, streamed from our slices; torch's after: its reader is still
+        # at the start of its events.
+        with replaced_atomically(out_path, opener) as f:
+            text = dumps_utf8(head)[1:-1]
+            f.write(("{" + text + ("," if text else "") + '\n"traceEvents":[\n')
+                    .encode("utf-8"))
+            out, span = _Out(f), _Span()
+            _write_our_trace(ours, out, span, anchor, base, regions)
+            dropped = _write_torch_events(torch_json, out, span)
+            out.flush()
+            tail = {k: v for k, v in torch_json.tail.items() if k not in head}
+            tail["pytrace_cffi"] = {
+                "trace": other,
+                "torch_python_function_events_replaced": dropped,
+                "clock": "our CLOCK_MONOTONIC ts mapped to torch's epoch time "
+                         "through otherData.realtime_anchor",
+            }
+            tail["pytrace_cffi"].update(regions.counts())
+            f.write(("\n]," + dumps_utf8(tail)[1:] + "\n").encode("utf-8"))
     return out_path
 
 
-def _exported(trace, scratch_dir):
-    """A reader of trace exported to a scratch Chrome JSON (removed when closed)."""
-    fd, tmp = tempfile.mkstemp(suffix=".json", dir=scratch_dir)
-    os.close(fd)
-    try:
-        trace.export_chrome_trace(tmp)
-        reader = _ChromeReader(tmp, "trace")
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    reader.scratch = tmp
-    return reader
+class _TorchRegions:
+    """torch's record_function regions (user_annotation complete events) per
+    (pid, tid), on CLOCK_REALTIME ns, and the C filters (pt_merge.c) that keep our
+    slices strictly nested around them: one per thread written."""
+
+    def __init__(self, by_thread):
+        self.by_thread = by_thread          # (pid, tid) -> [(start ns, end ns, name)]
+        self.names = sorted({name for found in by_thread.values() for _, _, name in found})
+        self._filters = []
+
+    @classmethod
+    def read(cls, torch_path, base):
+        by_thread = {}
+        with _ChromeReader(torch_path, "torch trace") as reader:
+            reader.read_head()
+            for event, _ in reader.events():
+                region = _torch_region(event, base)
+                if region is not None:
+                    by_thread.setdefault(region[0], []).append(region[1:])
+        return cls(by_thread)
+
+    def name_ids(self, names, kinds):
+        """Per key of ours: the id (1 + index in self.names) of the torch region
+        name its region slices bear, 0 for other keys."""
+        from ._core import ffi
+        ids = {name: number for number, name in enumerate(self.names, 1)}
+        return ffi.new("uint32_t[]", [ids.get(name, 0) if kind == "annotation" else 0
+                                      for name, kind in zip(names, kinds)] or [0])
+
+    def edges(self, pid, tid):
+        """The filter of thread (pid, tid), None when torch has no region there."""
+        found = sorted(self.by_thread.get((pid, tid), ()))
+        if not found:
+            return None
+        edges = _RegionEdges(found, {name: number for number, name in enumerate(self.names, 1)})
+        self._filters.append(edges)
+        return edges
+
+    def counts(self):
+        """What the filters left out, for the merged file's pytrace_cffi entry."""
+        replaced = crossing = 0
+        for edges in self._filters:
+            r, c = edges.counts()
+            replaced, crossing = replaced + r, crossing + c
+        return {"our_regions_replaced_by_torchs": replaced,
+                "our_calls_crossing_torchs_regions_left_out": crossing}
+
+
+def _torch_region(event, base):
+    """((pid, tid), start ns, end ns, name) of a torch user_annotation complete
+    event on CLOCK_REALTIME, or None (another event, or one without numbers)."""
+    if not (isinstance(event, dict) and event.get("ph") == "X"
+            and event.get("cat") == "user_annotation" and isinstance(event.get("name"), str)
+            and _number(event.get("ts")) and _number(event.get("dur"))
+            and type(event.get("pid")) is int and type(event.get("tid")) is int):
+        return None
+    start = base + round(event["ts"] * 1000)
+    end = start + round(event["dur"] * 1000)
+    if not (-2 ** 63 <= start <= end < 2 ** 63):
+        return None
+    return (event["pid"], event["tid"]), start, end, event["name"]
+
+
+class _RegionEdges:
+    """One thread's pt_region_edges: torch's regions there, our slices filtered
+    batch by batch (pt_region_edges_filter)."""
+
+    def __init__(self, regions, name_ids):
+        from ._core import ffi, lib
+        self._c = ffi.gc(lib.pt_region_edges_new([r[0] for r in regions], [r[1] for r in regions],
+                                                 [name_ids[r[2]] for r in regions], len(regions)),
+                         lib.pt_region_edges_free)
+        if self._c == ffi.NULL:
+            raise MemoryError("out of memory while merging with torch's trace")
+
+    def filter(self, slices, n, first_index, region_name_of_key):
+        """The kept slices of the batch, moved up in place: how many."""
+        from ._core import lib
+        kept = lib.pt_region_edges_filter(self._c, slices, n, first_index, region_name_of_key,
+                                          len(region_name_of_key))
+        if kept > n:
+            raise MemoryError("out of memory while merging with torch's trace")
+        return kept
+
+    def counts(self):
+        from ._core import ffi, lib
+        replaced, crossing = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        lib.pt_region_edges_counts(self._c, replaced, crossing)
+        return replaced[0], crossing[0]

@@ -75,6 +75,8 @@ ProcessResult.__doc__ = """One process of a joined trace directory.
 state  "complete" (its trace was saved), "running" (still running at the join:
        what it had spilled is joined), "recovered" (it died without saving: what
        it had spilled is joined) or "lost" (nothing could be read; note says why)
+calls  the calls that began in its trace, as the summary counts them (a forked
+       child's frames continued from its parent are shown, not counted)
 """
 
 _real_exit = os._exit
@@ -1381,6 +1383,7 @@ def status(inputs):
 
 
 def _read_all(inputs):
+    from .render.summary import calls_begun
     out = []
     for directory in process_directories(inputs):
         try:
@@ -1391,7 +1394,7 @@ def _read_all(inputs):
         if trace is not None:
             pid = trace.pid
         label = facts.get("label") or f"pid {pid}"
-        calls = len(trace) if trace is not None else 0
+        calls = calls_begun(trace) if trace is not None else 0
         out.append((ProcessResult(pid, label, state, calls, directory, note),
                     (trace, facts)))
     return out

@@ -15,7 +15,9 @@ from .annotations import WRAPPER_CODE
 from ._tracer import USE_MONITORING, check
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_OWN_DIRS = (_PACKAGE_DIR, os.path.join(_PACKAGE_DIR, "_boot"))   # _boot: processes.py
+# _boot: processes.py; render: an export made while tracing (by the program)
+_OWN_DIRS = (_PACKAGE_DIR, os.path.join(_PACKAGE_DIR, "_boot"),
+             os.path.join(_PACKAGE_DIR, "render"))
 
 Call = namedtuple("Call", "id name start_ns end_ns thread parent kind")
 Call.__doc__ = """One traced call.

@@ -80,6 +80,31 @@ def assert_nested(trace):
             assert before.end_ns <= after.start_ns, (before, after)
 
 
+def chrome_crossings(events):
+    """Pairs (earlier, later) of a Chrome trace's complete events on one (pid, tid)
+    that overlap without nesting, as names; [] when every track nests strictly.
+    Each track's events in start order (the longer first at a tie), times in whole
+    nanoseconds; a stack holds the chain of events still open: an event that ends
+    after the innermost one open at its start crosses it."""
+    tracks = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X":
+            start = round(e["ts"] * 1000)
+            tracks[(e["pid"], e["tid"])].append((start, start + round(e["dur"] * 1000),
+                                                 e["name"]))
+    crossings = []
+    for spans in tracks.values():
+        spans.sort(key=lambda span: (span[0], -span[1]))
+        open_spans = []
+        for start, end, name in spans:
+            while open_spans and open_spans[-1][1] <= start:
+                open_spans.pop()
+            if open_spans and end > open_spans[-1][1]:
+                crossings.append((open_spans[-1][2], name))
+            open_spans.append((start, end, name))
+    return crossings
+
+
 # The start of a memory test's script (run in a subprocess, on Linux): status(field)
 # is a /proc/self/status size in bytes, e.g. VmRSS, or VmHWM, the peak since the
 # process began or since "5" was written to /proc/self/clear_refs.

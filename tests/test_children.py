@@ -15,6 +15,7 @@ import pytest
 
 import pytrace_cffi
 from pytrace_cffi import processes
+from pytrace_cffi._core import lib
 from pytrace_cffi.render.summary import read_trace
 
 TIMEOUT = 120
@@ -130,7 +131,11 @@ def test_os_fork_child_traced_from_the_fork(tmp_path):
     # The joined file reads back as one trace of both processes (summary, export).
     from pytrace_cffi.render.summary import read_trace
     both = read_trace(str(out))
-    assert len(both) == sum(r.calls for r in results) and len(both.threads) == 2
+    # the results count calls: the frames running at each start are none
+    open_at_start = sum(1 for e in events if e.get("args", {}).get("open at start") is True)
+    assert open_at_start == 2                       # the parent's and the child's <module>
+    assert len(both) - open_at_start == sum(r.calls for r in results)
+    assert len(both.threads) == 2
     assert sum(call.name.endswith(": unique_child") for call in both) == 1234
 
 
@@ -708,11 +713,97 @@ def test_run_to_a_directory_writes_the_whole_job(tmp_path):
                                if ": unique_" in call.name) == {"unique_root": 1,
                                                                 "unique_sub": 4}
     assert len(trace.threads) == 2
+    # calls as the summary counts them: the frames running at a process's start are none
+    open_at_start = sum(bool(slices[i].flags & lib.PT_SLICE_SEEDED)
+                        for _, slices, n in trace.thread_slices() for i in range(n))
     assert proc.stderr.splitlines()[0] == f"pytrace_cffi: writing {out} ..."
-    assert proc.stderr.splitlines()[1].startswith(f"pytrace_cffi: 2 processes, {len(trace)} "
-                                                  f"calls -> {out} (")
+    assert proc.stderr.splitlines()[1].startswith(
+        f"pytrace_cffi: 2 processes, {len(trace) - open_at_start} calls -> {out} (")
     assert "stay in" not in proc.stderr
     assert os.listdir(tmp_path / "tmp") == []
+
+
+FORKED_WORKERS = """
+    import os, sys
+    import pytrace_cffi
+    def unique_work(): pass
+    def unique_main():
+        pids = []
+        for _ in range(2):
+            pid = os.fork()
+            if pid == 0:
+                unique_work()
+                os._exit(0)
+            pids.append(pid)
+        for pid in pids:
+            os.waitpid(pid, 0)
+    pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+    unique_main()
+    pytrace_cffi.stop()
+"""
+
+
+def _short_rows(rows):
+    """{function: (calls, total ns > 0)} of the prog.py rows of a summary."""
+    return {row.name.rsplit(": ", 1)[1]: (row.calls, row.total_ns > 0)
+            for row in rows if row.name.startswith("prog.py(")}
+
+
+def test_forked_workers_continue_the_parents_frames_without_counting_them(tmp_path):
+    """Each forked worker continues unique_main (and <module>) from its parent:
+    drawn on its timeline, marked "open at start", not counted as calls again.
+    <module> was already running when start() was called: no call anywhere."""
+    from pytrace_cffi.render.html import write_html
+    from pytrace_cffi.render.summary import process_totals, summarize
+    job = tmp_path / "job"
+    run_script(tmp_path, FORKED_WORKERS, str(job))
+    expected = {"<module>": (0, True), "unique_main": (1, True), "unique_work": (2, True)}
+    trace = read_trace(str(job))
+    assert _short_rows(summarize(trace, limit=None)) == expected
+    # The frames stay on each worker's timeline.
+    slices = collections.Counter((trace.thread_pid(thread), thread.native_id,
+                                  trace.names[array[i].key].rsplit(": ", 1)[-1])
+                                 for thread, array, n in trace.thread_slices() for i in range(n))
+    root = trace.pid
+    workers = [pid for pid in trace.processes if pid != root]
+    assert len(workers) == 2
+    for pid in workers:
+        assert {name: count for (p, _, name), count in slices.items()
+                if p == pid and name in expected} == {"<module>": 1, "unique_main": 1,
+                                                       "unique_work": 1}
+    totals = {total.pid: total for total in process_totals(trace)}
+    assert totals[root].open_at_start == 1                     # <module>
+    assert all(totals[pid].open_at_start == 2 for pid in workers)
+    assert sum(total.calls for total in totals.values()) == \
+        sum(n for _, _, n in trace.thread_slices()) - 5
+    # The same read back from the joined JSON, which marks those frames.
+    out = tmp_path / "all.json"
+    processes.join(job, out)
+    events = json.loads(out.read_text())["traceEvents"]
+    marked = collections.Counter((e["pid"] == root, e["name"].rsplit(": ", 1)[-1])
+                                 for e in events if e.get("args", {}).get("open at start"))
+    assert marked == {(True, "<module>"): 1, (False, "<module>"): 2, (False, "unique_main"): 2}
+    assert _short_rows(summarize(read_trace(str(out)), limit=None)) == expected
+    # The page's table and its per-process counts, and the summary command.
+    page = tmp_path / "job.html"
+    write_html(trace, page)
+    meta = json.loads(re.search(r'<script type="application/json" id="pt-meta">(.*?)</script>',
+                                page.read_text(), re.S).group(1))
+    assert {row[0].rsplit(": ", 1)[1]: row[1] for row in meta["summary"]["rows"]
+            if row[0].startswith("prog.py(")} == {name: calls for name, (calls, _)
+                                                  in expected.items()}
+    assert {p["pid"]: p["calls"] for p in meta["processes"]} == \
+        {pid: total.calls for pid, total in totals.items()}
+    # a click on one of those frames says so: the lanes know how many lead them
+    assert {t["pid"]: t["open_at_start"] for t in meta["threads"]} == \
+        {pid: total.open_at_start for pid, total in totals.items()}
+    proc = run_command([sys.executable, "-m", "pytrace_cffi", "summary", "--limit", "0",
+                        str(job)], tmp_path, _env(), TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"{job}: {meta['calls']} calls in 3 processes")
+    assert [line.split()[0] for line in lines if line.endswith(": unique_main")] == ["1"]
+    assert sum("(and 2 frames running at its start)" in line for line in lines) == 2
 
 
 def test_fork_child_keeps_the_filters(tmp_path):

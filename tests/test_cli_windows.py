@@ -119,3 +119,100 @@ def test_bad_window_options(tmp_path, args):
     proc = run_cli(tmp_path, *args, "-o", "x.json", "prog.py", "plain")
     assert proc.returncode != 0
     assert not os.path.exists(tmp_path / "x.json")
+
+
+# --- none of our own threads or calls in a window ------------------------------------
+
+WRITER_SIGNALLED = textwrap.dedent("""
+    import os, signal, sys
+    from pytrace_cffi.render import perfetto
+
+    def work(n):
+        return sum(i * i for i in range(n))
+
+    def unique_second():
+        return work(50)
+
+    # The second window's signal comes while the first is written, its encoder
+    # threads at work: the handler runs inside the writer (as a signal sent by
+    # hand at that moment would).
+    sink_write = perfetto._Sink.write
+
+    def write_and_signal(self, data):
+        if self.in_flight and not hasattr(perfetto, "signalled"):
+            perfetto.signalled = True
+            os.kill(os.getpid(), signal.SIGUSR2)
+        sink_write(self, data)
+
+    perfetto._Sink.write = write_and_signal
+    os.kill(os.getpid(), signal.SIGUSR2)          # opens window 1
+    for _ in range(2000):
+        work(100)
+    os.kill(os.getpid(), signal.SIGUSR2)          # closes it: written, signalled inside
+    assert perfetto.signalled
+    for _ in range(30):
+        unique_second()
+""")
+
+SCHEDULED = textwrap.dedent("""
+    import pytrace_cffi
+
+    def work(n):
+        return sum(i * i for i in range(n))
+
+    for step in range(4):
+        for _ in range(500):
+            work(100)
+        pytrace_cffi.step()
+""")
+
+
+def decoded_threads_and_names(path):
+    """({thread name}, Counter of slice names) of a .pftrace, by the perfetto protos."""
+    pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    from collections import Counter
+    from test_perfetto import decode
+    decoded = decode(path)
+    return ({name for _, _, name in decoded["threads"].values()},
+            Counter(s["name"] for s in decoded["slices"]))
+
+
+def assert_only_the_programs(path, thread_names=("MainThread",)):
+    threads, slice_names = decoded_threads_and_names(path)
+    assert threads == set(thread_names)
+    ours = [name for name in slice_names if "pytrace_cffi" in name or "concurrent" in name]
+    assert not ours
+    return slice_names
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR2"), reason="needs SIGUSR2")
+def test_a_signal_while_a_window_is_written_opens_the_next_once_written(tmp_path):
+    (tmp_path / "prog.py").write_text(WRITER_SIGNALLED)
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "--no-follow",
+                           "--signal", "USR2", "-o", "out.pftrace", "prog.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    first = assert_only_the_programs(tmp_path / "out.1.pftrace")
+    assert sum(n for name, n in first.items() if name.endswith(": work")) == 2000
+    second = assert_only_the_programs(tmp_path / "out.2.pftrace")
+    assert sum(n for name, n in second.items() if name.endswith(": unique_second")) == 30
+    assert not os.path.exists(tmp_path / "out.3.pftrace")
+
+
+@pytest.mark.parametrize("delay", ["0", "0.2"])
+def test_the_timers_of_delay_and_duration_are_never_traced(tmp_path, delay):
+    proc = run_cli(tmp_path, "--no-follow", "--delay", delay, "--duration", "0.6", "-o",
+                   "out.pftrace", "prog.py", "timed")
+    assert proc.returncode == 0, proc.stderr
+    assert_only_the_programs(tmp_path / "out.pftrace")
+
+
+def test_scheduled_windows_hold_the_programs_threads_only(tmp_path):
+    (tmp_path / "prog.py").write_text(SCHEDULED)
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "--no-follow",
+                           "--schedule", "0,0,1,3", "-o", "out.pftrace", "prog.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for number in (1, 2, 3):
+        found = assert_only_the_programs(tmp_path / f"out.{number}.pftrace")
+        assert sum(n for name, n in found.items() if name.endswith(": work")) == 500

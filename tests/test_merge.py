@@ -3,6 +3,7 @@ trace on torch.profiler's timeline: on every interpreter with synthetic torch
 traces; on the real torch (3.11) with a small CNN."""
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -10,7 +11,7 @@ import time
 import pytest
 
 import pytrace_cffi
-from helpers import PROC_STATUS
+from helpers import PROC_STATUS, chrome_crossings
 from pytrace_cffi.__main__ import main
 from pytrace_cffi._clock import monotonic_to_realtime
 
@@ -295,6 +296,74 @@ def test_every_conv2d_op_lies_inside_its_python_call_after_merging(tmp_path):
     assert "Optimizer.step#AdamW.step" in annotations
 
 
+def _region_holders(events, region):
+    """Our calls (events with a "Python id") on region's track that hold it, and
+    those within it."""
+    start, end = region["ts"], region["ts"] + region["dur"]
+    ours = [e for e in events if e.get("ph") == "X" and "Python id" in e.get("args", {})
+            and (e["pid"], e["tid"]) == (region["pid"], region["tid"])]
+    around = [e for e in ours if e["ts"] <= start and end <= e["ts"] + e["dur"]]
+    inside = [e for e in ours if start <= e["ts"] and e["ts"] + e["dur"] <= end]
+    return around, inside
+
+
+def test_torchs_regions_are_kept_once_and_every_track_nests(tmp_path):
+    """Ours and torch.profiler's both hold each record_function region; torch's
+    begins inside the op that opens it and ends inside the one that closes it.
+    Merged: torch's region alone, once per region, and our calls strictly nested
+    around and inside it, by merge_torch and by `merge OURS TORCH -o OUT`."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+
+    def step():
+        with record_function("train_step"):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+    step()                                                   # warm-up
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with pytrace_cffi.trace() as t:
+            for _ in range(5):
+                step()
+    prof.export_chrome_trace(str(tmp_path / "torch.json"))
+    t.trace.export_chrome_trace(str(tmp_path / "ours.json"))
+    pytrace_cffi.merge_torch(t.trace, tmp_path / "torch.json", tmp_path / "api.json")
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "merge", "ours.json",
+                           "torch.json", "-o", "cli.json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("api.json", "cli.json"):
+        data, events = merged_events(tmp_path / name)
+        assert chrome_crossings(events) == []
+        for region_name in ("Optimizer.step#SGD.step", "train_step",
+                            "Optimizer.zero_grad#SGD.zero_grad"):
+            regions = [e for e in events if e.get("name") == region_name]
+            assert len(regions) == 5, (name, region_name)
+            assert all(e["cat"] == "user_annotation" and "Python id" not in e.get("args", {})
+                       for e in regions)                 # torch's own
+        for region in (e for e in events if e.get("name") == "Optimizer.step#SGD.step"):
+            around, inside = _region_holders(events, region)
+            assert any(e["name"].endswith(": step") for e in around), region
+            assert any(e["name"].endswith(": _single_tensor_sgd") for e in inside), region
+        # our ids still chain: every parent is a call of ours on the same track
+        ours = {e["args"]["Python id"]: e for e in events
+                if e.get("ph") == "X" and "Python id" in e.get("args", {})}
+        for e in ours.values():
+            parent = e["args"]["Python parent id"]
+            assert parent is None or (ours[parent]["pid"], ours[parent]["tid"]) == \
+                (e["pid"], e["tid"])
+        assert sorted(ours) == list(range(len(ours)))
+        facts = data["pytrace_cffi"]
+        assert facts["our_regions_replaced_by_torchs"] == 15
+        assert facts["our_calls_crossing_torchs_regions_left_out"] > 0
+
+
 # -- streaming ----------------------------------------------------------------
 
 def _torch_layouts(trace, tmp_path, tid):
@@ -455,10 +524,13 @@ def expected_ours(trace, base):
             call = next(calls)
             start = monotonic_to_realtime(anchor, call.start_ns)
             end = monotonic_to_realtime(anchor, call.end_ns)
+            args = {"Python id": call.id, "Python parent id": call.parent,
+                    "Python thread": thread.index}
+            if call.start_ns == trace.start_ns and call.kind == "python":
+                args["open at start"] = True        # running when tracing began
             events.append({"ph": "X", "pid": pid, "tid": tid, "cat": CATEGORY[call.kind],
                            "name": call.name, "ts": us(start - base), "dur": us(end - start),
-                           "args": {"Python id": call.id, "Python parent id": call.parent,
-                                    "Python thread": thread.index}})
+                           "args": args})
     assert next(calls, None) is None
     return events
 

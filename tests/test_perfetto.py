@@ -340,6 +340,48 @@ def test_slices_open_at_stop_are_flagged(rich_trace, tmp_path):
     assert flagged == expected
 
 
+def test_an_export_while_tracing_records_nothing_of_ours(rich_trace, tmp_path):
+    """A program that exports a trace while another records: neither our export's
+    calls nor its encoder threads are in the recording."""
+    with pytrace_cffi.trace() as t:
+        fib(4)
+        rich_trace.export_perfetto(str(tmp_path / "during.pftrace"))
+        fib(3)
+    assert [thread.name for thread in t.trace.threads] == ["MainThread"]
+    assert not [c.name for c in t.trace if "pytrace_cffi" in c.name]
+    assert sum(c.name.endswith(": fib") for c in t.trace) == 9 + 5
+    decoded = decode(tmp_path / "during.pftrace")                # and it was written whole
+    assert decoded["compressed"] > 0 and len(decoded["slices"]) == len(rich_trace)
+
+
+def _started_inside(depth):
+    if depth:
+        return _started_inside(depth - 1)
+    pytrace_cffi.start()
+    fib(5)
+    return pytrace_cffi.stop()
+
+
+def test_slices_open_at_start_are_flagged(tmp_path):
+    """Frames running when the trace began carry "open at start": true, from the
+    walk's records and from the slice table alike."""
+    trace = _started_inside(3)
+    found = []
+    for form in ("records", "slices"):
+        path = tmp_path / f"{form}.pftrace"
+        trace.export_perfetto(str(path))
+        found.append(sorted((s["start"], s["name"].rsplit(": ", 1)[1])
+                            for s in decode(path)["slices"]
+                            if s["args"].get("open at start") is True))
+        assert trace.slices_built() == (form == "slices")
+        list(trace.thread_slices())               # the next export reads the table
+    expected = sorted((slices[i].start, trace.names[slices[i].key].rsplit(": ", 1)[1])
+                      for _, slices, n in trace.thread_slices() for i in range(n)
+                      if slices[i].flags & lib.PT_SLICE_SEEDED)
+    assert [name for _, name in expected].count("_started_inside") == 4
+    assert found == [expected, expected]
+
+
 def test_module_args_dropped_events_and_a_thread_without_calls(rich_trace, tmp_path):
     """Per-key args (as torch modules get "Python module id") become debug
     annotations; dropped events are in the facts; a thread with no calls still

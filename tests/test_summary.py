@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import types
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi import TraceFormatError, TraceWarning
 from pytrace_cffi.render import summary as summary_module
-from pytrace_cffi._core import ffi
+from pytrace_cffi._core import ffi, lib
 from pytrace_cffi.render.summary import SummaryRow, format_summary, read_trace, summarize
 from pytrace_cffi.trace import ThreadInfo, Trace
 
@@ -168,6 +169,55 @@ def test_read_json_of_a_live_trace_round_trips(tmp_path):
     again = tmp_path / "again.json"
     loaded.export_chrome_trace(again)
     assert again.read_text() == path.read_text()
+
+
+def seeded_leaf():
+    return 1
+
+
+class LateWorker(threading.Thread):
+    def run(self):
+        seeded_leaf()
+
+
+def started_inside():
+    """Running when start() is called: this frame and its caller's (the test's)."""
+    pytrace_cffi.start()
+    seeded_leaf()
+    worker = LateWorker()         # born while tracing: its frames began in the trace
+    worker.start()
+    worker.join()
+    return pytrace_cffi.stop()
+
+
+def test_frames_running_at_start_count_their_time_but_no_call(tmp_path):
+    trace = started_inside()
+    rows = {row.name.rsplit(": ", 1)[1]: row for row in summarize(trace, limit=None)
+            if "test_summary.py(" in row.name}
+    [frame] = [c for c in trace if c.name.endswith(": started_inside")]
+    assert frame.start_ns == trace.start_ns
+    assert (rows["started_inside"].calls, rows["started_inside"].total_ns) == \
+        (0, frame.end_ns - frame.start_ns)
+    assert rows["test_frames_running_at_start_count_their_time_but_no_call"].calls == 0
+    assert rows["seeded_leaf"].calls == 2
+    # The worker's frames were seeded when it was attached, after start: calls.
+    assert rows["run"].calls == 1
+    flagged = sorted(trace.names[array[i].key].rsplit(": ", 1)[1]
+                     for _, array, n in trace.thread_slices() for i in range(n)
+                     if array[i].flags & lib.PT_SLICE_SEEDED)
+    assert "started_inside" in flagged and "run" not in flagged
+    # Every form of the trace says so: the JSON marks the frames, the saved
+    # directory keeps the flag, and each reads back to the same summary.
+    path = tmp_path / "seeded.json"
+    trace.export_chrome_trace(path)
+    marked = sorted(e["name"].rsplit(": ", 1)[1] for e in json.loads(path.read_text())
+                    ["traceEvents"] if e.get("args", {}).get("open at start") is True)
+    assert marked == flagged
+    trace.save(tmp_path / "saved")
+    for again in (read_trace(str(path)), read_trace(str(tmp_path / "saved"))):
+        assert summarize(again, limit=None) == summarize(trace, limit=None)
+    table = format_summary(summarize(trace, limit=None)).splitlines()
+    assert [line.split()[0] for line in table if line.endswith(": started_inside")] == ["0"]
 
 
 def chrome_json(trace, tmp_path):

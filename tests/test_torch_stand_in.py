@@ -7,6 +7,7 @@ subprocesses started here (its directory first on PYTHONPATH), so it never shado
 a real torch in this process. tests/test_torch.py checks on 3.11 that the expected
 names and ids below are what the real torch.profiler writes for the same workload
 (tests/torch_stand_in/workload.py)."""
+import collections
 import json
 import os
 import subprocess
@@ -302,6 +303,59 @@ def test_torch_region_spans_its_with_block(regions_traced):
     assert loss in list(ancestors(model_calls[0], by_id))
     loader = next(r for r in regions if r["name"].startswith("enumerate(DataLoader)#"))
     assert by_id[loader["parent"]]["name"].endswith("dataloader.py(27): __next__")
+
+
+def _torch_like_regions(calls, anchor, pid, base):
+    """torch.profiler's user_annotation events for our regions, placed as torch
+    places its own: from inside the record_function.__enter__ call that opens the
+    region to inside the __exit__ that closes it."""
+    from pytrace_cffi._clock import monotonic_to_realtime
+    events = []
+    for region in (c for c in calls if c["kind"] == "annotation"):
+        children = sorted((c for c in calls if c["parent"] == region["id"]),
+                          key=lambda c: c["start_ns"])
+        enter, exit_ = children[0], children[-1]
+        if not (enter["name"].endswith(": __enter__") and exit_["name"].endswith(": __exit__")):
+            continue
+        start, end = ((monotonic_to_realtime(anchor, (c["start_ns"] + c["end_ns"]) // 2) - base)
+                      for c in (enter, exit_))
+        events.append({"ph": "X", "cat": "user_annotation", "name": region["name"], "pid": pid,
+                       "tid": region["thread"], "ts": start / 1000, "dur": (end - start) / 1000,
+                       "args": {"External id": len(events) + 1}})
+    return events
+
+
+def test_merged_with_torchs_regions_each_is_kept_once_and_every_track_nests(tmp_path):
+    """The geometry of torch.profiler's regions (tests/test_merge.py has the real
+    torch on 3.11): merged, torch's region replaces ours and our calls nest around
+    and inside it on every interpreter's backend."""
+    from helpers import chrome_crossings
+    import pytrace_cffi
+    calls, _, _ = run_workload(tmp_path, run=REGIONS_RUN.format(options=""))
+    ours = json.loads((tmp_path / "trace.json").read_text())
+    anchor, pid = ours["otherData"]["realtime_anchor"], ours["traceEvents"][0]["pid"]
+    base = anchor["start"]["realtime_ns"] - 10 ** 9
+    regions = _torch_like_regions(calls, anchor, pid, base)
+    steps = [r for r in regions if r["name"].startswith("Optimizer.step#")]
+    assert len(steps) == 2 * STEPS and len(regions) > len(steps)
+    (tmp_path / "torch.json").write_text(json.dumps({"baseTimeNanoseconds": base,
+                                                     "traceEvents": regions}))
+    pytrace_cffi.merge_torch(str(tmp_path / "trace.json"), tmp_path / "torch.json",
+                             tmp_path / "merged.json")
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    events = merged["traceEvents"]
+    assert chrome_crossings(events) == []
+    named = collections.Counter(e["name"] for e in events
+                                if e.get("cat") == "user_annotation")
+    assert named == collections.Counter(r["name"] for r in regions)     # torch's, once
+    assert merged["pytrace_cffi"]["our_regions_replaced_by_torchs"] == len(regions)
+    mine = [e for e in events if "Python id" in e.get("args", {})]
+    for step in steps:
+        start, end = step["ts"], step["ts"] + step["dur"]
+        around = [e["name"] for e in mine if e["ts"] <= start and end <= e["ts"] + e["dur"]]
+        inside = [e["name"] for e in mine if start <= e["ts"] and e["ts"] + e["dur"] <= end]
+        assert any(name.endswith(": wrapper") for name in around), step
+        assert any(name.endswith(": _optimizer_step_code") for name in inside), step
 
 
 def test_torch_regions_survive_spilling_and_loading(tmp_path):

@@ -73,7 +73,10 @@ def _check(status):
         raise TraceFormatError("a call's parent is not an enclosing call")
 
 
-Survey = namedtuple("Survey", "reduction rows process_rows")
+Survey = namedtuple("Survey", "reduction rows process_rows calls open_at_start")
+Survey.__doc__ = """calls: as the summary counts them (frames open at start are none);
+open_at_start: per thread, how many of its first calls were running when tracing
+began (seeded before any call, they come first)."""
 
 
 def _survey(trace, call_budget):
@@ -102,12 +105,16 @@ def _survey(trace, call_budget):
         if counter == ffi.NULL:
             raise MemoryError("out of memory while reducing the trace for the HTML page")
         buckets = ffi.new("uint64_t[]", (TOP_LEVELS + 1) * lib.PT_REDUCE_BUCKETS)
+    open_at_start = []
     for thread, batches in _thread_batches(trace):
         if per_process is not None:
             title = _process_title(trace, trace.thread_pid(thread))
             if not process_tables or process_tables[-1][0] != title:
                 process_tables.append((title, per_process.new_table()))
+        open_at_start.append(0)
         for slices, n, first_index in batches:
+            if open_at_start[-1] == first_index:    # every slice so far: the run goes on
+                open_at_start[-1] += _leading_open_at_start(slices, n)
             summarizer.add(thread, slices, n, first_index, table)
             if per_process is not None:
                 per_process.add(thread, slices, n, first_index, process_tables[-1][1])
@@ -139,7 +146,15 @@ def _survey(trace, call_budget):
                 top_levels -= 1
             else:
                 doublings += 1
-    return Survey(reduction, rows, process_rows)
+    return Survey(reduction, rows, process_rows, summarizer.calls, open_at_start)
+
+
+def _leading_open_at_start(slices, n):
+    """How many of a thread's first slices were running when tracing began."""
+    count = 0
+    while count < n and slices[count].flags & lib.PT_SLICE_SEEDED:
+        count += 1
+    return count
 
 
 def choose_reduction(trace, call_budget=CALL_BUDGET):
@@ -175,8 +190,9 @@ def _meta(trace, title, survey):
         "kinds": "".join(KIND_LETTERS[kind] for kind in trace.key_kinds),
         "key_args": {str(key): args for key, args in trace.key_args.items()},
         "threads": [{"index": t.index, "name": t.name, "tid": t.native_id or t.ident,
-                     "calls": n} for t, n, _, _ in trace.thread_counts()],
-        "calls": len(trace),
+                     "calls": n, "open_at_start": survey.open_at_start[number]}
+                    for number, (t, n, _, _) in enumerate(trace.thread_counts())],
+        "calls": survey.calls,          # shown; the lanes' "calls" are their slices
         "start_ns": trace.start_ns,
         "stop_ns": trace.stop_ns,
         "pid": trace.pid,
@@ -708,6 +724,9 @@ _PAGE_SCRIPT = r""""use strict";
         `${thread.firstId + thread.id[parent]} (${labels[thread.key[parent]]})`],
       ["Python thread", String(thread.info.index)],
     ];
+    if (thread.id[index] < thread.info.open_at_start) {
+      rows.push(["Open at start", "running when tracing began: shown, not counted as a call"]);
+    }
     for (const [arg, value] of Object.entries(meta.key_args[k] || {})) {
       rows.push([arg, typeof value === "string" ? value : JSON.stringify(value)]);
     }

@@ -20,7 +20,9 @@ Layout:
   SLICE_BEGIN/SLICE_END with delta timestamps, encoded in C
   (c_src/pt_perfetto.c), event names interned on first use. Extra args of a key
   (e.g. "Python module id") are debug annotations of its begins; a call still
-  open at stop carries "open at stop": true.
+  open at stop carries "open at stop": true, a frame already running when the
+  trace began (seeded at start(), a forked child's frames continued from its
+  parent) "open at start": true.
 
 A call's "Python id" and "Python parent id" of the JSON are implicit here: the
 calls' begin order (thread by thread) and their nesting.
@@ -54,6 +56,7 @@ TYPE_INSTANT, TYPE_COUNTER = 3, 4    # TrackEvent.Type (SLICE_BEGIN/END: in C)
 CATEGORIES = ("python_function", "user_annotation")     # iids 1 and 2
 _CATEGORY_IID = {"python": 1, "c": 1, "annotation": 2}
 OPEN_AT_STOP = "open at stop"
+OPEN_AT_START = "open at start"
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -151,7 +154,8 @@ class _Sink:
     packets of at most COMPRESSED_INPUT_BYTES input each. zlib lets go of the GIL
     while it works, so pieces are deflated on COMPRESS_THREADS threads while the
     next ones are encoded; at most twice that many wait, and they are written in
-    order."""
+    order. While a trace records (an export from a traced program) they are
+    deflated here instead: threads of ours must not show in a trace."""
 
     def __init__(self, out, compress):
         self.out = out
@@ -160,7 +164,7 @@ class _Sink:
         self.pending_bytes = 0
         self.in_flight = collections.deque()
         self.pool = (concurrent.futures.ThreadPoolExecutor(COMPRESS_THREADS)
-                     if compress else None)
+                     if compress and not _recording() else None)
 
     def write(self, data):
         """data may be a view of a buffer about to be reused: written or copied now."""
@@ -173,7 +177,11 @@ class _Sink:
         self.pending_bytes += len(data)
 
     def _submit(self):
-        if self.pending:
+        if self.pending and self.pool is None:
+            self.out.write(_packet(_bytes(50, zlib.compress(b"".join(self.pending),
+                                                            COMPRESS_LEVEL))))
+            self.pending, self.pending_bytes = [], 0
+        elif self.pending:
             self.in_flight.append(self.pool.submit(zlib.compress, b"".join(self.pending),
                                                    COMPRESS_LEVEL))
             self.pending, self.pending_bytes = [], 0
@@ -195,6 +203,12 @@ class _Sink:
             for future in self.in_flight:
                 future.cancel()
             self.pool.shutdown(wait=True)
+
+
+def _recording():
+    """Whether this process is tracing now (start() without its stop())."""
+    from .. import _has_session
+    return _has_session()
 
 
 ORDERING_EXPLICIT = 1     # TrackDescriptor ProcessOrdering / ThreadOrdering EXPLICIT
@@ -370,7 +384,7 @@ def _chunks(trace, progress, chunk_bytes, uuids=None):
         events.append(_int(10, key + 1) + _int(3, _CATEGORY_IID[kind])
                       + (annotation_names.annotations(args) if args else b""))
         interned.append(_bytes(2, _int(1, key + 1) + _bytes(2, name)))
-    open_mark = annotation_names.annotations({OPEN_AT_STOP: True})
+    marks = _OpenMarks(annotation_names)
     interned_head = (b"".join(_bytes(1, _int(1, iid) + _bytes(2, name))
                               for iid, name in enumerate(CATEGORIES, 1))
                      + annotation_names.interned())
@@ -380,13 +394,15 @@ def _chunks(trace, progress, chunk_bytes, uuids=None):
     interned_done = ffi.new("uint8_t[]", max(1, n_keys))
     # Room for the biggest packet, whatever chunk_bytes says.
     cap = max(chunk_bytes, 2 * (max(map(len, events), default=0)
-                                + max(map(len, interned), default=0) + len(open_mark)) + 1024)
+                                + max(map(len, interned), default=0)
+                                + max(map(len, marks.blobs))) + 1024)
     out = ffi.new("char[]", cap)
     written = ffi.new("uint64_t *")
 
     encode = dict(events=event_blob, event_offsets=event_offsets, interned=interned_blob,
                   interned_offsets=interned_offsets, interned_done=interned_done, n_keys=n_keys,
-                  open_mark=open_mark, out=out, cap=cap, written=written, progress=progress)
+                  marks=marks.pointers, mark_lens=marks.lens, out=out, cap=cap,
+                  written=written, progress=progress)
     # From the events, records as the walk finalizes them; else (a slice table, or
     # a trace streaming whole slices: a loaded slices.bin, a joined job) slices in
     # start order, begun and ended in time order in C.
@@ -411,6 +427,21 @@ def _chunks(trace, progress, chunk_bytes, uuids=None):
         steps = (_record_steps if records else _slice_steps)(
             first, batches, thread, sequence_id, clock_ns, depths[index], encode)
         yield from _filled(steps, encode)
+
+
+class _OpenMarks:
+    """The debug annotations a begin carries when its call was open at stop, at
+    start, or both, indexed as pt_pftrace_slices reads them (PT_PF_MARK_*)."""
+
+    def __init__(self, annotation_names):
+        stop = annotation_names.annotations({OPEN_AT_STOP: True})
+        start = annotation_names.annotations({OPEN_AT_START: True})
+        self.blobs = [b""] * 4
+        self.blobs[lib.PT_PF_MARK_OPEN_AT_STOP] = stop
+        self.blobs[lib.PT_PF_MARK_OPEN_AT_START] = start
+        self.blobs[lib.PT_PF_MARK_OPEN_AT_STOP | lib.PT_PF_MARK_OPEN_AT_START] = stop + start
+        self.pointers = ffi.new("char *[]", [ffi.from_buffer(b) for b in self.blobs])
+        self.lens = ffi.new("uint32_t[]", [len(b) for b in self.blobs])
 
 
 def _filled(steps, encode):
@@ -450,7 +481,7 @@ def _record_steps(first, batches, thread, sequence_id, clock_ns, depth, encode):
             status = lib.pt_pftrace_records(records, n, next_index, last_ns, e["events"],
                                             e["event_offsets"], e["interned"],
                                             e["interned_offsets"], e["interned_done"],
-                                            e["n_keys"], e["open_mark"], len(e["open_mark"]),
+                                            e["n_keys"], e["marks"], e["mark_lens"],
                                             sequence_id, at, room, e["written"])
             if status != lib.PT_OK:
                 raise TraceFormatError(f"thread {thread.name!r}: its calls are out of time "
@@ -482,7 +513,7 @@ def _slice_steps(first, batches, thread, sequence_id, clock_ns, depth, encode):
                                            stack_end, stack_cap, e["events"],
                                            e["event_offsets"], e["interned"],
                                            e["interned_offsets"], e["interned_done"],
-                                           e["n_keys"], e["open_mark"], len(e["open_mark"]),
+                                           e["n_keys"], e["marks"], e["mark_lens"],
                                            sequence_id, at, room, e["written"])
             if status != lib.PT_OK:
                 raise TraceFormatError(

@@ -5,7 +5,10 @@
 
 Total time counts a function's time once however deep it recurses: a call made
 while the same function is already on the stack adds to its calls and its self
-time, not to its total. Self time is a call's time minus its callees' time.
+time, not to its total. Self time is a call's time minus its callees' time. A
+frame already running when its process's trace began (seeded at start(), or a
+forked child's frames continued from its parent: "open at start") adds its time
+but is no call: it began before the trace (its parent counts it, when traced).
 
 read_trace() opens what pytrace_cffi writes: a saved-trace directory, or a Chrome
 .json / .json.gz it exported. Our JSON has one event per line, so it is read line
@@ -66,6 +69,12 @@ def summarize(trace, sort="total", limit=20, per_thread=False, per_process=False
     a row's thread says whose: "MainThread (rank 0, pid 12)"). With per_process
     (a trace of several processes), each process gets its own rows, their
     thread field naming the process ("rank 0 (pid 12)")."""
+    return summarize_counting(trace, sort, limit, per_thread, per_process)[0]
+
+
+def summarize_counting(trace, sort="total", limit=20, per_thread=False, per_process=False):
+    """(summarize's rows, the calls of the whole trace as the rows count them:
+    frames open at start left out)."""
     if sort not in SORT_KEYS:
         raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}, not {sort!r}")
     summarizer = Summarizer(trace.names)
@@ -79,7 +88,7 @@ def summarize(trace, sort="total", limit=20, per_thread=False, per_process=False
             if not tables or tables[-1][0] != title:
                 tables.append((title, summarizer.new_table()))
         summarizer.add_thread(thread, batches, tables[-1][1])
-    return summarizer.rows(tables, sort, limit)
+    return summarizer.rows(tables, sort, limit), summarizer.calls
 
 
 class Summarizer:
@@ -96,6 +105,12 @@ class Summarizer:
                          lib.pt_summarizer_free)
         if self._c == ffi.NULL:
             raise MemoryError("out of memory while summarizing the trace")
+        self.slices = self.open_at_start = 0      # over every batch added
+
+    @property
+    def calls(self):
+        """The calls added: slices less the frames open at start."""
+        return self.slices - self.open_at_start
 
     def new_table(self):
         """Per name id: calls, total ns, self ns."""
@@ -104,6 +119,8 @@ class Summarizer:
 
     def add(self, thread, slices, n, first_index, table):
         """One batch of thread's slices, added to table."""
+        self.slices += n
+        self.open_at_start += lib.pt_open_at_start(slices, n)
         status = lib.pt_summarizer_feed(self._c, slices, n, first_index, *table)
         if status == lib.PT_ERR_NOMEM:
             raise MemoryError("out of memory while summarizing the trace")
@@ -125,7 +142,8 @@ class Summarizer:
         for thread_name, (calls, total, self_time) in tables:
             thread_rows = [SummaryRow(self.unique_names[name], calls[name], total[name],
                                       self_time[name], thread_name)
-                           for name in range(self.n_names) if calls[name]]
+                           for name in range(self.n_names)
+                           if calls[name] or total[name] or self_time[name]]
             thread_rows.sort(key=SORT_KEYS[sort])
             rows.extend(thread_rows[:limit])
         return rows
@@ -148,9 +166,26 @@ def _thread_title(trace, thread):
     return f"{thread.name} ({label}, {trace.process_id_text(pid)})"
 
 
-ProcessTotal = namedtuple("ProcessTotal", "pid label calls threads start_ns end_ns")
-ProcessTotal.__doc__ = """One process of a trace of several processes: its calls, its
-threads, and the span of its calls (None, None when it has none)."""
+def calls_begun(trace):
+    """The calls of trace as the summary counts them: its slices less the frames
+    running when its process's trace began. From the walk's counts when the trace
+    streams from its events, else one pass over its slices."""
+    streams = getattr(trace, "_streams", None)
+    counted = getattr(streams, "open_at_start", None)
+    if counted is not None and not trace.slices_built():
+        return len(trace) - sum(counted)
+    from .chrome import _thread_batches
+    return len(trace) - sum(lib.pt_open_at_start(slices, n)
+                            for _, batches in _thread_batches(trace) for slices, n, _ in batches)
+
+
+ProcessTotal = namedtuple("ProcessTotal",
+                          "pid label calls threads start_ns end_ns open_at_start",
+                          defaults=(0,))
+ProcessTotal.__doc__ = """One process of a trace of several processes: its calls (those
+that began in its trace), its threads, the span of its calls (None, None when it
+has none), and its frames already running when its trace began (a forked child's
+continued from its parent: shown, not counted)."""
 
 
 def process_totals(trace):
@@ -159,12 +194,14 @@ def process_totals(trace):
     if not trace.processes:
         return []
     from .chrome import _thread_batches
-    found = {pid: [0, 0, None, None] for pid in trace.processes}
+    found = {pid: [0, 0, None, None, 0] for pid in trace.processes}
     for thread, batches in _thread_batches(trace):
-        entry = found.setdefault(trace.thread_pid(thread), [0, 0, None, None])
+        entry = found.setdefault(trace.thread_pid(thread), [0, 0, None, None, 0])
         entry[1] += 1
         for slices, count, _ in batches:
-            entry[0] += count
+            open_at_start = lib.pt_open_at_start(slices, count)
+            entry[0] += count - open_at_start
+            entry[4] += open_at_start
             first = slices[0].start
             # the last root's end: each root ends before the next starts
             last = max((slices[i].end for i in range(count) if slices[i].parent < 0),
@@ -185,8 +222,15 @@ def format_process_totals(trace):
                 " ms")
         lines.append(f"  {trace.process_id_text(total.pid)} ({total.label}): "
                      f"{counted(total.calls, 'call')} on {counted(total.threads, 'thread')}"
-                     f"{span}")
+                     f"{span}{_open_at_start_note(total.open_at_start)}")
     return "\n".join(lines)
+
+
+def _open_at_start_note(count):
+    """What a count of calls leaves out: the frames running when tracing began."""
+    if not count:
+        return ""
+    return f" (and {count} frame{'s' if count != 1 else ''} running at its start)"
 
 
 def _ms(ns):
@@ -710,18 +754,20 @@ class _LineReader:
         if (match is not None and thread is not None and match[2] == thread.tid_text
                 and match[11] == thread.index_text):
             category, name, extra = match.group(3, 4, 12)
-            key = self.key_of_text.get((category, name, extra))
-            if key is None:
-                key = _line_key(self.keys, category, name, extra)
+            found = self.key_of_text.get((category, name, extra))
+            if found is None:
+                found = _line_key(self.keys, category, name, extra)
                 # (a replay meets no new text; the table C reads is shared)
-                if key is not None and not self.replay:
+                if found is not None and not self.replay:
                     self._new_line_key(line[match.start(3) - len(b'"cat":"'):match.end(4)],
-                                       (category, name, extra), key)
-            if key is not None:
+                                       (category, name, extra), found)
+            if found is not None:
+                key, opened = found
                 parent_id = match[10]
                 start = self.start_ns + int(match[5] + match[6])
                 thread.add(path, int(match[9]), None if parent_id == b"null" else int(parent_id),
-                           key, self.flags_of(key), start, start + int(match[7] + match[8]))
+                           key, self.flags_of(key) | opened, start,
+                           start + int(match[7] + match[8]))
                 self.pid = match[1]
                 return
         # Not a call as we write them (or its name or args need a closer look):
@@ -747,13 +793,13 @@ class _LineReader:
             self.thread.pid = event.get("pid")
             self.starts.append((self.next_offset, number))
         elif phase == "X":
-            index, (call_id, parent_id, name, category, ts_ns, dur_ns, extra) = \
+            index, (call_id, parent_id, name, category, ts_ns, dur_ns, extra, opened) = \
                 _read_call(path, number, event, self.thread_of_tid)
             if thread is None or index != thread.index:
                 raise _OtherLayout(f"event {number} is not with its thread's calls")
             key = self.keys.key(name, category, extra)
-            thread.add(path, call_id, parent_id, key, self.flags_of(key), self.start_ns + ts_ns,
-                       self.start_ns + ts_ns + dur_ns)
+            thread.add(path, call_id, parent_id, key, self.flags_of(key) | opened,
+                       self.start_ns + ts_ns, self.start_ns + ts_ns + dur_ns)
             self.pid = event.get("pid")
             if type(self.pid) is not int:
                 raise TraceFormatError(f"{path}: event {number}: pid must be an integer")
@@ -767,13 +813,15 @@ class _LineReader:
     def flags_of(self, key):
         return lib.PT_SLICE_C if self.keys.kinds[key] == "c" else 0
 
-    def _new_line_key(self, ident, text, key):
-        """Tells C the function text of a key, so its next calls are read there."""
-        self.key_of_text[text] = key
+    def _new_line_key(self, ident, text, found):
+        """Tells C the function text of a key (found: the key and the flags its
+        args add), so its next calls are read there."""
+        self.key_of_text[text] = found
+        key, opened = found
         extra = text[2]
         if len(ident) < 2 ** 32 and len(extra) < 2 ** 32:
             if lib.pt_line_keys_add(self.line_keys, ident, len(ident), extra, len(extra), key,
-                                    self.flags_of(key)) != lib.PT_OK:
+                                    self.flags_of(key) | opened) != lib.PT_OK:
                 raise MemoryError("out of memory while reading a trace")
 
     def end_thread(self):
@@ -882,8 +930,9 @@ def _close_source(holder, source):
 
 
 def _line_key(keys, category, name, extra):
-    """The key of a call's category, JSON name and extra args text (a comma, then
-    members of the args object), or None when those args name a standard arg."""
+    """(key, flags its args add) of a call's category, JSON name and extra args
+    text (a comma, then members of the args object), or None when those args
+    name a standard arg."""
     try:
         args = json.loads(b"{" + extra[1:] + b"}") if extra else None
         name = json.loads(name)
@@ -892,7 +941,22 @@ def _line_key(keys, category, name, extra):
     if args is not None and (type(args) is not dict or too_deep(args) or
                              any(arg in args for arg in _STANDARD_ARGS)):
         return None         # read by line(), which says what is wrong
-    return keys.key(name, category.decode(), args)
+    category = category.decode()
+    opened = _take_open_at_start(category, args)
+    return keys.key(name, category, args or None), opened
+
+
+OPEN_AT_START = "open at start"     # the arg our exports mark such a frame with
+
+
+def _take_open_at_start(category, args):
+    """PT_SLICE_SEEDED when a call's args (a dict, or None) say it was running
+    when the trace began (removed from args: a flag, not an arg of its function),
+    else 0."""
+    if category == "python_function" and args and args.get(OPEN_AT_START) is True:
+        del args[OPEN_AT_START]
+        return lib.PT_SLICE_SEEDED
+    return 0
 
 
 class _Keys:
@@ -929,7 +993,7 @@ def _thread_slices(path, thread_calls, first_id, start_ns, keys):
     thread_calls.sort(key=lambda call: call[0])
     packed = bytearray(len(thread_calls) * SLICE_RECORD.size)
     depths = []
-    for i, (call_id, parent_id, name, category, ts_ns, dur_ns, extra) in \
+    for i, (call_id, parent_id, name, category, ts_ns, dur_ns, extra, opened) in \
             enumerate(thread_calls):
         if call_id != first_id + i:
             raise TraceFormatError(f"{path}: Python ids are not consecutive at {call_id}")
@@ -943,7 +1007,7 @@ def _thread_slices(path, thread_calls, first_id, start_ns, keys):
             depth = depths[parent] + 1
         depths.append(depth)
         key = keys.key(name, category, extra)
-        flags = lib.PT_SLICE_C if keys.kinds[key] == "c" else 0
+        flags = (lib.PT_SLICE_C if keys.kinds[key] == "c" else 0) | opened
         start = start_ns + ts_ns
         SLICE_RECORD.pack_into(packed, i * SLICE_RECORD.size, start, start + dur_ns, key,
                                flags, parent, 0, depth)
@@ -1054,8 +1118,9 @@ def _read_call(path, number, event, thread_of_tid):
     if extra and too_deep(extra):
         raise TraceFormatError(f"{path}: event {number}: args nest deeper than "
                                f"{MAX_ARGS_DEPTH} levels")
+    opened = _take_open_at_start(category, extra)
     return thread, (call_id, parent_id, name, category, round(ts * 1000), round(dur * 1000),
-                    extra)
+                    extra or None, opened)
 
 
 def _is_time(value):

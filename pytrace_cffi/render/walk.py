@@ -161,16 +161,18 @@ class Streams:
         self.min_duration_ns = min_duration_ns
         self.keep_alive = keep_alive        # the tracer that holds the events
         self._scan_tables = plan.tables(clock, stop_ticks, min_duration_ns, scan=True)
-        self._scanned = None                # (scans, stats, calls_begun, emitting tables)
+        self._scanned = None    # (scans, stats, calls_begun, emitting tables, open_at_start)
         if not lazy:
             self._scan()
 
     # The scans' findings, per thread: the scan walks, (calls shown, those open
-    # at stop, deepest depth), calls begun; and the emitting walks' tables.
+    # at stop, deepest depth), calls begun; the emitting walks' tables; and the
+    # slices running at the start.
     scans = property(lambda self: (self._scanned or self._scan())[0])
     stats = property(lambda self: (self._scanned or self._scan())[1])
     calls_begun = property(lambda self: (self._scanned or self._scan())[2])
     _tables = property(lambda self: (self._scanned or self._scan())[3])
+    open_at_start = property(lambda self: (self._scanned or self._scan())[4])
 
     def _scan(self):
         with _SCAN_LOCK:        # once, whichever thread asks first
@@ -180,7 +182,7 @@ class Streams:
 
     def _scan_all(self):
         plan = self.plan
-        scans, stats_list, calls_begun = [], [], []
+        scans, stats_list, calls_begun, open_at_start = [], [], [], []
         base_keys = [NO_KEY] * len(plan.annotation_args)
         out = ffi.new("uint32_t[]", max(1, len(base_keys)))
         for source in self.sources:
@@ -196,6 +198,7 @@ class Streams:
             scans.append(walk)
             stats_list.append((stats.slices, stats.open_at_stop, stats.max_depth))
             calls_begun.append(stats.calls_begun)
+            open_at_start.append(stats.open_at_start)
             if base_keys:
                 lib.pt_walk_args_keys(walk, out, len(base_keys))
                 for index in range(len(base_keys)):
@@ -203,7 +206,7 @@ class Streams:
                         base_keys[index] = out[index]
         plan.set_args_keys(base_keys)
         tables = plan.tables(self.clock, self.stop_ticks, self.min_duration_ns, scan=False)
-        return scans, stats_list, calls_begun, tables
+        return scans, stats_list, calls_begun, tables, open_at_start
 
     def records(self, index):
         """Thread index's records, in time order: yields (pt_walk_record *, n),

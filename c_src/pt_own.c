@@ -1,0 +1,56 @@
+/* pt_own.c - pytrace_cffi's own threads, which no trace ever records.
+ *
+ * run's windows are opened and closed by timer threads of ours (--delay,
+ * --duration). Those threads exist while a window records, so without this they
+ * would be seeded at start, followed by the profile hook, or met by sys.monitoring,
+ * and show as lanes of the program's trace. A thread of ours says so first thing
+ * (pt_own_thread_begin); pt_start and pt_attach_current_thread then leave it
+ * alone, and the hooks' cold thread lookup caches "no buffer" for it, which the
+ * hot path already treats as nothing to record. Keyed by the thread state's
+ * unique id (never reused), changed and read under the GIL only.
+ */
+#include "pt_internal.h"
+
+#define PT_OWN_MAX 16
+
+static uint64_t pt_own_tstates[PT_OWN_MAX];     /* 0: a free slot */
+
+int
+pt_is_own_tstate(uint64_t tstate_id)
+{
+    for (int i = 0; i < PT_OWN_MAX; i++)
+        if (pt_own_tstates[i] == tstate_id && tstate_id)
+            return 1;
+    return 0;
+}
+
+int
+pt_own_thread_begin(void)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    uint64_t id = PyThreadState_GetID(PyThreadState_Get());
+    int rc = PT_ERR_NOMEM;
+    if (pt_is_own_tstate(id)) {
+        rc = PT_OK;
+    } else {
+        for (int i = 0; i < PT_OWN_MAX; i++)
+            if (!pt_own_tstates[i]) {
+                pt_own_tstates[i] = id;
+                rc = PT_OK;
+                break;
+            }
+    }
+    PyGILState_Release(gil);
+    return rc;
+}
+
+void
+pt_own_thread_end(void)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    uint64_t id = PyThreadState_GetID(PyThreadState_Get());
+    for (int i = 0; i < PT_OWN_MAX; i++)
+        if (pt_own_tstates[i] == id)
+            pt_own_tstates[i] = 0;
+    PyGILState_Release(gil);
+}
