@@ -20,14 +20,14 @@ Then, on one fib trace of about 786k events, it measures the resident memory per
 event, and the speeds of ours' replay (stop()) and export and of VizTracer's save().
 
     python benchmarks/overhead.py [--rounds N] [--quick] [--only NAME] [--json FILE]
-                                  [--markdown FILE] [--readme README.md]
+                                  [--markdown FILE] [--readme docs/PERFORMANCE.md]
     python benchmarks/overhead.py --from a.json [--from b.json ...] [--markdown FILE]
-                                  [--readme README.md]
+                                  [--readme docs/PERFORMANCE.md]
 
 --json saves the measurements; --from renders saved ones (several interpreters'
-runs side by side) without measuring. --markdown writes the README's two tables,
---readme replaces them in place between their marker comments, so that every
-number in the README comes from the same runs.
+runs side by side) without measuring. --markdown writes the two tables of
+docs/PERFORMANCE.md, --readme replaces them in place between their marker
+comments, so that every number there comes from the same runs.
 
 Workloads come from ../../shared/workloads relative to this file, or from
 $PYTRACE_WORKLOADS. Needs only the standard library and pytrace_cffi;
@@ -236,8 +236,8 @@ class TorchProfiler(Tracer):
 
 class PytraceWithTorchProfiler(Tracer):
     """pytrace_cffi and torch.profiler without with_stack at once, then merged:
-    torch's ops (and kernels) with full Python stacks on one timeline (README's
-    PyTorch recipe), against torch.profiler(with_stack=True) above."""
+    torch's ops (and kernels) with full Python stacks on one timeline (the README's
+    torch.profiler recipe), against torch.profiler(with_stack=True) above."""
     name = "ours + torch.profiler"
     suffix = ".json"
     describe = ("`torch.profiler.profile(activities=[CPU])` (no stack): `__enter__`, then"
@@ -845,9 +845,9 @@ def parse_args(argv):
                         help="measure nothing: report the runs saved in FILE (repeatable,"
                              " one per interpreter, shown in this order)")
     parser.add_argument("--markdown", metavar="FILE",
-                        help="write the README's two tables (with their markers) to FILE")
+                        help="write the two benchmark tables (with their markers) to FILE")
     parser.add_argument("--readme", metavar="FILE",
-                        help="replace the two tables in FILE (the top-level README.md)"
+                        help="replace the two tables in FILE (docs/PERFORMANCE.md)"
                              " between their marker comments")
     args = parser.parse_args(argv)
     if args.rounds is None:

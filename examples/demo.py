@@ -5,19 +5,25 @@ as in README.md; then open examples/demo.html):
 """
 import json
 import threading
+import time
 
 
 def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 
 
-def parse_records(count):
-    records = [json.dumps({"id": i, "name": f"item{i}"}) for i in range(count)]
+def fetch(count):
+    time.sleep(0.002)           # waiting for I/O: the other threads run meanwhile
+    return [json.dumps({"id": i, "name": f"item{i}"}) for i in range(count)]
+
+
+def parse_records(records):
     return sorted((json.loads(r) for r in records), key=lambda r: -r["id"])
 
 
 def worker(k, results):
-    results[k] = fib(12 + k) + len(parse_records(50))
+    parsed = sum(len(parse_records(fetch(30))) for _ in range(3))
+    results[k] = fib(12 + k) + parsed
 
 
 def main():

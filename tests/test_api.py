@@ -151,17 +151,19 @@ def test_names_are_stable_and_carry_no_addresses():
 
 
 def test_the_modules_the_readme_api_names_import_as_written(tmp_path):
-    """The README's API table names summary.summarize, html.write_html,
-    processes.join...: each is `from pytrace_cffi import <module>` then
-    <module>.<name>, as written there."""
+    """The API tables (the README's "From Python" and docs/API.md) name
+    summary.summarize, html.write_html, processes.join...: each is
+    `from pytrace_cffi import <module>` then <module>.<name>, as written there."""
     import os
     import re
-    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "README.md")
-    if not os.path.exists(readme):
-        pytest.skip("README.md not beside the tests")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    readme, api_page = os.path.join(root, "README.md"), os.path.join(root, "docs", "API.md")
+    if not (os.path.exists(readme) and os.path.exists(api_page)):
+        pytest.skip("README.md and docs/API.md not beside the tests")
     with open(readme, encoding="utf-8") as f:
-        api = f.read().split("\n## API", 1)[1].split("\n## ", 1)[0]
+        api = f.read().split("\n## From Python", 1)[1].split("\n## ", 1)[0]
+    with open(api_page, encoding="utf-8") as f:
+        api += f.read()
     import pkgutil
     modules = {m.name for m in pkgutil.iter_modules(pytrace_cffi.__path__)} | {"render"}
     named = {(module, name) for module, name in re.findall(r"`([a-z]\w*)\.([a-z_]\w*)\(", api)
