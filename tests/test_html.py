@@ -134,6 +134,19 @@ def install_chromium():
     return CHROMIUM if os.path.exists(CHROMIUM) else None
 
 
+def run_chromium(binary, tmp_path_factory, *args):
+    """stdout of headless chromium with args, in a fresh profile, off the network."""
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    command = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+               "--no-first-run", "--disable-background-networking",
+               "--disable-component-update", "--disable-sync",
+               f"--user-data-dir={profile}", *args]
+    proc = subprocess.run(command, capture_output=True, timeout=180,
+                          cwd=str(tmp_path_factory.getbasetemp()))
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+    return proc.stdout.decode("utf-8")
+
+
 @pytest.fixture(scope="module")
 def chromium(tmp_path_factory):
     binary = install_chromium()
@@ -141,15 +154,7 @@ def chromium(tmp_path_factory):
         pytest.skip("chromium is not installed and apt-get could not install it")
 
     def run(*args):
-        profile = tmp_path_factory.mktemp("chromium-profile")
-        command = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                   "--no-first-run", "--disable-background-networking",
-                   "--disable-component-update", "--disable-sync",
-                   f"--user-data-dir={profile}", *args]
-        proc = subprocess.run(command, capture_output=True, timeout=180,
-                              cwd=str(tmp_path_factory.getbasetemp()))
-        assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
-        return proc.stdout.decode("utf-8")
+        return run_chromium(binary, tmp_path_factory, *args)
     return run
 
 

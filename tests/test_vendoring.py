@@ -13,7 +13,7 @@ SITE_DIR = os.path.dirname(PACKAGE_DIR)
 CFFI_DIR = os.path.dirname(os.path.abspath(__import__("_cffi_backend").__file__))
 
 WORK = textwrap.dedent("""
-    import json, sys, threading
+    import importlib, json, sys, threading
 
     def fib(n):
         return n if n < 2 else fib(n - 1) + fib(n - 2)
@@ -34,6 +34,13 @@ WORK = textwrap.dedent("""
             events = json.load(f)["traceEvents"]
         assert fibs == 67 + 25, fibs
         assert any(e["name"] == "region" for e in events)
+        # the HTML page's files (render/page/, package data) came along
+        html = importlib.import_module(tracer.__name__ + ".html")
+        html.write_html(t.trace, out + ".html")
+        with open(out + ".html", encoding="utf-8") as f:
+            page = f.read()
+        assert "#summary tbody tr.highlighted" in page, "no stylesheet"
+        assert 'const meta = JSON.parse(document.getElementById("pt-meta")' in page, "no script"
         print("ok", sorted(m for m in sys.modules if m.split(".")[0] == "pytrace_cffi"))
 """)
 

@@ -1,0 +1,560 @@
+"use strict";
+(function () {
+  const ROW = 16, LANE_HEAD = 20, LANE_GAP = 6, AXIS = 24, MIN_SPAN_NS = 50, GROUP_HEAD = 24;
+  const meta = JSON.parse(document.getElementById("pt-meta").textContent);
+  const flat = JSON.parse(document.getElementById("pt-slices").textContent);
+  // A reduced page (see write_html) has two more numbers per call: the calls left
+  // out before it, and its self time over all its callees.
+  const reduced = meta.reduced, STRIDE = reduced ? 6 : 4;
+  const names = meta.names;
+  const labels = names.map(shortName);
+  const colors = names.map((name, key) => colorFor(name, meta.kinds[key]));
+  const canvas = document.getElementById("canvas");
+  const ctx = canvas.getContext("2d");
+  const tooltip = document.getElementById("tooltip");
+
+  // Python functions read "<path>(<line>): <function>"; the function says most.
+  function shortName(name) {
+    const match = /\(\d+\): (.*)$/.exec(name);
+    return match ? match[1] : name;
+  }
+  function hash(text) {
+    let h = 2166136261;
+    for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 16777619);
+    return h >>> 0;
+  }
+  // Built-ins pale, Python functions brighter, record_function regions boldest.
+  function colorFor(name, kind) {
+    const hue = hash(name) % 360;
+    if (kind === "c") return `hsl(${hue},30%,82%)`;
+    return kind === "a" ? `hsl(${hue},85%,62%)` : `hsl(${hue},62%,74%)`;
+  }
+  const KIND_NAMES = { p: "Python", c: "built-in (C)", a: "record_function region" };
+
+  // Rebuilds each thread's calls from the flat array; calls at one depth never
+  // overlap, so per depth they are sorted by start and by end alike.
+  function buildThread(info, data, firstId) {
+    const n = data.length / STRIDE;
+    const start = new Float64Array(n), end = new Float64Array(n);
+    const key = new Int32Array(n), depth = new Int32Array(n), parent = new Int32Array(n);
+    const id = new Float64Array(n), self = reduced ? new Float64Array(n) : null;
+    const lastAtDepth = [], perDepth = [];
+    let time = 0;                 // ns after the trace's start, exact in a double
+    let index = -1;               // the call's index among all the thread's calls
+    for (let i = 0, j = 0; i < n; i++, j += STRIDE) {
+      time += data[j];
+      index += reduced ? data[j + 4] + 1 : 1;
+      id[i] = index;
+      if (reduced) self[i] = data[j + 5];
+      start[i] = time;
+      end[i] = start[i] + data[j + 1];
+      key[i] = data[j + 2];
+      const d = depth[i] = data[j + 3];
+      parent[i] = d > 0 ? lastAtDepth[d - 1] : -1;
+      lastAtDepth[d] = i;
+      (perDepth[d] || (perDepth[d] = [])).push(i);
+    }
+    const levels = [], levelEnds = [];
+    for (let d = 0; d < perDepth.length; d++) {
+      const level = Int32Array.from(perDepth[d] || []);
+      levels.push(level);
+      levelEnds.push(Float64Array.from(level, i => end[i]));
+    }
+    return { info, n, firstId, start, end, key, depth, parent, id, self, levels, levelEnds,
+             top: 0, folded: false };
+  }
+
+  const threads = [];
+  let callsBefore = 0, traceEnd = meta.stop_ns - meta.start_ns;
+  meta.threads.forEach((info, t) => {
+    const thread = buildThread(info, flat[t], callsBefore);
+    callsBefore += info.calls;
+    for (const ends of thread.levelEnds) traceEnd = Math.max(traceEnd, ends[ends.length - 1] || 0);
+    threads.push(thread);
+  });
+  traceEnd = Math.max(traceEnd, 1);
+
+  // A trace of several processes: the threads of a process form a group, headed
+  // by the process's label; a thread starting a group carries it.
+  const groups = [];
+  if (meta.processes) {
+    const processOf = new Map(meta.processes.map(p => [p.pid, p]));
+    let previous = null;
+    for (const thread of threads) {
+      if (thread.info.pid !== previous) {
+        const process = processOf.get(thread.info.pid) ||
+          { pid: thread.info.pid, label: `pid ${thread.info.pid}`, shown: `pid ${thread.info.pid}`,
+            calls: 0, threads: 0 };
+        thread.group = { process, top: 0, threads: [] };
+        groups.push(thread.group);
+        previous = thread.info.pid;
+      }
+      groups[groups.length - 1].threads.push(thread);
+    }
+  }
+
+  // A folded lane shows its header only.
+  function rowsShown(thread) {
+    return thread.folded ? 0 : thread.levels.length;
+  }
+
+  let contentHeight = AXIS;
+  function layout() {
+    contentHeight = AXIS;
+    for (const thread of threads) {
+      if (thread.group) {
+        thread.group.top = contentHeight;
+        contentHeight += GROUP_HEAD;
+      }
+      thread.top = contentHeight;
+      contentHeight += LANE_HEAD + rowsShown(thread) * ROW + LANE_GAP;
+    }
+  }
+  layout();
+
+  const view = { start: 0, end: traceEnd, scroll: 0 };
+  let selected = null, highlightKeys = null, width = 0, height = 0;
+
+  function lowerBound(sorted, value) {
+    let lo = 0, hi = sorted.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (sorted[mid] < value) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+  }
+
+  function count(n, noun) {
+    return `${n} ${noun}${n === 1 ? "" : "s"}`;
+  }
+
+  function formatNs(ns) {
+    if (ns >= 1e9) return (ns / 1e9).toFixed(3) + " s";
+    if (ns >= 1e6) return (ns / 1e6).toFixed(3) + " ms";
+    if (ns >= 1e3) return (ns / 1e3).toFixed(3) + " \u00b5s";
+    return Math.round(ns) + " ns";
+  }
+
+  function resize() {
+    const ratio = window.devicePixelRatio || 1;
+    width = canvas.parentElement.clientWidth;
+    height = Math.max(200, Math.min(contentHeight, Math.round(window.innerHeight * 0.6)));
+    canvas.style.height = height + "px";
+    canvas.width = Math.round(width * ratio);
+    canvas.height = Math.round(height * ratio);
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    clampView();
+    draw();
+  }
+
+  function clampView() {
+    let span = Math.max(MIN_SPAN_NS, Math.min(view.end - view.start, traceEnd * 1.1));
+    const slack = traceEnd * 0.05;
+    view.start = Math.min(Math.max(view.start, -slack), traceEnd + slack - span);
+    view.end = view.start + span;
+    view.scroll = Math.min(Math.max(view.scroll, 0), Math.max(0, contentHeight - height));
+  }
+
+  function niceStep(ns) {
+    const power = Math.pow(10, Math.floor(Math.log10(ns)));
+    for (const m of [1, 2, 5]) if (m * power >= ns) return m * power;
+    return 10 * power;
+  }
+
+  function drawAxis(nsPerPx) {
+    const step = niceStep(nsPerPx * 110);
+    const unit = step >= 1e8 ? [1e9, "s"] : step >= 1e5 ? [1e6, "ms"] :
+      step >= 1e2 ? [1e3, "\u00b5s"] : [1, "ns"];
+    const decimals = Math.max(0, -Math.floor(Math.log10(step / unit[0]) + 1e-9));
+    ctx.fillStyle = "#f6f8fa";
+    ctx.fillRect(0, 0, width, AXIS);
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.textBaseline = "middle";
+    for (let t = Math.ceil(view.start / step) * step; t <= view.end; t += step) {
+      const x = Math.round((t - view.start) / nsPerPx) + 0.5;
+      ctx.fillStyle = "rgba(208,215,222,0.6)";
+      ctx.fillRect(x, AXIS, 1, height - AXIS);
+      ctx.fillStyle = "#57606a";
+      ctx.fillRect(x, AXIS - 6, 1, 6);
+      ctx.fillText((t / unit[0]).toFixed(decimals) + " " + unit[1], x + 4, AXIS / 2);
+    }
+    ctx.fillStyle = "#d0d7de";
+    ctx.fillRect(0, AXIS - 1, width, 1);
+  }
+
+  // One depth row of one thread. Calls under a pixel wide are merged: one mark per
+  // pixel, then a binary search jumps past every call ending inside that pixel.
+  function drawLevel(thread, d, y, nsPerPx, charWidth) {
+    const level = thread.levels[d], ends = thread.levelEnds[d];
+    const { start, end, key } = thread;
+    let k = lowerBound(ends, view.start), nextFreeX = -Infinity;
+    while (k < level.length) {
+      const i = level[k];
+      if (start[i] > view.end) break;
+      const x0 = (start[i] - view.start) / nsPerPx, x1 = (end[i] - view.start) / nsPerPx;
+      const faded = highlightKeys !== null && !highlightKeys[key[i]];
+      ctx.globalAlpha = faded ? 0.2 : 1;
+      ctx.fillStyle = colors[key[i]];
+      if (x1 - x0 < 1) {
+        if (x0 >= nextFreeX) {
+          ctx.fillRect(Math.floor(x0), y, 1, ROW - 1);
+          nextFreeX = Math.floor(x0) + 1;
+        }
+        k = Math.max(k + 1, lowerBound(ends, view.start + nextFreeX * nsPerPx));
+        continue;
+      }
+      const left = Math.max(x0, -1), right = Math.min(x1, width + 1);
+      ctx.fillRect(left, y, right - left - (x1 - x0 > 3 ? 1 : 0), ROW - 1);
+      const room = right - left - 6;
+      if (room > charWidth * 3) {
+        let text = labels[key[i]];
+        const fits = Math.floor(room / charWidth);
+        if (text.length > fits) text = text.slice(0, fits - 1) + "\u2026";
+        ctx.fillStyle = "#1f2328";
+        ctx.fillText(text, left + 3, y + ROW / 2);
+      }
+      nextFreeX = x1;
+      k++;
+    }
+    ctx.globalAlpha = 1;
+  }
+
+  function drawSelection(nsPerPx) {
+    if (selected === null || selected.thread.folded) return;
+    const { thread, index } = selected;
+    const x0 = (thread.start[index] - view.start) / nsPerPx;
+    const x1 = (thread.end[index] - view.start) / nsPerPx;
+    const y = thread.top + LANE_HEAD + thread.depth[index] * ROW;
+    ctx.strokeStyle = "#0969da";
+    ctx.lineWidth = 2;
+    ctx.strokeRect(Math.max(x0, -2), y, Math.max(2, Math.min(x1, width + 2) - Math.max(x0, -2)),
+                   ROW - 1);
+  }
+
+  function draw() {
+    const nsPerPx = (view.end - view.start) / width;
+    ctx.fillStyle = "#fff";
+    ctx.fillRect(0, 0, width, height);
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.textBaseline = "middle";
+    const charWidth = ctx.measureText("abcdefghijklmnopqrstuvwxyz_0123456789").width / 37;
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(0, AXIS, width, height - AXIS);
+    ctx.clip();
+    ctx.translate(0, -view.scroll);
+    for (const group of groups) {
+      if (group.top + GROUP_HEAD < view.scroll || group.top > view.scroll + height) continue;
+      const p = group.process;
+      ctx.fillStyle = "#d8dee4";
+      ctx.fillRect(0, group.top, width, GROUP_HEAD);
+      ctx.fillStyle = "#1f2328";
+      ctx.font = "700 13px system-ui, sans-serif";
+      const folded = group.threads.every(t => t.folded);
+      ctx.fillText(`${folded ? "\u25b8" : "\u25be"} ${p.label}  \u00b7  ${p.shown}` +
+                   `  \u00b7  ${count(p.threads, "thread")}` +
+                   `  \u00b7  ${count(p.calls, "call")}`, 8, group.top + GROUP_HEAD / 2);
+    }
+    for (const thread of threads) {
+      const laneBottom = thread.top + LANE_HEAD + rowsShown(thread) * ROW;
+      if (laneBottom < view.scroll || thread.top > view.scroll + height) continue;
+      ctx.fillStyle = "#eef1f4";
+      ctx.fillRect(0, thread.top, width, LANE_HEAD);
+      ctx.fillStyle = "#1f2328";
+      ctx.font = "600 12px system-ui, sans-serif";
+      const info = thread.info;
+      ctx.fillText(`${thread.folded ? "\u25b8" : "\u25be"} ${info.name}  \u00b7  ` +
+                   `tid ${info.tid}  \u00b7  ${count(info.calls, "call")}` +
+                   (reduced ? ` (${thread.n} shown)` : ""), 8,
+                   thread.top + LANE_HEAD / 2);
+      ctx.font = "11px system-ui, sans-serif";
+      for (let d = 0; d < rowsShown(thread); d++) {
+        const y = thread.top + LANE_HEAD + d * ROW;
+        if (y + ROW < view.scroll + AXIS || y > view.scroll + height) continue;
+        drawLevel(thread, d, y, nsPerPx, charWidth);
+      }
+    }
+    drawSelection(nsPerPx);
+    ctx.restore();
+    drawAxis(nsPerPx);
+    if (contentHeight > height) {
+      const barHeight = Math.max(20, (height - AXIS) * height / contentHeight);
+      const barTop = AXIS + (height - AXIS - barHeight) * view.scroll / (contentHeight - height);
+      ctx.fillStyle = "rgba(87,96,106,0.35)";
+      ctx.fillRect(width - 6, barTop, 4, barHeight);
+    }
+  }
+
+  let drawPending = false;
+  function redraw() {
+    if (drawPending) return;
+    drawPending = true;
+    requestAnimationFrame(() => { drawPending = false; draw(); });
+  }
+
+  function laneHeaderAt(y) {
+    const contentY = y + view.scroll;
+    if (y < AXIS) return null;
+    return threads.find(t => contentY >= t.top && contentY < t.top + LANE_HEAD) || null;
+  }
+
+  function processTitle(pid) {
+    const found = (meta.processes || []).find(p => p.pid === pid);
+    return found ? `${found.label} (${found.shown})` : `? (pid ${pid})`;
+  }
+
+  function groupHeaderAt(y) {
+    const contentY = y + view.scroll;
+    if (y < AXIS) return null;
+    return groups.find(g => contentY >= g.top && contentY < g.top + GROUP_HEAD) || null;
+  }
+
+  function callAt(x, y) {
+    if (y < AXIS) return null;
+    const contentY = y + view.scroll, nsPerPx = (view.end - view.start) / width;
+    for (const thread of threads) {
+      const d = Math.floor((contentY - thread.top - LANE_HEAD) / ROW);
+      if (d < 0 || d >= rowsShown(thread)) continue;
+      const time = view.start + x * nsPerPx, tolerance = 2 * nsPerPx;
+      const k = lowerBound(thread.levelEnds[d], time - tolerance);
+      const index = thread.levels[d][k];
+      if (k < thread.levels[d].length && thread.start[index] <= time + tolerance) {
+        return { thread, index };
+      }
+      return null;
+    }
+    return null;
+  }
+
+  function selfTime(thread, index) {
+    if (reduced) return thread.self[index];
+    let children = 0;
+    for (let j = index + 1; j < thread.n && thread.depth[j] > thread.depth[index]; j++) {
+      if (thread.parent[j] === index) children += thread.end[j] - thread.start[j];
+    }
+    return thread.end[index] - thread.start[index] - children;
+  }
+
+  function showDetails(hit) {
+    const details = document.getElementById("details");
+    details.textContent = "";
+    if (hit === null) return;
+    const { thread, index } = hit;
+    const k = thread.key[index], parent = thread.parent[index];
+    const rows = [
+      ["Name", names[k]],
+      ["Kind", KIND_NAMES[meta.kinds[k]]],
+      ["Thread", `${thread.info.name} (tid ${thread.info.tid})`],
+      ...(meta.processes ? [["Process", processTitle(thread.info.pid)]] : []),
+      ["Start", formatNs(thread.start[index]) + " after trace start"],
+      ["Duration", formatNs(thread.end[index] - thread.start[index])],
+      ["Self time", formatNs(selfTime(thread, index))],
+      ["Depth", String(thread.depth[index])],
+      ["Python id", String(thread.firstId + thread.id[index])],
+      ["Python parent id", parent < 0 ? "null" :
+        `${thread.firstId + thread.id[parent]} (${labels[thread.key[parent]]})`],
+      ["Python thread", String(thread.info.index)],
+    ];
+    if (thread.id[index] < thread.info.open_at_start) {
+      rows.push(["Open at start", "running when tracing began: shown, not counted as a call"]);
+    }
+    for (const [arg, value] of Object.entries(meta.key_args[k] || {})) {
+      rows.push([arg, typeof value === "string" ? value : JSON.stringify(value)]);
+    }
+    const table = document.createElement("table");
+    for (const [label, value] of rows) {
+      const tr = table.insertRow();
+      tr.insertCell().textContent = label;
+      tr.insertCell().textContent = value;
+    }
+    details.appendChild(table);
+  }
+
+  function zoomTo(hit) {
+    const span = hit.thread.end[hit.index] - hit.thread.start[hit.index];
+    const pad = Math.max(span * 0.1, MIN_SPAN_NS);
+    view.start = hit.thread.start[hit.index] - pad;
+    view.end = hit.thread.end[hit.index] + pad;
+    clampView();
+    redraw();
+  }
+
+  canvas.addEventListener("wheel", event => {
+    event.preventDefault();
+    const scale = event.deltaMode === 1 ? 16 : event.deltaMode === 2 ? height : 1;
+    if (event.shiftKey) {
+      view.scroll += (event.deltaY || event.deltaX) * scale;
+    } else {
+      const nsPerPx = (view.end - view.start) / width;
+      const x = event.offsetX, anchor = view.start + x * nsPerPx;
+      const span = Math.max(MIN_SPAN_NS, (view.end - view.start) *
+                            Math.exp(event.deltaY * scale * 0.002));
+      view.start = anchor - (x / width) * span + event.deltaX * scale * nsPerPx;
+      view.end = view.start + span;
+    }
+    clampView();
+    redraw();
+  }, { passive: false });
+
+  let drag = null;
+  canvas.addEventListener("mousedown", event => {
+    drag = { x: event.clientX, y: event.clientY, start: view.start, end: view.end,
+             scroll: view.scroll, moved: false };
+  });
+  window.addEventListener("mousemove", event => {
+    if (drag === null) return;
+    const dx = event.clientX - drag.x, dy = event.clientY - drag.y;
+    if (!drag.moved && Math.abs(dx) + Math.abs(dy) < 4) return;
+    drag.moved = true;
+    canvas.classList.add("dragging");
+    const shift = dx * (drag.end - drag.start) / width;
+    view.start = drag.start - shift;
+    view.end = drag.end - shift;
+    view.scroll = drag.scroll - dy;
+    clampView();
+    redraw();
+  });
+  window.addEventListener("mouseup", event => {
+    if (drag !== null && !drag.moved && event.target === canvas) {
+      const group = groupHeaderAt(event.offsetY);
+      if (group !== null) {          // a process's header folds (or unfolds) all its lanes
+        const fold = group.threads.some(t => !t.folded);
+        for (const t of group.threads) t.folded = fold;
+        layout();
+        resize();
+        return;
+      }
+      const lane = laneHeaderAt(event.offsetY);
+      if (lane !== null) {
+        lane.folded = !lane.folded;
+        layout();
+        resize();
+      } else {
+        selected = callAt(event.offsetX, event.offsetY);
+        showDetails(selected);
+        redraw();
+      }
+    }
+    drag = null;
+    canvas.classList.remove("dragging");
+  });
+  canvas.addEventListener("dblclick", event => {
+    const hit = callAt(event.offsetX, event.offsetY);
+    if (hit !== null) zoomTo(hit);
+  });
+  canvas.addEventListener("mousemove", event => {
+    const hit = drag === null ? callAt(event.offsetX, event.offsetY) : null;
+    if (hit === null) { tooltip.style.display = "none"; return; }
+    const duration = hit.thread.end[hit.index] - hit.thread.start[hit.index];
+    tooltip.textContent = `${names[hit.thread.key[hit.index]]}  \u2014  ${formatNs(duration)}`;
+    tooltip.style.display = "block";
+    tooltip.style.left = Math.min(event.offsetX + 12, Math.max(0, width - 400)) + "px";
+    tooltip.style.top = (event.offsetY + 16) + "px";
+  });
+  canvas.addEventListener("mouseleave", () => { tooltip.style.display = "none"; });
+  document.getElementById("reset").addEventListener("click", () => {
+    view.start = 0; view.end = traceEnd; view.scroll = 0;
+    clampView();
+    redraw();
+  });
+  window.addEventListener("resize", resize);
+
+  // The summary: rows [name, calls, total ns, self ns] computed when writing.
+  let summaryRows = meta.summary.rows, summaryFunctions = meta.summary.functions;
+  let summarySort = "total";
+  const sortKeys = {
+    name: (a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0,
+    calls: (a, b) => b[1] - a[1] || sortKeys.name(a, b),
+    total: (a, b) => b[2] - a[2] || sortKeys.name(a, b),
+    self: (a, b) => b[3] - a[3] || sortKeys.name(a, b),
+  };
+  let highlightedName = null;
+
+  function renderSummary(sort) {
+    summarySort = sort;
+    summaryRows.sort(sortKeys[sort]);
+    for (const th of document.querySelectorAll("#summary th")) {
+      th.classList.toggle("sorted", th.dataset.sort === sort);
+    }
+    const body = document.querySelector("#summary tbody");
+    body.textContent = "";
+    for (const [name, calls, total, self] of summaryRows) {
+      const tr = body.insertRow();
+      tr.classList.toggle("highlighted", name === highlightedName);
+      const cell = tr.insertCell();
+      cell.textContent = name;
+      cell.title = name;
+      tr.insertCell().textContent = String(calls);
+      tr.insertCell().textContent = (total / 1e6).toFixed(3);
+      tr.insertCell().textContent = (self / 1e6).toFixed(3);
+      tr.addEventListener("click", () => highlight(name === highlightedName ? null : name));
+    }
+  }
+
+  function highlight(name) {
+    highlightedName = name;
+    highlightKeys = name === null ? null : Uint8Array.from(names, n => n === name ? 1 : 0);
+    for (const tr of document.querySelectorAll("#summary tbody tr")) {
+      tr.classList.toggle("highlighted", tr.cells[0].textContent === name);
+    }
+    redraw();
+  }
+
+  for (const th of document.querySelectorAll("#summary th")) {
+    th.addEventListener("click", () => renderSummary(th.dataset.sort));
+  }
+  function noteSummary() {
+    const shown = summaryRows.length, functions = summaryFunctions;
+    document.getElementById("summary-note").textContent =
+      (shown < functions ? `${shown} of ${count(functions, "function")}` :
+        count(functions, "function")) +
+      "; total counts recursion once, self excludes callees; click a row to highlight it";
+  }
+  noteSummary();
+  // A trace of several processes: the table covers all of them, or the one chosen.
+  if (meta.processes) {
+    const select = document.createElement("select");
+    select.id = "summary-process";
+    select.add(new Option("all processes", ""));
+    meta.processes.forEach((p, i) => select.add(new Option(`${p.label} (${p.shown})`,
+                                                           String(i))));
+    select.addEventListener("change", () => {
+      const chosen = select.value === "" ? meta.summary : meta.processes[+select.value].summary;
+      summaryRows = chosen.rows;
+      summaryFunctions = chosen.functions;
+      noteSummary();
+      renderSummary(summarySort);
+    });
+    const note = document.getElementById("summary-note");
+    note.parentNode.insertBefore(select, note);
+  }
+
+  document.getElementById("title").textContent = meta.title;
+  document.getElementById("facts").textContent =
+    `${count(meta.calls, "call")} on ${count(threads.length, "thread")}` +
+    ` \u00b7 ${formatNs(meta.stop_ns - meta.start_ns)} \u00b7 ` +
+    (meta.processes ? `${meta.processes.length} process` +
+      `${meta.processes.length === 1 ? "" : "es"} (` +
+      meta.processes.map(p => `${p.label}, ${p.shown}`).join("; ") + ")" : `pid ${meta.pid}`) +
+    ` \u00b7 Python ${meta.python} (${meta.backend})`;
+  if (meta.dropped_events > 0) {
+    document.getElementById("warning").textContent =
+      `${meta.dropped_events} events dropped: parts of the trace are missing`;
+  }
+  if (reduced) {
+    const notice = document.getElementById("notice");
+    const levels = reduced.top_levels > 0 ?
+      ` below the top ${count(reduced.top_levels, "level")}` : "";
+    notice.textContent =
+      `Reduced timeline: ${reduced.shown} of ${count(reduced.calls, "call")} shown. ` +
+      `The ${reduced.calls - reduced.shown} left out lasted under ` +
+      `${formatNs(reduced.min_ns)} each (under a pixel with the whole trace in view)` +
+      `${levels}, and a page with all of them would be too big to stay quick ` +
+      `(over ${reduced.budget} calls). The summary table counts every call. To see ` +
+      `every call, write the trace as .pftrace (-o trace.pftrace with run or export, ` +
+      `or Trace.export_perfetto) and open it in ui.perfetto.dev.`;
+    notice.hidden = false;
+  }
+  renderSummary("total");
+  resize();
+})();
