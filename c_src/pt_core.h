@@ -643,6 +643,14 @@ int pt_walk_keep_durations(pt_walk *walk, uint64_t expected);
 uint64_t pt_walk_ready_slices(const pt_walk *walk, const pt_slice **slices,
                               uint64_t *first_index);
 void pt_walk_consume_slices(pt_walk *walk);
+/* Table mode, for the slice table (Trace.thread_slices): an emitting walk told,
+ * before it is fed, to write each shown call into out (cap entries; the scan's
+ * calls_begun is enough), numbered and flagged as slices mode writes them, its
+ * end set when it ends; min_duration cuts the table back. After pt_walk_finish
+ * pt_walk_table_count says how many it holds. PT_ERR_STATE: not an emitting walk
+ * before it is fed; feeding: PT_ERR_ARG when cap is short. */
+int pt_walk_fill_table(pt_walk *walk, pt_slice *out, uint64_t cap);
+uint64_t pt_walk_table_count(const pt_walk *walk);
 /* A view of a thread's held events from event `first` on (up to the end of the
  * chunk holding it; *n 0 past the end), and the clock the first held one counts from. */
 int pt_thread_events_at(pt_tracer *tracer, int index, uint64_t first, const pt_event **events,
