@@ -1,7 +1,8 @@
 """cffi build script for pytrace_cffi's C core (API mode, out of line).
 
 The C lives in real files under c_src/; this script lists them and hands cffi
-the plain-C interface declared in c_src/pt_core.h. Run by setuptools through
+the plain-C interface declared in c_src/pt_record.h, pt_read.h and pt_export.h
+(recording, reading, exporting). Run by setuptools through
 ``cffi_modules`` (see setup.py), or directly: ``python build_ffi.py``.
 """
 import os
@@ -15,9 +16,12 @@ C_SRC = os.path.join(HERE, "c_src")
 # The oldest CPython we load on; the module is tagged abi3 for it.
 LIMITED_API = "0x03090000"
 
-# The cdef is c_src/pt_core.h itself, less its include guard and #includes
-# (cffi's parser takes the declarations, comments and integer #defines).
-_PREPROCESSOR_ONLY = re.compile(r"\s*#\s*(ifndef|endif|include)\b|\s*#define PT_CORE_H\b")
+# The cdef is the interface headers themselves, in order, less their include
+# guards and #includes (cffi's parser takes the declarations, comments and
+# integer #defines).
+INTERFACE = ["pt_record.h", "pt_read.h", "pt_export.h"]
+_GUARDS = "|".join(name.replace(".", "_").upper() for name in INTERFACE)
+_PREPROCESSOR_ONLY = re.compile(rf"\s*#\s*(ifndef|endif|include)\b|\s*#define ({_GUARDS})\b")
 
 
 def plain_c_interface(header_path):
@@ -27,15 +31,15 @@ def plain_c_interface(header_path):
 
 
 SOURCES = ["pt_core.c", "pt_buffers.c", "pt_keys.c", "pt_clock.c", "pt_signals.c",
-           "pt_hooks.c", "pt_replay.c", "pt_export.c", "pt_perfetto.c",
+           "pt_hooks.c", "pt_tables.c", "pt_replay.c", "pt_export.c", "pt_perfetto.c",
            "pt_annotate.c", "pt_reduce.c", "pt_summary.c", "pt_jsonlines.c",
            "pt_walk.c", "pt_pfread.c", "pt_own.c", "pt_merge.c"]
 
 ffibuilder = FFI()
-ffibuilder.cdef(plain_c_interface(os.path.join(C_SRC, "pt_core.h")))
+ffibuilder.cdef("\n".join(plain_c_interface(os.path.join(C_SRC, name)) for name in INTERFACE))
 ffibuilder.set_source(
     "pytrace_cffi._core",
-    '#include "pt_core.h"',
+    "".join(f'#include "{name}"\n' for name in INTERFACE),
     # Relative to this file: setuptools runs from here and wants relative paths.
     sources=[os.path.join("c_src", name) for name in SOURCES],
     include_dirs=[C_SRC],

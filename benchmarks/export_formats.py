@@ -34,6 +34,12 @@ built (it should not be). --conversions-pftrace-only: the .pftrace rows alone.
 --viztracer: VizTracer's save() of the same fib(N) workload beside ours (time
 and bytes of its JSON), when viztracer is importable.
 
+Slice table (--table-fib T, default 0 = skipped; 31 gives ~8.7M events): a fresh
+process per round traces fib(T), then times len() (the scan that counts the
+calls) and the first thread_slices() after it (the 40-byte-a-call slice table,
+walked from the events), and a spilled fib(T) load() and its thread_slices().
+Best of R rounds.
+
 Targets (issue 13): .pftrace <= 30 bytes per call uncompressed, <= 4 compressed;
 export >= 20 M events/s uncompressed; peak RSS from stop() through export <= 12
 bytes/event above the untraced process; 100M spilled events to .pftrace under
@@ -217,6 +223,51 @@ print(time.perf_counter() - begin, os.path.getsize(sys.argv[2]))
 """
 
 
+TABLE_CHILD = r"""
+import os, sys, time
+import pytrace_cffi
+
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+if sys.argv[2] == "-":
+    pytrace_cffi.start()
+    fib(int(sys.argv[1]))
+    trace = pytrace_cffi.stop()
+else:
+    if not os.path.exists(sys.argv[2]):
+        pytrace_cffi.start(max_events=1 << 20, output=sys.argv[2])
+        fib(int(sys.argv[1]))
+        pytrace_cffi.stop()
+    begin = time.perf_counter()
+    trace = pytrace_cffi.load(sys.argv[2])
+events = sum(t.n_events for t in trace.threads)
+if sys.argv[2] == "-":
+    begin = time.perf_counter()
+    len(trace)
+counted = time.perf_counter() - begin
+begin = time.perf_counter()
+for _ in trace.thread_slices():
+    pass
+print(events, counted, time.perf_counter() - begin)
+"""
+
+
+def table(n, rounds, directory):
+    spill = os.path.join(directory, "table-spill")
+    print(f"\nthe slice table of fib({n}) (thread_slices()), best of {rounds} fresh processes")
+    for label, target, first in (("held: len() (the scan)", "-", "len()"),
+                                 ("spilled: load()", spill, "load()")):
+        best = [float("inf"), float("inf")]
+        for _ in range(rounds):
+            events, counted, built = _child(TABLE_CHILD, n, target)
+            best = [min(best[0], float(counted)), min(best[1], float(built))]
+        print(f"  {label:24} {int(events)} events: {first} {best[0]:.3f} s, then "
+              f"thread_slices() {best[1]:.3f} s ({int(events) / best[1] / 1e6:.1f} M events/s)")
+
+
 def _child(script, *argv):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
@@ -328,6 +379,7 @@ def main():
     parser.add_argument("--conversions-fib", type=int, default=0)
     parser.add_argument("--conversions-pftrace-only", action="store_true",
                         help="with --conversions-fib: only the rows reading a .pftrace")
+    parser.add_argument("--table-fib", type=int, default=0)
     args = parser.parse_args()
     with pytrace_cffi.trace() as t:
         fib(args.fib)
@@ -361,6 +413,8 @@ def main():
             spilled(args.spilled_fib, directory)
         if args.conversions_fib and sys.platform.startswith("linux"):
             conversions(args.conversions_fib, directory, args.conversions_pftrace_only)
+        if args.table_fib:
+            table(args.table_fib, args.rounds, directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

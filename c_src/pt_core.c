@@ -1,7 +1,8 @@
 /* pt_core.c - a tracer's life: errors, creation and freeing, its threads, and
  * the plain-C reading interface Python uses after stop. The hooks live in
  * pt_hooks.c, event storage (chunks, bounds, spilling) in pt_buffers.c, the key
- * table in pt_keys.c, the clock in pt_clock.c, replay in pt_replay.c.
+ * table in pt_keys.c, the clock in pt_clock.c; the streaming walk that pairs the
+ * events into calls in pt_walk.c.
  */
 #include "pt_internal.h"
 
@@ -250,17 +251,6 @@ pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out)
     for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next)
         out->n_events += pt_chunk_used(thread, chunk);
     return PT_OK;
-}
-
-uint64_t
-pt_thread_count_calls(pt_tracer *tracer, int index)
-{
-    pt_thread *thread = pt_thread_for_reading(tracer, index);
-    uint64_t calls = 0;
-    if (thread)
-        for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next)
-            calls += pt_count_calls(chunk->events, pt_chunk_used(thread, chunk));
-    return calls;
 }
 
 int

@@ -10,7 +10,7 @@
 #define PT_INTERNAL_H
 
 #include "pt_cpython.h"
-#include "pt_core.h"
+#include "pt_export.h"     /* with pt_read.h and pt_record.h: the interface */
 
 #define PT_FIRST_CHUNK_BYTES (64u << 10)  /* a thread's first chunk: small threads stay small */
 #define PT_CHUNK_BYTES (2u << 20)         /* later chunks: one transparent huge page */

@@ -24,6 +24,12 @@
  * pending records back to its begin. Records before the outermost open call that
  * may still turn out short are final.
  *
+ * The slice table (Trace.thread_slices) is the same slices whole: an emitting
+ * walk in table mode writes each shown call into the caller's array at its
+ * begin and sets its end when it ends; min_duration cuts the array back as it
+ * cuts the records. Replay (pt_replay.c) builds the same table its own way: it
+ * is kept only as the tests' independent reference.
+ *
  * Chrome JSON wants each call whole and in start order, with the slice table's
  * numbering. For it a second scan keeps every call's duration (4 bytes a call),
  * and the emitting walk then writes each shown call as a pt_slice at its begin,
@@ -102,6 +108,9 @@ struct pt_walk {
     /* slices mode (the scan kept durations): finished slices in start order */
     pt_slice *slices;
     uint64_t n_slices, cap_slices, slices_base;
+    /* table mode (pt_walk_fill_table): every slice of the thread, in the caller's array */
+    pt_slice *table;
+    uint64_t n_table, cap_table;
     /* scan results */
     pt_walk_rename *renames;
     uint64_t n_renames, cap_renames;
@@ -239,6 +248,21 @@ pt_walk_duration(const pt_walk *scan, uint64_t ordinal)
         ? scan->long_durations[lo].duration : 0;
 }
 
+/* A node's slice as the slice table holds it (saved directories write it as is),
+ * numbered under its parent node's child_parent. */
+static void
+pt_walk_slice_at_begin(pt_slice *s, const pt_walk_node *n, int64_t end)
+{
+    s->start = n->start;
+    s->end = end;
+    s->key = n->key;
+    s->flags = (n->is_region ? 0 : (uint32_t)(n->slice_flags | (n->open_at_stop
+                                                                ? PT_SLICE_OPEN_AT_STOP : 0)));
+    s->parent = n->child_parent;
+    s->tag = n->is_region ? 0 : n->tag;
+    s->depth = n->child_depth;
+}
+
 /* Slices mode: a node's slice, written at its begin (its end is the scan's), in
  * start order, numbered as the slice table numbers it; calls that min_duration
  * drops, and everything under them, are not written. */
@@ -255,17 +279,24 @@ pt_walk_begin_slice(pt_walk *w, pt_walk_node *n)
     if (w->n_slices == w->cap_slices &&
         pt_walk_grow((void **)&w->slices, &w->cap_slices, w->n_slices + 1, sizeof *w->slices))
         return PT_ERR_NOMEM;
-    pt_slice *s = &w->slices[w->n_slices];
-    s->start = n->start;
-    s->end = n->start + duration;
-    s->key = n->key;
-    /* as the slice table holds it (saved directories write it as is) */
-    s->flags = (n->is_region ? 0 : (uint32_t)(n->slice_flags | (n->open_at_stop
-                                                                ? PT_SLICE_OPEN_AT_STOP : 0)));
-    s->parent = n->child_parent;
-    s->tag = n->is_region ? 0 : n->tag;
-    s->depth = n->child_depth;
+    pt_walk_slice_at_begin(&w->slices[w->n_slices], n, n->start + duration);
     n->child_parent = (int64_t)(w->slices_base + w->n_slices++);
+    n->child_depth++;
+    return PT_OK;
+}
+
+/* Table mode: a node's slice, written into the table at its begin (its end set
+ * by pt_walk_end_node); mark: where min_duration cuts the table back to. */
+static int
+pt_walk_begin_table_slice(pt_walk *w, pt_walk_node *n)
+{
+    n->mark = w->n_table;
+    if (!n->shown)
+        return PT_OK;                   /* a carrier: its callees are its parent's */
+    if (w->n_table == w->cap_table)
+        return PT_ERR_ARG;              /* the caller's table is short */
+    pt_walk_slice_at_begin(&w->table[w->n_table], n, n->start);
+    n->child_parent = (int64_t)w->n_table++;
     n->child_depth++;
     return PT_OK;
 }
@@ -318,6 +349,8 @@ pt_walk_push_node(pt_walk *w, int64_t start, uint32_t key, uint32_t tag, int is_
     }
     if (n->shown)
         w->shown_open++;
+    if (w->table)
+        return pt_walk_begin_table_slice(w, n);
     if (w->scan && w->scan->durations)
         return pt_walk_begin_slice(w, n);
     if (!n->shown)
@@ -391,7 +424,9 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
     }
     if (w->t.min_ns && ts - n->start < w->t.min_ns) {
         /* short: it goes with everything since its begin (its subtree) */
-        if (w->scan) {
+        if (w->table) {
+            w->n_table = n->mark;
+        } else if (w->scan) {
             if (n->mark < w->base)
                 return PT_ERR_STATE;    /* handed out already: a bug, not bad input */
             w->n_records = n->mark - w->base;
@@ -410,7 +445,9 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
         w->stats.open_at_start += !n->is_region && (n->slice_flags & PT_SLICE_SEEDED);
         if (n->depth > w->stats.max_depth)
             w->stats.max_depth = n->depth;
-        if (w->scan && !w->scan->durations)
+        if (w->table)
+            w->table[n->child_parent].end = ts;     /* shown: its own slice's index */
+        else if (w->scan && !w->scan->durations)
             return pt_walk_write(w, ts, n->key, PT_RECORD_END);
     }
     uint32_t sub = shown && n->depth + 1 > n->sub_max ? n->depth + 1 : n->sub_max;
@@ -694,4 +731,20 @@ pt_walk_consume_slices(pt_walk *w)
 {
     w->slices_base += w->n_slices;
     w->n_slices = 0;
+}
+
+int
+pt_walk_fill_table(pt_walk *w, pt_slice *out, uint64_t cap)
+{
+    if (!w->scan || w->ordinals || w->table)
+        return PT_ERR_STATE;        /* an emitting walk, before it is fed */
+    w->table = out;
+    w->cap_table = cap;
+    return PT_OK;
+}
+
+uint64_t
+pt_walk_table_count(const pt_walk *w)
+{
+    return w->n_table;
 }

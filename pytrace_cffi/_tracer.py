@@ -373,7 +373,7 @@ _thread_hooks = []                # [the C hook for threading.setprofile], made 
 
 def thread_hook():
     """threading.setprofile's hook: one C function for every session (see
-    pt_thread_hook in c_src/pt_core.h). It attaches each new thread to the session
+    pt_thread_hook in c_src/pt_record.h). It attaches each new thread to the session
     running when that thread first runs it, without a Python frame, a lock or a
     release of the GIL; and a thread that read it while one session ran and runs
     it after that session stopped follows the next one, or nothing."""

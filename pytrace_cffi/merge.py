@@ -306,7 +306,7 @@ SCRATCH_SLICES = 1 << 16
 
 
 def _write_our_trace(trace, out, span, anchor, base, regions):
-    """Our calls straight from the replayed slices, streamed (chrome._thread_batches:
+    """Our calls straight from the walked slices, streamed (chrome._thread_batches:
     no slice table when the trace streams from its events): each batch, copied a
     piece at a time into a bounded scratch buffer, has its times moved onto
     CLOCK_REALTIME in C, is filtered around torch's regions on its thread (see

@@ -30,7 +30,7 @@ class ReferenceTracer:
             self.calls.append((ident, name, stack[-1][0] if stack else None, "c"))
             stack.append((name, "c"))
         elif event == "return":
-            # C calls still open above the frame close with it, as replay closes
+            # C calls still open above the frame close with it, as the walk closes
             # them: 3.12.5+ and 3.13 report the call, not the return, of a bound
             # method whose function is a built-in, called as f(*args).
             while stack and stack[-1][1] == "c":

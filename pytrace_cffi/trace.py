@@ -1,5 +1,4 @@
-"""The trace a stop() returns: per-thread call trees replayed in C, named here."""
-import json
+"""The trace a stop() returns: per-thread call trees walked in C, named here."""
 import os
 import sys
 import threading
@@ -9,8 +8,7 @@ from . import _clock
 from ._core import ffi, lib
 from ._names import name_for_source, path_inputs, path_prefixes, program_name
 from ._progress import counted
-from ._torch import (MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT,
-                     is_fast_region_code)
+from ._torch import REGION_ENTER, REGION_EXIT, is_fast_region_code
 from .annotations import WRAPPER_CODE
 from ._tracer import USE_MONITORING, check
 
@@ -288,7 +286,7 @@ class Trace:
             first_id += count
 
     def thread_slices(self):
-        """(ThreadInfo, cffi pt_slice array, count) per thread: the raw replay,
+        """(ThreadInfo, cffi pt_slice array, count) per thread: the slice table,
         for exporters that want speed over convenience."""
         for thread, (slices, n) in zip(self.threads, self._slices):
             yield thread, slices, n
@@ -325,40 +323,13 @@ class Trace:
                 f"{processes}, {(self.stop_ns - self.start_ns) / 1e6:.3f} ms>")
 
 
-def _replay_held(ptr, facts, plan, min_duration_ns):
-    """The slice table of a stopped session's events: replay, then the slice
-    pipeline (regions, min_duration, tagged names, carriers) with plan's keys."""
-    clock = facts["clock"]
-    hidden = plan.hidden
-    slices = []
-    n_out = ffi.new("uint64_t *")
-    for thread in facts["threads"]:
-        n_calls = lib.pt_thread_count_calls(ptr, thread.index)
-        thread_slices = ffi.new("pt_slice[]", max(1, n_calls))
-        check(lib.pt_thread_replay(ptr, thread.index, hidden, len(hidden), clock["tick0"],
-                                   clock["ns0"], clock["ns_per_tick"], thread_slices,
-                                   n_calls, n_out), ptr, "replay")
-        slices.append(plan.regions.insert(thread_slices, n_out[0]))
-    slices = named_then_short_dropped(facts["tags"], facts["annotation_args"], slices, plan,
-                                      min_duration_ns)
-    return drop_carriers(slices, facts["hidden"])
-
-
-def named_then_short_dropped(tags, annotation_args, slices, plan, min_duration_ns):
-    """[(slices, n)] with tagged calls named (name_tagged_calls), then the calls
-    shorter than min_duration_ns dropped: in that order, so that a call named
-    after a callee (an optimizer step's wrapper) keeps the name when the callee
-    is too short to keep, as the streaming walk names it."""
-    name_tagged_calls(tags, annotation_args, slices, plan.names, plan.key_kinds,
-                      plan.key_args, plan)
-    return [(table, drop_short(table, n, min_duration_ns)) for table, n in slices]
-
-
 class TorchRegions:
     """torch's record_function regions as slices of their own (category
     user_annotation, named as torch.profiler names them): each tagged
     record_function.__enter__ call gets a region slice around it, spanning to the
-    end of the matching __exit__ call and enclosing the calls made in between."""
+    end of the matching __exit__ call and enclosing the calls made in between.
+    keys: per tag, the region's key (PT_REGION_EXIT for __exit__) for the walk's
+    tables (walk.KeyPlan); None when no tag opens a region."""
 
     def __init__(self, tags, names, key_kinds):
         self.keys = None
@@ -381,46 +352,6 @@ class TorchRegions:
         self.keys = ffi.new("uint32_t[]", keys)
         self.n_tags = len(keys)
 
-    def insert(self, slices, n):
-        """(slices, n) with the regions inserted: the same array when there are none."""
-        if self.keys is None or not n:
-            return slices, n
-        extra = lib.pt_insert_regions(slices, n, self.keys, self.n_tags, ffi.NULL, 0, ffi.NULL)
-        if not extra:
-            return slices, n
-        out = ffi.new("pt_slice[]", n + extra)
-        scratch = ffi.new("int64_t[]", n + 2 * extra)
-        written = lib.pt_insert_regions(slices, n, self.keys, self.n_tags, out, n + extra,
-                                        scratch)
-        if written != n + extra:
-            from .errors import TraceError
-            raise TraceError(f"torch regions: {written} slices written, {n + extra} expected")
-        return out, written
-
-
-def drop_carriers(slices, hidden):
-    """After name_tagged_calls: the calls of code the filters left out that were
-    kept for the name they carry (torch's record_function.__enter__/__exit__, an
-    optimizer step's hook, an nn.Module call the watcher could not name) go,
-    each alone, now that the named slices exist."""
-    drop = bytes(1 if hide == lib.PT_HIDE_CARRIER else 0 for hide in hidden)
-    if not any(drop):
-        return slices
-    dropped = []
-    for thread_slices, n in slices:
-        if n:
-            n = lib.pt_drop_keys(thread_slices, n, drop, len(drop), ffi.new("int64_t[]", n))
-        dropped.append((thread_slices, n))
-    return dropped
-
-
-def drop_short(slices, n, min_duration_ns):
-    """Leaves out calls shorter than min_duration_ns; returns how many remain."""
-    if not min_duration_ns or not n:
-        return n
-    scratch = ffi.new("int64_t[]", n)
-    return lib.pt_drop_short_slices(slices, n, min_duration_ns, scratch)
-
 
 def _held_keys(trace, session, facts):
     """The rest of a stopped session's trace (see Trace._from_session): key names,
@@ -440,10 +371,7 @@ def _held_keys(trace, session, facts):
     streams = Streams(plan, sources, clock, clock["stop_ticks"], min_duration_ns,
                       keep_alive=ptr, lazy=not plan.annotation_args)
     trace.names, trace.key_kinds, trace.key_args, trace._streams = names, key_kinds, key_args, streams
-
-    def build_slices():
-        return _replay_held(ptr, facts, plan, min_duration_ns)
-    trace._build_slices = build_slices
+    trace._build_slices = streams.table
 
 
 def session_facts(session):
@@ -465,7 +393,7 @@ def _stop_facts(session):
     stop_ticks = lib.pt_stop_ticks(ptr)
 
     def to_ns(ticks):
-        # Same arithmetic as the C replay (double product, truncated), so calls
+        # Same arithmetic as the C walk (double product, truncated), so calls
         # closed at stop end exactly at stop_ns.
         return start_ns + int(float(ticks - tick0) * ns_per_tick)
 
@@ -524,70 +452,6 @@ def _key_facts(session, facts):
         "key_kinds": [_kind(source) for source in sources],
         "hidden": hidden,
     }
-
-
-def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args, plan=None):
-    """Gives tagged calls keys of their own, so exporters need no per-call
-    lookups: a module call becomes "nn.Module: Linear_0"; the call that ran an
-    optimizer step (the parent of the tagged _optimizer_step_code call) becomes
-    "Optimizer.step#Adam.step" unless torch's own region of that name (see
-    TorchRegions) already is that parent; a record_function region with args gets a key
-    carrying those args. plan: a walk.KeyPlan whose keys to use."""
-    if len(tags) <= 1 and not annotation_args:
-        return
-    key_for_name = {}
-    key_for_args = {}
-
-    def key_with_args(key, args):
-        identity = (key, json.dumps(args, sort_keys=True))
-        found = key_for_args.get(identity)
-        if found is None:
-            found = key_for_args[identity] = len(names)
-            names.append(names[key])
-            key_kinds.append(key_kinds[key])
-            key_args[found] = dict(args)
-        return found
-
-    def key_for(tag_info):
-        key = key_for_name.get(tag_info["name"])
-        if key is None:
-            key = key_for_name[tag_info["name"]] = len(names)
-            names.append(tag_info["name"])
-            key_kinds.append("python")
-            if tag_info["kind"] == MODULE_CALL:
-                key_args[key] = {"Python module id": tag_info["module_id"]}
-        return key
-
-    if plan is not None:            # the keys the streaming walks use (walk.KeyPlan)
-        key_for, key_with_args = plan.key_for, plan.key_with_args
-
-    for thread_slices, n in slices:
-        count = lib.pt_tagged_slices(thread_slices, n, ffi.NULL, 0)
-        if not count:
-            continue
-        indices = ffi.new("uint64_t[]", count)
-        lib.pt_tagged_slices(thread_slices, n, indices, count)
-        for i in indices:
-            s = thread_slices[i]
-            if s.tag & lib.PT_TAG_ARGS_BIT:
-                index = s.tag & ~lib.PT_TAG_ARGS_BIT
-                # empty args need no key of their own (and would export as ",")
-                if index < len(annotation_args) and annotation_args[index]:
-                    s.key = key_with_args(s.key, annotation_args[index])
-                continue
-            if s.tag >= len(tags):
-                continue            # a damaged file's stray tag: keep the plain name
-            info = tags[s.tag]
-            if info["kind"] == MODULE_CALL:
-                s.key = key_for(info)
-            elif info["kind"] == OPTIMIZER_STEP and s.parent >= 0:
-                parent = thread_slices[s.parent]
-                # torch's wrapper calls _optimizer_step_code inside its own
-                # record_function region of that name: that region is the step,
-                # as in torch.profiler. Without it, the wrapper call is named.
-                if not (key_kinds[parent.key] == "annotation"
-                        and names[parent.key] == info["name"]):
-                    parent.key = key_for(info)
 
 
 def _thread_name(session, info):

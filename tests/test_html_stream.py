@@ -17,6 +17,7 @@ import pytest
 
 import pytrace_cffi
 from helpers import PROC_STATUS, perfetto_protos
+from replay_reference import table_checked_against_replay
 from pytrace_cffi._core import ffi, lib
 from pytrace_cffi.render import html as html_module
 from pytrace_cffi.render.summary import SORT_KEYS, SummaryRow, summarize
@@ -61,11 +62,11 @@ def streamed_html_and_summary(trace, tmp_path, name="t"):
 
 
 def check_against_table(trace, streamed):
-    """Builds the slice table and checks the streamed pages and summaries equal what
-    the slice-table path makes of it."""
+    """Builds the slice table (the walk's, checked against the replay reference's)
+    and checks the streamed pages and summaries equal what the slice-table path
+    makes of it."""
     pages, summaries = streamed
-    list(trace.thread_slices())
-    assert trace.slices_built()
+    table_checked_against_replay(trace)
     assert summaries == (table_summarize(trace), table_summarize(trace, per_thread=True),
                          table_summarize(trace, sort="self", limit=3, per_thread=True))
     for budget, (meta, flats) in pages.items():

@@ -12,6 +12,7 @@ import pytrace_cffi
 from pytrace_cffi.reference import ReferenceTracer
 
 from helpers import assert_nested, diff, in_files, strip_outside_parents, trace_counts
+from replay_reference import table_checked_against_replay
 
 WORKLOADS = ["recursion", "builtins_calls", "builtins_nested", "reused_addresses", "generators", "exceptions", "objects",
              "asyncio_tasks", "threads", "shared_dispatch_calls", "bound_builtins",
@@ -45,6 +46,8 @@ def test_calls_match_oracle(name, request):
     assert sum(expected.values()) > 0
     assert ours == expected, f"{sys.version_info[:2]} {name}:\n{diff(ours, expected)}"
     assert_nested(traced.trace)
+    # the walk's slice table is what the replay reference makes of the same events
+    assert table_checked_against_replay(traced.trace)
 
 
 def test_no_c_calls_option_keeps_python_calls_only():

@@ -1,10 +1,12 @@
 """Streaming exports (c_src/pt_walk.c, pytrace_cffi/render/walk.py): a trace keeps its
-events after stop() and .pftrace streams from them, without a slice table. The
-oracle is the slice pipeline (replay, torch regions, min_duration, tagged names,
-carriers), which still builds the table when something asks for it: the same
-trace exported both ways must give the same bytes, on hand-built event streams
-of every shape (hypothesis) and on traced programs. Memory from stop() through
-the exports is measured on ten million calls in test_html_stream.py."""
+events after stop() and .pftrace streams from them, without a slice table; the
+table, when something asks for it, is walked too (table mode). The oracle is the
+slice pipeline the package used before (replay_reference.py: replay, torch
+regions, min_duration, tagged names, carriers): the walk's records, slices and
+table must be its calls, on hand-built event streams of every shape (hypothesis)
+and on traced programs, whose exports must give the same bytes streamed and from
+the table. Memory from stop() through the exports is measured on ten million
+calls in test_html_stream.py."""
 import os
 import subprocess
 import sys
@@ -16,6 +18,8 @@ from hypothesis import strategies as st
 
 import pytrace_cffi
 from pytrace_cffi._core import ffi, lib
+from replay_reference import (drop_carriers, drop_short, insert_regions, name_tagged_calls,
+                              table_checked_against_replay)
 from test_html_stream import check_against_table, streamed_html_and_summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,8 +31,8 @@ STAND_IN = os.path.join(HERE, "torch_stand_in")
 
 def both_ways(trace, tmp_path, name="t"):
     """Exports trace as .pftrace and .json and saves it, streamed, then from its
-    slice table; checks the bytes are equal (and the counts the scan gave),
-    returns the .pftrace's."""
+    slice table (the walk's, checked against the reference's); checks the bytes
+    are equal (and the counts the scan gave), returns the .pftrace's."""
     counts = list(trace.thread_counts())
     calls = len(trace)
     streamed_calls = list(trace)            # iterating streams too
@@ -39,8 +43,7 @@ def both_ways(trace, tmp_path, name="t"):
     for how in ("streamed", "sliced"):
         if how == "sliced":
             assert not trace.slices_built(), "a streamed export built the slice table"
-            list(trace.thread_slices())
-            assert trace.slices_built()
+            table_checked_against_replay(trace)
         pftrace, chrome = tmp_path / f"{name}-{how}.pftrace", tmp_path / f"{name}-{how}.json"
         saved = tmp_path / f"{name}-{how}-saved"
         trace.export_perfetto(str(pftrace), compress=False)
@@ -117,7 +120,6 @@ CLOCK = {"tick0": 1000, "ns0": 5000, "ns_per_tick": 1.0}
 def _sliced(events, hidden, min_ns, stop_ticks):
     """(name, args, start, end, depth, open at stop) by the slice pipeline."""
     from pytrace_cffi.render.walk import KeyPlan
-    from pytrace_cffi.trace import drop_carriers, drop_short, name_tagged_calls
     names, kinds, key_args = list(NAMES), list(KINDS), {}
     plan = KeyPlan(names, kinds, key_args, hidden, TAGS, ARGS)
     source = _ListEvents(events, [])
@@ -127,7 +129,7 @@ def _sliced(events, hidden, min_ns, stop_ticks):
     assert lib.pt_replay_buffer(source.data, source.n, source.base_ticks, stop_ticks, h, len(h),
                                 CLOCK["tick0"], CLOCK["ns0"], CLOCK["ns_per_tick"], out,
                                 len(events), n_out) == lib.PT_OK
-    out, n = plan.regions.insert(out, n_out[0])
+    out, n = insert_regions(plan.regions, out, n_out[0])
     # named first: a step's parent keeps its name when the step is too short to keep
     name_tagged_calls(TAGS, ARGS, [(out, n)], names, kinds, key_args, None)
     slices = [(out, drop_short(out, n, min_ns))]
@@ -136,7 +138,7 @@ def _sliced(events, hidden, min_ns, stop_ticks):
               out[i].flags, out[i].tag) for i in range(n)]
     return sorted((names[out[i].key], str(key_args.get(out[i].key)), out[i].start, out[i].end,
                    out[i].depth, bool(out[i].flags & lib.PT_SLICE_OPEN_AT_STOP))
-                  for i in range(n)), table
+                  for i in range(n)), table, table
 
 
 def _streamed(events, hidden, min_ns, stop_ticks, splits):
@@ -162,7 +164,14 @@ def _streamed(events, hidden, min_ns, stop_ticks, splits):
     assert slices == len(done)
     assert open_at_stop == sum(1 for d in done if d[5])
     assert depth == max((d[4] for d in done), default=0)
-    return sorted(done), _json_from_slices(streams, 0, names)
+    return sorted(done), _json_from_slices(streams, 0, names), _table_rows(streams, names)
+
+
+def _table_rows(streams, names):
+    """The rows of _json_from_slices from Streams.table (table mode)."""
+    [(table, n)] = streams.table()
+    return [(names[table[i].key], table[i].start, table[i].end, table[i].depth,
+             table[i].parent, table[i].flags, table[i].tag) for i in range(n)]
 
 
 def _events(draw_ops):

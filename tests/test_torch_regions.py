@@ -1,9 +1,11 @@
-"""torch record_function regions made slices (trace.TorchRegions, C
-pt_insert_regions) on hand-built call trees: nesting, unclosed and unmatched
-regions. Needs no torch; the traced cases are in test_torch_stand_in.py (every
-interpreter) and test_torch.py (real torch)."""
+"""torch record_function regions made slices by the tests' reference (trace.TorchRegions'
+keys, C pt_insert_regions: replay_reference.py, which test_streaming holds the
+walk to) on hand-built call trees: nesting, unclosed and unmatched regions. Needs
+no torch; the traced cases are in test_torch_stand_in.py (every interpreter) and
+test_torch.py (real torch)."""
 from pytrace_cffi._core import ffi, lib
 from pytrace_cffi.trace import TorchRegions
+from replay_reference import insert_regions, name_tagged_calls
 
 # tags as the TorchWatcher hands them out: 1 and 2 open regions "a" and "b", 3 closes
 TAGS = [None, {"kind": "region", "name": "a"}, {"kind": "region", "name": "b"},
@@ -26,7 +28,7 @@ def replayed(rows):
 def with_regions(rows):
     names, slices = replayed(rows)
     kinds = ["python"] * len(names)
-    out, n = TorchRegions(TAGS, names, kinds).insert(slices, len(rows))
+    out, n = insert_regions(TorchRegions(TAGS, names, kinds), slices, len(rows))
     assert lib.pt_validate_slices(out, n, len(names)) == -1
     result = []
     for i in range(n):
@@ -75,15 +77,15 @@ def test_a_root_region_without_exit_lasts_to_the_threads_end():
 def test_an_exit_without_a_region_and_no_regions_change_nothing():
     rows = [("f", 0, 100, -1, 0), ("exit", 10, 12, 0, EXIT), ("g", 20, 30, 0, MODULE)]
     names, slices = replayed(rows)
-    out, n = TorchRegions(TAGS, names, ["python"] * len(names)).insert(slices, len(rows))
+    kinds = ["python"] * len(names)
+    out, n = insert_regions(TorchRegions(TAGS, names, kinds), slices, len(rows))
     assert n == 3 and out == slices             # no region opened: the same array
-    out, n = TorchRegions(TAGS[:1] + TAGS[3:], list(names), ["python"] * len(names)).insert(
-        slices, len(rows))
+    out, n = insert_regions(TorchRegions(TAGS[:1] + TAGS[3:], list(names), list(kinds)),
+                            slices, len(rows))
     assert out == slices and TorchRegions(TAGS[:1] + TAGS[3:], [], []).keys is None
 
 
 def test_the_step_is_named_on_torchs_region_or_else_on_the_wrapper():
-    from pytrace_cffi.trace import name_tagged_calls
     step_name = "Optimizer.step#Adam.step"
     tags = [None, {"kind": "region", "name": step_name}, {"kind": "region_end", "name": ""},
             {"kind": "optimizer", "name": step_name, "optimizer_id": 0, "class": "Adam",
@@ -96,7 +98,7 @@ def test_the_step_is_named_on_torchs_region_or_else_on_the_wrapper():
                 ("step_code", 50, 51, 0, 3), ("exit", 90, 91, 0, 2 if with_region else 0)]
         names, slices = replayed(rows)
         kinds = ["python"] * len(names)
-        out, n = TorchRegions(tags, names, kinds).insert(slices, len(rows))
+        out, n = insert_regions(TorchRegions(tags, names, kinds), slices, len(rows))
         name_tagged_calls(tags, [], [(out, n)], names, kinds, {})
         return [(names[out[i].key], kinds[out[i].key]) for i in range(n)]
 

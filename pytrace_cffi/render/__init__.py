@@ -1,4 +1,4 @@
-"""One module per output format, all fed by one streaming walk over the replayed
+"""One module per output format, all fed by one streaming walk over the recorded
 calls (walk: c_src/pt_walk.c driven from Python, no slice table or Python object
 per call; a format that needs the whole slice table builds it on first use):
 

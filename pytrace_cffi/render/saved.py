@@ -6,7 +6,7 @@
     params.json  parameter metadata (record_params=True), else empty lists
     slices.bin   the calls, in the C core's pt_slice layout (see docs/FORMAT.md)
     events.bin   instead of slices.bin when tracing spilled under max_events: the
-                 raw 8-byte events in per-thread blocks, replayed by load()
+                 raw 8-byte events in per-thread blocks, walked by load()
 
 A hash id is the first 8 bytes of BLAKE2b (digest_size=8) of the UTF-8 name, read
 little-endian: the same name gives the same id in every run and process (a name
@@ -392,8 +392,8 @@ def _load_parts(directory, meta, hashes, params):
     keys = meta.get("keys")
     _expect(isinstance(keys, list) and keys, "meta.json: keys missing")
     names, key_kinds, key_args, hidden = [], [], {}, bytearray()
-    # A spilled trace's keys carry a fourth value, whether replay hides them; a
-    # slices.bin trace was replayed already and its keys have three.
+    # A spilled trace's keys carry a fourth value, whether the walk hides them; a
+    # slices.bin trace was walked already and its keys have three.
     entry_len = 4 if spilled else 3
     for key, entry in enumerate(keys):
         _expect(isinstance(entry, list) and len(entry) == entry_len,
@@ -458,10 +458,10 @@ def _load_parts(directory, meta, hashes, params):
     marks = [_mark(mark, thread_ids) for mark in marks]
 
     if spilled:
-        slices, threads, streams, build_slices = _replay_spilled(
-            directory, meta, threads, names, key_kinds, key_args, bytes(hidden))
-        return _trace(meta, names, key_kinds, key_args, threads, slices, params, marks,
-                      processes, streams=streams, build_slices=build_slices)
+        streams = _spilled_streams(directory, meta, threads, names, key_kinds, key_args,
+                                   bytes(hidden))
+        return _trace(meta, names, key_kinds, key_args, threads, None, params, marks,
+                      processes, streams=streams, build_slices=streams.table)
     slices_file = _SlicesFile(os.path.join(directory, "slices.bin"), counts, len(names))
     return _trace(meta, names, key_kinds, key_args, threads, None, params, marks, processes,
                   streams=slices_file, build_slices=slices_file.table)
@@ -674,11 +674,10 @@ def _anchor(value):
         raise TraceFormatError(f"meta.json: {exc}") from None
 
 
-def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden):
+def _spilled_streams(directory, meta, threads, names, key_kinds, key_args, hidden):
     """A spilled trace's events.bin, read block by block: each thread is scanned
     (and checked) once now; exports stream from the file again, and the slice
-    table is replayed from it only when something needs it. Returns (None, the
-    threads, the streams, a function building the slice table)."""
+    table is walked from it only when something needs it (Streams.table)."""
     from .walk import KeyPlan, Streams
     events_meta = meta["events"]
     _expect(isinstance(events_meta, dict) and events_meta.get("file") == "events.bin",
@@ -717,11 +716,7 @@ def _replay_spilled(directory, meta, threads, names, key_kinds, key_args, hidden
         _expect(source.n_events == source.thread.n_events,
                 f"{path}: thread {source.index} ({source.thread.name!r}) has "
                 f"{source.n_events} events, meta.json says {source.thread.n_events}")
-
-    def build_slices():
-        return _spilled_slices(sources, clock, stop_ticks, min_duration_ns, plan)
-
-    return None, threads, streams, build_slices
+    return streams
 
 
 def _index_blocks(events_file, threads, length):
@@ -790,35 +785,3 @@ class _FileEvents:
                 seen += n
                 clock = (clock + lib.pt_events_ticks(buffer, n)) & TICKS_MASK
                 yield buffer, n
-
-    def read_all(self):
-        parts = [bytes(ffi.buffer(events, n * EVENT_RECORD_SIZE)) for events, n in self.runs()]
-        return b"".join(parts)
-
-
-def _spilled_slices(sources, clock, stop_ticks, min_duration_ns, plan):
-    """The slice table of a spilled trace: each thread's events replayed in C,
-    then the slice pipeline with plan's keys."""
-    from ..trace import drop_carriers, named_then_short_dropped
-    slices = []
-    n_out = ffi.new("uint64_t *")
-    hidden = plan.hidden
-    for source in sources:
-        raw = source.read_all()
-        n_events = len(raw) // EVENT_RECORD_SIZE
-        events = ffi.from_buffer("pt_event[]", raw) if raw else ffi.new("pt_event[]", 1)
-        n_calls = lib.pt_count_calls(events, n_events)
-        out = ffi.new("pt_slice[]", max(1, n_calls))
-        rc = lib.pt_replay_buffer(events, n_events, source.base_ticks, stop_ticks, hidden,
-                                  len(hidden), clock["tick0"], clock["ns0"],
-                                  clock["ns_per_tick"], out, n_calls, n_out)
-        _expect(rc == lib.PT_OK, f"{source.path}: thread {source.index} could not be replayed")
-        # Calls must come out as a saved trace's do: a damaged delta can put a call's
-        # start past the stop it is closed at.
-        bad = lib.pt_validate_slices(out, n_out[0], len(plan.names))
-        _expect(bad < 0, f"{source.path}: thread {source.index} ({source.thread.name!r}): call "
-                         f"{bad} ends before it starts or outside its parent (damaged deltas)")
-        slices.append(plan.regions.insert(out, n_out[0]))
-    slices = named_then_short_dropped(plan.tags, plan.annotation_args, slices, plan,
-                                      min_duration_ns)
-    return drop_carriers(slices, hidden)

@@ -255,6 +255,36 @@ class Streams:
         if ready:
             yield slices[0], ready, first[0]
 
+    def table(self):
+        """The slice table (Trace.thread_slices): per thread, one emitting walk in
+        table mode writes its slices into one array (room for the calls the scan
+        saw begin; cut to size when min_duration left far fewer).
+        [(pt_slice array, n)]."""
+        table = []
+        for index, source in enumerate(self.sources):
+            cap = max(1, self.calls_begun[index])
+            array = _new_uncleared("pt_slice[]", cap)    # the walk writes what is read
+            walk = ffi.gc(lib.pt_walk_new(self._tables, self.scans[index], source.base_ticks),
+                          lib.pt_walk_free)
+            if walk == ffi.NULL or lib.pt_walk_fill_table(walk, array, cap) != lib.PT_OK:
+                raise MemoryError("pytrace_cffi: out of memory walking a thread")
+            for events, n in source.runs():
+                _check(lib.pt_walk_feed(walk, events, n), source, walk)
+            _check(lib.pt_walk_finish(walk), source, walk)
+            n = lib.pt_walk_table_count(walk)
+            if n != self.stats[index][0]:
+                raise TraceError(f"pytrace_cffi: thread {index}: the slice table has {n} "
+                                 f"calls, the scan counted {self.stats[index][0]}")
+            if 2 * n < cap:
+                exact = _new_uncleared("pt_slice[]", max(1, n))
+                ffi.memmove(exact, array, n * ffi.sizeof("pt_slice"))
+                array = exact
+            table.append((array, n))
+        return table
+
+
+_new_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
+
 
 def table_from_streams(streams, where=""):
     """The slice table (Trace.thread_slices) of streams that hand out whole slices

@@ -1,0 +1,154 @@
+/* pt_export.h - exporting: the encoders of each output's bulk (Chrome JSON,
+ * .pftrace, the HTML page's reduction, the summary) and merge_torch's steps, fed
+ * slices (the walk's batches, a loaded file's) or walk records. Part of the
+ * interface cffi sees (see pt_record.h).
+ */
+#ifndef PT_EXPORT_H
+#define PT_EXPORT_H
+
+#include "pt_read.h"
+
+/* Chrome JSON export: formats slices[*next..n) as complete events into out until it
+ * is nearly full, advancing *next. Each event is prefix (",\n{...\"name\":"),
+ * names[key] (already JSON-escaped), ts/dur in microseconds with three decimals
+ * relative to base_ns, and args {"Python id", "Python parent id", "Python thread"}
+ * followed by extras[key] (",\"k\":v" or ""), then "open at start": true for a
+ * PT_SLICE_SEEDED slice. */
+/* The same for slices numbered from index_base (a streaming walk's batch): the
+ * slice at i has "Python id" first_id + index_base + i; parents are absolute. */
+int pt_format_slices_from(const pt_slice *slices, uint64_t n, uint64_t *next,
+                          const char *const *names, const uint32_t *name_lens,
+                          const char *const *extras, const uint32_t *extra_lens, uint32_t n_keys,
+                          const char *prefix, uint32_t prefix_len, int64_t base_ns,
+                          uint64_t first_id, uint64_t index_base, uint32_t thread_index,
+                          char *out, uint64_t cap, uint64_t *written);
+int pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
+                     const char *const *names, const uint32_t *name_lens,
+                     const char *const *extras, const uint32_t *extra_lens, uint32_t n_keys,
+                     const char *prefix, uint32_t prefix_len, int64_t base_ns,
+                     uint64_t first_id, uint32_t thread_index, char *out, uint64_t cap,
+                     uint64_t *written);
+/* Perfetto export (pt_perfetto.c): encodes a thread's slices as SLICE_BEGIN /
+ * SLICE_END TrackEvent packets (each a Trace.packet entry) into out until it is
+ * nearly full, resuming from *cursor (zeroed, last_ns = the sequence clock's
+ * value, before the thread's first call). Timestamps are deltas from the previous
+ * packet of the sequence. A begin carries key's bytes of events (TrackEvent
+ * fields: name iid, category iids, debug annotations), marks[m] too for a slice
+ * open at stop (m = PT_PF_MARK_OPEN_AT_STOP), at start (PT_PF_MARK_OPEN_AT_START:
+ * PT_SLICE_SEEDED) or both (their sum), mark_lens[m] bytes (debug annotations;
+ * entry 0 unused), and key's bytes of interned (InternedData fields) the
+ * first time key is seen while interned_done[key] is 0. Key k's bytes are
+ * blob[offsets[k]..offsets[k + 1]); both blobs end with PT_PF_BLOB_PADDING spare
+ * bytes. A thread's slices may come in batches (first_index: the thread-wide
+ * index of slices[0], which parents count in; cursor->next restarts at 0 for
+ * each batch while the rest of the cursor carries on); the open slices' indices
+ * and ends wait on stack and stack_end (stack_cap entries: the thread's deepest
+ * depth + 1) and are ended after the last batch (last_batch). A batch is done
+ * when cursor->next == n, the thread when also cursor->open == 0 after the last.
+ * PT_ERR_ARG: slices out of time order, a key >= n_keys or too deep. */
+#define PT_PF_BLOB_PADDING 16
+#define PT_PF_MARK_OPEN_AT_STOP 1
+#define PT_PF_MARK_OPEN_AT_START 2
+typedef struct {
+    uint64_t next;          /* the next slice to begin */
+    uint32_t open;          /* slices begun and not yet ended, on the stack */
+    int64_t last_ns;        /* timestamp of the sequence's previous packet */
+} pt_pf_cursor;
+int pt_pftrace_slices(const pt_slice *slices, uint64_t n, uint64_t first_index,
+                      int last_batch, pt_pf_cursor *cursor, int64_t *stack,
+                      int64_t *stack_end, uint32_t stack_cap,
+                      const char *events, const uint32_t *event_offsets,
+                      const char *interned, const uint32_t *interned_offsets,
+                      uint8_t *interned_done, uint32_t n_keys,
+                      const char *const *marks, const uint32_t *mark_lens,
+                      uint32_t sequence_id, char *out, uint64_t cap, uint64_t *written);
+/* .pftrace packets of walk records (see pt_pftrace_slices): encodes records[*next..n)
+ * into out until it is nearly full, advancing *next and *last_ns. PT_ERR_ARG:
+ * out of time order or a key >= n_keys. */
+int pt_pftrace_records(const pt_walk_record *records, uint64_t n, uint64_t *next, int64_t *last_ns,
+                       const char *events, const uint32_t *event_offsets,
+                       const char *interned, const uint32_t *interned_offsets,
+                       uint8_t *interned_done, uint32_t n_keys,
+                       const char *const *marks, const uint32_t *mark_lens,
+                       uint32_t sequence_id, char *out, uint64_t cap, uint64_t *written);
+/* HTML reduction (pt_reduce.c): the slices kept when they last at least min_ns or
+ * sit above depth top_levels, and their parent is kept. Writes the first cap kept
+ * indices to kept and their self time over all slices (duration less every direct
+ * callee's) to self_ns; cap 0 only counts. Returns how many are kept, -1 when out
+ * of memory. */
+int64_t pt_reduce_slices(const pt_slice *slices, uint64_t n, int64_t min_ns, uint32_t top_levels,
+                         uint64_t *kept, int64_t *self_ns, uint64_t cap);
+/* The same rule streamed: a thread's slices fed in batches (start order, parents
+ * numbered over the thread; first_index numbers the batch's first). A reducer made
+ * with pt_reducer_new(base, levels) counts (pt_reducer_count): per top_levels t in
+ * 0..levels, buckets[t * PT_REDUCE_BUCKETS + b] counts the calls whose path
+ * minimum (the shortest duration among it and its ancestors at depth >= t) falls
+ * in bucket b: 0 under base, 1 + k in [base << k, base << (k + 1)) (the last
+ * finite bucket open above), PT_REDUCE_BUCKETS - 1 kept at any threshold; so the
+ * calls kept at min_ns = base << k are those of buckets 1 + k and up. Made with
+ * pt_reducer_new(min_ns, top_levels) it keeps (pt_reducer_keep) the calls
+ * pt_reduce_slices keeps, with the same self times. pt_reducer_end_thread after a
+ * thread's last batch; then pt_reducer_take hands out its kept calls (valid until
+ * the next feed). PT_ERR_NOMEM; PT_ERR_ARG: a parent that is no open call. */
+#define PT_REDUCE_BUCKETS 66
+typedef struct {
+    int64_t start;
+    int64_t end;
+    uint64_t index;         /* in the thread's slices */
+    int64_t self_ns;        /* duration less every direct callee's, kept or not */
+    uint32_t key;
+    uint32_t depth;
+} pt_reduced;
+typedef struct pt_reducer pt_reducer;
+pt_reducer *pt_reducer_new(int64_t min_ns, uint32_t top_levels);
+void pt_reducer_free(pt_reducer *r);
+int pt_reducer_count(pt_reducer *r, const pt_slice *slices, uint64_t n, uint64_t first_index,
+                     uint64_t *buckets);
+int pt_reducer_keep(pt_reducer *r, const pt_slice *slices, uint64_t n, uint64_t first_index);
+void pt_reducer_end_thread(pt_reducer *r);
+uint64_t pt_reducer_take(pt_reducer *r, const pt_reduced **kept);
+/* Summary (pt_summary.c): adds one thread's slices to per-name calls, total_ns
+ * (recursion counted once) and self_ns (less direct callees), n_names entries
+ * each; name_of_key maps each of n_keys keys to its name. times_open is scratch
+ * of n_names zeros, left zeroed. PT_ERR_ARG: a key or name out of range. */
+int pt_summarize_slices(const pt_slice *slices, uint64_t n, const uint32_t *name_of_key,
+                        uint32_t n_keys, uint32_t n_names, uint64_t *calls, int64_t *total_ns,
+                        int64_t *self_ns, uint32_t *times_open);
+/* The same streamed: a summarizer (name_of_key copied) takes a thread's slices
+ * in batches (start order, parents numbered over the thread, first_index the
+ * batch's first), adding to the tables given; pt_summarizer_end_thread after each
+ * thread's last batch. NULL / PT_ERR_NOMEM when out of memory; PT_ERR_ARG: a key
+ * or name out of range, or a parent that is no open call. */
+typedef struct pt_summarizer pt_summarizer;
+pt_summarizer *pt_summarizer_new(const uint32_t *name_of_key, uint32_t n_keys, uint32_t n_names);
+void pt_summarizer_free(pt_summarizer *s);
+int pt_summarizer_feed(pt_summarizer *s, const pt_slice *slices, uint64_t n, uint64_t first_index,
+                       uint64_t *calls, int64_t *total_ns, int64_t *self_ns);
+void pt_summarizer_end_thread(pt_summarizer *s);
+/* merge_torch: moves slice times (in place) from CLOCK_MONOTONIC ns onto
+ * CLOCK_REALTIME ns as _clock.monotonic_to_realtime does, from the clocks' offsets
+ * off0 at mono0 (start) and off1 at mono1 (stop): linear in between, held outside.
+ * *first_start and *last_end get the earliest start and the latest end
+ * (INT64_MAX and INT64_MIN when n is 0). */
+void pt_slices_to_realtime(pt_slice *slices, uint64_t n, int64_t mono0, int64_t off0,
+                           int64_t mono1, int64_t off1, int64_t *first_start,
+                           int64_t *last_end);
+/* merge_torch (pt_merge.c): per thread, torch's regions (n, by start: start,
+ * end, a name id > 0) filter our slices as they stream by, in start order, parents
+ * first and absolute over the thread (first_index: the batch's first). Left out:
+ * a slice crossing a region's edge, and one whose key has a name id
+ * (region_name_of_key, 0: none) that a region of that name lies within (torch's
+ * region replaces ours). The rest are moved up in place, numbered over the kept
+ * slices and re-parented to their nearest kept ancestor. Returns how many of the
+ * batch are kept (UINT64_MAX when out of memory). counts: slices left out so far. */
+typedef struct pt_region_edges pt_region_edges;
+pt_region_edges *pt_region_edges_new(const int64_t *starts, const int64_t *ends,
+                                     const uint32_t *names, uint64_t n);
+void pt_region_edges_free(pt_region_edges *edges);
+uint64_t pt_region_edges_filter(pt_region_edges *edges, pt_slice *slices, uint64_t n,
+                                uint64_t first_index, const uint32_t *region_name_of_key,
+                                uint32_t n_keys);
+void pt_region_edges_counts(const pt_region_edges *edges, uint64_t *replaced,
+                            uint64_t *crossing);
+
+#endif /* PT_EXPORT_H */
