@@ -558,13 +558,46 @@ def _start_child_session(options):
 def _armed_after_fork():
     """A forkserver's fork: start tracing the new child."""
     import pytrace_cffi
-    if _armed is None or pytrace_cffi._session is not None or _run_over(_armed[0]):
-        return
-    pytrace_cffi._lock = threading.Lock()
     try:
+        if _armed is None or pytrace_cffi._session is not None or _run_over(_armed[0]):
+            return
+        pytrace_cffi._lock = threading.Lock()
         _start_child_session(dict(_armed[1], output=_armed[0]))
     except Exception as exc:     # noqa: BLE001 - never break the child
         _say(f"not tracing forked pid {os.getpid()}: {exc}")
+    finally:
+        release_sigterm()
+
+
+_sigterm_held = False        # hold_sigterm_for_fork blocked SIGTERM in this thread
+
+
+def hold_sigterm_for_fork():
+    """Before a fork while following (or in an armed forkserver): SIGTERM blocked
+    in the forking thread, so the child gets a SIGTERM sent at once (Pool.terminate
+    of a worker that ran no task) only when its after-fork hook has made its
+    directory, process.json and SIGTERM handler: it saves its trace, never goes
+    missing. The parent releases it as fork returns, the child at the end of its
+    hook (release_sigterm); a pending SIGTERM is delivered then."""
+    global _sigterm_held
+    import pytrace_cffi
+    if _armed is None and not isinstance(pytrace_cffi._session, FollowSession):
+        return
+    with contextlib.suppress(ValueError, OSError):
+        _sigterm_held = signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK,
+                                                                     {signal.SIGTERM})
+
+
+def release_sigterm():
+    """Undoes hold_sigterm_for_fork (SIGTERM stays blocked if it was before)."""
+    global _sigterm_held
+    if _sigterm_held:
+        _sigterm_held = False
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+if hasattr(signal, "pthread_sigmask"):
+    os.register_at_fork(before=hold_sigterm_for_fork, after_in_parent=release_sigterm)
 
 
 _UNTRACED_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.semaphore_tracker",

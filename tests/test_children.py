@@ -162,6 +162,11 @@ def test_multiprocessing_pool(tmp_path, method):
               "forkserver": "ForkServerPoolWorker-"}[method]
     workers = {pid: v for pid, v in found.items() if pid != int(root)}
     assert set(ran) <= set(workers) and 1 <= len(workers) <= 2, (found, ran)
+    if method == "fork":
+        # A fork worker terminated as it starts (it ran no task) waited for its
+        # after-fork hook: never missing, never lost.
+        assert len(workers) == 2 and all(state == "complete"
+                                         for _, state, _ in workers.values()), found
     for pid, (label, state, _) in workers.items():
         if state == "lost":       # terminated between its fork and its first file
             assert pid not in ran, found
@@ -185,6 +190,44 @@ def test_multiprocessing_pool(tmp_path, method):
         assert state == "complete" or (state == "lost" and pid not in ran), found
         assert names.get("unique_task", 0) == ran.get(pid, 0), (pid, names, ran)
     assert totals(found) == {"unique_task": 300}
+
+
+def test_children_terminated_right_after_their_fork_keep_their_traces(tmp_path):
+    """A SIGTERM sent as fork returns (Pool.terminate of a worker that ran no task)
+    waits until the child's after-fork hook has made its directory, process.json
+    and SIGTERM handler: the child saves its trace and dies of the signal, never
+    missing from the job nor "lost" (both through os.fork and a fork Pool)."""
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import json, os, signal, sys, time, multiprocessing as mp
+        import pytrace_cffi
+        def unique_child():
+            time.sleep(0.01)
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        forked = []
+        for _ in range(6):
+            pid = os.fork()
+            if pid == 0:
+                while True:
+                    unique_child()
+            os.kill(pid, signal.SIGTERM)
+            forked.append(pid)
+        ends = [os.waitpid(pid, 0)[1] for pid in forked]
+        pool = mp.get_context("fork").Pool(3)
+        workers = [p.pid for p in pool._pool]
+        pool.terminate()
+        pytrace_cffi.stop()
+        print(json.dumps({"root": os.getpid(), "forked": forked, "ends": ends,
+                          "workers": workers}))
+    """, str(job))
+    facts = json.loads(proc.stdout.splitlines()[-1])
+    assert all(os.WIFSIGNALED(end) and os.WTERMSIG(end) == signal.SIGTERM
+               for end in facts["ends"]), facts
+    found = counts(job)
+    assert sorted(found) == sorted([facts["root"], *facts["forked"], *facts["workers"]])
+    assert all(state == "complete" for _, state, _ in found.values()), found
+    for pid in facts["workers"]:
+        assert found[pid][0].startswith("ForkPoolWorker-"), found
 
 
 def test_subprocess_of_python(tmp_path):
