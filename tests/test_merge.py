@@ -1,6 +1,7 @@
 """The realtime anchor every trace keeps, and merge_torch / `merge` putting a
 trace on torch.profiler's timeline: on every interpreter with synthetic torch
 traces; on the real torch (3.11) with a small CNN."""
+import collections
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ import time
 import pytest
 
 import pytrace_cffi
-from helpers import PROC_STATUS, chrome_crossings
+from helpers import PROC_STATUS, chrome_crossings, pftrace_thread_events
 from pytrace_cffi.__main__ import main
 from pytrace_cffi._clock import monotonic_to_realtime
 
@@ -311,7 +312,8 @@ def test_torchs_regions_are_kept_once_and_every_track_nests(tmp_path):
     """Ours and torch.profiler's both hold each record_function region; torch's
     begins inside the op that opens it and ends inside the one that closes it.
     Merged: torch's region alone, once per region, and our calls strictly nested
-    around and inside it, by merge_torch and by `merge OURS TORCH -o OUT`."""
+    around and inside it, by merge_torch and by `merge OURS TORCH -o OUT`, in .json
+    and .pftrace."""
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile, record_function
     torch.manual_seed(0)
@@ -362,6 +364,38 @@ def test_torchs_regions_are_kept_once_and_every_track_nests(tmp_path):
         facts = data["pytrace_cffi"]
         assert facts["our_regions_replaced_by_torchs"] == 15
         assert facts["our_calls_crossing_torchs_regions_left_out"] > 0
+    # The same rule in a .pftrace (torch's events on tracks of their own beside
+    # ours): the same calls of ours are kept as in the JSON.
+    t.trace.export_perfetto(str(tmp_path / "ours.pftrace"))
+    our_tracks = set(_decode(tmp_path / "ours.pftrace")["threads"])
+    kept = collections.Counter(e["name"] for e in merged_events(tmp_path / "api.json")[1]
+                               if e.get("ph") == "X" and "Python id" in e.get("args", {}))
+    pytrace_cffi.merge_torch(t.trace, tmp_path / "torch.json", tmp_path / "api.pftrace")
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "merge", "ours.json",
+                           "torch.json", "-o", "cli.pftrace"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("api.pftrace", "cli.pftrace"):
+        decoded = _decode(tmp_path / name)
+        events = pftrace_thread_events(decoded, our_tracks)
+        assert chrome_crossings(events) == [], name      # each thread's tracks as one
+        mine = [e for e in events if e["ours"]]
+        assert collections.Counter(e["name"] for e in mine) == kept, name
+        for region_name in ("Optimizer.step#SGD.step", "train_step",
+                            "Optimizer.zero_grad#SGD.zero_grad"):
+            regions = [e for e in events if e["name"] == region_name]
+            assert len(regions) == 5 and not any(e["ours"] for e in regions), \
+                (name, region_name)
+        for region in (e for e in events if e["name"] == "Optimizer.step#SGD.step"):
+            start, end = region["ts"], region["ts"] + region["dur"]
+            around = [e["name"] for e in mine if e["ts"] <= start and end <= e["ts"] + e["dur"]]
+            inside = [e["name"] for e in mine if start <= e["ts"] and e["ts"] + e["dur"] <= end]
+            assert any(n.endswith(": step") for n in around), region
+            assert any(n.endswith(": _single_tensor_sgd") for n in inside), region
+        info = next(i for i in decoded["instants"] if i["name"] == "torch.profiler")
+        assert info["args"]["our_regions_replaced_by_torchs"] == 15
+        assert info["args"]["our_calls_crossing_torchs_regions_left_out"] == \
+            facts["our_calls_crossing_torchs_regions_left_out"]
 
 
 # -- streaming ----------------------------------------------------------------
@@ -753,7 +787,7 @@ def _decode(path):
         if os.environ.get("CI") == "true":
             raise
         pytest.skip("the perfetto and protobuf packages are not installed")
-    return decode(path)
+    return decode(path, named_tracks=True)
 
 
 def test_realtime_to_monotonic_inverts_the_anchor_map():
