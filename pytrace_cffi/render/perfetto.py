@@ -273,6 +273,8 @@ def _process_sequence(trace, uuids):
              "backend": trace.backend, "clock": trace.clock,
              "start_monotonic_ns": base, "stop_monotonic_ns": trace.stop_ns,
              "dropped_events": trace.dropped_events, "realtime_anchor": trace.realtime_anchor}
+    from .chrome import dropped_by_thread
+    facts.update(dropped_by_thread(trace))
     if trace.processes:
         facts["processes"] = [dict(info, pid=pid) for pid, info in trace.processes.items()]
     if trace.label is not None:
