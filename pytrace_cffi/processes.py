@@ -73,7 +73,8 @@ ProcessResult = namedtuple("ProcessResult", "pid label state calls directory not
 ProcessResult.__doc__ = """One process of a joined trace directory.
 
 state  "complete" (its trace was saved), "running" (still running at the join:
-       what it had spilled is joined), "recovered" (it died without saving: what
+       what it had spilled is joined; nothing yet: note says where its trace
+       goes), "recovered" (it died without saving: what
        it had spilled is joined) or "lost" (nothing could be read; note says why)
 calls  the calls that began in its trace, as the summary counts them (a forked
        child's frames continued from its parent are shown, not counted)
@@ -1198,6 +1199,11 @@ def read_process(directory):
     state = "running" if _alive(pid) else "recovered"
     try:
         trace, damage = _recover(directory, facts)
+    except _NothingSpilled as exc:
+        if state == "running":
+            return None, facts, "running", (f"still running, nothing spilled yet: its trace "
+                                            f"goes to {directory}")
+        return None, facts, "lost", str(exc)
     except TraceFormatError as exc:
         return None, facts, "lost", str(exc)
     note = ("still running: joined as far as it has spilled" if state == "running" else
@@ -1219,6 +1225,10 @@ def recover(directory, facts=None):
 MAX_THREADS = 1 << 16       # a block for a thread index beyond: events.bin is damaged
 
 
+class _NothingSpilled(TraceFormatError):
+    """A process directory whose events.bin holds no block yet."""
+
+
 def _recover(directory, facts):
     """(recover's Trace, phrases saying what was damaged and what it cost)."""
     from .render.saved import EVENTS_HEADER, FORMAT_NAME, FORMAT_VERSION, _HeldFile, _load_parts
@@ -1229,9 +1239,11 @@ def _recover(directory, facts):
         raise TraceFormatError(f"{directory}: process.json lacks clock_name")
     records, damage = _key_records(os.path.join(directory, KEYS_FILE))
     path = os.path.join(directory, "events.bin")
+    if not os.path.lexists(path):
+        raise _NothingSpilled(f"{path}: nothing was spilled (no such file)")
     events_file = _HeldFile(path)
     if events_file.size < EVENTS_HEADER.size:
-        raise TraceFormatError(f"{path}: nothing was spilled")
+        raise _NothingSpilled(f"{path}: nothing was spilled")
     blocks = _spilled_blocks(events_file, damage)
     start = next((r for r in records if r.get("first") == 0 and "start_ns" in r), None)
     if start is not None:
@@ -1241,7 +1253,7 @@ def _recover(directory, facts):
         start_ns, how = _estimated_start(facts, tick0)
         damage.append(f"the clock's start was lost with {KEYS_FILE}'s first line: {how}")
     else:
-        raise TraceFormatError(f"{directory}: nothing was spilled yet")
+        raise _NothingSpilled(f"{directory}: nothing was spilled yet")
     end_ticks = max(tick0, blocks.end_ticks if blocks.threads else tick0)
     keys, names, tags, unnamed = _recovered_keys(records, blocks.max_key, blocks.max_tag)
     if unnamed:

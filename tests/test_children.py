@@ -230,6 +230,33 @@ def test_children_terminated_right_after_their_fork_keep_their_traces(tmp_path):
         assert found[pid][0].startswith("ForkPoolWorker-"), found
 
 
+def test_a_child_running_that_has_not_spilled_yet_is_running_not_lost(tmp_path):
+    """A followed child still running, with nothing spilled yet (its process.json
+    written, no events.bin block): status and read_process say it is running and
+    where its trace is going, not that it is lost."""
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import json, subprocess, sys
+        import pytrace_cffi
+        from pytrace_cffi import processes
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        child = subprocess.Popen([sys.executable, "-c", "import sys; print('ready', "
+                                  "flush=True); sys.stdin.read()"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline() == "ready\\n"
+        found = [(r.pid, r.state, r.note, r.directory, processes.read_process(r.directory)[2])
+                 for r in processes.status(sys.argv[1]) if r.pid == child.pid]
+        child.communicate("")
+        pytrace_cffi.stop()
+        print(json.dumps({"child": child.pid, "found": found}))
+    """, str(job))
+    facts = json.loads(proc.stdout.splitlines()[-1])
+    [(pid, state, note, directory, read_state)] = facts["found"]
+    assert pid == facts["child"] and state == read_state == "running", facts
+    assert "nothing spilled yet" in note and directory in note, note
+    assert counts(job)[facts["child"]][1] == "complete"       # and saved at its end
+
+
 def test_subprocess_of_python(tmp_path):
     job = tmp_path / "job"
     helper = tmp_path / "helper.py"
