@@ -11,7 +11,7 @@ from . import _check_options, _set_step_hook, formats
 from ._progress import counted
 from ._windows import OptimizerSteps, ScheduledWindows, Windows, parse_schedule, signal_number
 from .errors import TraceFormatError
-from .trace import hide_launcher_frames
+from .trace import codes_below, hide_launcher_frames
 
 EXIT_CANNOT_OPEN = 2            # python's own, for a script it cannot open
 EXIT_BROKEN_PIPE = 1            # python's own, when stdout's reader went away
@@ -398,12 +398,7 @@ def _main_module(module, program_argv):
 def _launcher_codes():
     """The code of every frame below this one that is not the program's: runpy's
     under python -m, a caller's when main() is called from Python."""
-    codes = []
-    frame = sys._getframe(1)
-    while frame is not None:
-        codes.append(frame.f_code)
-        frame = frame.f_back
-    return codes
+    return codes_below(sys._getframe(1))
 
 
 def _program_traceback(exc):

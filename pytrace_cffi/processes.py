@@ -53,7 +53,7 @@ from ._progress import counted
 from ._tracer import USE_MONITORING, Session, check
 from ._safe_read import read_bounded
 from .errors import TraceError, TraceFormatError, TraceWarning
-from .trace import hide_alone
+from .trace import codes_below, hide_alone, hide_launcher_frames
 
 ENV = "PYTRACE_CFFI_FOLLOW"
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
@@ -640,6 +640,10 @@ def start_from_environment():
             return                    # (a run over: started as it ended, not traced)
         import pytrace_cffi
         _child_job = job_dir
+        # Tracing starts inside site's import of our sitecustomize: the frames below
+        # (site's, importlib's) and what they run until they return are the
+        # interpreter's start-up, not the program's (see hide_launcher_frames).
+        hide_launcher_frames(codes_below(sys._getframe(1)), with_callees=True)
         pytrace_cffi.start(follow_children=True, output=job_dir, **options)
     except Exception as exc:     # noqa: BLE001 - never break the child
         reason = f"{exc.__class__.__name__}: {exc}"
@@ -1377,7 +1381,7 @@ def _key_record_problem(record, kinds, tag_kinds, int64):
     keys, names, tags = record.get("keys"), record.get("names"), record.get("tags", [])
     if not isinstance(keys, list) or not all(
             isinstance(k, list) and len(k) == 3 and isinstance(k[0], str) and k[1] in kinds
-            and integer(k[2], 0, 4) for k in keys):
+            and integer(k[2], 0, lib.PT_HIDE_STARTUP) for k in keys):
         return "bad keys"
     if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
         return "bad names"

@@ -16,7 +16,7 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi import processes
 from pytrace_cffi._core import lib
-from pytrace_cffi.render.summary import read_trace
+from pytrace_cffi.render.summary import calls_begun, read_trace
 
 TIMEOUT = 120
 # Where the pytrace_cffi under test is importable from: the installed wheel in CI,
@@ -276,6 +276,44 @@ def test_subprocess_of_python(tmp_path):
     found = counts(job)
     assert found[child] == ("helper.py", "complete", {"unique_helper": 77})
     assert len(found) == 2
+
+
+def test_a_childs_trace_starts_with_its_program_not_the_interpreters_start_up(tmp_path):
+    """A child traced through the bootstrap starts tracing inside site's import of
+    sitecustomize: those frames (site, importlib) and what they run until they
+    return are the interpreter's start-up, not the program's, and are left out,
+    as `run` leaves out its launcher. Before the script only the interpreter's
+    look for an importer of the script's path remains (calls from C, not in any
+    frame). The program's calls are as they were, and calls of the same code
+    made by the program (an import) are kept."""
+    job = tmp_path / "job"
+    (tmp_path / "child.py").write_text(
+        "import colorsys\ndef unique_child(): pass\nfor _ in range(3): unique_child()\n")
+    run_script(tmp_path, """
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        subprocess.run([sys.executable, "child.py"], check=True, timeout=60)
+        pytrace_cffi.stop()
+    """, str(job))
+    [child] = [r for r in processes.status(job) if r.label == "child.py"]
+    trace = processes.read_process(child.directory)[0]
+    calls = sorted(trace, key=lambda c: (c.start_ns, c.id))
+    assert calls_begun(trace) == len(trace)                 # no frame open at start
+    assert not [c.name for c in calls if "site" in c.name.split(":")[0]]
+    [module] = [c for c in calls if c.name == "child.py(1): <module>"]
+    assert module.parent is None
+    before = {re.sub(r"\(\d+\)", "", c.name) for c in calls
+              if c.start_ns < module.start_ns and c.parent is None}
+    assert before <= {"<frozen zipimport>: __init__",          # zipimporter(script)
+                      "<frozen importlib._bootstrap_external>: path_hook_for_FileFinder",
+                      "<frozen importlib._bootstrap_external>: __init__"}, before  # FileFinder
+    inside = [c for c in calls if module.start_ns <= c.start_ns and c.end_ns <= module.end_ns
+              and c.id != module.id]
+    assert [c.name for c in inside if c.parent == module.id][-3:] == \
+        ["child.py(2): unique_child"] * 3
+    # the program's own import (colorsys) runs importlib's code: kept
+    assert any(c.name.startswith("<frozen importlib._bootstrap>") for c in inside)
 
 
 def test_exec_saves_before_and_traces_after(tmp_path):

@@ -401,7 +401,7 @@ def _load_parts(directory, meta, hashes, params):
         hid, kind, args = entry[:3]
         hide = entry[3] if spilled else 0
         _expect(isinstance(hid, str), f"meta.json: key {key} has a bad hash id")
-        _expect(_int(hide, "hide") in (0, 1, 2, 3, 4),
+        _expect(_int(hide, "hide") in (0, 1, 2, 3, 4, lib.PT_HIDE_STARTUP),
                 f"meta.json: key {key} has a bad hide value")
         hidden.append(hide)
         _expect(hid in hashes, f"meta.json: key {key} has no name in hashes.json")
