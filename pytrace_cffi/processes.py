@@ -1309,7 +1309,7 @@ def _spilled_blocks(events_file, damage):
         index, reserved, count, base = EVENT_BLOCK.unpack(events_file.read(offset,
                                                                            EVENT_BLOCK.size))
         body = offset + EVENT_BLOCK.size
-        if index >= MAX_THREADS or reserved:
+        if index >= MAX_THREADS or reserved or not count:     # (never written empty)
             damage.append(f"{path} is damaged at byte {offset}: the "
                           f"{events_file.size - offset} bytes from there are left out")
             break

@@ -747,6 +747,9 @@ def _index_blocks(events_file, threads, length):
         offset += EVENT_BLOCK.size
         _expect(index < len(threads), f"{path}: block at byte {at} for unknown thread {index}")
         _expect(reserved == 0, f"{path}: block at byte {at} is damaged (reserved field set)")
+        # (the writer never writes an empty block: a file of them would be walked
+        # 24 bytes at a time)
+        _expect(count > 0, f"{path}: block at byte {at} is damaged (it holds no events)")
         _expect(count <= (size - offset) // EVENT_RECORD_SIZE,
                 f"{path}: block at byte {at} is truncated")
         blocks[index].append((at, offset, count, base))
