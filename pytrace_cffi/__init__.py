@@ -31,7 +31,8 @@ def _core_missing():
 
 
 try:
-    from ._core import lib as _lib  # noqa: F401 - only: is the core there?
+    import importlib as _importlib
+    _importlib.import_module(f"{__name__}._core")       # only: is the core there?
 except ModuleNotFoundError as _exc:
     if _exc.name != f"{__name__}._core":
         raise

@@ -469,7 +469,7 @@ def test_child_that_never_exits_does_not_hold_the_parent(tmp_path):
 
 def test_labels_from_the_torchrun_environment(tmp_path):
     job = tmp_path / "job"
-    proc = run_script(tmp_path, """
+    run_script(tmp_path, """
         import subprocess, sys, os
         import pytrace_cffi
         pytrace_cffi.start(follow_children=True, output=sys.argv[1])
