@@ -297,15 +297,30 @@ def test_every_conv2d_op_lies_inside_its_python_call_after_merging(tmp_path):
     assert "Optimizer.step#AdamW.step" in annotations
 
 
-def _region_holders(events, region):
+def _is_ours(event):
+    return "Python id" in event.get("args", {})
+
+
+def _region_holders(events, region, is_ours=_is_ours):
     """Our calls (events with a "Python id") on region's track that hold it, and
     those within it."""
     start, end = region["ts"], region["ts"] + region["dur"]
-    ours = [e for e in events if e.get("ph") == "X" and "Python id" in e.get("args", {})
+    ours = [e for e in events if e.get("ph") == "X" and is_ours(e)
             and (e["pid"], e["tid"]) == (region["pid"], region["tid"])]
     around = [e for e in ours if e["ts"] <= start and end <= e["ts"] + e["dur"]]
     inside = [e for e in ours if start <= e["ts"] and e["ts"] + e["dur"] <= end]
     return around, inside
+
+
+def _merged_by_api_and_cli(trace, tmp_path, suffix):
+    """The names of trace merged with tmp_path/torch.json by merge_torch and by
+    `merge ours.json torch.json -o OUT` (OUT ending in suffix)."""
+    pytrace_cffi.merge_torch(trace, tmp_path / "torch.json", tmp_path / f"api{suffix}")
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "merge", "ours.json",
+                           "torch.json", "-o", f"cli{suffix}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return f"api{suffix}", f"cli{suffix}"
 
 
 def test_torchs_regions_are_kept_once_and_every_track_nests(tmp_path):
@@ -335,12 +350,7 @@ def test_torchs_regions_are_kept_once_and_every_track_nests(tmp_path):
                 step()
     prof.export_chrome_trace(str(tmp_path / "torch.json"))
     t.trace.export_chrome_trace(str(tmp_path / "ours.json"))
-    pytrace_cffi.merge_torch(t.trace, tmp_path / "torch.json", tmp_path / "api.json")
-    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "merge", "ours.json",
-                           "torch.json", "-o", "cli.json"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    for name in ("api.json", "cli.json"):
+    for name in _merged_by_api_and_cli(t.trace, tmp_path, ".json"):
         data, events = merged_events(tmp_path / name)
         assert chrome_crossings(events) == []
         for region_name in ("Optimizer.step#SGD.step", "train_step",
@@ -369,13 +379,8 @@ def test_torchs_regions_are_kept_once_and_every_track_nests(tmp_path):
     t.trace.export_perfetto(str(tmp_path / "ours.pftrace"))
     our_tracks = set(_decode(tmp_path / "ours.pftrace")["threads"])
     kept = collections.Counter(e["name"] for e in merged_events(tmp_path / "api.json")[1]
-                               if e.get("ph") == "X" and "Python id" in e.get("args", {}))
-    pytrace_cffi.merge_torch(t.trace, tmp_path / "torch.json", tmp_path / "api.pftrace")
-    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "merge", "ours.json",
-                           "torch.json", "-o", "cli.pftrace"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    for name in ("api.pftrace", "cli.pftrace"):
+                               if e.get("ph") == "X" and _is_ours(e))
+    for name in _merged_by_api_and_cli(t.trace, tmp_path, ".pftrace"):
         decoded = _decode(tmp_path / name)
         events = pftrace_thread_events(decoded, our_tracks)
         assert chrome_crossings(events) == [], name      # each thread's tracks as one
@@ -387,11 +392,9 @@ def test_torchs_regions_are_kept_once_and_every_track_nests(tmp_path):
             assert len(regions) == 5 and not any(e["ours"] for e in regions), \
                 (name, region_name)
         for region in (e for e in events if e["name"] == "Optimizer.step#SGD.step"):
-            start, end = region["ts"], region["ts"] + region["dur"]
-            around = [e["name"] for e in mine if e["ts"] <= start and end <= e["ts"] + e["dur"]]
-            inside = [e["name"] for e in mine if start <= e["ts"] and e["ts"] + e["dur"] <= end]
-            assert any(n.endswith(": step") for n in around), region
-            assert any(n.endswith(": _single_tensor_sgd") for n in inside), region
+            around, inside = _region_holders(events, region, lambda e: e["ours"])
+            assert any(e["name"].endswith(": step") for e in around), region
+            assert any(e["name"].endswith(": _single_tensor_sgd") for e in inside), region
         info = next(i for i in decoded["instants"] if i["name"] == "torch.profiler")
         assert info["args"]["our_regions_replaced_by_torchs"] == 15
         assert info["args"]["our_calls_crossing_torchs_regions_left_out"] == \
