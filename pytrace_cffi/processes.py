@@ -570,7 +570,7 @@ def _armed_after_fork():
         release_sigterm()
 
 
-_sigterm_held = False        # hold_sigterm_for_fork blocked SIGTERM in this thread
+_sigterm = threading.local()     # .held: hold_sigterm_for_fork blocked it in this thread
 
 
 def hold_sigterm_for_fork():
@@ -580,20 +580,19 @@ def hold_sigterm_for_fork():
     directory, process.json and SIGTERM handler: it saves its trace, never goes
     missing. The parent releases it as fork returns, the child at the end of its
     hook (release_sigterm); a pending SIGTERM is delivered then."""
-    global _sigterm_held
     import pytrace_cffi
     if _armed is None and not isinstance(pytrace_cffi._session, FollowSession):
         return
     with contextlib.suppress(ValueError, OSError):
-        _sigterm_held = signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK,
+        _sigterm.held = signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK,
                                                                      {signal.SIGTERM})
 
 
 def release_sigterm():
-    """Undoes hold_sigterm_for_fork (SIGTERM stays blocked if it was before)."""
-    global _sigterm_held
-    if _sigterm_held:
-        _sigterm_held = False
+    """Undoes hold_sigterm_for_fork in this thread (SIGTERM stays blocked if it
+    was before)."""
+    if getattr(_sigterm, "held", False):
+        _sigterm.held = False
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
