@@ -53,7 +53,7 @@ from ._progress import counted
 from ._tracer import USE_MONITORING, Session, check
 from ._safe_read import read_bounded
 from .errors import TraceError, TraceFormatError, TraceWarning
-from .trace import codes_below, hide_alone, hide_launcher_frames
+from .trace import codes_below, forget_startup_frames, hide_alone, hide_launcher_frames
 
 ENV = "PYTRACE_CFFI_FOLLOW"
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
@@ -519,6 +519,7 @@ class FollowSession(Session):
         finally:
             # Only now: a SIGTERM while the trace was being written waited for it.
             _restore_exit_paths()
+            forget_startup_frames()         # the trace written has taken its rules
 
     def abandon_in_forked_child(self):
         super().abandon_in_forked_child()
@@ -539,6 +540,7 @@ def continue_in_forked_child(session):
     the parent's options (the inherited one was abandoned). Returns it started."""
     if _run_over(session.job_dir):
         return None                 # the run is over: this child is not traced
+    forget_startup_frames()         # its frames at the fork are the program's
     options = dict(session.follow_options, output=session.job_dir)
     return _start_child_session(options)
 

@@ -60,6 +60,16 @@ def hide_launcher_frames(codes, with_callees=False):
     _launcher_codes.update((id(code), (code, hide)) for code in codes)
 
 
+def forget_startup_frames():
+    """Drops hide_launcher_frames' with_callees codes: the start-up they name ran
+    under one trace, this process's first (importlib's code runs again in the
+    program's imports: a frame of it seeded later, in a fork made inside an
+    import or a trace started there, is the program's)."""
+    for key, (_, hide) in list(_launcher_codes.items()):
+        if hide == lib.PT_HIDE_STARTUP:
+            del _launcher_codes[key]
+
+
 def codes_below(frame):
     """The code of frame and of each frame below it (its caller's, ...)."""
     codes = []

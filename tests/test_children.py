@@ -316,6 +316,34 @@ def test_a_childs_trace_starts_with_its_program_not_the_interpreters_start_up(tm
     assert any(c.name.startswith("<frozen importlib._bootstrap>") for c in inside)
 
 
+def test_a_child_forked_inside_an_import_keeps_its_calls(tmp_path):
+    """The start-up frames a bootstrapped child leaves out are left out of its own
+    first trace only: a process it forks inside an import (the same importlib
+    code running) keeps the calls it makes there."""
+    job = tmp_path / "job"
+    (tmp_path / "forks_on_import.py").write_text(textwrap.dedent("""
+        import os
+        def unique_forked():
+            pass
+        pid = os.fork()
+        if pid == 0:
+            unique_forked()
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """))
+    run_script(tmp_path, """
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        subprocess.run([sys.executable, "-c", "import forks_on_import"], check=True,
+                       timeout=60)
+        pytrace_cffi.stop()
+    """, str(job))
+    found = counts(job)
+    assert sorted(state for _, state, _ in found.values()) == ["complete"] * 3, found
+    assert totals(found) == {"unique_forked": 1}, found
+
+
 def test_exec_saves_before_and_traces_after(tmp_path):
     job = tmp_path / "job"
     proc = run_script(tmp_path, """
