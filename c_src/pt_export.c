@@ -106,7 +106,7 @@ pt_round_half_even(double x)
     return i;
 }
 
-static int64_t
+int64_t
 pt_one_to_realtime(int64_t ns, int64_t mono0, int64_t off0, int64_t mono1, int64_t off1)
 {
     int64_t span = mono1 - mono0;

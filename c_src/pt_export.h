@@ -140,10 +140,16 @@ void pt_slices_to_realtime(pt_slice *slices, uint64_t n, int64_t mono0, int64_t 
  * (region_name_of_key, 0: none) that a region of that name lies within (torch's
  * region replaces ours). The rest are moved up in place, numbered over the kept
  * slices and re-parented to their nearest kept ancestor. Returns how many of the
- * batch are kept (UINT64_MAX when out of memory). counts: slices left out so far. */
+ * batch are kept (UINT64_MAX when out of memory). counts: slices left out so far.
+ * on_monotonic: the slices to filter stay on CLOCK_MONOTONIC (the .pftrace merge
+ * writes them so) and are compared on the regions' CLOCK_REALTIME as
+ * pt_slices_to_realtime would move them (the same arguments): the same ones
+ * are kept as in the JSON merge, which moves them first. */
 typedef struct pt_region_edges pt_region_edges;
 pt_region_edges *pt_region_edges_new(const int64_t *starts, const int64_t *ends,
                                      const uint32_t *names, uint64_t n);
+void pt_region_edges_on_monotonic(pt_region_edges *edges, int64_t mono0, int64_t off0,
+                                  int64_t mono1, int64_t off1);
 void pt_region_edges_free(pt_region_edges *edges);
 uint64_t pt_region_edges_filter(pt_region_edges *edges, pt_slice *slices, uint64_t n,
                                 uint64_t first_index, const uint32_t *region_name_of_key,

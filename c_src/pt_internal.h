@@ -396,6 +396,9 @@ pt_maybe_tag(pt_tracer *tracer, pt_thread *thread, uint32_t key, PyFrameObject *
 /* pt_clock.c: a CLOCK_MONOTONIC / CLOCK_REALTIME pair (monotonic, realtime, spread ns). */
 void pt_take_anchor(int64_t out[3]);
 
+/* pt_export.c: one CLOCK_MONOTONIC ns onto CLOCK_REALTIME (see pt_slices_to_realtime). */
+int64_t pt_one_to_realtime(int64_t ns, int64_t mono0, int64_t off0, int64_t mono1, int64_t off1);
+
 /* pt_hooks.c */
 PyObject *pt_handle_new(pt_tracer *tracer);   /* new reference */
 void pt_handle_detach(PyObject *handle);

@@ -31,6 +31,8 @@ struct pt_region_edges {
     pt_edge_open *open;
     uint64_t n_open, cap_open;
     uint64_t kept, replaced, crossing;
+    int on_monotonic;       /* pt_region_edges_on_monotonic: the slices' clock, mapped */
+    int64_t clocks[4];      /* mono0, off0, mono1, off1 */
 };
 
 typedef struct {
@@ -95,6 +97,17 @@ pt_region_edges_free(pt_region_edges *e)
     free(e->by_end);
     free(e->open);
     free(e);
+}
+
+void
+pt_region_edges_on_monotonic(pt_region_edges *e, int64_t mono0, int64_t off0, int64_t mono1,
+                             int64_t off1)
+{
+    e->on_monotonic = 1;
+    e->clocks[0] = mono0;
+    e->clocks[1] = off0;
+    e->clocks[2] = mono1;
+    e->clocks[3] = off1;
 }
 
 /* The first region whose start is > t. */
@@ -165,7 +178,13 @@ pt_region_edges_filter(pt_region_edges *e, pt_slice *slices, uint64_t n, uint64_
         int64_t parent = e->n_open ? e->open[e->n_open - 1].kept : -1;
         uint32_t depth = e->n_open ? e->open[e->n_open - 1].depth : 0;
         uint32_t name = s.key < n_keys ? region_name_of_key[s.key] : 0;
-        int meet = pt_edges_meet(e, s.start, s.end, name);
+        int64_t a = s.start, b = s.end;
+        if (e->on_monotonic) {
+            const int64_t *c = e->clocks;
+            a = pt_one_to_realtime(a, c[0], c[1], c[2], c[3]);
+            b = pt_one_to_realtime(b, c[0], c[1], c[2], c[3]);
+        }
+        int meet = pt_edges_meet(e, a, b, name);
         int64_t kept = parent;
         if (meet == 1) {
             e->crossing++;

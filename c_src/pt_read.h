@@ -78,10 +78,15 @@ int pt_thread_events_at(pt_tracer *tracer, int index, uint64_t first, const pt_e
  * those and PT_HIDE_ALONE keys are dropped alone (their callees are the user's).
  * PT_HIDE_SEEDED keys are dropped alone when seeded and kept when called during
  * the trace: a launcher's frames below the program (runpy under python -m) are
- * not the program's, but the program may call the same code itself. */
+ * not the program's, but the program may call the same code itself.
+ * PT_HIDE_STARTUP keys are dropped with everything they call when seeded (the
+ * interpreter's start-up, site and importlib, running when a followed child's
+ * bootstrap starts tracing: what they run until they return is not the
+ * program's either) and kept when called during the trace. */
 #define PT_HIDE_SUBTREE 1
 #define PT_HIDE_ALONE 2
 #define PT_HIDE_SEEDED 3
+#define PT_HIDE_STARTUP 5
 /* Kept while calls are paired, for what it carries (a torch region's
  * __enter__/__exit__, an optimizer step's hook: code the filters leave out but
  * whose calls the watcher names), then left out alone once names are given. */

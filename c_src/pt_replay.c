@@ -75,7 +75,8 @@ pt_replay_push(pt_replay_state *st, uint32_t kind, uint32_t key, int64_t ts)
     int seeded = kind == PT_EV_PY_SEED;
     int is_c = kind == PT_EV_C_CALL;
     uint8_t hide = key < st->n_hidden ? st->hidden[key] : 0;
-    if ((hide == PT_HIDE_SEEDED && !seeded) || hide == PT_HIDE_CARRIER)
+    if (((hide == PT_HIDE_SEEDED || hide == PT_HIDE_STARTUP) && !seeded) ||
+        hide == PT_HIDE_CARRIER)
         hide = 0;
     int hidden_key = hide != 0;
     int64_t parent = st->depth ? st->stack[st->depth - 1].child_parent : -1;
@@ -100,7 +101,8 @@ pt_replay_push(pt_replay_state *st, uint32_t kind, uint32_t key, int64_t ts)
     call->child_parent = slice >= 0 ? slice : parent;
     call->key = key;
     call->is_c = (uint8_t)is_c;
-    call->hides_subtree = (uint8_t)(hide == PT_HIDE_SUBTREE && !seeded);
+    call->hides_subtree = (uint8_t)((hide == PT_HIDE_SUBTREE && !seeded) ||
+                                         hide == PT_HIDE_STARTUP);
     if (call->hides_subtree)
         st->hiding++;
     return PT_OK;

@@ -534,7 +534,8 @@ pt_walk_push(pt_walk *w, uint32_t kind, uint32_t key, int64_t ts)
         return PT_ERR_NOMEM;
     int seeded = kind == PT_EV_PY_SEED;
     uint8_t hide = key < w->t.n_hidden ? w->t.hidden[key] : 0;
-    if ((hide == PT_HIDE_SEEDED && !seeded) || hide == PT_HIDE_CARRIER)
+    if (((hide == PT_HIDE_SEEDED || hide == PT_HIDE_STARTUP) && !seeded) ||
+        hide == PT_HIDE_CARRIER)
         hide = 0;
     pt_walk_call *call = &w->calls[w->n_calls++];
     call->start = ts;
@@ -546,7 +547,8 @@ pt_walk_push(pt_walk *w, uint32_t kind, uint32_t key, int64_t ts)
     call->open_at_start = (uint8_t)(seeded && w->ticks == w->t.tick0);
     call->emits = !hide && !w->hiding;
     call->pending = call->emits;
-    call->hides_subtree = (uint8_t)(hide == PT_HIDE_SUBTREE && !seeded);
+    call->hides_subtree = (uint8_t)((hide == PT_HIDE_SUBTREE && !seeded) ||
+                                         hide == PT_HIDE_STARTUP);
     if (call->hides_subtree)
         w->hiding++;
     return PT_OK;

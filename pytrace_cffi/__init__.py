@@ -31,7 +31,8 @@ def _core_missing():
 
 
 try:
-    from ._core import lib as _lib  # noqa: F401 - only: is the core there?
+    import importlib as _importlib
+    _importlib.import_module(f"{__name__}._core")       # only: is the core there?
 except ModuleNotFoundError as _exc:
     if _exc.name != f"{__name__}._core":
         raise
@@ -69,12 +70,14 @@ def _after_fork_in_child():
     if session is not None:
         session.abandon_in_forked_child()
         if getattr(session, "job_dir", None):      # follow_children: trace the child too
-            from .processes import continue_in_forked_child
+            from .processes import continue_in_forked_child, release_sigterm
             try:
                 continue_in_forked_child(session)
             except Exception as exc:    # noqa: BLE001 - never break the child
                 print(f"pytrace_cffi: not tracing forked pid {_os.getpid()}: {exc}",
                       file=_sys.stderr)
+            finally:
+                release_sigterm()       # held since before the fork (processes.py)
 
 
 def _stop_at_exit():

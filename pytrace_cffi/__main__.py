@@ -11,9 +11,10 @@ from . import _check_options, _set_step_hook, formats
 from ._progress import counted
 from ._windows import OptimizerSteps, ScheduledWindows, Windows, parse_schedule, signal_number
 from .errors import TraceFormatError
-from .trace import hide_launcher_frames
+from .trace import codes_below, hide_launcher_frames
 
 EXIT_CANNOT_OPEN = 2            # python's own, for a script it cannot open
+EXIT_NO_MAIN = 1                # python's own, for a directory or zip without __main__
 EXIT_BROKEN_PIPE = 1            # python's own, when stdout's reader went away
 OUTPUT_HELP = ("OUT's name picks the format (its suffix, in any case): "
                + formats.choices() + ". Any other suffix is refused, and so is a "
@@ -378,6 +379,14 @@ def _main_module(module, program_argv):
                              __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
         return code, main, packages
     path = os.path.abspath(program_argv[0])
+    found = _main_of_path(path)
+    if found is not None:           # a directory or zip file: its __main__, as python runs it
+        spec, code = found
+        sys.argv = program_argv
+        sys.path[0] = path
+        main.__dict__.update(__file__=spec.origin, __cached__=spec.cached,
+                             __loader__=spec.loader, __package__="", __spec__=spec)
+        return code, main, []
     import io
     from importlib.machinery import SourceFileLoader
     try:
@@ -395,15 +404,31 @@ def _main_module(module, program_argv):
     return code, main, []
 
 
+def _main_of_path(path):
+    """(spec, code) of the __main__ module python runs for path when an importer
+    takes it (a directory, a zip file: `python DIR`); None for a script. A path
+    taken without one exits as python does."""
+    from importlib.machinery import PathFinder
+    for hook in sys.path_hooks:
+        try:
+            hook(path)
+            break
+        except ImportError:
+            continue
+    else:
+        return None
+    spec = PathFinder.find_spec("__main__", [path])
+    code = spec.loader.get_code("__main__") if spec is not None and spec.loader else None
+    if code is None:
+        print(f"pytrace_cffi: can't find '__main__' module in {path!r}", file=sys.stderr)
+        raise SystemExit(EXIT_NO_MAIN)
+    return spec, code
+
+
 def _launcher_codes():
     """The code of every frame below this one that is not the program's: runpy's
     under python -m, a caller's when main() is called from Python."""
-    codes = []
-    frame = sys._getframe(1)
-    while frame is not None:
-        codes.append(frame.f_code)
-        frame = frame.f_back
-    return codes
+    return codes_below(sys._getframe(1))
 
 
 def _program_traceback(exc):

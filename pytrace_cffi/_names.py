@@ -153,6 +153,8 @@ def _main_module_name():
     bootstrap, at start), read from sys.orig_argv where there is one (3.10+)."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     name = getattr(spec, "name", None)
+    if name == "__main__":
+        return None             # `python DIR` or `python APP.zip`: named by its path
     if isinstance(name, str) and name:
         return name[:-len(".__main__")] if name.endswith(".__main__") else name
     if not (sys.argv and sys.argv[0] == "-m"):

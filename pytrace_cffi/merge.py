@@ -314,9 +314,7 @@ def _write_our_trace(trace, out, span, anchor, base, regions):
     to torch's base (a call before it at a negative ts), as chrome.py writes them."""
     from ._core import ffi, lib
     from .render.chrome import KeyStrings, _thread_batches, _warn_if_too_deep, format_slices
-    start, stop = anchor["start"], anchor["stop"]
-    clocks = (start["monotonic_ns"], start["realtime_ns"] - start["monotonic_ns"],
-              stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
+    clocks = anchor_clocks(anchor)
     first, last = ffi.new("int64_t *"), ffi.new("int64_t *")
     keys = KeyStrings(trace)
     region_name_of_key = regions.name_ids(trace.names, trace.key_kinds)
@@ -363,6 +361,14 @@ def _write_our_trace(trace, out, span, anchor, base, regions):
             event["s"] = "t"
         span.traced.add((pid, mark.thread))
         out.event(dumps_utf8(event).encode("utf-8"))
+
+
+def anchor_clocks(anchor):
+    """(mono0, off0, mono1, off1): a realtime anchor as pt_slices_to_realtime and
+    pt_region_edges_on_monotonic take it."""
+    start, stop = anchor["start"], anchor["stop"]
+    return (start["monotonic_ns"], start["realtime_ns"] - start["monotonic_ns"],
+            stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
 
 
 def _write_torch_events(reader, out, span):
@@ -422,7 +428,8 @@ def merge_torch(trace, torch_trace_path, out_path):
     ours with one of torch's of the same name within it goes, and so does each call
     of ours that crosses the edge of one of torch's regions on its thread
     (record_function's own enter and exit ops, in which torch's region begins and
-    ends), alone: every slice on a thread track nests (see _TorchRegions).
+    ends), alone: every slice on a thread track nests (see _TorchRegions), in a
+    .pftrace too.
 
     Both traces are read as streams (neither is held whole in memory); our calls
     are formatted in C, as by export_chrome_trace."""
@@ -499,12 +506,17 @@ class _TorchRegions:
         return ffi.new("uint32_t[]", [ids.get(name, 0) if kind == "annotation" else 0
                                       for name, kind in zip(names, kinds)] or [0])
 
-    def edges(self, pid, tid):
-        """The filter of thread (pid, tid), None when torch has no region there."""
+    def edges(self, pid, tid, on_monotonic=None):
+        """The filter of thread (pid, tid), None when torch has no region there.
+        on_monotonic: anchor_clocks(anchor) when the slices it filters stay on
+        CLOCK_MONOTONIC (see pt_region_edges_on_monotonic)."""
         found = sorted(self.by_thread.get((pid, tid), ()))
         if not found:
             return None
         edges = _RegionEdges(found, {name: number for number, name in enumerate(self.names, 1)})
+        if on_monotonic is not None:
+            from ._core import lib
+            lib.pt_region_edges_on_monotonic(edges._c, *on_monotonic)
         self._filters.append(edges)
         return edges
 
@@ -553,6 +565,24 @@ class _RegionEdges:
         if kept > n:
             raise MemoryError("out of memory while merging with torch's trace")
         return kept
+
+    def kept(self, batches, region_name_of_key):
+        """A thread's batches of (pt_slice *, n, index of the first), filtered:
+        each piece copied into a scratch buffer (the trace's own slices stay as
+        they are) and its kept slices handed on, numbered over the kept ones;
+        each valid until the next is asked for."""
+        from ._core import ffi
+        scratch, room, kept = None, 0, 0
+        for slices, n, first in batches:
+            for at in range(0, n, SCRATCH_SLICES):
+                piece = min(SCRATCH_SLICES, n - at)
+                if piece > room:
+                    scratch, room = ffi.new("pt_slice[]", piece), piece
+                ffi.memmove(scratch, slices + at, piece * ffi.sizeof("pt_slice"))
+                piece = self.filter(scratch, piece, first + at, region_name_of_key)
+                if piece:
+                    yield scratch, piece, kept
+                    kept += piece
 
     def counts(self):
         from ._core import ffi, lib

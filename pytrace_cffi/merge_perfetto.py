@@ -8,7 +8,10 @@ beside ours, with the same pid and tid (Perfetto shows both under the thread):
 its ops and our Python calls come from two clocks and may cross by a few ns,
 which begin/end slices on one track could not show. As in the JSON merge, its
 python_function events on threads we traced, within our trace's time, are left
-out (ours replace them), and its names for our threads give way to ours.
+out (ours replace them), its names for our threads give way to ours, and each
+of its record_function regions is kept once, torch's: our calls on that thread
+are filtered by the JSON merge's own code (merge._TorchRegions, compared on
+CLOCK_REALTIME as there), so the thread's tracks nest as one.
 
 A .pftrace slice is a begin and an end that must nest on its track, so torch's
 complete ("X") events are sorted per track before they are written: unlike the
@@ -22,7 +25,8 @@ import struct
 import warnings
 
 from .errors import TraceWarning
-from .merge import TORCH_PYTHON_CATEGORY, _ChromeReader, _check_torch, _number
+from .merge import (TORCH_PYTHON_CATEGORY, _ChromeReader, _check_torch, _number, _TorchRegions,
+                    anchor_clocks)
 from .render.perfetto import (CLOCK_MONOTONIC, SEQ_INCREMENTAL_STATE_CLEARED, TYPE_COUNTER,
                               TYPE_INSTANT, _annotation_value, _bytes, _double, _int, _packet,
                               _varint, write_perfetto)
@@ -276,6 +280,22 @@ def _bind_flows(slices, flows):
     return bound
 
 
+def _kept_around_regions(ours, regions, anchor):
+    """write_perfetto's own_batches: a thread's slices where torch has regions,
+    filtered as the JSON merge filters them (merge._TorchRegions: each region
+    once, torch's; our calls crossing its edges left out, alone); None elsewhere."""
+    from .render.chrome import thread_batches
+    name_ids = regions.name_ids(ours.names, ours.key_kinds)
+    clocks = anchor_clocks(anchor)
+
+    def own_batches(index):
+        thread = ours.threads[index]
+        edges = regions.edges(ours.thread_pid(thread), thread.native_id or thread.ident,
+                              on_monotonic=clocks)
+        return None if edges is None else edges.kept(thread_batches(ours, index), name_ids)
+    return own_batches
+
+
 def merge_torch_pftrace(ours, torch_path, out_path, anchor):
     """merge.merge_torch's work for a .pftrace out_path (ours: a Trace whose
     realtime anchor is checked)."""
@@ -291,6 +311,8 @@ def merge_torch_pftrace(ours, torch_path, out_path, anchor):
     traced = set(our_threads) | {(pid_of_tid.get(m.thread, ours.pid), m.thread)
                                  for m in ours.marks}
     counts = {}
+    regions = _TorchRegions.read(torch_path, base)
+    kept_batches = _kept_around_regions(ours, regions, anchor)
 
     def more(uuids, sequence_id):
         tracks = _TorchTracks(uuids, uuids["next_uuid"] + (1 << 32), our_threads)
@@ -302,7 +324,7 @@ def merge_torch_pftrace(ours, torch_path, out_path, anchor):
         counts.update(skipped=events.skipped)
         facts = dict(head, torch_trace=str(torch_path),
                      torch_python_function_events_replaced=events.replaced,
-                     torch_events_not_carried=events.skipped,
+                     torch_events_not_carried=events.skipped, **regions.counts(),
                      clock="torch's ts mapped onto our CLOCK_MONOTONIC through our "
                            "realtime anchor")
         info = _packet(_int(8, ours.start_ns), _bytes(
@@ -314,7 +336,7 @@ def merge_torch_pftrace(ours, torch_path, out_path, anchor):
         yield next(pieces) + info
         yield from pieces
 
-    write_perfetto(ours, out_path, more=more)
+    write_perfetto(ours, out_path, more=more, own_batches=kept_batches)
     if counts.get("skipped"):
         warnings.warn(f"{torch_path}: {counts['skipped']} torch events of phases a .pftrace "
                       f"merge does not carry were left out", TraceWarning, stacklevel=3)

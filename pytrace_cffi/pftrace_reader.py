@@ -22,7 +22,8 @@ UTF-8 cannot hold (lone surrogates of undecodable paths, written \\udcXX); an ar
 the JSON writes as a number that int64 and finite doubles cannot hold (inf, nan,
 huge ints: written as their repr, read back as that text) and empty lists and
 dicts (read back as {}). The .pftrace also says which calls were still open at
-stop, which the JSON does not.
+stop, which the JSON does not. Frames running when the trace began ("open at
+start", as in the JSON) read back as such: shown, not counted as calls.
 
 Only what our writer emits is read: a .pftrace from another tool, or one merged
 with torch.profiler's events, is refused with TraceFormatError, as is anything
@@ -37,7 +38,7 @@ from .errors import TraceFormatError
 from .pftrace_packets import (DOUBLE, Bad, Stop, annotations, one, packets, parse,
                               repeated_ints, signed, text)
 from .render.summary import (STREAM_BATCH_SLICES, _Changed, _chrome_trace, _FileSource,
-                             _identity, _Keys, _LineThread)
+                             _identity, _Keys, _LineThread, _take_open_at_start)
 
 PROCESS_SEQUENCE = 1
 SEQ_INCREMENTAL_STATE_CLEARED = 1
@@ -191,10 +192,11 @@ class _Sequence:
         open_at_stop = args.get(OPEN_AT_STOP) is True
         if open_at_stop:
             del args[OPEN_AT_STOP]
+        opened = _take_open_at_start(categories[0], args)     # as the JSON readers do
         keys = self.reader.keys
         key = keys.key(name, categories[0], args or None)
         flags = ((lib.PT_SLICE_C if keys.kinds[key] == "c" else 0)
-                 | (lib.PT_SLICE_OPEN_AT_STOP if open_at_stop else 0))
+                 | (lib.PT_SLICE_OPEN_AT_STOP if open_at_stop else 0) | opened)
         if raw[:2] == b"\x48\x01" and len(raw) - 2 < 2 ** 32:
             if lib.pt_line_keys_add(self.line_keys, raw[2:], len(raw) - 2, b"", 0, key,
                                     flags) != lib.PT_OK:

@@ -53,7 +53,7 @@ from ._progress import counted
 from ._tracer import USE_MONITORING, Session, check
 from ._safe_read import read_bounded
 from .errors import TraceError, TraceFormatError, TraceWarning
-from .trace import hide_alone
+from .trace import codes_below, forget_startup_frames, hide_alone, hide_launcher_frames
 
 ENV = "PYTRACE_CFFI_FOLLOW"
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
@@ -73,7 +73,8 @@ ProcessResult = namedtuple("ProcessResult", "pid label state calls directory not
 ProcessResult.__doc__ = """One process of a joined trace directory.
 
 state  "complete" (its trace was saved), "running" (still running at the join:
-       what it had spilled is joined), "recovered" (it died without saving: what
+       what it had spilled is joined; nothing yet: note says where its trace
+       goes), "recovered" (it died without saving: what
        it had spilled is joined) or "lost" (nothing could be read; note says why)
 calls  the calls that began in its trace, as the summary counts them (a forked
        child's frames continued from its parent are shown, not counted)
@@ -518,6 +519,7 @@ class FollowSession(Session):
         finally:
             # Only now: a SIGTERM while the trace was being written waited for it.
             _restore_exit_paths()
+            forget_startup_frames()         # the trace written has taken its rules
 
     def abandon_in_forked_child(self):
         super().abandon_in_forked_child()
@@ -538,6 +540,7 @@ def continue_in_forked_child(session):
     the parent's options (the inherited one was abandoned). Returns it started."""
     if _run_over(session.job_dir):
         return None                 # the run is over: this child is not traced
+    forget_startup_frames()         # its frames at the fork are the program's
     options = dict(session.follow_options, output=session.job_dir)
     return _start_child_session(options)
 
@@ -558,13 +561,45 @@ def _start_child_session(options):
 def _armed_after_fork():
     """A forkserver's fork: start tracing the new child."""
     import pytrace_cffi
-    if _armed is None or pytrace_cffi._session is not None or _run_over(_armed[0]):
-        return
-    pytrace_cffi._lock = threading.Lock()
     try:
+        if _armed is None or pytrace_cffi._session is not None or _run_over(_armed[0]):
+            return
+        pytrace_cffi._lock = threading.Lock()
         _start_child_session(dict(_armed[1], output=_armed[0]))
     except Exception as exc:     # noqa: BLE001 - never break the child
         _say(f"not tracing forked pid {os.getpid()}: {exc}")
+    finally:
+        release_sigterm()
+
+
+_sigterm = threading.local()     # .held: hold_sigterm_for_fork blocked it in this thread
+
+
+def hold_sigterm_for_fork():
+    """Before a fork while following (or in an armed forkserver): SIGTERM blocked
+    in the forking thread, so the child gets a SIGTERM sent at once (Pool.terminate
+    of a worker that ran no task) only when its after-fork hook has made its
+    directory, process.json and SIGTERM handler: it saves its trace, never goes
+    missing. The parent releases it as fork returns, the child at the end of its
+    hook (release_sigterm); a pending SIGTERM is delivered then."""
+    import pytrace_cffi
+    if _armed is None and not isinstance(pytrace_cffi._session, FollowSession):
+        return
+    with contextlib.suppress(ValueError, OSError):
+        _sigterm.held = signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK,
+                                                                     {signal.SIGTERM})
+
+
+def release_sigterm():
+    """Undoes hold_sigterm_for_fork in this thread (SIGTERM stays blocked if it
+    was before)."""
+    if getattr(_sigterm, "held", False):
+        _sigterm.held = False
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+if hasattr(signal, "pthread_sigmask"):
+    os.register_at_fork(before=hold_sigterm_for_fork, after_in_parent=release_sigterm)
 
 
 _UNTRACED_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.semaphore_tracker",
@@ -606,6 +641,10 @@ def start_from_environment():
             return                    # (a run over: started as it ended, not traced)
         import pytrace_cffi
         _child_job = job_dir
+        # Tracing starts inside site's import of our sitecustomize: the frames below
+        # (site's, importlib's) and what they run until they return are the
+        # interpreter's start-up, not the program's (see hide_launcher_frames).
+        hide_launcher_frames(codes_below(sys._getframe(1)), with_callees=True)
         pytrace_cffi.start(follow_children=True, output=job_dir, **options)
     except Exception as exc:     # noqa: BLE001 - never break the child
         reason = f"{exc.__class__.__name__}: {exc}"
@@ -1165,6 +1204,11 @@ def read_process(directory):
     state = "running" if _alive(pid) else "recovered"
     try:
         trace, damage = _recover(directory, facts)
+    except _NothingSpilled as exc:
+        if state == "running":
+            return None, facts, "running", (f"still running, nothing spilled yet: its trace "
+                                            f"goes to {directory}")
+        return None, facts, "lost", str(exc)
     except TraceFormatError as exc:
         return None, facts, "lost", str(exc)
     note = ("still running: joined as far as it has spilled" if state == "running" else
@@ -1186,6 +1230,10 @@ def recover(directory, facts=None):
 MAX_THREADS = 1 << 16       # a block for a thread index beyond: events.bin is damaged
 
 
+class _NothingSpilled(TraceFormatError):
+    """A process directory whose events.bin holds no block yet."""
+
+
 def _recover(directory, facts):
     """(recover's Trace, phrases saying what was damaged and what it cost)."""
     from .render.saved import EVENTS_HEADER, FORMAT_NAME, FORMAT_VERSION, _HeldFile, _load_parts
@@ -1196,9 +1244,11 @@ def _recover(directory, facts):
         raise TraceFormatError(f"{directory}: process.json lacks clock_name")
     records, damage = _key_records(os.path.join(directory, KEYS_FILE))
     path = os.path.join(directory, "events.bin")
+    if not os.path.lexists(path):
+        raise _NothingSpilled(f"{path}: nothing was spilled (no such file)")
     events_file = _HeldFile(path)
     if events_file.size < EVENTS_HEADER.size:
-        raise TraceFormatError(f"{path}: nothing was spilled")
+        raise _NothingSpilled(f"{path}: nothing was spilled")
     blocks = _spilled_blocks(events_file, damage)
     start = next((r for r in records if r.get("first") == 0 and "start_ns" in r), None)
     if start is not None:
@@ -1208,7 +1258,7 @@ def _recover(directory, facts):
         start_ns, how = _estimated_start(facts, tick0)
         damage.append(f"the clock's start was lost with {KEYS_FILE}'s first line: {how}")
     else:
-        raise TraceFormatError(f"{directory}: nothing was spilled yet")
+        raise _NothingSpilled(f"{directory}: nothing was spilled yet")
     end_ticks = max(tick0, blocks.end_ticks if blocks.threads else tick0)
     keys, names, tags, unnamed = _recovered_keys(records, blocks.max_key, blocks.max_tag)
     if unnamed:
@@ -1260,7 +1310,7 @@ def _spilled_blocks(events_file, damage):
         index, reserved, count, base = EVENT_BLOCK.unpack(events_file.read(offset,
                                                                            EVENT_BLOCK.size))
         body = offset + EVENT_BLOCK.size
-        if index >= MAX_THREADS or reserved:
+        if index >= MAX_THREADS or reserved or not count:     # (never written empty)
             damage.append(f"{path} is damaged at byte {offset}: the "
                           f"{events_file.size - offset} bytes from there are left out")
             break
@@ -1332,7 +1382,7 @@ def _key_record_problem(record, kinds, tag_kinds, int64):
     keys, names, tags = record.get("keys"), record.get("names"), record.get("tags", [])
     if not isinstance(keys, list) or not all(
             isinstance(k, list) and len(k) == 3 and isinstance(k[0], str) and k[1] in kinds
-            and integer(k[2], 0, 4) for k in keys):
+            and integer(k[2], 0, lib.PT_HIDE_STARTUP) for k in keys):
         return "bad keys"
     if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
         return "bad names"

@@ -42,16 +42,39 @@ ThreadInfo.__doc__ = """A thread of a trace. pid: the process it ran in, for a t
 several processes (see Trace.processes); None means the trace's own pid."""
 
 
-_launcher_codes = {}      # id -> code object (kept alive, so its id stays its own)
+# id -> (code object (kept alive, so its id stays its own), how its seeded frames hide)
+_launcher_codes = {}
 
 
-def hide_launcher_frames(codes):
+def hide_launcher_frames(codes, with_callees=False):
     """Frames of these code objects that are already running when tracing starts
-    are left out of traces, alone (what they call is kept); calls of the same
-    code made during the trace are kept. The command line names the frames
-    below the program it runs (runpy's, under `python -m pytrace_cffi`)."""
+    are left out of traces, alone (what they call is kept), or with_callees with
+    what they call until they return; calls of the same code made during the
+    trace are kept. The command line names the frames below the program it runs
+    (runpy's, under `python -m pytrace_cffi`); a followed child's bootstrap the
+    interpreter's start-up it runs in (site's, importlib's: with_callees)."""
+    hide = lib.PT_HIDE_STARTUP if with_callees else lib.PT_HIDE_SEEDED
     _launcher_codes.clear()
-    _launcher_codes.update((id(code), code) for code in codes)
+    _launcher_codes.update((id(code), (code, hide)) for code in codes)
+
+
+def forget_startup_frames():
+    """Drops hide_launcher_frames' with_callees codes: the start-up they name ran
+    under one trace, this process's first (importlib's code runs again in the
+    program's imports: a frame of it seeded later, in a fork made inside an
+    import or a trace started there, is the program's)."""
+    for key, (_, hide) in list(_launcher_codes.items()):
+        if hide == lib.PT_HIDE_STARTUP:
+            del _launcher_codes[key]
+
+
+def codes_below(frame):
+    """The code of frame and of each frame below it (its caller's, ...)."""
+    codes = []
+    while frame is not None:
+        codes.append(frame.f_code)
+        frame = frame.f_back
+    return codes
 
 
 _hidden_alone = []       # see hide_alone
@@ -85,9 +108,8 @@ def _hiding(source, rules=None):
         # ours, with what it calls; our wrappers of the program's calls alone (hide_alone)
         alone = any(source is code for code in hidden_alone)
         return lib.PT_HIDE_ALONE if alone else lib.PT_HIDE_SUBTREE
-    if launcher_codes.get(id(source)) is source:
-        return lib.PT_HIDE_SEEDED
-    return 0
+    code, hide = launcher_codes.get(id(source), (None, 0))
+    return hide if code is source else 0
 
 
 def _kind(source):

@@ -105,6 +105,23 @@ def chrome_crossings(events):
     return crossings
 
 
+def pftrace_thread_events(decoded, our_tracks):
+    """A decoded .pftrace's slices (test_perfetto.decode) as Chrome complete events
+    on their thread's (pid, tid), ts and dur in µs: the tracks of one thread (ours
+    and those a merge puts beside them) as one track, for chrome_crossings. Each
+    has "ours": whether it lies on one of our_tracks (uuids)."""
+    events = []
+    for s in decoded["slices"]:
+        if s["track"] not in decoded["threads"]:
+            continue                        # (a merge's named track: no thread's)
+        pid, tid, _ = decoded["threads"][s["track"]]
+        events.append({"ph": "X", "pid": pid, "tid": tid, "name": s["name"],
+                       "cat": ",".join(s["categories"]), "ts": s["start"] / 1000,
+                       "dur": (s["end"] - s["start"]) / 1000, "args": s["args"],
+                       "ours": s["track"] in our_tracks})
+    return events
+
+
 # The start of a memory test's script (run in a subprocess, on Linux): status(field)
 # is a /proc/self/status size in bytes, e.g. VmRSS, or VmHWM, the peak since the
 # process began or since "5" was written to /proc/self/clear_refs.

@@ -137,14 +137,9 @@ def drop_short(slices, n, min_duration_ns):
     return lib.pt_drop_short_slices(slices, n, min_duration_ns, scratch)
 
 
-def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args, plan=None):
-    """Gives tagged calls keys of their own: a module call becomes "nn.Module:
-    Linear_0"; the call that ran an optimizer step (the parent of the tagged
-    _optimizer_step_code call) becomes "Optimizer.step#Adam.step" unless torch's
-    own region of that name already is that parent; a record_function region with
-    args gets a key carrying those args. plan: a walk.KeyPlan whose keys to use."""
-    if len(tags) <= 1 and not annotation_args:
-        return
+def _new_tagged_keys(names, key_kinds, key_args):
+    """(key_for(tag info), key_with_args(key, args)): new keys, each made once,
+    appended to names, key_kinds and key_args."""
     key_for_name = {}
     key_for_args = {}
 
@@ -167,9 +162,21 @@ def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args,
             if tag_info["kind"] == MODULE_CALL:
                 key_args[key] = {"Python module id": tag_info["module_id"]}
         return key
+    return key_for, key_with_args
 
+
+def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args, plan=None):
+    """Gives tagged calls keys of their own: a module call becomes "nn.Module:
+    Linear_0"; the call that ran an optimizer step (the parent of the tagged
+    _optimizer_step_code call) becomes "Optimizer.step#Adam.step" unless torch's
+    own region of that name already is that parent; a record_function region with
+    args gets a key carrying those args. plan: a walk.KeyPlan whose keys to use."""
+    if len(tags) <= 1 and not annotation_args:
+        return
     if plan is not None:            # the keys the streaming walks use (walk.KeyPlan)
         key_for, key_with_args = plan.key_for, plan.key_with_args
+    else:
+        key_for, key_with_args = _new_tagged_keys(names, key_kinds, key_args)
 
     for thread_slices, n in slices:
         count = lib.pt_tagged_slices(thread_slices, n, ffi.NULL, 0)

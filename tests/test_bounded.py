@@ -107,6 +107,36 @@ def marker():
     return None
 
 
+def test_dropped_counts_survive_every_round_trip(tmp_path):
+    """A trace that dropped events (on one of two threads), written in each format
+    that is read back and saved again from it: the same dropped counts, per thread
+    too, and the saved directory loads."""
+    import threading
+    from pytrace_cffi.render.summary import read_trace
+    with pytest.warns(TraceWarning, match="dropped"):
+        with pytrace_cffi.trace(max_events=3000) as t:
+            fib(17)
+            worker = threading.Thread(target=fib, args=(5,))
+            worker.start()
+            worker.join()
+    trace = t.trace
+    expected = [(th.name, th.dropped) for th in trace.threads]
+    assert trace.dropped_events == sum(n for _, n in expected) > 0
+    assert len(expected) == 2 and [n for _, n in expected if n == 0], expected
+    trace.export_chrome_trace(str(tmp_path / "t.json"))
+    trace.export_chrome_trace(str(tmp_path / "t.json.gz"))
+    trace.export_perfetto(str(tmp_path / "t.pftrace"))
+    trace.save(str(tmp_path / "saved"))
+    for name in ("t.json", "t.json.gz", "t.pftrace", "saved"):
+        again = read_trace(str(tmp_path / name))
+        assert again.dropped_events == trace.dropped_events, name
+        assert [(th.name, th.dropped) for th in again.threads] == expected, name
+        again.save(str(tmp_path / (name + ".saved")))
+        loaded = pytrace_cffi.load(str(tmp_path / (name + ".saved")))
+        assert loaded.dropped_events == trace.dropped_events, name
+        assert [(th.name, th.dropped) for th in loaded.threads] == expected, name
+
+
 def test_memory_stays_bounded_while_spilling(run_python, tmp_path):
     proc = run_python(textwrap.dedent(f"""
         import pytrace_cffi

@@ -16,7 +16,7 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi import processes
 from pytrace_cffi._core import lib
-from pytrace_cffi.render.summary import read_trace
+from pytrace_cffi.render.summary import calls_begun, read_trace
 
 TIMEOUT = 120
 # Where the pytrace_cffi under test is importable from: the installed wheel in CI,
@@ -162,6 +162,11 @@ def test_multiprocessing_pool(tmp_path, method):
               "forkserver": "ForkServerPoolWorker-"}[method]
     workers = {pid: v for pid, v in found.items() if pid != int(root)}
     assert set(ran) <= set(workers) and 1 <= len(workers) <= 2, (found, ran)
+    if method == "fork":
+        # A fork worker terminated as it starts (it ran no task) waited for its
+        # after-fork hook: never missing, never lost.
+        assert len(workers) == 2 and all(state == "complete"
+                                         for _, state, _ in workers.values()), found
     for pid, (label, state, _) in workers.items():
         if state == "lost":       # terminated between its fork and its first file
             assert pid not in ran, found
@@ -187,6 +192,71 @@ def test_multiprocessing_pool(tmp_path, method):
     assert totals(found) == {"unique_task": 300}
 
 
+def test_children_terminated_right_after_their_fork_keep_their_traces(tmp_path):
+    """A SIGTERM sent as fork returns (Pool.terminate of a worker that ran no task)
+    waits until the child's after-fork hook has made its directory, process.json
+    and SIGTERM handler: the child saves its trace and dies of the signal, never
+    missing from the job nor "lost" (both through os.fork and a fork Pool)."""
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import json, os, signal, sys, time, multiprocessing as mp
+        import pytrace_cffi
+        def unique_child():
+            time.sleep(0.01)
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        forked = []
+        for _ in range(6):
+            pid = os.fork()
+            if pid == 0:
+                while True:
+                    unique_child()
+            os.kill(pid, signal.SIGTERM)
+            forked.append(pid)
+        ends = [os.waitpid(pid, 0)[1] for pid in forked]
+        pool = mp.get_context("fork").Pool(3)
+        workers = [p.pid for p in pool._pool]
+        pool.terminate()
+        pytrace_cffi.stop()
+        print(json.dumps({"root": os.getpid(), "forked": forked, "ends": ends,
+                          "workers": workers}))
+    """, str(job))
+    facts = json.loads(proc.stdout.splitlines()[-1])
+    assert all(os.WIFSIGNALED(end) and os.WTERMSIG(end) == signal.SIGTERM
+               for end in facts["ends"]), facts
+    found = counts(job)
+    assert sorted(found) == sorted([facts["root"], *facts["forked"], *facts["workers"]])
+    assert all(state == "complete" for _, state, _ in found.values()), found
+    for pid in facts["workers"]:
+        assert found[pid][0].startswith("ForkPoolWorker-"), found
+
+
+def test_a_child_running_that_has_not_spilled_yet_is_running_not_lost(tmp_path):
+    """A followed child still running, with nothing spilled yet (its process.json
+    written, no events.bin block): status and read_process say it is running and
+    where its trace is going, not that it is lost."""
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import json, subprocess, sys
+        import pytrace_cffi
+        from pytrace_cffi import processes
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        child = subprocess.Popen([sys.executable, "-c", "import sys; print('ready', "
+                                  "flush=True); sys.stdin.read()"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline() == "ready\\n"
+        found = [(r.pid, r.state, r.note, r.directory, processes.read_process(r.directory)[2])
+                 for r in processes.status(sys.argv[1]) if r.pid == child.pid]
+        child.communicate("")
+        pytrace_cffi.stop()
+        print(json.dumps({"child": child.pid, "found": found}))
+    """, str(job))
+    facts = json.loads(proc.stdout.splitlines()[-1])
+    [(pid, state, note, directory, read_state)] = facts["found"]
+    assert pid == facts["child"] and state == read_state == "running", facts
+    assert "nothing spilled yet" in note and directory in note, note
+    assert counts(job)[facts["child"]][1] == "complete"       # and saved at its end
+
+
 def test_subprocess_of_python(tmp_path):
     job = tmp_path / "job"
     helper = tmp_path / "helper.py"
@@ -206,6 +276,72 @@ def test_subprocess_of_python(tmp_path):
     found = counts(job)
     assert found[child] == ("helper.py", "complete", {"unique_helper": 77})
     assert len(found) == 2
+
+
+def test_a_childs_trace_starts_with_its_program_not_the_interpreters_start_up(tmp_path):
+    """A child traced through the bootstrap starts tracing inside site's import of
+    sitecustomize: those frames (site, importlib) and what they run until they
+    return are the interpreter's start-up, not the program's, and are left out,
+    as `run` leaves out its launcher. Before the script only the interpreter's
+    look for an importer of the script's path remains (calls from C, not in any
+    frame). The program's calls are as they were, and calls of the same code
+    made by the program (an import) are kept."""
+    job = tmp_path / "job"
+    (tmp_path / "child.py").write_text(
+        "import colorsys\ndef unique_child(): pass\nfor _ in range(3): unique_child()\n")
+    run_script(tmp_path, """
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        subprocess.run([sys.executable, "child.py"], check=True, timeout=60)
+        pytrace_cffi.stop()
+    """, str(job))
+    [child] = [r for r in processes.status(job) if r.label == "child.py"]
+    trace = processes.read_process(child.directory)[0]
+    calls = sorted(trace, key=lambda c: (c.start_ns, c.id))
+    assert calls_begun(trace) == len(trace)                 # no frame open at start
+    assert not [c.name for c in calls if "site" in c.name.split(":")[0]]
+    [module] = [c for c in calls if c.name == "child.py(1): <module>"]
+    assert module.parent is None
+    before = {re.sub(r"\(\d+\)", "", c.name) for c in calls
+              if c.start_ns < module.start_ns and c.parent is None}
+    assert before <= {"<frozen zipimport>: __init__",          # zipimporter(script)
+                      "<frozen importlib._bootstrap_external>: path_hook_for_FileFinder",
+                      "<frozen importlib._bootstrap_external>: __init__"}, before  # FileFinder
+    inside = [c for c in calls if module.start_ns <= c.start_ns and c.end_ns <= module.end_ns
+              and c.id != module.id]
+    assert [c.name for c in inside if c.parent == module.id][-3:] == \
+        ["child.py(2): unique_child"] * 3
+    # the program's own import (colorsys) runs importlib's code: kept
+    assert any(c.name.startswith("<frozen importlib._bootstrap>") for c in inside)
+
+
+def test_a_child_forked_inside_an_import_keeps_its_calls(tmp_path):
+    """The start-up frames a bootstrapped child leaves out are left out of its own
+    first trace only: a process it forks inside an import (the same importlib
+    code running) keeps the calls it makes there."""
+    job = tmp_path / "job"
+    (tmp_path / "forks_on_import.py").write_text(textwrap.dedent("""
+        import os
+        def unique_forked():
+            pass
+        pid = os.fork()
+        if pid == 0:
+            unique_forked()
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """))
+    run_script(tmp_path, """
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1])
+        subprocess.run([sys.executable, "-c", "import forks_on_import"], check=True,
+                       timeout=60)
+        pytrace_cffi.stop()
+    """, str(job))
+    found = counts(job)
+    assert sorted(state for _, state, _ in found.values()) == ["complete"] * 3, found
+    assert totals(found) == {"unique_forked": 1}, found
 
 
 def test_exec_saves_before_and_traces_after(tmp_path):
@@ -361,7 +497,7 @@ def test_child_that_never_exits_does_not_hold_the_parent(tmp_path):
 
 def test_labels_from_the_torchrun_environment(tmp_path):
     job = tmp_path / "job"
-    proc = run_script(tmp_path, """
+    run_script(tmp_path, """
         import subprocess, sys, os
         import pytrace_cffi
         pytrace_cffi.start(follow_children=True, output=sys.argv[1])

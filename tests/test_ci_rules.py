@@ -61,3 +61,13 @@ def test_run_all_fails_an_interpreter_without_the_decoder_in_ci():
         text = f.read()
     install = text.split('pip install -q perfetto', 1)[1].split("\n    fi\n", 1)[0]
     assert 'if [ -n "${CI:-}" ]' in install and 'bad_versions+=" $v(perfetto)"' in install
+
+
+def test_pyflakes_finds_nothing():
+    """No unused import or name, no redefinition, in the package or the tests
+    (pip install pyflakes: skipped where it is not installed)."""
+    pytest.importorskip("pyflakes")
+    root = os.path.dirname(HERE)
+    proc = subprocess.run([sys.executable, "-m", "pyflakes", "pytrace_cffi", "tests"], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and not proc.stdout, proc.stdout + proc.stderr

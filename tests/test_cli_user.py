@@ -271,6 +271,49 @@ def _saved_copy(tmp_path):
     return tmp_path / "one_dir"
 
 
+def test_a_directory_or_zip_with_main_runs_as_python_runs_it(tmp_path):
+    """python DIR and python APP.zip run the __main__.py inside (sys.path[0] the
+    path, argv[0] as given, __file__ and __spec__ from its importer): so does run,
+    which traces it; one without __main__ exits as python does."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "__main__.py").write_text(textwrap.dedent("""
+        import sys
+        def unique_main():
+            return 1
+        unique_main()
+        print(sys.argv, sys.path[0], __file__, repr(__package__), __spec__.name,
+              type(__loader__).__name__, __name__, __cached__)
+        sys.exit(3)
+    """))
+    import zipfile
+    with zipfile.ZipFile(tmp_path / "app.zip", "w") as z:
+        z.write(app / "__main__.py", "__main__.py")
+    (tmp_path / "empty").mkdir()
+    for target in ("app", "app.zip"):
+        plain = subprocess.run([sys.executable, target, "a1"], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=60)
+        out = f"{target}.json"
+        proc = run_cli(tmp_path, "run", "-o", out, target, "a1")
+        assert (proc.returncode, proc.stdout) == (plain.returncode, plain.stdout) == \
+            (3, plain.stdout), proc.stderr
+        assert plain.stdout.startswith(f"['{target}', 'a1'] {tmp_path / target} "
+                                       f"{tmp_path / target / '__main__.py'} '' __main__ ")
+        from pytrace_cffi.render.summary import read_trace
+        trace = read_trace(str(tmp_path / out))
+        assert [c.name for c in trace if c.name.endswith(": unique_main")] == \
+            ["__main__.py(3): unique_main"]
+        assert trace.label == target
+    proc = run_cli(tmp_path, "run", "-o", "empty.json", "empty")
+    plain = subprocess.run([sys.executable, "empty"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60)
+    assert proc.returncode == plain.returncode == 1
+    where = os.path.join(os.path.realpath(tmp_path), "empty")
+    assert proc.stderr == f"pytrace_cffi: can't find '__main__' module in {where!r}\n"
+    assert f"can't find '__main__' module in {where!r}" in plain.stderr
+    assert not (tmp_path / "empty.json").exists()
+
+
 def test_a_missing_script_is_said_and_exits_as_python_does(tmp_path):
     proc = run_cli(tmp_path, "run", "-o", "x.json", "missing.py")
     plain = subprocess.run([sys.executable, "missing.py"], cwd=tmp_path, capture_output=True,

@@ -95,7 +95,7 @@ def _block_id(block):
 
 def _torch_imports():
     try:
-        import torch  # noqa: F401
+        __import__("torch")
     except Exception:           # noqa: BLE001 - absent or broken: the same here
         return False
     return True

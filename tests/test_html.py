@@ -221,6 +221,28 @@ def test_summary_table_lists_the_functions(chromium, page):
     assert 'id="facts"' in dom and "calls on 2 threads" in dom
 
 
+def test_the_page_says_how_many_events_were_dropped_in_words(chromium, trace, tmp_path):
+    """"1 event dropped", "2 events dropped": counted as every other line says it."""
+    threads, slices = [], []
+    for thread, array, n in trace.thread_slices():
+        threads.append(thread)
+        slices.append((array, n))
+    for dropped, words in ((1, "1 event dropped:"), (2, "2 events dropped:")):
+        threads[0] = threads[0]._replace(dropped=dropped)
+        lossy = Trace(names=trace.names, key_kinds=trace.key_kinds, key_args=trace.key_args,
+                      threads=list(threads), slices=slices, start_ns=trace.start_ns,
+                      stop_ns=trace.stop_ns, pid=trace.pid,
+                      python_version=trace.python_version, backend=trace.backend,
+                      clock=trace.clock, params=trace.params, marks=trace.marks,
+                      dropped_events=dropped)
+        path = tmp_path / f"dropped-{dropped}.html"
+        write_html(lossy, path)
+        dom = chromium("--dump-dom", "--virtual-time-budget=5000", path.as_uri())
+        warning = re.search(r'<span class="warning" id="warning">(.*?)</span>', dom,
+                            re.S).group(1)
+        assert warning.startswith(words), warning
+
+
 def test_clicking_a_call_shows_its_details(chromium, page, tmp_path):
     # A copy of the page with a click on the first lane's outermost call.
     click = """<script>

@@ -1,6 +1,7 @@
 """The realtime anchor every trace keeps, and merge_torch / `merge` putting a
 trace on torch.profiler's timeline: on every interpreter with synthetic torch
 traces; on the real torch (3.11) with a small CNN."""
+import collections
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ import time
 import pytest
 
 import pytrace_cffi
-from helpers import PROC_STATUS, chrome_crossings
+from helpers import PROC_STATUS, chrome_crossings, pftrace_thread_events
 from pytrace_cffi.__main__ import main
 from pytrace_cffi._clock import monotonic_to_realtime
 
@@ -296,22 +297,38 @@ def test_every_conv2d_op_lies_inside_its_python_call_after_merging(tmp_path):
     assert "Optimizer.step#AdamW.step" in annotations
 
 
-def _region_holders(events, region):
+def _is_ours(event):
+    return "Python id" in event.get("args", {})
+
+
+def _region_holders(events, region, is_ours=_is_ours):
     """Our calls (events with a "Python id") on region's track that hold it, and
     those within it."""
     start, end = region["ts"], region["ts"] + region["dur"]
-    ours = [e for e in events if e.get("ph") == "X" and "Python id" in e.get("args", {})
+    ours = [e for e in events if e.get("ph") == "X" and is_ours(e)
             and (e["pid"], e["tid"]) == (region["pid"], region["tid"])]
     around = [e for e in ours if e["ts"] <= start and end <= e["ts"] + e["dur"]]
     inside = [e for e in ours if start <= e["ts"] and e["ts"] + e["dur"] <= end]
     return around, inside
 
 
+def _merged_by_api_and_cli(trace, tmp_path, suffix):
+    """The names of trace merged with tmp_path/torch.json by merge_torch and by
+    `merge ours.json torch.json -o OUT` (OUT ending in suffix)."""
+    pytrace_cffi.merge_torch(trace, tmp_path / "torch.json", tmp_path / f"api{suffix}")
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "merge", "ours.json",
+                           "torch.json", "-o", f"cli{suffix}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return f"api{suffix}", f"cli{suffix}"
+
+
 def test_torchs_regions_are_kept_once_and_every_track_nests(tmp_path):
     """Ours and torch.profiler's both hold each record_function region; torch's
     begins inside the op that opens it and ends inside the one that closes it.
     Merged: torch's region alone, once per region, and our calls strictly nested
-    around and inside it, by merge_torch and by `merge OURS TORCH -o OUT`."""
+    around and inside it, by merge_torch and by `merge OURS TORCH -o OUT`, in .json
+    and .pftrace."""
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile, record_function
     torch.manual_seed(0)
@@ -333,12 +350,7 @@ def test_torchs_regions_are_kept_once_and_every_track_nests(tmp_path):
                 step()
     prof.export_chrome_trace(str(tmp_path / "torch.json"))
     t.trace.export_chrome_trace(str(tmp_path / "ours.json"))
-    pytrace_cffi.merge_torch(t.trace, tmp_path / "torch.json", tmp_path / "api.json")
-    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "merge", "ours.json",
-                           "torch.json", "-o", "cli.json"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    for name in ("api.json", "cli.json"):
+    for name in _merged_by_api_and_cli(t.trace, tmp_path, ".json"):
         data, events = merged_events(tmp_path / name)
         assert chrome_crossings(events) == []
         for region_name in ("Optimizer.step#SGD.step", "train_step",
@@ -362,6 +374,31 @@ def test_torchs_regions_are_kept_once_and_every_track_nests(tmp_path):
         facts = data["pytrace_cffi"]
         assert facts["our_regions_replaced_by_torchs"] == 15
         assert facts["our_calls_crossing_torchs_regions_left_out"] > 0
+    # The same rule in a .pftrace (torch's events on tracks of their own beside
+    # ours): the same calls of ours are kept as in the JSON.
+    t.trace.export_perfetto(str(tmp_path / "ours.pftrace"))
+    our_tracks = set(_decode(tmp_path / "ours.pftrace")["threads"])
+    kept = collections.Counter(e["name"] for e in merged_events(tmp_path / "api.json")[1]
+                               if e.get("ph") == "X" and _is_ours(e))
+    for name in _merged_by_api_and_cli(t.trace, tmp_path, ".pftrace"):
+        decoded = _decode(tmp_path / name)
+        events = pftrace_thread_events(decoded, our_tracks)
+        assert chrome_crossings(events) == [], name      # each thread's tracks as one
+        mine = [e for e in events if e["ours"]]
+        assert collections.Counter(e["name"] for e in mine) == kept, name
+        for region_name in ("Optimizer.step#SGD.step", "train_step",
+                            "Optimizer.zero_grad#SGD.zero_grad"):
+            regions = [e for e in events if e["name"] == region_name]
+            assert len(regions) == 5 and not any(e["ours"] for e in regions), \
+                (name, region_name)
+        for region in (e for e in events if e["name"] == "Optimizer.step#SGD.step"):
+            around, inside = _region_holders(events, region, lambda e: e["ours"])
+            assert any(e["name"].endswith(": step") for e in around), region
+            assert any(e["name"].endswith(": _single_tensor_sgd") for e in inside), region
+        info = next(i for i in decoded["instants"] if i["name"] == "torch.profiler")
+        assert info["args"]["our_regions_replaced_by_torchs"] == 15
+        assert info["args"]["our_calls_crossing_torchs_regions_left_out"] == \
+            facts["our_calls_crossing_torchs_regions_left_out"]
 
 
 # -- streaming ----------------------------------------------------------------
@@ -753,7 +790,7 @@ def _decode(path):
         if os.environ.get("CI") == "true":
             raise
         pytest.skip("the perfetto and protobuf packages are not installed")
-    return decode(path)
+    return decode(path, named_tracks=True)
 
 
 def test_realtime_to_monotonic_inverts_the_anchor_map():

@@ -67,13 +67,16 @@ def _packets(trace_bytes):
             yield ("packet", packet)
 
 
-def decode(path):
+def decode(path, named_tracks=False):
     """What a .pftrace holds: tracks, slices (rebuilt from begin/end per track,
-    with depth), instants, counter values; times as CLOCK_MONOTONIC ns."""
+    with depth), instants, counter values; times as CLOCK_MONOTONIC ns.
+    named_tracks: tracks with a name only are allowed (a merge with torch writes
+    them for torch's pids and tids that are not numbers); ours never are."""
     with open(path, "rb") as f:
         data = f.read()
     sequences = {}
-    out = {"processes": {}, "threads": {}, "counters": {}, "slices": [], "instants": [],
+    out = {"processes": {}, "threads": {}, "counters": {}, "named": {}, "slices": [],
+           "instants": [],
            "counter_values": [], "compressed": 0, "primary_clock": None, "packets": 0}
     open_slices = {}            # track uuid -> stack of open slices
     tracks = {}                 # uuid -> (kind, parent uuid or None)
@@ -121,8 +124,11 @@ def decode(path):
             continue
         if packet.HasField("track_descriptor"):
             d = packet.track_descriptor
+            # "named": a track with a name only (a merge's torch pid or tid that is
+            # not a number); "root": the descriptor of uuid 0 (see track_descriptors)
             kind = ("process" if d.HasField("process") else "thread" if d.HasField("thread")
-                    else "counter" if d.HasField("counter") else "root")
+                    else "counter" if d.HasField("counter") else "root" if d.uuid == 0
+                    else "named")
             place = (kind, d.parent_uuid if d.HasField("parent_uuid") else None)
             assert tracks.setdefault(d.uuid, place) == place, f"track {d.uuid} described twice"
             if d.HasField("process"):
@@ -131,6 +137,8 @@ def decode(path):
                 out["threads"][d.uuid] = (d.thread.pid, d.thread.tid, d.thread.thread_name)
             elif d.HasField("counter"):
                 out["counters"][d.uuid] = (d.name, d.parent_uuid)
+            elif kind == "named":
+                out["named"][d.uuid] = (d.name, place[1])
         if not packet.HasField("track_event"):
             continue
         assert seq.valid, "a track event before the sequence's state was cleared"
@@ -170,6 +178,7 @@ def decode(path):
             value = event.WhichOneof("counter_value_field")
             out["counter_values"].append((track, ts, getattr(event, value)))
     assert not any(open_slices.values()), "slices begun and never ended"
+    assert named_tracks or not out["named"], f"tracks with a name only: {out['named']}"
     _check_track_tree(out, tracks)
     return out
 
@@ -177,11 +186,17 @@ def decode(path):
 def _check_track_tree(out, tracks):
     """Where every track hangs: a process track at the top, each thread track
     under the process track of its pid, each counter track under a process
-    track, the root descriptor (uuid 0) alone; slices on thread tracks, instants
-    on thread or process tracks, counter values on counter tracks."""
+    track, the root descriptor (uuid 0) alone, a named track (torch's events of
+    a pid or tid that is no number, merged) at the top or under a process track
+    or a named one (a pid that is no number);
+    slices on thread or named tracks, instants on thread, process or named tracks,
+    counter values on counter tracks."""
     for uuid, (kind, parent) in tracks.items():
         if kind == "root":
-            assert uuid == 0 and parent is None, (uuid, parent)
+            assert parent is None, (uuid, parent)
+        elif kind == "named":
+            assert parent is None or tracks.get(parent, (None,))[0] in ("process", "named"), \
+                f"named track {uuid} is under a track that is not a process's ({parent})"
         elif kind == "process":
             assert parent is None, f"process track {uuid} has a parent ({parent})"
         else:
@@ -191,8 +206,9 @@ def _check_track_tree(out, tracks):
                 assert out["threads"][uuid][0] == out["processes"][parent][0], \
                     f"thread track {uuid} (pid {out['threads'][uuid][0]}) is under the " \
                     f"track of pid {out['processes'][parent][0]}"
-    assert {s["track"] for s in out["slices"]} <= set(out["threads"])
-    assert {i["track"] for i in out["instants"]} <= set(out["threads"]) | set(out["processes"])
+    assert {s["track"] for s in out["slices"]} <= set(out["threads"]) | set(out["named"])
+    assert {i["track"] for i in out["instants"]} <= \
+        set(out["threads"]) | set(out["processes"]) | set(out["named"])
     assert {track for track, _, _ in out["counter_values"]} <= set(out["counters"])
 
 

@@ -402,6 +402,7 @@ def set_event(directory, thread, position, key_kind):
     ("tag index", r"event 0 names an unknown key, tag or annotation args"),
     ("args index", r"event 0 names an unknown key, tag or annotation args"),
     ("reserved", r"reserved field set"),
+    ("empty blocks", r"block at byte 16 is damaged \(it holds no events\)"),
     ("hash", r"hashes.json: id \d+ is not the hash of its name"),
     ("module tag", r"bad tags"),
     ("delta past stop", r"thread 0 \('MainThread'\): call \d+ ends before it starts or "
@@ -438,6 +439,14 @@ def test_spilled_counts_are_checked(spilled_dir, tmp_path, damage, message):
         data = bytearray((target / "events.bin").read_bytes())
         data[EVENTS_HEADER + 4] = 1
         (target / "events.bin").write_bytes(bytes(data))
+    elif damage == "empty blocks":
+        # a hostile file: 100,000 blocks of no events before the first, each
+        # continuing it (its thread and base)
+        data = (target / "events.bin").read_bytes()
+        first = data[EVENTS_HEADER:EVENTS_HEADER + BLOCK_HEADER]
+        empty = first[:8] + bytes(8) + first[16:]
+        (target / "events.bin").write_bytes(data[:EVENTS_HEADER] + empty * 100_000
+                                            + data[EVENTS_HEADER:])
     elif damage == "hash":
         hashes = json.loads((target / "hashes.json").read_text())
         ids = [entry[0] for entry in meta["keys"][1:3]]

@@ -4,7 +4,6 @@ callees; everything else the program calls is recorded. Each program runs in a
 fresh interpreter, so that its modules are really imported while tracing."""
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import textwrap

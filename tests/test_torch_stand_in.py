@@ -328,7 +328,7 @@ def _torch_like_regions(calls, anchor, pid, base):
 def test_merged_with_torchs_regions_each_is_kept_once_and_every_track_nests(tmp_path):
     """The geometry of torch.profiler's regions (tests/test_merge.py has the real
     torch on 3.11): merged, torch's region replaces ours and our calls nest around
-    and inside it on every interpreter's backend."""
+    and inside it on every interpreter's backend, in .json and .pftrace."""
     from helpers import chrome_crossings
     import pytrace_cffi
     calls, _, _ = run_workload(tmp_path, run=REGIONS_RUN.format(options=""))
@@ -356,6 +356,28 @@ def test_merged_with_torchs_regions_each_is_kept_once_and_every_track_nests(tmp_
         inside = [e["name"] for e in mine if start <= e["ts"] and e["ts"] + e["dur"] <= end]
         assert any(name.endswith(": wrapper") for name in around), step
         assert any(name.endswith(": _optimizer_step_code") for name in inside), step
+    # The same in a .pftrace (torch's events on tracks of their own beside ours):
+    # the same calls of ours kept, each thread's tracks nested as one.
+    from helpers import perfetto_protos, pftrace_thread_events
+    from pytrace_cffi.render.perfetto import write_perfetto
+    from pytrace_cffi.render.summary import read_trace
+    perfetto_protos()
+    from test_perfetto import decode
+    write_perfetto(read_trace(str(tmp_path / "trace.json")), tmp_path / "ours.pftrace")
+    our_tracks = set(decode(tmp_path / "ours.pftrace")["threads"])
+    pytrace_cffi.merge_torch(str(tmp_path / "trace.json"), tmp_path / "torch.json",
+                             tmp_path / "merged.pftrace")
+    decoded = decode(tmp_path / "merged.pftrace", named_tracks=True)
+    slices = pftrace_thread_events(decoded, our_tracks)
+    assert chrome_crossings(slices) == []
+    assert collections.Counter(e["name"] for e in slices if not e["ours"]) == \
+        collections.Counter(r["name"] for r in regions)                # torch's, once
+    assert collections.Counter(e["name"] for e in slices if e["ours"]) == \
+        collections.Counter(e["name"] for e in mine)
+    info = next(i for i in decoded["instants"] if i["name"] == "torch.profiler")
+    assert info["args"]["our_regions_replaced_by_torchs"] == len(regions)
+    for name in ("our_calls_crossing_torchs_regions_left_out", "our_regions_replaced_by_torchs"):
+        assert info["args"][name] == merged["pytrace_cffi"][name]
 
 
 def test_torch_regions_survive_spilling_and_loading(tmp_path):

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -252,13 +251,27 @@ def test_recovered_times_without_the_clock_start_are_those_with_it(killed_job, t
     assert "the clock's start was lost" in result.note
 
 
+def test_an_events_bin_of_empty_blocks_is_damage_said_not_walked(killed_job, tmp_path):
+    """Blocks of no events, which the writer never writes, appended to a killed
+    process's events.bin: its calls are kept, the rest is said to be damaged."""
+    job, proc = job_copy(killed_job, tmp_path)
+    intact = len(processes.recover(str(proc)))
+    size = os.path.getsize(proc / "events.bin")
+    with open(proc / "events.bin", "ab") as out:
+        out.write(bytes(24) * 100_000)             # thread 0, no events, base 0
+    [result] = processes.status(str(job))
+    assert result.state == "recovered" and len(processes.recover(str(proc))) == intact
+    assert f"events.bin is damaged at byte {size}: the {24 * 100_000} bytes" in result.note
+
+
 def test_a_deeply_nested_keys_jsonl_line_is_said_not_raised(killed_job, tmp_path):
     job, proc = job_copy(killed_job, tmp_path)
     intact = counted_calls(processes.recover(str(proc)))
     with open(proc / "keys.jsonl", "ab") as out:
         out.write(b"[" * 100_000 + b"\n")
     [result] = processes.status(str(job))
-    assert result.state == "recovered" and result.calls == intact
+    # (calls: the -c program's module frame, running at its start, is none)
+    assert result.state == "recovered" and result.calls == intact - 1
     assert "is nested too deeply" in result.note
     run = cli("summary", job)
     assert run.returncode == 0 and "Traceback" not in run.stderr

@@ -94,6 +94,7 @@ def _chunks(trace, progress):
             "realtime_anchor": trace.realtime_anchor,
         },
     }
+    head["otherData"].update(dropped_by_thread(trace))
     if trace.processes:
         head["otherData"]["processes"] = [dict(facts, pid=process_pid)
                                           for process_pid, facts in trace.processes.items()]
@@ -140,6 +141,16 @@ def _chunks(trace, progress):
             event["s"] = "t"
         yield (",\n" + dumps_utf8(event)).encode("utf-8")
     yield b"\n]}\n"
+
+
+def dropped_by_thread(trace):
+    """{"dropped_by_thread": each thread's dropped events, in thread order} when
+    the trace dropped any, else {}: the facts (otherData, the .pftrace's) that
+    let a reader split dropped_events among its threads (render/summary.py)."""
+    split = [thread.dropped for thread in trace.threads]
+    if not trace.dropped_events or sum(split) != trace.dropped_events:
+        return {}           # (a trace made by hand may not say: the total alone)
+    return {"dropped_by_thread": split}
 
 
 def _thread_batches(trace):

@@ -273,6 +273,8 @@ def _process_sequence(trace, uuids):
              "backend": trace.backend, "clock": trace.clock,
              "start_monotonic_ns": base, "stop_monotonic_ns": trace.stop_ns,
              "dropped_events": trace.dropped_events, "realtime_anchor": trace.realtime_anchor}
+    from .chrome import dropped_by_thread
+    facts.update(dropped_by_thread(trace))
     if trace.processes:
         facts["processes"] = [dict(info, pid=pid) for pid, info in trace.processes.items()]
     if trace.label is not None:
@@ -325,11 +327,13 @@ def _blob(parts):
     return blob, ffi.new("uint32_t[]", offsets)
 
 
-def _chunks(trace, progress, chunk_bytes, uuids=None):
+def _chunks(trace, progress, chunk_bytes, uuids=None, own_batches=None):
     """The file's packets in pieces of at most about chunk_bytes (bytes, or a view
     of the C side's buffer that the next piece overwrites). uuids: a dict that
     gets the tracks' uuids ("process_of_pid", "tids", "next_uuid") as soon as
-    they are made."""
+    they are made. own_batches(index): a thread's slices in start order as
+    batches of (pt_slice *, n, index of the first) to write instead of its own
+    (None: its own)."""
     base_uuid = _uuid_base(trace)
     uuids = {} if uuids is None else uuids
     uuids.update(process=base_uuid, threads=[], tids={}, counters={})
@@ -412,19 +416,23 @@ def _chunks(trace, progress, chunk_bytes, uuids=None):
     from .chrome import thread_batches
     for index, thread in enumerate(trace.threads):
         sequence_id = PROCESS_SEQUENCE + 1 + index
-        batches = iter(streams.records(index) if records else thread_batches(trace, index))
+        batches = own_batches(index) if own_batches is not None else None
+        from_records = records and batches is None
+        if batches is None:
+            batches = streams.records(index) if from_records else thread_batches(trace, index)
+        batches = iter(batches)
         first = next(batches, None)
         # The sequence's clock starts at the trace's start, or at its first call if
         # that is earlier (a loaded trace's clock may say so): deltas are never negative.
         clock_ns = trace.start_ns
         if first is not None:
-            clock_ns = min(clock_ns, first[0][0].ts if records else first[0][0].start)
+            clock_ns = min(clock_ns, first[0][0].ts if from_records else first[0][0].start)
         yield _thread_head(uuids["descriptors"]["threads"][index], uuids["threads"][index],
                            sequence_id, interned_head, clock_ns)
         ffi.memmove(interned_done, bytes(max(1, n_keys)), max(1, n_keys))
         if first is None:
             continue
-        steps = (_record_steps if records else _slice_steps)(
+        steps = (_record_steps if from_records else _slice_steps)(
             first, batches, thread, sequence_id, clock_ns, depths[index], encode)
         yield from _filled(steps, encode)
 
@@ -529,12 +537,13 @@ def _slice_steps(first, batches, thread, sequence_id, clock_ns, depth, encode):
         batch = next(batches, None)
 
 
-def write_perfetto(trace, path, compress=True, more=None):
+def write_perfetto(trace, path, compress=True, more=None, own_batches=None):
     """Writes trace to path as Perfetto protobuf, deflate-compressed packets when
     compress. Written beside path and renamed: a failed export leaves no
     truncated file and the trace untouched. more(uuids, first_sequence_id):
     packets (whole Trace.packet entries) to write after the trace's, given its
-    tracks' uuids (see _chunks) and the first sequence id it leaves free."""
+    tracks' uuids (see _chunks) and the first sequence id it leaves free.
+    own_batches: see _chunks (merge_torch's slices filtered around torch's regions)."""
     from .chrome import _warn_if_too_deep
     path = os.fspath(path)
     _warn_if_too_deep(trace)
@@ -544,7 +553,7 @@ def write_perfetto(trace, path, compress=True, more=None):
         sink = _Sink(out, compress)
         try:
             uuids = {}
-            for chunk in _chunks(trace, progress, chunk_bytes, uuids):
+            for chunk in _chunks(trace, progress, chunk_bytes, uuids, own_batches):
                 sink.write(chunk)
             if more is not None:
                 for chunk in more(uuids, PROCESS_SEQUENCE + 1 + len(trace.threads)):

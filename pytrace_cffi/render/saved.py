@@ -401,7 +401,7 @@ def _load_parts(directory, meta, hashes, params):
         hid, kind, args = entry[:3]
         hide = entry[3] if spilled else 0
         _expect(isinstance(hid, str), f"meta.json: key {key} has a bad hash id")
-        _expect(_int(hide, "hide") in (0, 1, 2, 3, 4),
+        _expect(_int(hide, "hide") in (0, 1, 2, 3, 4, lib.PT_HIDE_STARTUP),
                 f"meta.json: key {key} has a bad hide value")
         hidden.append(hide)
         _expect(hid in hashes, f"meta.json: key {key} has no name in hashes.json")
@@ -742,6 +742,9 @@ def _index_blocks(events_file, threads, length):
         offset += EVENT_BLOCK.size
         _expect(index < len(threads), f"{path}: block at byte {at} for unknown thread {index}")
         _expect(reserved == 0, f"{path}: block at byte {at} is damaged (reserved field set)")
+        # (the writer never writes an empty block: a file of them would be walked
+        # 24 bytes at a time)
+        _expect(count > 0, f"{path}: block at byte {at} is damaged (it holds no events)")
         _expect(count <= (size - offset) // EVENT_RECORD_SIZE,
                 f"{path}: block at byte {at} is truncated")
         blocks[index].append((at, offset, count, base))

@@ -378,6 +378,8 @@ def _chrome_trace(path, other, keys, threads, slices, marks, pid, lanes, streams
         threads = [t._replace(pid=None) for t in threads]
     else:
         pid = next(iter(processes))
+    dropped = _other_int(path, other, "dropped_events")
+    threads = _threads_dropped(path, other, threads, dropped)
     trace = Trace(names=keys.names, key_kinds=keys.kinds, key_args=keys.args, threads=threads,
                  slices=slices, start_ns=start_ns,
                  stop_ns=_other_int(path, other, "stop_monotonic_ns"), pid=pid,
@@ -386,12 +388,32 @@ def _chrome_trace(path, other, keys, threads, slices, marks, pid, lanes, streams
                  params={"modules": [], "optimizer_steps": []},
                  marks=[Mark(kind, start_ns + ts_ns, tid, name, args)
                         for kind, ts_ns, tid, name, args in marks],
-                 dropped_events=_other_int(path, other, "dropped_events"),
+                 dropped_events=dropped,
                  realtime_anchor=_other_anchor(path, other), streams=streams,
                  build_slices=build_slices)
     trace.processes = processes
     trace.label = other["label"] if isinstance(other.get("label"), str) else None
     return trace
+
+
+def _threads_dropped(path, other, threads, dropped):
+    """threads with the events each dropped, from otherData.dropped_by_thread (see
+    chrome.dropped_by_thread). A file that says the total only (written before the
+    split was) has it on its first thread: a trace's total is its threads' sum."""
+    split = other.get("dropped_by_thread")
+    _expect(dropped >= 0, f"{path}: otherData.dropped_events is negative")
+    if split is None:
+        if not dropped:
+            return threads
+        _expect(len(threads) > 0, f"{path}: {dropped} events dropped, but no thread")
+        return [threads[0]._replace(dropped=dropped)] + list(threads[1:])
+    _expect(isinstance(split, list) and len(split) == len(threads)
+            and all(type(n) is int and n >= 0 for n in split),
+            f"{path}: otherData.dropped_by_thread must be a count of at least 0 per thread "
+            f"({len(threads)})")
+    _expect(sum(split) == dropped, f"{path}: otherData.dropped_by_thread adds up to "
+                                   f"{sum(split)}, dropped_events is {dropped}")
+    return [thread._replace(dropped=n) for thread, n in zip(threads, split)]
 
 
 def _lane_processes(path, other, lanes, threads):

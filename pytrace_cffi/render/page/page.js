@@ -539,7 +539,7 @@
     ` \u00b7 Python ${meta.python} (${meta.backend})`;
   if (meta.dropped_events > 0) {
     document.getElementById("warning").textContent =
-      `${meta.dropped_events} events dropped: parts of the trace are missing`;
+      `${count(meta.dropped_events, "event")} dropped: parts of the trace are missing`;
   }
   if (reduced) {
     const notice = document.getElementById("notice");

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -28,3 +28,7 @@ def set_grad_enabled(mode):
 
 
 from . import _C, autograd, nn, optim, profiler, utils  # noqa: E402,F401
+
+# re-exports, as torch's
+__all__ = ["Tensor", "float32", "ones", "ones_like", "zeros_like", "is_grad_enabled",
+           "set_grad_enabled", "_C", "autograd", "nn", "optim", "profiler", "utils"]

@@ -1,1 +1,2 @@
 from . import profiler  # noqa: F401
+__all__ = ["profiler"]  # re-exports, as torch's

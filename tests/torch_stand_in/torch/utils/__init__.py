@@ -1,1 +1,2 @@
 from . import data  # noqa: F401
+__all__ = ["data"]  # re-exports, as torch's
