@@ -93,8 +93,11 @@ const char *pt_last_error(pt_tracer *tracer);
  * the callbacks from pt_monitor_callbacks; this enables event_mask on tool_id.
  * The innermost own_frames frames of the calling thread (the caller's start
  * machinery, which traces leave out) are not seeded and do not count toward the
- * 128; they return while tracing, so they still enter the max_depth count. */
-int pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames);
+ * 128; they return while tracing, so they still enter the max_depth count.
+ * py_thread_objects: the dict the thread hook fills, tstate id ->
+ * threading.Thread (a strong reference is kept), or NULL. */
+int pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
+             void *py_thread_objects);
 /* Attach the calling thread (a thread born during tracing), seeding its frames
  * except the innermost skip_frames (the attaching hook's own). */
 int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
@@ -103,14 +106,11 @@ int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
  * thread to the tracer running then (seeding its frames; 3.9-3.11: installing the
  * profile hook, then looking at every attached thread's hook as pt_check_hooks
  * does; 3.12+: removing itself, sys.monitoring sees every thread) and notes its
- * threading.Thread (pt_set_thread_objects); with no tracer running it removes
+ * threading.Thread (pt_start's py_thread_objects); with no tracer running it removes
  * itself. No Python frame of its own, no lock, the GIL never released: a thread
  * that read the hook while one tracer ran and runs it after that tracer stopped
  * follows the next one, or nothing. */
 int pt_thread_hook(void *py_list);
-/* Before pt_start: the dict the thread hook fills, tstate id -> threading.Thread
- * (a strong reference is kept). */
-int pt_set_thread_objects(pt_tracer *tracer, void *py_dict);
 /* Stop: removes the hook from every thread; the buffers stay for reading. */
 int pt_stop(pt_tracer *tracer);
 /* Another profiler taking the hook (PT_BACKEND_PROFILE; the sys.monitoring
@@ -208,6 +208,24 @@ uint64_t pt_current_tstate_id(void);
 int pt_thread_count(pt_tracer *tracer);
 /* O(chunks): stop() reads every thread's info, so no event is read here. */
 int pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out);
+/* pt_thread_get_info of threads 0 .. n-1 into out[0 .. n-1], in one call. */
+int pt_thread_infos(pt_tracer *tracer, pt_thread_info *out, int n);
+/* What stop() needs of a stopped tracer, in one call (each call through cffi
+ * costs ~0.5 us, and an empty stop() made a dozen): its clock readings at start
+ * and stop, the realtime anchors (as pt_realtime_anchor gives them), its thread
+ * count and sticky error, and a clock pair read now (pt_clock_pair: the ticks ->
+ * ns slope). PT_ERR_STATE unless stopped. */
+typedef struct {
+    int64_t start_ns;
+    int64_t start_ticks;
+    int64_t stop_ticks;
+    int64_t now_ticks;
+    int64_t now_ns;
+    int64_t anchor[6];      /* at start, then at stop: monotonic ns, realtime ns, spread */
+    int32_t n_threads;
+    int32_t hot_error;
+} pt_stop_facts;
+int pt_get_stop_facts(pt_tracer *tracer, int use_tsc, pt_stop_facts *out);
 /* The thread's events that open a slice (calls and seeds); 0 for a bad index. */
 uint64_t pt_thread_count_calls(pt_tracer *tracer, int index);
 /* Whether the thread's calls, paired with their returns as replay pairs them (a

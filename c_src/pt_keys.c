@@ -117,9 +117,12 @@ nomem:
 static void
 pt_classify_code(pt_tracer *tracer, PyObject *code, uint32_t id)
 {
+    static PyObject *co_name;           /* "co_name", made once (the GIL held) */
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    PyObject *name = PyObject_GetAttrString(code, "co_name");
+    if (!co_name)
+        co_name = PyUnicode_InternFromString("co_name");
+    PyObject *name = co_name ? PyObject_GetAttr(code, co_name) : NULL;
     int watched = name ? PySet_Contains(tracer->watch_names, name) : -1;
     Py_XDECREF(name);
     if (watched > 0) {
