@@ -118,13 +118,44 @@ pt_tracer_new(int flags, int backend)
     return tracer;
 }
 
+static void pt_tracer_release(pt_tracer *tracer);
+
 void
 pt_tracer_free(pt_tracer *tracer)
 {
     if (!tracer)
         return;
     /* A tracer is only freed stopped (the Python wrapper guarantees it), so no
-     * hook can still reach it. At interpreter teardown we skip the decrefs. */
+     * new hook call reaches it; a hook still inside Python code it called frees
+     * it when it comes back (pt_python_leave). */
+    if (Py_IsInitialized()) {
+        PyGILState_STATE gil = PyGILState_Ensure();
+        int busy = tracer->in_python != 0;
+        if (busy) {
+            tracer->free_pending = 1;
+            pt_handle_detach(tracer->handle);   /* new hook calls find nothing */
+        }
+        PyGILState_Release(gil);
+        if (busy)
+            return;
+    }
+    pt_tracer_release(tracer);
+}
+
+int
+pt_python_leave(pt_tracer *tracer)
+{
+    if (--tracer->in_python || !tracer->free_pending)
+        return 0;
+    pt_tracer_release(tracer);
+    return 1;
+}
+
+/* Frees the tracer, its buffers and its references. At interpreter teardown we
+ * skip the decrefs. */
+static void
+pt_tracer_release(pt_tracer *tracer)
+{
     if (Py_IsInitialized()) {
         PyGILState_STATE gil = PyGILState_Ensure();
         pt_handle_detach(tracer->handle);

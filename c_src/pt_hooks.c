@@ -244,8 +244,8 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
         if (what == PT_TRACE_RETURN) {
             pt_record_return(tracer, thread, PT_EV_PY_RETURN, key);
         } else if (pt_depth_enter(tracer, thread, key)) {
-            pt_record(tracer, thread, PT_EV_PY_CALL, key);
-            pt_maybe_tag(tracer, thread, key, frame);
+            if (pt_record(tracer, thread, PT_EV_PY_CALL, key) >= 0)   /* < 0: stopped */
+                pt_maybe_tag(tracer, thread, key, frame);
         }
         break;
     }
@@ -254,10 +254,11 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
             pt_is_builtin_function(arg) &&
             !(tracer->code_filter && pt_caller_skipped(tracer, frame))) {
             uint32_t key = pt_key_for_builtin(tracer, arg, 1, NULL);
-            thread->c_callable = arg;
-            thread->c_key = key;
-            if (key)
+            if (key) {          /* 0: out of memory, or stopped (maybe gone) meanwhile */
+                thread->c_callable = arg;
+                thread->c_key = key;
                 pt_record_call(tracer, thread, PT_EV_C_CALL, key);
+            }
         }
         break;
     case PT_TRACE_C_RETURN:
@@ -316,8 +317,7 @@ pt_monitor_py_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs,
     if (kind == PT_EV_PY_RETURN) {
         pt_record_return(tracer, thread, kind, key);
     } else if (pt_depth_enter(tracer, thread, key)) {
-        pt_record(tracer, thread, kind, key);
-        if (may_tag)
+        if (pt_record(tracer, thread, kind, key) >= 0 && may_tag)     /* < 0: stopped */
             pt_maybe_tag(tracer, thread, key,
                          tracer->key_flags[key] & PT_KEYF_TAG ? PyEval_GetFrame() : NULL);
     }
@@ -451,10 +451,12 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
         PyObject *callable = args[2];   /* read once: the stores may alias args */
         thread->c_callable = callable;
         thread->c_arg0 = args[3];
+        thread->c_key = 0;
         uint32_t key = pt_monitor_builtin_key(tracer, callable, args, thread);
-        thread->c_key = key;
-        if (key)
+        if (key) {              /* 0: not a built-in, or stopped (maybe gone) meanwhile */
+            thread->c_key = key;
             pt_record_call(tracer, thread, PT_EV_C_CALL, key);
+        }
     } else {
         uint32_t key = args[2] == thread->c_callable && args[3] == thread->c_arg0
             ? thread->c_key : pt_monitor_builtin_key(tracer, args[2], args, NULL);
@@ -1007,13 +1009,16 @@ pt_thread_hook_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     pt_tracer *tracer = pt_active_tracer;
     PyEval_SetProfile(NULL, NULL);      /* runs once; 3.12+ then leave it off */
     if (tracer && tracer->state == PT_STATE_RUNNING) {
+        /* the attach asks the watcher and filters about the frames it seeds */
+        pt_python_enter(tracer);
         pt_note_thread_object(tracer);
         pt_attach_held(tracer, 0);
         /* A new thread is a cheap moment to look (3.9-3.11: stop() cannot see
          * a thread that lost its hook and ended before it). The tracer may have
-         * stopped (and been let go) while the attach asked its questions. */
+         * stopped while the attach asked its questions. */
         if (pt_active_tracer == tracer && tracer->backend == PT_BACKEND_PROFILE)
             (void)pt_check_hooks_held(tracer, 0);
+        (void)pt_python_leave(tracer);
     }
     Py_RETURN_NONE;
 }
