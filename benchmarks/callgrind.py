@@ -17,7 +17,11 @@ here once per interpreter):
     noop       pytrace_cffi.start(noop=True) .. run() .. stop(): our hooks, recording nothing
     record     pytrace_cffi.start(**options) .. run(): the last event recorded
     stop       stop() alone, after such a run
-    start      start() alone (the empty session's cost)
+    start      start() alone (the empty session's cost; the toggle after it is a
+               built-in call the new trace names, ~10k instructions, counted too)
+    empty_stop stop() of an empty session, alone (not by default)
+    cycle      start() and stop() of an empty session: start alone is cycle -
+               empty_stop, without the toggle's naming (not by default)
 
 and prints, per workload, the instructions per run and per recorded event (the
 event count is the trace's: calls and returns, as the hooks write them), and
@@ -61,7 +65,8 @@ def _workloads_dir():
 
 WORKLOADS_DIR = _workloads_dir()
 CACHE = os.path.expanduser("~/.cache/pytrace-callgrind")
-MEASURES = ("untraced", "floor", "noop", "record", "stop", "start")
+MEASURES = ("untraced", "floor", "noop", "record", "stop", "start", "empty_stop", "cycle")
+DEFAULT_MEASURES = MEASURES[:6]
 
 HELPER = r'''
 import cffi, sys
@@ -110,6 +115,10 @@ for _ in range(runs):
         pytrace_cffi.start(**options); w(); toggle(); t = pytrace_cffi.stop(); toggle(); del t
     elif measure == "start":
         toggle(); pytrace_cffi.start(**options); toggle(); pytrace_cffi.stop()
+    elif measure == "empty_stop":
+        pytrace_cffi.start(**options); toggle(); t = pytrace_cffi.stop(); toggle(); del t
+    elif measure == "cycle":
+        toggle(); pytrace_cffi.start(**options); t = pytrace_cffi.stop(); toggle(); del t
 print("CG " + json.dumps({"events": events}))
 '''
 
@@ -157,7 +166,7 @@ def main():
     ap.add_argument("--python", action="append", required=True, metavar="LABEL=PATH[@TREE]")
     ap.add_argument("--floor-dir", help="directory holding the _mon floor module")
     ap.add_argument("--workloads", nargs="+", default=["fib", "builtins_mix", "threads_mix"])
-    ap.add_argument("--measures", nargs="+", default=list(MEASURES), choices=MEASURES)
+    ap.add_argument("--measures", nargs="+", default=list(DEFAULT_MEASURES), choices=MEASURES)
     ap.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                     help="a start() option for record/stop/start, e.g. max_depth=50")
     ap.add_argument("--runs", type=int, default=3)

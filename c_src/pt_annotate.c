@@ -248,7 +248,10 @@ pt_region_enter(PyObject *op, PyObject *unused)
                 self->key = pt_key_for_annotation(tracer, self->name);
                 self->generation = tracer->generation;
             }
-            pt_record(tracer, thread, PT_EV_PY_CALL, self->key);
+            if (pt_record(tracer, thread, PT_EV_PY_CALL, self->key) < 0) {
+                Py_INCREF(op);          /* stopped while the spill hook ran */
+                return op;
+            }
             self->entered_generation = tracer->generation;
             if (self->args != Py_None) {
                 if (!tracer->annotation_args)

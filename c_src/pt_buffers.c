@@ -233,13 +233,16 @@ pt_evict_oldest(pt_tracer *tracer)
 }
 
 /* Runs the spill hook (see pt_set_spill_hook), keeping any pending exception.
- * It may release the GIL (it writes a file): other threads can record meanwhile. */
-static void
+ * It may release the GIL (it writes a file): other threads can record meanwhile,
+ * or stop tracing. Returns 1 when tracing stopped meanwhile (the tracer may be
+ * gone: see pt_python_enter), else 0. */
+static int
 pt_run_spill_hook(pt_tracer *tracer)
 {
     if (tracer->spill_hook_busy || tracer->classify_from || tracer->state != PT_STATE_RUNNING)
-        return;
+        return tracer->state != PT_STATE_RUNNING;
     tracer->spill_hook_busy = 1;
+    pt_python_enter(tracer);
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyObject *result = PyObject_CallObject(tracer->spill_hook, NULL);
@@ -251,6 +254,8 @@ pt_run_spill_hook(pt_tracer *tracer)
     PyErr_Clear();
     PyErr_Restore(type, value, tb);
     tracer->spill_hook_busy = 0;
+    int stopped = tracer->state != PT_STATE_RUNNING;
+    return pt_python_leave(tracer) || stopped;
 }
 
 /* Spills this thread's full chunk at once and empties it in place (the spill
@@ -262,12 +267,11 @@ static int
 pt_spill_own_chunk(pt_tracer *tracer, pt_thread *thread)
 {
     for (int attempt = 0;; attempt++) {
-        pt_run_spill_hook(tracer);
         /* The hook may have let other threads run: one of them may have stopped
-         * tracing (stop() waits for a hook in progress, not for this tail), or
-         * emptied this thread's chunk already (more threads than max_events has
-         * chunks). */
-        if (tracer->state != PT_STATE_RUNNING)
+         * tracing (stop() waits for a hook in progress, not for this tail) and
+         * dropped the trace, or emptied this thread's chunk already (more threads
+         * than max_events has chunks). */
+        if (pt_run_spill_hook(tracer))
             return -1;
         if (thread->cursor < thread->limit)
             return 1;
@@ -489,13 +493,17 @@ pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
     return PT_OK;
 }
 
-/* Records a pause longer than a 32-bit delta: delta's high bits ride in the key. */
-void
+/* Records a pause longer than a 32-bit delta: delta's high bits ride in the key.
+ * Returns pt_append's answer. */
+int
 pt_append_time(pt_tracer *tracer, pt_thread *thread, uint64_t delta)
 {
     uint64_t high = delta >> 32;
     if (high >= PT_MAX_KEYS)
         high = PT_MAX_KEYS - 1;        /* > 2^61 ticks: decades; clamp */
-    if (pt_append(tracer, thread, (uint32_t)delta, (uint32_t)high << PT_KEY_SHIFT | PT_EV_TIME))
+    int rc = pt_append(tracer, thread, (uint32_t)delta,
+                       (uint32_t)high << PT_KEY_SHIFT | PT_EV_TIME);
+    if (rc > 0)
         thread->last_ticks += (int64_t)((uint64_t)(uint32_t)delta | high << 32);
+    return rc;
 }

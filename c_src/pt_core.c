@@ -89,9 +89,11 @@ pt_tracer_new(int flags, int backend)
     tracer->generation = __atomic_fetch_add(&pt_next_generation, 1, __ATOMIC_RELAXED);
     tracer->flags = flags;
     tracer->backend = backend;
-    tracer->slot_mask = 1023;
+    /* small at first (start() zeroes them: an empty trace's cost), doubled as
+     * keys come (pt_keys.c) */
+    tracer->slot_mask = 255;
     tracer->slots = calloc(tracer->slot_mask + 1, sizeof(pt_key_slot));
-    tracer->sources_cap = 1024;
+    tracer->sources_cap = 128;
     tracer->sources = calloc(tracer->sources_cap, sizeof(PyObject *));
     tracer->key_flags = calloc(tracer->sources_cap, 1);
     tracer->n_keys = 1;   /* id 0 means "unknown" */
@@ -117,13 +119,44 @@ pt_tracer_new(int flags, int backend)
     return tracer;
 }
 
+static void pt_tracer_release(pt_tracer *tracer);
+
 void
 pt_tracer_free(pt_tracer *tracer)
 {
     if (!tracer)
         return;
     /* A tracer is only freed stopped (the Python wrapper guarantees it), so no
-     * hook can still reach it. At interpreter teardown we skip the decrefs. */
+     * new hook call reaches it; a hook still inside Python code it called frees
+     * it when it comes back (pt_python_leave). */
+    if (Py_IsInitialized()) {
+        PyGILState_STATE gil = PyGILState_Ensure();
+        int busy = tracer->in_python != 0;
+        if (busy) {
+            tracer->free_pending = 1;
+            pt_handle_detach(tracer->handle);   /* new hook calls find nothing */
+        }
+        PyGILState_Release(gil);
+        if (busy)
+            return;
+    }
+    pt_tracer_release(tracer);
+}
+
+int
+pt_python_leave(pt_tracer *tracer)
+{
+    if (--tracer->in_python || !tracer->free_pending)
+        return 0;
+    pt_tracer_release(tracer);
+    return 1;
+}
+
+/* Frees the tracer, its buffers and its references. At interpreter teardown we
+ * skip the decrefs. */
+static void
+pt_tracer_release(pt_tracer *tracer)
+{
     if (Py_IsInitialized()) {
         PyGILState_STATE gil = PyGILState_Ensure();
         pt_handle_detach(tracer->handle);
@@ -250,6 +283,35 @@ pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out)
     out->spilled = thread->spilled;
     for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next)
         out->n_events += pt_chunk_used(thread, chunk);
+    return PT_OK;
+}
+
+int
+pt_thread_infos(pt_tracer *tracer, pt_thread_info *out, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = pt_thread_get_info(tracer, i, &out[i]);
+        if (rc != PT_OK)
+            return rc;
+    }
+    return PT_OK;
+}
+
+int
+pt_get_stop_facts(pt_tracer *tracer, int use_tsc, pt_stop_facts *out)
+{
+    if (tracer->state != PT_STATE_STOPPED) {
+        pt_set_error(tracer, "the trace can only be read after stop");
+        return PT_ERR_STATE;
+    }
+    memset(out, 0, sizeof *out);
+    out->start_ns = tracer->start_ns;
+    out->start_ticks = tracer->start_ticks;
+    out->stop_ticks = tracer->stop_ticks;
+    memcpy(out->anchor, tracer->anchor, sizeof out->anchor);
+    out->n_threads = tracer->n_threads;
+    out->hot_error = tracer->hot_error;
+    pt_clock_pair(use_tsc, &out->now_ticks, &out->now_ns);
     return PT_OK;
 }
 

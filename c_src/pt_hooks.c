@@ -8,6 +8,8 @@
  */
 #include "pt_internal.h"
 
+#include <string.h>
+
 /* ======================================================================== */
 /* The handle: the object every hook receives, pointing back to the tracer  */
 /* ======================================================================== */
@@ -248,8 +250,8 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
         if (what == PT_TRACE_RETURN) {
             pt_record_return(tracer, thread, PT_EV_PY_RETURN, key);
         } else if (pt_depth_enter(tracer, thread, key)) {
-            pt_record(tracer, thread, PT_EV_PY_CALL, key);
-            pt_maybe_tag(tracer, thread, key, frame);
+            if (pt_record(tracer, thread, PT_EV_PY_CALL, key) >= 0)   /* < 0: stopped */
+                pt_maybe_tag(tracer, thread, key, frame);
         }
         break;
     }
@@ -258,10 +260,11 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
             pt_is_builtin_function(arg) &&
             !(tracer->code_filter && pt_caller_skipped(tracer, frame))) {
             uint32_t key = pt_key_for_builtin(tracer, arg, 1, NULL);
-            thread->c_callable = arg;
-            thread->c_key = key;
-            if (key)
+            if (key) {          /* 0: out of memory, or stopped (maybe gone) meanwhile */
+                thread->c_callable = arg;
+                thread->c_key = key;
                 pt_record_call(tracer, thread, PT_EV_C_CALL, key);
+            }
         }
         break;
     case PT_TRACE_C_RETURN:
@@ -320,8 +323,7 @@ pt_monitor_py_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs,
     if (kind == PT_EV_PY_RETURN) {
         pt_record_return(tracer, thread, kind, key);
     } else if (pt_depth_enter(tracer, thread, key)) {
-        pt_record(tracer, thread, kind, key);
-        if (may_tag)
+        if (pt_record(tracer, thread, kind, key) >= 0 && may_tag)     /* < 0: stopped */
             pt_maybe_tag(tracer, thread, key,
                          tracer->key_flags[key] & PT_KEYF_TAG ? PyEval_GetFrame() : NULL);
     }
@@ -455,10 +457,12 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
         PyObject *callable = args[2];   /* read once: the stores may alias args */
         thread->c_callable = callable;
         thread->c_arg0 = args[3];
+        thread->c_key = 0;
         uint32_t key = pt_monitor_builtin_key(tracer, callable, args, thread);
-        thread->c_key = key;
-        if (key)
+        if (key) {              /* 0: not a built-in, or stopped (maybe gone) meanwhile */
+            thread->c_key = key;
             pt_record_call(tracer, thread, PT_EV_C_CALL, key);
+        }
     } else {
         uint32_t key = args[2] == thread->c_callable && args[3] == thread->c_arg0
             ? thread->c_key : pt_monitor_builtin_key(tracer, args[2], args, NULL);
@@ -493,6 +497,40 @@ static PyMethodDef pt_monitor_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+#define PT_MONITOR_EVENTS (sizeof pt_monitor_methods / sizeof pt_monitor_methods[0] - 1)
+
+/* What every tracer's callbacks share, made once (with the GIL held):
+ * sys.monitoring.MISSING and DISABLE, and the events' names. */
+static PyObject *pt_monitoring_missing, *pt_monitoring_disable;
+static PyObject *pt_monitor_names[PT_MONITOR_EVENTS];
+
+static int
+pt_monitor_shared(void)
+{
+    if (pt_monitoring_missing)
+        return 0;
+    PyObject *monitoring = PySys_GetObject("monitoring");   /* borrowed */
+    PyObject *missing = monitoring ? PyObject_GetAttrString(monitoring, "MISSING") : NULL;
+    PyObject *disable = monitoring ? PyObject_GetAttrString(monitoring, "DISABLE") : NULL;
+    PyObject *names[PT_MONITOR_EVENTS] = {NULL};
+    int ok = missing && disable;
+    for (size_t i = 0; ok && i < PT_MONITOR_EVENTS; i++)
+        ok = (names[i] = PyUnicode_InternFromString(pt_monitor_methods[i].ml_name)) != NULL;
+    if (!ok) {
+        Py_XDECREF(missing);
+        Py_XDECREF(disable);
+        for (size_t i = 0; i < PT_MONITOR_EVENTS; i++)
+            Py_XDECREF(names[i]);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "sys.monitoring is not available");
+        return -1;
+    }
+    memcpy(pt_monitor_names, names, sizeof names);
+    pt_monitoring_disable = disable;
+    pt_monitoring_missing = missing;
+    return 0;
+}
+
 int
 pt_monitor_callbacks(pt_tracer *tracer, void *py_list)
 {
@@ -505,22 +543,20 @@ pt_monitor_callbacks(pt_tracer *tracer, void *py_list)
         goto done;
     }
     if (!tracer->monitoring_missing) {
-        PyObject *monitoring = PySys_GetObject("monitoring");   /* borrowed */
-        tracer->monitoring_missing =
-            monitoring ? PyObject_GetAttrString(monitoring, "MISSING") : NULL;
-        tracer->monitoring_disable =
-            monitoring ? PyObject_GetAttrString(monitoring, "DISABLE") : NULL;
-        if (!tracer->monitoring_missing || !tracer->monitoring_disable) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_RuntimeError, "sys.monitoring is not available");
+        if (pt_monitor_shared() < 0) {
             pt_set_error_from_python(tracer, "sys.monitoring.MISSING");
             rc = PT_ERR_PYTHON;
             goto done;
         }
+        Py_INCREF(pt_monitoring_missing);
+        tracer->monitoring_missing = pt_monitoring_missing;
+        Py_INCREF(pt_monitoring_disable);
+        tracer->monitoring_disable = pt_monitoring_disable;
     }
-    for (PyMethodDef *def = pt_monitor_methods; def->ml_name; def++) {
-        PyObject *callback = PyCFunction_NewEx(def, tracer->handle, NULL);
-        PyObject *pair = callback ? Py_BuildValue("(sN)", def->ml_name, callback) : NULL;
+    for (size_t i = 0; i < PT_MONITOR_EVENTS; i++) {
+        PyObject *callback = PyCFunction_NewEx(&pt_monitor_methods[i], tracer->handle, NULL);
+        PyObject *pair = callback ? PyTuple_Pack(2, pt_monitor_names[i], callback) : NULL;
+        Py_XDECREF(callback);
         if (!pair || PyList_Append(list, pair) < 0) {
             Py_XDECREF(pair);
             pt_set_error_from_python(tracer, "creating monitoring callbacks");
@@ -619,8 +655,14 @@ pt_ident_for_frame(PyObject *current_frames, PyFrameObject *frame)
 static PyObject *
 pt_builtin_getprofile(void)
 {
-    PyObject *sys_module = PyImport_AddModule("sys");        /* borrowed */
+    /* the one found genuine before: once per process, not per start */
+    static PyObject *genuine_seen;
     PyObject *getprofile = PySys_GetObject("getprofile");    /* borrowed */
+    if (getprofile && getprofile == genuine_seen) {
+        Py_INCREF(getprofile);
+        return getprofile;
+    }
+    PyObject *sys_module = PyImport_AddModule("sys");        /* borrowed */
     PyObject *name = getprofile && PyCFunction_Check(getprofile)
         ? PyObject_GetAttrString(getprofile, "__name__") : NULL;
     int genuine = name && PyUnicode_Check(name) && sys_module &&
@@ -632,6 +674,10 @@ pt_builtin_getprofile(void)
     if (!genuine)
         return NULL;
     Py_INCREF(getprofile);
+    PyObject *old = genuine_seen;
+    genuine_seen = getprofile;
+    Py_INCREF(getprofile);
+    Py_XDECREF(old);
     return getprofile;
 }
 
@@ -797,7 +843,8 @@ pt_enable_monitoring(pt_tracer *tracer, int tool_id, long long event_mask)
 }
 
 int
-pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames)
+pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
+         void *py_thread_objects)
 {
     int rc = PT_OK;
     PyGILState_STATE gil = PyGILState_Ensure();
@@ -806,20 +853,31 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames)
         rc = PT_ERR_STATE;
         goto done;
     }
+    if (py_thread_objects && PyDict_Check((PyObject *)py_thread_objects)) {
+        PyObject *old = tracer->thread_objects;
+        Py_INCREF((PyObject *)py_thread_objects);
+        tracer->thread_objects = (PyObject *)py_thread_objects;
+        Py_XDECREF(old);
+    }
     /* From here to the end the GIL is never released: no thread moves between
      * the snapshot of its frames and the moment its hook is live. */
+    PyThreadState *self_tstate = PyThreadState_Get();
+    PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
+    /* Other threads' idents come from their frames in sys._current_frames(): with
+     * this thread alone, the dict is not needed. */
     PyObject *current_frames = NULL;
-    PyObject *getter = PySys_GetObject("_current_frames");   /* borrowed */
+    PyThreadState *head = PyInterpreterState_ThreadHead(interp);
+    PyObject *getter = head && (head != self_tstate || PyThreadState_Next(head))
+        ? PySys_GetObject("_current_frames") : NULL;    /* borrowed */
     if (getter)
         current_frames = PyObject_CallObject(getter, NULL);
-    if (!current_frames || !PyDict_Check(current_frames))
+    if (!current_frames || !PyDict_Check(current_frames)) {
+        Py_CLEAR(current_frames);
         PyErr_Clear();
+    }
 
     if (tracer->backend == PT_BACKEND_PROFILE && !tracer->getprofile)
         tracer->getprofile = pt_builtin_getprofile();
-
-    PyThreadState *self_tstate = PyThreadState_Get();
-    PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
     pt_defer_questions(tracer);
     pt_take_anchor(tracer->anchor[0]);
     /* The tick reading is the midpoint of two around the nanosecond one, so that
@@ -961,13 +1019,16 @@ pt_thread_hook_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     pt_tracer *tracer = pt_active_tracer;
     PyEval_SetProfile(NULL, NULL);      /* runs once; 3.12+ then leave it off */
     if (tracer && tracer->state == PT_STATE_RUNNING) {
+        /* the attach asks the watcher and filters about the frames it seeds */
+        pt_python_enter(tracer);
         pt_note_thread_object(tracer);
         pt_attach_held(tracer, 0);
         /* A new thread is a cheap moment to look (3.9-3.11: stop() cannot see
          * a thread that lost its hook and ended before it). The tracer may have
-         * stopped (and been let go) while the attach asked its questions. */
+         * stopped while the attach asked its questions. */
         if (pt_active_tracer == tracer && tracer->backend == PT_BACKEND_PROFILE)
             (void)pt_check_hooks_held(tracer, 0);
+        (void)pt_python_leave(tracer);
     }
     Py_RETURN_NONE;
 }
@@ -995,24 +1056,6 @@ pt_thread_hook(void *py_list)
         PyList_Append(list, pt_thread_hook_object) < 0) {
         PyErr_Clear();
         rc = PT_ERR_PYTHON;
-    }
-    PyGILState_Release(gil);
-    return rc;
-}
-
-int
-pt_set_thread_objects(pt_tracer *tracer, void *py_dict)
-{
-    PyGILState_STATE gil = PyGILState_Ensure();
-    PyObject *dict = (PyObject *)py_dict;
-    int rc = PyDict_Check(dict) ? PT_OK : PT_ERR_ARG;
-    if (rc == PT_OK) {
-        PyObject *old = tracer->thread_objects;
-        Py_INCREF(dict);
-        tracer->thread_objects = dict;
-        Py_XDECREF(old);
-    } else {
-        pt_set_error(tracer, "pt_set_thread_objects needs a dict");
     }
     PyGILState_Release(gil);
     return rc;

@@ -116,7 +116,11 @@ struct pt_tracer {
     PyObject *getprofile;
     PyObject *hooks_lost;
     PyObject *thread_objects;     /* dict: tstate id -> threading.Thread, filled by the
-                                     thread hook (pt_set_thread_objects), or NULL */
+                                     thread hook (pt_start's py_thread_objects), or NULL */
+    /* hooks inside Python code they called (pt_python_enter), and whether the
+     * trace was dropped meanwhile: the last of them frees the tracer */
+    uint32_t in_python;
+    int free_pending;
     char error[256];
 };
 
@@ -198,6 +202,21 @@ int pt_thread_events_each(pt_tracer *tracer, int index,
 void pt_set_error(pt_tracer *tracer, const char *fmt, ...);
 void pt_set_error_from_python(pt_tracer *tracer, const char *what);
 
+/* A hook that runs Python code (the watcher's, a filter's, a property naming a
+ * built-in, the spill hook) lets other threads run: one may stop tracing and drop
+ * the trace. pt_tracer_free then only marks the tracer (free_pending), and the
+ * last such hook to come back frees it in pt_python_leave, which returns 1: that
+ * hook must then return at once, touching neither the tracer nor its threads.
+ * Between enter and leave the tracer stays valid (it may be stopped). All under
+ * the GIL. */
+static inline void
+pt_python_enter(pt_tracer *tracer)
+{
+    tracer->in_python++;
+}
+
+int pt_python_leave(pt_tracer *tracer);
+
 /* pt_buffers.c */
 void pt_buffers_init_once(void);     /* registers the pool's fork handler */
 int pt_thread_grow(pt_tracer *tracer, pt_thread *thread);
@@ -227,16 +246,18 @@ uint32_t pt_key_add(pt_tracer *tracer, const void *a, const void *b, PyObject *s
 uint32_t pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
                                  const void *a, PyObject *self);
 
-/* Appends one raw record; on allocation failure counts it as dropped and
- * returns 0. */
+/* Appends one raw record: 1. On allocation failure counts it as dropped: 0.
+ * When tracing stopped while the spill hook ran (the tracer may be gone: see
+ * pt_python_enter): -1, and the caller touches neither tracer nor thread. */
 static inline int
 pt_append(pt_tracer *tracer, pt_thread *thread, uint32_t delta, uint32_t key_kind)
 {
     if (thread->cursor == thread->limit) {
         int rc = pt_thread_grow(tracer, thread);
         if (rc != PT_OK) {
-            if (rc != PT_ERR_STATE)    /* PT_ERR_STATE: after stop, no loss */
-                thread->dropped++;
+            if (rc == PT_ERR_STATE)    /* after stop: no loss */
+                return -1;
+            thread->dropped++;
             return 0;
         }
     }
@@ -246,7 +267,7 @@ pt_append(pt_tracer *tracer, pt_thread *thread, uint32_t delta, uint32_t key_kin
     return 1;
 }
 
-void pt_append_time(pt_tracer *tracer, pt_thread *thread, uint64_t delta);
+int pt_append_time(pt_tracer *tracer, pt_thread *thread, uint64_t delta);
 
 /* ======================================================================== */
 /* Key table lookups, inlined into the hooks                                */
@@ -363,24 +384,27 @@ probe:;
 
 /* Appends one event at `ticks` (never before the thread's previous event). The
  * thread's clock advances only by what was stored, so a chunk started by this
- * append takes the clock before it as its base. */
-static inline void
+ * append takes the clock before it as its base. Returns pt_append's answer. */
+static inline int
 pt_record_at(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key,
              int64_t ticks)
 {
     uint64_t delta = ticks > thread->last_ticks ? (uint64_t)(ticks - thread->last_ticks) : 0;
     if (delta > UINT32_MAX) {           /* a long pause: carry it in a TIME record */
-        pt_append_time(tracer, thread, delta);
+        if (pt_append_time(tracer, thread, delta) < 0)
+            return -1;
         delta = 0;
     }
-    if (pt_append(tracer, thread, (uint32_t)delta, key << PT_KEY_SHIFT | kind))
+    int rc = pt_append(tracer, thread, (uint32_t)delta, key << PT_KEY_SHIFT | kind);
+    if (rc > 0)
         thread->last_ticks += (int64_t)delta;
+    return rc;
 }
 
-static inline void
+static inline int
 pt_record(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key)
 {
-    pt_record_at(tracer, thread, kind, key, pt_ticks(tracer));
+    return pt_record_at(tracer, thread, kind, key, pt_ticks(tracer));
 }
 
 void pt_tag_call(pt_tracer *tracer, pt_thread *thread, PyFrameObject *frame);

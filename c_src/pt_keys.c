@@ -117,9 +117,12 @@ nomem:
 static void
 pt_classify_code(pt_tracer *tracer, PyObject *code, uint32_t id)
 {
+    static PyObject *co_name;           /* "co_name", made once (the GIL held) */
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    PyObject *name = PyObject_GetAttrString(code, "co_name");
+    if (!co_name)
+        co_name = PyUnicode_InternFromString("co_name");
+    PyObject *name = co_name ? PyObject_GetAttr(code, co_name) : NULL;
     int watched = name ? PySet_Contains(tracer->watch_names, name) : -1;
     Py_XDECREF(name);
     if (watched > 0) {
@@ -250,10 +253,13 @@ pt_key_for_new_code(pt_tracer *tracer, PyObject *code)
         if (tracer->classify_from)
             return id;     /* pt_start is walking threads: no Python code may run yet */
         int was_running = tracer->state == PT_STATE_RUNNING;
+        pt_python_enter(tracer);
         pt_ask_about_code(tracer, id);
         /* The Python code asked may let other threads run, and one may stop the
-         * tracer: the hook asking must then record nothing (after stop_ticks). */
-        if (was_running && tracer->state != PT_STATE_RUNNING)
+         * tracer (and drop its trace): the hook asking must then record nothing
+         * (after stop_ticks), and touch nothing once it is gone. */
+        int stopped = was_running && tracer->state != PT_STATE_RUNNING;
+        if (pt_python_leave(tracer) || stopped)
             return 0;
     }
     return id;
@@ -276,6 +282,8 @@ pt_defer_questions(pt_tracer *tracer)
     tracer->classify_from = tracer->n_keys;
 }
 
+/* The caller holds the tracer against being freed: start() its session, a
+ * thread attaching its pt_python_enter. */
 void
 pt_ask_deferred_questions(pt_tracer *tracer)
 {
@@ -298,12 +306,14 @@ pt_key_flags(pt_tracer *tracer, uint8_t *out, uint32_t n)
     return PT_OK;
 }
 
-/* Asks the watcher for the tag of the call just recorded (its frame is current). */
+/* Asks the watcher for the tag of the call just recorded (its frame is current).
+ * The hook returns right after: the tracer may be gone (pt_python_leave). */
 void
 pt_tag_call(pt_tracer *tracer, pt_thread *thread, PyFrameObject *frame)
 {
     if (!frame)
         return;
+    pt_python_enter(tracer);
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyObject *result = PyObject_CallFunctionObjArgs(tracer->watch_tag, (PyObject *)frame, NULL);
@@ -318,6 +328,7 @@ pt_tag_call(pt_tracer *tracer, pt_thread *thread, PyFrameObject *frame)
     }
     PyErr_Clear();
     PyErr_Restore(type, value, tb);
+    (void)pt_python_leave(tracer);
 }
 
 int
@@ -577,9 +588,12 @@ uint32_t
 pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
                         const void *a, PyObject *self)
 {
-    /* Naming may run Python code (a descriptor's __get__, a __name__ property),
-     * which may let a thread stop the tracer: 0 then, and the hook records nothing. */
+    /* Naming may run Python code (a descriptor's __get__, a __name__ property, a
+     * metaclass's __mro__), which may let a thread stop the tracer (and drop its
+     * trace): 0 then, and the hook records nothing (and touches nothing). */
     int was_running = tracer->state == PT_STATE_RUNNING;
+    pt_python_enter(tracer);
     uint32_t id = pt_key_for_builtin_named(tracer, callable, is_function, a, self);
-    return was_running && tracer->state != PT_STATE_RUNNING ? 0 : id;
+    int stopped = was_running && tracer->state != PT_STATE_RUNNING;
+    return pt_python_leave(tracer) || stopped ? 0 : id;
 }

@@ -48,6 +48,24 @@ uint64_t pt_current_tstate_id(void);
 int pt_thread_count(pt_tracer *tracer);
 /* O(chunks): stop() reads every thread's info, so no event is read here. */
 int pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out);
+/* pt_thread_get_info of threads 0 .. n-1 into out[0 .. n-1], in one call. */
+int pt_thread_infos(pt_tracer *tracer, pt_thread_info *out, int n);
+/* What stop() needs of a stopped tracer, in one call (each call through cffi
+ * costs ~0.5 us, and an empty stop() made a dozen): its clock readings at start
+ * and stop, the realtime anchors (as pt_realtime_anchor gives them), its thread
+ * count and sticky error, and a clock pair read now (pt_clock_pair: the ticks ->
+ * ns slope). PT_ERR_STATE unless stopped. */
+typedef struct {
+    int64_t start_ns;
+    int64_t start_ticks;
+    int64_t stop_ticks;
+    int64_t now_ticks;
+    int64_t now_ns;
+    int64_t anchor[6];      /* at start, then at stop: monotonic ns, realtime ns, spread */
+    int32_t n_threads;
+    int32_t hot_error;
+} pt_stop_facts;
+int pt_get_stop_facts(pt_tracer *tracer, int use_tsc, pt_stop_facts *out);
 /* Whether the thread's calls, paired with their returns as the walk pairs them (a
  * return closes the innermost open call of its key and kind, and the calls open
  * inside it; one that matches none is ignored), leave any call open at its last

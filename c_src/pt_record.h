@@ -71,8 +71,11 @@ const char *pt_last_error(pt_tracer *tracer);
  * the callbacks from pt_monitor_callbacks; this enables event_mask on tool_id.
  * The innermost own_frames frames of the calling thread (the caller's start
  * machinery, which traces leave out) are not seeded and do not count toward the
- * 128; they return while tracing, so they still enter the max_depth count. */
-int pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames);
+ * 128; they return while tracing, so they still enter the max_depth count.
+ * py_thread_objects: the dict the thread hook fills, tstate id ->
+ * threading.Thread (a strong reference is kept), or NULL. */
+int pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
+             void *py_thread_objects);
 /* Attach the calling thread (a thread born during tracing), seeding its frames
  * except the innermost skip_frames (the attaching hook's own). */
 int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
@@ -81,14 +84,11 @@ int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
  * thread to the tracer running then (seeding its frames; 3.9-3.11: installing the
  * profile hook, then looking at every attached thread's hook as pt_check_hooks
  * does; 3.12+: removing itself, sys.monitoring sees every thread) and notes its
- * threading.Thread (pt_set_thread_objects); with no tracer running it removes
+ * threading.Thread (pt_start's py_thread_objects); with no tracer running it removes
  * itself. No Python frame of its own, no lock, the GIL never released: a thread
  * that read the hook while one tracer ran and runs it after that tracer stopped
  * follows the next one, or nothing. */
 int pt_thread_hook(void *py_list);
-/* Before pt_start: the dict the thread hook fills, tstate id -> threading.Thread
- * (a strong reference is kept). */
-int pt_set_thread_objects(pt_tracer *tracer, void *py_dict);
 /* The calling thread is one of pytrace_cffi's own (pt_own.c): no trace records
  * it, from now on and until pt_own_thread_end. PT_ERR_NOMEM when 16 are already. */
 int pt_own_thread_begin(void);

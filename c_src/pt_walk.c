@@ -34,6 +34,15 @@
  * numbering. For it a second scan keeps every call's duration (4 bytes a call),
  * and the emitting walk then writes each shown call as a pt_slice at its begin,
  * leaving out at once the calls min_duration drops.
+ *
+ * The plain scan: a scan of a trace without tags, args or min_duration (what a
+ * stopped session without the torch watcher holds) needs only the counts, the
+ * ordinals of the calls open at stop and, for JSON, each call's duration. It
+ * runs over the events in one tight loop (pt_walk_plain_run): a call whose key
+ * shows is pushed, a return that closes the top call pops it, and everything
+ * else (seeds, hidden keys, returns that close several calls, the clock's TIME
+ * records) goes through pt_walk_plain_event, which does what the full walk does.
+ * Its findings are the full scan's, field for field.
  */
 #include "pt_internal.h"
 
@@ -84,6 +93,33 @@ typedef struct {
     int64_t duration;       /* ns, at least UINT32_MAX */
 } pt_walk_long;
 
+/* The plain scan's call stack. An entry is its call's key_kind word with the
+ * kind made PY_CALL or C_CALL, so that a return's word with bit 0 flipped equals
+ * it; bit 0 set marks an entry that is not a plain shown call (its flags say
+ * what it is), which the fast pop passes by, as it does the slot below the
+ * bottom (PT_PLAIN_BOTTOM) and any event not a return (bit 2 set once flipped). */
+#define PT_PLAIN_SPECIAL 1u
+#define PT_PLAIN_BOTTOM 1u
+#define PT_PLAIN_EMITS 1        /* flags: a node (an ordinal) */
+#define PT_PLAIN_SHOWN 2        /* ... that the trace shows */
+#define PT_PLAIN_HIDES 4        /* hides its subtree */
+typedef struct {
+    uint32_t *slots;        /* PT_PLAIN_BOTTOM, then the entries */
+    uint32_t *entries;      /* slots + 1 */
+    uint64_t *ordinals;     /* per entry: its node's ordinal */
+    int64_t *starts;        /* per entry, when keeping durations: its begin, ns */
+    uint8_t *flags;         /* per special entry */
+    uint64_t n, cap;
+    uint8_t *shows;         /* per key below n_shows, then 1 for the keys above: a
+                             * call of it (not a seed) is plain */
+    uint8_t *hidden_now;    /* as shows, all 0: inside a hidden subtree */
+    uint32_t n_shows;
+    uint32_t hiding;        /* entries hiding their subtree on the stack */
+    uint64_t unshown_open;  /* entries on the stack that are not shown */
+    uint64_t unshown;       /* nodes begun that are not shown (carriers) */
+    int64_t now_ticks;      /* ticks of the latest call or return */
+} pt_walk_plain_stack;
+
 struct pt_walk {
     pt_walk_tables t;
     const pt_walk *scan;    /* NULL: this is the scan */
@@ -124,7 +160,13 @@ struct pt_walk {
     pt_walk_long *long_durations;       /* the longer ones, by ordinal once sorted */
     uint64_t n_long, cap_long;
     int keep_durations;
+    /* the plain scan (plain != 0): its call stack, one entry per call begun */
+    int plain;
+    pt_walk_plain_stack ps;
 };
+
+static int pt_walk_plain_begin(pt_walk *w);
+static int pt_walk_plain_grow(pt_walk *w);
 
 static int
 pt_walk_grow(void **items, uint64_t *cap, uint64_t need, size_t size)
@@ -170,6 +212,10 @@ pt_walk_new(const pt_walk_tables *tables, const pt_walk *scan, int64_t base_tick
     w->t = *tables;
     w->scan = scan;
     w->ticks = base_ticks;
+    if (!scan && pt_walk_plain_begin(w) != PT_OK) {
+        pt_walk_free(w);
+        return NULL;
+    }
     if (!scan) {
         if (tables->n_args) {
             w->args_base_key = malloc(tables->n_args * sizeof *w->args_base_key);
@@ -197,6 +243,11 @@ pt_walk_free(pt_walk *w)
     free(w->slices);
     free(w->durations);
     free(w->long_durations);
+    free(w->ps.slots);
+    free(w->ps.ordinals);
+    free(w->ps.starts);
+    free(w->ps.flags);
+    free(w->ps.shows);
     free(w);
 }
 
@@ -575,11 +626,315 @@ pt_walk_return(pt_walk *w, uint32_t kind, uint32_t key, int64_t ts)
     return PT_OK;
 }
 
+/* ---- the plain scan (see the header comment) ---- */
+
+/* Whether this scan can be plain, and if so its per-key tables. */
+static int
+pt_walk_plain_begin(pt_walk *w)
+{
+    const pt_walk_tables *t = &w->t;
+    /* tags, args and min_duration need the full walk; so does a clock mapping
+     * that is not increasing (a damaged file's), which the full walk reports */
+    if (t->n_tags > 1 || t->n_args || t->min_ns || !(t->ns_per_tick > 0.0) ||
+        !(t->ns_per_tick < 1e12))
+        return PT_OK;
+    pt_walk_plain_stack *p = &w->ps;
+    p->n_shows = t->n_hidden;
+    p->shows = calloc(2 * ((size_t)t->n_hidden + 1), 1);
+    if (!p->shows)
+        return PT_ERR_NOMEM;
+    for (uint32_t key = 0; key < t->n_hidden; key++)
+        p->shows[key] = t->hidden[key] == 0 || t->hidden[key] == PT_HIDE_SEEDED;
+    p->shows[t->n_hidden] = 1;
+    p->hidden_now = p->shows + t->n_hidden + 1;
+    p->now_ticks = w->ticks;
+    w->plain = 1;
+    return pt_walk_plain_grow(w);
+}
+
+static int
+pt_walk_plain_grow(pt_walk *w)
+{
+    pt_walk_plain_stack *p = &w->ps;
+    uint64_t cap = p->cap ? 2 * p->cap : 1024;
+    uint32_t *slots = realloc(p->slots, (cap + 1) * sizeof *slots);
+    if (slots) {
+        p->slots = slots;
+        slots[0] = PT_PLAIN_BOTTOM;
+        p->entries = slots + 1;
+    }
+    uint64_t *ordinals = realloc(p->ordinals, cap * sizeof *ordinals);
+    if (ordinals)
+        p->ordinals = ordinals;
+    int64_t *starts = realloc(p->starts, cap * sizeof *starts);
+    if (starts)
+        p->starts = starts;
+    uint8_t *flags = realloc(p->flags, cap);
+    if (flags)
+        p->flags = flags;
+    if (!slots || !ordinals || !starts || !flags)
+        return PT_ERR_NOMEM;
+    p->cap = cap;
+    return PT_OK;
+}
+
+/* Keeping durations: a node's duration, by ordinal (as pt_walk_end_node). */
+static int
+pt_walk_plain_duration(pt_walk *w, uint64_t ordinal, int64_t d)
+{
+    if (d >= UINT32_MAX) {
+        if (pt_walk_grow((void **)&w->long_durations, &w->cap_long, w->n_long + 1,
+                         sizeof *w->long_durations))
+            return PT_ERR_NOMEM;
+        w->long_durations[w->n_long].ordinal = ordinal;
+        w->long_durations[w->n_long++].duration = d;
+        d = UINT32_MAX;
+    }
+    w->durations[ordinal] = (uint32_t)d;
+    return PT_OK;
+}
+
+static inline uint8_t
+pt_walk_plain_flags(const pt_walk_plain_stack *p, uint64_t i)
+{
+    return p->entries[i] & PT_PLAIN_SPECIAL ? p->flags[i] : PT_PLAIN_EMITS | PT_PLAIN_SHOWN;
+}
+
+static int
+pt_walk_plain_push(pt_walk *w, uint32_t kind, uint32_t key, uint32_t word)
+{
+    pt_walk_plain_stack *p = &w->ps;
+    if (p->n == p->cap && pt_walk_plain_grow(w) != PT_OK)
+        return PT_ERR_NOMEM;
+    /* as pt_walk_push and pt_walk_push_node */
+    int seeded = kind == PT_EV_PY_SEED;
+    uint8_t hide = key < w->t.n_hidden ? w->t.hidden[key] : 0;
+    if ((hide == PT_HIDE_SEEDED && !seeded) || hide == PT_HIDE_CARRIER)
+        hide = 0;
+    int emits = !hide && !p->hiding;
+    int hides = hide == PT_HIDE_SUBTREE && !seeded;
+    int shown = emits && !pt_walk_is_carrier(w, key);
+    uint8_t flags = (uint8_t)((emits ? PT_PLAIN_EMITS : 0) | (shown ? PT_PLAIN_SHOWN : 0) |
+                              (hides ? PT_PLAIN_HIDES : 0));
+    uint32_t entry = seeded ? (word & ~(uint32_t)PT_KIND_MASK) | PT_EV_PY_CALL : word;
+    if (flags != (PT_PLAIN_EMITS | PT_PLAIN_SHOWN))
+        entry |= PT_PLAIN_SPECIAL;
+    p->entries[p->n] = entry;
+    p->flags[p->n] = flags;
+    if (emits) {
+        p->ordinals[p->n] = w->ordinals;
+        if (w->keep_durations) {
+            if (pt_walk_grow((void **)&w->durations, &w->cap_durations, w->ordinals + 1,
+                             sizeof *w->durations))
+                return PT_ERR_NOMEM;
+            w->n_durations = w->ordinals + 1;
+            p->starts[p->n] = pt_walk_ns(w, w->ticks);
+        }
+        w->ordinals++;
+    }
+    if (shown) {
+        uint64_t depth = p->n - p->unshown_open;
+        if (depth > w->stats.max_depth)
+            w->stats.max_depth = (uint32_t)depth;
+    } else {
+        p->unshown_open++;
+        p->unshown += emits;
+    }
+    p->hiding += hides;
+    p->n++;
+    return PT_OK;
+}
+
+/* Pops the top entry, its call ending at ticks. */
+static int
+pt_walk_plain_pop(pt_walk *w, int64_t ticks)
+{
+    pt_walk_plain_stack *p = &w->ps;
+    uint8_t flags = pt_walk_plain_flags(p, --p->n);
+    p->unshown_open -= !(flags & PT_PLAIN_SHOWN);
+    p->hiding -= (flags & PT_PLAIN_HIDES) != 0;
+    if (w->keep_durations && (flags & PT_PLAIN_EMITS))
+        return pt_walk_plain_duration(w, p->ordinals[p->n],
+                                      pt_walk_ns(w, ticks) - p->starts[p->n]);
+    return PT_OK;
+}
+
+/* A return closes the innermost open call of its key, and the calls above it. */
+static int
+pt_walk_plain_return(pt_walk *w, uint32_t word)
+{
+    pt_walk_plain_stack *p = &w->ps;
+    uint32_t call = word & ~(uint32_t)1;
+    uint64_t i = p->n;
+    while (i > 0 && (p->entries[i - 1] & ~PT_PLAIN_SPECIAL) != call)
+        i--;
+    while (i > 0 && p->n >= i) {
+        int rc = pt_walk_plain_pop(w, w->ticks);
+        if (rc != PT_OK)
+            return rc;
+    }
+    return PT_OK;
+}
+
+/* Any event, as the full walk reads it; the clock's sums are checked (a damaged
+ * file's deltas must not wrap around). */
+static int
+pt_walk_plain_event(pt_walk *w, const pt_event *ev)
+{
+    uint32_t word = ev->key_kind;
+    uint32_t kind = word & PT_KIND_MASK;
+    uint32_t key = word >> PT_KEY_SHIFT;
+    int64_t add = kind == PT_EV_TIME ? (int64_t)((uint64_t)ev->delta | (uint64_t)key << 32)
+                                     : (int64_t)ev->delta;
+    if (__builtin_add_overflow(w->ticks, add, &w->ticks))
+        return PT_ERR_ARG;
+    if (kind == PT_EV_TIME || kind == PT_EV_TAG || kind == PT_EV_ARGS)
+        return PT_OK;      /* no tags or args in a plain scan: they name nothing */
+    int rc = kind == PT_EV_PY_RETURN || kind == PT_EV_C_RETURN
+        ? pt_walk_plain_return(w, word) : pt_walk_plain_push(w, kind, key, word);
+    w->ps.now_ticks = w->ticks;
+    return rc;
+}
+
+/* Makes room for `more` pushes without a check per push: the stack, and the
+ * durations when kept (sized by a first scan's count, so rarely grown). */
+static int
+pt_walk_plain_room(pt_walk *w, uint64_t more)
+{
+    while (w->ps.cap - w->ps.n < more)
+        if (pt_walk_plain_grow(w) != PT_OK)
+            return PT_ERR_NOMEM;
+    if (w->keep_durations &&
+        pt_walk_grow((void **)&w->durations, &w->cap_durations, w->ordinals + more,
+                     sizeof *w->durations))
+        return PT_ERR_NOMEM;
+    return PT_OK;
+}
+
+#define PT_PLAIN_BLOCK 1024     /* events between checks of room and of the clock */
+
+/* The tight loop: plain pushes and pops inline, the rest through
+ * pt_walk_plain_event. durations: a constant (the loop is made twice). Room for
+ * a block's pushes is made before it, and its deltas cannot carry the clock past
+ * INT64_MAX, so the loop checks neither; an event that leaves it ends the block. */
+static inline __attribute__((always_inline)) int
+pt_walk_plain_run(pt_walk *w, const pt_event *ev, const pt_event *end, const int durations)
+{
+    pt_walk_plain_stack *p = &w->ps;
+    const uint32_t n_shows = p->n_shows;
+    const int64_t tick0 = w->t.tick0, ns0 = w->t.ns0;
+    const double ns_per_tick = w->t.ns_per_tick;
+    const int64_t limit = INT64_MAX - (int64_t)PT_PLAIN_BLOCK * UINT32_MAX;
+    int rc = PT_OK;
+    while (ev < end && rc == PT_OK) {
+        const pt_event *stop = end - ev > PT_PLAIN_BLOCK ? ev + PT_PLAIN_BLOCK : end;
+        rc = pt_walk_plain_room(w, (uint64_t)(stop - ev));
+        if (rc != PT_OK)
+            break;
+        if (w->ticks > limit) {
+            for (; ev < stop && rc == PT_OK; ev++)      /* near the end of the clock */
+                rc = pt_walk_plain_event(w, ev);
+            continue;
+        }
+        /* inside a hidden subtree every call leaves the loop; its returns do too, as
+         * the entries above the hiding one are special */
+        const uint8_t *shows = p->hiding ? p->hidden_now : p->shows;
+        int64_t ticks = w->ticks;
+        uint64_t n = p->n, ordinals = w->ordinals;
+        uint64_t deepest = p->unshown_open;     /* the most entries under a push */
+        uint32_t *entries = p->entries, *durations_of = w->durations;
+        uint64_t *ords = p->ordinals;
+        int64_t *starts = p->starts;
+        const pt_event *block = ev;         /* every event since is a call or return */
+        for (; ev < stop; ev++) {
+            uint32_t word = ev->key_kind;
+            if (!(word & (PT_EV_PY_RETURN | PT_EV_PY_SEED))) {    /* PY_CALL or C_CALL */
+                uint32_t key = word >> PT_KEY_SHIFT;
+                if (!shows[key < n_shows ? key : n_shows])
+                    break;
+                ticks += ev->delta;
+                entries[n] = word;
+                ords[n] = ordinals++;
+                if (durations)
+                    starts[n] = ns0 + (int64_t)((double)(ticks - tick0) * ns_per_tick);
+                deepest = n > deepest ? n : deepest;
+                n++;
+                continue;
+            }
+            if (entries[n - 1] != (word ^ 1))       /* not a return of the top call */
+                break;
+            ticks += ev->delta;
+            n--;
+            if (durations) {
+                int64_t d = ns0 + (int64_t)((double)(ticks - tick0) * ns_per_tick) - starts[n];
+                if (d < UINT32_MAX)
+                    durations_of[ords[n]] = (uint32_t)d;
+                else if ((rc = pt_walk_plain_duration(w, ords[n], d)) != PT_OK)
+                    break;
+            }
+        }
+        w->ticks = ticks;
+        if (ev > block)
+            p->now_ticks = ticks;
+        p->n = n;
+        w->ordinals = ordinals;
+        if (deepest - p->unshown_open > w->stats.max_depth)
+            w->stats.max_depth = (uint32_t)(deepest - p->unshown_open);
+        if (durations && w->n_durations < ordinals)
+            w->n_durations = ordinals;
+        if (ev < stop && rc == PT_OK)
+            rc = pt_walk_plain_event(w, ev++);      /* the event that left the loop */
+    }
+    return rc;
+}
+
+/* As pt_walk_finish: the calls open at stop end then. */
+static int
+pt_walk_plain_finish(pt_walk *w)
+{
+    pt_walk_plain_stack *p = &w->ps;
+    int64_t stop_ns = pt_walk_ns(w, w->t.stop_ticks);
+    uint64_t open = 0;
+    for (uint64_t i = 0; i < p->n; i++)
+        open += (pt_walk_plain_flags(p, i) & PT_PLAIN_EMITS) != 0;
+    int rc = PT_OK;
+    /* a call open at stop that began after it would stick out, and times beyond
+     * what nanoseconds hold would wrap (damaged deltas or clock) */
+    double span = ((double)p->now_ticks - (double)w->t.tick0) * w->t.ns_per_tick;
+    if ((open && stop_ns < pt_walk_ns(w, p->now_ticks)) || !(span < 9e18 && span > -9e18))
+        rc = PT_ERR_ARG;
+    if (rc == PT_OK) {
+        w->open_ordinals = malloc((open ? open : 1) * sizeof *w->open_ordinals);
+        if (!w->open_ordinals)
+            rc = PT_ERR_NOMEM;
+    }
+    for (uint64_t i = 0; rc == PT_OK && i < p->n; i++) {
+        uint8_t flags = pt_walk_plain_flags(p, i);
+        if (flags & PT_PLAIN_EMITS)
+            w->open_ordinals[w->n_open_ordinals++] = p->ordinals[i];
+        w->stats.open_at_stop += (flags & PT_PLAIN_SHOWN) != 0;
+    }
+    for (; rc == PT_OK && p->n; p->n--) {
+        uint64_t i = p->n - 1;
+        if (w->keep_durations && (pt_walk_plain_flags(p, i) & PT_PLAIN_EMITS))
+            rc = pt_walk_plain_duration(w, p->ordinals[i], stop_ns - p->starts[i]);
+    }
+    /* every shown call ended once (at its return or at stop) */
+    w->stats.slices = w->ordinals - p->unshown;
+    if (rc == PT_OK && w->n_long)
+        qsort(w->long_durations, w->n_long, sizeof *w->long_durations, pt_walk_compare_long);
+    w->finished = 1;
+    return rc;
+}
+
 int
 pt_walk_feed(pt_walk *w, const pt_event *events, uint64_t n)
 {
     if (w->finished)
         return PT_ERR_STATE;
+    if (w->plain)
+        return w->keep_durations ? pt_walk_plain_run(w, events, events + n, 1)
+                                 : pt_walk_plain_run(w, events, events + n, 0);
     for (uint64_t i = 0; i < n; i++) {
         const pt_event *ev = &events[i];
         uint32_t kind = ev->key_kind & PT_KIND_MASK;
@@ -618,6 +973,8 @@ pt_walk_finish(pt_walk *w)
 {
     if (w->finished)
         return PT_OK;
+    if (w->plain)
+        return pt_walk_plain_finish(w);
     int64_t stop_ns = pt_walk_ns(w, w->t.stop_ticks);
     int rc = pt_walk_settle_top(w);
     /* calls open at stop end then; one that ended after it would stick out */

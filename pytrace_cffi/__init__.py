@@ -38,7 +38,7 @@ except ModuleNotFoundError as _exc:
         raise
     raise ImportError(_core_missing(), name=__name__) from None  # runpy: one line
 
-from ._tracer import Session as _Session
+from ._tracer import Session as _Session, finish_hook_losses as _finish_hook_losses
 from .annotations import (RecordFunction, capture_stack, counter, instant, record_function,
                           symbolize)
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
@@ -147,6 +147,7 @@ def _check_options(c_calls=True, noop=False, with_modules=True, record_params=Fa
 
 
 _OPTION_NAMES = _check_options.__code__.co_varnames[:_check_options.__code__.co_argcount]
+_DEFAULT_OPTIONS = _check_options()     # start() with none given: checked once
 
 
 def _options_for(function, given, extra=()):
@@ -205,7 +206,7 @@ def start(**options):
     profiler holds the hook pytrace_cffi needs, TypeError for bad options.
     """
     global _session
-    options = _options_for("start", options)
+    options = _options_for("start", options) if options else dict(_DEFAULT_OPTIONS)
     follow = options.pop("follow_children")
     with _lock:
         if _session is not None:
@@ -243,8 +244,7 @@ def stop():
         _session = None
         session.stop()
     result = session.result()
-    from ._tracer import finish_hook_losses
-    hook_lost = finish_hook_losses(session, result)
+    hook_lost = _finish_hook_losses(session, result)
     if hook_lost:
         import warnings
         from ._tracer import hook_loss_message

@@ -40,12 +40,13 @@ def reading():
 _BASELINE = reading()
 
 
-def ns_per_tick():
-    """The slope of ticks -> ns, measured over the longest span available."""
+def ns_per_tick(now=None):
+    """The slope of ticks -> ns, measured over the longest span available; now:
+    a (ticks, ns) pair just read, if the caller has one."""
     if not USE_TSC:
         return 1.0
     ticks0, ns0 = _BASELINE
-    ticks1, ns1 = reading()
+    ticks1, ns1 = now or reading()
     if ns1 - ns0 < MIN_CALIBRATION_NS:
         time.sleep((MIN_CALIBRATION_NS - (ns1 - ns0)) / 1e9)
         ticks1, ns1 = reading()
@@ -55,18 +56,16 @@ def ns_per_tick():
 ANCHOR_FIELDS = ("monotonic_ns", "realtime_ns", "spread_ns")
 
 
-def realtime_anchor(tracer_ptr):
+def anchor_from(values):
     """{"start": {...}, "stop": {...}}: the CLOCK_MONOTONIC / CLOCK_REALTIME
     readings the C core paired at start and at stop (see pt_take_anchor), each
-    {"monotonic_ns", "realtime_ns", "spread_ns"}; what puts a trace on wall-clock
-    time, e.g. on torch.profiler's timeline."""
-    values = [ffi.new("int64_t *") for _ in ANCHOR_FIELDS]
-    anchor = {}
-    for name, at_stop in (("start", 0), ("stop", 1)):
-        if lib.pt_realtime_anchor(tracer_ptr, at_stop, *values) != lib.PT_OK:
-            return None
-        anchor[name] = {field: v[0] for field, v in zip(ANCHOR_FIELDS, values)}
-    return anchor
+    {"monotonic_ns", "realtime_ns", "spread_ns"}, from the six values of
+    pt_stop_facts.anchor; what puts a trace on wall-clock time, e.g. on
+    torch.profiler's timeline."""
+    return {"start": {"monotonic_ns": values[0], "realtime_ns": values[1],
+                      "spread_ns": values[2]},
+            "stop": {"monotonic_ns": values[3], "realtime_ns": values[4],
+                     "spread_ns": values[5]}}
 
 
 def checked_anchor(value):

@@ -7,6 +7,7 @@ import threading
 
 from . import _clock
 from ._core import ffi, lib
+from ._torch import TorchWatcher
 from .errors import TraceError, TracerConflictError, TracerStateError
 
 # sys.monitoring from 3.12: a C callback costs ~2.5x where PyEval_SetProfile ~4x.
@@ -26,6 +27,9 @@ def profile_unwraps_bound_builtins(version_info=sys.version_info):
     if tuple(version_info[:2]) == (3, 13):
         return tuple(version_info[:4]) >= (3, 13, 0, "candidate")
     return False
+# This interpreter's answer, asked once (every Session needs it).
+_UNWRAP_FLAG = (lib.PT_FLAG_UNWRAP_METHODS
+                if USE_MONITORING and profile_unwraps_bound_builtins() else 0)
 MONITORING_TOOL_NAME = "pytrace_cffi"
 MONITORING_EVENTS = (
     "PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND",
@@ -57,16 +61,30 @@ def check(status, tracer_ptr, what):
     raise _STATUS_ERRORS.get(status, TraceError)(f"{what}: {message}")
 
 
+def _trace():
+    """The trace module, which imports this one: imported when first needed, then
+    kept (an import statement in a function costs ~10k instructions a call)."""
+    global _trace_module
+    if _trace_module is None:
+        from .trace import Trace
+        # (the package's attribute `trace` is the context manager, not the module)
+        _trace_module = sys.modules[Trace.__module__]
+    return _trace_module
+
+
+_trace_module = None
+
+
 def _own_frames():
     """How many of the calling thread's innermost frames, from our caller (the
     frame calling pt_start) outward, run pytrace_cffi's own code: start()'s
     machinery, whichever way it was reached (start(), trace().__enter__, the
     CLI's windows). Traces hide those frames, so pt_start does not seed them and
     the 128 frames it seeds are all the user's."""
-    from .trace import _hiding
+    hiding = _trace()._hiding
     count = 0
     frame = sys._getframe(1)
-    while frame is not None and _hiding(frame.f_code) == lib.PT_HIDE_SUBTREE:
+    while frame is not None and hiding(frame.f_code) == lib.PT_HIDE_SUBTREE:
         count += 1
         frame = frame.f_back
     return count
@@ -79,9 +97,7 @@ class Session:
                  trim_paths=True, max_events=None, output=None, max_depth=None, include=None,
                  exclude=None, min_duration_us=None, skip_imports=False):
         flags = ((lib.PT_FLAG_C_CALLS if c_calls else 0) | (lib.PT_FLAG_NOOP if noop else 0)
-                 | (lib.PT_FLAG_TSC if _clock.USE_TSC else 0)
-                 | (lib.PT_FLAG_UNWRAP_METHODS
-                    if USE_MONITORING and profile_unwraps_bound_builtins() else 0))
+                 | (lib.PT_FLAG_TSC if _clock.USE_TSC else 0) | _UNWRAP_FLAG)
         backend = lib.PT_BACKEND_MONITOR if USE_MONITORING else lib.PT_BACKEND_PROFILE
         ptr = lib.pt_tracer_new(flags, backend)
         if ptr == ffi.NULL:
@@ -109,15 +125,13 @@ class Session:
             check(lib.pt_set_bounds(self.ptr, max_events, spill), self.ptr, "max_events")
         self.watcher = None
         if with_modules and not noop:
-            from ._torch import TorchWatcher
             self.watcher = TorchWatcher(record_params=record_params)
             spec = self.watcher.watch_spec()
             check(lib.pt_set_watch(self.ptr, ffi.cast("void *", id(spec))), self.ptr, "watch")
         self.thread_objects = {}        # tstate id -> threading.Thread, for names
-        check(lib.pt_set_thread_objects(self.ptr, ffi.cast("void *", id(self.thread_objects))),
-              self.ptr, "thread objects")
-        self.thread_names = {}          # ident -> name, snapshots at start and stop
-        self.thread_native_ids = {}     # ident -> OS thread id, likewise
+        # ident -> threading.Thread of the threads alive at start and at stop: names
+        # and native ids of threads that were never attached by the thread hook
+        self._threads_at_start = self._threads_at_stop = {}
         self._previous_thread_hook = None
         self._thread_hook = None        # what start() gave threading.setprofile
         self._tool_id = None
@@ -135,7 +149,7 @@ class Session:
     # -- start ---------------------------------------------------------------
     def start(self):
         _check_no_other_profiler()
-        self._snapshot_thread_names()
+        self._threads_at_start = _threads_alive()
         tool_id, mask = -1, 0
         if USE_MONITORING:
             tool_id, mask = self._claim_monitoring()
@@ -147,7 +161,8 @@ class Session:
                 self.watcher.begin()
             if self._max_depth:
                 self._uncount_hidden_frames()
-            check(lib.pt_start(self.ptr, tool_id, mask, _own_frames()), self.ptr, "start")
+            check(lib.pt_start(self.ptr, tool_id, mask, _own_frames(),
+                               ffi.cast("void *", id(self.thread_objects))), self.ptr, "start")
             self._live = True
         except BaseException:
             if self.watcher is not None:
@@ -198,8 +213,9 @@ class Session:
         check(lib.pt_monitor_callbacks(self.ptr, ffi.cast("void *", id(callbacks))),
               self.ptr, "monitoring callbacks")
         mask = 0
+        events = _monitoring_events()
         for event_name, callback in callbacks:
-            event = getattr(monitoring.events, event_name)
+            event = events[event_name]
             monitoring.register_callback(tool_id, event, callback)
             self._callbacks[event] = callback
             mask |= event
@@ -207,8 +223,10 @@ class Session:
         self._event_mask = mask & ~(monitoring.events.C_RETURN | monitoring.events.C_RAISE)
         return tool_id, mask
 
-    def _release_monitoring(self):
-        """Gives the tool id back, touching nothing another tool put there."""
+    def _release_monitoring(self, note_replaced=False):
+        """Gives the tool id back, touching nothing another tool put there. With
+        note_replaced (stop()), a callback of ours found replaced is the loss
+        _check_monitoring would have noted: taking ours out is the same look."""
         monitoring = sys.monitoring
         tool_id, self._tool_id = self._tool_id, None
         if tool_id is None:
@@ -225,6 +243,8 @@ class Session:
             found = monitoring.register_callback(tool_id, event, None)
             if found is not ours:
                 monitoring.register_callback(tool_id, event, found)
+                if note_replaced and self._monitoring_lost is None:
+                    self._note_monitoring_lost(_callback_replaced(tool_id, event, found))
         if holder == MONITORING_TOOL_NAME:
             monitoring.free_tool_id(tool_id)
 
@@ -250,12 +270,13 @@ class Session:
             if hook is not self._thread_hook:
                 self._thread_hook_lost = (_clock.reading()[0], _describe(hook))
 
-    def _check_monitoring(self):
+    def _check_monitoring(self, callbacks=True):
         """3.12+: our tool id still ours (or merely freed, which leaves its events
         and callbacks working), our events still on and our callbacks in place.
         There is no getter for a callback: register_callback swaps ours in and
         returns what was there; when that was ours nothing changed, else what was
-        found is put straight back (that tool keeps it, ours stays out)."""
+        found is put straight back (that tool keeps it, ours stays out). stop()
+        leaves the callbacks to _release_monitoring (callbacks=False)."""
         if self._monitoring_lost is not None:
             return False
         monitoring = sys.monitoring
@@ -274,27 +295,26 @@ class Session:
                          f"({', '.join(names)})")
                 if holder is None:
                     cause += " and the tool id freed"
-            else:
+            elif callbacks:
                 for event, ours in self._callbacks.items():
                     found = monitoring.register_callback(tool_id, event, ours)
                     if found is not ours:
                         monitoring.register_callback(tool_id, event, found)
-                        name = next((n for n in MONITORING_EVENTS
-                                     if getattr(monitoring.events, n) == event), event)
-                        cause = (f"sys.monitoring callback for {name} of tool id {tool_id} "
-                                 f"replaced by {_describe(found)}")
+                        cause = _callback_replaced(tool_id, event, found)
                         break
         if cause is None:
             return True
-        self._monitoring_lost = (lib.pt_last_event_ticks(self.ptr), _clock.reading()[0], cause)
+        self._note_monitoring_lost(cause)
         return False
+
+    def _note_monitoring_lost(self, cause):
+        self._monitoring_lost = (lib.pt_last_event_ticks(self.ptr), _clock.reading()[0], cause)
 
     def _collect_hook_losses(self):
         """After pt_stop: every loss noticed, as raw tuples for describe_hook_losses."""
         losses = []
         if USE_MONITORING:
-            self._check_monitoring()
-            if self._monitoring_lost is not None:
+            if self._monitoring_lost is not None:       # (stop() looked)
                 last, noticed, cause = self._monitoring_lost
                 losses.append(("process", None, last, noticed, cause))
         else:
@@ -311,11 +331,13 @@ class Session:
                                f"threading.setprofile hook replaced by {hook}"))
         return losses
 
-    def _snapshot_thread_names(self):
-        for thread in threading.enumerate():
-            if thread.ident is not None:
-                self.thread_names[thread.ident] = thread.name
-                self.thread_native_ids[thread.ident] = getattr(thread, "native_id", None) or 0
+    def known_thread(self, ident):
+        """The threading.Thread that had this ident at stop, else at start, or None."""
+        return self._threads_at_stop.get(ident) or self._threads_at_start.get(ident)
+
+    def thread_native_id(self, ident):
+        """The OS thread id of the thread with this ident at stop or start, else 0."""
+        return getattr(self.known_thread(ident), "native_id", None) or 0
 
     # -- stop ----------------------------------------------------------------
     def stop(self):
@@ -326,13 +348,15 @@ class Session:
             self._stopped = True
             if self.watcher is not None:
                 self.watcher.end()
-            raw_losses = self._collect_hook_losses() if status == lib.PT_OK else []
+            if USE_MONITORING and status == lib.PT_OK:
+                self._check_monitoring(callbacks=False)
             if _get_threading_profile() is self._thread_hook:
                 threading.setprofile(self._previous_thread_hook)
             if USE_MONITORING:
-                self._release_monitoring()
+                self._release_monitoring(note_replaced=status == lib.PT_OK)
+            raw_losses = self._collect_hook_losses() if status == lib.PT_OK else []
         check(status, self.ptr, "stop")
-        self._snapshot_thread_names()
+        self._threads_at_stop = _threads_alive()
         self.hook_losses = describe_hook_losses(self, raw_losses)
         self.annotation_args, self.marks = [], []
         check(lib.pt_annotation_data(self.ptr, ffi.cast("void *", id(self.annotation_args)),
@@ -357,8 +381,7 @@ class Session:
         if self.output is not None:
             from .render.saved import finish_spill
             return finish_spill(self)
-        from .trace import Trace
-        return Trace._from_session(self)
+        return _trace().Trace._from_session(self)
 
     def hot_error(self):
         """The first failure the hooks swallowed while tracing, or None."""
@@ -383,6 +406,34 @@ def thread_hook():
             raise TraceError("cannot make the hook for new threads")
         _thread_hooks.append(found[0])
     return _thread_hooks[0]
+
+
+_MONITORING_EVENTS = {}
+
+
+def _monitoring_events():
+    """sys.monitoring's event name -> value, of ours (read once)."""
+    if not _MONITORING_EVENTS:
+        _MONITORING_EVENTS.update((name, getattr(sys.monitoring.events, name))
+                                  for name in MONITORING_EVENTS)
+    return _MONITORING_EVENTS
+
+
+def _callback_replaced(tool_id, event, found):
+    """A hook loss's cause: our sys.monitoring callback for event replaced."""
+    monitoring = sys.monitoring
+    name = next((n for n in MONITORING_EVENTS if getattr(monitoring.events, n) == event), event)
+    return (f"sys.monitoring callback for {name} of tool id {tool_id} "
+            f"replaced by {_describe(found)}")
+
+
+def _threads_alive():
+    """ident -> threading.Thread of the threads running now (a copy of threading's
+    own table: their names are read only when a trace needs them)."""
+    active = getattr(threading, "_active", None)
+    if isinstance(active, dict):
+        return active.copy()
+    return {t.ident: t for t in threading.enumerate() if t.ident is not None}
 
 
 def _describe(hook):
@@ -420,7 +471,7 @@ def describe_hook_losses(session, raw_losses):
             info = infos[index]
             entry["thread"] = _thread_name(session, info)
             entry["native_id"] = (info.native_id
-                                  or session.thread_native_ids.get(info.ident, 0) or None)
+                                  or session.thread_native_id(info.ident) or None)
             entry["events"] = info.n_events
         else:
             entry["events"] = sum(info.n_events for info in infos)

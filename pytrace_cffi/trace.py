@@ -77,19 +77,19 @@ def codes_below(frame):
     return codes
 
 
-_hidden_alone = []       # see hide_alone
+_hidden_alone = {}       # see hide_alone: id -> code (kept alive: its id stays its own)
 
 
 def hide_alone(code):
     """Calls of code (a wrapper of ours around the program's own calls, see
     processes._spawnv_passfds) are left out of traces alone: its callees stay."""
-    _hidden_alone.append(code)
+    _hidden_alone[id(code)] = code
 
 
 def hiding_rules():
     """A snapshot of the rules _hiding reads that the program may change after
     stop() (which launcher frames, which wrappers): the trace keeps stop()'s."""
-    return dict(_launcher_codes), tuple(_hidden_alone)
+    return dict(_launcher_codes), dict(_hidden_alone)
 
 
 def _hiding(source, rules=None):
@@ -104,12 +104,26 @@ def _hiding(source, rules=None):
     if is_fast_region_code(source):
         return lib.PT_HIDE_CARRIER      # their regions replace them
     filename = getattr(source, "co_filename", None)
-    if filename is not None and os.path.dirname(os.path.abspath(filename)) in _OWN_DIRS:
+    if filename is not None and _is_own_file(filename):
         # ours, with what it calls; our wrappers of the program's calls alone (hide_alone)
-        alone = any(source is code for code in hidden_alone)
+        alone = hidden_alone.get(id(source)) is source
         return lib.PT_HIDE_ALONE if alone else lib.PT_HIDE_SUBTREE
     code, hide = launcher_codes.get(id(source), (None, 0))
     return hide if code is source else 0
+
+
+_own_files = {}          # absolute co_filename -> whether it is one of ours
+
+
+def _is_own_file(filename):
+    """Whether code of this file is pytrace_cffi's own (start() asks for each of
+    its frames: remembered per file; a relative name depends on the cwd)."""
+    own = _own_files.get(filename)
+    if own is None:
+        own = os.path.dirname(os.path.abspath(filename)) in _OWN_DIRS
+        if os.path.isabs(filename) and len(_own_files) < 4096:
+            _own_files[filename] = own
+    return own
 
 
 def _kind(source):
@@ -409,24 +423,23 @@ def _stop_facts(session):
     """What stop() needs of a stopped session, in O(threads): clock mapping,
     threads, tags, marks."""
     ptr = session.ptr
-    start_ns = lib.pt_start_ns(ptr)
-    tick0 = lib.pt_start_ticks(ptr)
-    ns_per_tick = _clock.ns_per_tick()
-    stop_ticks = lib.pt_stop_ticks(ptr)
+    stopped = ffi.new("pt_stop_facts *")
+    check(lib.pt_get_stop_facts(ptr, _clock.USE_TSC, stopped), ptr, "stop facts")
+    start_ns, tick0, stop_ticks = stopped.start_ns, stopped.start_ticks, stopped.stop_ticks
+    ns_per_tick = _clock.ns_per_tick((stopped.now_ticks, stopped.now_ns))
 
     def to_ns(ticks):
         # Same arithmetic as the C walk (double product, truncated), so calls
         # closed at stop end exactly at stop_ns.
         return start_ns + int(float(ticks - tick0) * ns_per_tick)
 
-    threads, infos = [], []
-    for index in range(lib.pt_thread_count(ptr)):
-        info = ffi.new("pt_thread_info *")
-        check(lib.pt_thread_get_info(ptr, index, info), ptr, "thread info")
-        native_id = info.native_id or session.thread_native_ids.get(info.ident, 0)
+    threads = []
+    infos = ffi.new("pt_thread_info[]", stopped.n_threads)
+    check(lib.pt_thread_infos(ptr, infos, stopped.n_threads), ptr, "thread info")
+    for index, info in enumerate(infos):
+        native_id = info.native_id or session.thread_native_id(info.ident)
         threads.append(ThreadInfo(index, native_id, info.ident, _thread_name(session, info),
                                   info.n_events, info.dropped))
-        infos.append(info)
     watcher = session.watcher
     return {
         "clock": {"tick0": tick0, "ns0": start_ns, "ns_per_tick": ns_per_tick,
@@ -450,7 +463,7 @@ def _stop_facts(session):
         "backend": "sys.monitoring" if USE_MONITORING else "PyEval_SetProfile",
         "clock_name": "tsc" if _clock.USE_TSC else "monotonic",
         "min_duration_ns": session.min_duration_ns,
-        "realtime_anchor": _clock.realtime_anchor(ptr),
+        "realtime_anchor": _clock.anchor_from(stopped.anchor),
     }
 
 
@@ -480,7 +493,7 @@ def _thread_name(session, info):
     thread = session.thread_objects.get(info.tstate_id)
     if thread is not None:
         return thread.name
-    name = session.thread_names.get(info.ident)
-    if name is not None:
-        return name
+    thread = session.known_thread(info.ident)
+    if thread is not None:
+        return thread.name
     return f"Thread {info.native_id or info.ident}"

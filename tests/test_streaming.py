@@ -117,11 +117,11 @@ class _ListEvents:
 CLOCK = {"tick0": 1000, "ns0": 5000, "ns_per_tick": 1.0}
 
 
-def _sliced(events, hidden, min_ns, stop_ticks):
+def _sliced(events, hidden, min_ns, stop_ticks, tags=TAGS, args=ARGS):
     """(name, args, start, end, depth, open at stop) by the slice pipeline."""
     from pytrace_cffi.render.walk import KeyPlan
     names, kinds, key_args = list(NAMES), list(KINDS), {}
-    plan = KeyPlan(names, kinds, key_args, hidden, TAGS, ARGS)
+    plan = KeyPlan(names, kinds, key_args, hidden, tags, args)
     source = _ListEvents(events, [])
     out = ffi.new("pt_slice[]", max(1, len(events)))
     n_out = ffi.new("uint64_t *")
@@ -131,7 +131,7 @@ def _sliced(events, hidden, min_ns, stop_ticks):
                                 len(events), n_out) == lib.PT_OK
     out, n = insert_regions(plan.regions, out, n_out[0])
     # named first: a step's parent keeps its name when the step is too short to keep
-    name_tagged_calls(TAGS, ARGS, [(out, n)], names, kinds, key_args, None)
+    name_tagged_calls(tags, args, [(out, n)], names, kinds, key_args, None)
     slices = [(out, drop_short(out, n, min_ns))]
     (out, n), = drop_carriers(slices, list(hidden))
     table = [(names[out[i].key], out[i].start, out[i].end, out[i].depth, out[i].parent,
@@ -141,10 +141,10 @@ def _sliced(events, hidden, min_ns, stop_ticks):
                   for i in range(n)), table, table
 
 
-def _streamed(events, hidden, min_ns, stop_ticks, splits):
+def _streamed(events, hidden, min_ns, stop_ticks, splits, tags=TAGS, args=ARGS):
     from pytrace_cffi.render.walk import KeyPlan, Streams
     names, kinds, key_args = list(NAMES), list(KINDS), {}
-    plan = KeyPlan(names, kinds, key_args, hidden, TAGS, ARGS)
+    plan = KeyPlan(names, kinds, key_args, hidden, tags, args)
     streams = Streams(plan, [_ListEvents(events, splits)], CLOCK, stop_ticks, min_ns)
     done, stack, last = [], [], None
     for records, n in streams.records(0):
@@ -225,6 +225,61 @@ def test_walk_gives_the_slice_pipelines_calls(program, hidden, min_ns, splits):
     hidden[0] = 0
     assert _streamed(events, hidden, min_ns, stop_ticks, splits) == \
         _sliced(events, hidden, min_ns, stop_ticks)
+
+
+def _stop_ticks(events):
+    return 1000 + sum(d for d, _, _ in events) + 7
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(program=st.lists(ops, max_size=80),
+       hidden=st.lists(st.sampled_from([0, 0, 0, 1, 2, 3, 4]), min_size=len(NAMES),
+                       max_size=len(NAMES)),
+       splits=st.lists(st.integers(1, 7), max_size=20))
+def test_plain_scan_gives_the_slice_pipelines_calls(program, hidden, splits):
+    """A trace without tags, args or min_duration is scanned by the plain scan's
+    tight loop (pt_walk_plain_run): seeds, hidden keys, carriers, returns that
+    close several calls or none, and the clock's TIME records leave it and come
+    back; its counts, calls open at stop and durations (the JSON walk's) must be
+    the slice pipeline's."""
+    events = [e for e in _events(program) if e[2] not in (lib.PT_EV_TAG, lib.PT_EV_ARGS)]
+    hidden[0] = 0
+    assert _streamed(events, hidden, 0, _stop_ticks(events), splits, [None], []) == \
+        _sliced(events, hidden, 0, _stop_ticks(events), [None], [])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_plain_scan_across_its_blocks(seed):
+    """Long random programs: the plain scan makes room and checks the clock per
+    block of 1024 events, and leaves its loop at any of them."""
+    import random
+    rng = random.Random(seed)
+    call, ret = lib.PT_EV_PY_CALL, lib.PT_EV_PY_RETURN
+    events, stack = [], []
+    for _ in range(6000):
+        r = rng.random()
+        if r < 0.45 or not stack:
+            key = rng.randrange(1, len(NAMES))
+            kind = rng.choice([call, call, call, lib.PT_EV_C_CALL, lib.PT_EV_PY_SEED])
+            events.append((rng.randrange(0, 50), key, kind))
+            stack.append((key, lib.PT_EV_C_RETURN if kind == lib.PT_EV_C_CALL else ret))
+        elif r < 0.9:
+            events.append((rng.randrange(0, 50),) + stack.pop())
+        elif r < 0.95:
+            key, kind = stack[rng.randrange(len(stack))]        # closes several
+            del stack[len(stack) - 1 - stack[::-1].index((key, kind)):]
+            events.append((rng.randrange(0, 50), key, kind))
+        elif r < 0.97:
+            events.append((rng.randrange(0, 50), rng.randrange(1, len(NAMES)), ret))
+        else:
+            events.append((rng.randrange(0, 1 << 20), rng.randrange(0, 3), lib.PT_EV_TIME))
+    hidden = [0] * len(NAMES)
+    if seed % 2:
+        hidden[rng.randrange(1, len(NAMES))] = rng.choice([1, 2, 3, 4])
+    stop = _stop_ticks(events) + sum(k << 32 for _, k, kind in events if kind == lib.PT_EV_TIME)
+    splits = [rng.randrange(1, 3000) for _ in range(10)]
+    assert _streamed(events, hidden, 0, stop, splits, [None], []) == \
+        _sliced(events, hidden, 0, stop, [None], [])
 
 
 def test_an_optimizer_step_names_its_parent_unless_it_is_the_region():

@@ -1,5 +1,8 @@
 """Every thread is traced: running at start, started later, named, nested."""
+import gc
 import threading
+
+import pytest
 
 import pytrace_cffi
 
@@ -85,3 +88,101 @@ def test_each_thread_gets_its_own_calls():
         count = sum(1 for c in trace if c.thread == tid and c.name.endswith(": spin"))
         assert count == 50 * (k + 1)
     assert_nested(trace)
+
+
+class _SlowMro(type):
+    """A metaclass whose __mro__ runs Python code: naming a built-in bound to an
+    instance of its class asks for the type's __mro__ (pt_keys.c)."""
+    hold = None         # called (inside the hook) when set
+
+    def __getattribute__(cls, name):
+        if name == "__mro__" and _SlowMro.hold is not None:
+            _SlowMro.hold()
+        return super().__getattribute__(name)
+
+
+class _Slow(metaclass=_SlowMro):
+    pass
+
+
+def _fresh_function(name):
+    """A function whose code object no trace has seen (a new key)."""
+    namespace = {}
+    exec(f"def {name}():\n    return 1\n", namespace)
+    return namespace[name]
+
+
+@pytest.mark.parametrize("where", ["filter", "classify", "tag", "naming"])
+def test_trace_dropped_while_a_hook_runs_python_code(monkeypatch, where):
+    """A hook that runs Python code (an include filter on a new code object, the
+    torch watcher classifying one or tagging a call, the naming of a new built-in) lets other
+    threads run: one may stop tracing and drop the trace while the hook waits.
+    The tracer is freed only once that hook is done with it (the sanitized build,
+    tests/run_asan.sh, reported the hook resuming on freed memory)."""
+    inside, release = threading.Event(), threading.Event()
+
+    def hold():
+        inside.set()
+        release.wait(10)
+
+    options = {}
+    if where == "filter":
+        from pytrace_cffi import _tracer
+        make = _tracer.make_code_filter
+
+        def make_slow(include, exclude):
+            skip = make(include, exclude)
+
+            def slow_skip(code):
+                if code.co_name == "slow_target":
+                    hold()
+                return skip(code)
+            return slow_skip
+        monkeypatch.setattr(_tracer, "make_code_filter", make_slow)
+        options["include"] = "*"
+        call = _fresh_function("slow_target")
+    elif where == "classify":
+        from pytrace_cffi import _torch
+        classify = _torch.TorchWatcher.classify
+
+        def slow_classify(self, code):
+            if code.co_name == "_wrapped_call_impl":
+                hold()
+            return classify(self, code)
+        monkeypatch.setattr(_torch.TorchWatcher, "classify", slow_classify)
+        call = _fresh_function("_wrapped_call_impl")      # a name the watcher asks about
+    elif where == "tag":
+        from pytrace_cffi import _torch
+
+        def slow_tag(self, frame):
+            hold()
+            return 1            # a tag: the hook would append it, were tracing on
+        monkeypatch.setattr(_torch.TorchWatcher, "classify",
+                            lambda self, code: int(code.co_name == "_wrapped_call_impl"))
+        monkeypatch.setattr(_torch.TorchWatcher, "tag", slow_tag)
+        call = _fresh_function("_wrapped_call_impl")      # its calls are tagged
+    else:
+        monkeypatch.setattr(_SlowMro, "hold", staticmethod(hold))
+        call = _Slow().__sizeof__               # a built-in bound to an instance
+
+    def worker():
+        call()
+
+    pytrace_cffi.start(**options)
+    thread = threading.Thread(target=worker)
+    thread.start()
+    try:
+        assert inside.wait(10), "the hook never ran the Python code"
+        trace = pytrace_cffi.stop()
+        del trace
+        gc.collect()
+    finally:
+        release.set()
+        thread.join(10)
+    assert not thread.is_alive()
+    # tracing works on afterwards
+    monkeypatch.undo()
+    _SlowMro.hold = None
+    with pytrace_cffi.trace() as traced:
+        call()
+    assert len(traced.trace) >= 1
