@@ -444,12 +444,6 @@ pt_set_spill_hook(pt_tracer *tracer, void *py_hook)
     return PT_OK;
 }
 
-uint64_t
-pt_spilled_events(pt_tracer *tracer)
-{
-    return tracer->spilled_events;
-}
-
 /* Appends a fresh chunk; never copies recorded events. Under max_events, first
  * spills or drops the oldest chunks so that what is held stays within it. */
 int

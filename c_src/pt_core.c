@@ -236,15 +236,6 @@ int64_t pt_stop_ticks(pt_tracer *tracer) { return tracer->stop_ticks; }
 int pt_thread_count(pt_tracer *tracer) { return tracer->n_threads; }
 uint32_t pt_key_count(pt_tracer *tracer) { return tracer->n_keys; }
 
-uint64_t
-pt_current_tstate_id(void)
-{
-    PyGILState_STATE gil = PyGILState_Ensure();
-    uint64_t id = PyThreadState_GetID(PyThreadState_Get());
-    PyGILState_Release(gil);
-    return id;
-}
-
 static pt_thread *
 pt_thread_at(pt_tracer *tracer, int index)
 {
@@ -367,25 +358,6 @@ done:
     if (stack != inline_stack)
         free(stack);
     return rc;
-}
-
-int
-pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t cap)
-{
-    pt_thread *thread = pt_thread_for_reading(tracer, index);
-    if (!thread)
-        return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
-    uint64_t n = 0;
-    for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next) {
-        uint64_t used = pt_chunk_used(thread, chunk);
-        if (n + used > cap) {
-            pt_set_error(tracer, "event buffer too small");
-            return PT_ERR_ARG;
-        }
-        memcpy(out + n, chunk->events, used * sizeof(pt_event));
-        n += used;
-    }
-    return PT_OK;
 }
 
 /* The run of a thread's events that starts at event `first`: a view into the

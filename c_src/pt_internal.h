@@ -217,6 +217,10 @@ pt_python_enter(pt_tracer *tracer)
 
 int pt_python_leave(pt_tracer *tracer);
 
+/* pt_hooks.c: attach the calling thread (a thread born during tracing), seeding
+ * its frames except the innermost skip_frames (the attaching hook's own). */
+int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
+
 /* pt_buffers.c */
 void pt_buffers_init_once(void);     /* registers the pool's fork handler */
 int pt_thread_grow(pt_tracer *tracer, pt_thread *thread);

@@ -17,7 +17,6 @@ typedef struct {
     uint64_t ident;         /* threading.get_ident() */
     uint64_t native_id;     /* OS thread id */
     uint64_t n_events;      /* events held */
-    uint64_t n_calls;       /* 0: not counted here (the walk's scan counts calls) */
     uint64_t dropped;       /* events lost (allocation failure) */
     int64_t base_ticks;     /* the clock reading the first delta counts from */
     uint64_t spilled;       /* events written to the spill file */
@@ -44,7 +43,6 @@ typedef struct {
 #define PT_SLICE_OPEN_AT_STOP 4 /* still running at stop: ended at stop time */
 
 /* ---- a stopped tracer's threads, keys and events ---- */
-uint64_t pt_current_tstate_id(void);
 int pt_thread_count(pt_tracer *tracer);
 /* O(chunks): stop() reads every thread's info, so no event is read here. */
 int pt_thread_get_info(pt_tracer *tracer, int index, pt_thread_info *out);
@@ -73,8 +71,6 @@ int pt_get_stop_facts(pt_tracer *tracer, int use_tsc, pt_stop_facts *out);
  * each event once and nothing else (no key table): a thread that ended with its
  * calls closed is told apart at memory speed. */
 int pt_thread_ends_open(pt_tracer *tracer, int index);
-/* Copies a thread's raw events into out (cap entries). */
-int pt_thread_copy_events(pt_tracer *tracer, int index, pt_event *out, uint64_t cap);
 uint32_t pt_key_count(pt_tracer *tracer);
 /* Copies the first n keys' flags into out (PT_KEY_SKIPPED: left out by the
  * include/exclude filters). */

@@ -76,9 +76,6 @@ const char *pt_last_error(pt_tracer *tracer);
  * threading.Thread (a strong reference is kept), or NULL. */
 int pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
              void *py_thread_objects);
-/* Attach the calling thread (a thread born during tracing), seeding its frames
- * except the innermost skip_frames (the attaching hook's own). */
-int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
 /* The hook for threading.setprofile, appended to py_list: one C function for every
  * tracer, run by each new thread as its first profile event. It attaches the
  * thread to the tracer running then (seeding its frames; 3.9-3.11: installing the
@@ -139,7 +136,6 @@ int pt_set_uncounted(pt_tracer *tracer, void *py_code);
  * out with everything they call, on their thread, until they return. */
 int pt_set_import_entry(pt_tracer *tracer, void *py_code);
 int pt_spill_rest(pt_tracer *tracer);
-uint64_t pt_spilled_events(pt_tracer *tracer);
 /* A block that fails to go into the spill file (a full disk) is cut off again, so
  * the file always ends with a whole block. With a spill hook, the hook runs once
  * more, pt_spill_errno saying why (an errno), and may move the file elsewhere
