@@ -278,6 +278,21 @@ pt_walk_is_carrier(const pt_walk *w, uint32_t key)
     return key < w->t.n_hidden && w->t.hidden[key] == PT_HIDE_CARRIER;
 }
 
+/* How a call of key hides (the one reading of the hidden table, for the full walk
+ * and the plain scan): 1 when it is left out alone, and in *subtree whether what
+ * it calls is left out with it. Launcher keys (PT_HIDE_SEEDED, PT_HIDE_STARTUP)
+ * hide only where seeded; a carrier is shown until its region replaces it. */
+static inline int
+pt_walk_hides(const pt_walk *w, uint32_t key, int seeded, int *subtree)
+{
+    uint8_t hide = key < w->t.n_hidden ? w->t.hidden[key] : 0;
+    if (((hide == PT_HIDE_SEEDED || hide == PT_HIDE_STARTUP) && !seeded) ||
+        hide == PT_HIDE_CARRIER)
+        hide = 0;
+    *subtree = (hide == PT_HIDE_SUBTREE && !seeded) || hide == PT_HIDE_STARTUP;
+    return hide != 0;
+}
+
 /* The scan's duration of the node with this ordinal. */
 static int64_t
 pt_walk_duration(const pt_walk *scan, uint64_t ordinal)
@@ -583,11 +598,8 @@ pt_walk_push(pt_walk *w, uint32_t kind, uint32_t key, int64_t ts)
         return rc;
     if (pt_walk_grow((void **)&w->calls, &w->cap_calls, w->n_calls + 1, sizeof *w->calls))
         return PT_ERR_NOMEM;
-    int seeded = kind == PT_EV_PY_SEED;
-    uint8_t hide = key < w->t.n_hidden ? w->t.hidden[key] : 0;
-    if (((hide == PT_HIDE_SEEDED || hide == PT_HIDE_STARTUP) && !seeded) ||
-        hide == PT_HIDE_CARRIER)
-        hide = 0;
+    int seeded = kind == PT_EV_PY_SEED, hides_subtree;
+    int hide = pt_walk_hides(w, key, seeded, &hides_subtree);
     pt_walk_call *call = &w->calls[w->n_calls++];
     call->start = ts;
     call->node = -1;
@@ -598,8 +610,7 @@ pt_walk_push(pt_walk *w, uint32_t kind, uint32_t key, int64_t ts)
     call->open_at_start = (uint8_t)(seeded && w->ticks == w->t.tick0);
     call->emits = !hide && !w->hiding;
     call->pending = call->emits;
-    call->hides_subtree = (uint8_t)((hide == PT_HIDE_SUBTREE && !seeded) ||
-                                         hide == PT_HIDE_STARTUP);
+    call->hides_subtree = (uint8_t)hides_subtree;
     if (call->hides_subtree)
         w->hiding++;
     return PT_OK;
@@ -644,7 +655,9 @@ pt_walk_plain_begin(pt_walk *w)
     if (!p->shows)
         return PT_ERR_NOMEM;
     for (uint32_t key = 0; key < t->n_hidden; key++)
-        p->shows[key] = t->hidden[key] == 0 || t->hidden[key] == PT_HIDE_SEEDED;
+        /* launcher keys show when called during the trace (seeds take the slow way) */
+        p->shows[key] = t->hidden[key] == 0 || t->hidden[key] == PT_HIDE_SEEDED ||
+                        t->hidden[key] == PT_HIDE_STARTUP;
     p->shows[t->n_hidden] = 1;
     p->hidden_now = p->shows + t->n_hidden + 1;
     p->now_ticks = w->ticks;
@@ -707,12 +720,8 @@ pt_walk_plain_push(pt_walk *w, uint32_t kind, uint32_t key, uint32_t word)
     if (p->n == p->cap && pt_walk_plain_grow(w) != PT_OK)
         return PT_ERR_NOMEM;
     /* as pt_walk_push and pt_walk_push_node */
-    int seeded = kind == PT_EV_PY_SEED;
-    uint8_t hide = key < w->t.n_hidden ? w->t.hidden[key] : 0;
-    if ((hide == PT_HIDE_SEEDED && !seeded) || hide == PT_HIDE_CARRIER)
-        hide = 0;
-    int emits = !hide && !p->hiding;
-    int hides = hide == PT_HIDE_SUBTREE && !seeded;
+    int seeded = kind == PT_EV_PY_SEED, hides;
+    int emits = !pt_walk_hides(w, key, seeded, &hides) && !p->hiding;
     int shown = emits && !pt_walk_is_carrier(w, key);
     uint8_t flags = (uint8_t)((emits ? PT_PLAIN_EMITS : 0) | (shown ? PT_PLAIN_SHOWN : 0) |
                               (hides ? PT_PLAIN_HIDES : 0));

@@ -214,7 +214,7 @@ ops = st.one_of(
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(program=st.lists(ops, max_size=80),
-       hidden=st.lists(st.sampled_from([0, 0, 0, 1, 2, 3, 4]), min_size=len(NAMES),
+       hidden=st.lists(st.sampled_from([0, 0, 0, 1, 2, 3, 4, 5]), min_size=len(NAMES),
                        max_size=len(NAMES)),
        min_ns=st.sampled_from([0, 0, 15, 60]),
        splits=st.lists(st.integers(1, 7), max_size=20))
@@ -233,7 +233,7 @@ def _stop_ticks(events):
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(program=st.lists(ops, max_size=80),
-       hidden=st.lists(st.sampled_from([0, 0, 0, 1, 2, 3, 4]), min_size=len(NAMES),
+       hidden=st.lists(st.sampled_from([0, 0, 0, 1, 2, 3, 4, 5]), min_size=len(NAMES),
                        max_size=len(NAMES)),
        splits=st.lists(st.integers(1, 7), max_size=20))
 def test_plain_scan_gives_the_slice_pipelines_calls(program, hidden, splits):
@@ -275,7 +275,7 @@ def test_plain_scan_across_its_blocks(seed):
             events.append((rng.randrange(0, 1 << 20), rng.randrange(0, 3), lib.PT_EV_TIME))
     hidden = [0] * len(NAMES)
     if seed % 2:
-        hidden[rng.randrange(1, len(NAMES))] = rng.choice([1, 2, 3, 4])
+        hidden[rng.randrange(1, len(NAMES))] = rng.choice([1, 2, 3, 4, 5])
     stop = _stop_ticks(events) + sum(k << 32 for _, k, kind in events if kind == lib.PT_EV_TIME)
     splits = [rng.randrange(1, 3000) for _ in range(10)]
     assert _streamed(events, hidden, 0, stop, splits, [None], []) == \
