@@ -745,6 +745,8 @@ pt_walk_plain_push(pt_walk *w, uint32_t kind, uint32_t key, uint32_t word)
         uint64_t depth = p->n - p->unshown_open;
         if (depth > w->stats.max_depth)
             w->stats.max_depth = (uint32_t)depth;
+        /* seeded when the trace began: open at start (as the full walk counts) */
+        w->stats.open_at_start += seeded && w->ticks == w->t.tick0;
     } else {
         p->unshown_open++;
         p->unshown += emits;

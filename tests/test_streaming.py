@@ -164,7 +164,10 @@ def _streamed(events, hidden, min_ns, stop_ticks, splits, tags=TAGS, args=ARGS):
     assert slices == len(done)
     assert open_at_stop == sum(1 for d in done if d[5])
     assert depth == max((d[4] for d in done), default=0)
-    return sorted(done), _json_from_slices(streams, 0, names), _table_rows(streams, names)
+    table = _table_rows(streams, names)
+    # the frames running when the trace began (seeded at tick0), as the table marks them
+    assert streams.open_at_start[0] == sum(1 for row in table if row[5] & lib.PT_SLICE_SEEDED)
+    return sorted(done), _json_from_slices(streams, 0, names), table
 
 
 def _table_rows(streams, names):
