@@ -70,14 +70,14 @@ def _after_fork_in_child():
     if session is not None:
         session.abandon_in_forked_child()
         if getattr(session, "job_dir", None):      # follow_children: trace the child too
-            from .processes import continue_in_forked_child, release_sigterm
+            from .follow.session import continue_in_forked_child, release_sigterm
             try:
                 continue_in_forked_child(session)
             except Exception as exc:    # noqa: BLE001 - never break the child
                 print(f"pytrace_cffi: not tracing forked pid {_os.getpid()}: {exc}",
                       file=_sys.stderr)
             finally:
-                release_sigterm()       # held since before the fork (processes.py)
+                release_sigterm()       # held since before the fork (follow/session.py)
 
 
 def _stop_at_exit():
@@ -212,9 +212,9 @@ def start(**options):
         if _session is not None:
             raise TracerStateError("pytrace_cffi is already tracing; call stop() first")
         if follow:
-            from .processes import FollowSession
-            from . import processes
-            session = _session = FollowSession(options, root=processes._child_job is None)
+            from .follow import identity
+            from .follow.session import FollowSession
+            session = _session = FollowSession(options, root=identity._child_job is None)
         else:
             session = _session = _Session(**options)
     try:

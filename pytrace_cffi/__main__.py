@@ -1,6 +1,5 @@
 """Command line: ``python -m pytrace_cffi run|summary|export|merge ...``."""
 import argparse
-import builtins
 import importlib
 import os
 import sys
@@ -9,12 +8,12 @@ import types
 
 from . import _check_options, _set_step_hook, formats
 from ._progress import counted
-from ._windows import OptimizerSteps, ScheduledWindows, Windows, parse_schedule, signal_number
+from .cli.program import main_module, split_run
+from .cli.steps import OptimizerSteps, ScheduledWindows, parse_schedule
+from .cli.windows import Windows, signal_number
 from .errors import TraceFormatError
 from .trace import codes_below, hide_launcher_frames
 
-EXIT_CANNOT_OPEN = 2            # python's own, for a script it cannot open
-EXIT_NO_MAIN = 1                # python's own, for a directory or zip without __main__
 EXIT_BROKEN_PIPE = 1            # python's own, when stdout's reader went away
 OUTPUT_HELP = ("OUT's name picks the format (its suffix, in any case): "
                + formats.choices() + ". Any other suffix is refused, and so is a "
@@ -93,7 +92,7 @@ def _parser():
                      help="keep the per-process traces of the job in DIR (new or empty; "
                           "DIR.1, DIR.2, ... for numbered windows); by default they go to "
                           "a temporary directory, removed once OUT is written")
-    # -m and SCRIPT are split off by _split_run (what follows them is the
+    # -m and SCRIPT are split off by cli.program.split_run (what follows them is the
     # program's); they are declared here for the help text.
     run.add_argument("-m", dest="module", metavar="MODULE",
                      help="run a library module as a script, like python -m; the "
@@ -221,48 +220,6 @@ def _check_processes_dir(path):
     _check_output(path.rstrip(os.sep) + os.sep)
 
 
-def _write_or_fall_back(trace, path):
-    """Writes trace to path; if that fails (a full disk, a directory removed while
-    the program ran), to a file or directory of the same format in the system's
-    temporary directory, else in the current one, and says so in one line.
-    Returns the path written, or None when every place failed."""
-    fmt = formats.format_of(path)       # the fallback keeps it, whatever its name
-    try:
-        _whole_or_nothing(path, lambda: formats.write(trace, path, fmt))
-        return path
-    except OSError as exc:
-        failure = exc
-    name = f"pytrace_cffi-{os.getpid()}-{os.path.basename(path.rstrip(os.sep)) or 'trace'}"
-    for where in (tempfile.gettempdir(), os.getcwd()):
-        fallback = os.path.join(where, name)
-        if os.path.exists(fallback):
-            continue
-        try:
-            _whole_or_nothing(fallback, lambda: formats.write(trace, fallback, fmt))
-        except OSError:
-            continue
-        print(f"pytrace_cffi: cannot write trace to {path!r}: {failure.strerror or failure}; "
-              f"saved it to {fallback!r} instead", file=sys.stderr)
-        return fallback
-    print(f"pytrace_cffi: cannot write trace to {path!r}: {failure.strerror or failure}; "
-          f"no fallback location took it either", file=sys.stderr)
-    return None
-
-
-def _whole_or_nothing(path, write):
-    """write(), which writes path; if it fails (a full disk, a Ctrl-C), a saved
-    directory it made there goes too: half of one is no trace. (Files are
-    written whole or not at all already: _files.replaced_atomically.)"""
-    made = not os.path.exists(path)
-    try:
-        return write()
-    except BaseException:
-        if made and os.path.isdir(path):
-            import shutil
-            shutil.rmtree(path, ignore_errors=True)
-        raise
-
-
 def _exit_code(exc):
     """The process exit code Python would give for an uncaught exc (a
     KeyboardInterrupt is raised again instead: see _raise_uncaught)."""
@@ -275,154 +232,6 @@ def _exit_code(exc):
         print(code, file=sys.stderr)
         return 1
     return 1
-
-
-def _split_run(parser, argv):
-    """Splits run's argv as python splits its own: our options, then SCRIPT or
-    -m MODULE (also -mMODULE); everything after those is the program's, options
-    included. Returns (our options, module or None, program argv) where program
-    argv starts with SCRIPT (for -m: with "-m", replaced once the module is found).
-    Options that take a value are told apart from flags by the parser's own
-    declarations, so a value is never taken for the script."""
-    takes_value = {}
-    for action in parser._actions:
-        for option in action.option_strings:
-            takes_value[option] = action.nargs != 0
-    ours = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            return ours, None, argv[i + 1:]
-        if arg == "-m" or (arg.startswith("-m") and not arg.startswith("--")):
-            module = arg[2:] or (argv[i + 1] if i + 1 < len(argv) else None)
-            if not module:
-                parser.error("argument -m: expected one argument")
-            rest = argv[i + 1:] if arg[2:] else argv[i + 2:]
-            return ours, module, ["-m"] + rest
-        if not arg.startswith("-") or arg == "-":
-            return ours, None, argv[i:]
-        ours.append(arg)
-        i += 1
-        if "=" in arg and arg.startswith("--"):
-            continue
-        name = arg if arg.startswith("--") else arg[:2]
-        if name not in takes_value and arg.startswith("--"):
-            matches = [option for option in takes_value if option.startswith(arg)]
-            name = matches[0] if len(matches) == 1 else name
-        glued = not arg.startswith("--") and len(arg) > 2      # -oOUT
-        if takes_value.get(name) and not glued and i < len(argv):
-            ours.append(argv[i])
-            i += 1
-    return ours, None, []
-
-
-def _find_module(name):
-    """(spec, code, packages) for python -m name, found as runpy finds them but
-    without importing anything: the module's packages (and a package's own
-    __init__ when name is a package, run as name.__main__) are listed so that
-    they are imported inside the trace, as python -m imports them first."""
-    from importlib import _bootstrap
-    if not name or name.startswith("."):
-        raise SystemExit(f"pytrace_cffi: relative module names not supported: {name!r}")
-    parts = name.split(".")
-    path, packages, spec = None, [], None
-    for i in range(len(parts)):
-        sub = ".".join(parts[:i + 1])
-        loaded = sys.modules.get(sub)
-        spec = getattr(loaded, "__spec__", None) or _bootstrap._find_spec(sub, path)
-        if spec is None:
-            raise SystemExit(f"pytrace_cffi: No module named {name!r}")
-        if i < len(parts) - 1:
-            locations = (getattr(loaded, "__path__", None) if loaded is not None
-                         else spec.submodule_search_locations)
-            if locations is None:
-                raise SystemExit(f"pytrace_cffi: No module named {name!r} "
-                                 f"({sub!r} is not a package)")
-            path = locations
-            packages.append(sub)
-    if spec.submodule_search_locations is not None:
-        if parts[-1] == "__main__":
-            raise SystemExit(f"pytrace_cffi: cannot use package {name!r} as __main__")
-        packages.append(name)
-        spec = _bootstrap._find_spec(name + ".__main__", spec.submodule_search_locations)
-        if spec is None:
-            raise SystemExit(f"pytrace_cffi: No module named '{name}.__main__'; {name!r} "
-                             f"is a package and cannot be directly executed")
-    code = spec.loader.get_code(spec.name) if spec.loader is not None else None
-    if code is None:
-        raise SystemExit(f"pytrace_cffi: no code object available for {name!r}")
-    return spec, code, packages
-
-
-def _main_module(module, program_argv):
-    """The program, resolved before tracing starts so that nothing of the launcher
-    (runpy, its imports of pkgutil and typing, exec) runs inside the trace:
-    returns (module-level code, __main__ module, packages to import first), with
-    sys.argv and sys.path[0] set as python sets them."""
-    main = types.ModuleType("__main__")
-    main.__builtins__ = builtins
-    if module is not None:
-        sys.path[0] = os.getcwd()                 # python -m puts the cwd first
-        try:
-            spec, code, packages = _find_module(module)
-        except Exception:   # noqa: B902 - e.g. a namespace package inside one not imported
-            import runpy    # finds it by importing its packages now, before the trace
-            sys.argv = program_argv
-            try:
-                _, spec, code = runpy._get_module_details(module, runpy._Error)
-            except runpy._Error as exc:
-                raise SystemExit(f"pytrace_cffi: {exc}") from None
-            packages = []
-        sys.argv = [spec.origin] + program_argv[1:]
-        main.__dict__.update(__file__=spec.origin, __cached__=spec.cached,
-                             __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
-        return code, main, packages
-    path = os.path.abspath(program_argv[0])
-    found = _main_of_path(path)
-    if found is not None:           # a directory or zip file: its __main__, as python runs it
-        spec, code = found
-        sys.argv = program_argv
-        sys.path[0] = path
-        main.__dict__.update(__file__=spec.origin, __cached__=spec.cached,
-                             __loader__=spec.loader, __package__="", __spec__=spec)
-        return code, main, []
-    import io
-    from importlib.machinery import SourceFileLoader
-    try:
-        with io.open_code(path) as f:
-            source = f.read()
-    except OSError as exc:          # as python says it, with its exit code
-        print(f"pytrace_cffi: can't open file {path!r}: [Errno {exc.errno}] {exc.strerror}",
-              file=sys.stderr)
-        raise SystemExit(EXIT_CANNOT_OPEN) from None
-    code = compile(source, path, "exec", dont_inherit=True)
-    sys.argv = program_argv
-    sys.path[0] = os.path.dirname(os.path.realpath(path))
-    main.__dict__.update(__file__=path, __cached__=None,
-                         __loader__=SourceFileLoader("__main__", path))
-    return code, main, []
-
-
-def _main_of_path(path):
-    """(spec, code) of the __main__ module python runs for path when an importer
-    takes it (a directory, a zip file: `python DIR`); None for a script. A path
-    taken without one exits as python does."""
-    from importlib.machinery import PathFinder
-    for hook in sys.path_hooks:
-        try:
-            hook(path)
-            break
-        except ImportError:
-            continue
-    else:
-        return None
-    spec = PathFinder.find_spec("__main__", [path])
-    code = spec.loader.get_code("__main__") if spec is not None and spec.loader else None
-    if code is None:
-        print(f"pytrace_cffi: can't find '__main__' module in {path!r}", file=sys.stderr)
-        raise SystemExit(EXIT_NO_MAIN)
-    return spec, code
 
 
 def _launcher_codes():
@@ -495,12 +304,12 @@ def _cmd_run(args, program):
             raise SystemExit("pytrace_cffi: --processes-dir and --no-follow do not combine")
         _check_processes_dir(args.processes_dir)
     try:
-        code, main, packages = _main_module(module, program_argv)
+        code, main, packages = main_module(module, program_argv)
     except SyntaxError as exc:      # printed as python prints it: no frames of ours
         sys.excepthook(type(exc), exc.with_traceback(None), None)
         return 1
     run_program = types.FunctionType(code, main.__dict__)
-    windows = Windows(output, options, _write_or_fall_back, spill=args.spill)
+    windows = Windows(output, options, formats.write_or_fall_back, spill=args.spill)
     if args.processes_dir is not None and args.max_events and not args.spill:
         raise SystemExit("pytrace_cffi: --processes-dir needs children followed: with "
                          "--max-events, add --spill")
@@ -508,9 +317,9 @@ def _cmd_run(args, program):
         print("pytrace_cffi: --max-events without --spill drops events, so child processes "
               "are not followed (add --spill to follow them)", file=sys.stderr)
     elif not args.no_follow:       # every process spills into OUT.processes/ anyway
-        from .processes import make_run_windows
-        windows = make_run_windows(output, options, _write_or_fall_back, export,
-                                   keep_in=args.processes_dir)
+        from .cli.job_windows import JobWindows
+        windows = JobWindows(output, options, formats.write_or_fall_back, export,
+                             keep_in=args.processes_dir)
     windows.guard_ending()      # os._exit or an exec of this process still writes OUT
     hide_launcher_frames(_launcher_codes())
     # The program's module stays __main__ to the end, as under python: threads and
@@ -606,13 +415,12 @@ def export(source, path):
     processes (SOURCE its trace directory, or the list of its process
     directories): reads SOURCE as one trace and writes it in the format PATH's
     name picks. Returns the trace."""
-    from .render.summary import read_trace
     if isinstance(source, (list, tuple)):
-        from .processes import joined_trace
-        trace = joined_trace(source)[0]
-    else:
-        trace = read_trace(source)
-    _whole_or_nothing(path, lambda: formats.write(trace, path))
+        from .follow.finish import export_job
+        return export_job(source, path)
+    from .render.summary import read_trace
+    trace = read_trace(source)
+    formats.whole_or_nothing(path, lambda: formats.write(trace, path))
     return trace
 
 
@@ -660,15 +468,16 @@ def _cmd_merge(args):
         print(f"pytrace_cffi: {ours[0]} on the timeline of {torch_traces[0]} -> {args.output}",
               file=sys.stderr)
         return 0
-    from . import processes
+    from .follow.jobs import unfollowed, unfollowed_lines
+    from .follow.join import join
     _check_output(args.output)
-    results = processes.join(args.inputs, args.output)
+    results = join(args.inputs, args.output)
     for result in results:
         print(f"pytrace_cffi: pid {result.pid} ({result.label}): {result.state}"
               + (f" - {result.note}" if result.note else ""), file=sys.stderr)
     for path in args.inputs:            # a job's trace directory: who was not followed
         if os.path.isdir(path) and not os.path.exists(os.path.join(path, "meta.json")):
-            for line in processes.unfollowed_lines(processes.unfollowed(path)):
+            for line in unfollowed_lines(unfollowed(path)):
                 print(f"pytrace_cffi: {line}", file=sys.stderr)
     print(f"pytrace_cffi: {counted(len(results), 'process')} -> {args.output}",
           file=sys.stderr)
@@ -683,7 +492,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = _parser()
     if argv[:1] == ["run"]:
-        ours, module, program = _split_run(parser.run_parser, argv[1:])
+        ours, module, program = split_run(parser.run_parser, argv[1:])
         args = parser.parse_args(["run"] + ours)
         try:
             return _cmd_run(args, (module, program))

@@ -131,3 +131,47 @@ def write(trace, path, fmt=None):
     module, function = fmt.writer.split(":")
     writer = getattr(importlib.import_module(f"{__package__}.{module}"), function)
     writer(trace, path, **fmt.options)
+
+
+def write_or_fall_back(trace, path):
+    """Writes trace to path; if that fails (a full disk, a directory removed while
+    the program ran), to a file or directory of the same format in the system's
+    temporary directory, else in the current one, and says so in one line.
+    Returns the path written, or None when every place failed."""
+    import sys
+    import tempfile
+    fmt = format_of(path)               # the fallback keeps it, whatever its name
+    try:
+        whole_or_nothing(path, lambda: write(trace, path, fmt))
+        return path
+    except OSError as exc:
+        failure = exc
+    name = f"pytrace_cffi-{os.getpid()}-{os.path.basename(path.rstrip(os.sep)) or 'trace'}"
+    for where in (tempfile.gettempdir(), os.getcwd()):
+        fallback = os.path.join(where, name)
+        if os.path.exists(fallback):
+            continue
+        try:
+            whole_or_nothing(fallback, lambda: write(trace, fallback, fmt))
+        except OSError:
+            continue
+        print(f"pytrace_cffi: cannot write trace to {path!r}: {failure.strerror or failure}; "
+              f"saved it to {fallback!r} instead", file=sys.stderr)
+        return fallback
+    print(f"pytrace_cffi: cannot write trace to {path!r}: {failure.strerror or failure}; "
+          f"no fallback location took it either", file=sys.stderr)
+    return None
+
+
+def whole_or_nothing(path, writing):
+    """writing(), which writes path; if it fails (a full disk, a Ctrl-C), a saved
+    directory it made there goes too: half of one is no trace. (Files are
+    written whole or not at all already: _files.replaced_atomically.)"""
+    made = not os.path.exists(path)
+    try:
+        return writing()
+    except BaseException:
+        if made and os.path.isdir(path):
+            import shutil
+            shutil.rmtree(path, ignore_errors=True)
+        raise

@@ -13,8 +13,10 @@ from .annotations import WRAPPER_CODE
 from ._tracer import USE_MONITORING, check
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-# _boot: processes.py; render: an export made while tracing (by the program)
+# _boot, follow: following children; cli: `run`; render: an export made while
+# tracing (by the program)
 _OWN_DIRS = (_PACKAGE_DIR, os.path.join(_PACKAGE_DIR, "_boot"),
+             os.path.join(_PACKAGE_DIR, "follow"), os.path.join(_PACKAGE_DIR, "cli"),
              os.path.join(_PACKAGE_DIR, "render"))
 
 Call = namedtuple("Call", "id name start_ns end_ns thread parent kind")

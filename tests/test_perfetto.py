@@ -554,7 +554,7 @@ def test_a_single_process_track_is_named_after_the_program(tmp_path):
 
 
 def test_signal_windows_number_pftrace_files_before_the_suffix():
-    from pytrace_cffi._windows import numbered
+    from pytrace_cffi.formats import numbered
     assert numbered("out.pftrace", 2) == "out.2.pftrace"      # was out.pftrace.2: a directory
 
 

@@ -1,4 +1,4 @@
-"""pytrace_cffi's bootstrap for followed child processes (see processes.py).
+"""pytrace_cffi's bootstrap for followed child processes (see follow/boot.py).
 
 This directory is put first on PYTHONPATH, with PYTRACE_CFFI_FOLLOW, while a
 process traces with follow_children: a Python child imports this module at
@@ -26,12 +26,12 @@ def _pytrace_cffi_boot():
         return
     try:
         try:
-            import pytrace_cffi.processes as processes
+            import pytrace_cffi.follow.boot as boot
         except ImportError:
             import json
             sys.path.append(json.loads(os.environ["PYTRACE_CFFI_FOLLOW"])["package"])
-            import pytrace_cffi.processes as processes
-        processes.start_from_environment()
+            import pytrace_cffi.follow.boot as boot
+        boot.start_from_environment()
     except Exception as exc:        # noqa: BLE001 - never break the child
         print(f"pytrace_cffi: not tracing pid {os.getpid()} ({exc!r})", file=sys.stderr)
 

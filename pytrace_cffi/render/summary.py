@@ -300,9 +300,10 @@ def _read_job(path):
     """Every process of a job's trace directory as one Trace of several processes
     (see processes.joined_trace): each thread's pid says whose it is. A process
     not read whole (lost, recovered, damaged) is named in a TraceWarning."""
-    from .. import processes
-    trace, results = processes.joined_trace(path)
-    message = processes.not_read_whole(path, results)
+    from ..follow.jobs import not_read_whole
+    from ..follow.join import joined_trace
+    trace, results = joined_trace(path)
+    message = not_read_whole(path, results)
     if message:
         warnings.warn(message, TraceWarning, stacklevel=3)
     return trace

@@ -1,0 +1,247 @@
+"""Tracing windows for `run`: the whole run, or windows opened and closed by a
+signal (each signal toggles; each window gets its own numbered file), or one
+window bounded by --delay and --duration (the steps a --schedule picks: see
+steps.py). Windows traces this process only (job_windows.JobWindows follows
+its children too)."""
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+
+from .. import _has_session, start, stop
+from .._core import lib
+from .._progress import announce_writing, counted, finish_command, written_note
+from ..errors import TraceError
+from ..follow import exits
+from ..formats import numbered
+
+
+def signal_number(name):
+    """"USR2", "SIGUSR2" or "12" -> the signal's number; ValueError otherwise."""
+    text = name.upper()
+    if text.isdigit():
+        return int(text)
+    found = getattr(signal, text if text.startswith("SIG") else "SIG" + text, None)
+    if not isinstance(found, int):
+        raise ValueError(f"unknown signal {name!r}")
+    return int(found)
+
+
+
+@contextlib.contextmanager
+def interrupts_held():
+    """Holds SIGINT off for the block (main thread), so that a trace is never
+    left half-saved: yields a list that gets an entry for each Ctrl-C meanwhile,
+    which the caller handles once the block is done."""
+    came = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: came.append(True))
+    except ValueError:               # not the main thread: signals go to that one
+        yield came
+        return
+    try:
+        yield came
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def stopped():
+    """(stop()'s trace, whether a Ctrl-C came meanwhile), with SIGINT held off.
+    A TraceError (a failed spill, a spill directory removed) is said in one
+    line, and its trace, saved as far as it went, returned all the same."""
+    with interrupts_held() as came:
+        try:
+            return stop(), bool(came)
+        except TraceError as exc:
+            print(f"pytrace_cffi: {exc}", file=sys.stderr)
+            return exc.trace, bool(came)
+class _OwnTimer(threading.Timer):
+    """A threading.Timer that no trace records: it says it is ours (pt_own.c)
+    before anything else, and registered is set once it has."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.registered = threading.Event()
+
+    def run(self):
+        lib.pt_own_thread_begin()       # when 16 are ours already it is traced
+        self.registered.set()
+        try:
+            super().run()
+        finally:
+            lib.pt_own_thread_end()
+
+
+class Windows:
+    """write(trace, path) writes a window's trace and returns the path it went to
+    (another one when path failed), or None when it was lost (then .lost).
+
+    With spill (options carry max_events), each window spills every event to a
+    temporary directory beside the output instead of dropping the oldest, and the
+    window's trace is read back from it when written; the directory goes once the
+    trace is written, and stays (and is named) when writing failed."""
+
+    def __init__(self, output, options, write, spill=False):
+        self._output = output
+        self._options = options
+        self._write = write
+        self._spill = spill
+        self._spill_dir = None
+        self.lost = False
+        self._lock = threading.RLock()
+        self._numbered = False
+        self._count = 0
+        self._timers = []
+        # A window being closed and written, and whether a signal handled meanwhile
+        # (its handler runs inside the writer) owes a window once it is written.
+        self._closing = False
+        self._open_after_close = False
+
+    # -- ways to drive it ----------------------------------------------------
+    def guard_ending(self):
+        """os._exit or an exec of this process writes the open window first (until
+        finish())."""
+        exits.guard_window(self)
+
+    def whole_run(self):
+        self.open()
+
+    def on_signal(self, signum):
+        self._numbered = True
+        signal.signal(signum, lambda *_: self.toggle())
+
+    def after(self, delay, duration):
+        """One window: opens after `delay` seconds, closes `duration` later."""
+        if duration:                    # first: a thread born in a window would be seen
+            self._timer(delay + duration, self.close)
+        if delay:
+            self._timer(delay, self.open)
+        else:
+            self.open()
+
+    def _timer(self, seconds, action):
+        timer = _OwnTimer(seconds, action)
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+        timer.registered.wait()
+
+    # -- windows -------------------------------------------------------------
+    def open(self, noop=False):
+        with self._lock:
+            if _has_session():
+                return
+            options = self._options
+            if noop:                    # a schedule's warmup: hooks on, nothing kept
+                options = dict(options, noop=True, max_events=None)
+            elif self._spill:
+                beside = os.path.dirname(os.path.abspath(self._output.rstrip(os.sep)))
+                self._spill_dir = tempfile.mkdtemp(prefix=".pytrace_cffi-spill-", dir=beside)
+                options = dict(options, output=self._spill_dir)
+        # Last statement: what this frame runs once the hooks are live is recorded.
+        start(**options)
+
+    def close(self, save=True):
+        self._closing = True
+        try:
+            self._close(save)
+        finally:
+            self._closing = False
+
+    def _close(self, save):
+        with self._lock:
+            if not _has_session():
+                return
+            result, interrupted = stopped()
+            if not save:                # a schedule's warmup
+                return
+            spill_dir, self._spill_dir = self._spill_dir, None
+            if spill_dir is not None:       # (made elsewhere when it was removed)
+                spill_dir = getattr(result, "directory", spill_dir)
+            self._count += 1
+            path = numbered(self._output, self._count) if self._numbered else self._output
+            try:
+                if interrupted:
+                    raise KeyboardInterrupt
+                started = announce_writing(path)
+                if spill_dir is not None:
+                    result = result.load()
+                written = self._write(result, path)
+            except KeyboardInterrupt:
+                self.lost = True
+                _keep_interrupted(result, path, spill_dir)
+                return
+            if written is None:
+                self.lost = True
+                if spill_dir is not None:
+                    print(f"pytrace_cffi: the spilled events stay in {spill_dir!r} "
+                          f"(write them later with: {finish_command([spill_dir], path)})",
+                          file=sys.stderr)
+                else:
+                    print("pytrace_cffi: the trace is lost", file=sys.stderr)
+                return
+            if spill_dir is not None:
+                shutil.rmtree(spill_dir, ignore_errors=True)
+            print(f"pytrace_cffi: {counted(len(result), 'call')} on "
+                  f"{counted(len(result.threads), 'thread')} "
+                  f"-> {written}{written_note(written, started)}", file=sys.stderr)
+
+    def toggle(self):
+        if self._closing:
+            # Signalled while the last window is written: a window opened now would
+            # trace the writer (its encoder threads, its calls). It opens once written.
+            self._open_after_close = not self._open_after_close
+            return
+        if _has_session():
+            self.close()
+            if self._open_after_close:
+                self._open_after_close = False
+                self.open()             # last: what runs once the hooks are live is recorded
+        else:
+            self.open()
+
+    def finish(self):
+        """At the program's end: closes an open window; says if none was traced."""
+        exits.unguard_window()
+        for timer in self._timers:
+            timer.cancel()
+        self.close()
+        if self._count == 0:
+            print("pytrace_cffi: no window was traced (no signal came, the program "
+                  "ended before --delay, or it took fewer steps than --schedule waits)",
+                  file=sys.stderr)
+
+
+def _keep_interrupted(result, path, spill_dir):
+    """A Ctrl-C while a window's trace was written: OUT is not written (nor left
+    half written); the trace stays where it is (a spill directory), or is saved
+    to a directory first (Ctrl-C held meanwhile), and the line says where and the
+    command that finishes it."""
+    said = f"pytrace_cffi: interrupted while writing {path}: "
+    if spill_dir is not None:
+        print(f"{said}the trace stays in {spill_dir} (finish it with: "
+              f"{finish_command([spill_dir], path)})", file=sys.stderr)
+        return
+    name = f"pytrace_cffi-{os.getpid()}-interrupted"
+    for where in (tempfile.gettempdir(), os.getcwd()):
+        kept = os.path.join(where, name)
+        if os.path.exists(kept):
+            continue
+        print(f"{said}saving the trace to {kept} first (Ctrl-C waits for it)",
+              file=sys.stderr)
+        try:
+            with interrupts_held():         # (a Ctrl-C meanwhile is let go)
+                result.save(kept)
+        except (OSError, KeyboardInterrupt):
+            shutil.rmtree(kept, ignore_errors=True)
+            continue
+        print(f"pytrace_cffi: the trace is in {kept} (finish it with: "
+              f"{finish_command([kept], path)})", file=sys.stderr)
+        return
+    print(f"{said}the trace is lost (no place took it)", file=sys.stderr)
+
+
+

@@ -1,0 +1,291 @@
+"""The one set of exit guards: what is saved before this process ends.
+
+A process can end without returning to whoever would save its trace: by
+os._exit (multiprocessing's way), by an exec (another program replaces it), by
+SIGTERM (when the program has no handler of its own), or at interpreter exit.
+One os._exit wrapper, one audit hook, one SIGTERM handler and one atexit
+handler serve both users:
+
+- `run` without following children (guard_window): the open window is
+  written first (its Windows.finish());
+- a followed process (install_exit_paths, by session.FollowSession): its trace
+  is saved first (finish_here), and `run`'s OUT written when this process owes
+  it (owe_run_finish: a finish.RunFinish); at an exec that finish is handed to
+  the new image when it will be followed. The audit hook also notes the
+  children it launches (launches.py).
+"""
+import atexit
+import os
+import signal
+import sys
+import threading
+
+from .._core import lib
+from ..errors import TraceError
+from .identity import ENV, _say, following
+from .launches import _note_launch, _unfollowable, _util_finder, _watch_spawn
+
+_real_exit = os._exit
+_audit_installed = False
+_saved_at_exit = False     # atexit runs finish_here (registered once)
+_window_fork_hook = False  # a forked child drops the window guard (registered once)
+_following = False         # install_exit_paths is in force (until restore_exit_paths)
+# The run whose open window is written before the process ends without
+# returning to `run` (os._exit) or becomes another program (exec): (pid, Windows).
+# A follow run does this through its session (its exec'd image can finish the job).
+_window = None
+# `run`'s pending finish (a finish.RunFinish) in the process that owes it. An
+# exec replaces that process: the new image takes the finish over
+# (RunFinish.hand_over, identity.FINISH_FILE), or it is done before the exec.
+_run_finish = None
+_run_ended_early = False   # OUT was written (or handed over) before the program returned
+_finishing = False
+_terminate_after = False     # SIGTERM came while finish_here was saving
+
+
+# -- the guards ---------------------------------------------------------------
+
+def _exit_saving(code):
+    """os._exit while guarded: the open window is written (a run without
+    following), or this process's trace saved (and `run`'s OUT written when this
+    process owes it), first."""
+    _write_window()
+    finish_here()
+    finish_owed_run()
+    _real_exit(code)
+
+
+def _on_sigterm(signum, frame):
+    """SIGTERM while guarded (the program has no handler of its own): saved as at
+    os._exit, then the process dies of the signal as it would have."""
+    global _terminate_after
+    if _finishing:                   # saving already (e.g. at exit): die once it is saved
+        _terminate_after = True
+        return
+    _write_window()
+    finish_here()
+    finish_owed_run()
+    die_of_sigterm()
+
+
+def die_of_sigterm():
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+_popen = threading.local()
+
+
+def _audit(event, args):
+    """Audit hook (installed once): before os.exec replaces the process, the open
+    window is written or the trace saved; a followed process notes its children."""
+    if event == "os.exec" and _window is not None:
+        try:
+            if can_exec(args[0]):
+                _write_window()
+        except Exception:            # noqa: BLE001 - an audit hook must never fail the call
+            pass
+    _audit_following(event, args)
+
+
+def _audit_following(event, args):
+    """Saves a followed process's trace before os.exec replaces the process, and
+    notes children that will not be followed."""
+    if event not in ("os.exec", "subprocess.Popen", "os.posix_spawn", "os.spawn"):
+        return
+    import pytrace_cffi
+    session = pytrace_cffi._session
+    if not following(session):
+        return
+    try:
+        executable, argv, env = args[0], args[1], args[-1]
+        if event == "os.exec":
+            if not can_exec(executable):
+                return              # the attempt fails (os.execvp tries each PATH entry)
+            inherited = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
+            _note_launch(session.job_dir, "exec", executable, argv, env, os.getpid())
+            finish_here()
+            if env is None:          # the new image inherits os.environ: it follows too
+                for name, value in zip((ENV, "PYTHONPATH"), inherited):
+                    if value is not None:
+                        os.environ[name] = value
+            if _run_finish is not None and _run_finish.pid == os.getpid():
+                _hand_over_run(_unfollowable(executable, argv, env) is None)
+            return
+        if event == "subprocess.Popen":
+            _popen.argv = list(argv or ())
+        elif getattr(_popen, "argv", None) == list(argv or ()):
+            _popen.argv = None      # the same launch: Popen uses posix_spawn (3.13)
+            return
+        how = {"subprocess.Popen": "subprocess", "os.posix_spawn": "posix_spawn"}.get(
+            event, "os.spawn")
+        _note_launch(session.job_dir, how, executable, argv, env, None)
+    except Exception:            # noqa: BLE001 - an audit hook must never fail the call
+        pass
+
+
+def _install_audit():
+    global _audit_installed
+    if not _audit_installed:
+        sys.addaudithook(_audit)
+        _audit_installed = True
+
+
+def can_exec(path):
+    """Whether an exec of path can replace the process. os.execvp and friends try
+    each PATH entry in turn, raising an audit event for each: the attempts that
+    fail must leave tracing on, or the rest of the program would go untraced."""
+    if isinstance(path, int):       # fexecve: an open file
+        return True
+    try:
+        return os.access(path, os.X_OK) and not os.path.isdir(path)
+    except (TypeError, ValueError):
+        return True                 # let the exec itself say what is wrong
+
+
+# -- `run` without following: its open window ------------------------------------
+
+def guard_window(windows):
+    """Until unguard_window(): os._exit, an exec or SIGTERM of this process writes
+    windows' open window first (windows.finish())."""
+    global _window, _window_fork_hook
+    _window = (os.getpid(), windows)
+    os._exit = _exit_saving
+    _install_audit()
+    if not _window_fork_hook:
+        # A forked child owes nothing, and its SIGTERM must stay the default: a
+        # Python handler would not run while it waits in C (Pool.terminate()).
+        os.register_at_fork(after_in_child=unguard_window)
+        _window_fork_hook = True
+    if threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):
+            pass
+
+
+def unguard_window():
+    global _window
+    _window = None
+    if os._exit is _exit_saving and not _following:
+        os._exit = _real_exit
+    if threading.current_thread() is threading.main_thread() and not _following:
+        try:
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
+
+def _write_window():
+    global _window
+    guard, _window = _window, None
+    if guard is None or guard[0] != os.getpid():
+        return
+    try:
+        guard[1].finish()
+    except Exception as exc:         # noqa: BLE001 - the program's exit goes on
+        print(f"pytrace_cffi: writing the trace failed ({exc.__class__.__name__}: {exc})",
+              file=sys.stderr)
+
+
+# -- a followed process ------------------------------------------------------------
+
+def finish_here():
+    """Stops a followed session of this process and saves it (os._exit, SIGTERM,
+    exec, interpreter exit). Never raises."""
+    global _finishing
+    import pytrace_cffi
+    session = pytrace_cffi._session
+    if _finishing or not following(session):
+        return
+    _finishing = True
+    try:
+        pytrace_cffi.stop()
+    except TraceError as exc:    # a failed spill: what it held is saved
+        _say(f"pid {os.getpid()}: {exc}")
+    except Exception as exc:     # noqa: BLE001 - the program's exit goes on
+        _say(f"pid {os.getpid()}: saving its trace failed ({exc.__class__.__name__}: {exc})")
+    finally:
+        _finishing = False
+    if _terminate_after:
+        die_of_sigterm()
+
+
+def install_exit_paths(root):
+    """os._exit and exec save the trace first; a child with no SIGTERM handler of
+    its own saves it on SIGTERM, then dies of it as it would have."""
+    global _saved_at_exit, _following
+    os._exit = _exit_saving
+    _following = True
+    _watch_spawn()
+    _install_audit()
+    if not _saved_at_exit:
+        atexit.register(finish_here)
+        _saved_at_exit = True
+    if not root:
+        handle_sigterm()
+
+
+def handle_sigterm():
+    """SIGTERM saves the trace (and writes `run`'s OUT when owed) before the
+    process dies of it, unless the program has a handler of its own."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            # (again in a forked child: it inherits the handler, not the timer)
+            lib.pt_sigterm_guard(1)     # see pt_signals.c: a SIGTERM is never missed
+    except (ValueError, OSError):
+        pass
+
+
+def restore_exit_paths():
+    global _following
+    _following = False
+    if os._exit is _exit_saving:
+        os._exit = _real_exit
+    if _util_finder in sys.meta_path:
+        sys.meta_path.remove(_util_finder)
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            lib.pt_sigterm_guard(0)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError):
+        pass
+
+
+# -- `run`'s finish, owed by this process --------------------------------------------
+
+def owe_run_finish(finish):
+    """This process owes `run`'s finish (a finish.RunFinish; None: no longer)."""
+    global _run_finish
+    _run_finish = finish
+
+
+def run_ended_early():
+    """Whether OUT was written (or handed over, at an exec) before the program returned."""
+    return _run_ended_early
+
+
+def finish_owed_run():
+    """When this process owes `run`'s finish (an exec'd image's atexit, or os._exit):
+    saves its trace, then writes OUT from the job. Never raises."""
+    global _run_finish
+    owed, _run_finish = _run_finish, None
+    if owed is None or owed.pid != os.getpid():
+        return
+    finish_here()
+    owed.finish_now()
+
+
+def _hand_over_run(followed):
+    """At an exec of the process owing `run`'s finish (its trace saved already):
+    see RunFinish.hand_over."""
+    global _run_finish, _run_ended_early
+    owed, _run_finish = _run_finish, None
+    _run_ended_early = True
+    owed.hand_over(followed)

@@ -1,0 +1,408 @@
+"""The follow session: a process traced into its own directory of a job.
+
+FollowSession traces this process into DIR/proc-<pid>/ (a spilled saved
+trace) and arranges for its children to do the same (PYTRACE_CFFI_FOLLOW and
+the bootstrap directory in their environment; a forked child starts afresh:
+continue_in_forked_child). Its spill hook (_KeyNames) appends the names of new
+keys to keys.jsonl before each spill, so a killed process can be recovered,
+and keeps the spill going when its place is removed or fills up.
+"""
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+
+from .. import _clock
+from .._core import ffi, lib
+from .._names import name_for_source, path_prefixes
+from .._tracer import USE_MONITORING, Session, check
+from ..render.saved import hash_id, note_spill_problem
+from ..trace import _hiding, _kind, forget_startup_frames
+from . import identity
+from .exits import finish_here, install_exit_paths, restore_exit_paths
+from .identity import (BOOT_DIR, DEFAULT_MAX_EVENTS, ENV, FINISH_FILE, JOB_FILE, KEYS_FILE,
+                       LAUNCHED_FILE, PROCESS_FILE, RUN_DONE_FILE, UNFOLLOWED_FILE,
+                       _command_line, _new_process_dir, _run_over, _say, _write_json,
+                       overflow_dir, process_facts)
+
+class _KeyNames:
+    """The spill hook: appends the names of keys seen since the last spill to
+    keys.jsonl, so a killed process's events can still be named; and keeps the
+    spilling going (keep_place). Holds a plain (non-owning) tracer pointer: the
+    tracer holds this object."""
+
+    def __init__(self, ptr, directory, trim_paths, watcher, job_dir, chunk_bytes):
+        self.ptr = ffi.cast("pt_tracer *", ptr)
+        self.directory = directory
+        self.job_dir = job_dir
+        self.chunk_bytes = chunk_bytes      # one spill's size, at most
+        self.trim_paths = trim_paths
+        self.watcher = watcher
+        self.keys_written = 0
+        self.tags_written = 0
+        self.sidecar = None                 # process.json, once written
+        self.stopped_because = None         # why recording stops early (keep_place)
+        self.removed = None                 # the directory removed while tracing
+        self._nowhere_else = False          # a move to _spill_beside was impossible
+        # Held while writing, and by stop(): a hook that let other threads run is
+        # not cut short by a stop. Reentrant: a SIGTERM handler may stop from here.
+        self.lock = threading.RLock()
+
+    @property
+    def path(self):
+        return os.path.join(self.directory, KEYS_FILE)
+
+    def __call__(self):
+        with self.lock:
+            self.keep_place()
+            try:
+                self._write_new()
+            except OSError:
+                if not self._move_elsewhere():
+                    raise
+                self._write_new()
+
+    def _write_new(self):
+        n_keys = lib.pt_key_count(self.ptr)
+        tags = self.watcher.tags if self.watcher is not None else [None]
+        if n_keys <= self.keys_written and len(tags) <= self.tags_written:
+            return
+        sources = []
+        check(lib.pt_key_sources(self.ptr, self.keys_written, ffi.cast("void *", id(sources))),
+              self.ptr, "key sources")
+        prefixes = path_prefixes() if self.trim_paths else ()
+        names = [name_for_source(source, prefixes) for source in sources]
+        record = {"first": self.keys_written,
+                  # the first record also holds the clock's start, for recover()
+                  **({"start_ns": lib.pt_start_ns(self.ptr),
+                      "tick0": lib.pt_start_ticks(self.ptr)} if not self.keys_written else {}),
+                  "keys": [[str(hash_id(name)), _kind(source), _hiding(source)]
+                           for name, source in zip(names, sources)],
+                  "names": {str(hash_id(name)): name for name in names},
+                  "tags_first": self.tags_written, "tags": list(tags[self.tags_written:])}
+        line = (json.dumps(record) + "\n").encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+        self.keys_written += len(sources)
+        self.tags_written = len(tags)
+
+    # -- where the spill goes -------------------------------------------------
+    def keep_place(self, stopped=False):
+        """Before each spill (and once stopped, before the last one): once `run`
+        has finished, recording stops (a process that outlives it would trace
+        without bound into a directory nobody reads); a process directory
+        removed while the job runs is made again, with everything the open
+        files held; a place running short of room, or whose last block failed
+        (pt_spill_errno), is left for _spill_beside. Never raises."""
+        try:
+            over = _run_over(self.job_dir)
+            if over and self.stopped_because is None and not stopped:
+                self._stop_soon(over)
+            if not os.path.isdir(self.directory):
+                if not over:
+                    self._relink()
+            elif lib.pt_spill_errno(self.ptr) or self._short_of_room():
+                self._move_elsewhere()
+        except Exception as exc:    # noqa: BLE001 - the spill goes on where it is
+            _say(f"pid {os.getpid()}: keeping its trace's place failed ({exc})")
+
+    def _stop_soon(self, reason):
+        """Stops recording from another thread (never from inside the hook, which
+        runs in the middle of recording): the trace is saved as at exit, with
+        reason in its meta.json."""
+        self.stopped_because = reason
+        try:
+            threading.Thread(target=finish_here, name="pytrace_cffi: stop",
+                             daemon=False).start()
+        except RuntimeError:        # at interpreter shutdown: the exit saves it anyway
+            pass
+
+    def _short_of_room(self):
+        """Whether the file system of the process directory has less room than it
+        should keep for the program (a tenth of it, at most 64 MiB) and two spills,
+        while _spill_beside could take the spill."""
+        if identity._spill_beside is None or self._nowhere_else:
+            return False
+        return _free_bytes(self.directory) < _reserve(self.directory) + 2 * self.chunk_bytes
+
+    def _move_elsewhere(self):
+        """Moves the spill into the job's directory beside OUT (overflow_dir), when
+        that is on another file system with room for it. Returns whether it did."""
+        beside = overflow_dir(self.job_dir)
+        if beside is None or self._nowhere_else or _within(self.directory, beside):
+            return False
+        existing = beside
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing)
+        needed = lib.pt_spill_bytes(self.ptr) + _reserve(existing) + 2 * self.chunk_bytes
+        if _same_device(existing, self.directory) or _free_bytes(existing) < needed:
+            self._nowhere_else = True
+            return False
+        os.makedirs(beside, exist_ok=True)
+        try:                        # its own name there: finish_run counts it once
+            place = os.path.join(beside, os.path.basename(self.directory))
+            os.mkdir(place)
+        except FileExistsError:
+            place = _new_process_dir(beside)
+        return self._move_to(place)
+
+    def _relink(self):
+        """The process directory was removed (by the program) while its files were
+        open: it is made again (else a new one beside OUT) with what they held."""
+        removed = self.directory
+        try:
+            os.makedirs(self.directory)
+            place = self.directory
+        except OSError:
+            beside = overflow_dir(self.job_dir)
+            if beside is None:
+                return False
+            try:
+                place = _new_process_dir(_made(beside))
+            except OSError:
+                return False
+        if not self._move_to(place):
+            return False
+        self.removed = self.removed or removed
+        return True
+
+    def _move_to(self, place):
+        """Copies the spill file into the new directory place and spills there from
+        now on; process.json and keys.jsonl are written there anew, the old
+        directory goes. Returns whether it worked (else place is removed)."""
+        import shutil
+        target = os.path.join(place, "events.bin")
+        if lib.pt_spill_move(self.ptr, os.fsencode(target)) != lib.PT_OK:
+            shutil.rmtree(place, ignore_errors=True)
+            return False
+        old, self.directory = self.directory, place
+        self.keys_written = self.tags_written = 0       # all of keys.jsonl, there
+        try:
+            if self.sidecar is not None:
+                _write_json(os.path.join(place, PROCESS_FILE), self.sidecar)
+            self._write_new()
+        except OSError:
+            pass                    # the next spill tries the keys again
+        if os.path.isdir(old) and not _within(place, old):
+            shutil.rmtree(old, ignore_errors=True)
+        return True
+
+
+def _free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _reserve(path):
+    """The room a spill leaves free on path's file system, for the program: a
+    tenth of it, at most 64 MiB."""
+    st = os.statvfs(path)
+    return min(64 << 20, st.f_blocks * st.f_frsize // 10)
+
+
+def _same_device(path, other):
+    try:
+        return os.stat(path).st_dev == os.stat(other).st_dev
+    except OSError:             # (other removed: a new place is all the better)
+        return False
+
+
+def _within(path, directory):
+    path, directory = os.path.abspath(path), os.path.abspath(directory)
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _made(directory):
+    os.makedirs(directory, exist_ok=True)
+    return directory
+
+
+class FollowSession(Session):
+    """A Session that traces this process into DIR/proc-<pid> and arranges for
+    its children to do the same."""
+
+    follows_children = True     # identity.following(session)
+
+    def __init__(self, options, root=True, forked=False):
+        options = dict(options)
+        self.forked = forked
+        self.job_dir = os.path.abspath(options.pop("output"))
+        if options.get("max_events") is None:
+            options["max_events"] = DEFAULT_MAX_EVENTS
+        self.follow_options = options
+        self.root = root
+        over = None if root else _run_over(self.job_dir)
+        if over:
+            raise ValueError(f"not tracing: {over}")
+        try:
+            os.makedirs(self.job_dir, exist_ok=True)
+            if root:
+                for name in (JOB_FILE, UNFOLLOWED_FILE, LAUNCHED_FILE, FINISH_FILE,
+                             RUN_DONE_FILE):
+                    if os.path.exists(os.path.join(self.job_dir, name)):
+                        os.unlink(os.path.join(self.job_dir, name))
+            self.process_dir = _new_process_dir(self.job_dir)
+        except OSError as exc:
+            raise ValueError(f"cannot use {self.job_dir!r} as the trace directory: "
+                             f"{exc}") from None
+        super().__init__(output=self.process_dir, **options)
+        chunk_bytes = min(max(options["max_events"], 4096), 2 << 20) + 64
+        self._key_names = _KeyNames(self.ptr, self.process_dir, self.trim_paths, self.watcher,
+                                    self.job_dir, chunk_bytes)
+        check(lib.pt_set_spill_hook(self.ptr, ffi.cast("void *", id(self._key_names))),
+              self.ptr, "spill hook")
+        self.process_meta = {}
+        self._saved_env = None
+
+    def start(self):
+        # Everything before the hooks go live: what runs after would be recorded.
+        sidecar = dict(process_facts(self.forked), pid=os.getpid(), root=self.root,
+                       command=_command_line(), forked=self.forked,
+                       clock_name="tsc" if _clock.USE_TSC else "monotonic",
+                       python=sys.version.split()[0],
+                       backend="sys.monitoring" if USE_MONITORING else "PyEval_SetProfile")
+        _write_json(os.path.join(self.process_dir, PROCESS_FILE), sidecar)
+        self._key_names.sidecar = sidecar
+        if self.root:
+            _write_json(os.path.join(self.job_dir, JOB_FILE), {"root_pid": os.getpid()})
+        self._set_environment()
+        try:
+            install_exit_paths(self.root)
+            super().start()
+        except BaseException:
+            # Nothing of it stays: no environment, no wrapped exits, no directory.
+            self._restore_environment()
+            restore_exit_paths()
+            import shutil
+            shutil.rmtree(self.process_dir, ignore_errors=True)
+            if self.root:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self.job_dir, JOB_FILE))
+            raise
+
+    def _set_environment(self):
+        config = json.dumps({"dir": self.job_dir, "options": self.follow_options,
+                             "package": os.path.dirname(os.path.dirname(BOOT_DIR)),
+                             "run_pid": identity._run_pid,
+                             "spill_beside": identity._spill_beside})
+        self._saved_env = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
+        os.environ[ENV] = config
+        paths = (self._saved_env[1] or "").split(os.pathsep)
+        if BOOT_DIR not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([BOOT_DIR] + [p for p in paths if p])
+
+    def _restore_environment(self):
+        if self._saved_env is None:
+            return
+        for name, value in zip((ENV, "PYTHONPATH"), self._saved_env):
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_env = None
+
+    def stop(self):
+        try:
+            with self._key_names.lock:
+                super().stop()
+        finally:
+            self._restore_environment()
+        facts = process_facts(self.forked)   # labels known only now (e.g. worker ids)
+        self.process_meta = dict(facts, job_dir=self.job_dir, root=self.root)
+        if self._key_names.stopped_because:
+            self.process_meta["stopped_early"] = (
+                f"recording stopped at a spill: {self._key_names.stopped_because}")
+
+    def result(self):
+        try:
+            with self._key_names.lock:      # its place, as at each spill
+                self._key_names.keep_place(stopped=True)
+                self.output = self.process_dir = self._key_names.directory
+            if self._key_names.removed:
+                note_spill_problem(self, f"the process directory {self._key_names.removed!r} "
+                                         "was removed while tracing: its trace was saved "
+                                         f"again, whole, in {self.output!r}")
+            return super().result()
+        finally:
+            # Only now: a SIGTERM while the trace was being written waited for it.
+            restore_exit_paths()
+            forget_startup_frames()         # the trace written has taken its rules
+
+    def abandon_in_forked_child(self):
+        super().abandon_in_forked_child()
+        self._saved_env = None        # the child keeps following: its environment stays
+
+
+
+def continue_in_forked_child(session):
+    """In a child forked while following: a fresh session for this process with
+    the parent's options (the inherited one was abandoned). Returns it started."""
+    if _run_over(session.job_dir):
+        return None                 # the run is over: this child is not traced
+    forget_startup_frames()         # its frames at the fork are the program's
+    options = dict(session.follow_options, output=session.job_dir)
+    return _start_child_session(options)
+
+
+def _start_child_session(options):
+    import pytrace_cffi
+    install_exit_paths(root=False)        # first: a SIGTERM now still exits as it would
+    child = FollowSession(options, root=False, forked=True)
+    pytrace_cffi._session = child
+    try:
+        child.start()
+    except BaseException:
+        pytrace_cffi._session = None
+        raise
+    return child
+
+
+def _armed_after_fork():
+    """A forkserver's fork: start tracing the new child."""
+    import pytrace_cffi
+    try:
+        armed = identity._armed
+        if armed is None or pytrace_cffi._session is not None or _run_over(armed[0]):
+            return
+        pytrace_cffi._lock = threading.Lock()
+        _start_child_session(dict(armed[1], output=armed[0]))
+    except Exception as exc:     # noqa: BLE001 - never break the child
+        _say(f"not tracing forked pid {os.getpid()}: {exc}")
+    finally:
+        release_sigterm()
+
+
+_sigterm = threading.local()     # .held: hold_sigterm_for_fork blocked it in this thread
+
+
+def hold_sigterm_for_fork():
+    """Before a fork while following (or in an armed forkserver): SIGTERM blocked
+    in the forking thread, so the child gets a SIGTERM sent at once (Pool.terminate
+    of a worker that ran no task) only when its after-fork hook has made its
+    directory, process.json and SIGTERM handler: it saves its trace, never goes
+    missing. The parent releases it as fork returns, the child at the end of its
+    hook (release_sigterm); a pending SIGTERM is delivered then."""
+    import pytrace_cffi
+    if identity._armed is None and not isinstance(pytrace_cffi._session, FollowSession):
+        return
+    with contextlib.suppress(ValueError, OSError):
+        _sigterm.held = signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK,
+                                                                     {signal.SIGTERM})
+
+
+def release_sigterm():
+    """Undoes hold_sigterm_for_fork in this thread (SIGTERM stays blocked if it
+    was before)."""
+    if getattr(_sigterm, "held", False):
+        _sigterm.held = False
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+if hasattr(signal, "pthread_sigmask"):
+    os.register_at_fork(before=hold_sigterm_for_fork, after_in_parent=release_sigterm)
+
