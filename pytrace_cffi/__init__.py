@@ -44,10 +44,8 @@ from .annotations import (RecordFunction, capture_stack, counter, instant, recor
 from . import options as _start_options
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
                      TraceWarning)
-from .merge import merge_torch
-from .render.saved import SpilledTrace
 from .schedule import Action, schedule
-from .trace import Call, Trace
+from .trace import WRITERS as _WRITERS, Call, Trace
 
 __all__ = ["start", "stop", "trace", "step", "load", "is_tracing", "release_memory", "Trace",
            "Call",
@@ -56,6 +54,46 @@ __all__ = ["start", "stop", "trace", "step", "load", "is_tracing", "release_memo
            "TraceFormatError", "TraceWarning", "SpilledTrace", "schedule", "Action",
            "TraceError", "TracerConflictError", "TracerStateError"]
 __version__ = "0.1.0"
+
+
+def _register_writers():
+    """Trace's export_chrome_trace, export_perfetto and save find their writers in
+    trace.WRITERS (the model cannot import the renderers, which import it). Each
+    imports its renderer when first called: import pytrace_cffi imports none."""
+    def chrome(trace, path):
+        from .render.chrome import write_chrome_trace
+        write_chrome_trace(trace, path)
+
+    def perfetto(trace, path, compress=True):
+        from .render.perfetto import write_perfetto
+        write_perfetto(trace, path, compress=compress)
+
+    def saved(trace, directory):
+        from .render.saved import save
+        save(trace, directory)
+    _WRITERS.update(chrome=chrome, perfetto=perfetto, saved=saved)
+
+
+_register_writers()
+# Public names whose modules are imported when first asked for (PEP 562): they
+# import the readers and writers, which a program that only traces never needs.
+_LAZY = ("merge_torch", "SpilledTrace")
+
+
+def __getattr__(name):
+    if name == "merge_torch":
+        from .merge import merge_torch as value
+    elif name == "SpilledTrace":
+        from .render.saved import SpilledTrace as value
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 _lock = _threading.Lock()
 _session = None          # the running Session, or None

@@ -11,7 +11,7 @@ from . import _set_step_hook, formats, options as start_options
 from ._progress import counted
 from ._windows import OptimizerSteps, ScheduledWindows, Windows, parse_schedule, signal_number
 from .errors import TraceFormatError
-from .trace import codes_below, hide_launcher_frames
+from ._hiding import codes_below, hide_launcher_frames
 
 EXIT_CANNOT_OPEN = 2            # python's own, for a script it cannot open
 EXIT_NO_MAIN = 1                # python's own, for a directory or zip without __main__

@@ -1,5 +1,6 @@
 """Starting and stopping the C core: backend choice, sys.monitoring registration,
-the hook that attaches threads born while tracing, and status codes -> exceptions."""
+the hook that attaches threads born while tracing, another profiler taking the hook.
+What a stopped session becomes is _stopped.py's; status codes -> exceptions _status.py's."""
 import math
 import os
 import sys
@@ -7,8 +8,10 @@ import threading
 
 from . import _clock
 from ._core import ffi, lib
-from ._torch import TorchWatcher
+from ._hiding import hiding
 from ._status import check
+from ._stopped import thread_name, trace_from_session
+from ._torch import TorchWatcher
 from .errors import TraceError, TracerConflictError
 from .options import session_options
 
@@ -47,27 +50,12 @@ def min_duration_ns(min_duration_us):
     return math.ceil(round(min_duration_us * 1000, 6))
 
 
-def _trace():
-    """The trace module, which imports this one: imported when first needed, then
-    kept (an import statement in a function costs ~10k instructions a call)."""
-    global _trace_module
-    if _trace_module is None:
-        from .trace import Trace
-        # (the package's attribute `trace` is the context manager, not the module)
-        _trace_module = sys.modules[Trace.__module__]
-    return _trace_module
-
-
-_trace_module = None
-
-
 def _own_frames():
     """How many of the calling thread's innermost frames, from our caller (the
     frame calling pt_start) outward, run pytrace_cffi's own code: start()'s
     machinery, whichever way it was reached (start(), trace().__enter__, the
     CLI's windows). Traces hide those frames, so pt_start does not seed them and
     the 128 frames it seeds are all the user's."""
-    hiding = _trace()._hiding
     count = 0
     frame = sys._getframe(1)
     while frame is not None and hiding(frame.f_code) == lib.PT_HIDE_SUBTREE:
@@ -78,6 +66,8 @@ def _own_frames():
 
 class Session:
     """One start..stop of the C core. Owns the C tracer until a Trace takes it."""
+
+    backend_name = "sys.monitoring" if USE_MONITORING else "PyEval_SetProfile"
 
     def __init__(self, **given):
         # start()'s options (options.py), checked by start(); these are the defaults
@@ -163,7 +153,6 @@ class Session:
     def _uncount_hidden_frames(self):
         """max_depth counts the calls a trace shows: the code of running frames
         that traces leave out (ours, from here down; a launcher's) never counts."""
-        from .trace import _hiding
         tops = list(sys._current_frames().values())
         tops.append(sys._getframe())
         seen = set()
@@ -172,7 +161,7 @@ class Session:
                 code = frame.f_code
                 if id(code) not in seen:
                     seen.add(id(code))
-                    if _hiding(code):
+                    if hiding(code):
                         check(lib.pt_set_uncounted(self.ptr, ffi.cast("void *", id(code))),
                               self.ptr, "uncounted code")
                 frame = frame.f_back
@@ -369,7 +358,7 @@ class Session:
         if self.output is not None:
             from .render.saved import finish_spill
             return finish_spill(self)
-        return _trace().Trace._from_session(self)
+        return trace_from_session(self)
 
     def hot_error(self):
         """The first failure the hooks swallowed while tracing, or None."""
@@ -443,7 +432,6 @@ def describe_hook_losses(session, raw_losses):
     is filled by count_calls once the trace exists."""
     if not raw_losses:
         return []
-    from .trace import _thread_name
     ms = _ms_after_start(session)
     infos = []
     for index in range(lib.pt_thread_count(session.ptr)):
@@ -457,7 +445,7 @@ def describe_hook_losses(session, raw_losses):
                  "thread_index": index}
         if index is not None:
             info = infos[index]
-            entry["thread"] = _thread_name(session, info)
+            entry["thread"] = thread_name(session, info)
             entry["native_id"] = (info.native_id
                                   or session.thread_native_id(info.ident) or None)
             entry["events"] = info.n_events

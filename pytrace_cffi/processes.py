@@ -50,10 +50,11 @@ from . import _clock, _progress, formats
 from ._core import ffi, lib
 from ._names import name_for_source, path_prefixes, program_name
 from ._progress import counted
-from ._tracer import USE_MONITORING, Session, check
+from ._status import check
+from ._tracer import USE_MONITORING, Session
 from ._safe_read import read_bounded
 from .errors import TraceError, TraceFormatError, TraceWarning
-from .trace import codes_below, forget_startup_frames, hide_alone, hide_launcher_frames
+from ._hiding import codes_below, forget_startup_frames, hide_alone, hide_launcher_frames
 
 ENV = "PYTRACE_CFFI_FOLLOW"
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
@@ -232,7 +233,8 @@ class _KeyNames:
 
     def _write_new(self):
         from .render.saved import hash_id
-        from .trace import _hiding, _kind
+        from ._hiding import hiding as _hiding
+        from ._names import kind_of_source as _kind
         n_keys = lib.pt_key_count(self.ptr)
         tags = self.watcher.tags if self.watcher is not None else [None]
         if n_keys <= self.keys_written and len(tags) <= self.tags_written:
@@ -1785,7 +1787,7 @@ class _JoinedStreams:
         self.stats = stats          # per thread: (calls, open at stop, deepest depth)
 
     def slices(self, index):
-        from .render.chrome import thread_batches
+        from .render.walk import batches as thread_batches
         trace, local, key_map, n_map, shift = self.parts[index]
         scratch = None
         for slices, n, first in thread_batches(trace, local):
