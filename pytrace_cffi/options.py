@@ -18,6 +18,8 @@ Option.__doc__ = """One option of start().
 kind     "bool"; "count" (an int from 1 to its bound, see _COUNT_LIMITS);
          "microseconds" (a number >= 0); "globs" (a glob or a list of them);
          "path" (a path, or None)
+help     the words of its line in `run --help` (None: not on the command line;
+         start()'s docstring says what each does)
 flag     run's flag for it, or None when run does not offer it (noop; output is
          run's -o, which means OUT there; follow_children is run's default, see
          --no-follow)
@@ -133,12 +135,12 @@ def _globs(name, value, values):
 _CHECKS = {"count": _count, "path": _path, "microseconds": _microseconds, "globs": _globs}
 
 
-def session_options(given, caller="Session"):
+def session_options(given):
     """A Session's options: given (name -> value) over the defaults; an unknown
     name is a TypeError, as for a function's keyword argument."""
     for name in given:
         if name not in SESSION_DEFAULTS:
-            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
+            raise TypeError(f"Session() got an unexpected keyword argument {name!r}")
     return dict(SESSION_DEFAULTS, **given)
 
 
