@@ -41,12 +41,11 @@ except ModuleNotFoundError as _exc:
 from ._tracer import Session as _Session, finish_hook_losses as _finish_hook_losses
 from .annotations import (RecordFunction, capture_stack, counter, instant, record_function,
                           symbolize)
+from . import options as _start_options
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
                      TraceWarning)
-from .merge import merge_torch
-from .render.saved import SpilledTrace
 from .schedule import Action, schedule
-from .trace import Call, Trace
+from .trace import WRITERS as _WRITERS, Call, Trace
 
 __all__ = ["start", "stop", "trace", "step", "load", "is_tracing", "release_memory", "Trace",
            "Call",
@@ -55,6 +54,46 @@ __all__ = ["start", "stop", "trace", "step", "load", "is_tracing", "release_memo
            "TraceFormatError", "TraceWarning", "SpilledTrace", "schedule", "Action",
            "TraceError", "TracerConflictError", "TracerStateError"]
 __version__ = "0.1.0"
+
+
+def _register_writers():
+    """Trace's export_chrome_trace, export_perfetto and save find their writers in
+    trace.WRITERS (the model cannot import the renderers, which import it). Each
+    imports its renderer when first called: import pytrace_cffi imports none."""
+    def chrome(trace, path):
+        from .render.chrome import write_chrome_trace
+        write_chrome_trace(trace, path)
+
+    def perfetto(trace, path, compress=True):
+        from .render.perfetto import write_perfetto
+        write_perfetto(trace, path, compress=compress)
+
+    def saved(trace, directory):
+        from .render.saved import save
+        save(trace, directory)
+    _WRITERS.update(chrome=chrome, perfetto=perfetto, saved=saved)
+
+
+_register_writers()
+# Public names whose modules are imported when first asked for (PEP 562): they
+# import the readers and writers, which a program that only traces never needs.
+_LAZY = ("merge_torch", "SpilledTrace")
+
+
+def __getattr__(name):
+    if name == "merge_torch":
+        from .merge import merge_torch as value
+    elif name == "SpilledTrace":
+        from .render.saved import SpilledTrace as value
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 _lock = _threading.Lock()
 _session = None          # the running Session, or None
@@ -95,63 +134,12 @@ if hasattr(_os, "register_at_fork"):
 _atexit.register(_stop_at_exit)
 
 
-def _patterns(name, value):
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) for p in value):
-        raise TypeError(f"{name} must be a glob string or a list of them")
-    return list(value)
-
-
-def _check_options(c_calls=True, noop=False, with_modules=True, record_params=False,
-                   trim_paths=True, max_events=None, output=None, max_depth=None,
-                   include=None, exclude=None, min_duration_us=None, skip_imports=False,
-                   follow_children=False):
-    """Validates start() options before anything starts; returns them normalised."""
-    options = {"c_calls": c_calls, "noop": noop, "with_modules": with_modules,
-               "record_params": record_params, "trim_paths": trim_paths,
-               "skip_imports": skip_imports, "follow_children": follow_children}
-    for name, value in options.items():
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
-    if max_events is not None:
-        if not isinstance(max_events, int) or isinstance(max_events, bool):
-            raise TypeError(f"max_events must be an int, not {type(max_events).__name__}")
-        if not 1 <= max_events <= 2 ** 62:
-            raise ValueError(f"max_events must be at least 1, not {max_events}")
-    if output is not None:
-        if not isinstance(output, (str, bytes, _os.PathLike)):
-            raise TypeError(f"output must be a path, not {type(output).__name__}")
-        if max_events is None and not follow_children:
-            raise ValueError("output is where max_events spills events: give max_events too")
-        output = _os.fsdecode(output)
-    elif follow_children:
-        raise ValueError("follow_children=True needs output=DIR, the trace directory that "
-                         "gets one saved trace per process")
-    if max_depth is not None:
-        if not isinstance(max_depth, int) or isinstance(max_depth, bool):
-            raise TypeError(f"max_depth must be an int, not {type(max_depth).__name__}")
-        if not 1 <= max_depth < 2 ** 31:
-            raise ValueError(f"max_depth must be at least 1, not {max_depth}")
-    if min_duration_us is not None:
-        if not isinstance(min_duration_us, (int, float)) or isinstance(min_duration_us, bool):
-            raise TypeError("min_duration_us must be a number of microseconds")
-        if not 0 <= min_duration_us < 1e12:
-            raise ValueError(f"min_duration_us must be >= 0, not {min_duration_us}")
-    options.update(max_events=max_events, output=output, max_depth=max_depth,
-                   include=_patterns("include", include), exclude=_patterns("exclude", exclude),
-                   min_duration_us=min_duration_us)
-    return options
-
-
-_OPTION_NAMES = _check_options.__code__.co_varnames[:_check_options.__code__.co_argcount]
-_DEFAULT_OPTIONS = _check_options()     # start() with none given: checked once
+_OPTION_NAMES = _start_options.NAMES
+_DEFAULT_OPTIONS = _start_options.check({})     # start() with none given: checked once
 
 
 def _options_for(function, given, extra=()):
-    """_check_options(**given), with an unknown name reported as a TypeError from
+    """options.check(given), with an unknown name reported as a TypeError from
     the public `function` the user called, with the closest valid name."""
     valid = _OPTION_NAMES + tuple(extra)
     for name in given:
@@ -160,7 +148,7 @@ def _options_for(function, given, extra=()):
             close = difflib.get_close_matches(name, valid, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise TypeError(f"{function}() got an unexpected keyword argument {name!r}{hint}")
-    return _check_options(**given)
+    return _start_options.check(given)
 
 
 def start(**options):

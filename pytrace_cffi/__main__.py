@@ -6,13 +6,13 @@ import sys
 import tempfile
 import types
 
-from . import _check_options, _set_step_hook, formats
+from . import _set_step_hook, formats, options as start_options
 from ._progress import counted
 from .cli.program import main_module, split_run
 from .cli.steps import OptimizerSteps, ScheduledWindows, parse_schedule
 from .cli.windows import Windows, signal_number
 from .errors import TraceFormatError
-from .trace import codes_below, hide_launcher_frames
+from ._hiding import codes_below, hide_launcher_frames
 
 EXIT_BROKEN_PIPE = 1            # python's own, when stdout's reader went away
 OUTPUT_HELP = ("OUT's name picks the format (its suffix, in any case): "
@@ -43,34 +43,13 @@ def _parser():
     run.add_argument("-o", "--output", default="trace.json", metavar="OUT",
                      help=f"where to write the trace: {formats.suffixes_text()} "
                           "(default: trace.json)")
-    run.add_argument("--no-c-calls", action="store_true",
-                     help="record Python functions only, not built-in calls")
-    run.add_argument("--include", action="append", metavar="GLOB",
-                     help="record only functions whose source path matches GLOB "
-                          "(fnmatch on the full path, e.g. '*/mypkg/*'); repeatable")
-    run.add_argument("--exclude", action="append", metavar="GLOB",
-                     help="leave out functions whose source path matches GLOB; repeatable")
-    run.add_argument("--max-depth", type=_positive, metavar="N",
-                     help="record a call only while fewer than N recorded calls are open")
-    run.add_argument("--min-duration", type=float, metavar="MICROSECONDS",
-                     help="leave out calls shorter than this, with their callees")
-    run.add_argument("--max-events", type=_positive, metavar="N",
-                     help="hold at most about N events in memory; past it the oldest are "
-                          "dropped (the trace says how many), or with --spill written to disk")
-    run.add_argument("--spill", action="store_true",
-                     help="with --max-events: keep every event, spilling the oldest to a "
-                          "temporary directory beside OUT (removed once OUT is written)")
-    run.add_argument("--skip-imports", action="store_true",
-                     help="leave out the calls made while a module is being imported "
-                          "(import-time code, the import machinery), with their callees")
-    run.add_argument("--no-modules", action="store_true",
-                     help="do not name torch nn.Module calls, optimizer steps and regions")
-    run.add_argument("--record-params", action="store_true",
-                     help="keep the metadata (never the values) of torch module and "
-                          "optimizer-step parameters")
-    run.add_argument("--no-trim-paths", action="store_true",
-                     help="keep file names whole (by default site-packages, sys.path and "
-                          "torch prefixes are stripped, as torch.profiler does)")
+    for option in start_options.CLI_OPTIONS:       # start()'s, declared in options.py
+        start_options.add_argument(run, option)
+        if option.name == "max_events":
+            run.add_argument("--spill", action="store_true",
+                             help="with --max-events: keep every event, spilling the oldest "
+                                  "to a temporary directory beside OUT (removed once OUT is "
+                                  "written)")
     run.add_argument("--signal", metavar="SIG",
                      help="trace only between signals: each SIG (e.g. USR2) opens or "
                           "closes a window, saved to its own numbered file beside OUT "
@@ -147,13 +126,6 @@ def _parser():
                        help=f"where to write the merged trace: {formats.suffixes_text()} "
                             "(with torch.profiler's: .json, .json.gz or .pftrace)")
     return parser
-
-
-def _positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
-    return value
 
 
 def _count(text):
@@ -287,13 +259,9 @@ def _cmd_run(args, program):
                          "do not combine")
     if args.spill and not args.max_events:
         raise SystemExit("pytrace_cffi: --spill goes with --max-events N")
-    options = {"c_calls": not args.no_c_calls, "include": args.include,
-               "exclude": args.exclude, "max_depth": args.max_depth,
-               "min_duration_us": args.min_duration, "max_events": args.max_events,
-               "with_modules": not args.no_modules, "record_params": args.record_params,
-               "trim_paths": not args.no_trim_paths, "skip_imports": args.skip_imports}
+    options = start_options.from_arguments(args)
     try:
-        _check_options(**options)
+        start_options.check(options)
         signum = signal_number(args.signal) if args.signal else None
         schedule_kwargs = parse_schedule(args.schedule) if args.schedule else None
     except (TypeError, ValueError) as exc:
@@ -328,7 +296,7 @@ def _cmd_run(args, program):
     exit_code = 0
     failure = None
     # The program runs as a call from this frame: live when tracing starts, it is
-    # left out of the trace alone (see trace._hiding), so the program's
+    # left out of the trace alone (see _hiding.hiding), so the program's
     # module-level code is the trace's outermost call. A module's code runs as a
     # function of its globals (not through exec), so no launcher call is recorded.
     # The packages of a -m module are imported first, as python -m does.

@@ -128,6 +128,13 @@ def name_for_source(source, prefixes=()):
     return python_function_name(source, prefixes)
 
 
+def kind_of_source(source):
+    """A key's kind: "c" (a built-in), "annotation" (a region's name) or "python"."""
+    if isinstance(source, tuple):
+        return "c"
+    return "annotation" if isinstance(source, str) else "python"
+
+
 # Launchers better known by the command that runs them than by their module.
 LAUNCHER_NAMES = {"torch.distributed.run": "torchrun"}
 _PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")

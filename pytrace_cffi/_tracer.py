@@ -1,5 +1,6 @@
 """Starting and stopping the C core: backend choice, sys.monitoring registration,
-the hook that attaches threads born while tracing, and status codes -> exceptions."""
+the hook that attaches threads born while tracing, another profiler taking the hook.
+What a stopped session becomes is _stopped.py's; status codes -> exceptions _status.py's."""
 import math
 import os
 import sys
@@ -7,8 +8,12 @@ import threading
 
 from . import _clock
 from ._core import ffi, lib
+from ._hiding import hiding
+from ._status import check
+from ._stopped import thread_name, trace_from_session
 from ._torch import TorchWatcher
-from .errors import TraceError, TracerConflictError, TracerStateError
+from .errors import TraceError, TracerConflictError
+from .options import session_options
 
 # sys.monitoring from 3.12: a C callback costs ~2.5x where PyEval_SetProfile ~4x.
 USE_MONITORING = sys.version_info >= (3, 12)
@@ -35,14 +40,6 @@ MONITORING_EVENTS = (
     "PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND",
     "CALL", "C_RETURN", "C_RAISE",
 )
-_STATUS_ERRORS = {
-    lib.PT_ERR_NOMEM: MemoryError,
-    lib.PT_ERR_STATE: TracerStateError,
-    lib.PT_ERR_PYTHON: TraceError,
-    lib.PT_ERR_ARG: ValueError,
-}
-
-
 def min_duration_ns(min_duration_us):
     """min_duration_us as the whole-nanosecond bound a call's length is held to
     (kept when at least this long): 1.001 us is 1001 ns, though 1.001 * 1000 is
@@ -53,35 +50,12 @@ def min_duration_ns(min_duration_us):
     return math.ceil(round(min_duration_us * 1000, 6))
 
 
-def check(status, tracer_ptr, what):
-    """Maps a C status code to an exception carrying the core's message."""
-    if status == lib.PT_OK:
-        return
-    message = ffi.string(lib.pt_last_error(tracer_ptr)).decode("utf-8", "replace")
-    raise _STATUS_ERRORS.get(status, TraceError)(f"{what}: {message}")
-
-
-def _trace():
-    """The trace module, which imports this one: imported when first needed, then
-    kept (an import statement in a function costs ~10k instructions a call)."""
-    global _trace_module
-    if _trace_module is None:
-        from .trace import Trace
-        # (the package's attribute `trace` is the context manager, not the module)
-        _trace_module = sys.modules[Trace.__module__]
-    return _trace_module
-
-
-_trace_module = None
-
-
 def _own_frames():
     """How many of the calling thread's innermost frames, from our caller (the
     frame calling pt_start) outward, run pytrace_cffi's own code: start()'s
     machinery, whichever way it was reached (start(), trace().__enter__, the
     CLI's windows). Traces hide those frames, so pt_start does not seed them and
     the 128 frames it seeds are all the user's."""
-    hiding = _trace()._hiding
     count = 0
     frame = sys._getframe(1)
     while frame is not None and hiding(frame.f_code) == lib.PT_HIDE_SUBTREE:
@@ -93,30 +67,34 @@ def _own_frames():
 class Session:
     """One start..stop of the C core. Owns the C tracer until a Trace takes it."""
 
-    def __init__(self, c_calls=True, noop=False, with_modules=True, record_params=False,
-                 trim_paths=True, max_events=None, output=None, max_depth=None, include=None,
-                 exclude=None, min_duration_us=None, skip_imports=False):
-        flags = ((lib.PT_FLAG_C_CALLS if c_calls else 0) | (lib.PT_FLAG_NOOP if noop else 0)
+    backend_name = "sys.monitoring" if USE_MONITORING else "PyEval_SetProfile"
+
+    def __init__(self, **given):
+        # start()'s options (options.py), checked by start(); these are the defaults
+        o = session_options(given)
+        noop, output, max_depth = o["noop"], o["output"], o["max_depth"]
+        flags = ((lib.PT_FLAG_C_CALLS if o["c_calls"] else 0) | (lib.PT_FLAG_NOOP if noop else 0)
                  | (lib.PT_FLAG_TSC if _clock.USE_TSC else 0) | _UNWRAP_FLAG)
         backend = lib.PT_BACKEND_MONITOR if USE_MONITORING else lib.PT_BACKEND_PROFILE
         ptr = lib.pt_tracer_new(flags, backend)
         if ptr == ffi.NULL:
             raise MemoryError("cannot allocate the tracer")
         self.ptr = ffi.gc(ptr, lib.pt_tracer_free)
-        self.trim_paths = trim_paths
+        self.trim_paths = o["trim_paths"]
         self.output = output
-        self.min_duration_ns = min_duration_ns(min_duration_us)
-        self._skip_code = make_code_filter(include, exclude)
+        self.min_duration_ns = min_duration_ns(o["min_duration_us"])
+        self._skip_code = make_code_filter(o["include"], o["exclude"])
         self._max_depth = max_depth
         if max_depth or self._skip_code:
             check(lib.pt_set_filters(self.ptr, max_depth or 0,
                                      ffi.cast("void *", id(self._skip_code))
                                      if self._skip_code else ffi.NULL),
                   self.ptr, "filters")
-        if skip_imports:
+        if o["skip_imports"]:
             for code in import_entry_points():
                 check(lib.pt_set_import_entry(self.ptr, ffi.cast("void *", id(code))),
                       self.ptr, "skip_imports")
+        max_events = o["max_events"]
         if max_events is not None:
             spill = ffi.NULL
             if output is not None:
@@ -124,8 +102,8 @@ class Session:
                 spill = os.fsencode(prepare_spill_directory(output))
             check(lib.pt_set_bounds(self.ptr, max_events, spill), self.ptr, "max_events")
         self.watcher = None
-        if with_modules and not noop:
-            self.watcher = TorchWatcher(record_params=record_params)
+        if o["with_modules"] and not noop:
+            self.watcher = TorchWatcher(record_params=o["record_params"])
             spec = self.watcher.watch_spec()
             check(lib.pt_set_watch(self.ptr, ffi.cast("void *", id(spec))), self.ptr, "watch")
         self.thread_objects = {}        # tstate id -> threading.Thread, for names
@@ -175,7 +153,6 @@ class Session:
     def _uncount_hidden_frames(self):
         """max_depth counts the calls a trace shows: the code of running frames
         that traces leave out (ours, from here down; a launcher's) never counts."""
-        from .trace import _hiding
         tops = list(sys._current_frames().values())
         tops.append(sys._getframe())
         seen = set()
@@ -184,7 +161,7 @@ class Session:
                 code = frame.f_code
                 if id(code) not in seen:
                     seen.add(id(code))
-                    if _hiding(code):
+                    if hiding(code):
                         check(lib.pt_set_uncounted(self.ptr, ffi.cast("void *", id(code))),
                               self.ptr, "uncounted code")
                 frame = frame.f_back
@@ -381,7 +358,7 @@ class Session:
         if self.output is not None:
             from .render.saved import finish_spill
             return finish_spill(self)
-        return _trace().Trace._from_session(self)
+        return trace_from_session(self)
 
     def hot_error(self):
         """The first failure the hooks swallowed while tracing, or None."""
@@ -455,7 +432,6 @@ def describe_hook_losses(session, raw_losses):
     is filled by count_calls once the trace exists."""
     if not raw_losses:
         return []
-    from .trace import _thread_name
     ms = _ms_after_start(session)
     infos = []
     for index in range(lib.pt_thread_count(session.ptr)):
@@ -469,7 +445,7 @@ def describe_hook_losses(session, raw_losses):
                  "thread_index": index}
         if index is not None:
             info = infos[index]
-            entry["thread"] = _thread_name(session, info)
+            entry["thread"] = thread_name(session, info)
             entry["native_id"] = (info.native_id
                                   or session.thread_native_id(info.ident) or None)
             entry["events"] = info.n_events

@@ -306,14 +306,15 @@ SCRATCH_SLICES = 1 << 16
 
 
 def _write_our_trace(trace, out, span, anchor, base, regions):
-    """Our calls straight from the walked slices, streamed (chrome._thread_batches:
+    """Our calls straight from the walked slices, streamed (walk.thread_batches:
     no slice table when the trace streams from its events): each batch, copied a
     piece at a time into a bounded scratch buffer, has its times moved onto
     CLOCK_REALTIME in C, is filtered around torch's regions on its thread (see
     _TorchRegions) and is formatted by the Chrome exporter's C formatter relative
     to torch's base (a call before it at a negative ts), as chrome.py writes them."""
     from ._core import ffi, lib
-    from .render.chrome import KeyStrings, _thread_batches, _warn_if_too_deep, format_slices
+    from .render.chrome import KeyStrings, _warn_if_too_deep, format_slices
+    from .render.walk import thread_batches
     clocks = anchor_clocks(anchor)
     first, last = ffi.new("int64_t *"), ffi.new("int64_t *")
     keys = KeyStrings(trace)
@@ -324,7 +325,7 @@ def _write_our_trace(trace, out, span, anchor, base, regions):
     scratch, room = None, 0
     slice_size = ffi.sizeof("pt_slice")
     first_id = 0
-    for thread, batches in _thread_batches(trace):
+    for thread, batches in thread_batches(trace):
         tid = thread.native_id or thread.ident
         pid = trace.thread_pid(thread)      # a job's trace: the thread's own process
         pid_of_tid.setdefault(thread.native_id, pid)

@@ -321,7 +321,7 @@ def test_launcher_code_is_left_out_only_where_it_was_running_at_start(tmp_path):
     # What `run` relies on, in memory and through a spilled trace (hide value 3):
     # the launcher's frame below the traced code goes, its later calls stay.
     import pytrace_cffi
-    from pytrace_cffi.trace import hide_launcher_frames
+    from pytrace_cffi._hiding import hide_launcher_frames
 
     def work():
         return launcher(lambda: len("x"))

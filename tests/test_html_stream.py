@@ -223,8 +223,8 @@ def test_batches_of_any_size(tmp_path, monkeypatch, size):
     """The reducer's and summarizer's state carries from batch to batch: the walk's
     batches cut again into pieces of `size` calls (a call's parent and ancestors in
     earlier pieces) give the same page and summary."""
-    from pytrace_cffi.render import chrome
-    whole = chrome._thread_batches
+    from pytrace_cffi.render import chrome, walk
+    whole = walk.thread_batches
 
     def pieces(trace):
         for thread, batches in whole(trace):
@@ -235,8 +235,9 @@ def test_batches_of_any_size(tmp_path, monkeypatch, size):
     program()
     recurse(40)
     trace = pytrace_cffi.stop()
-    monkeypatch.setattr(chrome, "_thread_batches", pieces)
-    monkeypatch.setattr(html_module, "_thread_batches", pieces)
+    monkeypatch.setattr(walk, "thread_batches", pieces)        # (summary's, read at call)
+    monkeypatch.setattr(chrome, "thread_batches", pieces)
+    monkeypatch.setattr(html_module, "thread_batches", pieces)
     streamed = streamed_html_and_summary(trace, tmp_path)
     monkeypatch.undo()
     check_against_table(trace, streamed)

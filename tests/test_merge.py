@@ -592,7 +592,7 @@ def _threads_trace():
 
 
 def _merge_and_check(trace, tmp_path, name):
-    from pytrace_cffi.render.chrome import _thread_batches
+    from pytrace_cffi.render.walk import thread_batches as _thread_batches
     threads = [thread for thread, n, _, _ in trace.thread_counts() if n]
     assert len(threads) >= 4
     # the batches are smaller than the threads: several per thread

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from ..trace import codes_below, hide_launcher_frames
+from .._hiding import codes_below, hide_launcher_frames
 from . import exits, identity
 from .identity import ENV, _command_line, _join_run, _run_over, _say, handed_over
 from .launches import _note_unfollowed, _untraced_helper

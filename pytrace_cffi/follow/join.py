@@ -15,7 +15,7 @@ import warnings
 from .. import formats
 from .._core import ffi, lib
 from ..errors import TraceFormatError, TraceWarning
-from ..render.chrome import thread_batches
+from ..render.walk import batches as thread_batches
 from ..render.walk import table_from_streams
 from ..trace import Mark, Trace
 from .jobs import _read_all

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from ..trace import hide_alone
+from .._hiding import hide_alone
 from .identity import ENV, LAUNCHED_FILE, NOT_PYTHON, UNFOLLOWED_FILE, following
 
 _UNTRACED_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.semaphore_tracker",

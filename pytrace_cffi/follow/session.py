@@ -16,10 +16,11 @@ import threading
 
 from .. import _clock
 from .._core import ffi, lib
-from .._names import name_for_source, path_prefixes
-from .._tracer import USE_MONITORING, Session, check
+from .._hiding import forget_startup_frames, hiding as _hiding
+from .._names import kind_of_source as _kind, name_for_source, path_prefixes
+from .._status import check
+from .._tracer import USE_MONITORING, Session
 from ..render.saved import hash_id, note_spill_problem
-from ..trace import _hiding, _kind, forget_startup_frames
 from . import identity
 from .exits import finish_here, install_exit_paths, restore_exit_paths
 from .identity import (BOOT_DIR, DEFAULT_MAX_EVENTS, ENV, FINISH_FILE, JOB_FILE, KEYS_FILE,

@@ -17,6 +17,7 @@ from ..formats import gzipped
 from .._files import replaced_atomically
 from .._jsontext import dumps_utf8, utf8_text
 from .._progress import Progress
+from .walk import thread_batches
 
 
 CHUNK_BYTES = 1 << 20       # the C formatter fills it; bigger only costs memory
@@ -112,7 +113,7 @@ def _chunks(trace, progress):
             yield (meta if first else ",\n" + meta).encode("utf-8")
             first = False
     pid_of_tid = {}
-    for thread, batches in _thread_batches(trace):
+    for thread, batches in thread_batches(trace):
         tid = thread.native_id or thread.ident
         pid = trace.thread_pid(thread)
         pid_of_tid.setdefault(thread.native_id, pid)
@@ -151,24 +152,6 @@ def dropped_by_thread(trace):
     if not trace.dropped_events or sum(split) != trace.dropped_events:
         return {}           # (a trace made by hand may not say: the total alone)
     return {"dropped_by_thread": split}
-
-
-def _thread_batches(trace):
-    """(ThreadInfo, batches of (pt_slice *, n, index of the first)) per thread
-    (see thread_batches)."""
-    for index, thread in enumerate(trace.threads):
-        yield thread, thread_batches(trace, index)
-
-
-def thread_batches(trace, index):
-    """Thread index's calls as batches of (pt_slice *, n, index of the first):
-    streamed when the trace can (no slice table: each batch is valid until the
-    next is asked for), else its slice table whole."""
-    streams = getattr(trace, "_streams", None)
-    if streams is not None and not trace.slices_built():
-        return streams.slices(index)
-    slices, n = trace._slices[index]
-    return [(slices, n, 0)] if n else []
 
 
 PERFETTO_MAX_DEPTH = 512

@@ -14,7 +14,7 @@ Above CALL_BUDGET calls the page shows a reduced timeline, so it stays a few
 megabytes and quick to open for any trace: the calls at least a pixel wide at full
 zoom-out (of a REDUCED_WIDTH_PX wide view) and the whole top TOP_LEVELS levels,
 chosen in C; the threshold rises until the kept calls fit the budget. The page
-streams from the trace's calls (chrome._thread_batches) in two passes and never
+streams from the trace's calls (walk.thread_batches) in two passes and never
 holds a slice table: the first sums the summary and counts, per candidate
 threshold, the calls it would keep (pt_reducer_count), the second keeps the chosen
 ones (pt_reducer_keep). Then each call also carries how many calls were left out before it (so
@@ -36,7 +36,7 @@ from .._files import replaced_atomically
 from .._jsontext import dumps_utf8, utf8_text
 from .._progress import Progress
 from ..errors import TraceError, TraceFormatError
-from .chrome import _thread_batches
+from .walk import thread_batches
 from .summary import SORT_KEYS, Summarizer, _process_title, process_totals, slice_records
 
 # Functions in the page's summary: the top ones by each of these, merged.
@@ -85,7 +85,7 @@ began (seeded before any call, they come first)."""
 
 
 def _survey(trace, call_budget):
-    """One pass over every call, streamed (chrome._thread_batches: no slice table
+    """One pass over every call, streamed (walk.thread_batches: no slice table
     for a trace that streams): the summary rows (all threads; per process for a
     trace of several) and, above call_budget calls, the Reduction.
 
@@ -111,7 +111,7 @@ def _survey(trace, call_budget):
             raise MemoryError("out of memory while reducing the trace for the HTML page")
         buckets = ffi.new("uint64_t[]", (TOP_LEVELS + 1) * lib.PT_REDUCE_BUCKETS)
     open_at_start = []
-    for thread, batches in _thread_batches(trace):
+    for thread, batches in thread_batches(trace):
         if per_process is not None:
             title = _process_title(trace, trace.thread_pid(thread))
             if not process_tables or process_tables[-1][0] != title:
@@ -224,7 +224,7 @@ def _meta(trace, title, survey):
 def _slice_arrays(trace, progress):
     """The per-thread flat arrays, as a JSON array of arrays, in pieces."""
     yield "["
-    for number, (_, batches) in enumerate(_thread_batches(trace)):
+    for number, (_, batches) in enumerate(thread_batches(trace)):
         yield "[" if number == 0 else ",["
         previous_start = trace.start_ns
         parts = []
@@ -257,7 +257,7 @@ def _reduced_arrays(trace, reduction, progress):
     kept = ffi.new("pt_reduced **")
     shown = 0
     yield "["
-    for number, (_, batches) in enumerate(_thread_batches(trace)):
+    for number, (_, batches) in enumerate(thread_batches(trace)):
         yield "[" if number == 0 else ",["
         n = 0
         for slices, count, first_index in batches:

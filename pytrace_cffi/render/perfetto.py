@@ -413,7 +413,7 @@ def _chunks(trace, progress, chunk_bytes, uuids=None, own_batches=None):
     streams = getattr(trace, "_streams", None)
     records = hasattr(streams, "records") and not trace.slices_built()
     depths = [depth for _, _, _, depth in trace.thread_counts()]
-    from .chrome import thread_batches
+    from .walk import batches as thread_batches
     for index, thread in enumerate(trace.threads):
         sequence_id = PROCESS_SEQUENCE + 1 + index
         batches = own_batches(index) if own_batches is not None else None

@@ -113,8 +113,8 @@ def finish_spill(session):
     keep_spill_file), and when the JSON files cannot be written (a full disk) the
     trace returned reads events.bin with what they would hold. Either is noted in
     session.spill_problem, which stop() raises as a TraceError holding the trace."""
-    from .._tracer import check
-    from ..trace import session_facts
+    from .._status import check
+    from .._stopped import session_facts
     keep_spill_file(session)
     check(lib.pt_spill_rest(session.ptr), session.ptr, "spilling")
     facts = session_facts(session)
@@ -253,8 +253,8 @@ def save(trace, directory):
                  trace.stop_ns, trace.dropped_events, trace.names, trace.key_kinds,
                  trace.key_args, trace.marks, realtime_anchor=trace.realtime_anchor)
     # the counts without the slice table: a streaming trace writes its slices as
-    # its walk makes them (chrome._thread_batches), the same records
-    from .chrome import _thread_batches
+    # its walk makes them (walk.thread_batches), the same records
+    from .walk import thread_batches
     counts = [(thread, n) for thread, n, _, _ in trace.thread_counts()]
     several = bool(trace.processes)
     meta["threads"] = [_thread_meta(t, n, trace.thread_pid(t) if several else None)
@@ -269,7 +269,7 @@ def save(trace, directory):
                              lambda tmp: open(tmp, "wb")) as out:
         out.write(SLICES_HEADER.pack(SLICES_MAGIC, FORMAT_VERSION, SLICE_RECORD_SIZE, total))
         written = 0
-        for _, batches in _thread_batches(trace):
+        for _, batches in thread_batches(trace):
             for slices, n, _ in batches:
                 out.write(ffi.buffer(slices, n * SLICE_RECORD_SIZE))
                 written += n

@@ -79,8 +79,8 @@ def summarize_counting(trace, sort="total", limit=20, per_thread=False, per_proc
         raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}, not {sort!r}")
     summarizer = Summarizer(trace.names)
     tables = [] if per_thread or per_process else [(None, summarizer.new_table())]
-    from .chrome import _thread_batches
-    for thread, batches in _thread_batches(trace):
+    from .walk import thread_batches
+    for thread, batches in thread_batches(trace):
         if per_thread:
             tables.append((_thread_title(trace, thread), summarizer.new_table()))
         elif per_process:
@@ -93,7 +93,7 @@ def summarize_counting(trace, sort="total", limit=20, per_thread=False, per_proc
 
 class Summarizer:
     """Per-name calls, total and self time over threads whose slices come in
-    batches (chrome._thread_batches): from the events, without a slice table, or
+    batches (walk.thread_batches): from the events, without a slice table, or
     the table whole. Names that several keys share are summed as one."""
 
     def __init__(self, names):
@@ -174,9 +174,9 @@ def calls_begun(trace):
     counted = getattr(streams, "open_at_start", None)
     if counted is not None and not trace.slices_built():
         return len(trace) - sum(counted)
-    from .chrome import _thread_batches
+    from .walk import thread_batches
     return len(trace) - sum(lib.pt_open_at_start(slices, n)
-                            for _, batches in _thread_batches(trace) for slices, n, _ in batches)
+                            for _, batches in thread_batches(trace) for slices, n, _ in batches)
 
 
 ProcessTotal = namedtuple("ProcessTotal",
@@ -193,9 +193,9 @@ def process_totals(trace):
     (empty for a trace of one process)."""
     if not trace.processes:
         return []
-    from .chrome import _thread_batches
+    from .walk import thread_batches
     found = {pid: [0, 0, None, None, 0] for pid in trace.processes}
-    for thread, batches in _thread_batches(trace):
+    for thread, batches in thread_batches(trace):
         entry = found.setdefault(trace.thread_pid(thread), [0, 0, None, None, 0])
         entry[1] += 1
         for slices, count, _ in batches:

@@ -14,7 +14,7 @@ order), or, for JSON and slices.bin, after one more scan that keeps each call's
 duration, the whole calls in start order (Streams.slices).
 """
 from .._core import ffi, lib
-from .._torch import MODULE_CALL, OPTIMIZER_STEP
+from .._torch import MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT
 from ..errors import TraceError, TraceFormatError
 
 import threading
@@ -29,7 +29,6 @@ class KeyPlan:
     lists names/key_kinds and the dict key_args are the trace's, extended here."""
 
     def __init__(self, names, key_kinds, key_args, hidden, tags, annotation_args):
-        from ..trace import TorchRegions
         self.names, self.key_kinds, self.key_args = names, key_kinds, key_args
         self.hidden = bytes(hidden)
         self.tags = tags
@@ -116,6 +115,36 @@ class KeyPlan:
         t.tick0, t.ns0, t.ns_per_tick = clock["tick0"], clock["ns0"], clock["ns_per_tick"]
         t.stop_ticks = stop_ticks
         return t
+
+
+class TorchRegions:
+    """torch's record_function regions as slices of their own (category
+    user_annotation, named as torch.profiler names them): each tagged
+    record_function.__enter__ call gets a region slice around it, spanning to the
+    end of the matching __exit__ call and enclosing the calls made in between.
+    keys: per tag, the region's key (PT_REGION_EXIT for __exit__) for the walk's
+    tables (walk.KeyPlan); None when no tag opens a region."""
+
+    def __init__(self, tags, names, key_kinds):
+        self.keys = None
+        if not any(t and t.get("kind") == REGION_ENTER for t in tags):
+            return
+        key_for_name = {}
+        keys = [0] * len(tags)
+        for tag, info in enumerate(tags):
+            if not info:
+                continue
+            if info.get("kind") == REGION_EXIT:
+                keys[tag] = lib.PT_REGION_EXIT
+            elif info.get("kind") == REGION_ENTER:
+                key = key_for_name.get(info["name"])
+                if key is None:
+                    key = key_for_name[info["name"]] = len(names)
+                    names.append(info["name"])
+                    key_kinds.append("annotation")
+                keys[tag] = key
+        self.keys = ffi.new("uint32_t[]", keys)
+        self.n_tags = len(keys)
 
 
 class HeldEvents:
@@ -315,3 +344,22 @@ def _check(rc, source, walk):
                                f"{stats.calls_begun} ends before it starts or outside its "
                                f"parent (damaged deltas)")
 
+
+def thread_batches(trace):
+    """The calls of every thread of trace, the one stream every writer reads:
+    (ThreadInfo, batches of (pt_slice *, n, index of the first)) per thread
+    (see batches). trace: anything with threads, _streams (or None),
+    slices_built() and _slices, as Trace, a loaded or a joined trace."""
+    for index, thread in enumerate(trace.threads):
+        yield thread, batches(trace, index)
+
+
+def batches(trace, index):
+    """Thread index's calls as batches of (pt_slice *, n, index of the first):
+    streamed when the trace can (no slice table: each batch is valid until the
+    next is asked for), else its slice table whole."""
+    streams = getattr(trace, "_streams", None)
+    if streams is not None and not trace.slices_built():
+        return streams.slices(index)
+    slices, n = trace._slices[index]
+    return [(slices, n, 0)] if n else []

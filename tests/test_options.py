@@ -1,0 +1,57 @@
+"""start()'s options, declared once in pytrace_cffi/options.py: run's flags give
+start() the options their words promise, run without flags gives start()'s
+defaults, and every option start() documents is declared (expected values are
+literals here, not read from the declaration)."""
+import re
+
+import pytest
+
+import pytrace_cffi
+from pytrace_cffi import options
+from pytrace_cffi.__main__ import _parser
+
+# start()'s documented defaults (its docstring), for the options run offers
+RUN_DEFAULTS = {"c_calls": True, "include": None, "exclude": None, "max_depth": None,
+                "min_duration_us": None, "max_events": None, "skip_imports": False,
+                "with_modules": True, "record_params": False, "trim_paths": True}
+
+
+def run_options(*flags):
+    return options.from_arguments(_parser().parse_args(["run", *flags]))
+
+
+def test_run_without_flags_gives_starts_defaults():
+    assert run_options() == RUN_DEFAULTS
+
+
+def test_each_flag_gives_what_it_says():
+    given = run_options("--no-c-calls", "--include", "*/a/*", "--include", "*/b/*",
+                        "--exclude", "*/c/*", "--max-depth", "3", "--min-duration", "1.5",
+                        "--max-events", "10", "--skip-imports", "--no-modules",
+                        "--record-params", "--no-trim-paths")
+    assert given == {"c_calls": False, "include": ["*/a/*", "*/b/*"], "exclude": ["*/c/*"],
+                     "max_depth": 3, "min_duration_us": 1.5, "max_events": 10,
+                     "skip_imports": True, "with_modules": False, "record_params": True,
+                     "trim_paths": False}
+
+
+def test_every_documented_option_is_declared_once():
+    documented = re.findall(r"^      (\w+)(?:, (\w+))? \(", pytrace_cffi.start.__doc__, re.M)
+    names = {name for pair in documented for name in pair if name}
+    assert names == {"c_calls", "max_events", "output", "include", "exclude", "max_depth",
+                     "skip_imports", "min_duration_us", "with_modules", "record_params",
+                     "trim_paths", "noop", "follow_children"}
+    assert sorted(options.NAMES) == sorted(names)        # once each
+
+
+@pytest.mark.parametrize("given, error", [
+    ({"noop": 1}, "noop must be a bool, not int"),
+    ({"max_depth": 0}, "max_depth must be at least 1, not 0"),
+    ({"max_depth": 2 ** 31}, "max_depth must be at least 1, not 2147483648"),
+    ({"include": 3, "min_duration_us": -1}, "min_duration_us must be >= 0, not -1"),
+    ({"output": "x"}, "output is where max_events spills events: give max_events too"),
+])
+def test_start_refuses_bad_options_before_starting(given, error):
+    with pytest.raises((TypeError, ValueError), match=f"^{re.escape(error)}$"):
+        pytrace_cffi.start(**given)
+    assert not pytrace_cffi.is_tracing()
