@@ -44,7 +44,7 @@ from .annotations import (RecordFunction, capture_stack, counter, instant, recor
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
                      TraceWarning)
 from .merge import merge_torch
-from .render.saved import SpilledTrace
+from .readers.saved import SpilledTrace
 from .schedule import Action, schedule
 from .trace import Call, Trace
 
@@ -251,7 +251,7 @@ def stop():
         result.hook_lost = hook_lost
         warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=2)
     failure = session.hot_error()
-    problem = getattr(session, "spill_problem", None)     # render/saved.finish_spill
+    problem = getattr(session, "spill_problem", None)     # spill.finish_spill
     if failure or problem:
         raise TraceError("; ".join(filter(None, [failure and f"tracing failed: {failure}",
                                                   problem])), trace=result)
@@ -266,7 +266,7 @@ def stop():
 def load(directory):
     """Loads a trace saved with Trace.save(directory). Reads JSON and raw numbers
     only; raises TraceFormatError for anything that is not a valid saved trace."""
-    from .render.saved import load as _load
+    from .readers.saved import load as _load
     return _load(directory)
 
 

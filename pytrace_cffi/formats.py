@@ -33,7 +33,7 @@ DIRECTORY = Format("directory", (), "a saved-trace directory: a name without a s
 # Longest first, so that .json.gz wins over .json.
 _BY_SUFFIX = sorted(((suffix, row) for row in FORMATS for suffix in row.suffixes),
                     key=lambda item: -len(item[0]))
-# What makes a directory a trace that may be written over (render/saved.py).
+# What makes a directory a trace that may be written over (saved_format.META_FILE).
 SAVED_TRACE_FILE = "meta.json"
 
 

@@ -231,7 +231,7 @@ class _KeyNames:
                 self._write_new()
 
     def _write_new(self):
-        from .render.saved import hash_id
+        from .saved_format import hash_id
         from .trace import _hiding, _kind
         n_keys = lib.pt_key_count(self.ptr)
         tags = self.watcher.tags if self.watcher is not None else [None]
@@ -511,7 +511,7 @@ class FollowSession(Session):
                 self._key_names.keep_place(stopped=True)
                 self.output = self.process_dir = self._key_names.directory
             if self._key_names.removed:
-                from .render.saved import note_spill_problem
+                from .spill import note_spill_problem
                 note_spill_problem(self, f"the process directory {self._key_names.removed!r} "
                                          "was removed while tracing: its trace was saved "
                                          f"again, whole, in {self.output!r}")
@@ -1180,7 +1180,7 @@ def _alive(pid):
 
 def read_process(directory):
     """(Trace or None, facts dict, state, note) for one process directory."""
-    from .render.saved import load
+    from .readers.saved import load
     if os.path.islink(directory):
         raise TraceFormatError(f"{directory}: a symbolic link, not followed (it may lead out "
                                "of the job's directory)")
@@ -1236,7 +1236,8 @@ class _NothingSpilled(TraceFormatError):
 
 def _recover(directory, facts):
     """(recover's Trace, phrases saying what was damaged and what it cost)."""
-    from .render.saved import EVENTS_HEADER, FORMAT_NAME, FORMAT_VERSION, _HeldFile, _load_parts
+    from .readers.saved import HeldFile as _HeldFile, load_parts as _load_parts
+    from .saved_format import EVENTS_HEADER, FORMAT_NAME, FORMAT_VERSION
     facts = dict(facts)
     if not _is_pid(facts.get("pid")):
         raise TraceFormatError(f"{directory}: process.json lacks pid")
@@ -1300,7 +1301,8 @@ def _spilled_blocks(events_file, damage):
     """_Blocks of events_file, read a piece at a time up to its last complete block
     (a running or killed process's last one may be cut), or up to a block that is
     damaged (said in damage)."""
-    from .render.saved import BLOCK_READ_EVENTS, EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER
+    from .readers.saved import BLOCK_READ_EVENTS
+    from .saved_format import EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER
     path = events_file.path
     blocks = _Blocks()
     offset = EVENTS_HEADER.size
@@ -1355,7 +1357,7 @@ def _key_records(path):
     """(the well-formed records of a process's keys.jsonl, phrases for the lines
     that are not, each left out)."""
     from ._torch import TAG_KINDS
-    from .render.saved import INT64, KINDS, hash_id
+    from .saved_format import INT64, KINDS, hash_id
     records = []
     numbered, damage = _read_jsonl(path)
     name = os.path.basename(path)
@@ -1404,7 +1406,7 @@ def _recovered_keys(records, max_key, max_tag):
     """(meta.json's keys, hashes.json's names, the tags, how many keys the events
     use have no name) from keys.jsonl's records, each key and tag placed at its own
     index (a damaged line costs its own names only)."""
-    from .render.saved import hash_id
+    from .saved_format import hash_id
     by_key, names, by_tag = {}, {}, {}
     for record in records:
         for offset, entry in enumerate(record["keys"]):
@@ -1993,7 +1995,7 @@ def finish_run(job_dir, path, write, export, keep=False, interrupted=False):
 
 def _write_job(results, inputs, path, write, export):
     """finish_run's writing of OUT (see there). Returns the path written, or None."""
-    from .render.saved import load
+    from .readers.saved import load
     root = [r for r in results if r.state == "complete" and _is_root(r.directory)]
     started = _progress.announce_writing(path)
     if len(results) == 1 and root:
