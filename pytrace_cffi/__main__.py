@@ -568,8 +568,8 @@ def _finish_windows(windows):
 
 
 def _cmd_summary(args):
-    from .render.summary import (format_process_totals, format_summary, read_trace,
-                                 summarize_counting)
+    from .reading import read_trace
+    from .render.summary import format_process_totals, format_summary, summarize_counting
     trace = read_trace(args.trace)
     per_process = args.per_process and not args.per_thread
     # calls as the table counts them: frames running when tracing began are none
@@ -606,7 +606,7 @@ def export(source, path):
     processes (SOURCE its trace directory, or the list of its process
     directories): reads SOURCE as one trace and writes it in the format PATH's
     name picks. Returns the trace."""
-    from .render.summary import read_trace
+    from .reading import read_trace
     if isinstance(source, (list, tuple)):
         from .processes import joined_trace
         trace = joined_trace(source)[0]

@@ -398,11 +398,11 @@ def _write_torch_events(reader, out, span):
 
 
 def _our_trace(trace):
-    """A Trace to write from: trace itself, or what summary.read_trace makes of a
+    """A Trace to write from: trace itself, or what reading.read_trace makes of a
     path (a saved-trace directory, a job's directory, or our Chrome JSON read by
     the C line reader); a SpilledTrace loaded."""
     if isinstance(trace, (str, bytes, os.PathLike)):
-        from .render.summary import read_trace
+        from .reading import read_trace
         return read_trace(os.fsdecode(trace))
     if hasattr(trace, "thread_slices"):
         return trace

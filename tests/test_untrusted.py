@@ -16,7 +16,7 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi import TraceFormatError, TraceWarning, processes
 from pytrace_cffi._clock import monotonic_to_realtime
-from pytrace_cffi.render.summary import read_trace
+from pytrace_cffi.reading import read_trace
 
 ENV = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(
     pytrace_cffi.__file__))))
