@@ -143,7 +143,8 @@ def write(trace, path, fmt=None):
 def write_chrome_json(trace, path):
     """Writes trace to path as Chrome JSON, gzip-compressed when the name says
     .gz (Trace.export_chrome_trace: whatever the rest of the name)."""
-    write(trace, path, FORMATS[1] if gzipped(path) else FORMATS[0])
+    json, json_gz = FORMATS[:2]
+    write(trace, path, json_gz if gzipped(path) else json)
 
 
 def read(path):

@@ -25,8 +25,9 @@ import struct
 import warnings
 
 from .errors import TraceWarning
-from .merge import (TORCH_PYTHON_CATEGORY, _ChromeReader, _check_torch, _number, _TorchRegions,
-                    anchor_clocks)
+from .formats import gzipped
+from .merge import TORCH_PYTHON_CATEGORY, _TorchRegions, anchor_clocks
+from .readers.torch_chrome import TorchChromeReader, check_torch, is_finite_number
 from .render.perfetto import (CLOCK_MONOTONIC, SEQ_INCREMENTAL_STATE_CLEARED, TYPE_COUNTER,
                               TYPE_INSTANT, _annotation_value, _bytes, _double, _int, _packet,
                               _varint, write_perfetto)
@@ -162,14 +163,14 @@ class _TorchEvents:
             elif event.get("name") == "thread_name" and "name" in args:
                 self.tracks.thread_names[(event.get("pid"), event.get("tid"))] = args["name"]
             return
-        if not _number(event.get("ts")):
+        if not is_finite_number(event.get("ts")):
             self.skipped += 1
             return
         pid, tid = event.get("pid"), event.get("tid")
         start = self.ns(event["ts"])
         if phase == "X":
             dur = event.get("dur") or 0
-            if not _number(dur) or dur < 0:
+            if not is_finite_number(dur) or dur < 0:
                 self.skipped += 1
                 return
             end = max(start, self.ns(event["ts"] + dur))
@@ -189,7 +190,7 @@ class _TorchEvents:
             args = event.get("args") if isinstance(event.get("args"), dict) else {}
             name = str(event.get("name", ""))
             for series, value in args.items():
-                if _number(value):
+                if is_finite_number(value):
                     title = name if series == name else f"{name} {series}"
                     self.counters.append((start, self.tracks.counter(pid, title), value))
         elif phase in ("s", "t", "f"):
@@ -299,9 +300,9 @@ def _kept_around_regions(ours, regions, anchor):
 def merge_torch_pftrace(ours, torch_path, out_path, anchor):
     """merge.merge_torch's work for a .pftrace out_path (ours: a Trace whose
     realtime anchor is checked)."""
-    with _ChromeReader(torch_path, "torch trace") as torch_json:
+    with TorchChromeReader(torch_path, "torch trace", gzipped(torch_path)) as torch_json:
         head = torch_json.whole_head(("baseTimeNanoseconds",))
-        base = _check_torch(head, torch_path)
+        base = check_torch(head, torch_path)
     pid_of_tid = {}
     our_threads = {}
     for thread in ours.threads:
@@ -317,7 +318,7 @@ def merge_torch_pftrace(ours, torch_path, out_path, anchor):
     def more(uuids, sequence_id):
         tracks = _TorchTracks(uuids, uuids["next_uuid"] + (1 << 32), our_threads)
         events = _TorchEvents(tracks, anchor, base, (ours.start_ns, ours.stop_ns), traced)
-        with _ChromeReader(torch_path, "torch trace") as reader:
+        with TorchChromeReader(torch_path, "torch trace", gzipped(torch_path)) as reader:
             reader.read_head()
             for number, (event, _) in enumerate(reader.events()):
                 events.add(event, number)

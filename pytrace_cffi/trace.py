@@ -330,7 +330,7 @@ class Trace:
     def export_chrome_trace(self, path):
         """Writes Chrome Trace Event JSON (.json, or gzip for .json.gz) that opens in
         Perfetto and chrome://tracing. On failure the trace is kept for a retry."""
-        from .render.chrome import write_chrome_trace
+        from .formats import write_chrome_json as write_chrome_trace
         write_chrome_trace(self, path)
         return path
 

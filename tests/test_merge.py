@@ -424,7 +424,7 @@ def _torch_layouts(trace, tmp_path, tid):
 
 
 def test_merge_reads_any_layout_of_torchs_trace_in_pieces(traced, tmp_path, monkeypatch):
-    from pytrace_cffi import merge
+    from pytrace_cffi.readers import torch_chrome as merge
     tid = threading.get_native_id()
     layouts = _torch_layouts(traced, tmp_path, tid)
     pytrace_cffi.merge_torch(traced, tmp_path / "compact.json", tmp_path / "expected.json")

@@ -16,7 +16,8 @@ thread's calls in batches, and the summary never builds the slice table.
 from collections import namedtuple
 
 from .._core import ffi, lib
-from .._progress import Progress, counted
+from .._progress import counted
+from ..errors import TraceFormatError
 from ..saved_format import SLICE_RECORD
 
 SummaryRow = namedtuple("SummaryRow", "name calls total_ns self_ns thread")
