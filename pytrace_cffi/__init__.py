@@ -44,7 +44,7 @@ from .annotations import (RecordFunction, capture_stack, counter, instant, recor
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
                      TraceWarning)
 from .merge import merge_torch
-from .readers.saved import SpilledTrace
+from .spill import SpilledTrace
 from .schedule import Action, schedule
 from .trace import Call, Trace
 

@@ -16,10 +16,9 @@ from ._files import replaced_atomically
 from ._jsontext import dumps_utf8
 from .errors import TraceFormatError
 from .formats import find as find_format, gzipped
-from .readers.torch_chrome import TorchChromeReader, check_torch, is_finite_number
+from .merge_regions import (SCRATCH_SLICES, TORCH_PYTHON_CATEGORY, TorchProfilerRegions,
+                            anchor_clocks, is_finite_number)
 
-# torch.profiler(with_stack=True) records Python calls itself; ours replace them.
-TORCH_PYTHON_CATEGORY = "python_function"
 OUR_CATEGORIES = ("python_function", "user_annotation")
 
 def _event_problem(event):
@@ -94,17 +93,12 @@ def _other_data(trace):
     }
 
 
-# Slices moved onto CLOCK_REALTIME at a time: the scratch copy stays this small
-# (40 bytes each) whatever the batch (a slice table's batch is a whole thread).
-SCRATCH_SLICES = 1 << 16
-
-
 def _write_our_trace(trace, out, span, anchor, base, regions):
     """Our calls straight from the walked slices, streamed (chrome._thread_batches:
     no slice table when the trace streams from its events): each batch, copied a
     piece at a time into a bounded scratch buffer, has its times moved onto
     CLOCK_REALTIME in C, is filtered around torch's regions on its thread (see
-    _TorchRegions) and is formatted by the Chrome exporter's C formatter relative
+    TorchProfilerRegions) and is formatted by the Chrome exporter's C formatter relative
     to torch's base (a call before it at a negative ts), as chrome.py writes them."""
     from ._core import ffi, lib
     from .render.chrome import KeyStrings, _thread_batches, _warn_if_too_deep, format_slices
@@ -155,14 +149,6 @@ def _write_our_trace(trace, out, span, anchor, base, regions):
             event["s"] = "t"
         span.traced.add((pid, mark.thread))
         out.event(dumps_utf8(event).encode("utf-8"))
-
-
-def anchor_clocks(anchor):
-    """(mono0, off0, mono1, off1): a realtime anchor as pt_slices_to_realtime and
-    pt_region_edges_on_monotonic take it."""
-    start, stop = anchor["start"], anchor["stop"]
-    return (start["monotonic_ns"], start["realtime_ns"] - start["monotonic_ns"],
-            stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
 
 
 def _write_torch_events(reader, out, span):
@@ -222,7 +208,7 @@ def merge_torch(trace, torch_trace_path, out_path):
     ours with one of torch's of the same name within it goes, and so does each call
     of ours that crosses the edge of one of torch's regions on its thread
     (record_function's own enter and exit ops, in which torch's region begins and
-    ends), alone: every slice on a thread track nests (see _TorchRegions), in a
+    ends), alone: every slice on a thread track nests (see TorchProfilerRegions), in a
     .pftrace too.
 
     Both traces are read as streams (neither is held whole in memory); our calls
@@ -242,11 +228,12 @@ def merge_torch(trace, torch_trace_path, out_path):
     if getattr(find_format(out_path), "name", None) == "pftrace":
         from .merge_perfetto import merge_torch_pftrace
         return merge_torch_pftrace(ours, torch_path, out_path, anchor)
+    from .readers.torch_chrome import TorchChromeReader, check_torch   # only when merging
     with TorchChromeReader(torch_path, "torch trace", gzipped(torch_path)) as torch_json:
         head = torch_json.whole_head(("baseTimeNanoseconds",))
         base = check_torch(head, torch_path)
         head = dict(torch_json.head)        # the entries before traceEvents, in order
-        regions = _TorchRegions.read(torch_path, base)
+        regions = TorchProfilerRegions.read(torch_path, base)
         opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6))
                   if gzipped(out_path) else (lambda tmp: open(tmp, "wb")))
         # Ours first, streamed from our slices; torch's after: its reader is still
@@ -269,117 +256,3 @@ def merge_torch(trace, torch_trace_path, out_path):
             tail["pytrace_cffi"].update(regions.counts())
             f.write(("\n]," + dumps_utf8(tail)[1:] + "\n").encode("utf-8"))
     return out_path
-
-
-class _TorchRegions:
-    """torch's record_function regions (user_annotation complete events) per
-    (pid, tid), on CLOCK_REALTIME ns, and the C filters (pt_merge.c) that keep our
-    slices strictly nested around them: one per thread written."""
-
-    def __init__(self, by_thread):
-        self.by_thread = by_thread          # (pid, tid) -> [(start ns, end ns, name)]
-        self.names = sorted({name for found in by_thread.values() for _, _, name in found})
-        self._filters = []
-
-    @classmethod
-    def read(cls, torch_path, base):
-        by_thread = {}
-        with TorchChromeReader(torch_path, "torch trace", gzipped(torch_path)) as reader:
-            reader.read_head()
-            for event, _ in reader.events():
-                region = _torch_region(event, base)
-                if region is not None:
-                    by_thread.setdefault(region[0], []).append(region[1:])
-        return cls(by_thread)
-
-    def name_ids(self, names, kinds):
-        """Per key of ours: the id (1 + index in self.names) of the torch region
-        name its region slices bear, 0 for other keys."""
-        from ._core import ffi
-        ids = {name: number for number, name in enumerate(self.names, 1)}
-        return ffi.new("uint32_t[]", [ids.get(name, 0) if kind == "annotation" else 0
-                                      for name, kind in zip(names, kinds)] or [0])
-
-    def edges(self, pid, tid, on_monotonic=None):
-        """The filter of thread (pid, tid), None when torch has no region there.
-        on_monotonic: anchor_clocks(anchor) when the slices it filters stay on
-        CLOCK_MONOTONIC (see pt_region_edges_on_monotonic)."""
-        found = sorted(self.by_thread.get((pid, tid), ()))
-        if not found:
-            return None
-        edges = _RegionEdges(found, {name: number for number, name in enumerate(self.names, 1)})
-        if on_monotonic is not None:
-            from ._core import lib
-            lib.pt_region_edges_on_monotonic(edges._c, *on_monotonic)
-        self._filters.append(edges)
-        return edges
-
-    def counts(self):
-        """What the filters left out, for the merged file's pytrace_cffi entry."""
-        replaced = crossing = 0
-        for edges in self._filters:
-            r, c = edges.counts()
-            replaced, crossing = replaced + r, crossing + c
-        return {"our_regions_replaced_by_torchs": replaced,
-                "our_calls_crossing_torchs_regions_left_out": crossing}
-
-
-def _torch_region(event, base):
-    """((pid, tid), start ns, end ns, name) of a torch user_annotation complete
-    event on CLOCK_REALTIME, or None (another event, or one without numbers)."""
-    if not (isinstance(event, dict) and event.get("ph") == "X"
-            and event.get("cat") == "user_annotation" and isinstance(event.get("name"), str)
-            and is_finite_number(event.get("ts")) and is_finite_number(event.get("dur"))
-            and type(event.get("pid")) is int and type(event.get("tid")) is int):
-        return None
-    start = base + round(event["ts"] * 1000)
-    end = start + round(event["dur"] * 1000)
-    if not (-2 ** 63 <= start <= end < 2 ** 63):
-        return None
-    return (event["pid"], event["tid"]), start, end, event["name"]
-
-
-class _RegionEdges:
-    """One thread's pt_region_edges: torch's regions there, our slices filtered
-    batch by batch (pt_region_edges_filter)."""
-
-    def __init__(self, regions, name_ids):
-        from ._core import ffi, lib
-        self._c = ffi.gc(lib.pt_region_edges_new([r[0] for r in regions], [r[1] for r in regions],
-                                                 [name_ids[r[2]] for r in regions], len(regions)),
-                         lib.pt_region_edges_free)
-        if self._c == ffi.NULL:
-            raise MemoryError("out of memory while merging with torch's trace")
-
-    def filter(self, slices, n, first_index, region_name_of_key):
-        """The kept slices of the batch, moved up in place: how many."""
-        from ._core import lib
-        kept = lib.pt_region_edges_filter(self._c, slices, n, first_index, region_name_of_key,
-                                          len(region_name_of_key))
-        if kept > n:
-            raise MemoryError("out of memory while merging with torch's trace")
-        return kept
-
-    def kept(self, batches, region_name_of_key):
-        """A thread's batches of (pt_slice *, n, index of the first), filtered:
-        each piece copied into a scratch buffer (the trace's own slices stay as
-        they are) and its kept slices handed on, numbered over the kept ones;
-        each valid until the next is asked for."""
-        from ._core import ffi
-        scratch, room, kept = None, 0, 0
-        for slices, n, first in batches:
-            for at in range(0, n, SCRATCH_SLICES):
-                piece = min(SCRATCH_SLICES, n - at)
-                if piece > room:
-                    scratch, room = ffi.new("pt_slice[]", piece), piece
-                ffi.memmove(scratch, slices + at, piece * ffi.sizeof("pt_slice"))
-                piece = self.filter(scratch, piece, first + at, region_name_of_key)
-                if piece:
-                    yield scratch, piece, kept
-                    kept += piece
-
-    def counts(self):
-        from ._core import ffi, lib
-        replaced, crossing = ffi.new("uint64_t *"), ffi.new("uint64_t *")
-        lib.pt_region_edges_counts(self._c, replaced, crossing)
-        return replaced[0], crossing[0]

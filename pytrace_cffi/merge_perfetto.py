@@ -10,7 +10,7 @@ which begin/end slices on one track could not show. As in the JSON merge, its
 python_function events on threads we traced, within our trace's time, are left
 out (ours replace them), its names for our threads give way to ours, and each
 of its record_function regions is kept once, torch's: our calls on that thread
-are filtered by the JSON merge's own code (merge._TorchRegions, compared on
+are filtered by the JSON merge's own code (merge_regions.TorchProfilerRegions, compared on
 CLOCK_REALTIME as there), so the thread's tracks nest as one.
 
 A .pftrace slice is a begin and an end that must nest on its track, so torch's
@@ -26,8 +26,9 @@ import warnings
 
 from .errors import TraceWarning
 from .formats import gzipped
-from .merge import TORCH_PYTHON_CATEGORY, _TorchRegions, anchor_clocks
-from .readers.torch_chrome import TorchChromeReader, check_torch, is_finite_number
+from .merge_regions import (TORCH_PYTHON_CATEGORY, TorchProfilerRegions, anchor_clocks,
+                            is_finite_number)
+from .readers.torch_chrome import TorchChromeReader, check_torch
 from .render.perfetto import (CLOCK_MONOTONIC, SEQ_INCREMENTAL_STATE_CLEARED, TYPE_COUNTER,
                               TYPE_INSTANT, _annotation_value, _bytes, _double, _int, _packet,
                               _varint, write_perfetto)
@@ -283,7 +284,7 @@ def _bind_flows(slices, flows):
 
 def _kept_around_regions(ours, regions, anchor):
     """write_perfetto's own_batches: a thread's slices where torch has regions,
-    filtered as the JSON merge filters them (merge._TorchRegions: each region
+    filtered as the JSON merge filters them (merge_regions.TorchProfilerRegions: each region
     once, torch's; our calls crossing its edges left out, alone); None elsewhere."""
     from .render.chrome import thread_batches
     name_ids = regions.name_ids(ours.names, ours.key_kinds)
@@ -312,7 +313,7 @@ def merge_torch_pftrace(ours, torch_path, out_path, anchor):
     traced = set(our_threads) | {(pid_of_tid.get(m.thread, ours.pid), m.thread)
                                  for m in ours.marks}
     counts = {}
-    regions = _TorchRegions.read(torch_path, base)
+    regions = TorchProfilerRegions.read(torch_path, base)
     kept_batches = _kept_around_regions(ours, regions, anchor)
 
     def more(uuids, sequence_id):

@@ -1,13 +1,48 @@
 """The spill directory of a session traced under max_events: made before tracing
-(a bad path fails first), completed into a saved trace after stop (finish_spill).
-Part of the recorder: it writes the saved directory's files (saved_format) and
-hands back a SpilledTrace (readers/saved.py reads it)."""
+(a bad path fails first), completed into a saved trace after stop (finish_spill),
+which returns a SpilledTrace (its events stay on disk; readers/saved.py reads
+them). Part of the recorder: it writes the saved directory's files
+(saved_format) and imports no renderer."""
 import os
 
 from ._core import lib
-from .readers.saved import SpilledTrace
 from .saved_format import (meta as _meta, names_file, thread_meta, write_json,
                            write_names)
+
+
+class SpilledTrace:
+    """What stop() returns when max_events spilled to a directory: the events
+    stay on disk; load() (or iterating, or exporting) reads them back."""
+
+    def __init__(self, directory, threads, dropped_events, spilled_events, parts=None):
+        self.directory = directory
+        self.threads = threads
+        self.dropped_events = dropped_events
+        self.spilled_events = spilled_events
+        # (meta, hashes, params) when the directory's JSON files could not be
+        # written (a full disk): its events.bin is read with these instead.
+        self._parts = parts
+
+    def load(self):
+        # the reader imported when the trace is read, not with the package
+        from .readers.saved import load, load_parts
+        if self._parts is not None:
+            return load_parts(self.directory, *self._parts)
+        return load(self.directory)
+
+    def __iter__(self):
+        return iter(self.load())
+
+    def export_chrome_trace(self, path):
+        return self.load().export_chrome_trace(path)
+
+    def export_perfetto(self, path, compress=True):
+        """Streams the spilled events to .pftrace (no slice table in memory)."""
+        return self.load().export_perfetto(path, compress=compress)
+
+    def __repr__(self):
+        return (f"<pytrace_cffi.SpilledTrace {self.spilled_events} events in "
+                f"{self.directory!r}>")
 
 
 def prepare_spill_directory(directory):

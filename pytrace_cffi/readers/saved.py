@@ -1,6 +1,5 @@
 """Reading a saved-trace directory (see saved_format.py and docs/FORMAT.md):
-load() of a directory save() wrote or a session spilled to, and SpilledTrace,
-what stop() returns for the latter. Nothing is executed and nothing outside the
+load() of a directory save() wrote or a session spilled to (spill.py). Nothing is executed and nothing outside the
 directory is read; a damaged or hostile directory raises TraceFormatError. The
 data files are read a batch at a time, never whole, and checked as read."""
 import collections
@@ -20,38 +19,6 @@ from ..saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, EVENT
                             FORMAT_NAME, FORMAT_VERSION, INT64, KINDS, SLICE_RECORD_SIZE,
                             SLICES_HEADER, SLICES_MAGIC, TICKS_MASK, UINT64, hash_id)
 
-
-class SpilledTrace:
-    """What stop() returns when max_events spilled to a directory: the events
-    stay on disk; load() (or iterating, or exporting) reads them back."""
-
-    def __init__(self, directory, threads, dropped_events, spilled_events, parts=None):
-        self.directory = directory
-        self.threads = threads
-        self.dropped_events = dropped_events
-        self.spilled_events = spilled_events
-        # (meta, hashes, params) when the directory's JSON files could not be
-        # written (a full disk): its events.bin is read with these instead.
-        self._parts = parts
-
-    def load(self):
-        if self._parts is not None:
-            return load_parts(self.directory, *self._parts)
-        return load(self.directory)
-
-    def __iter__(self):
-        return iter(self.load())
-
-    def export_chrome_trace(self, path):
-        return self.load().export_chrome_trace(path)
-
-    def export_perfetto(self, path, compress=True):
-        """Streams the spilled events to .pftrace (no slice table in memory)."""
-        return self.load().export_perfetto(path, compress=compress)
-
-    def __repr__(self):
-        return (f"<pytrace_cffi.SpilledTrace {self.spilled_events} events in "
-                f"{self.directory!r}>")
 
 def _read_json(directory, name):
     path = os.path.join(directory, name)

@@ -3,7 +3,6 @@ for merge.py and merge_perfetto.py: any JSON layout, in memory bounded by its
 largest single event."""
 import gzip
 import json
-import math
 import os
 import re
 import zlib
@@ -197,12 +196,6 @@ class TorchChromeReader:
             for key, value in again.tail.items():
                 head.setdefault(key, value)
         return head
-
-
-def is_finite_number(value):
-    """A finite JSON number (not a bool, not NaN or an infinity)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value)
 
 
 def check_torch(head, where):
