@@ -21,6 +21,7 @@ from .merge_regions import (SCRATCH_SLICES, TORCH_PYTHON_CATEGORY, TorchProfiler
 
 OUR_CATEGORIES = ("python_function", "user_annotation")
 
+
 def _event_problem(event):
     """What keeps a torch event from being placed (merge_torch reads its pid, tid
     and, for a Python call, its ts and dur), or None."""

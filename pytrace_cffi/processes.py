@@ -51,7 +51,7 @@ from ._core import ffi, lib
 from ._names import name_for_source, path_prefixes, program_name
 from ._progress import counted
 from ._tracer import USE_MONITORING, Session, check
-from ._safe_read import read_bounded
+from .readers.safe_read import read_bounded
 from .errors import TraceError, TraceFormatError, TraceWarning
 from .trace import codes_below, forget_startup_frames, hide_alone, hide_launcher_frames
 

@@ -114,6 +114,7 @@ def write_names(directory, names, params):
     write_json(os.path.join(directory, "hashes.json"), names_file(names))
     write_json(os.path.join(directory, "params.json"), params)
 
+
 def write_json(path, data):
     # No bare NaN (see _jsontext); a name's lone surrogates stay (\udcXX escapes).
     with replaced_atomically(path, lambda tmp: open(tmp, "w", encoding="utf-8")) as out:

@@ -44,7 +44,7 @@ def _read_chrome_whole(path, compressed):
     from ..trace import ThreadInfo
     data = _load_json(path, compressed)
     expect(isinstance(data, dict) and isinstance(data.get("traceEvents"), list),
-            f"{path}: not a Chrome trace (no traceEvents list)")
+           f"{path}: not a Chrome trace (no traceEvents list)")
     other = data.get("otherData")
     check_other(path, other)
     start_ns = other_int(path, other, "start_monotonic_ns")

@@ -33,18 +33,18 @@ class Changed(Exception):
 
 def check_other(path, other):
     expect(isinstance(other, dict) and other.get("generator") == "pytrace_cffi",
-            f"{path}: not written by pytrace_cffi (otherData.generator is missing)")
+           f"{path}: not written by pytrace_cffi (otherData.generator is missing)")
 
 
 def validated(path, index, first_id, array, count, keys):
     bad = lib.pt_validate_slices(array, count, len(keys.names))
     expect(bad < 0, f"{path}: thread {index}: call {first_id + bad} does not nest "
-                     f"inside its parent")
+           f"inside its parent")
     return array, count
 
 
 def chrome_trace(path, other, keys, threads, slices, marks, pid, lanes, streams=None,
-                  build_slices=None):
+                 build_slices=None):
     from ..trace import Mark, Trace
     start_ns = other_int(path, other, "start_monotonic_ns")
     processes = _lane_processes(path, other, lanes, threads)
@@ -55,16 +55,16 @@ def chrome_trace(path, other, keys, threads, slices, marks, pid, lanes, streams=
     dropped = other_int(path, other, "dropped_events")
     threads = _threads_dropped(path, other, threads, dropped)
     trace = Trace(names=keys.names, key_kinds=keys.kinds, key_args=keys.args, threads=threads,
-                 slices=slices, start_ns=start_ns,
-                 stop_ns=other_int(path, other, "stop_monotonic_ns"), pid=pid,
-                 python_version=str(other.get("python")), backend=str(other.get("backend")),
-                 clock=str(other.get("clock")),
-                 params={"modules": [], "optimizer_steps": []},
-                 marks=[Mark(kind, start_ns + ts_ns, tid, name, args)
-                        for kind, ts_ns, tid, name, args in marks],
-                 dropped_events=dropped,
-                 realtime_anchor=_other_anchor(path, other), streams=streams,
-                 build_slices=build_slices)
+                  slices=slices, start_ns=start_ns,
+                  stop_ns=other_int(path, other, "stop_monotonic_ns"), pid=pid,
+                  python_version=str(other.get("python")), backend=str(other.get("backend")),
+                  clock=str(other.get("clock")),
+                  params={"modules": [], "optimizer_steps": []},
+                  marks=[Mark(kind, start_ns + ts_ns, tid, name, args)
+                         for kind, ts_ns, tid, name, args in marks],
+                  dropped_events=dropped,
+                  realtime_anchor=_other_anchor(path, other), streams=streams,
+                  build_slices=build_slices)
     trace.processes = processes
     trace.label = other["label"] if isinstance(other.get("label"), str) else None
     return trace
@@ -82,11 +82,11 @@ def _threads_dropped(path, other, threads, dropped):
         expect(len(threads) > 0, f"{path}: {dropped} events dropped, but no thread")
         return [threads[0]._replace(dropped=dropped)] + list(threads[1:])
     expect(isinstance(split, list) and len(split) == len(threads)
-            and all(type(n) is int and n >= 0 for n in split),
-            f"{path}: otherData.dropped_by_thread must be a count of at least 0 per thread "
-            f"({len(threads)})")
+           and all(type(n) is int and n >= 0 for n in split),
+           f"{path}: otherData.dropped_by_thread must be a count of at least 0 per thread "
+           f"({len(threads)})")
     expect(sum(split) == dropped, f"{path}: otherData.dropped_by_thread adds up to "
-                                   f"{sum(split)}, dropped_events is {dropped}")
+           f"{sum(split)}, dropped_events is {dropped}")
     return [thread._replace(dropped=n) for thread, n in zip(threads, split)]
 
 
@@ -101,17 +101,17 @@ def _lane_processes(path, other, lanes, threads):
     processes = {pid: {"label": lanes[pid].get("label", f"pid {pid}")} for pid in order}
     listed = other.get("processes", [])
     expect(isinstance(listed, list) and all(isinstance(p, dict) for p in listed),
-            f"{path}: otherData.processes must be a list of objects")
+           f"{path}: otherData.processes must be a list of objects")
     expect(not too_deep(listed, MAX_ARGS_DEPTH + 1),
-            f"{path}: otherData.processes nest deeper than {MAX_ARGS_DEPTH} levels")
+           f"{path}: otherData.processes nest deeper than {MAX_ARGS_DEPTH} levels")
     for entry in listed:
         if type(entry.get("pid")) is int and entry["pid"] in processes:
             facts = {k: v for k, v in entry.items() if k not in ("pid", "label")}
             processes[entry["pid"]].update(facts)
     for thread in threads:
         expect(type(thread.pid) is int and thread.pid in processes, f"{path}: thread {thread.name!r} (tid "
-                                         f"{thread.native_id}) is in pid {thread.pid}, "
-                                         f"which has no process_name event")
+               f"{thread.native_id}) is in pid {thread.pid}, "
+               f"which has no process_name event")
     return processes
 
 
@@ -122,9 +122,9 @@ def read_lane(path, number, event, lanes):
     value = args.get("name" if what == "label" else "sort_index") \
         if isinstance(args, dict) else None
     expect(type(pid) is int and -2 ** 63 <= pid < 2 ** 63
-            and (isinstance(value, str) if what == "label" else type(value) is int),
-            f"{path}: event {number}: a {event.get('name')} needs an integer pid and "
-            f"{'a name' if what == 'label' else 'an integer sort_index'}")
+           and (isinstance(value, str) if what == "label" else type(value) is int),
+           f"{path}: event {number}: a {event.get('name')} needs an integer pid and "
+           f"{'a name' if what == 'label' else 'an integer sort_index'}")
     lanes.setdefault(pid, {})[what] = value
 
 
@@ -186,7 +186,7 @@ def read_thread_name(path, number, event):
     args = event.get("args")
     name = args.get("name") if isinstance(args, dict) else None
     expect(type(tid) is int and isinstance(name, str),
-            f"{path}: event {number}: a thread_name needs an integer tid and a name")
+           f"{path}: event {number}: a thread_name needs an integer tid and a name")
     return tid, name
 
 
@@ -195,8 +195,8 @@ def read_mark(path, number, event):
     if args is None and event["ph"] == "i":
         args = {}           # an instant without args, as earlier exports wrote it
     expect(isinstance(name, str) and _is_time(ts) and type(tid) is int
-            and isinstance(args, dict),
-            f"{path}: event {number}: an instant or counter needs a name, ts, tid and args")
+           and isinstance(args, dict),
+           f"{path}: event {number}: an instant or counter needs a name, ts, tid and args")
     if too_deep(args):
         raise TraceFormatError(f"{path}: event {number}: args nest deeper than "
                                f"{MAX_ARGS_DEPTH} levels")
@@ -206,7 +206,7 @@ def read_mark(path, number, event):
                 # a counter's values are numbers ("NaN" and the infinities as strings)
                 args = {series: finite_number(v) for series, v in args.items()}
                 expect(None not in args.values(),
-                        f"{path}: event {number}: a counter's values must be numbers")
+                       f"{path}: event {number}: a counter's values must be numbers")
                 break
     return event["ph"], round(ts * 1000), tid, name, args
 

@@ -365,7 +365,7 @@ class _LineReader:
             self.end_thread()
             self.thread_of_tid[tid] = len(self.threads)
             self.thread = LineThread(len(self.threads), tid, name, self.first_id,
-                                      self.start_ns)
+                                     self.start_ns)
             self.thread.pid = event.get("pid")
             self.starts.append((self.next_offset, number))
         elif phase == "X":
@@ -414,8 +414,8 @@ class _LineReader:
     def trace(self, source):
         streams = _JsonStreams(self, source)
         return chrome_trace(self.path, self.other, self.keys, self.threads, None, self.marks,
-                             int(self.pid), self.lanes, streams=streams,
-                             build_slices=streams.table)
+                            int(self.pid), self.lanes, streams=streams,
+                            build_slices=streams.table)
 
 
 class _JsonStreams:
@@ -460,8 +460,8 @@ class _JsonStreams:
             again = reader.replayer()
             thread_info = reader.threads[index]
             thread = LineThread(index, thread_info.native_id, thread_info.name,
-                                 self._first_ids[index], reader.start_ns,
-                                 min(n, STREAM_BATCH_SLICES))
+                                self._first_ids[index], reader.start_ns,
+                                min(n, STREAM_BATCH_SLICES))
             thread.state.limit = n
             again.thread, again.number = thread, number
             first = 0

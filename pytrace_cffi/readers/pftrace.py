@@ -1,7 +1,7 @@
 """Reading back a .pftrace that pytrace_cffi wrote (render/perfetto.py) as a Trace.
 
     from pytrace_cffi.readers.pftrace import read_pftrace
-    trace = read_pftrace("trace.pftrace")    # or summary.read_trace, `summary`, `export`
+    trace = read_pftrace("trace.pftrace")    # or formats.read, `summary`, `export`
 
 The file is read as a stream: its Trace.packet entries a block at a time,
 compressed_packets inflated a block at a time, so memory does not follow its
@@ -128,7 +128,7 @@ class _Sequence:
         for entry in snapshot.get(1, ()):
             entry = parse(entry if isinstance(entry, bytes) else b"")
             clocks[one(entry, 1, 0)] = (one(entry, 2, 0), one(entry, 3, 0),
-                                         one(entry, 4, 0) or 1)
+                                        one(entry, 4, 0) or 1)
         if CLOCK_MONOTONIC not in clocks:
             raise Bad("a thread's clock snapshot does not give CLOCK_MONOTONIC")
         monotonic = clocks[CLOCK_MONOTONIC][0]
@@ -187,7 +187,7 @@ class _Sequence:
         categories += [text(c) for c in event.get(22, ())]
         if len(categories) != 1 or categories[0] not in CATEGORIES:
             raise Bad(f"a slice of categories {categories!r}: not pytrace_cffi's "
-                       f"(a trace merged with torch.profiler's cannot be read back)")
+                      f"(a trace merged with torch.profiler's cannot be read back)")
         args = annotations(event, self.annotation_names)
         open_at_stop = args.get(OPEN_AT_STOP) is True
         if open_at_stop:
@@ -272,14 +272,14 @@ class _Scan(_Reader):
         if sequence_id == PROCESS_SEQUENCE:
             if self.threads:
                 raise Bad("the process's packets after the threads': not as pytrace_cffi "
-                           "writes a .pftrace")
+                          "writes a .pftrace")
             self.process_packet(fields)
             return
         if self.sequence is None or sequence_id != self.sequence.sequence_id:
             self.end_thread()
             if sequence_id in self.done:
                 raise Bad(f"sequence {sequence_id} resumes after another: not as "
-                           f"pytrace_cffi writes a .pftrace")
+                          f"pytrace_cffi writes a .pftrace")
             if not one(fields, 13, 0) & SEQ_INCREMENTAL_STATE_CLEARED or 60 not in fields:
                 raise Bad(f"sequence {sequence_id} is no thread's as pytrace_cffi writes them "
                           f"(a .pftrace of another tool, or merged with torch.profiler's "
@@ -315,7 +315,7 @@ class _Scan(_Reader):
         c = sequence.c
         if c.n_open:
             raise Bad(f"thread {len(self.threads) - 1}: {c.n_open} slices begin and never "
-                       f"end")
+                      f"end")
         self.stats.append((c.n, c.open_at_stop, c.max_depth))
         self.digests.append(c.digest)
         self.done.add(sequence.sequence_id)
@@ -401,7 +401,7 @@ class _Scan(_Reader):
             raise Bad(f"{len(self.processes)} process tracks in the trace of one process")
         streams = _PftraceStreams(self, source)
         trace = chrome_trace(self.path, other, self.keys, self.threads, None, self.marks(),
-                              pid, lanes, streams=streams, build_slices=streams.table)
+                             pid, lanes, streams=streams, build_slices=streams.table)
         return trace
 
     def marks(self):

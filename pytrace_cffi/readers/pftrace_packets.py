@@ -147,7 +147,7 @@ def annotation_value(fields, depth=0):
             raise Bad("a dict entry has the wrong wire type")
         entry_fields = parse(entry)
         out[text(one(entry_fields, 10, "", bytes))] = annotation_value(entry_fields,
-                                                                          depth + 1)
+                                                                       depth + 1)
     return out
 
 
@@ -183,7 +183,7 @@ class _Level:
             if pos < len(buf):
                 if buf[pos] != PACKET_TAG:
                     raise Bad(f"byte {buf[pos]} where a packet should begin (not a "
-                               f"Perfetto trace, or damaged)")
+                              f"Perfetto trace, or damaged)")
                 try:
                     size, end = varint(buf, pos + 1, len(buf))
                 except Bad:

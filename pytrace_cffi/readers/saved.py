@@ -1,7 +1,8 @@
 """Reading a saved-trace directory (see saved_format.py and docs/FORMAT.md):
-load() of a directory save() wrote or a session spilled to (spill.py). Nothing is executed and nothing outside the
-directory is read; a damaged or hostile directory raises TraceFormatError. The
-data files are read a batch at a time, never whole, and checked as read."""
+load() of a directory save() wrote or a session spilled to (spill.py). Nothing
+is executed and nothing outside the directory is read; a damaged or hostile
+directory raises TraceFormatError. The data files are read a batch at a time,
+never whole, and checked as read."""
 import collections
 import json
 import os
@@ -12,7 +13,7 @@ import weakref
 from .._clock import checked_anchor
 from .._core import ffi, lib
 from .._jsontext import MAX_ARGS_DEPTH, finite_number, too_deep
-from .._safe_read import open_binary, read_bounded
+from .safe_read import open_binary, read_bounded
 from .._torch import TAG_KINDS
 from ..errors import TraceFormatError
 from ..saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, EVENTS_MAGIC,
@@ -33,6 +34,7 @@ def _read_json(directory, name):
 def _expect(condition, message):
     if not condition:
         raise TraceFormatError(message)
+
 
 def _int(value, what, bounds=INT64):
     """An integer the C core can take: times, ticks and counts are int64, thread

@@ -145,7 +145,7 @@ def _chunks(trace, progress):
 def dropped_by_thread(trace):
     """{"dropped_by_thread": each thread's dropped events, in thread order} when
     the trace dropped any, else {}: the facts (otherData, the .pftrace's) that
-    let a reader split dropped_events among its threads (render/summary.py)."""
+    let a reader split dropped_events among its threads (readers/chrome_events.py)."""
     split = [thread.dropped for thread in trace.threads]
     if not trace.dropped_events or sum(split) != trace.dropped_events:
         return {}           # (a trace made by hand may not say: the total alone)
