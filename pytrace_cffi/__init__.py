@@ -61,8 +61,8 @@ def _register_writers():
     trace.WRITERS (the model cannot import the renderers, which import it). Each
     imports its renderer when first called: import pytrace_cffi imports none."""
     def chrome(trace, path):
-        from .render.chrome import write_chrome_trace
-        write_chrome_trace(trace, path)
+        from .formats import write_chrome_json     # gzip-compressed when named .gz
+        write_chrome_json(trace, path)
 
     def perfetto(trace, path, compress=True):
         from .render.perfetto import write_perfetto
@@ -84,7 +84,7 @@ def __getattr__(name):
     if name == "merge_torch":
         from .merge import merge_torch as value
     elif name == "SpilledTrace":
-        from .render.saved import SpilledTrace as value
+        from .spill import SpilledTrace as value
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value
@@ -239,7 +239,7 @@ def stop():
         result.hook_lost = hook_lost
         warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=2)
     failure = session.hot_error()
-    problem = getattr(session, "spill_problem", None)     # render/saved.finish_spill
+    problem = getattr(session, "spill_problem", None)     # spill.finish_spill
     if failure or problem:
         raise TraceError("; ".join(filter(None, [failure and f"tracing failed: {failure}",
                                                   problem])), trace=result)
@@ -254,7 +254,7 @@ def stop():
 def load(directory):
     """Loads a trace saved with Trace.save(directory). Reads JSON and raw numbers
     only; raises TraceFormatError for anything that is not a valid saved trace."""
-    from .render.saved import load as _load
+    from .readers.saved import load as _load
     return _load(directory)
 
 

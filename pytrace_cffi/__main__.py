@@ -345,8 +345,8 @@ def _finish_windows(windows):
 
 
 def _cmd_summary(args):
-    from .render.summary import (format_process_totals, format_summary, read_trace,
-                                 summarize_counting)
+    from .reading import read_trace
+    from .render.summary import format_process_totals, format_summary, summarize_counting
     trace = read_trace(args.trace)
     per_process = args.per_process and not args.per_thread
     # calls as the table counts them: frames running when tracing began are none
@@ -386,7 +386,7 @@ def export(source, path):
     if isinstance(source, (list, tuple)):
         from .follow.finish import export_job
         return export_job(source, path)
-    from .render.summary import read_trace
+    from .reading import read_trace
     trace = read_trace(source)
     formats.whole_or_nothing(path, lambda: formats.write(trace, path))
     return trace

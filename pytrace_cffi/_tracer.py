@@ -98,7 +98,7 @@ class Session:
         if max_events is not None:
             spill = ffi.NULL
             if output is not None:
-                from .render.saved import prepare_spill_directory
+                from .spill import prepare_spill_directory
                 spill = os.fsencode(prepare_spill_directory(output))
             check(lib.pt_set_bounds(self.ptr, max_events, spill), self.ptr, "max_events")
         self.watcher = None
@@ -356,7 +356,7 @@ class Session:
     def result(self):
         """The trace of a stopped session: in memory, or spilled to `output`."""
         if self.output is not None:
-            from .render.saved import finish_spill
+            from .spill import finish_spill
             return finish_spill(self)
         return trace_from_session(self)
 

@@ -4,36 +4,45 @@ A name's format is its longest known suffix, matched case-insensitively
 (``out.JSON.GZ`` is gzip-compressed Chrome JSON); a name without a suffix, or
 ending in a path separator, is a saved-trace directory; any other suffix is
 refused with the list of formats, never taken for a directory. Adding a format
-is one row of FORMATS: its suffixes, a line for the help, and its writer,
-named as "module:function" under this package (called writer(trace, path,
-**options)) so that any module may read this table without importing the
-renderers it names.
+is one row of FORMATS: its suffixes, a line for the help, its writer and its
+reader (None: not read back), named as "module:function" under this package
+(called writer(trace, path, **options), reader(path, **read_options)) so that
+any module may read this table without importing the renderers and readers it
+names; they never import this module (what a name says, gzip say, is passed to
+them as an argument).
 """
 import errno
 import importlib
 import os
 from collections import namedtuple
 
-Format = namedtuple("Format", "name suffixes what writer options chrome_json gzip")
+from .errors import TraceFormatError
+
+Format = namedtuple("Format", "name suffixes what writer options chrome_json gzip reader "
+                               "read_options")
 
 FORMATS = (
     Format("json", (".json",), "Chrome trace JSON for Perfetto and chrome://tracing",
-           "render.chrome:write_chrome_trace", {"compress": False}, True, False),
+           "render.chrome:write_chrome_trace", {"compress": False}, True, False,
+           "readers.chrome:read_chrome_trace", {"compressed": False}),
     Format("json.gz", (".json.gz",), "gzip-compressed Chrome trace JSON",
-           "render.chrome:write_chrome_trace", {"compress": True}, True, True),
+           "render.chrome:write_chrome_trace", {"compress": True}, True, True,
+           "readers.chrome:read_chrome_trace", {"compressed": True}),
     Format("pftrace", (".pftrace", ".perfetto-trace"),
            "Perfetto's native protobuf, compact: for big traces",
-           "render.perfetto:write_perfetto", {}, False, False),
+           "render.perfetto:write_perfetto", {}, False, False,
+           "readers.pftrace:read_pftrace", {}),
     Format("html", (".html",), "a self-contained page: timeline and summary",
-           "render.html:write_html", {}, False, False),
+           "render.html:write_html", {}, False, False, None, {}),
 )
 DIRECTORY = Format("directory", (), "a saved-trace directory: a name without a suffix, "
-                   f"or ending in {os.sep}", "render.saved:save", {}, False, False)
+                   f"or ending in {os.sep}", "render.saved:save", {}, False, False,
+                   "readers.saved:load", {})
 
 # Longest first, so that .json.gz wins over .json.
 _BY_SUFFIX = sorted(((suffix, row) for row in FORMATS for suffix in row.suffixes),
                     key=lambda item: -len(item[0]))
-# What makes a directory a trace that may be written over (render/saved.py).
+# What makes a directory a trace that may be written over (saved_format.META_FILE).
 SAVED_TRACE_FILE = "meta.json"
 
 
@@ -128,9 +137,7 @@ def write(trace, path, fmt=None):
         refused = foreign_directory(path)
         if refused is not None:
             raise OSError(errno.ENOTEMPTY, refused, path)
-    module, function = fmt.writer.split(":")
-    writer = getattr(importlib.import_module(f"{__package__}.{module}"), function)
-    writer(trace, path, **fmt.options)
+    _named(fmt.writer)(trace, path, **fmt.options)
 
 
 def write_or_fall_back(trace, path):
@@ -175,3 +182,32 @@ def whole_or_nothing(path, writing):
             import shutil
             shutil.rmtree(path, ignore_errors=True)
         raise
+
+
+def write_chrome_json(trace, path):
+    """Writes trace to path as Chrome JSON, gzip-compressed when the name says
+    .gz (Trace.export_chrome_trace: whatever the rest of the name)."""
+    json, json_gz = FORMATS[:2]
+    write(trace, path, json_gz if gzipped(path) else json)
+
+
+def read(path):
+    """The Trace in a saved-trace directory, or a Chrome .json/.json.gz or a
+    .pftrace written by pytrace_cffi, by its name. Raises TraceFormatError for
+    anything else. (A job's directory of processes: reading.read_trace.)"""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return _named(DIRECTORY.reader)(path, **DIRECTORY.read_options)
+    if not os.path.exists(path):
+        raise TraceFormatError(f"{path!r} does not exist")
+    fmt = find(path)
+    if fmt is None or fmt is DIRECTORY or fmt.reader is None:
+        raise TraceFormatError(f"{path!r} is neither a saved-trace directory nor a .json, "
+                               f".json.gz or .pftrace file")
+    return _named(fmt.reader)(path, **fmt.read_options)
+
+
+def _named(name):
+    """The function a row names, "module:function" under this package."""
+    module, function = name.split(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), function)

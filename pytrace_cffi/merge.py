@@ -9,213 +9,17 @@ torch writes the OS thread id as `tid` and the process id as `pid`, as we do, so
 our slices land on the same thread tracks as the aten ops they ran.
 """
 import gzip
-import json
 import os
-import math
-import re
-import zlib
 
 from ._clock import checked_anchor, monotonic_to_realtime
 from ._files import replaced_atomically
-from ._jsontext import NON_FINITE, dumps_utf8
+from ._jsontext import dumps_utf8
 from .errors import TraceFormatError
 from .formats import find as find_format, gzipped
+from .merge_regions import (SCRATCH_SLICES, TORCH_PYTHON_CATEGORY, TorchProfilerRegions,
+                            anchor_clocks, is_finite_number)
 
-# torch.profiler(with_stack=True) records Python calls itself; ours replace them.
-TORCH_PYTHON_CATEGORY = "python_function"
 OUR_CATEGORIES = ("python_function", "user_annotation")
-
-READ_CHARS = 1 << 20
-# A single JSON value (an event, a head entry) longer than this is taken for a
-# broken file rather than read on: what a stream cannot finish is bounded.
-MAX_VALUE_CHARS = 64 << 20
-_SPACE = re.compile(r"[ \t\n\r]*")
-
-
-class _ChromeReader:
-    """Reads a Chrome trace ({..., "traceEvents": [...], ...}) as a stream: the
-    entries before traceEvents, then one event at a time (each parsed by json's C
-    scanner, with its text), then the entries after. Any JSON layout is read, in
-    memory bounded by the largest single event."""
-
-    def __init__(self, path, what):
-        self.path, self.what = os.fspath(path), what
-        try:
-            opener = gzip.open if gzipped(self.path) else open
-            self._file = opener(self.path, "rt", encoding="utf-8")
-        except FileNotFoundError:
-            raise TraceFormatError(f"{what} {self.path!r} does not exist") from None
-        except OSError as exc:
-            raise TraceFormatError(f"{what} {self.path!r}: {exc}") from None
-        self._decoder = json.JSONDecoder(parse_constant=self._non_finite)
-        self.non_finite = False     # a bare NaN or Infinity was read since taken
-        self._buf, self._pos, self._eof = "", 0, False
-        self.head, self.tail = {}, {}
-
-    def close(self):
-        self._file.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def _non_finite(self, name):
-        self.non_finite = True
-        return NON_FINITE[name]
-
-    def take_non_finite(self):
-        """Whether a bare NaN / Infinity / -Infinity (not JSON, which a strict reader
-        refuses) was read since the last call."""
-        found, self.non_finite = self.non_finite, False
-        return found
-
-    def _bad(self, detail):
-        return TraceFormatError(f"{self.what} {self.path!r}: not valid JSON ({detail})")
-
-    def _more(self):
-        if self._eof:
-            return False
-        try:
-            # as long as what is pending: a value of megabytes (a long name) is read
-            # in time proportional to its length, not its square
-            chunk = self._file.read(max(READ_CHARS, len(self._buf) - self._pos))
-        except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
-            raise self._bad(exc) from None
-        if not chunk:
-            self._eof = True
-            return False
-        self._buf = self._buf[self._pos:] + chunk
-        self._pos = 0
-        return True
-
-    def _peek(self):
-        while True:
-            self._pos = _SPACE.match(self._buf, self._pos).end()
-            if self._pos < len(self._buf):
-                return self._buf[self._pos]
-            if not self._more():
-                return ""
-
-    def _expect(self, char):
-        found = self._peek()
-        if found != char:
-            raise self._bad(f"expected {char!r}, found {found or 'the end'!r}")
-        self._pos += 1
-
-    def _value(self):
-        """The next JSON value and its text."""
-        self._peek()
-        while True:
-            try:
-                value, end = self._decoder.raw_decode(self._buf, self._pos)
-            except ValueError as exc:        # maybe cut by the read: read on, then retry
-                if len(self._buf) - self._pos > MAX_VALUE_CHARS or not self._more():
-                    raise self._bad(exc) from None
-                continue
-            except RecursionError:
-                raise self._bad("nested too deeply") from None
-            if end == len(self._buf) and self._more():
-                continue                    # a number may go on in the next read
-            text = self._buf[self._pos:end]
-            self._pos = end
-            return value, text
-
-    def _entries(self, into, stop_at_events):
-        """Reads "key": value entries into `into` until traceEvents' "[" (True) or
-        the closing "}" (False)."""
-        while True:
-            if self._peek() == "}":
-                self._pos += 1
-                if self._peek():
-                    raise self._bad("data after the end")
-                return False
-            key, _ = self._value()
-            if not isinstance(key, str):
-                raise self._bad("an object key is not a string")
-            self._expect(":")
-            if key == "traceEvents" and stop_at_events:
-                if self._peek() != "[":
-                    raise TraceFormatError(f"{self.where()}: not a Chrome trace "
-                                           "(no traceEvents list)")
-                self._pos += 1
-                return True
-            into[key], _ = self._value()
-            if self._peek() == ",":
-                self._pos += 1
-            elif self._peek() != "}":
-                raise self._bad("expected ',' or '}' between entries")
-
-    def where(self):
-        return self.path
-
-    def read_head(self):
-        """The entries before traceEvents (all of them if there is none)."""
-        if self._peek() != "{":
-            if not self._peek():
-                raise self._bad("empty file")
-            raise TraceFormatError(f"{self.path}: not a Chrome trace (no traceEvents list)")
-        self._pos += 1
-        if not self._entries(self.head, True):
-            raise TraceFormatError(f"{self.path}: not a Chrome trace (no traceEvents list)")
-        return self.head
-
-    def events(self):
-        """(event, its JSON text) of each event; then reads the entries after."""
-        if self._peek() == "]":
-            self._pos += 1
-        else:
-            decode, space = self._decoder.raw_decode, _SPACE.match
-            while True:
-                # the common case inline: a whole event, then "," or "]", in the buffer
-                buf = self._buf
-                pos = space(buf, self._pos).end()
-                # (a failing decode costs O(pos): JSONDecodeError counts the lines
-                # before it; the slow path below takes the rest of the buffer along)
-                try:
-                    event, end = decode(buf, pos)
-                except (ValueError, RecursionError):
-                    end = len(buf)
-                after = space(buf, end).end() if end < len(buf) else len(buf)
-                if after < len(buf) and buf[after] in ",]":
-                    self._pos = after + 1
-                    yield event, buf[pos:end]
-                    if buf[after] == "]":
-                        break
-                    continue
-                yield self._value()          # near the buffer's end, or malformed
-                found = self._peek()
-                self._pos += 1
-                if found == "]":
-                    break
-                if found != ",":
-                    raise self._bad(f"expected ',' or ']' after an event, found "
-                                    f"{found or 'the end'!r}")
-        if self._peek() == ",":
-            self._pos += 1
-        if self._entries(self.tail, False):
-            raise self._bad("a second traceEvents")
-
-    def whole_head(self, needed):
-        """The head, with the entries after traceEvents too when one of `needed` is
-        not before it (read through once more: still a stream)."""
-        head = dict(self.read_head())
-        if all(key in head for key in needed):
-            return head
-        with _ChromeReader(self.path, self.what) as again:
-            again.read_head()
-            for _ in again.events():
-                pass
-            for key, value in again.tail.items():
-                head.setdefault(key, value)
-        return head
-
-
-def _number(value):
-    """A finite JSON number (not a bool, not NaN or an infinity)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value)
 
 
 def _event_problem(event):
@@ -231,16 +35,6 @@ def _event_problem(event):
             not isinstance(dur, (int, float)) or isinstance(dur, bool)):
         return "a python_function event whose dur is not a number"
     return None
-
-
-def _check_torch(head, where):
-    if isinstance(head.get("otherData"), dict) and \
-            head["otherData"].get("generator") == "pytrace_cffi":
-        raise TraceFormatError(f"{where}: is a pytrace_cffi trace, not torch.profiler's")
-    base = head.get("baseTimeNanoseconds", 0)
-    if type(base) is not int or base < 0:
-        raise TraceFormatError(f"{where}: baseTimeNanoseconds must be a non-negative integer")
-    return base
 
 
 class _Span:
@@ -300,17 +94,12 @@ def _other_data(trace):
     }
 
 
-# Slices moved onto CLOCK_REALTIME at a time: the scratch copy stays this small
-# (40 bytes each) whatever the batch (a slice table's batch is a whole thread).
-SCRATCH_SLICES = 1 << 16
-
-
 def _write_our_trace(trace, out, span, anchor, base, regions):
     """Our calls straight from the walked slices, streamed (walk.thread_batches:
     no slice table when the trace streams from its events): each batch, copied a
     piece at a time into a bounded scratch buffer, has its times moved onto
     CLOCK_REALTIME in C, is filtered around torch's regions on its thread (see
-    _TorchRegions) and is formatted by the Chrome exporter's C formatter relative
+    TorchProfilerRegions) and is formatted by the Chrome exporter's C formatter relative
     to torch's base (a call before it at a negative ts), as chrome.py writes them."""
     from ._core import ffi, lib
     from .render.chrome import KeyStrings, _warn_if_too_deep, format_slices
@@ -364,14 +153,6 @@ def _write_our_trace(trace, out, span, anchor, base, regions):
         out.event(dumps_utf8(event).encode("utf-8"))
 
 
-def anchor_clocks(anchor):
-    """(mono0, off0, mono1, off1): a realtime anchor as pt_slices_to_realtime and
-    pt_region_edges_on_monotonic take it."""
-    start, stop = anchor["start"], anchor["stop"]
-    return (start["monotonic_ns"], start["realtime_ns"] - start["monotonic_ns"],
-            stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
-
-
 def _write_torch_events(reader, out, span):
     """torch's events, one at a time, as torch wrote them (line breaks taken out,
     which JSON allows only between tokens: one event per line); one holding a bare
@@ -387,7 +168,7 @@ def _write_torch_events(reader, out, span):
         if reader.take_non_finite():
             text = dumps_utf8(event)
         if isinstance(event, dict) and (event.get("pid"), event.get("tid")) in span.traced:
-            if event.get("cat") == TORCH_PYTHON_CATEGORY and _number(event.get("ts")) and \
+            if event.get("cat") == TORCH_PYTHON_CATEGORY and is_finite_number(event.get("ts")) and \
                     span.first is not None and event["ts"] < span.last and \
                     event["ts"] + (event.get("dur") or 0) > span.first:
                 dropped += 1
@@ -399,11 +180,11 @@ def _write_torch_events(reader, out, span):
 
 
 def _our_trace(trace):
-    """A Trace to write from: trace itself, or what summary.read_trace makes of a
+    """A Trace to write from: trace itself, or what reading.read_trace makes of a
     path (a saved-trace directory, a job's directory, or our Chrome JSON read by
     the C line reader); a SpilledTrace loaded."""
     if isinstance(trace, (str, bytes, os.PathLike)):
-        from .render.summary import read_trace
+        from .reading import read_trace
         return read_trace(os.fsdecode(trace))
     if hasattr(trace, "thread_slices"):
         return trace
@@ -429,7 +210,7 @@ def merge_torch(trace, torch_trace_path, out_path):
     ours with one of torch's of the same name within it goes, and so does each call
     of ours that crosses the edge of one of torch's regions on its thread
     (record_function's own enter and exit ops, in which torch's region begins and
-    ends), alone: every slice on a thread track nests (see _TorchRegions), in a
+    ends), alone: every slice on a thread track nests (see TorchProfilerRegions), in a
     .pftrace too.
 
     Both traces are read as streams (neither is held whole in memory); our calls
@@ -449,11 +230,12 @@ def merge_torch(trace, torch_trace_path, out_path):
     if getattr(find_format(out_path), "name", None) == "pftrace":
         from .merge_perfetto import merge_torch_pftrace
         return merge_torch_pftrace(ours, torch_path, out_path, anchor)
-    with _ChromeReader(torch_path, "torch trace") as torch_json:
+    from .readers.torch_chrome import TorchChromeReader, check_torch   # only when merging
+    with TorchChromeReader(torch_path, "torch trace", gzipped(torch_path)) as torch_json:
         head = torch_json.whole_head(("baseTimeNanoseconds",))
-        base = _check_torch(head, torch_path)
+        base = check_torch(head, torch_path)
         head = dict(torch_json.head)        # the entries before traceEvents, in order
-        regions = _TorchRegions.read(torch_path, base)
+        regions = TorchProfilerRegions.read(torch_path, base)
         opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6))
                   if gzipped(out_path) else (lambda tmp: open(tmp, "wb")))
         # Ours first, streamed from our slices; torch's after: its reader is still
@@ -476,117 +258,3 @@ def merge_torch(trace, torch_trace_path, out_path):
             tail["pytrace_cffi"].update(regions.counts())
             f.write(("\n]," + dumps_utf8(tail)[1:] + "\n").encode("utf-8"))
     return out_path
-
-
-class _TorchRegions:
-    """torch's record_function regions (user_annotation complete events) per
-    (pid, tid), on CLOCK_REALTIME ns, and the C filters (pt_merge.c) that keep our
-    slices strictly nested around them: one per thread written."""
-
-    def __init__(self, by_thread):
-        self.by_thread = by_thread          # (pid, tid) -> [(start ns, end ns, name)]
-        self.names = sorted({name for found in by_thread.values() for _, _, name in found})
-        self._filters = []
-
-    @classmethod
-    def read(cls, torch_path, base):
-        by_thread = {}
-        with _ChromeReader(torch_path, "torch trace") as reader:
-            reader.read_head()
-            for event, _ in reader.events():
-                region = _torch_region(event, base)
-                if region is not None:
-                    by_thread.setdefault(region[0], []).append(region[1:])
-        return cls(by_thread)
-
-    def name_ids(self, names, kinds):
-        """Per key of ours: the id (1 + index in self.names) of the torch region
-        name its region slices bear, 0 for other keys."""
-        from ._core import ffi
-        ids = {name: number for number, name in enumerate(self.names, 1)}
-        return ffi.new("uint32_t[]", [ids.get(name, 0) if kind == "annotation" else 0
-                                      for name, kind in zip(names, kinds)] or [0])
-
-    def edges(self, pid, tid, on_monotonic=None):
-        """The filter of thread (pid, tid), None when torch has no region there.
-        on_monotonic: anchor_clocks(anchor) when the slices it filters stay on
-        CLOCK_MONOTONIC (see pt_region_edges_on_monotonic)."""
-        found = sorted(self.by_thread.get((pid, tid), ()))
-        if not found:
-            return None
-        edges = _RegionEdges(found, {name: number for number, name in enumerate(self.names, 1)})
-        if on_monotonic is not None:
-            from ._core import lib
-            lib.pt_region_edges_on_monotonic(edges._c, *on_monotonic)
-        self._filters.append(edges)
-        return edges
-
-    def counts(self):
-        """What the filters left out, for the merged file's pytrace_cffi entry."""
-        replaced = crossing = 0
-        for edges in self._filters:
-            r, c = edges.counts()
-            replaced, crossing = replaced + r, crossing + c
-        return {"our_regions_replaced_by_torchs": replaced,
-                "our_calls_crossing_torchs_regions_left_out": crossing}
-
-
-def _torch_region(event, base):
-    """((pid, tid), start ns, end ns, name) of a torch user_annotation complete
-    event on CLOCK_REALTIME, or None (another event, or one without numbers)."""
-    if not (isinstance(event, dict) and event.get("ph") == "X"
-            and event.get("cat") == "user_annotation" and isinstance(event.get("name"), str)
-            and _number(event.get("ts")) and _number(event.get("dur"))
-            and type(event.get("pid")) is int and type(event.get("tid")) is int):
-        return None
-    start = base + round(event["ts"] * 1000)
-    end = start + round(event["dur"] * 1000)
-    if not (-2 ** 63 <= start <= end < 2 ** 63):
-        return None
-    return (event["pid"], event["tid"]), start, end, event["name"]
-
-
-class _RegionEdges:
-    """One thread's pt_region_edges: torch's regions there, our slices filtered
-    batch by batch (pt_region_edges_filter)."""
-
-    def __init__(self, regions, name_ids):
-        from ._core import ffi, lib
-        self._c = ffi.gc(lib.pt_region_edges_new([r[0] for r in regions], [r[1] for r in regions],
-                                                 [name_ids[r[2]] for r in regions], len(regions)),
-                         lib.pt_region_edges_free)
-        if self._c == ffi.NULL:
-            raise MemoryError("out of memory while merging with torch's trace")
-
-    def filter(self, slices, n, first_index, region_name_of_key):
-        """The kept slices of the batch, moved up in place: how many."""
-        from ._core import lib
-        kept = lib.pt_region_edges_filter(self._c, slices, n, first_index, region_name_of_key,
-                                          len(region_name_of_key))
-        if kept > n:
-            raise MemoryError("out of memory while merging with torch's trace")
-        return kept
-
-    def kept(self, batches, region_name_of_key):
-        """A thread's batches of (pt_slice *, n, index of the first), filtered:
-        each piece copied into a scratch buffer (the trace's own slices stay as
-        they are) and its kept slices handed on, numbered over the kept ones;
-        each valid until the next is asked for."""
-        from ._core import ffi
-        scratch, room, kept = None, 0, 0
-        for slices, n, first in batches:
-            for at in range(0, n, SCRATCH_SLICES):
-                piece = min(SCRATCH_SLICES, n - at)
-                if piece > room:
-                    scratch, room = ffi.new("pt_slice[]", piece), piece
-                ffi.memmove(scratch, slices + at, piece * ffi.sizeof("pt_slice"))
-                piece = self.filter(scratch, piece, first + at, region_name_of_key)
-                if piece:
-                    yield scratch, piece, kept
-                    kept += piece
-
-    def counts(self):
-        from ._core import ffi, lib
-        replaced, crossing = ffi.new("uint64_t *"), ffi.new("uint64_t *")
-        lib.pt_region_edges_counts(self._c, replaced, crossing)
-        return replaced[0], crossing[0]

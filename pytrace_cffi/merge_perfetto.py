@@ -10,7 +10,7 @@ which begin/end slices on one track could not show. As in the JSON merge, its
 python_function events on threads we traced, within our trace's time, are left
 out (ours replace them), its names for our threads give way to ours, and each
 of its record_function regions is kept once, torch's: our calls on that thread
-are filtered by the JSON merge's own code (merge._TorchRegions, compared on
+are filtered by the JSON merge's own code (merge_regions.TorchProfilerRegions, compared on
 CLOCK_REALTIME as there), so the thread's tracks nest as one.
 
 A .pftrace slice is a begin and an end that must nest on its track, so torch's
@@ -25,8 +25,10 @@ import struct
 import warnings
 
 from .errors import TraceWarning
-from .merge import (TORCH_PYTHON_CATEGORY, _ChromeReader, _check_torch, _number, _TorchRegions,
-                    anchor_clocks)
+from .formats import gzipped
+from .merge_regions import (TORCH_PYTHON_CATEGORY, TorchProfilerRegions, anchor_clocks,
+                            is_finite_number)
+from .readers.torch_chrome import TorchChromeReader, check_torch
 from .render.perfetto import (CLOCK_MONOTONIC, SEQ_INCREMENTAL_STATE_CLEARED, TYPE_COUNTER,
                               TYPE_INSTANT, _annotation_value, _bytes, _double, _int, _packet,
                               _varint, write_perfetto)
@@ -162,14 +164,14 @@ class _TorchEvents:
             elif event.get("name") == "thread_name" and "name" in args:
                 self.tracks.thread_names[(event.get("pid"), event.get("tid"))] = args["name"]
             return
-        if not _number(event.get("ts")):
+        if not is_finite_number(event.get("ts")):
             self.skipped += 1
             return
         pid, tid = event.get("pid"), event.get("tid")
         start = self.ns(event["ts"])
         if phase == "X":
             dur = event.get("dur") or 0
-            if not _number(dur) or dur < 0:
+            if not is_finite_number(dur) or dur < 0:
                 self.skipped += 1
                 return
             end = max(start, self.ns(event["ts"] + dur))
@@ -189,7 +191,7 @@ class _TorchEvents:
             args = event.get("args") if isinstance(event.get("args"), dict) else {}
             name = str(event.get("name", ""))
             for series, value in args.items():
-                if _number(value):
+                if is_finite_number(value):
                     title = name if series == name else f"{name} {series}"
                     self.counters.append((start, self.tracks.counter(pid, title), value))
         elif phase in ("s", "t", "f"):
@@ -282,7 +284,7 @@ def _bind_flows(slices, flows):
 
 def _kept_around_regions(ours, regions, anchor):
     """write_perfetto's own_batches: a thread's slices where torch has regions,
-    filtered as the JSON merge filters them (merge._TorchRegions: each region
+    filtered as the JSON merge filters them (merge_regions.TorchProfilerRegions: each region
     once, torch's; our calls crossing its edges left out, alone); None elsewhere."""
     from .render.walk import batches as thread_batches
     name_ids = regions.name_ids(ours.names, ours.key_kinds)
@@ -299,9 +301,9 @@ def _kept_around_regions(ours, regions, anchor):
 def merge_torch_pftrace(ours, torch_path, out_path, anchor):
     """merge.merge_torch's work for a .pftrace out_path (ours: a Trace whose
     realtime anchor is checked)."""
-    with _ChromeReader(torch_path, "torch trace") as torch_json:
+    with TorchChromeReader(torch_path, "torch trace", gzipped(torch_path)) as torch_json:
         head = torch_json.whole_head(("baseTimeNanoseconds",))
-        base = _check_torch(head, torch_path)
+        base = check_torch(head, torch_path)
     pid_of_tid = {}
     our_threads = {}
     for thread in ours.threads:
@@ -311,13 +313,13 @@ def merge_torch_pftrace(ours, torch_path, out_path, anchor):
     traced = set(our_threads) | {(pid_of_tid.get(m.thread, ours.pid), m.thread)
                                  for m in ours.marks}
     counts = {}
-    regions = _TorchRegions.read(torch_path, base)
+    regions = TorchProfilerRegions.read(torch_path, base)
     kept_batches = _kept_around_regions(ours, regions, anchor)
 
     def more(uuids, sequence_id):
         tracks = _TorchTracks(uuids, uuids["next_uuid"] + (1 << 32), our_threads)
         events = _TorchEvents(tracks, anchor, base, (ours.start_ns, ours.stop_ns), traced)
-        with _ChromeReader(torch_path, "torch trace") as reader:
+        with TorchChromeReader(torch_path, "torch trace", gzipped(torch_path)) as reader:
             reader.read_head()
             for number, (event, _) in enumerate(reader.events()):
                 events.add(event, number)

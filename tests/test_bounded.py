@@ -112,7 +112,7 @@ def test_dropped_counts_survive_every_round_trip(tmp_path):
     that is read back and saved again from it: the same dropped counts, per thread
     too, and the saved directory loads."""
     import threading
-    from pytrace_cffi.render.summary import read_trace
+    from pytrace_cffi.reading import read_trace
     with pytest.warns(TraceWarning, match="dropped"):
         with pytrace_cffi.trace(max_events=3000) as t:
             fib(17)

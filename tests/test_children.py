@@ -16,7 +16,8 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi import processes
 from pytrace_cffi._core import lib
-from pytrace_cffi.render.summary import calls_begun, read_trace
+from pytrace_cffi.reading import read_trace
+from pytrace_cffi.render.summary import calls_begun
 
 TIMEOUT = 120
 # Where the pytrace_cffi under test is importable from: the installed wheel in CI,
@@ -129,7 +130,7 @@ def test_os_fork_child_traced_from_the_fork(tmp_path):
     assert fork[0]["ts"] <= min(e["ts"] for e in child_calls)
     assert max(e["ts"] + e["dur"] for e in child_calls) <= fork[0]["ts"] + 60e6
     # The joined file reads back as one trace of both processes (summary, export).
-    from pytrace_cffi.render.summary import read_trace
+    from pytrace_cffi.reading import read_trace
     both = read_trace(str(out))
     # the results count calls: the frames running at each start are none
     open_at_start = sum(1 for e in events if e.get("args", {}).get("open at start") is True)
@@ -1146,7 +1147,7 @@ def test_merge_command_joins_a_job(tmp_path):
 
 def test_summary_and_export_read_a_whole_job(tmp_path):
     job = _job_with_one_child(tmp_path)
-    from pytrace_cffi.render.summary import read_trace
+    from pytrace_cffi.reading import read_trace
     trace = read_trace(job)
     assert sum(call.name.endswith(": unique_child") for call in trace) == 1
     assert sum(call.name.startswith("prog.py(") and call.name.endswith(": <module>")

@@ -201,7 +201,7 @@ def test_progress_only_for_big_jobs_on_terminals(stream, total, shown):
 @pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
 def test_export_of_a_big_trace_shows_progress_on_a_terminal_only(tmp_path):
     from pytrace_cffi._core import ffi
-    from pytrace_cffi.render.summary import SLICE_RECORD
+    from pytrace_cffi.saved_format import SLICE_RECORD
     from pytrace_cffi.trace import ThreadInfo, Trace
     count = PROGRESS_MIN_SLICES + 1
     slices = ffi.new("pt_slice[]", count)
@@ -299,7 +299,7 @@ def test_a_directory_or_zip_with_main_runs_as_python_runs_it(tmp_path):
             (3, plain.stdout), proc.stderr
         assert plain.stdout.startswith(f"['{target}', 'a1'] {tmp_path / target} "
                                        f"{tmp_path / target / '__main__.py'} '' __main__ ")
-        from pytrace_cffi.render.summary import read_trace
+        from pytrace_cffi.reading import read_trace
         trace = read_trace(str(tmp_path / out))
         assert [c.name for c in trace if c.name.endswith(": unique_main")] == \
             ["__main__.py(3): unique_main"]

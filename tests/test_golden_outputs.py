@@ -16,7 +16,8 @@ import os
 
 import pytest
 
-from pytrace_cffi.render.summary import format_summary, read_trace, summarize
+from pytrace_cffi.reading import read_trace
+from pytrace_cffi.render.summary import format_summary, summarize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "data", "golden")

@@ -18,7 +18,7 @@ import pytest
 
 import pytrace_cffi
 from pytrace_cffi.render import html as html_module
-from pytrace_cffi.render.summary import read_trace
+from pytrace_cffi.reading import read_trace
 from test_html import install_chromium, run_chromium
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -86,7 +86,7 @@ spec.loader.exec_module(module)
 sys.modules["pytrace_cffi._core"] = module
 sys.path.insert(0, archive)
 from pytrace_cffi.render.html import write_html
-from pytrace_cffi.render.summary import read_trace
+from pytrace_cffi.reading import read_trace
 assert write_html.__code__.co_filename.startswith(archive), write_html.__code__.co_filename
 write_html(read_trace(trace_dir), out)
 """

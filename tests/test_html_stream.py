@@ -382,7 +382,7 @@ def test_ten_million_calls_to_pftrace_json_gz_and_html_in_bounded_memory(tmp_pat
     assert rows["fib"][1] == FIB_CALLS
     assert rows["fib"][2] > 0 and rows["fib"][3] > 0
     # The JSON: read back (line by line, in C), every fib call.
-    from pytrace_cffi.render.summary import read_trace
+    from pytrace_cffi.reading import read_trace
     by_name = {row.name.rsplit(": ", 1)[-1]: row
                for row in summarize(read_trace(f"{base}.json.gz"), limit=None)}
     assert by_name["fib"].calls == FIB_CALLS

@@ -20,7 +20,7 @@ from helpers import perfetto_protos
 from pytrace_cffi import processes
 from pytrace_cffi.errors import TraceFormatError
 from pytrace_cffi.render import summary as summary_module
-from pytrace_cffi.render.summary import read_trace
+from pytrace_cffi.reading import read_trace
 
 TIMEOUT = 120
 HELPER_CALLS = 77

@@ -1,6 +1,6 @@
 """A job's processes joined into one Trace that streams from their own traces
 (processes.joined_trace: no temporary JSON, no slice table). The oracle is what
-the joined Chrome JSON reads back as (summary._read_chrome_trace, the path
+the joined Chrome JSON reads back as (readers.chrome.read_chrome_trace, the path
 joined_trace used to take): the same calls per thread (ids, names, times,
 depths, parents, pids), threads, processes in lane order, marks and summaries,
 for a real job (a parent with a second thread, a fork Pool(2), a `python -c`
@@ -22,10 +22,12 @@ from helpers import PROC_STATUS, perfetto_protos
 from pytrace_cffi import processes
 from pytrace_cffi._core import ffi, lib
 from pytrace_cffi.errors import TraceFormatError
+from pytrace_cffi.readers import chrome as chrome_reader
 from pytrace_cffi.render import summary as summary_module
 from pytrace_cffi.render.html import write_html
-from pytrace_cffi.render.summary import (_read_chrome_trace, format_process_totals,
-                                         format_summary, read_trace, summarize)
+from pytrace_cffi.readers.chrome import read_chrome_trace as _read_chrome_trace
+from pytrace_cffi.reading import read_trace
+from pytrace_cffi.render.summary import format_process_totals, format_summary, summarize
 
 TIMEOUT = 180
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pytrace_cffi.__file__)))
@@ -157,7 +159,7 @@ def _no_temporary_json(monkeypatch):
     def refused(*args, **kwargs):
         raise AssertionError("joining wrote a temporary JSON")
     monkeypatch.setattr(tempfile, "mkdtemp", refused)
-    monkeypatch.setattr(summary_module, "_read_chrome_trace", refused)
+    monkeypatch.setattr(chrome_reader, "read_chrome_trace", refused)
 
 
 def test_outputs_hold_the_json_read_back_calls(job, tmp_path, monkeypatch):

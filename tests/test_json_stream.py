@@ -1,6 +1,6 @@
 """A big .json/.json.gz read back streams: read_trace checks and counts the calls
 without keeping them, and summary and exports read each thread again in batches
-(render.summary._JsonStreams), never building the slice table."""
+(readers.chrome_lines._JsonStreams), never building the slice table."""
 import gzip
 import json
 import os
@@ -15,9 +15,11 @@ import pytest
 import pytrace_cffi
 from helpers import PROC_STATUS
 from pytrace_cffi import TraceFormatError
-from pytrace_cffi.render import summary as summary_module
+from pytrace_cffi import reading
+from pytrace_cffi.readers import chrome_lines as summary_module
 from pytrace_cffi.render.html import write_html
-from pytrace_cffi.render.summary import process_totals, read_trace, summarize
+from pytrace_cffi.reading import read_trace
+from pytrace_cffi.render.summary import process_totals, summarize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pytrace_cffi.__file__)))
 
@@ -244,8 +246,8 @@ def test_the_cli_summary_and_export_leave_no_table(live_trace, tmp_path, monkeyp
     path = tmp_path / "t.json.gz"
     live_trace.export_chrome_trace(path)
     read = []
-    real = summary_module.read_trace
-    monkeypatch.setattr(summary_module, "read_trace",
+    real = reading.read_trace
+    monkeypatch.setattr(reading, "read_trace",
                         lambda p: read.append(real(p)) or read[-1])
     assert cli.main(["summary", str(path)]) == 0
     for out in ("o.json", "o.json.gz", "o.html", "o.pftrace", "o_dir"):
@@ -259,7 +261,8 @@ def test_the_cli_summary_and_export_leave_no_table(live_trace, tmp_path, monkeyp
 BIG_SCRIPT = PROC_STATUS + r"""
 import json, sys
 from pytrace_cffi.render.html import write_html
-from pytrace_cffi.render.summary import read_trace, summarize
+from pytrace_cffi.reading import read_trace
+from pytrace_cffi.render.summary import summarize
 
 
 before = status("VmRSS")

@@ -52,7 +52,7 @@ def test_every_trace_pairs_monotonic_and_realtime_clocks_at_start_and_stop(trace
 
 
 def test_the_anchor_is_kept_by_json_saved_and_spilled_traces(traced, tmp_path):
-    from pytrace_cffi.render.summary import read_trace
+    from pytrace_cffi.reading import read_trace
     anchor = traced.realtime_anchor
     traced.export_chrome_trace(str(tmp_path / "t.json"))
     other = json.loads((tmp_path / "t.json").read_text())["otherData"]
@@ -71,7 +71,7 @@ def test_the_anchor_is_kept_by_json_saved_and_spilled_traces(traced, tmp_path):
 
 
 def test_files_without_an_anchor_still_load_and_bad_ones_are_refused(traced, tmp_path):
-    from pytrace_cffi.render.summary import read_trace
+    from pytrace_cffi.reading import read_trace
     traced.save(str(tmp_path / "saved"))
     meta_path = tmp_path / "saved" / "meta.json"
     meta = json.loads(meta_path.read_text())
@@ -424,7 +424,7 @@ def _torch_layouts(trace, tmp_path, tid):
 
 
 def test_merge_reads_any_layout_of_torchs_trace_in_pieces(traced, tmp_path, monkeypatch):
-    from pytrace_cffi import merge
+    from pytrace_cffi.readers import torch_chrome as merge
     tid = threading.get_native_id()
     layouts = _torch_layouts(traced, tmp_path, tid)
     pytrace_cffi.merge_torch(traced, tmp_path / "compact.json", tmp_path / "expected.json")
@@ -835,7 +835,7 @@ def test_merge_into_a_pftrace_puts_torchs_events_on_our_clock(traced, tmp_path):
     assert info["args"]["torch_python_function_events_replaced"] == 1
     assert info["args"]["schemaVersion"] == 1
     # not read back as ours
-    from pytrace_cffi.render.summary import read_trace
+    from pytrace_cffi.reading import read_trace
     with pytest.raises(pytrace_cffi.TraceFormatError, match="merged with torch.profiler"):
         read_trace(tmp_path / "merged.pftrace")
 

@@ -18,8 +18,8 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi._clock import monotonic_to_realtime
 from pytrace_cffi.render.html import write_html
-from pytrace_cffi.render.saved import hash_id
-from pytrace_cffi.render.summary import read_trace
+from pytrace_cffi.saved_format import hash_id
+from pytrace_cffi.reading import read_trace
 
 ENV = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(
     pytrace_cffi.__file__))))
@@ -223,7 +223,7 @@ import json, os, sys, threading
 import pytrace_cffi
 from pytrace_cffi._clock import monotonic_to_realtime
 from pytrace_cffi.render.html import write_html
-from pytrace_cffi.render.summary import read_trace
+from pytrace_cffi.reading import read_trace
 out = sys.argv[1]
 name = "x" * (2 ** 20 + 100)
 code = compile(f"def {name}():\\n    return 1\\n{name}()\\n", "long.py", "exec")

@@ -1,4 +1,4 @@
-"""Reading back our own .pftrace (pytrace_cffi.pftrace_reader): for traces of
+"""Reading back our own .pftrace (pytrace_cffi.readers.pftrace): for traces of
 threads, marks, regions with args, a job of several processes and torch-named
 calls, the .pftrace reads back as the Chrome JSON of the same trace does (the
 JSON reader is the independent check): the same calls, threads, processes,
@@ -17,10 +17,12 @@ import zlib
 import pytest
 
 import pytrace_cffi
-from pytrace_cffi import TraceFormatError, pftrace_reader
+from pytrace_cffi import TraceFormatError
+from pytrace_cffi.readers import pftrace as pftrace_reader
 from pytrace_cffi.render.html import write_html
+from pytrace_cffi.reading import read_trace
 from pytrace_cffi.render.summary import (calls_begun, format_process_totals, format_summary,
-                                         process_totals, read_trace, summarize)
+                                         process_totals, summarize)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pytrace_cffi.__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -9,7 +9,7 @@ import pytest
 
 import pytrace_cffi
 from pytrace_cffi import TraceFormatError
-from pytrace_cffi.render.saved import hash_id
+from pytrace_cffi.saved_format import hash_id
 
 
 def fib(n):
@@ -78,7 +78,7 @@ def test_hash_ids_are_pinned_values():
 
 
 def test_hash_ids_are_identical_across_processes(run_python):
-    code = ("from pytrace_cffi.render.saved import hash_id\n"
+    code = ("from pytrace_cffi.saved_format import hash_id\n"
             f"for name in {list(KNOWN_IDS)!r}: print(hash_id(name))")
     first = run_python(code).stdout
     second = run_python(code, check=True).stdout
@@ -227,7 +227,7 @@ def test_marks_of_every_shape_survive_save_and_load(tmp_path):
     assert_same_marks(loaded, expected)
     check_chrome_marks(text, expected)
     # the Chrome JSON reads back with the same marks
-    from pytrace_cffi.render.summary import read_trace
+    from pytrace_cffi.reading import read_trace
     again = read_trace(str(tmp_path / "loaded.json"))
     assert [(m.kind, m.thread, m.name, m.args) for m in again.marks] == expected
 
@@ -512,7 +512,7 @@ def test_null_instant_args_in_older_chrome_json_read_as_empty(trace, tmp_path):
     data["traceEvents"].append({"ph": "i", "name": "old", "pid": trace.pid, "tid": tid,
                                 "ts": 1.5, "args": None, "s": "t"})
     path.write_text(json.dumps(data))
-    from pytrace_cffi.render.summary import read_trace
+    from pytrace_cffi.reading import read_trace
     assert read_trace(str(path)).marks == [("i", trace.start_ns + 1500, tid, "old", {})]
 
 

@@ -1,6 +1,6 @@
 """load() of a saved directory (slices.bin) streams: the loader checks each thread
 batch by batch and keeps no slice table; exports read the file again a batch at a
-time (render/saved.py _SlicesFile). The oracle is the table the loader used to
+time (readers/saved.py _SlicesFile). The oracle is the table the loader used to
 build (thread_slices()): every output from the batches equals the table's."""
 import os
 import struct
@@ -13,7 +13,7 @@ import pytest
 import pytrace_cffi
 from helpers import PROC_STATUS
 from pytrace_cffi import TraceFormatError
-from pytrace_cffi.render import saved as saved_module
+from pytrace_cffi.readers import saved as saved_module
 from test_streaming import ROOT, both_ways, fib, threads_marks_and_calls_open_at_stop
 
 SLICE = struct.Struct("<qqIIqII")
@@ -225,7 +225,7 @@ def test_a_big_saved_directory_converts_in_bounded_memory(tmp_path):
 def test_loaded_traces_hold_a_bounded_number_of_files(saved_dir, tmp_path, monkeypatch):
     """Beyond MAX_HELD loaded traces (a job of thousands of processes), the least
     recently read file is closed and opened again by name when read next."""
-    monkeypatch.setattr(saved_module._HeldFile, "MAX_HELD", 2)
+    monkeypatch.setattr(saved_module.HeldFile, "MAX_HELD", 2)
     traces = []
     for number in range(5):
         directory = tmp_path / f"copy{number}"
@@ -254,7 +254,7 @@ def test_loaded_traces_hold_a_bounded_number_of_files(saved_dir, tmp_path, monke
 def test_a_spilled_trace_saved_over_its_directory_with_its_file_closed(tmp_path, monkeypatch,
                                                                         held):
     """Its events.bin stays until slices.bin is written: read again by name."""
-    monkeypatch.setattr(saved_module._HeldFile, "MAX_HELD", held)
+    monkeypatch.setattr(saved_module.HeldFile, "MAX_HELD", held)
     directory = spilled(tmp_path)
     trace = pytrace_cffi.load(str(directory))
     other = pytrace_cffi.load(str(saved_dir_copy(tmp_path, directory)))

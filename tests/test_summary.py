@@ -12,9 +12,11 @@ import pytest
 
 import pytrace_cffi
 from pytrace_cffi import TraceFormatError, TraceWarning
-from pytrace_cffi.render import summary as summary_module
+from pytrace_cffi.readers import chrome as summary_module
+from pytrace_cffi.readers import chrome_lines
 from pytrace_cffi._core import ffi, lib
-from pytrace_cffi.render.summary import SummaryRow, format_summary, read_trace, summarize
+from pytrace_cffi.reading import read_trace
+from pytrace_cffi.render.summary import SummaryRow, format_summary, summarize
 from pytrace_cffi.trace import ThreadInfo, Trace
 
 US = 1000            # the synthetic trace counts in microseconds
@@ -315,7 +317,7 @@ def whole_reads(monkeypatch):
     reads = []
     whole = summary_module._read_chrome_whole
     monkeypatch.setattr(summary_module, "_read_chrome_whole",
-                        lambda path: reads.append(path) or whole(path))
+                        lambda path, compressed: reads.append(path) or whole(path, compressed))
     return reads
 
 
@@ -342,8 +344,8 @@ def test_call_lines_are_read_in_c(live_trace, tmp_path, monkeypatch):
     path = tmp_path / "live.json"
     live_trace.export_chrome_trace(path)
     in_python = []
-    line = summary_module._LineReader.line
-    monkeypatch.setattr(summary_module._LineReader, "line",
+    line = chrome_lines._LineReader.line
+    monkeypatch.setattr(chrome_lines._LineReader, "line",
                         lambda self, text: in_python.append(text) or line(self, text))
     assert list(read_trace(path)) == list(live_trace)
     keys_used = {c.name for c in live_trace}
@@ -436,7 +438,8 @@ def test_bad_lines_raise_trace_format_error(live_trace, tmp_path, whole_reads, n
 
 READ_AND_SUMMARIZE = r"""
 import json, sys
-from pytrace_cffi.render.summary import read_trace, summarize
+from pytrace_cffi.reading import read_trace
+from pytrace_cffi.render.summary import summarize
 
 def peak_rss_kb():
     # VmHWM, not ru_maxrss: a child's ru_maxrss starts from its parent's (the

@@ -360,7 +360,7 @@ def test_merged_with_torchs_regions_each_is_kept_once_and_every_track_nests(tmp_
     # the same calls of ours kept, each thread's tracks nested as one.
     from helpers import perfetto_protos, pftrace_thread_events
     from pytrace_cffi.render.perfetto import write_perfetto
-    from pytrace_cffi.render.summary import read_trace
+    from pytrace_cffi.reading import read_trace
     perfetto_protos()
     from test_perfetto import decode
     write_perfetto(read_trace(str(tmp_path / "trace.json")), tmp_path / "ours.pftrace")

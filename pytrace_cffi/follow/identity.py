@@ -11,7 +11,7 @@ import os
 import sys
 
 from .._names import program_name
-from .._safe_read import read_bounded
+from ..readers.safe_read import read_bounded
 from ..errors import TraceFormatError
 
 ENV = "PYTRACE_CFFI_FOLLOW"
@@ -147,7 +147,7 @@ def _say(text):
 
 def _read_json_file(path):
     """The JSON value of one of our small files in a job's directory (a regular file,
-    not through a link, bounded: see _safe_read); FileNotFoundError when missing,
+    not through a link, bounded: see readers/safe_read.py); FileNotFoundError when missing,
     TraceFormatError when it cannot be read or is not JSON."""
     data = read_bounded(path)
     try:

@@ -6,9 +6,9 @@ import os
 from .. import _clock
 from .._core import ffi, lib
 from .._torch import TAG_KINDS
-from ..render.saved import (BLOCK_READ_EVENTS, EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER,
-                            FORMAT_NAME, FORMAT_VERSION, INT64, KINDS, _HeldFile, _load_parts,
-                            hash_id)
+from ..readers.saved import BLOCK_READ_EVENTS, HeldFile as _HeldFile, load_parts as _load_parts
+from ..saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, FORMAT_NAME,
+                            FORMAT_VERSION, INT64, KINDS, hash_id)
 from ..errors import TraceFormatError
 from .identity import KEYS_FILE, _host, _is_pid, _process_facts, _read_jsonl
 

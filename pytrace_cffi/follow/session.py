@@ -20,7 +20,8 @@ from .._hiding import forget_startup_frames, hiding as _hiding
 from .._names import kind_of_source as _kind, name_for_source, path_prefixes
 from .._status import check
 from .._tracer import USE_MONITORING, Session
-from ..render.saved import hash_id, note_spill_problem
+from ..saved_format import hash_id
+from ..spill import note_spill_problem
 from . import identity
 from .exits import finish_here, install_exit_paths, restore_exit_paths
 from .identity import (BOOT_DIR, DEFAULT_MAX_EVENTS, ENV, FINISH_FILE, JOB_FILE, KEYS_FILE,

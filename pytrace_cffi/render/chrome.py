@@ -13,7 +13,6 @@ import json
 import os
 
 from .._core import ffi, lib
-from ..formats import gzipped
 from .._files import replaced_atomically
 from .._jsontext import dumps_utf8, utf8_text
 from .._progress import Progress
@@ -147,7 +146,7 @@ def _chunks(trace, progress):
 def dropped_by_thread(trace):
     """{"dropped_by_thread": each thread's dropped events, in thread order} when
     the trace dropped any, else {}: the facts (otherData, the .pftrace's) that
-    let a reader split dropped_events among its threads (render/summary.py)."""
+    let a reader split dropped_events among its threads (readers/chrome_events.py)."""
     split = [thread.dropped for thread in trace.threads]
     if not trace.dropped_events or sum(split) != trace.dropped_events:
         return {}           # (a trace made by hand may not say: the total alone)
@@ -174,16 +173,14 @@ def _warn_if_too_deep(trace, output="export", stacklevel=3):
                       f"to keep the {output} within them", TraceWarning, stacklevel=stacklevel)
 
 
-def write_chrome_trace(trace, path, compress=None):
-    """Writes trace to path (.json, or gzip-compressed for .json.gz; compress
-    True or False decides instead of the name).
+def write_chrome_trace(trace, path, compress=False):
+    """Writes trace to path as Chrome JSON, gzip-compressed with compress
+    (formats.py decides it from the name: .json.gz).
 
     Writes to a temporary file beside path and renames it, so a failed export
     leaves neither a truncated file nor a damaged trace: retry at will."""
     path = os.fspath(path)
     _warn_if_too_deep(trace)
-    if compress is None:
-        compress = gzipped(path)
     # gzip level 6: most of level 9's size at several times its speed
     opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6)) if compress
               else (lambda tmp: open(tmp, "wb")))

@@ -1,6 +1,6 @@
 """The Trace.packet entries of a .pftrace, read as a stream, and the protobuf
 wire format of the messages our writer (render/perfetto.py) puts in them: what
-pftrace_reader.py builds a Trace from.
+pftrace.py builds a Trace from.
 
 The file is read a block at a time, compressed_packets inflated a block at a
 time (a decompression bomb costs time in proportion to what it inflates to,
@@ -11,7 +11,7 @@ is bounded by its message's end. Runs of a thread's slice packets are left to C
 import struct
 import zlib
 
-from ._core import lib
+from .._core import lib
 
 MAX_PACKET_BYTES = 16 << 20     # one packet, inflated: far above any we write
 BLOCK_BYTES = 256 << 10         # read, or inflated, at a time
@@ -147,7 +147,7 @@ def annotation_value(fields, depth=0):
             raise Bad("a dict entry has the wrong wire type")
         entry_fields = parse(entry)
         out[text(one(entry_fields, 10, "", bytes))] = annotation_value(entry_fields,
-                                                                          depth + 1)
+                                                                       depth + 1)
     return out
 
 
@@ -183,7 +183,7 @@ class _Level:
             if pos < len(buf):
                 if buf[pos] != PACKET_TAG:
                     raise Bad(f"byte {buf[pos]} where a packet should begin (not a "
-                               f"Perfetto trace, or damaged)")
+                              f"Perfetto trace, or damaged)")
                 try:
                     size, end = varint(buf, pos + 1, len(buf))
                 except Bad:

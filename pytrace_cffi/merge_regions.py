@@ -1,0 +1,143 @@
+"""What both merges with torch.profiler (merge.py: Chrome JSON, merge_perfetto.py:
+.pftrace) share: torch's record_function regions read from its trace and the C
+filters that keep our slices strictly nested around them (pt_merge.c), and the
+realtime anchor as the C clock maps take it."""
+import math
+
+from .formats import gzipped
+
+# torch.profiler(with_stack=True) records Python calls itself; ours replace them.
+TORCH_PYTHON_CATEGORY = "python_function"
+# Slices moved onto CLOCK_REALTIME (or filtered) at a time: the scratch copy stays
+# this small (40 bytes each) whatever the batch (a slice table's batch is a whole
+# thread).
+SCRATCH_SLICES = 1 << 16
+
+
+def is_finite_number(value):
+    """A finite JSON number (not a bool, not NaN or an infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def anchor_clocks(anchor):
+    """(mono0, off0, mono1, off1): a realtime anchor as pt_slices_to_realtime and
+    pt_region_edges_on_monotonic take it."""
+    start, stop = anchor["start"], anchor["stop"]
+    return (start["monotonic_ns"], start["realtime_ns"] - start["monotonic_ns"],
+            stop["monotonic_ns"], stop["realtime_ns"] - stop["monotonic_ns"])
+
+
+class TorchProfilerRegions:
+    """torch's record_function regions (user_annotation complete events) per
+    (pid, tid), on CLOCK_REALTIME ns, and the C filters (pt_merge.c) that keep our
+    slices strictly nested around them: one per thread written."""
+
+    def __init__(self, by_thread):
+        self.by_thread = by_thread          # (pid, tid) -> [(start ns, end ns, name)]
+        self.names = sorted({name for found in by_thread.values() for _, _, name in found})
+        self._filters = []
+
+    @classmethod
+    def read(cls, torch_path, base):
+        by_thread = {}
+        from .readers.torch_chrome import TorchChromeReader     # only when merging
+        with TorchChromeReader(torch_path, "torch trace", gzipped(torch_path)) as reader:
+            reader.read_head()
+            for event, _ in reader.events():
+                region = _torch_region(event, base)
+                if region is not None:
+                    by_thread.setdefault(region[0], []).append(region[1:])
+        return cls(by_thread)
+
+    def name_ids(self, names, kinds):
+        """Per key of ours: the id (1 + index in self.names) of the torch region
+        name its region slices bear, 0 for other keys."""
+        from ._core import ffi
+        ids = {name: number for number, name in enumerate(self.names, 1)}
+        return ffi.new("uint32_t[]", [ids.get(name, 0) if kind == "annotation" else 0
+                                      for name, kind in zip(names, kinds)] or [0])
+
+    def edges(self, pid, tid, on_monotonic=None):
+        """The filter of thread (pid, tid), None when torch has no region there.
+        on_monotonic: anchor_clocks(anchor) when the slices it filters stay on
+        CLOCK_MONOTONIC (see pt_region_edges_on_monotonic)."""
+        found = sorted(self.by_thread.get((pid, tid), ()))
+        if not found:
+            return None
+        edges = _RegionEdges(found, {name: number for number, name in enumerate(self.names, 1)})
+        if on_monotonic is not None:
+            from ._core import lib
+            lib.pt_region_edges_on_monotonic(edges._c, *on_monotonic)
+        self._filters.append(edges)
+        return edges
+
+    def counts(self):
+        """What the filters left out, for the merged file's pytrace_cffi entry."""
+        replaced = crossing = 0
+        for edges in self._filters:
+            r, c = edges.counts()
+            replaced, crossing = replaced + r, crossing + c
+        return {"our_regions_replaced_by_torchs": replaced,
+                "our_calls_crossing_torchs_regions_left_out": crossing}
+
+
+def _torch_region(event, base):
+    """((pid, tid), start ns, end ns, name) of a torch user_annotation complete
+    event on CLOCK_REALTIME, or None (another event, or one without numbers)."""
+    if not (isinstance(event, dict) and event.get("ph") == "X"
+            and event.get("cat") == "user_annotation" and isinstance(event.get("name"), str)
+            and is_finite_number(event.get("ts")) and is_finite_number(event.get("dur"))
+            and type(event.get("pid")) is int and type(event.get("tid")) is int):
+        return None
+    start = base + round(event["ts"] * 1000)
+    end = start + round(event["dur"] * 1000)
+    if not (-2 ** 63 <= start <= end < 2 ** 63):
+        return None
+    return (event["pid"], event["tid"]), start, end, event["name"]
+
+
+class _RegionEdges:
+    """One thread's pt_region_edges: torch's regions there, our slices filtered
+    batch by batch (pt_region_edges_filter)."""
+
+    def __init__(self, regions, name_ids):
+        from ._core import ffi, lib
+        self._c = ffi.gc(lib.pt_region_edges_new([r[0] for r in regions], [r[1] for r in regions],
+                                                 [name_ids[r[2]] for r in regions], len(regions)),
+                         lib.pt_region_edges_free)
+        if self._c == ffi.NULL:
+            raise MemoryError("out of memory while merging with torch's trace")
+
+    def filter(self, slices, n, first_index, region_name_of_key):
+        """The kept slices of the batch, moved up in place: how many."""
+        from ._core import lib
+        kept = lib.pt_region_edges_filter(self._c, slices, n, first_index, region_name_of_key,
+                                          len(region_name_of_key))
+        if kept > n:
+            raise MemoryError("out of memory while merging with torch's trace")
+        return kept
+
+    def kept(self, batches, region_name_of_key):
+        """A thread's batches of (pt_slice *, n, index of the first), filtered:
+        each piece copied into a scratch buffer (the trace's own slices stay as
+        they are) and its kept slices handed on, numbered over the kept ones;
+        each valid until the next is asked for."""
+        from ._core import ffi
+        scratch, room, kept = None, 0, 0
+        for slices, n, first in batches:
+            for at in range(0, n, SCRATCH_SLICES):
+                piece = min(SCRATCH_SLICES, n - at)
+                if piece > room:
+                    scratch, room = ffi.new("pt_slice[]", piece), piece
+                ffi.memmove(scratch, slices + at, piece * ffi.sizeof("pt_slice"))
+                piece = self.filter(scratch, piece, first + at, region_name_of_key)
+                if piece:
+                    yield scratch, piece, kept
+                    kept += piece
+
+    def counts(self):
+        from ._core import ffi, lib
+        replaced, crossing = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        lib.pt_region_edges_counts(self._c, replaced, crossing)
+        return replaced[0], crossing[0]
