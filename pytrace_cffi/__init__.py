@@ -41,7 +41,7 @@ except ModuleNotFoundError as _exc:
 from ._tracer import Session as _Session, finish_hook_losses as _finish_hook_losses
 from .annotations import (RecordFunction, capture_stack, counter, instant, record_function,
                           symbolize)
-from . import options as _start_options
+from . import _running, options as _start_options
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
                      TraceWarning)
 from .schedule import Action, schedule
@@ -95,17 +95,14 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-_lock = _threading.Lock()
-_session = None          # the running Session, or None
 _step_hook = None        # the running schedule's step (run --schedule, trace(schedule=))
 
 
 def _after_fork_in_child():
     """A child forked while tracing stops tracing cleanly; the parent's trace is
     the parent's. Locks another thread held at fork time are made anew."""
-    global _lock, _session
-    _lock = _threading.Lock()
-    session, _session = _session, None
+    _running.lock = _threading.Lock()
+    session, _running.session = _running.session, None
     if session is not None:
         session.abandon_in_forked_child()
         if getattr(session, "job_dir", None):      # follow_children: trace the child too
@@ -121,8 +118,7 @@ def _after_fork_in_child():
 
 def _stop_at_exit():
     """Unhooks a tracer still running at interpreter exit."""
-    global _session
-    session, _session = _session, None
+    session, _running.session = _running.session, None
     if session is not None:
         session.stop()
         print("pytrace_cffi: still tracing at exit; that trace was discarded (call stop())",
@@ -193,24 +189,23 @@ def start(**options):
     Raises TracerStateError if already tracing, TracerConflictError if another
     profiler holds the hook pytrace_cffi needs, TypeError for bad options.
     """
-    global _session
     options = _options_for("start", options) if options else dict(_DEFAULT_OPTIONS)
     follow = options.pop("follow_children")
-    with _lock:
-        if _session is not None:
+    with _running.lock:
+        if _running.session is not None:
             raise TracerStateError("pytrace_cffi is already tracing; call stop() first")
         if follow:
             from .follow import identity
             from .follow.session import FollowSession
-            session = _session = FollowSession(options, root=identity._child_job is None)
+            session = _running.session = FollowSession(options, root=identity._child_job is None)
         else:
-            session = _session = _Session(**options)
+            session = _running.session = _Session(**options)
     try:
         # Last statement on purpose: whatever runs in this frame after the hooks
         # go live would be recorded as the caller's work.
         session.start()
     except BaseException:
-        _session = None
+        _running.session = None
         raise
 
 
@@ -224,12 +219,11 @@ def stop():
     where the hook was lost, when (after which recorded event) and to what, and
     what was recorded up to then; the same facts are in the trace's hook_lost.
     A hook found in place of ours is left alone."""
-    global _session
-    with _lock:
-        session = _session
+    with _running.lock:
+        session = _running.session
         if session is None:
             raise TracerStateError("pytrace_cffi is not tracing; call start() first")
-        _session = None
+        _running.session = None
         session.stop()
     result = session.result()
     hook_lost = _finish_hook_losses(session, result)
@@ -271,7 +265,7 @@ def is_tracing():
     from the calling thread on 3.9-3.11, or took pytrace_cffi's sys.monitoring
     tool, events or callbacks on 3.12+ (where sys.setprofile coexists). stop()
     must still be called then: it returns what was recorded and warns."""
-    session = _session
+    session = _running.session
     return session is not None and session.check_hooks(current_only=True)
 
 
@@ -293,7 +287,10 @@ def _set_step_hook(hook):
 
 def _has_session():
     """Whether start() ran without its stop(), recording or not (for the CLI)."""
-    return _session is not None
+    return _running.has_session()
+
+
+_running.api.update(start=start, stop=stop)     # for follow/ (see _running)
 
 
 class trace:

@@ -39,7 +39,7 @@ def bg_after():
 
 def session_open():
     """start() ran without its stop() (is_tracing() may say False by then)."""
-    return pytrace_cffi._session is not None
+    return pytrace_cffi._has_session()
 
 
 def function_names(trace):

@@ -11,7 +11,8 @@ import sys
 import tempfile
 import threading
 
-from .. import _has_session, start, stop
+from .. import start, stop
+from .._running import has_session as _has_session
 from .._core import lib
 from .._progress import announce_writing, counted, finish_command, written_note
 from ..errors import TraceError

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 
+from .. import _running
 from .._hiding import codes_below, hide_launcher_frames
 from . import exits, identity
 from .identity import ENV, _command_line, _join_run, _run_over, _say, handed_over
@@ -42,13 +43,12 @@ def start_from_environment():
             _owe_run_finish(job_dir, finish)
         if _untraced_helper(command) or _run_over(job_dir):
             return                    # (a run over: started as it ended, not traced)
-        import pytrace_cffi
         identity._child_job = job_dir
         # Tracing starts inside site's import of our sitecustomize: the frames below
         # (site's, importlib's) and what they run until they return are the
         # interpreter's start-up, not the program's (see hide_launcher_frames).
         hide_launcher_frames(codes_below(sys._getframe(1)), with_callees=True)
-        pytrace_cffi.start(follow_children=True, output=job_dir, **options)
+        _running.api["start"](follow_children=True, output=job_dir, **options)
     except Exception as exc:     # noqa: BLE001 - never break the child
         reason = f"{exc.__class__.__name__}: {exc}"
         _say(f"not tracing pid {os.getpid()} ({reason})")

@@ -20,6 +20,7 @@ import signal
 import sys
 import threading
 
+from .. import _running
 from .._core import lib
 from ..errors import TraceError
 from .identity import ENV, _say, following
@@ -93,8 +94,7 @@ def _audit_following(event, args):
     notes children that will not be followed."""
     if event not in ("os.exec", "subprocess.Popen", "os.posix_spawn", "os.spawn"):
         return
-    import pytrace_cffi
-    session = pytrace_cffi._session
+    session = _running.session
     if not following(session):
         return
     try:
@@ -196,13 +196,12 @@ def finish_here():
     """Stops a followed session of this process and saves it (os._exit, SIGTERM,
     exec, interpreter exit). Never raises."""
     global _finishing
-    import pytrace_cffi
-    session = pytrace_cffi._session
+    session = _running.session
     if _finishing or not following(session):
         return
     _finishing = True
     try:
-        pytrace_cffi.stop()
+        _running.api["stop"]()
     except TraceError as exc:    # a failed spill: what it held is saved
         _say(f"pid {os.getpid()}: {exc}")
     except Exception as exc:     # noqa: BLE001 - the program's exit goes on

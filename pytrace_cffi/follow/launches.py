@@ -10,6 +10,7 @@ import json
 import os
 import sys
 
+from .. import _running
 from .._hiding import hide_alone
 from .identity import ENV, LAUNCHED_FILE, NOT_PYTHON, UNFOLLOWED_FILE, following
 
@@ -65,8 +66,7 @@ def _spawnv_passfds(path, args, passfds):
 
 def _noted_spawn(path, args, pid):
     try:
-        import pytrace_cffi
-        session = pytrace_cffi._session
+        session = _running.session
         if following(session):
             _note_launch(session.job_dir, "spawn", path, args, None, pid,
                          name=_launching_process_name())

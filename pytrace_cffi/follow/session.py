@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from .. import _clock
+from .. import _clock, _running
 from .._core import ffi, lib
 from .._hiding import forget_startup_frames, hiding as _hiding
 from .._names import kind_of_source as _kind, name_for_source, path_prefixes
@@ -352,26 +352,24 @@ def continue_in_forked_child(session):
 
 
 def _start_child_session(options):
-    import pytrace_cffi
     install_exit_paths(root=False)        # first: a SIGTERM now still exits as it would
     child = FollowSession(options, root=False, forked=True)
-    pytrace_cffi._session = child
+    _running.session = child
     try:
         child.start()
     except BaseException:
-        pytrace_cffi._session = None
+        _running.session = None
         raise
     return child
 
 
 def _armed_after_fork():
     """A forkserver's fork: start tracing the new child."""
-    import pytrace_cffi
     try:
         armed = identity._armed
-        if armed is None or pytrace_cffi._session is not None or _run_over(armed[0]):
+        if armed is None or _running.session is not None or _run_over(armed[0]):
             return
-        pytrace_cffi._lock = threading.Lock()
+        _running.lock = threading.Lock()
         _start_child_session(dict(armed[1], output=armed[0]))
     except Exception as exc:     # noqa: BLE001 - never break the child
         _say(f"not tracing forked pid {os.getpid()}: {exc}")
@@ -389,8 +387,7 @@ def hold_sigterm_for_fork():
     directory, process.json and SIGTERM handler: it saves its trace, never goes
     missing. The parent releases it as fork returns, the child at the end of its
     hook (release_sigterm); a pending SIGTERM is delivered then."""
-    import pytrace_cffi
-    if identity._armed is None and not isinstance(pytrace_cffi._session, FollowSession):
+    if identity._armed is None and not isinstance(_running.session, FollowSession):
         return
     with contextlib.suppress(ValueError, OSError):
         _sigterm.held = signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK,

@@ -207,8 +207,8 @@ class _Sink:
 
 def _recording():
     """Whether this process is tracing now (start() without its stop())."""
-    from .. import _has_session
-    return _has_session()
+    from .._running import has_session
+    return has_session()
 
 
 ORDERING_EXPLICIT = 1     # TrackDescriptor ProcessOrdering / ThreadOrdering EXPLICIT
