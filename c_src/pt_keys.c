@@ -300,9 +300,13 @@ pt_ask_deferred_questions(pt_tracer *tracer)
 int
 pt_key_flags(pt_tracer *tracer, uint8_t *out, uint32_t n)
 {
+    /* under the GIL: while tracing (a followed process's spill) another thread
+     * may be adding keys, which can move the table */
+    PyGILState_STATE gil = PyGILState_Ensure();
     if (n > tracer->n_keys)
         n = tracer->n_keys;
     memcpy(out, tracer->key_flags, n);
+    PyGILState_Release(gil);
     return PT_OK;
 }
 

@@ -84,6 +84,21 @@ def hiding(source, rules=None):
     return hide if code is source else 0
 
 
+def key_hiding(source, key_flags, rules=None):
+    """How traces hide a key: hiding(source), and what the recorder's key flags add
+    (pt_key_flags). Code the include/exclude filters left out (PT_KEY_SKIPPED) is
+    recorded only as frames seeded at start, never its calls or returns: such a
+    frame is left out alone, even a start-up frame that would hide what it runs
+    until it returns (no return of it ends that). A FastRegion carrier named by
+    the watcher (PT_KEY_NAMED) is left out once its region exists."""
+    hide = hiding(source, rules)
+    if key_flags & lib.PT_KEY_SKIPPED and hide in (0, lib.PT_HIDE_STARTUP):
+        return lib.PT_HIDE_ALONE
+    if not hide and key_flags & lib.PT_KEY_NAMED:
+        return lib.PT_HIDE_CARRIER
+    return hide
+
+
 _own_files = {}          # absolute co_filename -> whether it is one of ours
 
 

@@ -7,7 +7,7 @@ import sys
 
 from . import _clock
 from ._core import ffi, lib
-from ._hiding import hiding, hiding_rules
+from ._hiding import hiding_rules, key_hiding
 from ._names import kind_of_source, name_for_source, path_inputs, path_prefixes, program_name
 from ._status import check
 from .trace import Mark, ThreadInfo, Trace
@@ -123,9 +123,7 @@ def _key_facts(session, facts):
     flags = ffi.new("uint8_t[]", len(sources))
     lib.pt_key_flags(ptr, flags, len(sources))
     rules = facts["hiding_rules"]
-    hidden = [hiding(source, rules) or (lib.PT_HIDE_ALONE if flags[key] & lib.PT_KEY_SKIPPED else
-                                  lib.PT_HIDE_CARRIER if flags[key] & lib.PT_KEY_NAMED else 0)
-              for key, source in enumerate(sources)]
+    hidden = [key_hiding(source, flags[key], rules) for key, source in enumerate(sources)]
     return {
         "names": [name_for_source(source, prefixes) for source in sources],
         "key_kinds": [kind_of_source(source) for source in sources],

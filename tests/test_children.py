@@ -317,6 +317,28 @@ def test_a_childs_trace_starts_with_its_program_not_the_interpreters_start_up(tm
     assert any(c.name.startswith("<frozen importlib._bootstrap>") for c in inside)
 
 
+def test_a_child_under_an_include_filter_keeps_its_calls(tmp_path):
+    """With include=, the start-up frames a bootstrapped child seeds are code the
+    filter leaves out: their returns are never recorded, so they cannot hide what
+    they run until they return (the child's whole trace was empty: torchrun's ranks
+    under --include had no calls). They are left out alone; the program's calls stay."""
+    job = tmp_path / "job"
+    (tmp_path / "child.py").write_text(
+        "def unique_child(): pass\nfor _ in range(3): unique_child()\n")
+    run_script(tmp_path, """
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(follow_children=True, output=sys.argv[1], include="*/child.py")
+        subprocess.run([sys.executable, "child.py"], check=True, timeout=60)
+        pytrace_cffi.stop()
+    """, str(job))
+    [child] = [r for r in processes.status(job) if r.label == "child.py"]
+    trace = processes.read_process(child.directory)[0]
+    assert sorted(c.name for c in trace) == ["child.py(1): <module>"] + \
+        ["child.py(1): unique_child"] * 3
+    assert child.calls == 4
+
+
 def test_a_child_forked_inside_an_import_keeps_its_calls(tmp_path):
     """The start-up frames a bootstrapped child leaves out are left out of its own
     first trace only: a process it forks inside an import (the same importlib

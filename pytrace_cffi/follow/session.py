@@ -16,7 +16,7 @@ import threading
 
 from .. import _clock, _running
 from .._core import ffi, lib
-from .._hiding import forget_startup_frames, hiding as _hiding
+from .._hiding import forget_startup_frames, key_hiding
 from .._names import kind_of_source as _kind, name_for_source, path_prefixes
 from .._status import check
 from .._tracer import USE_MONITORING, Session
@@ -76,12 +76,18 @@ class _KeyNames:
               self.ptr, "key sources")
         prefixes = path_prefixes() if self.trim_paths else ()
         names = [name_for_source(source, prefixes) for source in sources]
+        # whether the filters left a key's code out (a start-up frame of such code
+        # cannot hide what it runs: see key_hiding); its other flags come at stop
+        flags = ffi.new("uint8_t[]", self.keys_written + len(sources))
+        lib.pt_key_flags(self.ptr, flags, len(flags))
+        hides = [key_hiding(source, flags[self.keys_written + i] & lib.PT_KEY_SKIPPED)
+                 for i, source in enumerate(sources)]
         record = {"first": self.keys_written,
                   # the first record also holds the clock's start, for recover()
                   **({"start_ns": lib.pt_start_ns(self.ptr),
                       "tick0": lib.pt_start_ticks(self.ptr)} if not self.keys_written else {}),
-                  "keys": [[str(hash_id(name)), _kind(source), _hiding(source)]
-                           for name, source in zip(names, sources)],
+                  "keys": [[str(hash_id(name)), _kind(source), hide]
+                           for name, source, hide in zip(names, sources, hides)],
                   "names": {str(hash_id(name)): name for name in names},
                   "tags_first": self.tags_written, "tags": list(tags[self.tags_written:])}
         line = (json.dumps(record) + "\n").encode("utf-8")
