@@ -178,7 +178,8 @@ if __name__ == "__main__":
 CONVERSIONS_CHILD = PROC_STATUS + r"""
 import sys, time
 import pytrace_cffi
-from pytrace_cffi.render import html, perfetto, summary  # noqa: F401
+from pytrace_cffi import summary
+from pytrace_cffi.render import html, perfetto  # noqa: F401
 
 
 
