@@ -395,7 +395,8 @@ def export(source, path):
 def _cmd_export(args):
     _check_output(args.output)
     trace = export(args.source, args.output)
-    print(f"pytrace_cffi: {counted(len(trace), 'call')} on "
+    from .render.summary import calls_begun     # as summary counts: frames open at start are none
+    print(f"pytrace_cffi: {counted(calls_begun(trace), 'call')} on "
           f"{counted(len(trace.threads), 'thread')} -> {args.output}", file=sys.stderr)
     return 0
 

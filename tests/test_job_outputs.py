@@ -643,3 +643,16 @@ def test_fuzzed_process_lanes_of_a_json_read_or_raise_format_errors(
     trace.export_perfetto(tmp_path / "f.pftrace")
     trace.export_chrome_trace(tmp_path / "f.json")
     assert len(read_trace(tmp_path / "f.json")) == len(trace)
+
+
+def test_export_counts_the_calls_as_summary_does(job, tmp_path):
+    """export's last line counts calls as summary and run do: the frames a forked
+    worker continues from its parent, running when its trace began, are none."""
+    job_dir, expected, root_pid, labels = job
+    total = sum(r.calls for r in processes.status(job_dir) if r.pid in labels)
+    run = cli("export", job_dir, "-o", tmp_path / "job.pftrace", cwd=tmp_path)
+    assert f"pytrace_cffi: {total} calls on " in run.stderr, run.stderr
+    summary = cli("summary", tmp_path / "job.pftrace", "--limit", "1", cwd=tmp_path)
+    assert f": {total} calls in {len(labels)} processes" in summary.stdout
+    again = cli("export", tmp_path / "job.pftrace", "-o", tmp_path / "job.html", cwd=tmp_path)
+    assert f"pytrace_cffi: {total} calls on " in again.stderr, again.stderr

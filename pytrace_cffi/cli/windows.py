@@ -186,7 +186,8 @@ class Windows:
                 return
             if spill_dir is not None:
                 shutil.rmtree(spill_dir, ignore_errors=True)
-            print(f"pytrace_cffi: {counted(len(result), 'call')} on "
+            from ..render.summary import calls_begun     # as summary counts them
+            print(f"pytrace_cffi: {counted(calls_begun(result), 'call')} on "
                   f"{counted(len(result.threads), 'thread')} "
                   f"-> {written}{written_note(written, started)}", file=sys.stderr)
 

@@ -172,7 +172,8 @@ def _write_job(results, inputs, path, write, export):
         trace = load(root[0].directory)
         written = write(trace, path)
         if written:
-            _say(f"{counted(len(trace), 'call')} on {counted(len(trace.threads), 'thread')}"
+            from ..render.summary import calls_begun     # as summary counts them
+            _say(f"{counted(calls_begun(trace), 'call')} on {counted(len(trace.threads), 'thread')}"
                  f" -> {written}{_progress.written_note(written, started)}")
         return written
     try:
