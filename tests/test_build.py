@@ -1,5 +1,6 @@
 """One abi3 build for 3.9-3.13, and a C core that stays off CPython internals."""
 import os
+import pathlib
 import re
 import sys
 
@@ -100,3 +101,21 @@ def test_the_c_core_compiles_against_this_interpreters_headers(tmp_path):
     for name, proc in running.items():
         _, errors = proc.communicate(timeout=300)
         assert proc.returncode == 0, f"{name}:\n{errors}"
+
+
+def test_the_package_ships_every_module_of_the_source_tree():
+    """Every subpackage is listed in pyproject.toml's packages, and an installed
+    pytrace_cffi holds every module of the source tree (cli/ and follow/ were
+    missing from the wheel once: `run` failed to import)."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    source = root / "pytrace_cffi"
+    text = (root / "pyproject.toml").read_text()
+    listed = set(re.findall(r'"(pytrace_cffi(?:\.\w+)*)"',
+                            re.search(r"^packages = \[(.*?)\]", text, re.M | re.S).group(1)))
+    packages = {".".join(p.parent.relative_to(root).parts)
+                for p in source.rglob("__init__.py") if "__pycache__" not in p.parts}
+    assert packages == listed, (packages, listed)
+    installed = pathlib.Path(pytrace_cffi.__file__).resolve().parent
+    missing = [str(p.relative_to(source)) for p in source.rglob("*.py")
+               if "__pycache__" not in p.parts and not (installed / p.relative_to(source)).exists()]
+    assert not missing, f"not in the installed package {installed}: {missing}"
