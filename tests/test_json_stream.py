@@ -263,6 +263,11 @@ import json, sys
 from pytrace_cffi.render.html import write_html
 from pytrace_cffi.reading import read_trace
 from pytrace_cffi.render.summary import summarize
+# the code the reads and writes below use, imported before measuring (they import it
+# when first used): what is measured is the data's growth, not the modules'
+import pytrace_cffi.formats, pytrace_cffi.readers.chrome, pytrace_cffi.readers.pftrace
+import pytrace_cffi.render.chrome, pytrace_cffi.render.perfetto, pytrace_cffi.render.saved
+import pytrace_cffi.render.walk  # noqa: E401
 
 
 before = status("VmRSS")
