@@ -23,6 +23,16 @@ typedef int (*pt_tracefunc)(PyObject *obj, PyFrameObject *frame, int what,
 /* Installs func/obj as the current thread's profile function (3.9+). */
 PyAPI_FUNC(void) PyEval_SetProfile(pt_tracefunc func, PyObject *obj);
 
+/* Installs func/obj as tstate's profile function, from the calling thread: the
+ * "sys.setprofile" audit event (which runs Python audit hooks) is raised in the
+ * caller's own context. PyEval_SetProfile under another thread's state swapped in
+ * would run those hooks on that thread's frame stack while it is suspended, which
+ * corrupts it (a followed process's audit hook crashed start() so). Exported by
+ * libpython 3.9-3.13 (Include/cpython/ceval.h); weak all the same, as the full API
+ * marks it private: only the PyEval_SetProfile backend (3.9-3.11) calls it. */
+PyAPI_FUNC(int) _PyEval_SetProfile(PyThreadState *tstate, pt_tracefunc func,
+                                   PyObject *obj) __attribute__((weak));
+
 /* The `what` codes passed to a profile function (stable since Python 2). */
 #define PT_TRACE_CALL 0
 #define PT_TRACE_EXCEPTION 1

@@ -645,6 +645,22 @@ pt_ident_for_frame(PyObject *current_frames, PyFrameObject *frame)
 /* 3.9-3.11: noticing another profiler that replaced our hook on a thread    */
 /* ------------------------------------------------------------------------ */
 
+/* Sets another thread's profile function (3.9-3.11), raising the audit event in
+ * this thread (see _PyEval_SetProfile in pt_cpython.h). An audit hook's refusal is
+ * reported as unraisable, as PyEval_SetProfile reports it. */
+static void
+pt_set_profile_of(PyThreadState *ts, pt_tracefunc func, PyObject *obj)
+{
+    if (_PyEval_SetProfile) {
+        if (_PyEval_SetProfile(ts, func, obj) < 0)
+            PyErr_WriteUnraisable(NULL);
+        return;
+    }
+    PyThreadState *saved = PyThreadState_Swap(ts);
+    PyEval_SetProfile(func, obj);
+    PyThreadState_Swap(saved);
+}
+
 /* Returns a new reference to sys.getprofile when it is the sys module's own
  * built-in (METH_NOARGS), else NULL (no exception set). Only that function may
  * run under another thread's state: it reads the current thread state's profile
@@ -908,11 +924,8 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
             pt_seed_frames(tracer, thread, top, ts == self_tstate ? own_frames : 0, 1, now);
         else
             Py_XDECREF(top);
-        if (tracer->backend == PT_BACKEND_PROFILE) {
-            PyThreadState *saved = PyThreadState_Swap(ts);
-            PyEval_SetProfile(pt_profile_callback, tracer->handle);
-            PyThreadState_Swap(saved);
-        }
+        if (tracer->backend == PT_BACKEND_PROFILE)
+            pt_set_profile_of(ts, pt_profile_callback, tracer->handle);
     }
     Py_XDECREF(current_frames);
     /* Running from here: the questions below run Python code, which lets other
@@ -935,11 +948,8 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
         pt_take_anchor(tracer->anchor[1]);
         if (tracer->backend == PT_BACKEND_PROFILE)
             for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
-                 ts = PyThreadState_Next(ts)) {
-                PyThreadState *saved = PyThreadState_Swap(ts);
-                PyEval_SetProfile(NULL, NULL);
-                PyThreadState_Swap(saved);
-            }
+                 ts = PyThreadState_Next(ts))
+                pt_set_profile_of(ts, NULL, NULL);
     }
 done:
     PyGILState_Release(gil);
@@ -1098,9 +1108,7 @@ pt_stop(pt_tracer *tracer)
                 Py_DECREF(found);
                 continue;
             }
-            PyThreadState *saved = PyThreadState_Swap(ts);
-            PyEval_SetProfile(NULL, NULL);
-            PyThreadState_Swap(saved);
+            pt_set_profile_of(ts, NULL, NULL);
         }
         PyErr_Restore(type, value, tb);
     }

@@ -1,5 +1,6 @@
 """Every thread is traced: running at start, started later, named, nested."""
 import gc
+import sys
 import threading
 
 import pytest
@@ -186,3 +187,56 @@ def test_trace_dropped_while_a_hook_runs_python_code(monkeypatch, where):
     with pytrace_cffi.trace() as traced:
         call()
     assert len(traced.trace) >= 1
+
+
+AUDITED_START_STOP = """
+import sys, threading
+import pytrace_cffi
+
+callers = []
+
+
+def audit(event, args):
+    # Python code in an audit hook (a followed process has one): where does it run?
+    if event == "sys.setprofile":
+        frame = sys._getframe(1)
+        names = []
+        while frame is not None:
+            names.append(frame.f_code.co_name)
+            frame = frame.f_back
+        callers.append(names)
+
+
+sys.addaudithook(audit)
+done = threading.Event()
+
+
+def busy():
+    while not done.is_set():
+        sum([1, 2, 3])
+
+
+threads = [threading.Thread(target=busy) for _ in range(3)]
+for thread in threads:
+    thread.start()
+for _ in range(200):
+    pytrace_cffi.start()
+    sum([4])
+    pytrace_cffi.stop()
+done.set()
+for thread in threads:
+    thread.join()
+print(sum(1 for names in callers if "busy" in names), len(callers))
+"""
+
+
+def test_audit_hooks_run_in_the_thread_that_starts_and_stops(run_python):
+    """Installing and removing the hook of every thread raises sys.setprofile's
+    audit event: a Python audit hook (a followed process installs one) ran on
+    the frame stack of the thread whose hook was set, suspended mid-frame, and
+    corrupted it (start() crashed). It runs in the calling thread now."""
+    proc = run_python(AUDITED_START_STOP, timeout=300)
+    on_other_threads, events = map(int, proc.stdout.split())
+    assert on_other_threads == 0
+    if sys.version_info < (3, 12):
+        assert events >= 200 * 2 * 4        # each start and stop: main + 3 threads
