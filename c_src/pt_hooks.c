@@ -661,6 +661,60 @@ pt_set_profile_of(PyThreadState *ts, pt_tracefunc func, PyObject *obj)
     PyThreadState_Swap(saved);
 }
 
+/* Thread states whose profile function a walk of the interpreter's threads will
+ * set once it is over. The audit event each setting raises may run Python code,
+ * which lets other threads run, start and end: the walk itself must run none (an
+ * ended thread's state is freed, and the walk would follow it), and each state
+ * is looked up again, by address and id, just before its setting. */
+typedef struct {
+    PyThreadState **states;
+    uint64_t *ids;
+    int n, cap;
+} pt_profile_plan;
+
+/* Notes ts for pt_profile_plan_apply; without memory, sets it at once. */
+static void
+pt_profile_plan_add(pt_profile_plan *plan, PyThreadState *ts, pt_tracefunc func,
+                    PyObject *obj)
+{
+    if (plan->n == plan->cap) {
+        int cap = plan->cap ? 2 * plan->cap : 16;
+        PyThreadState **states = realloc(plan->states, cap * sizeof *states);
+        if (states)
+            plan->states = states;
+        uint64_t *ids = realloc(plan->ids, cap * sizeof *ids);
+        if (ids)
+            plan->ids = ids;
+        if (!states || !ids) {
+            pt_set_profile_of(ts, func, obj);
+            return;
+        }
+        plan->cap = cap;
+    }
+    plan->states[plan->n] = ts;
+    plan->ids[plan->n++] = PyThreadState_GetID(ts);
+}
+
+/* Sets the profile function of each noted thread that still exists, and frees
+ * the plan. */
+static void
+pt_profile_plan_apply(pt_profile_plan *plan, PyInterpreterState *interp,
+                      pt_tracefunc func, PyObject *obj)
+{
+    for (int i = 0; i < plan->n; i++) {
+        PyThreadState *ts = PyInterpreterState_ThreadHead(interp);
+        while (ts && !(ts == plan->states[i] && PyThreadState_GetID(ts) == plan->ids[i]))
+            ts = PyThreadState_Next(ts);
+        if (ts)
+            pt_set_profile_of(ts, func, obj);
+    }
+    free(plan->states);
+    free(plan->ids);
+    plan->states = NULL;
+    plan->ids = NULL;
+    plan->n = plan->cap = 0;
+}
+
 /* Returns a new reference to sys.getprofile when it is the sys module's own
  * built-in (METH_NOARGS), else NULL (no exception set). Only that function may
  * run under another thread's state: it reads the current thread state's profile
@@ -875,8 +929,9 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
         tracer->thread_objects = (PyObject *)py_thread_objects;
         Py_XDECREF(old);
     }
-    /* From here to the end the GIL is never released: no thread moves between
-     * the snapshot of its frames and the moment its hook is live. */
+    /* From here to the end the GIL is not released (unless a Python audit hook,
+     * run by the hooks' settings at the end of the walk, lets it go): no thread
+     * moves between the snapshot of its frames and the moment its hook is live. */
     PyThreadState *self_tstate = PyThreadState_Get();
     PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
     /* Other threads' idents come from their frames in sys._current_frames(): with
@@ -904,6 +959,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
     int64_t now = before + (pt_ticks(tracer) - before) / 2;
     tracer->start_ticks = now;
     tracer->state = PT_STATE_RUNNING;
+    pt_profile_plan hooks = {0};
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
          ts = PyThreadState_Next(ts)) {
         if (pt_is_own_tstate(PyThreadState_GetID(ts)))
@@ -925,9 +981,12 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
         else
             Py_XDECREF(top);
         if (tracer->backend == PT_BACKEND_PROFILE)
-            pt_set_profile_of(ts, pt_profile_callback, tracer->handle);
+            pt_profile_plan_add(&hooks, ts, pt_profile_callback, tracer->handle);
     }
     Py_XDECREF(current_frames);
+    /* The hooks go live once the walk is over (see pt_profile_plan): with Python
+     * audit hooks, other threads may run between two settings. */
+    pt_profile_plan_apply(&hooks, interp, pt_profile_callback, tracer->handle);
     /* Running from here: the questions below run Python code, which lets other
      * threads run, and a thread that starts then attaches through the thread
      * hook (which finds no tracer before this, and would unhook itself). */
@@ -946,10 +1005,13 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
         tracer->stop_ticks = pt_ticks(tracer);
         tracer->stop_ns = pt_clock();
         pt_take_anchor(tracer->anchor[1]);
-        if (tracer->backend == PT_BACKEND_PROFILE)
+        if (tracer->backend == PT_BACKEND_PROFILE) {
+            pt_profile_plan unhooks = {0};
             for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
                  ts = PyThreadState_Next(ts))
-                pt_set_profile_of(ts, NULL, NULL);
+                pt_profile_plan_add(&unhooks, ts, NULL, NULL);
+            pt_profile_plan_apply(&unhooks, interp, NULL, NULL);
+        }
     }
 done:
     PyGILState_Release(gil);
@@ -1092,6 +1154,7 @@ pt_stop(pt_tracer *tracer)
         PyErr_Fetch(&type, &value, &tb);
         PyThreadState *self_tstate = PyThreadState_Get();
         PyInterpreterState *interp = PyThreadState_GetInterpreter(self_tstate);
+        pt_profile_plan unhooks = {0};
         for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
              ts = PyThreadState_Next(ts)) {
             pt_thread *thread = pt_thread_find(tracer, PyThreadState_GetID(ts));
@@ -1108,8 +1171,9 @@ pt_stop(pt_tracer *tracer)
                 Py_DECREF(found);
                 continue;
             }
-            pt_set_profile_of(ts, NULL, NULL);
+            pt_profile_plan_add(&unhooks, ts, NULL, NULL);
         }
+        pt_profile_plan_apply(&unhooks, interp, NULL, NULL);
         PyErr_Restore(type, value, tb);
     }
 done:
