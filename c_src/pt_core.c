@@ -312,6 +312,8 @@ pt_thread_ends_open(pt_tracer *tracer, int index)
     pt_thread *thread = pt_thread_for_reading(tracer, index);
     if (!thread)
         return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
+    if (thread->ended_unhooked)
+        return 0;       /* its seeded frames never returned: it ended before its hook */
     /* The open calls' key_kind words with the kind's call bit cleared, so that a
      * return's word (kind | 1) compares as is after clearing it too: PY_CALL 0 /
      * PY_RETURN 1, C_CALL 2 / C_RETURN 3; a seed (4) is a Python call. */

@@ -699,14 +699,21 @@ pt_profile_plan_add(pt_profile_plan *plan, PyThreadState *ts, pt_tracefunc func,
  * the plan. */
 static void
 pt_profile_plan_apply(pt_profile_plan *plan, PyInterpreterState *interp,
-                      pt_tracefunc func, PyObject *obj)
+                      pt_tracefunc func, PyObject *obj, pt_tracer *starting)
 {
     for (int i = 0; i < plan->n; i++) {
         PyThreadState *ts = PyInterpreterState_ThreadHead(interp);
         while (ts && !(ts == plan->states[i] && PyThreadState_GetID(ts) == plan->ids[i]))
             ts = PyThreadState_Next(ts);
-        if (ts)
+        if (ts) {
             pt_set_profile_of(ts, func, obj);
+        } else if (starting) {
+            /* ended before its hook went live: its seeded frames will never
+             * return, which is no hook lost (pt_thread_ends_open) */
+            pt_thread *thread = pt_thread_find(starting, plan->ids[i]);
+            if (thread)
+                thread->ended_unhooked = 1;
+        }
     }
     free(plan->states);
     free(plan->ids);
@@ -986,7 +993,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
     Py_XDECREF(current_frames);
     /* The hooks go live once the walk is over (see pt_profile_plan): with Python
      * audit hooks, other threads may run between two settings. */
-    pt_profile_plan_apply(&hooks, interp, pt_profile_callback, tracer->handle);
+    pt_profile_plan_apply(&hooks, interp, pt_profile_callback, tracer->handle, tracer);
     /* Running from here: the questions below run Python code, which lets other
      * threads run, and a thread that starts then attaches through the thread
      * hook (which finds no tracer before this, and would unhook itself). */
@@ -1010,7 +1017,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
             for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
                  ts = PyThreadState_Next(ts))
                 pt_profile_plan_add(&unhooks, ts, NULL, NULL);
-            pt_profile_plan_apply(&unhooks, interp, NULL, NULL);
+            pt_profile_plan_apply(&unhooks, interp, NULL, NULL, NULL);
         }
     }
 done:
@@ -1173,7 +1180,7 @@ pt_stop(pt_tracer *tracer)
             }
             pt_profile_plan_add(&unhooks, ts, NULL, NULL);
         }
-        pt_profile_plan_apply(&unhooks, interp, NULL, NULL);
+        pt_profile_plan_apply(&unhooks, interp, NULL, NULL, NULL);
         PyErr_Restore(type, value, tb);
     }
 done:
