@@ -669,13 +669,14 @@ pt_set_profile_of(PyThreadState *ts, pt_tracefunc func, PyObject *obj)
 typedef struct {
     PyThreadState **states;
     uint64_t *ids;
+    const void **tops;      /* start(): each thread's top frame when seeded (identity) */
     int n, cap;
 } pt_profile_plan;
 
 /* Notes ts for pt_profile_plan_apply; without memory, sets it at once. */
 static void
-pt_profile_plan_add(pt_profile_plan *plan, PyThreadState *ts, pt_tracefunc func,
-                    PyObject *obj)
+pt_profile_plan_add(pt_profile_plan *plan, PyThreadState *ts, const void *top,
+                    pt_tracefunc func, PyObject *obj)
 {
     if (plan->n == plan->cap) {
         int cap = plan->cap ? 2 * plan->cap : 16;
@@ -685,13 +686,17 @@ pt_profile_plan_add(pt_profile_plan *plan, PyThreadState *ts, pt_tracefunc func,
         uint64_t *ids = realloc(plan->ids, cap * sizeof *ids);
         if (ids)
             plan->ids = ids;
-        if (!states || !ids) {
+        const void **tops = realloc(plan->tops, cap * sizeof *tops);
+        if (tops)
+            plan->tops = tops;
+        if (!states || !ids || !tops) {
             pt_set_profile_of(ts, func, obj);
             return;
         }
         plan->cap = cap;
     }
     plan->states[plan->n] = ts;
+    plan->tops[plan->n] = top;
     plan->ids[plan->n++] = PyThreadState_GetID(ts);
 }
 
@@ -705,11 +710,19 @@ pt_profile_plan_apply(pt_profile_plan *plan, PyInterpreterState *interp,
         PyThreadState *ts = PyInterpreterState_ThreadHead(interp);
         while (ts && !(ts == plan->states[i] && PyThreadState_GetID(ts) == plan->ids[i]))
             ts = PyThreadState_Next(ts);
+        int ran = !ts;      /* ended before its hook went live */
         if (ts) {
             pt_set_profile_of(ts, func, obj);
-        } else if (starting) {
-            /* ended before its hook went live: its seeded frames will never
-             * return, which is no hook lost (pt_thread_ends_open) */
+            if (starting) {
+                /* ran meanwhile, out of its seeded frames (its top frame is
+                 * another one): their returns were not recorded */
+                PyFrameObject *top = PyThreadState_GetFrame(ts);
+                ran = (const void *)top != plan->tops[i];
+                Py_XDECREF(top);
+            }
+        }
+        if (ran && starting) {
+            /* its seeded frames will never return: no hook lost (pt_thread_ends_open) */
             pt_thread *thread = pt_thread_find(starting, plan->ids[i]);
             if (thread)
                 thread->ended_unhooked = 1;
@@ -717,8 +730,10 @@ pt_profile_plan_apply(pt_profile_plan *plan, PyInterpreterState *interp,
     }
     free(plan->states);
     free(plan->ids);
+    free(plan->tops);
     plan->states = NULL;
     plan->ids = NULL;
+    plan->tops = NULL;
     plan->n = plan->cap = 0;
 }
 
@@ -972,6 +987,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
         if (pt_is_own_tstate(PyThreadState_GetID(ts)))
             continue;                           /* ours: never traced (pt_own.c) */
         PyFrameObject *top = PyThreadState_GetFrame(ts);   /* new reference */
+        const void *top_seen = top;                         /* (identity only) */
         uint64_t ident = ts == self_tstate ? PyThread_get_thread_ident()
                                            : pt_ident_for_frame(current_frames, top);
         pt_thread *thread = pt_thread_new(tracer, PyThreadState_GetID(ts), ident,
@@ -988,7 +1004,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
         else
             Py_XDECREF(top);
         if (tracer->backend == PT_BACKEND_PROFILE)
-            pt_profile_plan_add(&hooks, ts, pt_profile_callback, tracer->handle);
+            pt_profile_plan_add(&hooks, ts, top_seen, pt_profile_callback, tracer->handle);
     }
     Py_XDECREF(current_frames);
     /* The hooks go live once the walk is over (see pt_profile_plan): with Python
@@ -1016,7 +1032,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
             pt_profile_plan unhooks = {0};
             for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
                  ts = PyThreadState_Next(ts))
-                pt_profile_plan_add(&unhooks, ts, NULL, NULL);
+                pt_profile_plan_add(&unhooks, ts, NULL, NULL, NULL);
             pt_profile_plan_apply(&unhooks, interp, NULL, NULL, NULL);
         }
     }
@@ -1178,7 +1194,7 @@ pt_stop(pt_tracer *tracer)
                 Py_DECREF(found);
                 continue;
             }
-            pt_profile_plan_add(&unhooks, ts, NULL, NULL);
+            pt_profile_plan_add(&unhooks, ts, NULL, NULL, NULL);
         }
         pt_profile_plan_apply(&unhooks, interp, NULL, NULL, NULL);
         PyErr_Restore(type, value, tb);

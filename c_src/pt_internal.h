@@ -50,7 +50,7 @@ typedef struct pt_thread {
     int index;                    /* position in creation order */
     int hook_lost;                /* another profiler was found in place of our hook */
     int alive_at_stop;            /* its thread state was still there at pt_stop */
-    int ended_unhooked;           /* ended before start() could set its hook (pt_profile_plan) */
+    int ended_unhooked;           /* ran or ended before start() set its hook (pt_profile_plan) */
 } pt_thread;
 
 typedef struct {
