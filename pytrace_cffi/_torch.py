@@ -73,7 +73,11 @@ def patch_fast_regions():
     Never imports torch."""
     module = sys.modules.get(FAST_MODULE)
     original = getattr(module, FAST_ATTRIBUTE, None)
-    if original is None or original is FastRegion:
+    if original is FastRegion:
+        # left in place by a session that could not undo it (its watcher classified
+        # torch's code after its stop): torch's own type is the one saved then
+        original = FastRegion._type
+    if original is None:
         return None
     FastRegion._type = original
     setattr(module, FAST_ATTRIBUTE, FastRegion)
