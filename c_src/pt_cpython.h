@@ -33,6 +33,11 @@ PyAPI_FUNC(void) PyEval_SetProfile(pt_tracefunc func, PyObject *obj);
 PyAPI_FUNC(int) _PyEval_SetProfile(PyThreadState *tstate, pt_tracefunc func,
                                    PyObject *obj) __attribute__((weak));
 
+/* Adds a C audit hook (Include/cpython/sysmodule.h, 3.8+). A C hook runs no
+ * Python code unless it calls some itself: see pt_audit_guard (pt_signals.c). */
+typedef int (*pt_audit_hook_func)(const char *event, PyObject *args, void *data);
+PyAPI_FUNC(int) PySys_AddAuditHook(pt_audit_hook_func hook, void *data);
+
 /* The `what` codes passed to a profile function (stable since Python 2). */
 #define PT_TRACE_CALL 0
 #define PT_TRACE_EXCEPTION 1

@@ -163,6 +163,12 @@ int pt_set_spill_hook(pt_tracer *tracer, void *py_hook);
  * elsewhere nothing); off: stops the re-sending. PT_ERR_STATE if no Python
  * handler is installed. */
 int pt_sigterm_guard(int on);
+/* Calls py_callable(event, args) (a borrowed PyObject *, kept) from a C audit hook
+ * for the audit events "os.exec", "subprocess.Popen", "os.posix_spawn" and
+ * "os.spawn" only; no Python code runs for the others (pt_signals.c says why).
+ * The hook is added once per process; a second call replaces the callable.
+ * PT_ERR_STATE if an existing audit hook refused it. */
+int pt_audit_guard(void *py_callable);
 
 /* Watching: py_tuple is (names, classify, tag). When a code object whose co_name is
  * in the set `names` is first seen, classify(code) returns nonzero if its calls

@@ -1,4 +1,5 @@
-/* pt_signals.c - the SIGTERM relay followed children use (processes.py). */
+/* pt_signals.c - the exit guards of follow/exits.py that must be C: the SIGTERM
+ * relay and the audit hook that sees an exec or a launch coming. */
 #include "pt_internal.h"
 
 #include <stdarg.h>
@@ -84,4 +85,63 @@ pt_sigterm_guard(int on)
     (void)on;
     return PT_OK;
 #endif
+}
+
+/* ======================================================================== */
+/* The audit hook (follow/exits.py)                                         */
+/* ======================================================================== */
+
+/* A Python audit hook runs Python code for every audit event of the process,
+ * "sys.setprofile" included. On CPython 3.10 and 3.11, _PyEval_SetProfile holds a
+ * process-wide "being installed" flag while that event's hooks run; Python code
+ * there lets other threads run, and a thread that sets its profile function then
+ * (threading's new-thread hook does, in Thread._bootstrap_inner) fails with
+ * "Cannot install a profile function while another profile function is being
+ * installed" and dies before running its target. So our hook is a C one: it
+ * calls the Python callable only for the few events that launch or replace a
+ * program, none of which a profile setting raises. Installed once per process
+ * (audit hooks cannot be removed); the callable gets (event, args) and must not
+ * raise (an exception is reported as unraisable, the audited call goes on). */
+static PyObject *pt_audit_callable;
+static const char *const pt_audited_events[] = {
+    "os.exec", "subprocess.Popen", "os.posix_spawn", "os.spawn", NULL};
+
+static int
+pt_audit_hook(const char *event, PyObject *args, void *data)
+{
+    (void)data;
+    if (pt_audit_callable == NULL || (event[0] == 's' && event[1] == 'y'))
+        return 0;                       /* sys.*: the common case, decided at once */
+    for (int i = 0; pt_audited_events[i]; i++) {
+        if (strcmp(event, pt_audited_events[i]) == 0) {
+            PyObject *result = PyObject_CallFunction(pt_audit_callable, "sO", event, args);
+            if (result == NULL)
+                PyErr_WriteUnraisable(pt_audit_callable);
+            Py_XDECREF(result);
+            return 0;
+        }
+    }
+    return 0;
+}
+
+int
+pt_audit_guard(void *py_callable)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int rc = PT_OK;
+    PyObject *callable = (PyObject *)py_callable;
+    if (pt_audit_callable == NULL) {
+        if (PySys_AddAuditHook(pt_audit_hook, NULL) < 0) {
+            PyErr_Clear();              /* another audit hook refused ours */
+            rc = PT_ERR_STATE;
+        }
+    }
+    if (rc == PT_OK) {
+        PyObject *old = pt_audit_callable;
+        Py_INCREF(callable);
+        pt_audit_callable = callable;
+        Py_XDECREF(old);
+    }
+    PyGILState_Release(gil);
+    return rc;
 }

@@ -21,7 +21,7 @@ import sys
 import threading
 
 from .. import _running
-from .._core import lib
+from .._core import ffi, lib
 from ..errors import TraceError
 from .identity import ENV, _say, following
 from .launches import _note_launch, _unfollowable, _util_finder, _watch_spawn
@@ -125,10 +125,13 @@ def _audit_following(event, args):
 
 
 def _install_audit():
+    """A C audit hook calls _audit for the launch and exec events only: a Python
+    hook would run for every audit event, "sys.setprofile" among them, and on
+    3.10/3.11 let a thread starting meanwhile fail to set its profile function
+    and die (pt_signals.c says how)."""
     global _audit_installed
     if not _audit_installed:
-        sys.addaudithook(_audit)
-        _audit_installed = True
+        _audit_installed = lib.pt_audit_guard(ffi.cast("void *", id(_audit))) == lib.PT_OK
 
 
 def can_exec(path):
