@@ -142,6 +142,9 @@ def measure(label, python, tree, floor_dir, workload, what, runs, options, keep)
     out = os.path.join(keep, f"callgrind.{label}.{workload}.{what}") if keep else "/dev/null"
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
+    # str hashes are salted per process: dict probes (global lookups) then
+    # differ by millions of instructions between two runs of the same build
+    env["PYTHONHASHSEED"] = "0"
     if tree:
         env["PYTHONPATH"] = tree
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
