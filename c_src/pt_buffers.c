@@ -164,6 +164,7 @@ pt_spill_give_up(pt_tracer *tracer)
     fclose(tracer->spill);
     tracer->spill = NULL;
     tracer->flags |= PT_FLAG_NOOP;
+    pt_handle_sync(tracer);
 }
 
 /* Writes n events of thread to the spill file; on failure gives the file up and

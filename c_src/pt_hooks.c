@@ -17,6 +17,7 @@
 typedef struct {
     PyObject_HEAD
     pt_tracer *tracer;            /* NULL once the tracer is freed */
+    pt_tracer *recording;         /* tracer while it records (pt_handle_sync), else NULL */
 } pt_handle;
 
 static void
@@ -62,8 +63,21 @@ pt_handle_new(pt_tracer *tracer)
 void
 pt_handle_detach(PyObject *handle)
 {
-    if (handle)
+    if (handle) {
         ((pt_handle *)handle)->tracer = NULL;
+        ((pt_handle *)handle)->recording = NULL;
+    }
+}
+
+/* The hooks' one test, "record or not" (one load), follows the tracer's state and
+ * its NOOP flag: called after each change of either. */
+void
+pt_handle_sync(pt_tracer *tracer)
+{
+    pt_handle *handle = (pt_handle *)tracer->handle;
+    if (handle && handle->tracer == tracer)
+        handle->recording = tracer->state == PT_STATE_RUNNING &&
+                            !(tracer->flags & PT_FLAG_NOOP) ? tracer : NULL;
 }
 
 /* threading's hook (pt_thread_hook): one for every tracer, made once. */
@@ -141,10 +155,7 @@ pt_tracer *pt_active_tracer;
 static inline pt_tracer *
 pt_recording_tracer(PyObject *handle)
 {
-    pt_tracer *tracer = ((pt_handle *)handle)->tracer;
-    if (!tracer || tracer->state != PT_STATE_RUNNING || (tracer->flags & PT_FLAG_NOOP))
-        return NULL;
-    return tracer;
+    return ((pt_handle *)handle)->recording;
 }
 
 /* ======================================================================== */
@@ -209,6 +220,56 @@ pt_record_return(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t k
 }
 
 /* ======================================================================== */
+/* Fast paths                                                               */
+/* ======================================================================== */
+
+/* The usual event, recorded without a call: with none on the way the compiler
+ * keeps everything in scratch registers, so the hook saves and restores none
+ * (that prologue and epilogue were a fifth of our own cost per event). The
+ * usual event: the thread's buffer is cached and has room, the key is known and
+ * has no flag, no max_depth, the TSC clock, and a delta that fits. Anything
+ * else goes, with nothing written yet, to the full path as a tail call. */
+static PT_ALWAYS_INLINE int
+pt_fast_thread(pt_tracer *tracer, pt_thread **thread)
+{
+#if PT_HAVE_TSC
+    if (PT_UNLIKELY(!tracer || pt_tls_generation != tracer->generation || tracer->max_depth ||
+                    !(tracer->flags & PT_FLAG_TSC)))
+        return 0;
+    *thread = pt_tls_thread;
+    return *thread != NULL;
+#else
+    (void)tracer;
+    (void)thread;
+    return 0;
+#endif
+}
+
+/* Appends (key, kind) now, or returns 0 having written nothing. */
+static PT_ALWAYS_INLINE int
+pt_fast_record(pt_thread *thread, uint32_t kind, uint32_t key)
+{
+#if PT_HAVE_TSC
+    int64_t ticks = (int64_t)__rdtsc();
+    int64_t last = thread->last_ticks;
+    pt_event *ev = thread->cursor;
+    if (PT_UNLIKELY(ticks <= last || (uint64_t)(ticks - last) > UINT32_MAX ||
+                    ev == thread->limit))
+        return 0;
+    ev->delta = (uint32_t)(ticks - last);
+    ev->key_kind = key << PT_KEY_SHIFT | kind;
+    thread->cursor = ev + 1;
+    thread->last_ticks = ticks;
+    return 1;
+#else
+    (void)thread;
+    (void)kind;
+    (void)key;
+    return 0;
+#endif
+}
+
+/* ======================================================================== */
 /* Backend 1: PyEval_SetProfile (3.9-3.11)                                  */
 /* ======================================================================== */
 
@@ -230,8 +291,8 @@ pt_is_builtin_function(PyObject *arg)
     return Py_TYPE(arg) == &PyCFunction_Type || PyCFunction_Check(arg);
 }
 
-static int
-pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg)
+static PT_NOINLINE int
+pt_profile_callback_full(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg)
 {
     pt_tracer *tracer = pt_recording_tracer(handle);
     if (!tracer)
@@ -288,6 +349,59 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
     return 0;
 }
 
+/* The profile hook's usual events, recorded with as little saved and restored
+ * as possible; everything else goes, with nothing written yet, to the full path
+ * above (see pt_fast_thread). A Python call or return asks for its code object
+ * first (the one call here), so that only the hook's own arguments live across
+ * it; a C call or return makes none. */
+static PT_NOINLINE int
+pt_profile_py_fast(PyObject *handle, PyFrameObject *frame, int what)
+{
+    PyObject *code = (PyObject *)PyFrame_GetCode(frame);
+    Py_DECREF(code);                    /* the frame holds it: only its address is used */
+    pt_tracer *tracer = pt_recording_tracer(handle);
+    pt_thread *thread;
+    if (PT_UNLIKELY(!pt_fast_thread(tracer, &thread)))
+        return pt_profile_callback_full(handle, frame, what, NULL);
+    uint32_t key = pt_key_lookup(tracer, code, NULL);
+    if (PT_UNLIKELY(!key || tracer->key_flags[key] ||
+                    !pt_fast_record(thread, what == PT_TRACE_CALL ? PT_EV_PY_CALL
+                                                                  : PT_EV_PY_RETURN, key)))
+        return pt_profile_callback_full(handle, frame, what, NULL);
+    return 0;
+}
+
+static int
+pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg)
+{
+    if (what == PT_TRACE_CALL || what == PT_TRACE_RETURN)
+        return pt_profile_py_fast(handle, frame, what);
+    pt_tracer *tracer = pt_recording_tracer(handle);
+    pt_thread *thread;
+    if (PT_UNLIKELY(!pt_fast_thread(tracer, &thread) || tracer->code_filter ||
+                    !(tracer->flags & PT_FLAG_C_CALLS)))
+        return pt_profile_callback_full(handle, frame, what, arg);
+    uint32_t key, kind;
+    if (what == PT_TRACE_C_CALL) {
+        /* a module function seen before (see pt_monitor_call) */
+        key = Py_TYPE(arg) == &PyCFunction_Type ? pt_key_lookup(tracer, arg, PT_CALLABLE_KEY) : 0;
+        if (PT_UNLIKELY(!key || tracer->key_flags[key]))
+            return pt_profile_callback_full(handle, frame, what, arg);
+        thread->c_callable = arg;
+        thread->c_key = key;
+        kind = PT_EV_C_CALL;
+    } else if ((what == PT_TRACE_C_RETURN || what == PT_TRACE_C_EXCEPTION) &&
+               arg == thread->c_callable && thread->c_key) {
+        key = thread->c_key;
+        kind = PT_EV_C_RETURN;
+    } else {
+        return pt_profile_callback_full(handle, frame, what, arg);
+    }
+    if (PT_UNLIKELY(!pt_fast_record(thread, kind, key)))
+        return pt_profile_callback_full(handle, frame, what, arg);
+    return 0;
+}
+
 /* ======================================================================== */
 /* Backend 2: sys.monitoring (3.12+), METH_FASTCALL callables                */
 /* ======================================================================== */
@@ -330,18 +444,53 @@ pt_monitor_py_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs,
     Py_RETURN_NONE;
 }
 
+/* The full paths, out of line: every event the fast paths below do not take. */
+static PT_NOINLINE PyObject *
+pt_monitor_py_start_full(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_CALL, 1, 1);
+}
+
+static PT_NOINLINE PyObject *
+pt_monitor_py_resume_full(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_CALL, 1, 0);
+}
+
+static PT_NOINLINE PyObject *
+pt_monitor_py_return_full(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_RETURN, 1, 0);
+}
+
+typedef PyObject *(*pt_monitor_func)(PyObject *, PyObject *const *, Py_ssize_t);
+
+static PT_ALWAYS_INLINE PyObject *
+pt_monitor_py_fast(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, uint32_t kind,
+                   pt_monitor_func full)
+{
+    pt_tracer *tracer = pt_recording_tracer(handle);
+    pt_thread *thread;
+    if (PT_UNLIKELY(nargs < 1 || !pt_fast_thread(tracer, &thread)))
+        return full(handle, args, nargs);
+    uint32_t key = pt_key_lookup(tracer, args[0], NULL);
+    if (PT_UNLIKELY(!key || tracer->key_flags[key] || !pt_fast_record(thread, kind, key)))
+        return full(handle, args, nargs);
+    Py_RETURN_NONE;
+}
+
 /* PY_START: a call, which the watcher may tag (the new frame is current). */
 static PyObject *
 pt_monitor_py_start(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
-    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_CALL, 1, 1);
+    return pt_monitor_py_fast(handle, args, nargs, PT_EV_PY_CALL, pt_monitor_py_start_full);
 }
 
 /* PY_RESUME: a generator or coroutine resumed is a call, as sys.setprofile. */
 static PyObject *
 pt_monitor_py_resume(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
-    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_CALL, 1, 0);
+    return pt_monitor_py_fast(handle, args, nargs, PT_EV_PY_CALL, pt_monitor_py_resume_full);
 }
 
 /* PY_THROW: resumed by throw(), a call too; not a local event. */
@@ -355,7 +504,7 @@ pt_monitor_py_throw(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 pt_monitor_py_return(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
-    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_RETURN, 1, 0);
+    return pt_monitor_py_fast(handle, args, nargs, PT_EV_PY_RETURN, pt_monitor_py_return_full);
 }
 
 /* PY_UNWIND: an exception leaving the frame is a return; not a local event. */
@@ -472,16 +621,76 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
     Py_RETURN_NONE;
 }
 
-static PyObject *
-pt_monitor_call(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+static PT_NOINLINE PyObject *
+pt_monitor_call_full(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
     return pt_monitor_c_event(handle, args, nargs, 1);
 }
 
+static PT_NOINLINE PyObject *
+pt_monitor_c_return_full(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    return pt_monitor_c_event(handle, args, nargs, 0);
+}
+
+/* CALL's fast path. A call of a type the cache knows is no built-in (a Python
+ * function, a bound method, a class) only replaces the thread's pair, as the
+ * full path does (pt_monitor_c_event says why). A built-in seen before is one
+ * probe: a method descriptor keyed as pt_key_for_builtin keys it, a PyCFunction
+ * by (itself, PT_CALLABLE_KEY), the key of one whose self is NULL or a module:
+ * a PyCFunction's self never changes and the key holds the function, so a hit
+ * is that key without asking for its self (a function call here). */
+static PyObject *
+pt_monitor_call(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    pt_tracer *tracer = pt_recording_tracer(handle);
+    pt_thread *thread;
+    if (PT_UNLIKELY(nargs < 4 || !pt_fast_thread(tracer, &thread) || tracer->code_filter ||
+                    !(tracer->flags & PT_FLAG_C_CALLS)))
+        return pt_monitor_call_full(handle, args, nargs);
+    PyObject *callable = args[2], *arg0 = args[3];
+    PyTypeObject *type = Py_TYPE(callable);
+    uint32_t key = 0;
+    if (type == &PyCFunction_Type) {
+        key = pt_key_lookup(tracer, callable, PT_CALLABLE_KEY);
+    } else if (type == &PyMethodDescr_Type && arg0 != tracer->monitoring_missing) {
+        PyTypeObject *self_type = Py_TYPE(arg0);
+        key = pt_key_lookup(tracer, callable,
+                            self_type == &PyModule_Type || self_type == &PyType_Type
+                                ? (const void *)arg0 : pt_instance_owner(self_type));
+    } else if (type != tracer->plain_types[0] && type != tracer->plain_types[1] &&
+               type != tracer->plain_types[2] && type != tracer->plain_types[3]) {
+        return pt_monitor_call_full(handle, args, nargs);
+    } else {
+        goto store;                     /* no built-in: key 0 */
+    }
+    if (PT_UNLIKELY(!key || tracer->key_flags[key]))
+        return pt_monitor_call_full(handle, args, nargs);      /* not seen yet, or flagged */
+store:
+    thread->c_callable = callable;
+    thread->c_arg0 = arg0;
+    thread->c_key = key;
+    if (key && PT_UNLIKELY(!pt_fast_record(thread, PT_EV_C_CALL, key)))
+        return pt_monitor_call_full(handle, args, nargs);      /* it stores the pair again */
+    Py_RETURN_NONE;
+}
+
+/* C_RETURN's fast path: the return of the built-in whose call the thread's pair
+ * holds. */
 static PyObject *
 pt_monitor_c_return(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
-    return pt_monitor_c_event(handle, args, nargs, 0);
+    pt_tracer *tracer = pt_recording_tracer(handle);
+    pt_thread *thread;
+    if (PT_UNLIKELY(nargs < 4 || !pt_fast_thread(tracer, &thread) || tracer->code_filter ||
+                    !(tracer->flags & PT_FLAG_C_CALLS)))
+        return pt_monitor_c_return_full(handle, args, nargs);
+    uint32_t key = thread->c_key;
+    if (PT_UNLIKELY(args[2] != thread->c_callable || args[3] != thread->c_arg0))
+        return pt_monitor_c_return_full(handle, args, nargs);
+    if (key && PT_UNLIKELY(!pt_fast_record(thread, PT_EV_C_RETURN, key)))
+        return pt_monitor_c_return_full(handle, args, nargs);
+    Py_RETURN_NONE;     /* key 0: the pair's call was no built-in (the full path agrees) */
 }
 
 static PyMethodDef pt_monitor_methods[] = {
@@ -493,7 +702,7 @@ static PyMethodDef pt_monitor_methods[] = {
     {"PY_UNWIND", (PyCFunction)(void (*)(void))pt_monitor_py_unwind, METH_FASTCALL, NULL},
     {"CALL", (PyCFunction)(void (*)(void))pt_monitor_call, METH_FASTCALL, NULL},
     {"C_RETURN", (PyCFunction)(void (*)(void))pt_monitor_c_return, METH_FASTCALL, NULL},
-    {"C_RAISE", (PyCFunction)(void (*)(void))pt_monitor_c_return, METH_FASTCALL, NULL},
+    {"C_RAISE", (PyCFunction)(void (*)(void))pt_monitor_c_return_full, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -981,6 +1190,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
     int64_t now = before + (pt_ticks(tracer) - before) / 2;
     tracer->start_ticks = now;
     tracer->state = PT_STATE_RUNNING;
+    pt_handle_sync(tracer);
     pt_profile_plan hooks = {0};
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
          ts = PyThreadState_Next(ts)) {
@@ -1025,6 +1235,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
         if (pt_active_tracer == tracer)
             pt_active_tracer = NULL;
         tracer->state = PT_STATE_STOPPED;
+        pt_handle_sync(tracer);
         tracer->stop_ticks = pt_ticks(tracer);
         tracer->stop_ns = pt_clock();
         pt_take_anchor(tracer->anchor[1]);
@@ -1170,6 +1381,7 @@ pt_stop(pt_tracer *tracer)
     tracer->stop_ns = pt_clock();
     pt_take_anchor(tracer->anchor[1]);
     tracer->state = PT_STATE_STOPPED;
+    pt_handle_sync(tracer);
     if (pt_active_tracer == tracer)
         pt_active_tracer = NULL;
     if (tracer->backend == PT_BACKEND_PROFILE) {

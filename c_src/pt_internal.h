@@ -281,10 +281,9 @@ int pt_append_time(pt_tracer *tracer, pt_thread *thread, uint64_t delta);
 static inline uint32_t
 pt_key_hash(const void *a, const void *b)
 {
+    /* one multiply; the table takes the low bits of the product's high half */
     uint64_t h = ((uint64_t)(uintptr_t)a >> 4) ^ ((uint64_t)(uintptr_t)b * 0x9E3779B97F4A7C15ull);
-    h ^= h >> 29;
-    h *= 0xBF58476D1CE4E5B9ull;
-    return (uint32_t)(h ^ (h >> 32));
+    return (uint32_t)((h * 0xBF58476D1CE4E5B9ull) >> 32);
 }
 
 /* The id of (a, b), or 0 when absent. The table is never full (pt_keys.c keeps
@@ -295,8 +294,8 @@ pt_key_lookup(const pt_tracer *tracer, const void *a, const void *b)
     uint32_t j = pt_key_hash(a, b) & tracer->slot_mask;
     for (;;) {
         const pt_key_slot *slot = &tracer->slots[j];
-        if (slot->a == a && slot->b == b && slot->id)
-            return slot->id;
+        if (slot->a == a && slot->b == b)
+            return slot->id;    /* an empty slot matches only a == b == NULL: id 0 */
         if (!slot->id)
             return 0;
         j = (j + 1) & tracer->slot_mask;
@@ -431,6 +430,7 @@ int64_t pt_one_to_realtime(int64_t ns, int64_t mono0, int64_t off0, int64_t mono
 /* pt_hooks.c */
 PyObject *pt_handle_new(pt_tracer *tracer);   /* new reference */
 void pt_handle_detach(PyObject *handle);
+void pt_handle_sync(pt_tracer *tracer);        /* after a change of state or NOOP */
 pt_thread *pt_thread_of_caller(pt_tracer *tracer);
 extern pt_tracer *pt_active_tracer;
 
