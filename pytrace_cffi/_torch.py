@@ -149,14 +149,19 @@ class TorchWatcher:
         self._region_tags = {}          # region name -> tag of the __enter__ calls opening it
         self._region_exit_tag = 0
         self._restore_fast = None       # undoes patch_fast_regions
+        self._ended = False             # end() ran: nothing is patched again
 
     def begin(self):
         """At start: FastRegion takes _RecordFunctionFast's place if torch is loaded."""
-        if self._restore_fast is None:
+        if self._restore_fast is None and not self._ended:
             self._restore_fast = patch_fast_regions()
 
     def end(self):
-        """At stop (and in a forked child that drops the session): torch's type back."""
+        """At stop (and in a forked child that drops the session): torch's type back,
+        for good: a classification after it (a question about new code still
+        answered as the session stops) must not patch again, or torch's type would
+        stay replaced with no session left to restore it."""
+        self._ended = True
         restore, self._restore_fast = self._restore_fast, None
         if restore is not None:
             restore()

@@ -438,6 +438,26 @@ def test_compile_regions_are_named_as_torch_profilers_own(tmp_path):
     assert torch._C._profiler._RecordFunctionFast.__name__ == "RecordFunctionFast"
 
 
+def test_a_watcher_classifying_after_its_end_patches_nothing():
+    """The watcher patches torch lazily (torch imported after start: at the first
+    watched code it classifies). A classification after end() (a question about
+    new code answered while the session stops) patched again, and nothing was
+    left to restore torch's type: it stays torch's own now."""
+    from pytrace_cffi._torch import FastRegion, TorchWatcher
+    module = torch._C._profiler
+    own = module._RecordFunctionFast
+    watcher = TorchWatcher()
+    try:
+        watcher.begin()
+        assert module._RecordFunctionFast is FastRegion
+        watcher.end()
+        assert module._RecordFunctionFast is own
+        watcher.classify(test_a_watcher_classifying_after_its_end_patches_nothing.__code__)
+        assert module._RecordFunctionFast is own
+    finally:
+        module._RecordFunctionFast = own
+
+
 def test_a_fast_region_left_in_place_is_undone_by_the_next_trace():
     """FastRegion left in torch's place (a session's watcher classified torch's code
     after its stop and patched again): the next trace puts torch's own type back
