@@ -13,9 +13,15 @@ A hash id is the first 8 bytes of BLAKE2b (digest_size=8) of the UTF-8 name, rea
 little-endian: the same name gives the same id in every run and process (a name
 from a path that is not UTF-8: of its bytes, see name_bytes).
 """
-import hashlib
 import os
 import struct
+
+try:
+    # hashlib's own BLAKE2b, without hashlib: importing hashlib loads OpenSSL's
+    # module too, a few ms of every `run`'s start for a hash it does not need
+    from _blake2 import blake2b
+except ImportError:                 # an interpreter built without _blake2
+    from hashlib import blake2b
 
 from ._core import ffi
 from ._files import replaced_atomically
@@ -52,7 +58,7 @@ if (ffi.sizeof("pt_slice") != SLICE_RECORD.size or SLICE_RECORD.size != SLICE_RE
 
 def hash_id(name):
     """The stable 64-bit id of a name."""
-    return int.from_bytes(hashlib.blake2b(name_bytes(name), digest_size=8).digest(), "little")
+    return int.from_bytes(blake2b(name_bytes(name), digest_size=8).digest(), "little")
 
 
 def name_bytes(name):
