@@ -374,9 +374,11 @@ pt_profile_py_fast(PyObject *handle, PyFrameObject *frame, int what)
 static int
 pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg)
 {
+    pt_tracer *tracer = pt_recording_tracer(handle);
+    if (PT_UNLIKELY(!tracer))
+        return 0;                       /* not recording (noop, stopped): the full path agrees */
     if (what == PT_TRACE_CALL || what == PT_TRACE_RETURN)
         return pt_profile_py_fast(handle, frame, what);
-    pt_tracer *tracer = pt_recording_tracer(handle);
     pt_thread *thread;
     if (PT_UNLIKELY(!pt_fast_thread(tracer, &thread) || tracer->code_filter ||
                     !(tracer->flags & PT_FLAG_C_CALLS)))
@@ -471,6 +473,8 @@ pt_monitor_py_fast(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, ui
 {
     pt_tracer *tracer = pt_recording_tracer(handle);
     pt_thread *thread;
+    if (PT_UNLIKELY(!tracer))
+        Py_RETURN_NONE;                 /* not recording (noop, stopped): the full path agrees */
     if (PT_UNLIKELY(nargs < 1 || !pt_fast_thread(tracer, &thread)))
         return full(handle, args, nargs);
     uint32_t key = pt_key_lookup(tracer, args[0], NULL);
@@ -645,6 +649,8 @@ pt_monitor_call(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
     pt_tracer *tracer = pt_recording_tracer(handle);
     pt_thread *thread;
+    if (PT_UNLIKELY(!tracer))
+        Py_RETURN_NONE;                 /* not recording: the full path agrees */
     if (PT_UNLIKELY(nargs < 4 || !pt_fast_thread(tracer, &thread) || tracer->code_filter ||
                     !(tracer->flags & PT_FLAG_C_CALLS)))
         return pt_monitor_call_full(handle, args, nargs);
@@ -682,6 +688,8 @@ pt_monitor_c_return(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
     pt_tracer *tracer = pt_recording_tracer(handle);
     pt_thread *thread;
+    if (PT_UNLIKELY(!tracer))
+        Py_RETURN_NONE;                 /* not recording: the full path agrees */
     if (PT_UNLIKELY(nargs < 4 || !pt_fast_thread(tracer, &thread) || tracer->code_filter ||
                     !(tracer->flags & PT_FLAG_C_CALLS)))
         return pt_monitor_c_return_full(handle, args, nargs);
