@@ -637,6 +637,15 @@ pt_monitor_c_return_full(PyObject *handle, PyObject *const *args, Py_ssize_t nar
     return pt_monitor_c_event(handle, args, nargs, 0);
 }
 
+/* CALL and C_RETURN: whether the fast path may take the event (pt_fast_thread,
+ * and no filters: the full path asks about the caller's code then). */
+static PT_ALWAYS_INLINE int
+pt_fast_c_thread(pt_tracer *tracer, Py_ssize_t nargs, pt_thread **thread)
+{
+    return nargs >= 4 && pt_fast_thread(tracer, thread) && !tracer->code_filter &&
+           (tracer->flags & PT_FLAG_C_CALLS);
+}
+
 /* CALL's fast path. A call of a type the cache knows is no built-in (a Python
  * function, a bound method, a class) only replaces the thread's pair, as the
  * full path does (pt_monitor_c_event says why). A built-in seen before is one
@@ -651,8 +660,7 @@ pt_monitor_call(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
     pt_thread *thread;
     if (PT_UNLIKELY(!tracer))
         Py_RETURN_NONE;                 /* not recording: the full path agrees */
-    if (PT_UNLIKELY(nargs < 4 || !pt_fast_thread(tracer, &thread) || tracer->code_filter ||
-                    !(tracer->flags & PT_FLAG_C_CALLS)))
+    if (PT_UNLIKELY(!pt_fast_c_thread(tracer, nargs, &thread)))
         return pt_monitor_call_full(handle, args, nargs);
     PyObject *callable = args[2], *arg0 = args[3];
     PyTypeObject *type = Py_TYPE(callable);
@@ -690,8 +698,7 @@ pt_monitor_c_return(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
     pt_thread *thread;
     if (PT_UNLIKELY(!tracer))
         Py_RETURN_NONE;                 /* not recording: the full path agrees */
-    if (PT_UNLIKELY(nargs < 4 || !pt_fast_thread(tracer, &thread) || tracer->code_filter ||
-                    !(tracer->flags & PT_FLAG_C_CALLS)))
+    if (PT_UNLIKELY(!pt_fast_c_thread(tracer, nargs, &thread)))
         return pt_monitor_c_return_full(handle, args, nargs);
     uint32_t key = thread->c_key;
     if (PT_UNLIKELY(args[2] != thread->c_callable || args[3] != thread->c_arg0))
