@@ -227,13 +227,13 @@ pt_record_return(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t k
  * keeps everything in scratch registers, so the hook saves and restores none
  * (that prologue and epilogue were a fifth of our own cost per event). The
  * usual event: the thread's buffer is cached and has room, the key is known and
- * has no flag, no max_depth, the TSC clock, and a delta that fits. Anything
+ * has no flag, max_depth (if any) not reached, the TSC clock, and a delta that fits. Anything
  * else goes, with nothing written yet, to the full path as a tail call. */
 static PT_ALWAYS_INLINE int
 pt_fast_thread(pt_tracer *tracer, pt_thread **thread)
 {
 #if PT_HAVE_TSC
-    if (PT_UNLIKELY(!tracer || pt_tls_generation != tracer->generation || tracer->max_depth ||
+    if (PT_UNLIKELY(!tracer || pt_tls_generation != tracer->generation ||
                     !(tracer->flags & PT_FLAG_TSC)))
         return 0;
     *thread = pt_tls_thread;
@@ -245,11 +245,21 @@ pt_fast_thread(pt_tracer *tracer, pt_thread **thread)
 #endif
 }
 
-/* Appends (key, kind) now, or returns 0 having written nothing. */
+/* Appends (key, kind) now, or returns 0 having written nothing. Under max_depth
+ * it takes only what pt_depth_enter and pt_depth_leave would record for a key
+ * without flags (the caller checked): nothing suppressed, and a call only while
+ * fewer than max_depth are open; the count moves once the event is stored. */
 static PT_ALWAYS_INLINE int
-pt_fast_record(pt_thread *thread, uint32_t kind, uint32_t key)
+pt_fast_record(const pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key)
 {
 #if PT_HAVE_TSC
+    int is_call = kind == PT_EV_PY_CALL || kind == PT_EV_C_CALL;
+    /* read once: the stores below may alias. C events under max_depth never come
+     * here (pt_fast_c_thread): their fast paths stay as lean as without it. */
+    uint32_t max_depth = kind == PT_EV_PY_CALL || kind == PT_EV_PY_RETURN ? tracer->max_depth : 0;
+    if (PT_UNLIKELY(max_depth) &&
+        (thread->suppressed || (is_call && thread->open_calls >= max_depth)))
+        return 0;
     int64_t ticks = (int64_t)__rdtsc();
     int64_t last = thread->last_ticks;
     pt_event *ev = thread->cursor;
@@ -260,8 +270,15 @@ pt_fast_record(pt_thread *thread, uint32_t kind, uint32_t key)
     ev->key_kind = key << PT_KEY_SHIFT | kind;
     thread->cursor = ev + 1;
     thread->last_ticks = ticks;
+    if (PT_UNLIKELY(max_depth)) {
+        if (is_call)
+            thread->open_calls++;
+        else if (thread->open_calls)
+            thread->open_calls--;
+    }
     return 1;
 #else
+    (void)tracer;
     (void)thread;
     (void)kind;
     (void)key;
@@ -365,7 +382,7 @@ pt_profile_py_fast(PyObject *handle, PyFrameObject *frame, int what)
         return pt_profile_callback_full(handle, frame, what, NULL);
     uint32_t key = pt_key_lookup(tracer, code, NULL);
     if (PT_UNLIKELY(!key || tracer->key_flags[key] ||
-                    !pt_fast_record(thread, what == PT_TRACE_CALL ? PT_EV_PY_CALL
+                    !pt_fast_record(tracer, thread, what == PT_TRACE_CALL ? PT_EV_PY_CALL
                                                                   : PT_EV_PY_RETURN, key)))
         return pt_profile_callback_full(handle, frame, what, NULL);
     return 0;
@@ -381,7 +398,7 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
         return pt_profile_py_fast(handle, frame, what);
     pt_thread *thread;
     if (PT_UNLIKELY(!pt_fast_thread(tracer, &thread) || tracer->code_filter ||
-                    !(tracer->flags & PT_FLAG_C_CALLS)))
+                    tracer->max_depth || !(tracer->flags & PT_FLAG_C_CALLS)))
         return pt_profile_callback_full(handle, frame, what, arg);
     uint32_t key, kind;
     if (what == PT_TRACE_C_CALL) {
@@ -399,7 +416,7 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
     } else {
         return pt_profile_callback_full(handle, frame, what, arg);
     }
-    if (PT_UNLIKELY(!pt_fast_record(thread, kind, key)))
+    if (PT_UNLIKELY(!pt_fast_record(tracer, thread, kind, key)))
         return pt_profile_callback_full(handle, frame, what, arg);
     return 0;
 }
@@ -478,7 +495,7 @@ pt_monitor_py_fast(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, ui
     if (PT_UNLIKELY(nargs < 1 || !pt_fast_thread(tracer, &thread)))
         return full(handle, args, nargs);
     uint32_t key = pt_key_lookup(tracer, args[0], NULL);
-    if (PT_UNLIKELY(!key || tracer->key_flags[key] || !pt_fast_record(thread, kind, key)))
+    if (PT_UNLIKELY(!key || tracer->key_flags[key] || !pt_fast_record(tracer, thread, kind, key)))
         return full(handle, args, nargs);
     Py_RETURN_NONE;
 }
@@ -638,12 +655,12 @@ pt_monitor_c_return_full(PyObject *handle, PyObject *const *args, Py_ssize_t nar
 }
 
 /* CALL and C_RETURN: whether the fast path may take the event (pt_fast_thread,
- * and no filters: the full path asks about the caller's code then). */
+ * no filters: the full path asks about the caller's code then, and no max_depth). */
 static PT_ALWAYS_INLINE int
 pt_fast_c_thread(pt_tracer *tracer, Py_ssize_t nargs, pt_thread **thread)
 {
     return nargs >= 4 && pt_fast_thread(tracer, thread) && !tracer->code_filter &&
-           (tracer->flags & PT_FLAG_C_CALLS);
+           !tracer->max_depth && (tracer->flags & PT_FLAG_C_CALLS);
 }
 
 /* CALL's fast path. A call of a type the cache knows is no built-in (a Python
@@ -684,7 +701,7 @@ store:
     thread->c_callable = callable;
     thread->c_arg0 = arg0;
     thread->c_key = key;
-    if (key && PT_UNLIKELY(!pt_fast_record(thread, PT_EV_C_CALL, key)))
+    if (key && PT_UNLIKELY(!pt_fast_record(tracer, thread, PT_EV_C_CALL, key)))
         return pt_monitor_call_full(handle, args, nargs);      /* it stores the pair again */
     Py_RETURN_NONE;
 }
@@ -703,7 +720,7 @@ pt_monitor_c_return(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
     uint32_t key = thread->c_key;
     if (PT_UNLIKELY(args[2] != thread->c_callable || args[3] != thread->c_arg0))
         return pt_monitor_c_return_full(handle, args, nargs);
-    if (key && PT_UNLIKELY(!pt_fast_record(thread, PT_EV_C_RETURN, key)))
+    if (key && PT_UNLIKELY(!pt_fast_record(tracer, thread, PT_EV_C_RETURN, key)))
         return pt_monitor_c_return_full(handle, args, nargs);
     Py_RETURN_NONE;     /* key 0: the pair's call was no built-in (the full path agrees) */
 }
