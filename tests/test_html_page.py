@@ -394,10 +394,18 @@ def page_runs(tmp_path_factory):
                                        encoding="utf-8")
     # a window that shows every frame: one out of view is not drawn (no animation frames)
     window = f"--window-size=1100,{720 * len(frames) + 100}"
-    dom = run_chromium(binary, tmp_path_factory, "--dump-dom", window,
-                       "--virtual-time-budget=10000", (where / "frames.html").as_uri())
-    found = json.loads(html.unescape(re.search(r'<pre id="results">(.*?)</pre>', dom,
-                                               re.S).group(1)))
+    found = {}
+    # Now and then (1 frame in ~70 loads here) a frame's report has not arrived when
+    # chromium's virtual time runs out: a second load gives the ones missing. A page
+    # that never reports stays missing, and its test says so.
+    for _ in range(2):
+        dom = run_chromium(binary, tmp_path_factory, "--dump-dom", window,
+                           "--virtual-time-budget=10000", (where / "frames.html").as_uri())
+        loaded = json.loads(html.unescape(re.search(r'<pre id="results">(.*?)</pre>', dom,
+                                                    re.S).group(1)))
+        found = {**loaded, **found}
+        if len(found) == len(texts):
+            break
     return {name[len("probed-"):-len(".html")]: result for name, result in found.items()}
 
 
