@@ -34,9 +34,10 @@ int pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
  * value, before the thread's first call). Timestamps are deltas from the previous
  * packet of the sequence. A begin carries key's bytes of events (TrackEvent
  * fields: name iid, category iids, debug annotations), marks[m] too for a slice
- * open at stop (m = PT_PF_MARK_OPEN_AT_STOP), at start (PT_PF_MARK_OPEN_AT_START:
- * PT_SLICE_SEEDED) or both (their sum), mark_lens[m] bytes (debug annotations;
- * entry 0 unused), and key's bytes of interned (InternedData fields) the
+ * open at start (m = PT_PF_MARK_OPEN_AT_START: PT_SLICE_SEEDED), mark_lens[m]
+ * bytes (debug annotations; entry 0 unused), and an end carries
+ * marks[PT_PF_MARK_OPEN_AT_STOP] for a slice open at stop (PT_SLICE_OPEN_AT_STOP;
+ * known only then to an encoder running during the trace), and a begin key's bytes of interned (InternedData fields) the
  * first time key is seen while interned_done[key] is 0. Key k's bytes are
  * blob[offsets[k]..offsets[k + 1]); both blobs end with PT_PF_BLOB_PADDING spare
  * bytes. A thread's slices may come in batches (first_index: the thread-wide

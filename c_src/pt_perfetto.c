@@ -34,6 +34,9 @@
 #endif
 /* Everything in a packet besides the key's bytes, with every varint at its widest,
  * plus the slack the fixed-size copies below may write past a packet's end. */
+/* A slices-mode stack entry: the slice's index, this bit set when it was open at
+ * stop (its end carries the mark). */
+#define PT_PF_STACK_OPEN_AT_STOP ((int64_t)1 << 62)
 #define PT_PACKET_OVERHEAD (6 * (1 + PT_VARINT_MAX) + 2 + PT_PF_BLOB_PADDING)
 
 static inline uint32_t
@@ -91,28 +94,29 @@ pt_pf_sequence_field(char seq[1 + PT_VARINT_MAX], uint32_t sequence_id)
     return (uint32_t)(pt_put_varint(seq + 1, sequence_id) - seq);
 }
 
-/* TracePacket { timestamp, track_event { type = SLICE_END }, sequence id } */
+/* TracePacket { timestamp, track_event { type = SLICE_END, marks[mark] },
+ * sequence id }: a call open at stop says so at its end, the one moment that is
+ * known (an encoder running during the trace wrote its begin long before). */
 static inline char *
-pt_pf_put_end(char *p, uint64_t delta, const char *seq, uint32_t seq_len)
+pt_pf_put_end(char *p, uint64_t delta, uint32_t mark, const char *const *marks,
+              const uint32_t *mark_lens, const char *seq, uint32_t seq_len)
 {
+    uint32_t extra_len = mark ? mark_lens[mark] : 0;
     *p++ = PT_PB_PACKET;
-    p = pt_put_varint(p, 1 + pt_varint_len(delta) + 4 + seq_len);
+    p = pt_put_varint(p, 1 + pt_varint_len(delta) + 1 + pt_varint_len(2 + extra_len) + 2 +
+                         extra_len + seq_len);
     *p++ = PT_PB_TIMESTAMP;
     p = pt_put_varint(p, delta);
     *p++ = PT_PB_TRACK_EVENT;
-    *p++ = 2;
+    p = pt_put_varint(p, 2 + extra_len);
     *p++ = PT_PB_EVENT_TYPE;
     *p++ = PT_TYPE_SLICE_END;
+    if (PT_UNLIKELY(extra_len)) {
+        memcpy(p, marks[mark], extra_len);
+        p += extra_len;
+    }
     memcpy(p, seq, 1 + PT_VARINT_MAX);
     return p + seq_len;
-}
-
-/* Which of the marks (see pt_pftrace_slices) a begin carries. */
-static inline uint32_t
-pt_pf_mark(int open_at_stop, int open_at_start)
-{
-    return (open_at_stop ? PT_PF_MARK_OPEN_AT_STOP : 0) |
-           (open_at_start ? PT_PF_MARK_OPEN_AT_START : 0);
 }
 
 /* TracePacket { timestamp, track_event { type = SLICE_BEGIN, the key's fields,
@@ -181,15 +185,19 @@ pt_pftrace_slices(const pt_slice *slices, uint64_t n, uint64_t first_index, int 
          * parent: slices come parent first, children in start order. The stack
          * keeps each open slice's index and end, as its record may lie in an
          * earlier batch; at a batch's end the open slices wait for the next. */
-        if (open && (s ? stack[open - 1] != s->parent : last_batch)) {
+        if (open && (s ? (stack[open - 1] & ~PT_PF_STACK_OPEN_AT_STOP) != s->parent
+                       : last_batch)) {
             int64_t t = stack_end[open - 1];
-            if ((uint64_t)(end - p) < PT_PACKET_OVERHEAD)
+            uint32_t mark = stack[open - 1] & PT_PF_STACK_OPEN_AT_STOP
+                            ? PT_PF_MARK_OPEN_AT_STOP : 0;
+            if ((uint64_t)(end - p) < PT_PACKET_OVERHEAD + (mark ? mark_lens[mark] : 0))
                 break;
             if (t < last_ns) {
                 status = PT_ERR_ARG;    /* out of time order: not a replayed thread */
                 break;
             }
-            p = pt_pf_put_end(p, (uint64_t)(t - last_ns), seq, seq_len);
+            p = pt_pf_put_end(p, (uint64_t)(t - last_ns), mark, marks, mark_lens, seq,
+                              seq_len);
             last_ns = t;
             open--;
             continue;
@@ -201,15 +209,15 @@ pt_pftrace_slices(const pt_slice *slices, uint64_t n, uint64_t first_index, int 
             break;
         }
         char *after = pt_pf_put_begin(p, end, (uint64_t)(s->start - last_ns), s->key,
-                                      pt_pf_mark(s->flags & PT_SLICE_OPEN_AT_STOP,
-                                                 s->flags & PT_SLICE_SEEDED),
+                                      s->flags & PT_SLICE_SEEDED ? PT_PF_MARK_OPEN_AT_START : 0,
                                       events, event_offsets, interned, interned_offsets,
                                       interned_done, marks, mark_lens, seq, seq_len);
         if (!after)
             break;
         p = after;
         last_ns = s->start;
-        stack[open] = (int64_t)(first_index + next);
+        stack[open] = (int64_t)(first_index + next) |
+                      (s->flags & PT_SLICE_OPEN_AT_STOP ? PT_PF_STACK_OPEN_AT_STOP : 0);
         stack_end[open++] = s->end;
         next++;
     }
@@ -243,13 +251,13 @@ pt_pftrace_records(const pt_walk_record *records, uint64_t n, uint64_t *next, in
         }
         uint64_t delta = (uint64_t)(r->ts - last);
         if (r->flags & PT_RECORD_END) {
-            if ((uint64_t)(end - p) < PT_PACKET_OVERHEAD)
+            uint32_t mark = r->flags & PT_RECORD_OPEN_AT_STOP ? PT_PF_MARK_OPEN_AT_STOP : 0;
+            if ((uint64_t)(end - p) < PT_PACKET_OVERHEAD + (mark ? mark_lens[mark] : 0))
                 break;
-            p = pt_pf_put_end(p, delta, seq, seq_len);
+            p = pt_pf_put_end(p, delta, mark, marks, mark_lens, seq, seq_len);
         } else {
             char *after = pt_pf_put_begin(p, end, delta, r->key,
-                                          pt_pf_mark(r->flags & PT_RECORD_OPEN_AT_STOP,
-                                                     r->flags & PT_RECORD_OPEN_AT_START),
+                                          r->flags & PT_RECORD_OPEN_AT_START ? PT_PF_MARK_OPEN_AT_START : 0,
                                           events,
                                           event_offsets, interned, interned_offsets,
                                           interned_done, marks, mark_lens, seq,

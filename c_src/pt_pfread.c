@@ -3,7 +3,8 @@
  * pt_perfetto.c writes each call as a SLICE_BEGIN and a SLICE_END TrackEvent
  * packet on its thread's sequence, timestamps as deltas of the sequence's
  * incremental clock, the begin carrying the bytes of its key (name iid, category
- * iid, debug annotations). This unit takes runs of such packets from a buffer of
+ * iid, debug annotations), the end of a call open at stop saying so (its
+ * annotation; the end's few packets are Python's to decode). This unit takes runs of such packets from a buffer of
  * Trace bytes (Trace.packet entries, already inflated) and stops at the first
  * packet it does not take whole - a descriptor, interned data, a clock snapshot,
  * another sequence's packet, a begin whose key bytes it has not been told, an
@@ -74,6 +75,7 @@ pt_pf_thread_free(pt_pf_thread *t)
     free(t->open);
     free(t->durations);
     free(t->longs);
+    free(t->ended_open);
     free(t);
 }
 
@@ -84,12 +86,21 @@ pt_pf_by_index(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static int
+pt_pf_by_value(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
 int
 pt_pf_thread_slices(pt_pf_thread *t, pt_line_thread *out)
 {
     if (t->mode != PT_PF_DURATIONS || t->n_open || t->n != t->durations_cap)
         return PT_ERR_STATE;
     qsort(t->longs, t->n_long, sizeof *t->longs, pt_pf_by_index);
+    qsort(t->ended_open, t->n_ended_open, sizeof *t->ended_open, pt_pf_by_value);
+    t->next_ended_open = 0;
     t->mode = PT_PF_SLICES;
     t->out = out;
     t->n = 0;
@@ -134,6 +145,11 @@ pt_pf_begin(pt_pf_thread *t, int64_t ts, uint32_t key, uint32_t flags)
         t->open_cap = cap;
     }
     int64_t parent = t->n_open ? t->open[t->n_open - 1].index : -1;
+    if (t->mode == PT_PF_SLICES && t->next_ended_open < t->n_ended_open &&
+        t->ended_open[t->next_ended_open] == t->n) {
+        flags |= PT_SLICE_OPEN_AT_STOP;         /* its end says so */
+        t->next_ended_open++;
+    }
     if (t->mode == PT_PF_SLICES) {
         int64_t duration = pt_pf_duration(t, t->n);
         if (duration < 0 || ts > INT64_MAX - duration)
@@ -153,11 +169,27 @@ pt_pf_begin(pt_pf_thread *t, int64_t ts, uint32_t key, uint32_t flags)
 }
 
 int
-pt_pf_end(pt_pf_thread *t, int64_t ts)
+pt_pf_end(pt_pf_thread *t, int64_t ts, uint32_t flags)
 {
     if (ts < t->now || !t->n_open)
         return PT_ERR_ARG;
     pt_pf_open *call = &t->open[--t->n_open];
+    if ((flags & PT_SLICE_OPEN_AT_STOP) && !(call->flags & PT_SLICE_OPEN_AT_STOP)) {
+        call->flags |= PT_SLICE_OPEN_AT_STOP;
+        if (t->mode != PT_PF_SLICES)
+            t->open_at_stop++;          /* the slices pass counts it at the begin */
+        if (t->mode == PT_PF_DURATIONS) {
+            if (t->n_ended_open == t->ended_open_cap) {
+                uint64_t cap = t->ended_open_cap ? 2 * t->ended_open_cap : 16;
+                uint64_t *grown = realloc(t->ended_open, cap * sizeof *grown);
+                if (grown == NULL)
+                    return PT_ERR_NOMEM;
+                t->ended_open = grown;
+                t->ended_open_cap = cap;
+            }
+            t->ended_open[t->n_ended_open++] = (uint64_t)call->index;
+        }
+    }
     int64_t duration = ts - call->start;
     if (t->mode == PT_PF_DURATIONS) {
         if (duration < PT_PF_LONG) {
@@ -288,7 +320,7 @@ pt_pf_read(pt_pf_thread *t, const pt_line_keys *keys, const char *buffer, uint64
             }
             status = pt_pf_begin(t, ts, key, flags);
         } else {
-            status = pt_pf_end(t, ts);
+            status = pt_pf_end(t, ts, 0);
         }
         if (status != PT_OK) {
             p = entry;

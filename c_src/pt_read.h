@@ -154,7 +154,7 @@ typedef struct {
     uint32_t flags;         /* PT_RECORD_* */
 } pt_walk_record;
 #define PT_RECORD_END 1             /* else a begin */
-#define PT_RECORD_OPEN_AT_STOP 2    /* a begin of a call still running at stop */
+#define PT_RECORD_OPEN_AT_STOP 2    /* the end of a call still running at stop */
 #define PT_RECORD_OPEN_AT_START 4   /* a begin of a call running when the trace began */
 typedef struct pt_walk pt_walk;
 /* Returns a new walk (pt_walk_free it), NULL when out of memory or given a scan
@@ -326,13 +326,19 @@ typedef struct {
     uint64_t long_cap;
     uint64_t next_long;
     pt_line_thread *out;    /* slices pass */
+    uint64_t *ended_open;   /* durations pass: the calls whose end says open at stop */
+    uint64_t n_ended_open;
+    uint64_t ended_open_cap;
+    uint64_t next_ended_open;
 } pt_pf_thread;
 pt_pf_thread *pt_pf_thread_new(uint32_t sequence_id, int mode, uint64_t calls);
 void pt_pf_thread_free(pt_pf_thread *t);
 int pt_pf_read(pt_pf_thread *t, const pt_line_keys *keys, const char *buffer, uint64_t len,
                uint64_t *pos);
 int pt_pf_begin(pt_pf_thread *t, int64_t ts, uint32_t key, uint32_t flags);
-int pt_pf_end(pt_pf_thread *t, int64_t ts);
+/* flags: PT_SLICE_OPEN_AT_STOP when the end says the call was open at stop (the
+ * slices pass gives it to the call's slice at its begin). */
+int pt_pf_end(pt_pf_thread *t, int64_t ts, uint32_t flags);
 /* After a durations pass that read every call: the slices pass, from the
  * sequence's start again (PT_ERR_STATE otherwise). */
 int pt_pf_thread_slices(pt_pf_thread *t, pt_line_thread *out);

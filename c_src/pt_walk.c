@@ -423,8 +423,7 @@ pt_walk_push_node(pt_walk *w, int64_t start, uint32_t key, uint32_t tag, int is_
         return PT_OK;
     if (w->scan)
         return pt_walk_write(w, start, key,
-                             (n->open_at_stop ? PT_RECORD_OPEN_AT_STOP : 0) |
-                             (n->slice_flags & PT_SLICE_SEEDED ? PT_RECORD_OPEN_AT_START : 0));
+                             n->slice_flags & PT_SLICE_SEEDED ? PT_RECORD_OPEN_AT_START : 0);
     return PT_OK;
 }
 
@@ -514,7 +513,8 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
         if (w->table)
             w->table[n->child_parent].end = ts;     /* shown: its own slice's index */
         else if (w->scan && !w->scan->durations)
-            return pt_walk_write(w, ts, n->key, PT_RECORD_END);
+            return pt_walk_write(w, ts, n->key,
+                                 PT_RECORD_END | (open_at_stop ? PT_RECORD_OPEN_AT_STOP : 0));
     }
     uint32_t sub = shown && n->depth + 1 > n->sub_max ? n->depth + 1 : n->sub_max;
     if (w->n_nodes && sub > w->nodes[w->n_nodes - 1].sub_max)

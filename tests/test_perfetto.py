@@ -170,6 +170,7 @@ def decode(path, named_tracks=False):
         elif event.type == pb.TrackEvent.TYPE_SLICE_END:
             s = stack.pop()
             s["end"] = ts
+            s["args"].update(args)      # Perfetto adds an end's args to its slice's
             assert s["end"] >= s["start"]
             out["slices"].append(s)
         elif event.type == pb.TrackEvent.TYPE_INSTANT:

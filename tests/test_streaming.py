@@ -153,12 +153,13 @@ def _streamed(events, hidden, min_ns, stop_ticks, splits, tags=TAGS, args=ARGS):
             assert last is None or r.ts >= last, "records out of time order"
             last = r.ts
             if r.flags & lib.PT_RECORD_END:
-                name, args, start, depth, open_at_stop = stack.pop()
+                name, args, start, depth = stack.pop()
                 assert names[r.key] == name
-                done.append((name, args, start, r.ts, depth, open_at_stop))
+                done.append((name, args, start, r.ts, depth,
+                             bool(r.flags & lib.PT_RECORD_OPEN_AT_STOP)))
             else:
-                stack.append((names[r.key], str(key_args.get(r.key)), r.ts, len(stack),
-                              bool(r.flags & lib.PT_RECORD_OPEN_AT_STOP)))
+                assert not r.flags & lib.PT_RECORD_OPEN_AT_STOP, "said at the end"
+                stack.append((names[r.key], str(key_args.get(r.key)), r.ts, len(stack)))
     assert not stack
     slices, open_at_stop, depth = streams.stats[0]
     assert slices == len(done)

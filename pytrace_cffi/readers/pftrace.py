@@ -168,9 +168,12 @@ class _Sequence:
         ts = self._time(fields)
         self.c.now = before                      # pt_pf_begin/end check the order
         if kind == TYPE_SLICE_END:
-            if set(event) - {9, 11}:
+            # an end says no more than that it ends, or that its call was open at stop
+            if set(event) - {9, 11, 4} or (4 in event and annotations(
+                    event, self.annotation_names) != {OPEN_AT_STOP: True}):
                 raise Bad("a slice end says more than that it ends")
-            self.reader.check(lib.pt_pf_end(self.c, ts), self)
+            flags = lib.PT_SLICE_OPEN_AT_STOP if 4 in event else 0
+            self.reader.check(lib.pt_pf_end(self.c, ts, flags), self)
             return
         if kind != TYPE_SLICE_BEGIN:
             raise Bad(f"a thread's event of type {kind}: not a slice begin or end")

@@ -438,16 +438,16 @@ def _chunks(trace, progress, chunk_bytes, uuids=None, own_batches=None):
 
 
 class _OpenMarks:
-    """The debug annotations a begin carries when its call was open at stop, at
-    start, or both, indexed as pt_pftrace_slices reads them (PT_PF_MARK_*)."""
+    """The debug annotations of a call open at start (on its begin) and of one
+    open at stop (on its end), indexed as pt_pftrace_slices reads them
+    (PT_PF_MARK_*)."""
 
     def __init__(self, annotation_names):
         stop = annotation_names.annotations({OPEN_AT_STOP: True})
         start = annotation_names.annotations({OPEN_AT_START: True})
-        self.blobs = [b""] * 4
+        self.blobs = [b""] * 3
         self.blobs[lib.PT_PF_MARK_OPEN_AT_STOP] = stop
         self.blobs[lib.PT_PF_MARK_OPEN_AT_START] = start
-        self.blobs[lib.PT_PF_MARK_OPEN_AT_STOP | lib.PT_PF_MARK_OPEN_AT_START] = stop + start
         self.pointers = ffi.new("char *[]", [ffi.from_buffer(b) for b in self.blobs])
         self.lens = ffi.new("uint32_t[]", [len(b) for b in self.blobs])
 
