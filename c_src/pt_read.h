@@ -161,6 +161,13 @@ typedef struct pt_walk pt_walk;
  * not finished. The scan must outlive the emitting walk; several emitting walks
  * may share it. base_ticks: the clock the first event's delta counts from. */
 pt_walk *pt_walk_new(const pt_walk_tables *tables, const pt_walk *scan, int64_t base_ticks);
+/* A stream (see pt_walk.c): an emitting walk without a scan, fed as events are
+ * recorded; its end records of calls open at stop say so. pt_walk_stream_keys
+ * gives it the hidden table as it grows; pt_walk_stale says it met a tag or
+ * args (what only a scan decides): its records are then not the trace's. */
+pt_walk *pt_walk_new_stream(const pt_walk_tables *tables, int64_t base_ticks);
+void pt_walk_stream_keys(pt_walk *walk, const uint8_t *hidden, uint32_t n_hidden);
+int pt_walk_stale(const pt_walk *walk);
 void pt_walk_free(pt_walk *walk);
 int pt_walk_feed(pt_walk *walk, const pt_event *events, uint64_t n);
 /* Closes the calls open at stop (and the top-level regions). */

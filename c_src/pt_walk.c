@@ -14,6 +14,11 @@
  * emitting walk, fed the same events, looks them up by the call's ordinal (the
  * calls and regions in the order they begin, the same in both walks).
  *
+ * A stream (pt_walk_new_stream) emits without a scan, for an encoder that writes
+ * while the trace records: a call open at stop says so at its end, as the
+ * emitting walk says it too; a tag or args, which only the scan decides, make it
+ * stale.
+ *
  * A call's begin is emitted at the next call after it or at its return, not at
  * once: the watcher's tag and a region's args follow the call's own event, and
  * they decide its name and whether a torch region opens around it. (A tag after
@@ -122,7 +127,9 @@ typedef struct {
 
 struct pt_walk {
     pt_walk_tables t;
-    const pt_walk *scan;    /* NULL: this is the scan */
+    const pt_walk *scan;    /* NULL: this is the scan, or a stream */
+    int stream;             /* emitting without a scan (pt_walk_new_stream) */
+    int stale;              /* a stream met what only a scan decides (tags, args) */
     int64_t ticks;
     int64_t now;            /* ns of the latest call or return */
     int64_t max_end;        /* latest end of any emitted call: where root regions close */
@@ -227,6 +234,40 @@ pt_walk_new(const pt_walk_tables *tables, const pt_walk *scan, int64_t base_tick
         }
     }
     return w;
+}
+
+/* A stream: an emitting walk without a scan, for an encoder that writes while
+ * the trace records (its events come as they are spilled, and nothing after them
+ * is known yet). What only the scan knows is not there: a call open at stop
+ * says so at its end (PT_RECORD_OPEN_AT_STOP on the end record, as the emitting
+ * walk says it too), and a tag or args event (a torch name or region, known only
+ * once a later event came) makes it stale (pt_walk_stale): its records are then
+ * not the trace's, and the caller walks the whole trace again instead. */
+pt_walk *
+pt_walk_new_stream(const pt_walk_tables *tables, int64_t base_ticks)
+{
+    pt_walk *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->t = *tables;
+    w->stream = 1;
+    w->ticks = base_ticks;
+    return w;
+}
+
+/* A stream's key tables grow as new keys are named: the walk reads the new
+ * ones (hidden has n_hidden entries, annotation_name n_keys) from now on. */
+void
+pt_walk_stream_keys(pt_walk *w, const uint8_t *hidden, uint32_t n_hidden)
+{
+    w->t.hidden = hidden;
+    w->t.n_hidden = n_hidden;
+}
+
+int
+pt_walk_stale(const pt_walk *w)
+{
+    return w->stale;
 }
 
 void
@@ -421,7 +462,7 @@ pt_walk_push_node(pt_walk *w, int64_t start, uint32_t key, uint32_t tag, int is_
         return pt_walk_begin_slice(w, n);
     if (!n->shown)
         return PT_OK;
-    if (w->scan)
+    if (w->scan || w->stream)
         return pt_walk_write(w, start, key,
                              n->slice_flags & PT_SLICE_SEEDED ? PT_RECORD_OPEN_AT_START : 0);
     return PT_OK;
@@ -441,7 +482,7 @@ pt_walk_materialize(pt_walk *w, pt_walk_call *call)
             exempt = 1;
             if (w->scan)
                 key = w->t.args_key[index];
-            else
+            else if (w->args_base_key)
                 w->args_base_key[index] = key;
         }
     } else if (tag && tag < w->t.n_tags) {
@@ -491,7 +532,7 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
         /* short: it goes with everything since its begin (its subtree) */
         if (w->table) {
             w->n_table = n->mark;
-        } else if (w->scan) {
+        } else if (w->scan || w->stream) {
             if (n->mark < w->base)
                 return PT_ERR_STATE;    /* handed out already: a bug, not bad input */
             w->n_records = n->mark - w->base;
@@ -512,7 +553,7 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
             w->stats.max_depth = n->depth;
         if (w->table)
             w->table[n->child_parent].end = ts;     /* shown: its own slice's index */
-        else if (w->scan && !w->scan->durations)
+        else if (w->stream || (w->scan && !w->scan->durations))
             return pt_walk_write(w, ts, n->key,
                                  PT_RECORD_END | (open_at_stop ? PT_RECORD_OPEN_AT_STOP : 0));
     }
@@ -528,7 +569,7 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
 static int
 pt_walk_name_step_parent(pt_walk *w, const pt_walk_node *n)
 {
-    if (!w->scan && w->n_nodes && !n->is_region && n->tag && !(n->tag & PT_TAG_ARGS_BIT) &&
+    if (!w->scan && !w->stream && w->n_nodes && !n->is_region && n->tag && !(n->tag & PT_TAG_ARGS_BIT) &&
         n->tag < w->t.n_tags && w->t.step_key[n->tag]) {
         /* An optimizer step names its parent, unless the parent is torch's own
          * region of that name (the step as torch.profiler shows it). */
@@ -956,6 +997,8 @@ pt_walk_feed(pt_walk *w, const pt_event *events, uint64_t n)
         }
         w->ticks += ev->delta;
         if (kind == PT_EV_TAG || kind == PT_EV_ARGS) {
+            if (w->stream)
+                w->stale = 1;   /* a name or region decided later: the scan's to know */
             if (w->n_calls && w->calls[w->n_calls - 1].emits)
                 w->calls[w->n_calls - 1].tag = kind == PT_EV_ARGS ? key | PT_TAG_ARGS_BIT : key;
             continue;
@@ -991,7 +1034,7 @@ pt_walk_finish(pt_walk *w)
     /* calls open at stop end then; one that ended after it would stick out */
     if (rc == PT_OK && w->has_now && stop_ns < w->now && w->n_nodes)
         rc = PT_ERR_ARG;
-    if (rc == PT_OK && !w->scan) {
+    if (rc == PT_OK && !w->scan && !w->stream) {
         /* the shown calls open at stop, for the emitting walk's begins */
         uint64_t open = 0;
         for (uint64_t i = 0; i < w->n_nodes; i++)
@@ -1008,7 +1051,7 @@ pt_walk_finish(pt_walk *w)
     /* regions opened at the top level close with the thread's last call */
     while (rc == PT_OK && w->n_nodes)
         rc = pt_walk_end_node(w, w->max_end, 0);
-    if (rc == PT_OK && !w->scan) {
+    if (rc == PT_OK && !w->scan && !w->stream) {
         /* Emitting walks meet calls in ordinal order: sorted once here, then only
          * read (several walks may use one scan at once, the GIL released). */
         if (w->n_renames)
@@ -1072,7 +1115,7 @@ pt_walk_consume(pt_walk *w, uint64_t n)
 int
 pt_walk_keep_durations(pt_walk *w, uint64_t expected)
 {
-    if (w->scan || w->ordinals)
+    if (w->scan || w->stream || w->ordinals)
         return PT_ERR_STATE;        /* a scan, before it is fed */
     /* sized once (a first scan counted the calls): no doubling slack */
     if (expected && pt_walk_grow((void **)&w->durations, &w->cap_durations, expected,

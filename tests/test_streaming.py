@@ -231,6 +231,39 @@ def test_walk_gives_the_slice_pipelines_calls(program, hidden, min_ns, splits):
         _sliced(events, hidden, min_ns, stop_ticks)
 
 
+def _records(generator):
+    return [(r.ts, r.key, r.flags) for records, n in generator
+            for r in (records[i] for i in range(n))]
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=list(HealthCheck))
+@given(program=st.lists(ops, max_size=80),
+       hidden=st.lists(st.sampled_from([0, 0, 0, 1, 2, 3, 4, 5]), min_size=len(NAMES),
+                       max_size=len(NAMES)),
+       min_ns=st.sampled_from([0, 0, 15, 60]),
+       splits=st.lists(st.integers(1, 7), max_size=20),
+       stream_splits=st.lists(st.integers(1, 7), max_size=20))
+def test_a_stream_gives_the_emitting_walks_records(program, hidden, min_ns, splits,
+                                                   stream_splits):
+    """A walk without a scan (what an encoder running during the trace has) gives
+    the records of the scan-led walk, open at stop said at the end, unless the
+    thread has a tag or args: then it says it is stale."""
+    from pytrace_cffi.render.walk import KeyPlan, Streams
+    events = _events(program)
+    hidden[0] = 0
+    stop_ticks = _stop_ticks(events)
+    plan = KeyPlan(list(NAMES), list(KINDS), {}, hidden, TAGS, ARGS)
+    led = Streams(plan, [_ListEvents(events, splits)], CLOCK, stop_ticks, min_ns)
+    alone = Streams(plan, [_ListEvents(events, stream_splits)], CLOCK, stop_ticks, min_ns,
+                    lazy=True)
+    stale = [None]
+    streamed = _records(alone.stream_records(0, stale))
+    marked = any(kind in (lib.PT_EV_TAG, lib.PT_EV_ARGS) for _, _, kind in events)
+    assert stale[0] == marked
+    if not marked:
+        assert streamed == _records(led.records(0))
+
+
 def _stop_ticks(events):
     return 1000 + sum(d for d, _, _ in events) + 7
 

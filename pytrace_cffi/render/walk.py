@@ -257,6 +257,29 @@ class Streams:
         if ready:
             yield records[0], ready
 
+    def stream_records(self, index, stale):
+        """Thread index's records as an encoder writing during the trace makes
+        them: one walk without a scan (pt_walk_new_stream). The same records as
+        records(index) unless it met a tag or args, which only a scan decides:
+        then stale[0] is set and the records are not the trace's."""
+        source = self.sources[index]
+        walk = ffi.gc(lib.pt_walk_new_stream(self._scan_tables, source.base_ticks),
+                      lib.pt_walk_free)
+        if walk == ffi.NULL:
+            raise MemoryError("pytrace_cffi: out of memory walking a thread")
+        records = ffi.new("pt_walk_record **")
+        for events, n in source.runs():
+            _check(lib.pt_walk_feed(walk, events, n), source, walk)
+            ready = lib.pt_walk_ready(walk, records)
+            if ready:
+                yield records[0], ready
+                lib.pt_walk_consume(walk, ready)
+        _check(lib.pt_walk_finish(walk), source, walk)
+        ready = lib.pt_walk_ready(walk, records)
+        if ready:
+            yield records[0], ready
+        stale[0] = bool(lib.pt_walk_stale(walk))
+
     def slices(self, index):
         """Thread index's slices in start order, numbered as the slice table numbers
         them, from a second scan that keeps each call's duration (4 bytes a call,
