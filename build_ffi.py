@@ -2,8 +2,9 @@
 
 The C lives in real files under c_src/; this script lists them and hands cffi
 the plain-C interface declared in c_src/pt_record.h, pt_read.h and pt_export.h
-(recording, reading, exporting). Run by setuptools through
-``cffi_modules`` (see setup.py), or directly: ``python build_ffi.py``.
+(recording, reading, exporting), and compiles the vendored libdeflate with it
+(c_src/libdeflate/). Run by setuptools through ``cffi_modules`` (see setup.py),
+or directly: ``python build_ffi.py``.
 """
 import os
 import re
@@ -33,7 +34,13 @@ def plain_c_interface(header_path):
 SOURCES = ["pt_core.c", "pt_buffers.c", "pt_keys.c", "pt_clock.c", "pt_signals.c",
            "pt_hooks.c", "pt_tables.c", "pt_replay.c", "pt_export.c", "pt_perfetto.c",
            "pt_annotate.c", "pt_reduce.c", "pt_summary.c", "pt_jsonlines.c",
-           "pt_walk.c", "pt_pfread.c", "pt_own.c", "pt_merge.c"]
+           "pt_walk.c", "pt_pfread.c", "pt_own.c", "pt_merge.c", "pt_deflate.c"]
+# libdeflate's zlib-format compression (c_src/libdeflate/README.md: what is kept),
+# compiled as units of the same module for pt_deflate.c; its API stays hidden.
+LIBDEFLATE = ["libdeflate/lib/" + name for name in
+              ("deflate_compress.c", "zlib_compress.c", "adler32.c", "utils.c",
+               "x86/cpu_features.c", "arm/cpu_features.c")]
+SOURCES += LIBDEFLATE
 
 ffibuilder = FFI()
 ffibuilder.cdef("\n".join(plain_c_interface(os.path.join(C_SRC, name)) for name in INTERFACE))

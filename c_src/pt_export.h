@@ -1,7 +1,8 @@
 /* pt_export.h - exporting: the encoders of each output's bulk (Chrome JSON,
  * .pftrace, the HTML page's reduction, the summary) and merge_torch's steps, fed
- * slices (the walk's batches, a loaded file's) or walk records. Part of the
- * interface cffi sees (see pt_record.h).
+ * slices (the walk's batches, a loaded file's) or walk records; the deflate of
+ * .pftrace's compressed packets. Part of the interface cffi sees (see
+ * pt_record.h).
  */
 #ifndef PT_EXPORT_H
 #define PT_EXPORT_H
@@ -157,5 +158,24 @@ uint64_t pt_region_edges_filter(pt_region_edges *edges, pt_slice *slices, uint64
                                 uint32_t n_keys);
 void pt_region_edges_counts(const pt_region_edges *edges, uint64_t *replaced,
                             uint64_t *crossing);
+
+/* zlib-format deflate (pt_deflate.c, libdeflate): the .pftrace writer's
+ * compressed_packets. pt_deflater_new(level): a deflater of level
+ * PT_DEFLATE_MIN_LEVEL..PT_DEFLATE_MAX_LEVEL (libdeflate's: 0 stores, 1 is the
+ * fastest, 6 zlib's default, 10-12 slow and thorough); NULL for a level out of
+ * that range (refused, never clamped) or when out of memory. pt_deflate_zlib
+ * compresses in[0..n) whole into one zlib stream (header, deflate, adler32) in
+ * out[0..cap) and returns its size, or 0 when it did not fit in cap (out is
+ * then unspecified) or d is NULL. pt_deflate_bound: a cap always enough for n
+ * bytes (d NULL: for any level), UINT64_MAX when n is too big to compress at
+ * all. No Python API: callable on any thread without the GIL; one deflater is
+ * used by one thread at a time. */
+#define PT_DEFLATE_MIN_LEVEL 0
+#define PT_DEFLATE_MAX_LEVEL 12
+typedef struct pt_deflater pt_deflater;
+pt_deflater *pt_deflater_new(int level);
+void pt_deflater_free(pt_deflater *d);
+uint64_t pt_deflate_bound(pt_deflater *d, uint64_t n);
+uint64_t pt_deflate_zlib(pt_deflater *d, const void *in, uint64_t n, void *out, uint64_t cap);
 
 #endif /* PT_EXPORT_H */

@@ -15,7 +15,7 @@
 
 #if defined(LIBDEFLATE_DLL) && (defined(_WIN32) || defined(__CYGWIN__))
 #  define LIBDEFLATE_EXPORT_SYM  __declspec(dllexport)
-#elif defined(__GNUC__)
+#elif defined(__GNUC__) && 0	/* pytrace_cffi: see README.md, "Local changes" */
 #  define LIBDEFLATE_EXPORT_SYM  __attribute__((visibility("default")))
 #else
 #  define LIBDEFLATE_EXPORT_SYM
@@ -36,6 +36,10 @@
 #endif
 
 #define LIBDEFLATEAPI	LIBDEFLATE_EXPORT_SYM LIBDEFLATE_ALIGN_STACK
+
+#if defined(__GNUC__)	/* pytrace_cffi: see README.md, "Local changes" */
+#  pragma GCC diagnostic ignored "-Wsign-compare"
+#endif
 
 #include "../common_defs.h"
 
