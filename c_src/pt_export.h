@@ -178,4 +178,38 @@ void pt_deflater_free(pt_deflater *d);
 uint64_t pt_deflate_bound(pt_deflater *d, uint64_t n);
 uint64_t pt_deflate_zlib(pt_deflater *d, const void *in, uint64_t n, void *out, uint64_t cap);
 
+/* The .pftrace encoded during the run (pt_live.c): a thread that follows a
+ * spill file (events.bin) as it grows and writes each traced thread's packets to
+ * part_prefix + its index (sequence 2 + index, clock starting at ns0; deflated
+ * into compressed_packets packets at level, or plain with level -1). mark_stop
+ * and mark_start: the debug annotations of a call open at stop (on its end) and
+ * at start (on its begin). pt_live_new: NULL when out of memory or the spill
+ * file cannot be opened. pt_live_add_keys: the next n keys' TrackEvent bytes,
+ * InternedData bytes and hiding, before any block that uses them is committed.
+ * pt_live_advance: the spill file's length in whole blocks. pt_live_finish:
+ * the last length and the stop, then waits for the encoder; *out says whether
+ * the parts are the whole trace (complete), or why not. pt_live_free stops it. */
+#define PT_ERR_LIVE_IO -20       /* a read of the spill file or a part's write failed */
+typedef struct pt_live pt_live;
+typedef struct {
+    int status;             /* PT_OK, or why the encoder stopped */
+    int stale;              /* it met a tag or args: only the whole trace tells */
+    int error_number;       /* errno of a failed read or write */
+    int complete;           /* every committed block encoded, every part written */
+    uint32_t n_threads;     /* threads seen (their parts: part_prefix + index) */
+    uint32_t n_keys;
+    uint64_t events;
+} pt_live_result;
+pt_live *pt_live_new(const char *spill_path, const char *part_prefix, int level,
+                     int64_t tick0, int64_t ns0, double ns_per_tick, int64_t min_ns,
+                     const char *mark_stop, uint32_t stop_len, const char *mark_start,
+                     uint32_t start_len);
+int pt_live_add_keys(pt_live *e, const char *events, const uint32_t *event_lens,
+                     const char *interned, const uint32_t *interned_lens,
+                     const uint8_t *hidden, uint32_t n);
+int pt_live_start(pt_live *e);
+void pt_live_advance(pt_live *e, uint64_t committed);
+int pt_live_finish(pt_live *e, uint64_t committed, int64_t stop_ticks, pt_live_result *out);
+void pt_live_free(pt_live *e);
+
 #endif /* PT_EXPORT_H */

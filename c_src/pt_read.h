@@ -167,6 +167,7 @@ pt_walk *pt_walk_new(const pt_walk_tables *tables, const pt_walk *scan, int64_t 
  * args (what only a scan decides): its records are then not the trace's. */
 pt_walk *pt_walk_new_stream(const pt_walk_tables *tables, int64_t base_ticks);
 void pt_walk_stream_keys(pt_walk *walk, const uint8_t *hidden, uint32_t n_hidden);
+void pt_walk_stream_stop(pt_walk *walk, int64_t stop_ticks);
 int pt_walk_stale(const pt_walk *walk);
 void pt_walk_free(pt_walk *walk);
 int pt_walk_feed(pt_walk *walk, const pt_event *events, uint64_t n);

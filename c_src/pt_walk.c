@@ -264,6 +264,13 @@ pt_walk_stream_keys(pt_walk *w, const uint8_t *hidden, uint32_t n_hidden)
     w->t.n_hidden = n_hidden;
 }
 
+/* A stream learns at the end when the trace stopped (its open calls end then). */
+void
+pt_walk_stream_stop(pt_walk *w, int64_t stop_ticks)
+{
+    w->t.stop_ticks = stop_ticks;
+}
+
 int
 pt_walk_stale(const pt_walk *w)
 {

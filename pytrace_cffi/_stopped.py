@@ -70,7 +70,9 @@ def _stop_facts(session):
     stopped = ffi.new("pt_stop_facts *")
     check(lib.pt_get_stop_facts(ptr, _clock.USE_TSC, stopped), ptr, "stop facts")
     start_ns, tick0, stop_ticks = stopped.start_ns, stopped.start_ticks, stopped.stop_ticks
-    ns_per_tick = _clock.ns_per_tick((stopped.now_ticks, stopped.now_ns))
+    # a slope fixed during the run (follow/live.py's encoder used it) holds
+    ns_per_tick = (getattr(session, "fixed_ns_per_tick", None)
+                   or _clock.ns_per_tick((stopped.now_ticks, stopped.now_ns)))
 
     def to_ns(ticks):
         # Same arithmetic as the C walk (double product, truncated), so calls

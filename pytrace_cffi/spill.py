@@ -69,6 +69,9 @@ def finish_spill(session):
     keep_spill_file(session)
     check(lib.pt_spill_rest(session.ptr), session.ptr, "spilling")
     facts = session_facts(session)
+    finish_live = getattr(session, "finish_live", None)
+    if finish_live is not None:
+        finish_live(facts)      # a followed process's encoder does its last events
     directory = session.output
     names = facts["names"]
     # pt_spill_rest moved every event still held to events.bin (or counted it as

@@ -1,6 +1,7 @@
 """`run`'s tracing windows with its children followed: each window is a job
 (its per-process traces in a directory of their own), joined into the window's
 OUT when it closes (follow/finish.py)."""
+import os
 import shutil
 
 from .. import _has_session, formats, start
@@ -47,6 +48,9 @@ class JobWindows(Windows):
             exits.owe_run_finish(RunFinish(self._job, path, keep_in is not None, self._write,
                                            self._export))
             identity.run_here(path)
+            if os.fspath(path).endswith(".pftrace"):
+                from ..follow import live
+                live.request()          # the program's process encodes as it runs
             exits.handle_sigterm()      # (the session's end takes it away again)
         # Last statement: what this frame runs once the hooks are live is recorded.
         start(follow_children=True, output=self._job, **self._options)

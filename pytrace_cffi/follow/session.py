@@ -51,6 +51,7 @@ class _KeyNames:
         # Held while writing, and by stop(): a hook that let other threads run is
         # not cut short by a stop. Reentrant: a SIGTERM handler may stop from here.
         self.lock = threading.RLock()
+        self.live = None                    # the LiveEncoder of run -o OUT.pftrace
 
     @property
     def path(self):
@@ -65,6 +66,8 @@ class _KeyNames:
                 if not self._move_elsewhere():
                     raise
                 self._write_new()
+            if self.live is not None:
+                self.live.before_spill()
 
     def _write_new(self):
         n_keys = lib.pt_key_count(self.ptr)
@@ -82,6 +85,8 @@ class _KeyNames:
         lib.pt_key_flags(self.ptr, flags, len(flags))
         hides = [key_hiding(source, flags[self.keys_written + i] & lib.PT_KEY_SKIPPED)
                  for i, source in enumerate(sources)]
+        if self.live is not None:
+            self.live.keys(names, [_kind(source) for source in sources], hides)
         record = {"first": self.keys_written,
                   # the first record also holds the clock's start, for recover()
                   **({"start_ns": lib.pt_start_ns(self.ptr),
@@ -180,6 +185,8 @@ class _KeyNames:
         return True
 
     def _move_to(self, place):
+        if self.live is not None:
+            self.live.abandon("the process's trace moved while it ran")
         """Copies the spill file into the new directory place and spills there from
         now on; process.json and keys.jsonl are written there anew, the old
         directory goes. Returns whether it worked (else place is removed)."""
@@ -264,6 +271,10 @@ class FollowSession(Session):
                                     self.job_dir, chunk_bytes)
         check(lib.pt_set_spill_hook(self.ptr, ffi.cast("void *", id(self._key_names))),
               self.ptr, "spill hook")
+        from . import live
+        if root and live.requested():
+            self._key_names.live = live.LiveEncoder(self.ptr, self.process_dir,
+                                                    self.min_duration_ns)
         self.process_meta = {}
         self._saved_env = None
 
@@ -325,6 +336,17 @@ class FollowSession(Session):
         if self._key_names.stopped_because:
             self.process_meta["stopped_early"] = (
                 f"recording stopped at a spill: {self._key_names.stopped_because}")
+
+    @property
+    def fixed_ns_per_tick(self):
+        """The clock's slope the live encoder fixed (the trace keeps it), or None."""
+        live = self._key_names.live
+        return live.ns_per_tick if live is not None and live.c is not None else None
+
+    def finish_live(self, facts):
+        """finish_spill's call once the last events are in events.bin."""
+        if self._key_names.live is not None:
+            self._key_names.live.finish(facts)
 
     def result(self):
         try:

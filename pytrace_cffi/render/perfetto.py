@@ -327,15 +327,10 @@ def _blob(parts):
     return blob, ffi.new("uint32_t[]", offsets)
 
 
-def _chunks(trace, progress, chunk_bytes, uuids=None, own_batches=None):
-    """The file's packets in pieces of at most about chunk_bytes (bytes, or a view
-    of the C side's buffer that the next piece overwrites). uuids: a dict that
-    gets the tracks' uuids ("process_of_pid", "tids", "next_uuid") as soon as
-    they are made. own_batches(index): a thread's slices in start order as
-    batches of (pt_slice *, n, index of the first) to write instead of its own
-    (None: its own)."""
+def track_uuids(trace, uuids):
+    """Fills uuids with the tracks' uuids ("process_of_pid", "tids", "next_uuid",
+    ...) and TrackDescriptor bodies ("descriptors") of trace."""
     base_uuid = _uuid_base(trace)
-    uuids = {} if uuids is None else uuids
     uuids.update(process=base_uuid, threads=[], tids={}, counters={})
     for index, thread in enumerate(trace.threads):
         uuid = base_uuid + 1 + index
@@ -377,6 +372,35 @@ def _chunks(trace, progress, chunk_bytes, uuids=None, own_batches=None):
          for index, thread in enumerate(trace.threads)],
         single_name=trace.label or "python")
 
+
+def key_event_bytes(key, kind, args, annotation_names):
+    """What a begin of key says (TrackEvent name_iid (10), category_iids (3), the
+    key's args as debug annotations)."""
+    return (_int(10, key + 1) + _int(3, _CATEGORY_IID[kind])
+            + (annotation_names.annotations(args) if args else b""))
+
+
+def key_interned_bytes(key, name):
+    """key's InternedData event_names (2) entry."""
+    return _bytes(2, _int(1, key + 1) + _bytes(2, name))
+
+
+def interned_head(annotation_names):
+    """A thread sequence's first interned data: the categories and annotation names."""
+    return (b"".join(_bytes(1, _int(1, iid) + _bytes(2, name))
+                     for iid, name in enumerate(CATEGORIES, 1))
+            + annotation_names.interned())
+
+
+def _chunks(trace, progress, chunk_bytes, uuids=None, own_batches=None):
+    """The file's packets in pieces of at most about chunk_bytes (bytes, or a view
+    of the C side's buffer that the next piece overwrites). uuids: a dict that
+    gets the tracks' uuids ("process_of_pid", "tids", "next_uuid") as soon as
+    they are made. own_batches(index): a thread's slices in start order as
+    batches of (pt_slice *, n, index of the first) to write instead of its own
+    (None: its own)."""
+    uuids = {} if uuids is None else uuids
+    track_uuids(trace, uuids)
     yield b"".join(_process_sequence(trace, uuids))
     annotation_names = _AnnotationNames()
 
@@ -384,14 +408,10 @@ def _chunks(trace, progress, chunk_bytes, uuids=None, own_batches=None):
     # key's args as debug annotations; the InternedData event_names (2) entry.
     events, interned = [], []
     for key, (name, kind) in enumerate(zip(trace.names, trace.key_kinds)):
-        args = trace.key_args.get(key)
-        events.append(_int(10, key + 1) + _int(3, _CATEGORY_IID[kind])
-                      + (annotation_names.annotations(args) if args else b""))
-        interned.append(_bytes(2, _int(1, key + 1) + _bytes(2, name)))
+        events.append(key_event_bytes(key, kind, trace.key_args.get(key), annotation_names))
+        interned.append(key_interned_bytes(key, name))
     marks = _OpenMarks(annotation_names)
-    interned_head = (b"".join(_bytes(1, _int(1, iid) + _bytes(2, name))
-                              for iid, name in enumerate(CATEGORIES, 1))
-                     + annotation_names.interned())
+    head = interned_head(annotation_names)
     n_keys = len(events)
     event_blob, event_offsets = _blob(events)
     interned_blob, interned_offsets = _blob(interned)
@@ -428,7 +448,7 @@ def _chunks(trace, progress, chunk_bytes, uuids=None, own_batches=None):
         if first is not None:
             clock_ns = min(clock_ns, first[0][0].ts if from_records else first[0][0].start)
         yield _thread_head(uuids["descriptors"]["threads"][index], uuids["threads"][index],
-                           sequence_id, interned_head, clock_ns)
+                           sequence_id, head, clock_ns)
         ffi.memmove(interned_done, bytes(max(1, n_keys)), max(1, n_keys))
         if first is None:
             continue

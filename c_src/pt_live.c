@@ -1,0 +1,604 @@
+/* pt_live.c - the .pftrace encoded while the program runs, on a thread of its own.
+ *
+ * A traced process that spills every full chunk to its events.bin (a followed
+ * process, `run -o OUT.pftrace`) would otherwise encode all of it after the
+ * program ended. This unit follows events.bin as it grows (Python tells it the
+ * length in whole blocks at each spill: pt_live_advance) on a pthread that holds
+ * no GIL, so the second core does the work: each thread's blocks go through a
+ * stream walk (pt_walk_new_stream) and the .pftrace encoder (pt_pftrace_records)
+ * into that thread's own part file, deflated a piece at a time (pt_deflate.c).
+ * At the end only the last blocks are left; Python then writes the file's head
+ * (process and thread tracks, clocks) and appends each thread's part, so every
+ * sequence stays whole, as a whole-trace export writes it.
+ *
+ * Keys come from Python before the spill that first uses them (the same moment
+ * keys.jsonl is written): their TrackEvent and InternedData bytes and how the
+ * walk hides them, appended to a staging area under a lock the encoder holds
+ * only to take them. The encoder never blocks the program: a block it has not
+ * reached waits on disk. Anything it cannot do (a tag or args, which only a scan
+ * decides; bad input; no memory; a failed write) stops it with a status, and
+ * Python writes the file from the whole trace instead.
+ */
+#include "pt_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PT_LIVE_HEADER 16           /* events.bin: magic, version, record size */
+#define PT_LIVE_BLOCK_HEADER 24     /* thread index, reserved, count, base ticks */
+#define PT_LIVE_PIECE (256u << 10)  /* input of one compressed_packets packet */
+#define PT_LIVE_FIRST_SEQUENCE 2    /* thread i's sequence: 2 + i (1 is the process's) */
+#define PT_VARINT_BYTES 10
+
+static uint32_t
+pt_varint_size(uint64_t v)
+{
+    uint32_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static uint32_t
+pt_varint_write(char *p, uint64_t v)
+{
+    uint32_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (char)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (char)v;
+    return n;
+}
+
+typedef struct {
+    pt_walk *walk;
+    uint8_t *interned_done;         /* per key: its name is interned on the sequence */
+    uint32_t n_done;
+    int64_t last_ns;
+    char *pending;                  /* encoded packets not yet written */
+    uint64_t used, cap;
+    uint64_t events;
+} pt_live_thread;
+
+/* A growing blob of per-key bytes: key k is bytes[offsets[k]..offsets[k + 1]),
+ * PT_PF_BLOB_PADDING zero bytes after the last. */
+typedef struct {
+    char *bytes;
+    uint32_t *offsets;
+    uint64_t len, cap;
+    uint32_t n, offsets_cap;
+} pt_live_blob;
+
+struct pt_live {
+    pthread_t thread;
+    int started;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    /* under lock */
+    uint64_t committed;             /* events.bin's length in whole blocks */
+    int finishing;
+    int abandon;                    /* pt_live_free while it runs: stop, write nothing more */
+    int done;
+    int64_t stop_ticks;
+    pt_live_blob staged_events, staged_interned;
+    uint8_t *staged_hidden;
+    uint32_t n_staged, staged_hidden_cap;
+    /* the encoder's own */
+    int fd;
+    char *part_prefix;
+    pt_deflater *deflater;
+    char *deflated;
+    uint64_t deflated_cap;
+    pt_walk_tables tables;
+    pt_live_blob events, interned;
+    uint8_t *hidden;
+    uint32_t n_keys, hidden_cap;
+    const char *marks[3];
+    uint32_t mark_lens[3];
+    char *mark_bytes;
+    pt_live_thread *threads;
+    uint32_t n_threads;
+    pt_event *buffer;
+    uint64_t buffer_cap;
+    uint64_t pos;
+    uint64_t events_done;
+    int status;                     /* PT_OK, or why it stopped */
+    int error_number;               /* errno of a failed read or write */
+    int stale;
+};
+
+static int
+pt_live_blob_add(pt_live_blob *b, const char *bytes, const uint32_t *lens, uint32_t n)
+{
+    uint64_t more = 0;
+    for (uint32_t i = 0; i < n; i++)
+        more += lens[i];
+    if (b->n + n + 1 > b->offsets_cap) {
+        uint32_t cap = b->offsets_cap ? b->offsets_cap : 64;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        uint32_t *grown = realloc(b->offsets, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return PT_ERR_NOMEM;
+        if (!b->offsets)
+            grown[0] = 0;
+        b->offsets = grown;
+        b->offsets_cap = cap;
+    }
+    if (b->len + more + PT_PF_BLOB_PADDING > b->cap) {
+        uint64_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + more + PT_PF_BLOB_PADDING)
+            cap *= 2;
+        char *grown = realloc(b->bytes, cap);
+        if (!grown)
+            return PT_ERR_NOMEM;
+        b->bytes = grown;
+        b->cap = cap;
+    }
+    if (b->len + more > UINT32_MAX)
+        return PT_ERR_ARG;
+    memcpy(b->bytes + b->len, bytes, more);
+    for (uint32_t i = 0; i < n; i++) {
+        b->len += lens[i];
+        b->offsets[b->n + i + 1] = (uint32_t)(b->offsets[b->n + i] + lens[i]);
+    }
+    b->n += n;
+    memset(b->bytes + b->len, 0, PT_PF_BLOB_PADDING);
+    return PT_OK;
+}
+
+static void
+pt_live_blob_free(pt_live_blob *b)
+{
+    free(b->bytes);
+    free(b->offsets);
+}
+
+pt_live *
+pt_live_new(const char *spill_path, const char *part_prefix, int level, int64_t tick0,
+            int64_t ns0, double ns_per_tick, int64_t min_ns, const char *mark_stop,
+            uint32_t stop_len, const char *mark_start, uint32_t start_len)
+{
+    pt_live *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->fd = -1;
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    e->part_prefix = strdup(part_prefix);
+    e->mark_bytes = malloc((size_t)stop_len + start_len + 1);
+    if (level >= 0)
+        e->deflater = pt_deflater_new(level);
+    if (!e->part_prefix || !e->mark_bytes || (level >= 0 && !e->deflater)) {
+        pt_live_free(e);
+        return NULL;
+    }
+    memcpy(e->mark_bytes, mark_stop, stop_len);
+    memcpy(e->mark_bytes + stop_len, mark_start, start_len);
+    e->marks[0] = e->mark_bytes;
+    e->marks[PT_PF_MARK_OPEN_AT_STOP] = e->mark_bytes;
+    e->marks[PT_PF_MARK_OPEN_AT_START] = e->mark_bytes + stop_len;
+    e->mark_lens[PT_PF_MARK_OPEN_AT_STOP] = stop_len;
+    e->mark_lens[PT_PF_MARK_OPEN_AT_START] = start_len;
+    e->tables.tick0 = tick0;
+    e->tables.ns0 = ns0;
+    e->tables.ns_per_tick = ns_per_tick;
+    e->tables.min_ns = min_ns > 0 ? min_ns : 0;
+    e->pos = PT_LIVE_HEADER;
+    e->fd = open(spill_path, O_RDONLY | O_CLOEXEC);
+    if (e->fd < 0) {
+        pt_live_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+int
+pt_live_add_keys(pt_live *e, const char *events, const uint32_t *event_lens,
+                 const char *interned, const uint32_t *interned_lens, const uint8_t *hidden,
+                 uint32_t n)
+{
+    pthread_mutex_lock(&e->lock);
+    int rc = pt_live_blob_add(&e->staged_events, events, event_lens, n);
+    if (rc == PT_OK)
+        rc = pt_live_blob_add(&e->staged_interned, interned, interned_lens, n);
+    if (rc == PT_OK && e->n_staged + n > e->staged_hidden_cap) {
+        uint32_t cap = e->staged_hidden_cap ? e->staged_hidden_cap : 64;
+        while (cap < e->n_staged + n)
+            cap *= 2;
+        uint8_t *grown = realloc(e->staged_hidden, cap);
+        if (!grown)
+            rc = PT_ERR_NOMEM;
+        else {
+            e->staged_hidden = grown;
+            e->staged_hidden_cap = cap;
+        }
+    }
+    if (rc == PT_OK) {
+        memcpy(e->staged_hidden + e->n_staged, hidden, n);
+        e->n_staged += n;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+/* Under lock: the staged keys become the encoder's. */
+static int
+pt_live_take_keys(pt_live *e)
+{
+    uint32_t n = e->n_staged;
+    if (!n)
+        return PT_OK;
+    uint32_t *lens = malloc((size_t)n * 2 * sizeof *lens);
+    if (!lens)
+        return PT_ERR_NOMEM;
+    for (uint32_t i = 0; i < n; i++) {
+        lens[i] = e->staged_events.offsets[i + 1] - e->staged_events.offsets[i];
+        lens[n + i] = e->staged_interned.offsets[i + 1] - e->staged_interned.offsets[i];
+    }
+    int rc = pt_live_blob_add(&e->events, e->staged_events.bytes, lens, n);
+    if (rc == PT_OK)
+        rc = pt_live_blob_add(&e->interned, e->staged_interned.bytes, lens + n, n);
+    free(lens);
+    if (rc == PT_OK && e->n_keys + n > e->hidden_cap) {
+        uint32_t cap = e->hidden_cap ? e->hidden_cap : 64;
+        while (cap < e->n_keys + n)
+            cap *= 2;
+        uint8_t *grown = realloc(e->hidden, cap);
+        if (!grown)
+            return PT_ERR_NOMEM;
+        e->hidden = grown;
+        e->hidden_cap = cap;
+    }
+    if (rc != PT_OK)
+        return rc;
+    memcpy(e->hidden + e->n_keys, e->staged_hidden, n);
+    e->n_keys += n;
+    e->staged_events.len = e->staged_interned.len = 0;
+    e->staged_events.n = e->staged_interned.n = 0;
+    e->n_staged = 0;
+    e->tables.hidden = e->hidden;
+    e->tables.n_hidden = e->n_keys;
+    for (uint32_t i = 0; i < e->n_threads; i++)
+        if (e->threads[i].walk)
+            pt_walk_stream_keys(e->threads[i].walk, e->hidden, e->n_keys);
+    return PT_OK;
+}
+
+static int
+pt_live_read(pt_live *e, void *out, uint64_t n, uint64_t at)
+{
+    char *p = out;
+    while (n) {
+        ssize_t got = pread(e->fd, p, n, (off_t)at);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            e->error_number = got < 0 ? errno : 0;
+            return PT_ERR_LIVE_IO;
+        }
+        p += got;
+        at += (uint64_t)got;
+        n -= (uint64_t)got;
+    }
+    return PT_OK;
+}
+
+static int
+pt_live_write_all(int fd, const char *p, uint64_t n)
+{
+    while (n) {
+        ssize_t put = write(fd, p, n);
+        if (put < 0 && errno == EINTR)
+            continue;
+        if (put <= 0)
+            return -1;
+        p += put;
+        n -= (uint64_t)put;
+    }
+    return 0;
+}
+
+/* Writes a thread's pending packets to its part file: whole, or deflated into
+ * one compressed_packets packet (TracePacket field 50). */
+static int
+pt_live_flush(pt_live *e, uint32_t index)
+{
+    pt_live_thread *t = &e->threads[index];
+    if (!t->used)
+        return PT_OK;
+    const char *data = t->pending;
+    uint64_t n = t->used;
+    char head[2 * PT_VARINT_BYTES + 4];
+    uint32_t head_len = 0;
+    if (e->deflater) {
+        uint64_t bound = pt_deflate_bound(e->deflater, n);
+        if (bound > e->deflated_cap) {
+            char *grown = realloc(e->deflated, bound);
+            if (!grown)
+                return PT_ERR_NOMEM;
+            e->deflated = grown;
+            e->deflated_cap = bound;
+        }
+        uint64_t size = pt_deflate_zlib(e->deflater, data, n, e->deflated, e->deflated_cap);
+        if (!size)
+            return PT_ERR_NOMEM;
+        /* Trace.packet { compressed_packets (50) = size bytes } */
+        uint64_t inner = 2 + pt_varint_size(size) + size;
+        head[head_len++] = 0x0a;
+        head_len += pt_varint_write(head + head_len, inner);
+        head[head_len++] = (char)0x92;
+        head[head_len++] = 0x03;
+        head_len += pt_varint_write(head + head_len, size);
+        data = e->deflated;
+        n = size;
+    }
+    char path[4096];
+    int len = snprintf(path, sizeof path, "%s%u", e->part_prefix, index);
+    if (len < 0 || (size_t)len >= sizeof path)
+        return PT_ERR_ARG;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0 || pt_live_write_all(fd, head, head_len) || pt_live_write_all(fd, data, n)) {
+        e->error_number = errno;
+        if (fd >= 0)
+            close(fd);
+        return PT_ERR_LIVE_IO;
+    }
+    close(fd);
+    t->used = 0;
+    return PT_OK;
+}
+
+/* The records the thread's walk has made final, encoded onto its sequence. */
+static int
+pt_live_encode(pt_live *e, uint32_t index)
+{
+    pt_live_thread *t = &e->threads[index];
+    if (t->n_done < e->n_keys) {
+        uint8_t *grown = realloc(t->interned_done, e->n_keys);
+        if (!grown)
+            return PT_ERR_NOMEM;
+        memset(grown + t->n_done, 0, e->n_keys - t->n_done);
+        t->interned_done = grown;
+        t->n_done = e->n_keys;
+    }
+    const pt_walk_record *records;
+    uint64_t n = pt_walk_ready(t->walk, &records), next = 0;
+    while (next < n) {
+        uint64_t written = 0, before = next;
+        int rc = pt_pftrace_records(records, n, &next, &t->last_ns, e->events.bytes,
+                                    e->events.offsets, e->interned.bytes,
+                                    e->interned.offsets, t->interned_done, e->n_keys,
+                                    e->marks, e->mark_lens,
+                                    PT_LIVE_FIRST_SEQUENCE + index, t->pending + t->used,
+                                    t->cap - t->used, &written);
+        t->used += written;
+        if (rc != PT_OK)
+            return rc;
+        if (next < n || t->used >= PT_LIVE_PIECE) {
+            if (next == before && !t->used)
+                return PT_ERR_ARG;      /* one packet larger than the buffer */
+            rc = pt_live_flush(e, index);
+            if (rc != PT_OK)
+                return rc;
+        }
+    }
+    pt_walk_consume(t->walk, n);
+    return PT_OK;
+}
+
+static int
+pt_live_thread_for(pt_live *e, uint32_t index, int64_t base_ticks)
+{
+    if (index >= e->n_threads) {
+        pt_live_thread *grown = realloc(e->threads, ((size_t)index + 1) * sizeof *grown);
+        if (!grown)
+            return PT_ERR_NOMEM;
+        memset(grown + e->n_threads, 0, (index + 1 - e->n_threads) * sizeof *grown);
+        e->threads = grown;
+        e->n_threads = index + 1;
+    }
+    pt_live_thread *t = &e->threads[index];
+    if (t->walk)
+        return PT_OK;
+    uint64_t biggest = 0;
+    for (uint32_t k = 0; k < e->n_keys; k++) {
+        uint64_t size = (uint64_t)e->events.offsets[k + 1] - e->events.offsets[k] +
+                        e->interned.offsets[k + 1] - e->interned.offsets[k];
+        if (size > biggest)
+            biggest = size;
+    }
+    t->cap = PT_LIVE_PIECE + 2 * biggest + 4096;
+    t->pending = malloc(t->cap);
+    t->walk = pt_walk_new_stream(&e->tables, base_ticks);
+    t->last_ns = e->tables.ns0;
+    if (!t->pending || !t->walk)
+        return PT_ERR_NOMEM;
+    return PT_OK;
+}
+
+/* One block of events.bin at e->pos: fed to its thread's walk and encoded. */
+static int
+pt_live_block(pt_live *e)
+{
+    unsigned char header[PT_LIVE_BLOCK_HEADER];
+    int rc = pt_live_read(e, header, sizeof header, e->pos);
+    if (rc != PT_OK)
+        return rc;
+    uint32_t index;
+    uint64_t n;
+    int64_t base_ticks;
+    memcpy(&index, header, 4);
+    memcpy(&n, header + 8, 8);
+    memcpy(&base_ticks, header + 16, 8);
+    if (!n || n > (1u << 28) || index > (1u << 20))
+        return PT_ERR_ARG;
+    if (n > e->buffer_cap) {
+        pt_event *grown = realloc(e->buffer, n * sizeof *grown);
+        if (!grown)
+            return PT_ERR_NOMEM;
+        e->buffer = grown;
+        e->buffer_cap = n;
+    }
+    rc = pt_live_read(e, e->buffer, n * sizeof(pt_event), e->pos + PT_LIVE_BLOCK_HEADER);
+    if (rc == PT_OK)
+        rc = pt_live_thread_for(e, index, base_ticks);
+    if (rc != PT_OK)
+        return rc;
+    pt_live_thread *t = &e->threads[index];
+    rc = pt_walk_feed(t->walk, e->buffer, n);
+    if (rc == PT_OK && pt_walk_stale(t->walk))
+        e->stale = 1;
+    if (rc == PT_OK && !e->stale)
+        rc = pt_live_encode(e, index);
+    e->pos += PT_LIVE_BLOCK_HEADER + n * sizeof(pt_event);
+    t->events += n;
+    e->events_done += n;
+    return rc;
+}
+
+static int
+pt_live_end(pt_live *e)
+{
+    for (uint32_t i = 0; i < e->n_threads; i++) {
+        pt_live_thread *t = &e->threads[i];
+        if (!t->walk)
+            continue;
+        pt_walk_stream_stop(t->walk, e->stop_ticks);
+        int rc = pt_walk_finish(t->walk);
+        if (rc == PT_OK && pt_walk_stale(t->walk))
+            e->stale = 1;
+        if (rc == PT_OK && !e->stale)
+            rc = pt_live_encode(e, i);
+        if (rc == PT_OK && !e->stale)
+            rc = pt_live_flush(e, i);
+        if (rc != PT_OK)
+            return rc;
+    }
+    return PT_OK;
+}
+
+static void *
+pt_live_main(void *arg)
+{
+    pt_live *e = arg;
+    pthread_mutex_lock(&e->lock);
+    for (;;) {
+        while (e->committed <= e->pos && !e->finishing && !e->abandon)
+            pthread_cond_wait(&e->wake, &e->lock);
+        if (e->abandon) {
+            e->done = 1;
+            pthread_cond_broadcast(&e->wake);
+            break;
+        }
+        uint64_t committed = e->committed;
+        int finishing = e->finishing;
+        int rc = pt_live_take_keys(e);
+        pthread_mutex_unlock(&e->lock);
+        while (rc == PT_OK && !e->stale && e->pos < committed)
+            rc = pt_live_block(e);
+        if (rc == PT_OK && !e->stale && finishing && e->pos >= committed)
+            rc = pt_live_end(e);
+        pthread_mutex_lock(&e->lock);
+        if (rc != PT_OK || e->stale || (finishing && e->pos >= committed)) {
+            e->status = rc;
+            e->done = 1;
+            pthread_cond_broadcast(&e->wake);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+int
+pt_live_start(pt_live *e)
+{
+    if (e->started)
+        return PT_ERR_STATE;
+    if (pthread_create(&e->thread, NULL, pt_live_main, e) != 0)
+        return PT_ERR_NOMEM;
+    e->started = 1;
+    return PT_OK;
+}
+
+void
+pt_live_advance(pt_live *e, uint64_t committed)
+{
+    pthread_mutex_lock(&e->lock);
+    if (committed > e->committed) {
+        e->committed = committed;
+        pthread_cond_signal(&e->wake);
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
+int
+pt_live_finish(pt_live *e, uint64_t committed, int64_t stop_ticks, pt_live_result *out)
+{
+    if (!e->started)
+        return PT_ERR_STATE;
+    pthread_mutex_lock(&e->lock);
+    if (committed > e->committed)
+        e->committed = committed;
+    e->stop_ticks = stop_ticks;
+    e->finishing = 1;
+    pthread_cond_signal(&e->wake);
+    while (!e->done)
+        pthread_cond_wait(&e->wake, &e->lock);
+    pthread_mutex_unlock(&e->lock);
+    pthread_join(e->thread, NULL);
+    e->started = 0;
+    out->status = e->status;
+    out->stale = e->stale;
+    out->error_number = e->error_number;
+    out->complete = e->status == PT_OK && !e->stale && e->pos == committed;
+    out->n_threads = e->n_threads;
+    out->n_keys = e->n_keys;
+    out->events = e->events_done;
+    return PT_OK;
+}
+
+void
+pt_live_free(pt_live *e)
+{
+    if (!e)
+        return;
+    if (e->started) {
+        pthread_mutex_lock(&e->lock);
+        e->abandon = 1;
+        pthread_cond_signal(&e->wake);
+        pthread_mutex_unlock(&e->lock);
+        pthread_join(e->thread, NULL);
+    }
+    if (e->fd >= 0)
+        close(e->fd);
+    for (uint32_t i = 0; i < e->n_threads; i++) {
+        pt_walk_free(e->threads[i].walk);
+        free(e->threads[i].interned_done);
+        free(e->threads[i].pending);
+    }
+    free(e->threads);
+    pt_live_blob_free(&e->events);
+    pt_live_blob_free(&e->interned);
+    pt_live_blob_free(&e->staged_events);
+    pt_live_blob_free(&e->staged_interned);
+    free(e->hidden);
+    free(e->staged_hidden);
+    free(e->buffer);
+    free(e->deflated);
+    free(e->mark_bytes);
+    free(e->part_prefix);
+    pt_deflater_free(e->deflater);
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->wake);
+    free(e);
+}

@@ -1,0 +1,180 @@
+"""The .pftrace of `run -o OUT.pftrace` encoded while the program runs.
+
+The run's own process spills each full chunk to events.bin; a LiveEncoder hands
+the C encoder (c_src/pt_live.c, a thread of its own without the GIL) each new
+key's bytes and the spill file's length at every spill, so the file's calls are
+encoded on the other core as the program runs. At stop the encoder does the last
+chunks; live.json then says whether its parts hold the whole trace (every key
+named at spill time as the trace names it at stop, no tag or args, no failure),
+and the run's finish writes OUT from them (render/perfetto_parts.py) instead of
+walking the trace again. Otherwise OUT is written from the whole trace, as
+before; live.json says why.
+
+The clock's slope (ticks to ns) is fixed when the encoder starts, at the first
+spill at least CALIBRATION_NS after the clock's first reading, and the trace
+keeps that slope (session.fixed_ns_per_tick): both encodings then agree to the
+nanosecond. PYTRACE_CFFI_LIVE=0 turns it off.
+"""
+import json
+import os
+
+from .. import _clock
+from .._core import ffi, lib
+from ..render.perfetto import COMPRESS_LEVEL, key_event_bytes, key_interned_bytes
+from ..render.perfetto_parts import live_marks
+
+LIVE_FILE = "live.json"
+PARTS_DIR = "live"
+CALIBRATION_NS = 1_000_000_000
+
+_requested = {"compress": None}
+
+
+def request(compress=True):
+    """run -o OUT.pftrace: the run's own process encodes as it runs."""
+    if os.environ.get("PYTRACE_CFFI_LIVE", "1") != "0":
+        _requested["compress"] = compress
+
+
+def requested():
+    return _requested["compress"] is not None
+
+
+def part_prefix(directory):
+    return os.path.join(directory, PARTS_DIR, "thread-")
+
+
+class LiveEncoder:
+    """The C encoder of one process's trace, fed by its spill hook."""
+
+    def __init__(self, ptr, directory, min_duration_ns):
+        self.ptr = ffi.cast("pt_tracer *", ptr)
+        self.directory = directory
+        self.min_duration_ns = min_duration_ns or 0
+        self.compress = _requested["compress"]
+        self.c = None
+        self.ns_per_tick = None
+        self.failed = None
+        self.names, self.kinds, self.hidden = [], [], []
+        self.given = 0
+        self.annotation_names = None
+
+    def keys(self, names, kinds, hidden):
+        """The keys named at this spill (keys.jsonl's), in key order."""
+        self.names += names
+        self.kinds += kinds
+        self.hidden += hidden
+
+    def before_spill(self):
+        """Called by the spill hook: starts the encoder once the clock's slope can
+        be fixed, gives it the new keys and the blocks spilled so far."""
+        if self.failed:
+            return
+        if self.c is None and not self._begin():
+            return
+        self._give()
+        lib.pt_live_advance(self.c, lib.pt_spill_bytes(self.ptr))
+
+    def abandon(self, why):
+        """The spill moved, or something failed: OUT is written from the whole trace."""
+        self.failed = self.failed or why
+        c, self.c = self.c, None
+        if c is not None:
+            ffi.release(c)      # pt_live_free now
+
+    def _begin(self):
+        ticks, ns = _clock.reading()
+        if _clock.USE_TSC and ns - _clock._BASELINE[1] < CALIBRATION_NS:
+            return False
+        self.ns_per_tick = _clock.ns_per_tick((ticks, ns))
+        self.annotation_names, stop, start = live_marks()
+        os.makedirs(os.path.join(self.directory, PARTS_DIR), exist_ok=True)
+        c = lib.pt_live_new(os.fsencode(os.path.join(self.directory, "events.bin")),
+                            os.fsencode(part_prefix(self.directory)),
+                            COMPRESS_LEVEL if self.compress else -1,
+                            lib.pt_start_ticks(self.ptr), lib.pt_start_ns(self.ptr),
+                            self.ns_per_tick, self.min_duration_ns, stop, len(stop), start,
+                            len(start))
+        if c == ffi.NULL:
+            self.failed = "the encoder could not start (no memory, or events.bin unreadable)"
+            return False
+        self.c = ffi.gc(c, lib.pt_live_free)
+        if lib.pt_live_start(self.c) != lib.PT_OK:
+            self.abandon("the encoder's thread could not start")
+            return False
+        return True
+
+    def _give(self):
+        new = range(self.given, len(self.names))
+        if not new:
+            return
+        events = [key_event_bytes(k, self.kinds[k], None, self.annotation_names) for k in new]
+        interned = [key_interned_bytes(k, self.names[k]) for k in new]
+        status = lib.pt_live_add_keys(self.c, b"".join(events),
+                                      ffi.new("uint32_t[]", [len(e) for e in events]),
+                                      b"".join(interned),
+                                      ffi.new("uint32_t[]", [len(i) for i in interned]),
+                                      bytes(self.hidden[k] for k in new), len(new))
+        if status != lib.PT_OK:
+            self.abandon("out of memory for the encoder's keys")
+            return
+        self.given = len(self.names)
+
+    def finish(self, facts):
+        """After the last spill (finish_spill): waits for the encoder and writes
+        live.json, saying whether its parts are the trace facts describes."""
+        reason = self.failed
+        result = None
+        if reason is None and self.c is None:
+            reason = "the program ended before the encoder started"
+        if reason is None:
+            # keys first seen after the last spill hook are named now, as the trace names them
+            n = len(self.names)
+            self.keys(list(facts["names"][n:]), list(facts["key_kinds"][n:]),
+                      list(facts["hidden"][n:]))
+            self._give()
+            result = ffi.new("pt_live_result *")
+            lib.pt_live_finish(self.c, lib.pt_spill_bytes(self.ptr),
+                               facts["clock"]["stop_ticks"], result)
+            reason = _why_not_whole(result, self, facts)
+            self.abandon(reason or "finished")
+        info = {"complete": reason is None, "reason": reason, "compressed": bool(self.compress),
+                "threads": len(facts["threads"]), "keys": len(facts["names"])}
+        try:
+            with open(os.path.join(self.directory, LIVE_FILE), "w", encoding="utf-8") as f:
+                json.dump(info, f)
+        except OSError:
+            pass            # no live.json: OUT is written from the whole trace
+
+
+def _why_not_whole(result, encoder, facts):
+    """None when the encoder's parts are the whole trace facts describes; else why."""
+    if result.stale:
+        return ("the trace has torch names or record_function args, which only the whole "
+                "trace decides")
+    if result.status != lib.PT_OK or not result.complete:
+        return (f"the encoder stopped (status {result.status}"
+                + (f", {os.strerror(result.error_number)}" if result.error_number else "") + ")")
+    if facts["clock"]["ns_per_tick"] != encoder.ns_per_tick:
+        return "the clock's slope changed"
+    n = len(facts["names"])
+    if (encoder.names[:n] != list(facts["names"]) or encoder.kinds[:n] != list(facts["key_kinds"])
+            or encoder.hidden[:n] != list(facts["hidden"])):
+        return "a function's name or hiding changed after it was first seen"
+    if result.n_threads > len(facts["threads"]):
+        return "more threads encoded than the trace has"
+    return None
+
+
+def whole_parts(directory, trace):
+    """The part prefix of directory's live parts when live.json says they hold
+    trace whole, else None."""
+    try:
+        with open(os.path.join(directory, LIVE_FILE), encoding="utf-8") as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if (not isinstance(info, dict) or info.get("complete") is not True
+            or info.get("threads") != len(trace.threads) or info.get("keys") != len(trace.names)):
+        return None
+    return part_prefix(directory), bool(info.get("compressed"))

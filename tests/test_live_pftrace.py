@@ -1,0 +1,73 @@
+"""`run -o OUT.pftrace` encodes the program's calls while it runs (follow/live.py,
+c_src/pt_live.c), and OUT then decodes to exactly the calls a whole-trace export
+of the same process gives; a trace the encoder cannot finish alone (record_function
+args) is written from the whole trace, and live.json says why."""
+import glob
+import json
+
+from pytrace_cffi import load
+from pytrace_cffi.formats import read
+
+from test_children_run import run_cli
+
+# Runs past the encoder's calibration second, with a second thread, a region and
+# an instant, spilling many chunks on the way.
+PROGRAM = """
+import threading, time
+import pytrace_cffi
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+def worker():
+    for _ in range(40):
+        sorted(range(50), key=abs)
+        fib(12)
+
+t = threading.Thread(target=worker, name="helper")
+t.start()
+end = time.monotonic() + 1.4
+while time.monotonic() < end:
+    with pytrace_cffi.record_function("step"{args}):
+        fib(12)
+    time.sleep(0.001)
+pytrace_cffi.instant("done")
+t.join()
+"""
+
+
+def _calls(trace):
+    """Every call of every thread: (thread, name, start, end, depth, parent, flags)."""
+    out = []
+    for index, (_, slices, n) in enumerate(trace.thread_slices()):
+        out.extend((index, trace.names[s.key], s.start, s.end, s.depth, s.parent, s.flags)
+                   for s in (slices[i] for i in range(n)))
+    return out
+
+
+def _run(tmp_path, args=""):
+    run_cli(tmp_path, PROGRAM.format(args=args), "-o", tmp_path / "out.pftrace",
+            "--processes-dir", tmp_path / "kept", "--max-events", 65536, "--spill")
+    directory, = glob.glob(str(tmp_path / "kept" / "proc-*"))
+    with open(f"{directory}/live.json", encoding="utf-8") as f:
+        info = json.load(f)
+    load(directory).export_perfetto(tmp_path / "whole.pftrace")
+    out, whole = read(tmp_path / "out.pftrace"), read(tmp_path / "whole.pftrace")
+    return info, out, whole
+
+
+def test_the_pftrace_is_encoded_while_the_program_runs(tmp_path):
+    info, out, whole = _run(tmp_path)
+    assert info["complete"], info["reason"]
+    calls = _calls(out)
+    assert len(calls) > 200_000 and {c[0] for c in calls} == {0, 1}
+    assert any(c[1] == "step" for c in calls)
+    assert calls == _calls(whole)
+    assert [m.name for m in out.marks] == [m.name for m in whole.marks] == ["done"]
+    assert [t.name for t in out.threads] == [t.name for t in whole.threads]
+
+
+def test_a_region_with_args_is_written_from_the_whole_trace(tmp_path):
+    info, out, whole = _run(tmp_path, args=', {"batch": 32}')
+    assert not info["complete"] and "record_function args" in info["reason"]
+    assert _calls(out) == _calls(whole)
