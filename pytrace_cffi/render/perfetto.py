@@ -32,7 +32,7 @@ import concurrent.futures
 import math
 import os
 import struct
-import zlib
+import threading
 
 from .._core import ffi, lib
 from .._files import replaced_atomically
@@ -44,8 +44,11 @@ CHUNK_BYTES = 4 << 20
 # Input of one compressed_packets packet: well under 512 KiB, so a reader inflates
 # the file in small pieces; more would not help deflate, whose window is 32 KiB.
 COMPRESSED_INPUT_BYTES = 256 << 10
-# zlib level 3: ~2.8 bytes a call on fib, 3-4x the speed of level 6 (~2.3 bytes)
-COMPRESS_LEVEL = 3
+# libdeflate level 1 (c_src/pt_deflate.c; docs/PERFORMANCE.md, "Compression"): one
+# thread deflates at 2-3x zlib level 3's speed (what this wrote before), about as fast
+# as the packets are encoded, for ~20% more bytes (~3 a call on fib), fewer than
+# zlib level 1's. Level 4 would keep zlib 3's size at 1.2-1.8x its speed.
+COMPRESS_LEVEL = 1
 COMPRESS_THREADS = 2
 PROCESS_SEQUENCE = 1
 SEQUENCE_CLOCK = 64                 # sequence-scoped clock ids are 64..127
@@ -149,13 +152,38 @@ def _uuid_base(trace):
     return ((trace.pid << 40) ^ trace.start_ns) & ((1 << 62) - 1) | 1 << 62
 
 
+class _Deflater:
+    """One pt_deflater (c_src/pt_deflate.c) and its output buffer: used by one
+    thread at a time. cffi lets go of the GIL while it deflates."""
+
+    def __init__(self, level):
+        deflater = lib.pt_deflater_new(level)
+        if deflater == ffi.NULL:
+            raise MemoryError(f"pytrace_cffi: no deflater of level {level}")
+        self.deflater = ffi.gc(deflater, lib.pt_deflater_free)
+        self.cap = 0
+        self.out = None
+
+    def compress(self, data):
+        """data (bytes) as one zlib stream, in bytes."""
+        bound = lib.pt_deflate_bound(self.deflater, len(data))
+        if bound > self.cap:
+            self.cap = max(bound, lib.pt_deflate_bound(self.deflater, COMPRESSED_INPUT_BYTES))
+            self.out = ffi.new("char[]", self.cap)
+        size = lib.pt_deflate_zlib(self.deflater, data, len(data), self.out, self.cap)
+        if size == 0:
+            raise RuntimeError("pytrace_cffi: deflate's output did not fit its bound")
+        return ffi.buffer(self.out, size)[:]
+
+
 class _Sink:
     """Writes whole Trace.packet entries, or deflates them into compressed_packets
-    packets of at most COMPRESSED_INPUT_BYTES input each. zlib lets go of the GIL
-    while it works, so pieces are deflated on COMPRESS_THREADS threads while the
-    next ones are encoded; at most twice that many wait, and they are written in
-    order. While a trace records (an export from a traced program) they are
-    deflated here instead: threads of ours must not show in a trace."""
+    packets of at most COMPRESSED_INPUT_BYTES input each, with libdeflate at
+    COMPRESS_LEVEL (a deflater per thread that deflates). The deflate lets go of
+    the GIL while it works, so pieces are deflated on COMPRESS_THREADS threads
+    while the next ones are encoded; at most twice that many wait, and they are
+    written in order. While a trace records (an export from a traced program)
+    they are deflated here instead: threads of ours must not show in a trace."""
 
     def __init__(self, out, compress):
         self.out = out
@@ -163,8 +191,15 @@ class _Sink:
         self.pending = []
         self.pending_bytes = 0
         self.in_flight = collections.deque()
+        self.deflaters = threading.local()
         self.pool = (concurrent.futures.ThreadPoolExecutor(COMPRESS_THREADS)
                      if compress and not _recording() else None)
+
+    def _deflate(self, data):
+        deflater = getattr(self.deflaters, "deflater", None)
+        if deflater is None:
+            deflater = self.deflaters.deflater = _Deflater(COMPRESS_LEVEL)
+        return deflater.compress(data)
 
     def write(self, data):
         """data may be a view of a buffer about to be reused: written or copied now."""
@@ -178,12 +213,10 @@ class _Sink:
 
     def _submit(self):
         if self.pending and self.pool is None:
-            self.out.write(_packet(_bytes(50, zlib.compress(b"".join(self.pending),
-                                                            COMPRESS_LEVEL))))
+            self.out.write(_packet(_bytes(50, self._deflate(b"".join(self.pending)))))
             self.pending, self.pending_bytes = [], 0
         elif self.pending:
-            self.in_flight.append(self.pool.submit(zlib.compress, b"".join(self.pending),
-                                                   COMPRESS_LEVEL))
+            self.in_flight.append(self.pool.submit(self._deflate, b"".join(self.pending)))
             self.pending, self.pending_bytes = [], 0
         while len(self.in_flight) > 2 * COMPRESS_THREADS:
             self._write_oldest()
@@ -198,11 +231,13 @@ class _Sink:
                 self._write_oldest()
 
     def close(self):
-        """Stops the threads; on failure the pieces still waiting are dropped."""
+        """Stops the threads (their deflaters go with them); on failure the
+        pieces still waiting are dropped."""
         if self.pool is not None:
             for future in self.in_flight:
                 future.cancel()
             self.pool.shutdown(wait=True)
+        self.deflaters = None
 
 
 def _recording():
