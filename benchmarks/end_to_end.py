@@ -5,13 +5,13 @@ a test:
 
     python benchmarks/end_to_end.py [--python PYTHON] [--rounds 3]
         [--workloads fib,builtins_mix,many_events:10,many_events:100,more_itertools]
-        [--ours-json] [--markdown FILE] [--json FILE]
+        [--ours-json] [--tools untraced,cProfile,...] [--markdown FILE] [--json FILE]
 
 Each workload runs as a program, one subprocess per run, under each tool:
 
     untraced        PYTHON MAIN
     cProfile        PYTHON -m cProfile -o out.prof MAIN
-    VizTracer       PYTHON -m viztracer --tracer_entries N -o out.json MAIN
+    VizTracer       PYTHON -m viztracer --tracer_entries N -o out.json -- MAIN
     pytrace_cffi    PYTHON -m pytrace_cffi run -o out.pftrace MAIN   (--ours-json: and -o out.json)
 
 MAIN is a small wrapper, the same under every tool, that runs the workload (a
@@ -86,7 +86,7 @@ else:
 try:
     _run()
 except SystemExit as exc:
-    _status = exc.code
+    _status = exc.code if exc.code is None or isinstance(exc.code, str) else int(exc.code)
     raise
 except BaseException:
     _status = "raised"
@@ -217,11 +217,20 @@ def make_tools(args, notes):
         notes.append(f"VizTracer: not measured, viztracer does not import in {args.python} "
                      f"(`{args.python} -m pip install viztracer`)")
     else:
+        # "--": its parser would take MAIN's own options (-m pytest) for its own
         tools.append(Tool(VIZTRACER, ".json", ["-m", "viztracer", "--tracer_entries",
-                                               str(args.viztracer_entries), "-o", "{out}"]))
+                                               str(args.viztracer_entries), "-o", "{out}",
+                                               "--"]))
     tools.append(Tool(OURS, ".pftrace", ["-m", "pytrace_cffi", "run", "-o", "{out}"]))
     if args.ours_json:
         tools.append(Tool(OURS_JSON, ".json", ["-m", "pytrace_cffi", "run", "-o", "{out}"]))
+    if args.tools:
+        wanted = [name.strip() for name in args.tools.split(",") if name.strip()]
+        known = [UNTRACED, CPROFILE, VIZTRACER, OURS, OURS_JSON]
+        unknown = [name for name in wanted if name not in known]
+        if unknown:
+            sys.exit(f"--tools: unknown {unknown} (known: {', '.join(known)})")
+        tools = [tool for tool in tools if tool.name in wanted]
     return tools, viz
 
 
@@ -316,7 +325,8 @@ def measure(args, workloads, tools, env, where):
     for workload in workloads:
         say(f"{workload.name}: warm-up (untraced) ...")
         try:
-            run_once(args.python, tools[0], workload, main, where, env, args.timeout)
+            run_once(args.python, Tool(UNTRACED, None, []), workload, main, where, env,
+                     args.timeout)
         except RunFailed as exc:
             say(f"{workload.name}: fails untraced, skipped ({exc})")
             continue
@@ -427,6 +437,10 @@ def parse_args(argv=None):
                              f"(default: {DEFAULT_WORKLOADS})")
     parser.add_argument("--ours-json", action="store_true",
                         help="also time pytrace_cffi run -o out.json")
+    parser.add_argument("--tools", default="",
+                        help="comma-separated: only these of untraced, cProfile, VizTracer, "
+                             "pytrace_cffi (and 'pytrace_cffi .json' with --ours-json); "
+                             "the ratios need untraced and cProfile among them")
     parser.add_argument("--viztracer-entries", type=int, default=VIZTRACER_ENTRIES,
                         help="VizTracer's --tracer_entries (its buffer, one entry per call; "
                              f"default {VIZTRACER_ENTRIES:,}: ~0.9 kB each while it writes)")
