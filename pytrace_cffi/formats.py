@@ -101,6 +101,12 @@ def is_chrome_json(path):
     return found is not None and found.chrome_json
 
 
+def is_pftrace(path):
+    """Whether path's name is that of a Perfetto protobuf trace (.pftrace)."""
+    found = find(path)
+    return found is not None and found.name == "pftrace"
+
+
 def numbered(path, number, fmt=None):
     """The name of window `number` of path, in its format (fmt, by default the
     one its name picks): out.json -> out.1.json, out.JSON.GZ -> out.1.JSON.GZ

@@ -1,7 +1,6 @@
 """`run`'s tracing windows with its children followed: each window is a job
 (its per-process traces in a directory of their own), joined into the window's
 OUT when it closes (follow/finish.py)."""
-import os
 import shutil
 
 from .. import _has_session, formats, start
@@ -48,7 +47,7 @@ class JobWindows(Windows):
             exits.owe_run_finish(RunFinish(self._job, path, keep_in is not None, self._write,
                                            self._export))
             identity.run_here(path)
-            if os.fspath(path).endswith(".pftrace"):
+            if formats.is_pftrace(path):
                 from ..follow import live
                 live.request()          # the program's process encodes as it runs
             exits.handle_sigterm()      # (the session's end takes it away again)

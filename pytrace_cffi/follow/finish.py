@@ -195,7 +195,7 @@ def _write_job(results, inputs, path, write, export):
 def _write_from_parts(trace, directory, path):
     """OUT.pftrace from the parts the process encoded as it ran (follow/live.py),
     when they hold its whole trace; else None (OUT is written from the trace)."""
-    if not os.fspath(path).endswith(".pftrace"):
+    if not formats.is_pftrace(path):
         return None
     from .live import whole_parts
     parts = whole_parts(directory, trace)
