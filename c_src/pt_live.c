@@ -17,7 +17,8 @@
  * only to take them. The encoder never blocks the program: a block it has not
  * reached waits on disk. Anything it cannot do (a tag or args, which only a scan
  * decides; bad input; no memory; a failed write) stops it with a status, and
- * Python writes the file from the whole trace instead.
+ * Python writes the file from the whole trace instead. A forked child's copy is
+ * left alone (its thread and lock are the parent's): freeing it does nothing.
  */
 #include "pt_internal.h"
 
@@ -78,6 +79,7 @@ typedef struct {
 } pt_live_blob;
 
 struct pt_live {
+    pid_t pid;                      /* the process whose thread it runs on */
     pthread_t thread;
     int started;
     pthread_mutex_t lock;
@@ -171,6 +173,7 @@ pt_live_new(const char *spill_path, const char *part_prefix, int level, int64_t 
     if (!e)
         return NULL;
     e->fd = -1;
+    e->pid = getpid();
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->wake, NULL);
     e->part_prefix = strdup(part_prefix);
@@ -533,6 +536,8 @@ pt_live_start(pt_live *e)
 void
 pt_live_advance(pt_live *e, uint64_t committed)
 {
+    if (e->pid != getpid())
+        return;
     pthread_mutex_lock(&e->lock);
     if (committed > e->committed) {
         e->committed = committed;
@@ -544,7 +549,7 @@ pt_live_advance(pt_live *e, uint64_t committed)
 int
 pt_live_finish(pt_live *e, uint64_t committed, int64_t stop_ticks, pt_live_result *out)
 {
-    if (!e->started)
+    if (!e->started || e->pid != getpid())
         return PT_ERR_STATE;
     pthread_mutex_lock(&e->lock);
     if (committed > e->committed)
@@ -572,6 +577,8 @@ pt_live_free(pt_live *e)
 {
     if (!e)
         return;
+    if (e->pid != getpid())
+        return;     /* a forked child's copy: its thread and lock are the parent's */
     if (e->started) {
         pthread_mutex_lock(&e->lock);
         e->abandon = 1;

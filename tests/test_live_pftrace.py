@@ -71,3 +71,26 @@ def test_a_region_with_args_is_written_from_the_whole_trace(tmp_path):
     info, out, whole = _run(tmp_path, args=', {"batch": 32}')
     assert not info["complete"] and "record_function args" in info["reason"]
     assert _calls(out) == _calls(whole)
+
+
+def test_a_fork_while_encoding_leaves_both_processes_whole(tmp_path):
+    """The child of a fork inherits the encoder's memory, not its thread: it
+    neither waits for nor frees it, and the job's file holds both processes."""
+    run_cli(tmp_path, PROGRAM.format(args="") + """
+import os
+pid = os.fork()
+if pid == 0:
+    fib(14)
+    os._exit(0)
+os.waitpid(pid, 0)
+fib(14)
+""", "-o", tmp_path / "out.pftrace", "--processes-dir", tmp_path / "kept",
+            "--max-events", 65536, "--spill")
+    job = read(tmp_path / "out.pftrace")
+    assert len({job.thread_pid(t) for t in job.threads}) == 2
+    counts = {}
+    for thread, slices, n in job.thread_slices():
+        pid = job.thread_pid(thread)
+        counts[pid] = counts.get(pid, 0) + sum(
+            1 for i in range(n) if job.names[slices[i].key].endswith(": fib"))
+    assert sorted(counts.values())[0] == 1219      # fib(14) once in the child

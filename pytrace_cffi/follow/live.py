@@ -134,9 +134,10 @@ class LiveEncoder:
                       list(facts["hidden"][n:]))
             self._give()
             result = ffi.new("pt_live_result *")
-            lib.pt_live_finish(self.c, lib.pt_spill_bytes(self.ptr),
-                               facts["clock"]["stop_ticks"], result)
-            reason = _why_not_whole(result, self, facts)
+            status = lib.pt_live_finish(self.c, lib.pt_spill_bytes(self.ptr),
+                                        facts["clock"]["stop_ticks"], result)
+            reason = (_why_not_whole(result, self, facts) if status == lib.PT_OK
+                      else "the encoder is not this process's (a forked child)")
             self.abandon(reason or "finished")
         info = {"complete": reason is None, "reason": reason, "compressed": bool(self.compress),
                 "threads": len(facts["threads"]), "keys": len(facts["names"])}
