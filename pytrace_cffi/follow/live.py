@@ -20,8 +20,6 @@ import os
 
 from .. import _clock
 from .._core import ffi, lib
-from ..render.perfetto import COMPRESS_LEVEL, key_event_bytes, key_interned_bytes
-from ..render.perfetto_parts import live_marks
 
 LIVE_FILE = "live.json"
 PARTS_DIR = "live"
@@ -87,6 +85,9 @@ class LiveEncoder:
         if _clock.USE_TSC and ns - _clock._BASELINE[1] < CALIBRATION_NS:
             return False
         self.ns_per_tick = _clock.ns_per_tick((ticks, ns))
+        # the writer's pieces, imported only now: run's start-up does not pay for them
+        from ..render.perfetto import COMPRESS_LEVEL
+        from ..render.perfetto_parts import live_marks
         self.annotation_names, stop, start = live_marks()
         os.makedirs(os.path.join(self.directory, PARTS_DIR), exist_ok=True)
         c = lib.pt_live_new(os.fsencode(os.path.join(self.directory, "events.bin")),
@@ -108,6 +109,7 @@ class LiveEncoder:
         new = range(self.given, len(self.names))
         if not new:
             return
+        from ..render.perfetto import key_event_bytes, key_interned_bytes
         events = [key_event_bytes(k, self.kinds[k], None, self.annotation_names) for k in new]
         interned = [key_interned_bytes(k, self.names[k]) for k in new]
         status = lib.pt_live_add_keys(self.c, b"".join(events),

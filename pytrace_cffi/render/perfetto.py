@@ -28,7 +28,6 @@ A call's "Python id" and "Python parent id" of the JSON are implicit here: the
 calls' begin order (thread by thread) and their nesting.
 """
 import collections
-import concurrent.futures
 import math
 import os
 import struct
@@ -190,10 +189,13 @@ class _Sink:
         self.compress = compress
         self.pending = []
         self.pending_bytes = 0
+        self.finishing = False
         self.in_flight = collections.deque()
         self.deflaters = threading.local()
-        self.pool = (concurrent.futures.ThreadPoolExecutor(COMPRESS_THREADS)
-                     if compress and not _recording() else None)
+        # made for the second piece: a small file (an empty run's) neither starts
+        # threads nor imports concurrent.futures (and logging, ~5 ms)
+        self.pool = None
+        self.pooled = compress and not _recording()
 
     def _deflate(self, data):
         deflater = getattr(self.deflaters, "deflater", None)
@@ -212,6 +214,9 @@ class _Sink:
         self.pending_bytes += len(data)
 
     def _submit(self):
+        if self.pending and self.pool is None and self.pooled and not self.finishing:
+            import concurrent.futures
+            self.pool = concurrent.futures.ThreadPoolExecutor(COMPRESS_THREADS)
         if self.pending and self.pool is None:
             self.out.write(_packet(_bytes(50, self._deflate(b"".join(self.pending)))))
             self.pending, self.pending_bytes = [], 0
@@ -226,7 +231,9 @@ class _Sink:
 
     def finish(self):
         if self.compress:
+            self.finishing = not self.in_flight    # one piece in all: deflated here
             self._submit()
+            self.finishing = False
             while self.in_flight:
                 self._write_oldest()
 
