@@ -180,7 +180,8 @@ uint64_t pt_deflate_zlib(pt_deflater *d, const void *in, uint64_t n, void *out, 
 
 /* The .pftrace encoded during the run (pt_live.c): a thread that follows a
  * spill file (events.bin) as it grows and writes each traced thread's packets to
- * part_prefix + its index (sequence 2 + index, clock starting at ns0; deflated
+ * part_prefix + its index (sequence first_sequence + index, below max_threads
+ * threads, clock starting at ns0; deflated
  * into compressed_packets packets at level, or plain with level -1). mark_stop
  * and mark_start: the debug annotations of a call open at stop (on its end) and
  * at start (on its begin). pt_live_new: NULL when out of memory or the spill
@@ -200,7 +201,8 @@ typedef struct {
     uint32_t n_keys;
     uint64_t events;
 } pt_live_result;
-pt_live *pt_live_new(const char *spill_path, const char *part_prefix, int level,
+pt_live *pt_live_new(const char *spill_path, const char *part_prefix,
+                     uint32_t first_sequence, uint32_t max_threads, int level,
                      int64_t tick0, int64_t ns0, double ns_per_tick, int64_t min_ns,
                      const char *mark_stop, uint32_t stop_len, const char *mark_start,
                      uint32_t start_len);

@@ -33,7 +33,6 @@
 #define PT_LIVE_HEADER 16           /* events.bin: magic, version, record size */
 #define PT_LIVE_BLOCK_HEADER 24     /* thread index, reserved, count, base ticks */
 #define PT_LIVE_PIECE (256u << 10)  /* input of one compressed_packets packet */
-#define PT_LIVE_FIRST_SEQUENCE 2    /* thread i's sequence: 2 + i (1 is the process's) */
 #define PT_VARINT_BYTES 10
 
 static uint32_t
@@ -100,6 +99,8 @@ struct pt_live {
     char *deflated;
     uint64_t deflated_cap;
     pt_walk_tables tables;
+    uint32_t first_sequence;        /* thread i's packet sequence: first_sequence + i */
+    uint32_t max_threads;
     pt_live_blob events, interned;
     uint8_t *hidden;
     uint32_t n_keys, hidden_cap;
@@ -165,15 +166,18 @@ pt_live_blob_free(pt_live_blob *b)
 }
 
 pt_live *
-pt_live_new(const char *spill_path, const char *part_prefix, int level, int64_t tick0,
-            int64_t ns0, double ns_per_tick, int64_t min_ns, const char *mark_stop,
-            uint32_t stop_len, const char *mark_start, uint32_t start_len)
+pt_live_new(const char *spill_path, const char *part_prefix, uint32_t first_sequence,
+            uint32_t max_threads, int level, int64_t tick0, int64_t ns0, double ns_per_tick,
+            int64_t min_ns, const char *mark_stop, uint32_t stop_len, const char *mark_start,
+            uint32_t start_len)
 {
     pt_live *e = calloc(1, sizeof *e);
     if (!e)
         return NULL;
     e->fd = -1;
     e->pid = getpid();
+    e->first_sequence = first_sequence;
+    e->max_threads = max_threads;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->wake, NULL);
     e->part_prefix = strdup(part_prefix);
@@ -381,7 +385,7 @@ pt_live_encode(pt_live *e, uint32_t index)
                                     e->events.offsets, e->interned.bytes,
                                     e->interned.offsets, t->interned_done, e->n_keys,
                                     e->marks, e->mark_lens,
-                                    PT_LIVE_FIRST_SEQUENCE + index, t->pending + t->used,
+                                    e->first_sequence + index, t->pending + t->used,
                                     t->cap - t->used, &written);
         t->used += written;
         if (rc != PT_OK)
@@ -442,8 +446,8 @@ pt_live_block(pt_live *e)
     memcpy(&index, header, 4);
     memcpy(&n, header + 8, 8);
     memcpy(&base_ticks, header + 16, 8);
-    if (!n || n > (1u << 28) || index > (1u << 20))
-        return PT_ERR_ARG;
+    if (!n || n > (1u << 28) || index >= e->max_threads)
+        return PT_ERR_ARG;      /* damaged, or more threads than sequences set aside */
     if (n > e->buffer_cap) {
         pt_event *grown = realloc(e->buffer, n * sizeof *grown);
         if (!grown)

@@ -22,6 +22,11 @@ from .. import _clock
 from .._core import ffi, lib
 
 LIVE_FILE = "live.json"
+# A process's thread i writes packet sequence first_sequence(pid) + i: the
+# processes of a job (distinct pids) never share one, so their parts are
+# stitched into one file as they are; a process with more threads than
+# MAX_THREADS is written from its whole trace.
+MAX_THREADS = 512
 PARTS_DIR = "live"
 CALIBRATION_NS = 1_000_000_000
 
@@ -36,6 +41,10 @@ def request(compress=True):
 
 def requested():
     return _requested["compress"] is not None
+
+
+def first_sequence(pid):
+    return 2 + ((pid & 0x3FFFFF) << 9)
 
 
 def part_prefix(directory):
@@ -92,7 +101,7 @@ class LiveEncoder:
         os.makedirs(os.path.join(self.directory, PARTS_DIR), exist_ok=True)
         c = lib.pt_live_new(os.fsencode(os.path.join(self.directory, "events.bin")),
                             os.fsencode(part_prefix(self.directory)),
-                            COMPRESS_LEVEL if self.compress else -1,
+                            first_sequence(os.getpid()), MAX_THREADS, COMPRESS_LEVEL if self.compress else -1,
                             lib.pt_start_ticks(self.ptr), lib.pt_start_ns(self.ptr),
                             self.ns_per_tick, self.min_duration_ns, stop, len(stop), start,
                             len(start))
@@ -142,6 +151,7 @@ class LiveEncoder:
                       else "the encoder is not this process's (a forked child)")
             self.abandon(reason or "finished")
         info = {"complete": reason is None, "reason": reason, "compressed": bool(self.compress),
+                "first_sequence": first_sequence(os.getpid()),
                 "threads": len(facts["threads"]), "keys": len(facts["names"])}
         try:
             with open(os.path.join(self.directory, LIVE_FILE), "w", encoding="utf-8") as f:
@@ -180,4 +190,7 @@ def whole_parts(directory, trace):
     if (not isinstance(info, dict) or info.get("complete") is not True
             or info.get("threads") != len(trace.threads) or info.get("keys") != len(trace.names)):
         return None
-    return part_prefix(directory), bool(info.get("compressed"))
+    sequence = info.get("first_sequence")
+    if not isinstance(sequence, int) or not 2 <= sequence < 2 ** 31:
+        return None
+    return part_prefix(directory), bool(info.get("compressed")), sequence

@@ -8,7 +8,7 @@ import os
 import shutil
 
 from .._files import replaced_atomically
-from .perfetto import (OPEN_AT_START, OPEN_AT_STOP, PROCESS_SEQUENCE, _AnnotationNames, _Sink,
+from .perfetto import (OPEN_AT_START, OPEN_AT_STOP, _AnnotationNames, _Sink,
                        _process_sequence, _thread_head, interned_head, track_uuids)
 
 
@@ -22,10 +22,10 @@ def live_marks():
     return names, stop, start
 
 
-def write_perfetto_parts(trace, path, part_prefix, compress):
+def write_perfetto_parts(trace, path, part_prefix, compress, first_sequence):
     """Writes trace's head and thread i's part (part_prefix + str(i); absent: a
-    thread with no call) to path, beside it and renamed. compress: the head
-    deflated as the parts are (or not)."""
+    thread with no call; its packets on sequence first_sequence + i) to path,
+    beside it and renamed. compress: the head deflated as the parts are (or not)."""
     path = os.fspath(path)
     uuids = {}
     track_uuids(trace, uuids)
@@ -36,7 +36,7 @@ def write_perfetto_parts(trace, path, part_prefix, compress):
             sink.write(b"".join(_process_sequence(trace, uuids)))
             for index in range(len(trace.threads)):
                 sink.write(_thread_head(uuids["descriptors"]["threads"][index],
-                                        uuids["threads"][index], PROCESS_SEQUENCE + 1 + index,
+                                        uuids["threads"][index], first_sequence + index,
                                         head, trace.start_ns))
                 sink.finish()
                 try:
