@@ -4,8 +4,10 @@ of the same process gives; a trace the encoder cannot finish alone (record_funct
 args) is written from the whole trace, and live.json says why."""
 import glob
 import json
+import os
 
 from pytrace_cffi import load
+from pytrace_cffi.follow.finish import export_job
 from pytrace_cffi.formats import read
 
 from test_children_run import run_cli
@@ -88,6 +90,13 @@ fib(14)
             "--max-events", 65536, "--spill")
     job = read(tmp_path / "out.pftrace")
     assert len({job.thread_pid(t) for t in job.threads}) == 2
+    lives = [json.load(open(f)) for f in glob.glob(str(tmp_path / "kept" / "*" / "live.json"))]
+    assert sorted(info["complete"] for info in lives) == [False, True]   # the child's ended
+    # the same job written from the whole traces (no live.json: no parts)
+    for f in glob.glob(str(tmp_path / "kept" / "*" / "live.json")):
+        os.unlink(f)
+    export_job([str(tmp_path / "kept")], tmp_path / "whole.pftrace")
+    assert _calls(job) == _calls(read(tmp_path / "whole.pftrace"))
     counts = {}
     for thread, slices, n in job.thread_slices():
         pid = job.thread_pid(thread)

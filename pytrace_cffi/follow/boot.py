@@ -44,6 +44,9 @@ def start_from_environment():
         if _untraced_helper(command) or _run_over(job_dir):
             return                    # (a run over: started as it ended, not traced)
         identity._child_job = job_dir
+        if config.get("live") is not None:
+            from . import live
+            live.request(bool(config["live"]))     # encodes its part as it runs
         # Tracing starts inside site's import of our sitecustomize: the frames below
         # (site's, importlib's) and what they run until they return are the
         # interpreter's start-up, not the program's (see hide_launcher_frames).

@@ -170,7 +170,12 @@ def _write_job(results, inputs, path, write, export):
     started = _progress.announce_writing(path)
     if len(results) == 1 and root:
         trace = load(root[0].directory)
-        written = _write_from_parts(trace, root[0].directory, path) or write(trace, path)
+        if formats.is_pftrace(path):
+            from .live import live_parts
+            parts = live_parts(root[0].directory, trace)
+            if parts is not None:
+                trace.live_parts = parts.__getitem__   # encoded while it ran
+        written = write(trace, path)
         if written:
             from ..render.summary import calls_begun     # as summary counts them
             _say(f"{counted(calls_begun(trace), 'call')} on {counted(len(trace.threads), 'thread')}"
@@ -190,22 +195,6 @@ def _write_job(results, inputs, path, write, export):
          f"{counted(sum(r.calls for r in results), 'call')} -> {path}"
          f"{_progress.written_note(path, started)}")
     return path
-
-
-def _write_from_parts(trace, directory, path):
-    """OUT.pftrace from the parts the process encoded as it ran (follow/live.py),
-    when they hold its whole trace; else None (OUT is written from the trace)."""
-    if not formats.is_pftrace(path):
-        return None
-    from .live import whole_parts
-    parts = whole_parts(directory, trace)
-    if parts is None:
-        return None
-    from ..render.perfetto_parts import write_perfetto_parts
-    try:
-        return write_perfetto_parts(trace, path, *parts)
-    except OSError:
-        return None
 
 
 def _state_text(result):

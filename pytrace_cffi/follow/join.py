@@ -19,6 +19,7 @@ from ..render.walk import batches as thread_batches
 from ..render.walk import table_from_streams
 from ..trace import Mark, Trace
 from .jobs import _read_all
+from .live import live_parts
 
 def _sort_key(item):
     result, (trace, facts) = item
@@ -119,6 +120,7 @@ def _joined(traced, shifts):
         return key
 
     threads, parts, stats, marks, processes = [], [], [], [], {}
+    live, used_sequences = [], set()
     for (result, trace, facts), shift, (lane_pid, lane_tid) in zip(traced, shifts,
                                                                      _lane_ids(traced)):
         key_map = ffi.new("uint32_t[]", [
@@ -129,6 +131,9 @@ def _joined(traced, shifts):
                                "argv": facts.get("argv")}
         if lane_pid != trace.pid:
             processes[lane_pid]["os_pid"] = trace.pid
+        own_live = (live_parts(result.directory, trace, used_sequences)
+                    if not shift and result.directory else None)
+        live.extend(own_live or [None] * len(trace.threads))
         for thread, n, open_at_stop, depth in trace.thread_counts():
             threads.append(thread._replace(index=len(threads), pid=lane_pid,
                                            native_id=lane_tid.get(thread.native_id,
@@ -148,6 +153,8 @@ def _joined(traced, shifts):
                    marks=marks, dropped_events=sum(t.dropped_events for _, t, _ in traced),
                    realtime_anchor=root.realtime_anchor)
     joined.processes = processes
+    if any(live):
+        joined.live_parts = live.__getitem__    # threads encoded while they ran
     return joined
 
 

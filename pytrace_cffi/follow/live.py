@@ -6,8 +6,8 @@ key's bytes and the spill file's length at every spill, so the file's calls are
 encoded on the other core as the program runs. At stop the encoder does the last
 chunks; live.json then says whether its parts hold the whole trace (every key
 named at spill time as the trace names it at stop, no tag or args, no failure),
-and the run's finish writes OUT from them (render/perfetto_parts.py) instead of
-walking the trace again. Otherwise OUT is written from the whole trace, as
+and the run's finish writes OUT with them (render/perfetto.py: trace.live_parts)
+instead of walking the trace again. Otherwise OUT is written from the whole trace, as
 before; live.json says why.
 
 The clock's slope (ticks to ns) is fixed when the encoder starts, at the first
@@ -41,6 +41,11 @@ def request(compress=True):
 
 def requested():
     return _requested["compress"] is not None
+
+
+def requested_compress():
+    """What the processes a followed one starts are told (None: not encoding)."""
+    return _requested["compress"]
 
 
 def first_sequence(pid):
@@ -96,7 +101,7 @@ class LiveEncoder:
         self.ns_per_tick = _clock.ns_per_tick((ticks, ns))
         # the writer's pieces, imported only now: run's start-up does not pay for them
         from ..render.perfetto import COMPRESS_LEVEL
-        from ..render.perfetto_parts import live_marks
+        from ..render.perfetto import live_marks
         self.annotation_names, stop, start = live_marks()
         os.makedirs(os.path.join(self.directory, PARTS_DIR), exist_ok=True)
         c = lib.pt_live_new(os.fsencode(os.path.join(self.directory, "events.bin")),
@@ -179,9 +184,28 @@ def _why_not_whole(result, encoder, facts):
     return None
 
 
+def live_parts(directory, trace, used_sequences=None):
+    """For trace.live_parts (render/perfetto.py): thread index -> (its part's
+    path, its sequence id, its clock's start) when directory's live parts hold
+    trace whole (and, given used_sequences, their sequences are not in it: they
+    are added), else None."""
+    whole = whole_parts(directory, trace)
+    if whole is None:
+        return None
+    prefix, _, first = whole
+    sequences = set(range(first, first + len(trace.threads)))
+    if used_sequences is not None:
+        if sequences & used_sequences:
+            return None
+        used_sequences |= sequences
+    start_ns = trace.start_ns
+    return [(prefix + str(index), first + index, start_ns)
+            for index in range(len(trace.threads))]
+
+
 def whole_parts(directory, trace):
-    """The part prefix of directory's live parts when live.json says they hold
-    trace whole, else None."""
+    """(part prefix, compressed, first sequence) of directory's live parts when
+    live.json says they hold trace whole, else None."""
     try:
         with open(os.path.join(directory, LIVE_FILE), encoding="utf-8") as f:
             info = json.load(f)

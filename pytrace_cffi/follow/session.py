@@ -22,7 +22,7 @@ from .._status import check
 from .._tracer import USE_MONITORING, Session
 from ..saved_format import hash_id
 from ..spill import note_spill_problem
-from . import identity
+from . import identity, live
 from .exits import finish_here, install_exit_paths, restore_exit_paths
 from .identity import (BOOT_DIR, DEFAULT_MAX_EVENTS, ENV, FINISH_FILE, JOB_FILE, KEYS_FILE,
                        LAUNCHED_FILE, PROCESS_FILE, RUN_DONE_FILE, UNFOLLOWED_FILE,
@@ -271,8 +271,7 @@ class FollowSession(Session):
                                     self.job_dir, chunk_bytes)
         check(lib.pt_set_spill_hook(self.ptr, ffi.cast("void *", id(self._key_names))),
               self.ptr, "spill hook")
-        from . import live
-        if root and live.requested():
+        if live.requested():
             self._key_names.live = live.LiveEncoder(self.ptr, self.process_dir,
                                                     self.min_duration_ns)
         self.process_meta = {}
@@ -308,7 +307,8 @@ class FollowSession(Session):
         config = json.dumps({"dir": self.job_dir, "options": self.follow_options,
                              "package": os.path.dirname(os.path.dirname(BOOT_DIR)),
                              "run_pid": identity._run_pid,
-                             "spill_beside": identity._spill_beside})
+                             "spill_beside": identity._spill_beside,
+                             "live": live.requested_compress()})
         self._saved_env = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
         os.environ[ENV] = config
         paths = (self._saved_env[1] or "").split(os.pathsep)

@@ -474,9 +474,23 @@ def _chunks(trace, progress, chunk_bytes, uuids=None, own_batches=None):
     # start order, begun and ended in time order in C.
     streams = getattr(trace, "_streams", None)
     records = hasattr(streams, "records") and not trace.slices_built()
-    depths = [depth for _, _, _, depth in trace.thread_counts()]
+    counts = list(trace.thread_counts())
+    depths = [depth for _, _, _, depth in counts]
     from .walk import batches as thread_batches
+    live_parts = getattr(trace, "live_parts", None) if own_batches is None else None
+    live_head = None
     for index, thread in enumerate(trace.threads):
+        part = live_parts(index) if live_parts is not None else None
+        if part is not None:
+            # encoded while its process ran (follow/live.py): its head, then the part
+            if live_head is None:
+                live_head = interned_head(live_marks()[0])
+            path, sequence_id, clock_ns = part
+            yield _thread_head(uuids["descriptors"]["threads"][index], uuids["threads"][index],
+                               sequence_id, live_head, clock_ns)
+            yield Part(path)
+            progress.advance(counts[index][1])
+            continue
         sequence_id = PROCESS_SEQUENCE + 1 + index
         batches = own_batches(index) if own_batches is not None else None
         from_records = records and batches is None
@@ -512,6 +526,35 @@ class _OpenMarks:
         self.blobs[lib.PT_PF_MARK_OPEN_AT_START] = start
         self.pointers = ffi.new("char *[]", [ffi.from_buffer(b) for b in self.blobs])
         self.lens = ffi.new("uint32_t[]", [len(b) for b in self.blobs])
+
+
+class Part:
+    """A file of whole Trace.packet entries (a live part, perhaps of
+    compressed_packets) to copy into the file as it is, outside any
+    compressed_packets of the writer's own."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def copy_to(self, out):
+        import shutil
+        try:
+            part = open(self.path, "rb")
+        except FileNotFoundError:
+            return                  # a thread that made no call
+        with part:
+            out.flush()
+            shutil.copyfileobj(part, out, 1 << 20)
+
+
+def live_marks():
+    """(annotation names, what a call open at stop says on its end, what one open
+    at start says on its begin) as follow/live.py's encoder writes them: made in
+    this order on both sides, so their iids agree."""
+    names = _AnnotationNames()
+    stop = names.annotations({OPEN_AT_STOP: True})
+    start = names.annotations({OPEN_AT_START: True})
+    return names, stop, start
 
 
 def _filled(steps, encode):
@@ -605,7 +648,10 @@ def write_perfetto(trace, path, compress=True, more=None, own_batches=None):
     truncated file and the trace untouched. more(uuids, first_sequence_id):
     packets (whole Trace.packet entries) to write after the trace's, given its
     tracks' uuids (see _chunks) and the first sequence id it leaves free.
-    own_batches: see _chunks (merge_torch's slices filtered around torch's regions)."""
+    own_batches: see _chunks (merge_torch's slices filtered around torch's regions).
+    trace.live_parts(index), when the trace has it: (path, sequence id, clock ns)
+    of a thread's packets encoded while its process ran (follow/live.py), written
+    as they are after its head, or None."""
     from .chrome import _warn_if_too_deep
     path = os.fspath(path)
     _warn_if_too_deep(trace)
@@ -616,7 +662,11 @@ def write_perfetto(trace, path, compress=True, more=None, own_batches=None):
         try:
             uuids = {}
             for chunk in _chunks(trace, progress, chunk_bytes, uuids, own_batches):
-                sink.write(chunk)
+                if isinstance(chunk, Part):
+                    sink.finish()
+                    chunk.copy_to(out)
+                else:
+                    sink.write(chunk)
             if more is not None:
                 for chunk in more(uuids, PROCESS_SEQUENCE + 1 + len(trace.threads)):
                     sink.write(chunk)
