@@ -4,12 +4,12 @@
  * streams of at most 256 KiB of Trace.packet entries each. Python's zlib was the
  * writer's bottleneck (5-16 M events/s on two threads). libdeflate (vendored,
  * compression only, in libdeflate/) deflates a whole buffer at one go, faster
- * than zlib at each size of output: its level 1 at 2-3 times the speed of zlib
- * level 3 (which the writer used), its level 4 1.2-1.8 times for the same bytes
- * (docs/PERFORMANCE.md, "Compression"); and its output, vendored, does not
- * change with the system's zlib (a .pftrace's bytes are pinned by the golden
- * tests). A pt_deflater wraps one libdeflate compressor: whole input in,
- * whole zlib stream out, no streaming state.
+ * than zlib for about the same output: its level 1 at 1.6-3.2 times the speed
+ * of zlib level 3 (which the writer used), its level 4 at 1.0-1.8 times for
+ * 4-6% fewer bytes (docs/PERFORMANCE.md, "Compression"); and its output,
+ * vendored, does not change with the system's zlib (a .pftrace's bytes are
+ * pinned by the golden tests). A pt_deflater wraps one libdeflate compressor:
+ * whole input in, whole zlib stream out, no streaming state.
  *
  * Nothing here touches Python: a deflater may be used on any thread, with or
  * without the GIL (cffi lets go of it around these calls; C code may call them

@@ -44,9 +44,9 @@ CHUNK_BYTES = 4 << 20
 # the file in small pieces; more would not help deflate, whose window is 32 KiB.
 COMPRESSED_INPUT_BYTES = 256 << 10
 # libdeflate level 1 (c_src/pt_deflate.c; docs/PERFORMANCE.md, "Compression"): one
-# thread deflates at 2-3x zlib level 3's speed (what this wrote before), about as fast
-# as the packets are encoded, for ~20% more bytes (~3 a call on fib), fewer than
-# zlib level 1's. Level 4 would keep zlib 3's size at 1.2-1.8x its speed.
+# thread deflates at 1.6-3.2x zlib level 3's speed (what this wrote before), about as
+# fast as the packets are encoded, for 16-30% more bytes (~3.1 a call on fib), fewer
+# than zlib level 1's. Level 4: 4-6% under zlib 3's size at 1.0-1.8x its speed.
 COMPRESS_LEVEL = 1
 COMPRESS_THREADS = 2
 PROCESS_SEQUENCE = 1
