@@ -85,8 +85,6 @@ class _KeyNames:
         lib.pt_key_flags(self.ptr, flags, len(flags))
         hides = [key_hiding(source, flags[self.keys_written + i] & lib.PT_KEY_SKIPPED)
                  for i, source in enumerate(sources)]
-        if self.live is not None:
-            self.live.keys(names, [_kind(source) for source in sources], hides)
         record = {"first": self.keys_written,
                   # the first record also holds the clock's start, for recover()
                   **({"start_ns": lib.pt_start_ns(self.ptr),
@@ -103,6 +101,8 @@ class _KeyNames:
             os.close(fd)
         self.keys_written += len(sources)
         self.tags_written = len(tags)
+        if self.live is not None:       # once written: a failed write names them again
+            self.live.keys(names, [_kind(source) for source in sources], hides)
 
     # -- where the spill goes -------------------------------------------------
     def keep_place(self, stopped=False):
