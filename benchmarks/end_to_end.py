@@ -67,8 +67,9 @@ MORE_ITERTOOLS_SLOW = (
 VIZTRACER_ENTRIES = 10_000_000
 STAMP_ENV = "PYTRACE_E2E_STAMP"
 
-UNTRACED, CPROFILE, VIZTRACER, OURS, OURS_JSON = (
-    "untraced", "cProfile", "VizTracer", "pytrace_cffi", "pytrace_cffi .json")
+UNTRACED, CPROFILE, VIZTRACER, OURS, OURS_WHOLE, OURS_JSON = (
+    "untraced", "cProfile", "VizTracer", "pytrace_cffi", "pytrace_cffi after",
+    "pytrace_cffi .json")
 
 # Runs the workload as python would (`MAIN script ARGS` or `MAIN -m module ARGS`),
 # then writes "monotonic_ns time_ns exit_status" to $PYTRACE_E2E_STAMP, last.
@@ -106,8 +107,9 @@ class Workload:
 class Tool:
     """How to run MAIN under one tool; suffix is the output file's."""
 
-    def __init__(self, name, suffix, prefix):
+    def __init__(self, name, suffix, prefix, env=None):
         self.name, self.suffix, self.prefix = name, suffix, prefix
+        self.env = env or {}
 
     def command(self, python, out, main_argv):
         return [python] + [out if part == "{out}" else part for part in self.prefix] \
@@ -222,11 +224,15 @@ def make_tools(args, notes):
                                                str(args.viztracer_entries), "-o", "{out}",
                                                "--"]))
     tools.append(Tool(OURS, ".pftrace", ["-m", "pytrace_cffi", "run", "-o", "{out}"]))
+    if args.ours_after:
+        # the .pftrace encoded after the program, as before issue 22
+        tools.append(Tool(OURS_WHOLE, ".pftrace", ["-m", "pytrace_cffi", "run", "-o", "{out}"],
+                          {"PYTRACE_CFFI_LIVE": "0"}))
     if args.ours_json:
         tools.append(Tool(OURS_JSON, ".json", ["-m", "pytrace_cffi", "run", "-o", "{out}"]))
     if args.tools:
         wanted = [name.strip() for name in args.tools.split(",") if name.strip()]
-        known = [UNTRACED, CPROFILE, VIZTRACER, OURS, OURS_JSON]
+        known = [UNTRACED, CPROFILE, VIZTRACER, OURS, OURS_WHOLE, OURS_JSON]
         unknown = [name for name in wanted if name not in known]
         if unknown:
             sys.exit(f"--tools: unknown {unknown} (known: {', '.join(known)})")
@@ -253,7 +259,8 @@ def run_once(python, tool, workload, main, where, env, timeout):
         start = time.monotonic_ns()
         process = subprocess.Popen(command, cwd=workload.cwd or where, stdout=log,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=dict(env, **{STAMP_ENV: stamp}), start_new_session=True)
+                                   env=dict(env, **tool.env, **{STAMP_ENV: stamp}),
+                                   start_new_session=True)
         try:
             code = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -296,7 +303,7 @@ def details(tool, result):
         if entries:
             found["entries"] = int(entries[-1])
         found["overflow"] = "Circular buffer is full" in result["log"]
-    elif tool.name in (OURS, OURS_JSON):
+    elif tool.name in (OURS, OURS_WHOLE, OURS_JSON):
         calls = re.findall(r"pytrace_cffi: (\d+) calls?", result["log"])
         if calls:
             found["calls"] = int(calls[-1])
@@ -435,6 +442,9 @@ def parse_args(argv=None):
                         help="comma-separated: a shared workload's name, NAME:ARG for its "
                              f"argument (many_events:10 is 10M events), or {MORE_ITERTOOLS} "
                              f"(default: {DEFAULT_WORKLOADS})")
+    parser.add_argument("--ours-after", action="store_true",
+                        help="also time run -o out.pftrace encoded after the program "
+                             "(PYTRACE_CFFI_LIVE=0)")
     parser.add_argument("--ours-json", action="store_true",
                         help="also time pytrace_cffi run -o out.json")
     parser.add_argument("--tools", default="",
