@@ -241,21 +241,8 @@ class Streams:
         """Thread index's records, in time order: yields (pt_walk_record *, n),
         valid until the next step (encode them before asking for more)."""
         source = self.sources[index]
-        walk = ffi.gc(lib.pt_walk_new(self._tables, self.scans[index], source.base_ticks),
-                      lib.pt_walk_free)
-        if walk == ffi.NULL:
-            raise MemoryError("pytrace_cffi: out of memory walking a thread")
-        records = ffi.new("pt_walk_record **")
-        for events, n in source.runs():
-            _check(lib.pt_walk_feed(walk, events, n), source, walk)
-            ready = lib.pt_walk_ready(walk, records)
-            if ready:
-                yield records[0], ready
-                lib.pt_walk_consume(walk, ready)
-        _check(lib.pt_walk_finish(walk), source, walk)
-        ready = lib.pt_walk_ready(walk, records)
-        if ready:
-            yield records[0], ready
+        walk = _owned(lib.pt_walk_new(self._tables, self.scans[index], source.base_ticks))
+        return _emitted(walk, source)
 
     def stream_records(self, index, stale):
         """Thread index's records as an encoder writing during the trace makes
@@ -263,21 +250,8 @@ class Streams:
         records(index) unless it met a tag or args, which only a scan decides:
         then stale[0] is set and the records are not the trace's."""
         source = self.sources[index]
-        walk = ffi.gc(lib.pt_walk_new_stream(self._scan_tables, source.base_ticks),
-                      lib.pt_walk_free)
-        if walk == ffi.NULL:
-            raise MemoryError("pytrace_cffi: out of memory walking a thread")
-        records = ffi.new("pt_walk_record **")
-        for events, n in source.runs():
-            _check(lib.pt_walk_feed(walk, events, n), source, walk)
-            ready = lib.pt_walk_ready(walk, records)
-            if ready:
-                yield records[0], ready
-                lib.pt_walk_consume(walk, ready)
-        _check(lib.pt_walk_finish(walk), source, walk)
-        ready = lib.pt_walk_ready(walk, records)
-        if ready:
-            yield records[0], ready
+        walk = _owned(lib.pt_walk_new_stream(self._scan_tables, source.base_ticks))
+        yield from _emitted(walk, source)
         stale[0] = bool(lib.pt_walk_stale(walk))
 
     def slices(self, index):
@@ -333,6 +307,29 @@ class Streams:
                 array = exact
             table.append((array, n))
         return table
+
+
+def _owned(walk):
+    """A new walk, freed with its last reference."""
+    if walk == ffi.NULL:
+        raise MemoryError("pytrace_cffi: out of memory walking a thread")
+    return ffi.gc(walk, lib.pt_walk_free)
+
+
+def _emitted(walk, source):
+    """An emitting walk's records over source's events, in time order: yields
+    (pt_walk_record *, n), valid until the next step."""
+    records = ffi.new("pt_walk_record **")
+    for events, n in source.runs():
+        _check(lib.pt_walk_feed(walk, events, n), source, walk)
+        ready = lib.pt_walk_ready(walk, records)
+        if ready:
+            yield records[0], ready
+            lib.pt_walk_consume(walk, ready)
+    _check(lib.pt_walk_finish(walk), source, walk)
+    ready = lib.pt_walk_ready(walk, records)
+    if ready:
+        yield records[0], ready
 
 
 _new_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
