@@ -152,9 +152,13 @@ def find_pytrace_cffi(python, env):
         sys.exit(f"pytrace_cffi does not import in {python} (PYTHONPATH="
                  f"{env.get('PYTHONPATH', '')!r}): build the tree with `python build_ffi.py` "
                  "or install it")
+    # a source tree is its repository's top; site-packages may lie inside some other
+    # repository (a venv in a work tree), whose commit says nothing of the package
+    top = subprocess.run(["git", "-C", found, "rev-parse", "--show-toplevel"],
+                         capture_output=True, text=True).stdout.strip()
     commit = subprocess.run(["git", "-C", found, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True)
-    if commit.returncode != 0:
+    if commit.returncode != 0 or not top or not os.path.samefile(top, found):
         version = probe(python, "from importlib.metadata import version; "
                                 "print(version('pytrace_cffi'))", env)
         return env, found, f"installed {version or '?'} (no git tree)"
@@ -247,13 +251,22 @@ class RunFailed(Exception):
 
 
 def run_once(python, tool, workload, main, where, env, timeout):
-    """One run: {"wall", "end_to_file", "end_to_exit", "size", "status", "log"}."""
+    """One run: {"wall", "end_to_file", "end_to_exit", "size", "status", "log"}.
+    Whatever it leaves in where (its file, a followed job's OUT.processes/) is
+    removed, failed or not."""
+    try:
+        return _run_once(python, tool, workload, main, where, env, timeout)
+    finally:
+        for leftover in os.listdir(where):
+            path = os.path.join(where, leftover)
+            if leftover not in ("main.py", "empty.py"):
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+
+
+def _run_once(python, tool, workload, main, where, env, timeout):
     out = os.path.join(where, "out" + (tool.suffix or ""))
     stamp = os.path.join(where, "stamp")
     log_path = os.path.join(where, "log")
-    for path in (out, stamp):
-        if os.path.exists(path):
-            os.remove(path)
     command = tool.command(python, out, [main] + workload.argv)
     with open(log_path, "wb") as log:
         start = time.monotonic_ns()
@@ -270,7 +283,6 @@ def run_once(python, tool, workload, main, where, env, timeout):
         exited = time.monotonic_ns()
     with open(log_path, "rb") as f:
         log = f.read().decode("utf-8", "replace").replace("\r", "\n")
-    os.remove(log_path)
     tail = " | ".join(line.strip() for line in log.splitlines()[-3:] if line.strip())
     if code != 0:
         raise RunFailed(f"exit code {code}: {tail}")
@@ -287,11 +299,6 @@ def run_once(python, tool, workload, main, where, env, timeout):
         result["size"] = info.st_size
         # st_mtime comes from the kernel's coarse clock: a few ms of resolution
         result["end_to_file"] = (info.st_mtime_ns - int(end_real)) / 1e9
-        os.remove(out)
-    for leftover in os.listdir(where):        # e.g. a followed job's OUT.processes/
-        path = os.path.join(where, leftover)
-        if leftover not in ("main.py", "empty.py"):
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     return result
 
 
