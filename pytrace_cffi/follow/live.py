@@ -11,7 +11,7 @@ instead of walking the trace again. Otherwise OUT is written from the whole trac
 before; live.json says why.
 
 The clock's slope (ticks to ns) is fixed when the encoder starts, at the first
-spill at least CALIBRATION_NS after the clock's first reading, and the trace
+spill at least CALIBRATION_NS (0.2 s) after the clock's first reading, and the trace
 keeps that slope (session.fixed_ns_per_tick): both encodings then agree to the
 nanosecond. PYTRACE_CFFI_LIVE=0 turns it off.
 """
@@ -28,7 +28,7 @@ LIVE_FILE = "live.json"
 # MAX_THREADS is written from its whole trace.
 MAX_THREADS = 512
 PARTS_DIR = "live"
-CALIBRATION_NS = 1_000_000_000
+CALIBRATION_NS = 200_000_000
 
 _requested = {"compress": None}
 
