@@ -3,10 +3,10 @@ import argparse
 import importlib
 import os
 import sys
-import tempfile
 import types
 
 from . import _set_step_hook, formats, options as start_options
+from ._files import new_directory
 from ._progress import counted
 from .cli.program import main_module, split_run
 from .cli.steps import OptimizerSteps, ScheduledWindows, parse_schedule
@@ -171,10 +171,10 @@ def _check_output(path):
         raise _cannot_write(path, f"directory {where!r} {state}")
     try:
         if is_directory and where != absolute:
-            os.rmdir(tempfile.mkdtemp(prefix=".pytrace_cffi-", dir=where))
+            os.rmdir(new_directory(".pytrace_cffi-", where=where))
         else:
-            fd, probe = tempfile.mkstemp(prefix=".pytrace_cffi-", dir=where)
-            os.close(fd)
+            probe = os.path.join(where, f".pytrace_cffi-{os.urandom(6).hex()}")
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             os.unlink(probe)
     except OSError as exc:
         raise _cannot_write(path, exc.strerror or str(exc)) from None

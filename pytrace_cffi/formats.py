@@ -152,13 +152,13 @@ def write_or_fall_back(trace, path):
     temporary directory, else in the current one, and says so in one line.
     Returns the path written, or None when every place failed."""
     import sys
-    import tempfile
     fmt = format_of(path)               # the fallback keeps it, whatever its name
     try:
         whole_or_nothing(path, lambda: write(trace, path, fmt))
         return path
     except OSError as exc:
         failure = exc
+    import tempfile
     name = f"pytrace_cffi-{os.getpid()}-{os.path.basename(path.rstrip(os.sep)) or 'trace'}"
     for where in (tempfile.gettempdir(), os.getcwd()):
         fallback = os.path.join(where, name)

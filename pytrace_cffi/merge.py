@@ -102,7 +102,8 @@ def _write_our_trace(trace, out, span, anchor, base, regions):
     TorchProfilerRegions) and is formatted by the Chrome exporter's C formatter relative
     to torch's base (a call before it at a negative ts), as chrome.py writes them."""
     from ._core import ffi, lib
-    from .render.chrome import KeyStrings, _warn_if_too_deep, format_slices
+    from .render.chrome import KeyStrings, format_slices
+    from .render.walk import warn_if_too_deep
     from .render.walk import thread_batches
     clocks = anchor_clocks(anchor)
     first, last = ffi.new("int64_t *"), ffi.new("int64_t *")
@@ -141,7 +142,7 @@ def _write_our_trace(trace, out, span, anchor, base, regions):
                     out.formatted(ffi.buffer(buffer, written[0])[:])
                 total += piece
         first_id += total
-    _warn_if_too_deep(trace, "merged trace", stacklevel=4)
+    warn_if_too_deep(trace, "merged trace", stacklevel=4)
     for mark in trace.marks:
         ts = round((monotonic_to_realtime(anchor, mark.ns) - base) / 1000, 3)
         pid = pid_of_tid.get(mark.thread, trace.pid)

@@ -1,7 +1,6 @@
 """`run`'s tracing windows with its children followed: each window is a job
 (its per-process traces in a directory of their own), joined into the window's
 OUT when it closes (follow/finish.py)."""
-import shutil
 
 from .. import _has_session, formats, start
 from ..follow import exits, identity
@@ -62,6 +61,7 @@ class JobWindows(Windows):
             _, interrupted = stopped()
             if not save or self._job is None:      # a schedule's warmup
                 if self._job is not None and self._keep_in is None:
+                    import shutil
                     shutil.rmtree(self._job, ignore_errors=True)
                 return
             self._count += 1

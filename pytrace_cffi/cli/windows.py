@@ -5,13 +5,12 @@ steps.py). Windows traces this process only (job_windows.JobWindows follows
 its children too)."""
 import contextlib
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 
 from .. import start, stop
+from .._files import new_directory
 from .._running import has_session as _has_session
 from .._core import lib
 from .._progress import announce_writing, counted, finish_command, written_note
@@ -140,7 +139,7 @@ class Windows:
                 options = dict(options, noop=True, max_events=None)
             elif self._spill:
                 beside = os.path.dirname(os.path.abspath(self._output.rstrip(os.sep)))
-                self._spill_dir = tempfile.mkdtemp(prefix=".pytrace_cffi-spill-", dir=beside)
+                self._spill_dir = new_directory(".pytrace_cffi-spill-", where=beside)
                 options = dict(options, output=self._spill_dir)
         # Last statement: what this frame runs once the hooks are live is recorded.
         start(**options)
@@ -185,6 +184,7 @@ class Windows:
                     print("pytrace_cffi: the trace is lost", file=sys.stderr)
                 return
             if spill_dir is not None:
+                import shutil
                 shutil.rmtree(spill_dir, ignore_errors=True)
             from ..render.summary import calls_begun     # as summary counts them
             print(f"pytrace_cffi: {counted(calls_begun(result), 'call')} on "
@@ -228,6 +228,7 @@ def _keep_interrupted(result, path, spill_dir):
               f"{finish_command([spill_dir], path)})", file=sys.stderr)
         return
     name = f"pytrace_cffi-{os.getpid()}-interrupted"
+    import tempfile
     for where in (tempfile.gettempdir(), os.getcwd()):
         kept = os.path.join(where, name)
         if os.path.exists(kept):
@@ -238,6 +239,7 @@ def _keep_interrupted(result, path, spill_dir):
             with interrupts_held():         # (a Ctrl-C meanwhile is let go)
                 result.save(kept)
         except (OSError, KeyboardInterrupt):
+            import shutil
             shutil.rmtree(kept, ignore_errors=True)
             continue
         print(f"pytrace_cffi: the trace is in {kept} (finish it with: "

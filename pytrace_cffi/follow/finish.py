@@ -14,6 +14,7 @@ import os
 import warnings
 
 from .. import _progress, formats
+from .._files import new_directory
 from .._progress import counted
 from ..errors import TraceFormatError, TraceWarning
 from ..readers.saved import load
@@ -94,9 +95,8 @@ def job_dir_for(path, keep_in=None):
     if keep_in is not None:
         os.makedirs(keep_in, exist_ok=True)
         return os.path.abspath(keep_in)
-    import tempfile
     name = os.path.basename(path.rstrip("/" + os.sep)) or "trace"
-    return tempfile.mkdtemp(prefix=f"pytrace_cffi-{name}-", suffix=".processes")
+    return new_directory(f"pytrace_cffi-{name}-", ".processes")
 
 
 def finish_run(job_dir, path, write, export, keep=False, interrupted=False):

@@ -72,7 +72,7 @@ def chrome_trace(path, other, keys, threads, slices, marks, pid, lanes, streams=
 
 def _threads_dropped(path, other, threads, dropped):
     """threads with the events each dropped, from otherData.dropped_by_thread (see
-    chrome.dropped_by_thread). A file that says the total only (written before the
+    walk.dropped_by_thread). A file that says the total only (written before the
     split was) has it on its first thread: a trace's total is its threads' sum."""
     split = other.get("dropped_by_thread")
     expect(dropped >= 0, f"{path}: otherData.dropped_events is negative")

@@ -8,7 +8,6 @@ id, tid = OS thread id, and the args torch's profiler writes ("Python id",
 "Python parent id", "Python thread"). Each thread gets a "thread_name" metadata
 ("M") event with its Python name. Names are JSON-escaped once per function.
 """
-import gzip
 import json
 import os
 
@@ -16,7 +15,7 @@ from .._core import ffi, lib
 from .._files import replaced_atomically
 from .._jsontext import dumps_utf8, utf8_text
 from .._progress import Progress
-from .walk import thread_batches
+from .walk import dropped_by_thread, thread_batches, warn_if_too_deep
 
 
 CHUNK_BYTES = 1 << 20       # the C formatter fills it; bigger only costs memory
@@ -143,36 +142,6 @@ def _chunks(trace, progress):
     yield b"\n]}\n"
 
 
-def dropped_by_thread(trace):
-    """{"dropped_by_thread": each thread's dropped events, in thread order} when
-    the trace dropped any, else {}: the facts (otherData, the .pftrace's) that
-    let a reader split dropped_events among its threads (readers/chrome_events.py)."""
-    split = [thread.dropped for thread in trace.threads]
-    if not trace.dropped_events or sum(split) != trace.dropped_events:
-        return {}           # (a trace made by hand may not say: the total alone)
-    return {"dropped_by_thread": split}
-
-
-PERFETTO_MAX_DEPTH = 512
-
-
-def _warn_if_too_deep(trace, output="export", stacklevel=3):
-    """Perfetto (and chrome://tracing) draw at most 512 nested slices per thread and
-    drop the deeper ones; say so rather than let calls vanish unnoticed."""
-    counts = getattr(trace, "thread_counts", None)
-    if counts is not None:      # without building the slice table of a streaming trace
-        deepest = max((depth for _, _, _, depth in counts()), default=0)
-    else:
-        deepest = max((lib.pt_max_depth(slices, n) for _, slices, n in trace.thread_slices()),
-                      default=0)
-    if deepest >= PERFETTO_MAX_DEPTH:
-        import warnings
-        from ..errors import TraceWarning
-        warnings.warn(f"calls nest {deepest + 1} deep; Perfetto shows only the outer "
-                      f"{PERFETTO_MAX_DEPTH} levels. Trace with max_depth={PERFETTO_MAX_DEPTH} "
-                      f"to keep the {output} within them", TraceWarning, stacklevel=stacklevel)
-
-
 def write_chrome_trace(trace, path, compress=False):
     """Writes trace to path as Chrome JSON, gzip-compressed with compress
     (formats.py decides it from the name: .json.gz).
@@ -180,8 +149,9 @@ def write_chrome_trace(trace, path, compress=False):
     Writes to a temporary file beside path and renames it, so a failed export
     leaves neither a truncated file nor a damaged trace: retry at will."""
     path = os.fspath(path)
-    _warn_if_too_deep(trace)
+    warn_if_too_deep(trace)
     # gzip level 6: most of level 9's size at several times its speed
+    import gzip
     opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6)) if compress
               else (lambda tmp: open(tmp, "wb")))
     with replaced_atomically(path, opener) as out, \

@@ -38,6 +38,7 @@ from .._files import replaced_atomically
 from .._jsontext import MAX_ARGS_DEPTH, utf8_text
 from .._progress import Progress
 from ..errors import TraceFormatError
+from .walk import dropped_by_thread, warn_if_too_deep
 
 CHUNK_BYTES = 4 << 20
 # Input of one compressed_packets packet: well under 512 KiB, so a reader inflates
@@ -315,7 +316,6 @@ def _process_sequence(trace, uuids):
              "backend": trace.backend, "clock": trace.clock,
              "start_monotonic_ns": base, "stop_monotonic_ns": trace.stop_ns,
              "dropped_events": trace.dropped_events, "realtime_anchor": trace.realtime_anchor}
-    from .chrome import dropped_by_thread
     facts.update(dropped_by_thread(trace))
     if trace.processes:
         facts["processes"] = [dict(info, pid=pid) for pid, info in trace.processes.items()]
@@ -652,9 +652,8 @@ def write_perfetto(trace, path, compress=True, more=None, own_batches=None):
     trace.live_parts(index), when the trace has it: (path, sequence id, clock ns)
     of a thread's packets encoded while its process ran (follow/live.py), written
     as they are after its head, or None."""
-    from .chrome import _warn_if_too_deep
     path = os.fspath(path)
-    _warn_if_too_deep(trace)
+    warn_if_too_deep(trace)
     chunk_bytes = COMPRESSED_INPUT_BYTES if compress else CHUNK_BYTES
     with replaced_atomically(path, lambda tmp: open(tmp, "wb")) as out, \
             Progress(f"writing {path}", len(trace)) as progress:

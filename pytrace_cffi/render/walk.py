@@ -332,6 +332,36 @@ def _emitted(walk, source):
         yield records[0], ready
 
 
+def dropped_by_thread(trace):
+    """{"dropped_by_thread": each thread's dropped events, in thread order} when
+    the trace dropped any, else {}: the facts (otherData, the .pftrace's) that
+    let a reader split dropped_events among its threads (readers/chrome_events.py)."""
+    split = [thread.dropped for thread in trace.threads]
+    if not trace.dropped_events or sum(split) != trace.dropped_events:
+        return {}           # (a trace made by hand may not say: the total alone)
+    return {"dropped_by_thread": split}
+
+
+PERFETTO_MAX_DEPTH = 512
+
+
+def warn_if_too_deep(trace, output="export", stacklevel=3):
+    """Perfetto (and chrome://tracing) draw at most 512 nested slices per thread and
+    drop the deeper ones; say so rather than let calls vanish unnoticed."""
+    counts = getattr(trace, "thread_counts", None)
+    if counts is not None:      # without building the slice table of a streaming trace
+        deepest = max((depth for _, _, _, depth in counts()), default=0)
+    else:
+        deepest = max((lib.pt_max_depth(slices, n) for _, slices, n in trace.thread_slices()),
+                      default=0)
+    if deepest >= PERFETTO_MAX_DEPTH:
+        import warnings
+        from ..errors import TraceWarning
+        warnings.warn(f"calls nest {deepest + 1} deep; Perfetto shows only the outer "
+                      f"{PERFETTO_MAX_DEPTH} levels. Trace with max_depth={PERFETTO_MAX_DEPTH} "
+                      f"to keep the {output} within them", TraceWarning, stacklevel=stacklevel)
+
+
 _new_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 
 
