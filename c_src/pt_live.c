@@ -29,11 +29,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#endif
 
 #define PT_LIVE_HEADER 16           /* events.bin: magic, version, record size */
 #define PT_LIVE_BLOCK_HEADER 24     /* thread index, reserved, count, base ticks */
 #define PT_LIVE_PIECE (256u << 10)  /* input of one compressed_packets packet */
 #define PT_VARINT_BYTES 10
+#define PT_LIVE_NICE 10             /* the encoder thread's nice value */
 
 static uint32_t
 pt_varint_size(uint64_t v)
@@ -497,6 +502,11 @@ static void *
 pt_live_main(void *arg)
 {
     pt_live *e = arg;
+#if defined(__linux__)
+    /* The program's threads come first: where they need every core, blocks wait
+     * on disk and the end does them (a thread's own nice value on Linux). */
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PT_LIVE_NICE);
+#endif
     pthread_mutex_lock(&e->lock);
     for (;;) {
         while (e->committed <= e->pos && !e->finishing && !e->abandon)

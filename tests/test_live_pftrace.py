@@ -12,7 +12,7 @@ from pytrace_cffi.formats import read
 
 from test_children_run import run_cli
 
-# Runs past the encoder's calibration second, with a second thread, a region and
+# Runs past the encoder's start (0.2 s), with a second thread, a region and
 # an instant, spilling many chunks on the way.
 PROGRAM = """
 import threading, time
@@ -28,7 +28,7 @@ def worker():
 
 t = threading.Thread(target=worker, name="helper")
 t.start()
-end = time.monotonic() + 1.4
+end = time.monotonic() + 0.8
 while time.monotonic() < end:
     with pytrace_cffi.record_function("step"{args}):
         fib(12)
@@ -62,7 +62,7 @@ def test_the_pftrace_is_encoded_while_the_program_runs(tmp_path):
     info, out, whole = _run(tmp_path)
     assert info["complete"], info["reason"]
     calls = _calls(out)
-    assert len(calls) > 200_000 and {c[0] for c in calls} == {0, 1}
+    assert len(calls) > 100_000 and {c[0] for c in calls} == {0, 1}
     assert any(c[1] == "step" for c in calls)
     assert calls == _calls(whole)
     assert [m.name for m in out.marks] == [m.name for m in whole.marks] == ["done"]
