@@ -186,7 +186,9 @@ uint64_t pt_deflate_zlib(pt_deflater *d, const void *in, uint64_t n, void *out, 
  * and mark_start: the debug annotations of a call open at stop (on its end) and
  * at start (on its begin). pt_live_new: NULL when out of memory or the spill
  * file cannot be opened. pt_live_add_keys: the next n keys' TrackEvent bytes,
- * InternedData bytes and hiding, before any block that uses them is committed.
+ * InternedData bytes (key i's at offsets[i]..offsets[i + 1], n + 1 offsets, as
+ * pt_pftrace_records reads its blobs) and hiding, before any block that uses
+ * them is committed.
  * pt_live_advance: the spill file's length in whole blocks. pt_live_finish:
  * the last length and the stop, then waits for the encoder; *out says whether
  * the parts are the whole trace (complete), or why not. pt_live_free stops it. */
@@ -206,8 +208,8 @@ pt_live *pt_live_new(const char *spill_path, const char *part_prefix,
                      int64_t tick0, int64_t ns0, double ns_per_tick, int64_t min_ns,
                      const char *mark_stop, uint32_t stop_len, const char *mark_start,
                      uint32_t start_len);
-int pt_live_add_keys(pt_live *e, const char *events, const uint32_t *event_lens,
-                     const char *interned, const uint32_t *interned_lens,
+int pt_live_add_keys(pt_live *e, const char *events, const uint32_t *event_offsets,
+                     const char *interned, const uint32_t *interned_offsets,
                      const uint8_t *hidden, uint32_t n);
 int pt_live_start(pt_live *e);
 void pt_live_advance(pt_live *e, uint64_t committed);

@@ -12,6 +12,8 @@
 #include "pt_cpython.h"
 #include "pt_export.h"     /* with pt_read.h and pt_record.h: the interface */
 
+#include <stdlib.h>
+
 #define PT_FIRST_CHUNK_BYTES (64u << 10)  /* a thread's first chunk: small threads stay small */
 #define PT_CHUNK_BYTES (2u << 20)         /* later chunks: one transparent huge page */
 #define PT_SEED_DEPTH 128                 /* frames seeded per thread at attach */
@@ -233,6 +235,24 @@ pt_chunk_used(const pt_thread *thread, const pt_chunk *chunk)
 {
     return chunk == thread->tail ? (uint64_t)(thread->cursor - chunk->events)
                                  : chunk->used;
+}
+
+/* Makes room for need items of size bytes in *items (*cap of them so far),
+ * doubling from 64: the growable arrays of the walk and the live encoder. */
+static inline int
+pt_grow(void **items, uint64_t *cap, uint64_t need, size_t size)
+{
+    if (need <= *cap)
+        return PT_OK;
+    uint64_t cap2 = *cap ? *cap : 64;
+    while (cap2 < need)
+        cap2 *= 2;
+    void *grown = realloc(*items, cap2 * size);
+    if (!grown)
+        return PT_ERR_NOMEM;
+    *items = grown;
+    *cap = cap2;
+    return PT_OK;
 }
 
 /* pt_signals.c */

@@ -21,6 +21,7 @@
  * left alone (its thread and lock are the parent's): freeing it does nothing.
  */
 #include "pt_internal.h"
+#include "pt_protobuf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,31 +38,7 @@
 #define PT_LIVE_HEADER 16           /* events.bin: magic, version, record size */
 #define PT_LIVE_BLOCK_HEADER 24     /* thread index, reserved, count, base ticks */
 #define PT_LIVE_PIECE (256u << 10)  /* input of one compressed_packets packet */
-#define PT_VARINT_BYTES 10
 #define PT_LIVE_NICE 10             /* the encoder thread's nice value */
-
-static uint32_t
-pt_varint_size(uint64_t v)
-{
-    uint32_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static uint32_t
-pt_varint_write(char *p, uint64_t v)
-{
-    uint32_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = (char)(v | 0x80);
-        v >>= 7;
-    }
-    p[n++] = (char)v;
-    return n;
-}
 
 typedef struct {
     pt_walk *walk;
@@ -79,7 +56,8 @@ typedef struct {
     char *bytes;
     uint32_t *offsets;
     uint64_t len, cap;
-    uint32_t n, offsets_cap;
+    uint32_t n;
+    uint64_t offsets_cap;
 } pt_live_blob;
 
 struct pt_live {
@@ -96,7 +74,8 @@ struct pt_live {
     int64_t stop_ticks;
     pt_live_blob staged_events, staged_interned;
     uint8_t *staged_hidden;
-    uint32_t n_staged, staged_hidden_cap;
+    uint32_t n_staged;
+    uint64_t staged_hidden_cap;
     /* the encoder's own */
     int fd;
     char *part_prefix;
@@ -108,7 +87,8 @@ struct pt_live {
     uint32_t max_threads;
     pt_live_blob events, interned;
     uint8_t *hidden;
-    uint32_t n_keys, hidden_cap;
+    uint32_t n_keys;
+    uint64_t hidden_cap;
     const char *marks[3];
     uint32_t mark_lens[3];
     char *mark_bytes;
@@ -123,43 +103,38 @@ struct pt_live {
     int stale;
 };
 
+/* Appends n keys' bytes to b: key i's are bytes[offsets[i] - offsets[0] ..
+ * offsets[i + 1] - offsets[0]) (n + 1 offsets, as a blob's own). */
 static int
-pt_live_blob_add(pt_live_blob *b, const char *bytes, const uint32_t *lens, uint32_t n)
+pt_live_blob_add(pt_live_blob *b, const char *bytes, const uint32_t *offsets, uint32_t n)
 {
-    uint64_t more = 0;
-    for (uint32_t i = 0; i < n; i++)
-        more += lens[i];
-    if (b->n + n + 1 > b->offsets_cap) {
-        uint32_t cap = b->offsets_cap ? b->offsets_cap : 64;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        uint32_t *grown = realloc(b->offsets, (size_t)cap * sizeof *grown);
-        if (!grown)
-            return PT_ERR_NOMEM;
-        if (!b->offsets)
-            grown[0] = 0;
-        b->offsets = grown;
-        b->offsets_cap = cap;
-    }
-    if (b->len + more + PT_PF_BLOB_PADDING > b->cap) {
-        uint64_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + more + PT_PF_BLOB_PADDING)
-            cap *= 2;
-        char *grown = realloc(b->bytes, cap);
-        if (!grown)
-            return PT_ERR_NOMEM;
-        b->bytes = grown;
-        b->cap = cap;
-    }
+    uint64_t more = (uint64_t)offsets[n] - offsets[0];
     if (b->len + more > UINT32_MAX)
         return PT_ERR_ARG;
+    if (pt_grow((void **)&b->offsets, &b->offsets_cap, (uint64_t)b->n + n + 1,
+                sizeof *b->offsets) != PT_OK ||
+        pt_grow((void **)&b->bytes, &b->cap, b->len + more + PT_PF_BLOB_PADDING, 1) != PT_OK)
+        return PT_ERR_NOMEM;
+    if (b->n == 0)
+        b->offsets[0] = 0;
     memcpy(b->bytes + b->len, bytes, more);
-    for (uint32_t i = 0; i < n; i++) {
-        b->len += lens[i];
-        b->offsets[b->n + i + 1] = (uint32_t)(b->offsets[b->n + i] + lens[i]);
-    }
+    for (uint32_t i = 0; i < n; i++)
+        b->offsets[b->n + i + 1] = (uint32_t)(b->len + offsets[i + 1] - offsets[0]);
+    b->len += more;
     b->n += n;
     memset(b->bytes + b->len, 0, PT_PF_BLOB_PADDING);
+    return PT_OK;
+}
+
+/* Appends n hiding values to *hidden (*count of them so far). */
+static int
+pt_live_hidden_add(uint8_t **hidden, uint32_t *count, uint64_t *cap, const uint8_t *values,
+                   uint32_t n)
+{
+    if (pt_grow((void **)hidden, cap, (uint64_t)*count + n, 1) != PT_OK)
+        return PT_ERR_NOMEM;
+    memcpy(*hidden + *count, values, n);
+    *count += n;
     return PT_OK;
 }
 
@@ -214,30 +189,17 @@ pt_live_new(const char *spill_path, const char *part_prefix, uint32_t first_sequ
 }
 
 int
-pt_live_add_keys(pt_live *e, const char *events, const uint32_t *event_lens,
-                 const char *interned, const uint32_t *interned_lens, const uint8_t *hidden,
+pt_live_add_keys(pt_live *e, const char *events, const uint32_t *event_offsets,
+                 const char *interned, const uint32_t *interned_offsets, const uint8_t *hidden,
                  uint32_t n)
 {
     pthread_mutex_lock(&e->lock);
-    int rc = pt_live_blob_add(&e->staged_events, events, event_lens, n);
+    int rc = pt_live_blob_add(&e->staged_events, events, event_offsets, n);
     if (rc == PT_OK)
-        rc = pt_live_blob_add(&e->staged_interned, interned, interned_lens, n);
-    if (rc == PT_OK && e->n_staged + n > e->staged_hidden_cap) {
-        uint32_t cap = e->staged_hidden_cap ? e->staged_hidden_cap : 64;
-        while (cap < e->n_staged + n)
-            cap *= 2;
-        uint8_t *grown = realloc(e->staged_hidden, cap);
-        if (!grown)
-            rc = PT_ERR_NOMEM;
-        else {
-            e->staged_hidden = grown;
-            e->staged_hidden_cap = cap;
-        }
-    }
-    if (rc == PT_OK) {
-        memcpy(e->staged_hidden + e->n_staged, hidden, n);
-        e->n_staged += n;
-    }
+        rc = pt_live_blob_add(&e->staged_interned, interned, interned_offsets, n);
+    if (rc == PT_OK)
+        rc = pt_live_hidden_add(&e->staged_hidden, &e->n_staged, &e->staged_hidden_cap,
+                                hidden, n);
     pthread_mutex_unlock(&e->lock);
     return rc;
 }
@@ -249,31 +211,14 @@ pt_live_take_keys(pt_live *e)
     uint32_t n = e->n_staged;
     if (!n)
         return PT_OK;
-    uint32_t *lens = malloc((size_t)n * 2 * sizeof *lens);
-    if (!lens)
-        return PT_ERR_NOMEM;
-    for (uint32_t i = 0; i < n; i++) {
-        lens[i] = e->staged_events.offsets[i + 1] - e->staged_events.offsets[i];
-        lens[n + i] = e->staged_interned.offsets[i + 1] - e->staged_interned.offsets[i];
-    }
-    int rc = pt_live_blob_add(&e->events, e->staged_events.bytes, lens, n);
+    int rc = pt_live_blob_add(&e->events, e->staged_events.bytes, e->staged_events.offsets, n);
     if (rc == PT_OK)
-        rc = pt_live_blob_add(&e->interned, e->staged_interned.bytes, lens + n, n);
-    free(lens);
-    if (rc == PT_OK && e->n_keys + n > e->hidden_cap) {
-        uint32_t cap = e->hidden_cap ? e->hidden_cap : 64;
-        while (cap < e->n_keys + n)
-            cap *= 2;
-        uint8_t *grown = realloc(e->hidden, cap);
-        if (!grown)
-            return PT_ERR_NOMEM;
-        e->hidden = grown;
-        e->hidden_cap = cap;
-    }
+        rc = pt_live_blob_add(&e->interned, e->staged_interned.bytes,
+                              e->staged_interned.offsets, n);
+    if (rc == PT_OK)
+        rc = pt_live_hidden_add(&e->hidden, &e->n_keys, &e->hidden_cap, e->staged_hidden, n);
     if (rc != PT_OK)
         return rc;
-    memcpy(e->hidden + e->n_keys, e->staged_hidden, n);
-    e->n_keys += n;
     e->staged_events.len = e->staged_interned.len = 0;
     e->staged_events.n = e->staged_interned.n = 0;
     e->n_staged = 0;
@@ -329,8 +274,8 @@ pt_live_flush(pt_live *e, uint32_t index)
         return PT_OK;
     const char *data = t->pending;
     uint64_t n = t->used;
-    char head[2 * PT_VARINT_BYTES + 4];
-    uint32_t head_len = 0;
+    char head[2 * PT_VARINT_MAX + 4];
+    char *h = head;
     if (e->deflater) {
         uint64_t bound = pt_deflate_bound(e->deflater, n);
         if (bound > e->deflated_cap) {
@@ -344,12 +289,11 @@ pt_live_flush(pt_live *e, uint32_t index)
         if (!size)
             return PT_ERR_NOMEM;
         /* Trace.packet { compressed_packets (50) = size bytes } */
-        uint64_t inner = 2 + pt_varint_size(size) + size;
-        head[head_len++] = 0x0a;
-        head_len += pt_varint_write(head + head_len, inner);
-        head[head_len++] = (char)0x92;
-        head[head_len++] = 0x03;
-        head_len += pt_varint_write(head + head_len, size);
+        *h++ = 0x0a;
+        h = pt_put_varint(h, 2 + pt_varint_len(size) + size);
+        *h++ = (char)0x92;
+        *h++ = 0x03;
+        h = pt_put_varint(h, size);
         data = e->deflated;
         n = size;
     }
@@ -358,7 +302,7 @@ pt_live_flush(pt_live *e, uint32_t index)
     if (len < 0 || (size_t)len >= sizeof path)
         return PT_ERR_ARG;
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0 || pt_live_write_all(fd, head, head_len) || pt_live_write_all(fd, data, n)) {
+    if (fd < 0 || pt_live_write_all(fd, head, (uint64_t)(h - head)) || pt_live_write_all(fd, data, n)) {
         e->error_number = errno;
         if (fd >= 0)
             close(fd);

@@ -15,6 +15,7 @@
  * sequence_id = 10 }.
  */
 #include "pt_internal.h"
+#include "pt_protobuf.h"
 
 #include <string.h>
 
@@ -26,51 +27,17 @@
 #define PT_PB_EVENT_TYPE 0x48      /* TrackEvent.type: field 9, varint */
 #define PT_TYPE_SLICE_BEGIN 1
 #define PT_TYPE_SLICE_END 2
-#define PT_VARINT_MAX 10
 #if defined(__GNUC__)
 #define PT_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
 #define PT_UNLIKELY(x) (x)
 #endif
-/* Everything in a packet besides the key's bytes, with every varint at its widest,
- * plus the slack the fixed-size copies below may write past a packet's end. */
 /* A slices-mode stack entry: the slice's index, this bit set when it was open at
  * stop (its end carries the mark). */
 #define PT_PF_STACK_OPEN_AT_STOP ((int64_t)1 << 62)
+/* Everything in a packet besides the key's bytes, with every varint at its widest,
+ * plus the slack the fixed-size copies below may write past a packet's end. */
 #define PT_PACKET_OVERHEAD (6 * (1 + PT_VARINT_MAX) + 2 + PT_PF_BLOB_PADDING)
-
-static inline uint32_t
-pt_varint_len(uint64_t v)
-{
-    if (v < (1u << 7))
-        return 1;
-    if (v < (1u << 14))
-        return 2;
-    uint32_t n = 3;
-    for (v >>= 21; v; v >>= 7)
-        n++;
-    return n;
-}
-
-static inline char *
-pt_put_varint(char *p, uint64_t v)
-{
-    if (v < (1u << 7)) {            /* most deltas and lengths: one or two bytes */
-        *p++ = (char)v;
-        return p;
-    }
-    if (v < (1u << 14)) {
-        *p++ = (char)(v | 0x80);
-        *p++ = (char)(v >> 7);
-        return p;
-    }
-    while (v >= 0x80) {
-        *p++ = (char)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (char)v;
-    return p;
-}
 
 /* Copies n bytes from a blob padded with PT_PF_BLOB_PADDING bytes: short runs
  * (the usual per-key bytes) as one fixed-size move, not a libc call. The output
@@ -257,9 +224,9 @@ pt_pftrace_records(const pt_walk_record *records, uint64_t n, uint64_t *next, in
             p = pt_pf_put_end(p, delta, mark, marks, mark_lens, seq, seq_len);
         } else {
             char *after = pt_pf_put_begin(p, end, delta, r->key,
-                                          r->flags & PT_RECORD_OPEN_AT_START ? PT_PF_MARK_OPEN_AT_START : 0,
-                                          events,
-                                          event_offsets, interned, interned_offsets,
+                                          r->flags & PT_RECORD_OPEN_AT_START
+                                              ? PT_PF_MARK_OPEN_AT_START : 0,
+                                          events, event_offsets, interned, interned_offsets,
                                           interned_done, marks, mark_lens, seq,
                                           seq_len);
             if (!after)

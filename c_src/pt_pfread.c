@@ -4,8 +4,9 @@
  * packet on its thread's sequence, timestamps as deltas of the sequence's
  * incremental clock, the begin carrying the bytes of its key (name iid, category
  * iid, debug annotations), the end of a call open at stop saying so (its
- * annotation; the end's few packets are Python's to decode). This unit takes runs of such packets from a buffer of
- * Trace bytes (Trace.packet entries, already inflated) and stops at the first
+ * annotation; those few ends are Python's to decode). This unit takes runs of
+ * such packets from a buffer of Trace bytes (Trace.packet entries, already
+ * inflated) and stops at the first
  * packet it does not take whole - a descriptor, interned data, a clock snapshot,
  * another sequence's packet, a begin whose key bytes it has not been told, an
  * entry cut by the buffer's end - for Python to decode that one. Nothing here

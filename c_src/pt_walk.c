@@ -176,22 +176,6 @@ static int pt_walk_plain_begin(pt_walk *w);
 static int pt_walk_plain_grow(pt_walk *w);
 
 static int
-pt_walk_grow(void **items, uint64_t *cap, uint64_t need, size_t size)
-{
-    if (need <= *cap)
-        return PT_OK;
-    uint64_t cap2 = *cap ? *cap : 64;
-    while (cap2 < need)
-        cap2 *= 2;
-    void *grown = realloc(*items, cap2 * size);
-    if (!grown)
-        return PT_ERR_NOMEM;
-    *items = grown;
-    *cap = cap2;
-    return PT_OK;
-}
-
-static int
 pt_walk_compare_long(const void *a, const void *b)
 {
     const pt_walk_long *x = a, *y = b;
@@ -255,8 +239,8 @@ pt_walk_new_stream(const pt_walk_tables *tables, int64_t base_ticks)
     return w;
 }
 
-/* A stream's key tables grow as new keys are named: the walk reads the new
- * ones (hidden has n_hidden entries, annotation_name n_keys) from now on. */
+/* A stream's hidden table grows as new keys are named (n_hidden entries): the
+ * walk reads it from now on. */
 void
 pt_walk_stream_keys(pt_walk *w, const uint8_t *hidden, uint32_t n_hidden)
 {
@@ -310,7 +294,7 @@ static int
 pt_walk_write(pt_walk *w, int64_t ts, uint32_t key, uint32_t flags)
 {
     if (w->n_records == w->cap_records &&
-        pt_walk_grow((void **)&w->records, &w->cap_records, w->n_records + 1,
+        pt_grow((void **)&w->records, &w->cap_records, w->n_records + 1,
                      sizeof *w->records) != PT_OK)
         return PT_ERR_NOMEM;
     pt_walk_record *r = &w->records[w->n_records++];
@@ -391,7 +375,7 @@ pt_walk_begin_slice(pt_walk *w, pt_walk_node *n)
     if (!n->shown)
         return PT_OK;                   /* a carrier: its callees are its parent's */
     if (w->n_slices == w->cap_slices &&
-        pt_walk_grow((void **)&w->slices, &w->cap_slices, w->n_slices + 1, sizeof *w->slices))
+        pt_grow((void **)&w->slices, &w->cap_slices, w->n_slices + 1, sizeof *w->slices))
         return PT_ERR_NOMEM;
     pt_walk_slice_at_begin(&w->slices[w->n_slices], n, n->start + duration);
     n->child_parent = (int64_t)(w->slices_base + w->n_slices++);
@@ -419,7 +403,7 @@ static int
 pt_walk_push_node(pt_walk *w, int64_t start, uint32_t key, uint32_t tag, int is_region,
                   int carrier_exempt, uint8_t slice_flags)
 {
-    if (pt_walk_grow((void **)&w->nodes, &w->cap_nodes, w->n_nodes + 1, sizeof *w->nodes))
+    if (pt_grow((void **)&w->nodes, &w->cap_nodes, w->n_nodes + 1, sizeof *w->nodes))
         return PT_ERR_NOMEM;
     pt_walk_node *n = &w->nodes[w->n_nodes];
     memset(n, 0, sizeof *n);
@@ -456,7 +440,7 @@ pt_walk_push_node(pt_walk *w, int64_t start, uint32_t key, uint32_t tag, int is_
     n->child_depth = up ? up->child_depth : 0;
     w->n_nodes++;
     if (!w->scan && w->keep_durations) {
-        if (pt_walk_grow((void **)&w->durations, &w->cap_durations, w->n_durations + 1,
+        if (pt_grow((void **)&w->durations, &w->cap_durations, w->n_durations + 1,
                          sizeof *w->durations))
             return PT_ERR_NOMEM;
         w->durations[w->n_durations++] = 0;
@@ -522,7 +506,7 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
     if (w->keep_durations) {
         int64_t d = ts - n->start;
         if (d >= UINT32_MAX) {
-            if (pt_walk_grow((void **)&w->long_durations, &w->cap_long, w->n_long + 1,
+            if (pt_grow((void **)&w->long_durations, &w->cap_long, w->n_long + 1,
                              sizeof *w->long_durations))
                 return PT_ERR_NOMEM;
             w->long_durations[w->n_long].ordinal = n->ordinal;
@@ -592,7 +576,7 @@ pt_walk_name_step_parent(pt_walk *w, const pt_walk_node *n)
                 if (parent->sub_max && parent->sub_max++ > w->stats.max_depth)
                     w->stats.max_depth = parent->sub_max - 1;
             }
-            if (pt_walk_grow((void **)&w->renames, &w->cap_renames, w->n_renames + 1,
+            if (pt_grow((void **)&w->renames, &w->cap_renames, w->n_renames + 1,
                              sizeof *w->renames))
                 return PT_ERR_NOMEM;
             pt_walk_rename *r = &w->renames[w->n_renames];
@@ -644,7 +628,7 @@ pt_walk_push(pt_walk *w, uint32_t kind, uint32_t key, int64_t ts)
     int rc = pt_walk_settle_top(w);
     if (rc != PT_OK)
         return rc;
-    if (pt_walk_grow((void **)&w->calls, &w->cap_calls, w->n_calls + 1, sizeof *w->calls))
+    if (pt_grow((void **)&w->calls, &w->cap_calls, w->n_calls + 1, sizeof *w->calls))
         return PT_ERR_NOMEM;
     int seeded = kind == PT_EV_PY_SEED, hides_subtree;
     int hide = pt_walk_hides(w, key, seeded, &hides_subtree);
@@ -744,7 +728,7 @@ static int
 pt_walk_plain_duration(pt_walk *w, uint64_t ordinal, int64_t d)
 {
     if (d >= UINT32_MAX) {
-        if (pt_walk_grow((void **)&w->long_durations, &w->cap_long, w->n_long + 1,
+        if (pt_grow((void **)&w->long_durations, &w->cap_long, w->n_long + 1,
                          sizeof *w->long_durations))
             return PT_ERR_NOMEM;
         w->long_durations[w->n_long].ordinal = ordinal;
@@ -781,7 +765,7 @@ pt_walk_plain_push(pt_walk *w, uint32_t kind, uint32_t key, uint32_t word)
     if (emits) {
         p->ordinals[p->n] = w->ordinals;
         if (w->keep_durations) {
-            if (pt_walk_grow((void **)&w->durations, &w->cap_durations, w->ordinals + 1,
+            if (pt_grow((void **)&w->durations, &w->cap_durations, w->ordinals + 1,
                              sizeof *w->durations))
                 return PT_ERR_NOMEM;
             w->n_durations = w->ordinals + 1;
@@ -864,7 +848,7 @@ pt_walk_plain_room(pt_walk *w, uint64_t more)
         if (pt_walk_plain_grow(w) != PT_OK)
             return PT_ERR_NOMEM;
     if (w->keep_durations &&
-        pt_walk_grow((void **)&w->durations, &w->cap_durations, w->ordinals + more,
+        pt_grow((void **)&w->durations, &w->cap_durations, w->ordinals + more,
                      sizeof *w->durations))
         return PT_ERR_NOMEM;
     return PT_OK;
@@ -1125,7 +1109,7 @@ pt_walk_keep_durations(pt_walk *w, uint64_t expected)
     if (w->scan || w->stream || w->ordinals)
         return PT_ERR_STATE;        /* a scan, before it is fed */
     /* sized once (a first scan counted the calls): no doubling slack */
-    if (expected && pt_walk_grow((void **)&w->durations, &w->cap_durations, expected,
+    if (expected && pt_grow((void **)&w->durations, &w->cap_durations, expected,
                                  sizeof *w->durations) == PT_OK &&
         w->cap_durations > expected) {
         uint32_t *exact = realloc(w->durations, expected * sizeof *w->durations);

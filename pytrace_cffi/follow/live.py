@@ -98,17 +98,17 @@ class LiveEncoder:
         ticks, ns = _clock.reading()
         if _clock.USE_TSC and ns - _clock._BASELINE[1] < CALIBRATION_NS:
             return False
-        self.ns_per_tick = _clock.ns_per_tick((ticks, ns))
+        ns_per_tick = _clock.ns_per_tick((ticks, ns))
         # the writer's pieces, imported only now: run's start-up does not pay for them
-        from ..render.perfetto import COMPRESS_LEVEL
-        from ..render.perfetto import live_marks
+        from ..render.perfetto import COMPRESS_LEVEL, live_marks
         self.annotation_names, stop, start = live_marks()
         os.makedirs(os.path.join(self.directory, PARTS_DIR), exist_ok=True)
         c = lib.pt_live_new(os.fsencode(os.path.join(self.directory, "events.bin")),
                             os.fsencode(part_prefix(self.directory)),
-                            first_sequence(os.getpid()), MAX_THREADS, COMPRESS_LEVEL if self.compress else -1,
+                            first_sequence(os.getpid()), MAX_THREADS,
+                            COMPRESS_LEVEL if self.compress else -1,
                             lib.pt_start_ticks(self.ptr), lib.pt_start_ns(self.ptr),
-                            self.ns_per_tick, self.min_duration_ns, stop, len(stop), start,
+                            ns_per_tick, self.min_duration_ns, stop, len(stop), start,
                             len(start))
         if c == ffi.NULL:
             self.failed = "the encoder could not start (no memory, or events.bin unreadable)"
@@ -117,19 +117,18 @@ class LiveEncoder:
         if lib.pt_live_start(self.c) != lib.PT_OK:
             self.abandon("the encoder's thread could not start")
             return False
+        self.ns_per_tick = ns_per_tick      # fixed: the trace keeps it (fixed_ns_per_tick)
         return True
 
     def _give(self):
         new = range(self.given, len(self.names))
         if not new:
             return
-        from ..render.perfetto import key_event_bytes, key_interned_bytes
-        events = [key_event_bytes(k, self.kinds[k], None, self.annotation_names) for k in new]
-        interned = [key_interned_bytes(k, self.names[k]) for k in new]
-        status = lib.pt_live_add_keys(self.c, b"".join(events),
-                                      ffi.new("uint32_t[]", [len(e) for e in events]),
-                                      b"".join(interned),
-                                      ffi.new("uint32_t[]", [len(i) for i in interned]),
+        from ..render.perfetto import _blob, key_event_bytes, key_interned_bytes
+        events, event_offsets = _blob([key_event_bytes(k, self.kinds[k], None,
+                                                       self.annotation_names) for k in new])
+        interned, interned_offsets = _blob([key_interned_bytes(k, self.names[k]) for k in new])
+        status = lib.pt_live_add_keys(self.c, events, event_offsets, interned, interned_offsets,
                                       bytes(self.hidden[k] for k in new), len(new))
         if status != lib.PT_OK:
             self.abandon("out of memory for the encoder's keys")
@@ -186,26 +185,9 @@ def _why_not_whole(result, encoder, facts):
 
 def live_parts(directory, trace, used_sequences=None):
     """For trace.live_parts (render/perfetto.py): thread index -> (its part's
-    path, its sequence id, its clock's start) when directory's live parts hold
-    trace whole (and, given used_sequences, their sequences are not in it: they
-    are added), else None."""
-    whole = whole_parts(directory, trace)
-    if whole is None:
-        return None
-    prefix, _, first = whole
-    sequences = set(range(first, first + len(trace.threads)))
-    if used_sequences is not None:
-        if sequences & used_sequences:
-            return None
-        used_sequences |= sequences
-    start_ns = trace.start_ns
-    return [(prefix + str(index), first + index, start_ns)
-            for index in range(len(trace.threads))]
-
-
-def whole_parts(directory, trace):
-    """(part prefix, compressed, first sequence) of directory's live parts when
-    live.json says they hold trace whole, else None."""
+    path, its sequence id, its clock's start) when directory's live.json says its
+    parts hold trace whole (and, given used_sequences, their sequences are not in
+    it: they are added), else None."""
     try:
         with open(os.path.join(directory, LIVE_FILE), encoding="utf-8") as f:
             info = json.load(f)
@@ -214,7 +196,14 @@ def whole_parts(directory, trace):
     if (not isinstance(info, dict) or info.get("complete") is not True
             or info.get("threads") != len(trace.threads) or info.get("keys") != len(trace.names)):
         return None
-    sequence = info.get("first_sequence")
-    if not isinstance(sequence, int) or not 2 <= sequence < 2 ** 31:
+    first = info.get("first_sequence")
+    if not isinstance(first, int) or not 2 <= first < 2 ** 31:
         return None
-    return part_prefix(directory), bool(info.get("compressed")), sequence
+    sequences = set(range(first, first + len(trace.threads)))
+    if used_sequences is not None:
+        if sequences & used_sequences:
+            return None
+        used_sequences |= sequences
+    prefix = part_prefix(directory)
+    return [(prefix + str(index), first + index, trace.start_ns)
+            for index in range(len(trace.threads))]
