@@ -185,11 +185,11 @@ class _KeyNames:
         return True
 
     def _move_to(self, place):
-        if self.live is not None:
-            self.live.abandon("the process's trace moved while it ran")
         """Copies the spill file into the new directory place and spills there from
         now on; process.json and keys.jsonl are written there anew, the old
         directory goes. Returns whether it worked (else place is removed)."""
+        if self.live is not None:
+            self.live.abandon("the process's trace moved while it ran")
         import shutil
         target = os.path.join(place, "events.bin")
         if lib.pt_spill_move(self.ptr, os.fsencode(target)) != lib.PT_OK:
@@ -340,8 +340,8 @@ class FollowSession(Session):
     @property
     def fixed_ns_per_tick(self):
         """The clock's slope the live encoder fixed (the trace keeps it), or None."""
-        live = self._key_names.live
-        return live.ns_per_tick if live is not None and live.c is not None else None
+        encoder = self._key_names.live
+        return encoder.ns_per_tick if encoder is not None else None
 
     def finish_live(self, facts):
         """finish_spill's call once the last events are in events.bin."""

@@ -552,9 +552,9 @@ def live_marks():
     at start says on its begin) as follow/live.py's encoder writes them: made in
     this order on both sides, so their iids agree."""
     names = _AnnotationNames()
-    stop = names.annotations({OPEN_AT_STOP: True})
-    start = names.annotations({OPEN_AT_START: True})
-    return names, stop, start
+    marks = _OpenMarks(names)
+    return (names, marks.blobs[lib.PT_PF_MARK_OPEN_AT_STOP],
+            marks.blobs[lib.PT_PF_MARK_OPEN_AT_START])
 
 
 def _filled(steps, encode):
