@@ -151,9 +151,11 @@ def write_chrome_trace(trace, path, compress=False):
     path = os.fspath(path)
     warn_if_too_deep(trace)
     # gzip level 6: most of level 9's size at several times its speed
-    import gzip
-    opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6)) if compress
-              else (lambda tmp: open(tmp, "wb")))
+    if compress:
+        import gzip     # only for .json.gz: .json writes import nothing (a Ctrl-C
+        opener = lambda tmp: gzip.open(tmp, "wb", compresslevel=6)  # noqa: E731
+    else:               # in an import lands in importlib's callbacks)
+        opener = lambda tmp: open(tmp, "wb")  # noqa: E731
     with replaced_atomically(path, opener) as out, \
             Progress(f"writing {path}", len(trace)) as progress:
         for chunk in _chunks(trace, progress):
