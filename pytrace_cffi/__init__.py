@@ -51,7 +51,7 @@ __all__ = ["start", "stop", "trace", "step", "load", "is_tracing", "release_memo
            "Call",
            "record_function", "RecordFunction", "instant", "counter", "capture_stack",
            "symbolize", "merge_torch",
-           "TraceFormatError", "TraceWarning", "SpilledTrace", "schedule", "Action",
+           "TraceFormatError", "TraceWarning", "SpilledTrace", "WrittenTrace", "schedule", "Action",
            "TraceError", "TracerConflictError", "TracerStateError"]
 __version__ = "0.1.0"
 
@@ -77,7 +77,7 @@ def _register_writers():
 _register_writers()
 # Public names whose modules are imported when first asked for (PEP 562): they
 # import the readers and writers, which a program that only traces never needs.
-_LAZY = ("merge_torch", "SpilledTrace")
+_LAZY = ("merge_torch", "SpilledTrace", "WrittenTrace")
 
 
 def __getattr__(name):
@@ -85,6 +85,8 @@ def __getattr__(name):
         from .merge import merge_torch as value
     elif name == "SpilledTrace":
         from .spill import SpilledTrace as value
+    elif name == "WrittenTrace":
+        from .follow.written import WrittenTrace as value
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value
@@ -157,7 +159,12 @@ def start(**options):
         returns a SpilledTrace; load(output) gives every event back), else dropped:
         the trace keeps the newest and says how many were dropped.
       output (path): the saved-trace directory that max_events spills to; created
-        now, before tracing starts.
+        now, before tracing starts. Or a file whose name picks a format
+        (out.pftrace, out.json, out.html, ...): stop() writes it and returns a
+        WrittenTrace; the events spill to a job directory meanwhile (max_events
+        defaults to 2**20) and a .pftrace is encoded on another thread as the
+        program runs, so little is left to do at stop(). With follow_children the
+        file holds every process followed.
       include, exclude (glob or list of globs): record only Python functions whose
         source file matches an include pattern and no exclude pattern (fnmatch on
         the full path, e.g. "*/mypkg/*"), and only the built-ins they call. On
@@ -194,7 +201,10 @@ def start(**options):
     with _running.lock:
         if _running.session is not None:
             raise TracerStateError("pytrace_cffi is already tracing; call stop() first")
-        if follow:
+        if _start_options.output_file(options["output"]) is not None:
+            from .follow.written import start_writing
+            session = _running.session = start_writing(options, follow)
+        elif follow:
             from .follow import identity
             from .follow.session import FollowSession
             session = _running.session = FollowSession(options, root=identity._child_job is None)
@@ -206,6 +216,7 @@ def start(**options):
         session.start()
     except BaseException:
         _running.session = None
+        getattr(session, "forget_output_file", lambda: None)()
         raise
 
 
@@ -232,6 +243,9 @@ def stop():
         from ._tracer import hook_loss_message
         result.hook_lost = hook_lost
         warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=2)
+    write_output_file = getattr(session, "write_output_file", None)
+    if write_output_file is not None:       # start(output="out.pftrace")
+        result = write_output_file(result)
     failure = session.hot_error()
     problem = getattr(session, "spill_problem", None)     # spill.finish_spill
     if failure or problem:

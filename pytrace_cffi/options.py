@@ -7,10 +7,12 @@ is c_calls=False). Three readers: start()'s validation (check), the recorder's
 Session (session_options), and `run`'s parser (add_argument, from_arguments).
 The rows are in the order start() checks them (the first bad one is reported);
 cli_rank orders their lines in `run --help`. Kept free of imports of the rest of
-the package: anything may read it.
+the package but formats (which reads a file's name): anything may read it.
 """
 import os
 from collections import namedtuple
+
+from .formats import DIRECTORY, find
 
 Option = namedtuple("Option", "name kind default help flag negated metavar cli_rank")
 Option.__doc__ = """One option of start().
@@ -104,13 +106,38 @@ def _path(name, value, values):
     if value is not None:
         if not isinstance(value, (str, bytes, os.PathLike)):
             raise TypeError(f"{name} must be a path, not {type(value).__name__}")
+        value = os.fsdecode(value)
+        if output_file(value) is not None:
+            _writable_place(value)
+            return value
         if values["max_events"] is None and not values["follow_children"]:
-            raise ValueError("output is where max_events spills events: give max_events too")
-        return os.fsdecode(value)
+            raise ValueError("output is where max_events spills events (a directory: give "
+                             "max_events too), or the file written at stop(), named "
+                             "by its format (out.pftrace, out.json, out.html, ...)")
+        return value
     if values["follow_children"]:
         raise ValueError("follow_children=True needs output=DIR, the trace directory that "
                          "gets one saved trace per process")
     return None
+
+
+def output_file(output):
+    """The file start(output=...) writes at stop() when output's name picks a file
+    format (out.pftrace, out.json, ...), else None (a directory, or no output)."""
+    if output is None:
+        return None
+    fmt = find(output)
+    return output if fmt is not None and fmt is not DIRECTORY else None
+
+
+def _writable_place(path):
+    place = os.path.dirname(os.path.abspath(path)) or os.sep
+    if not os.path.isdir(place):
+        raise ValueError(f"cannot write {path!r}: {place!r} is not a directory")
+    if not os.access(place, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write {path!r}: {place!r} is not writable")
+    if os.path.isdir(path):
+        raise ValueError(f"cannot write {path!r}: it is a directory")
 
 
 def _microseconds(name, value, values):

@@ -5,11 +5,13 @@ args) is written from the whole trace, and live.json says why."""
 import glob
 import json
 import os
+import sys
 
 from pytrace_cffi import load
 from pytrace_cffi.follow.finish import export_job
 from pytrace_cffi.formats import read
 
+from test_children import TIMEOUT, _env_own_tmp, run_command
 from test_children_run import run_cli
 
 # Runs past the encoder's start (0.2 s), with a second thread, a region and
@@ -103,3 +105,48 @@ fib(14)
         counts[pid] = counts.get(pid, 0) + sum(
             1 for i in range(n) if job.names[slices[i].key].endswith(": fib"))
     assert sorted(counts.values())[0] == 1219      # fib(14) once in the child
+
+
+# start(output="out.pftrace") from the API: the same encoder, the job directory
+# kept here (RunFinish's keep) so the whole trace can be exported beside it.
+API_PROGRAM = """
+import sys
+import pytrace_cffi
+from pytrace_cffi.follow import written
+
+class Kept(written.RunFinish):
+    def __init__(self, job_dir, output):
+        super().__init__(job_dir, output, keep=True)
+        print("JOB", job_dir)
+
+written.RunFinish = Kept
+pytrace_cffi.start(output=sys.argv[1], max_events=65536)
+""" + PROGRAM.format(args="") + """
+result = pytrace_cffi.stop()
+print("RESULT", type(result).__name__, result.written, result.path == sys.argv[1])
+"""
+
+
+def test_start_with_a_pftrace_output_encodes_while_the_program_runs(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(API_PROGRAM)
+    out = tmp_path / "api.pftrace"
+    proc = run_command([sys.executable, str(script), str(out)], tmp_path,
+                       _env_own_tmp(tmp_path), TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert "RESULT WrittenTrace True True" in proc.stdout
+    assert "encoding the whole trace now" not in proc.stderr
+    job = proc.stdout.split("JOB ", 1)[1].split()[0]
+    directory, = glob.glob(f"{job}/proc-*")
+    with open(f"{directory}/live.json", encoding="utf-8") as f:
+        assert json.load(f)["complete"]
+    load(directory).export_perfetto(tmp_path / "whole.pftrace")
+    calls = _calls(read(out))
+    assert len(calls) > 100_000 and calls == _calls(read(tmp_path / "whole.pftrace"))
+
+
+def test_a_fallback_is_said_on_the_console(tmp_path):
+    proc = run_cli(tmp_path, PROGRAM.format(args=', {"batch": 32}'), "-o",
+                   tmp_path / "out.pftrace", "--max-events", 65536, "--spill")
+    assert "encoding the whole trace now: the trace has torch names or record_function args" \
+        in proc.stderr

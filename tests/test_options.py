@@ -3,6 +3,7 @@ start() the options their words promise, run without flags gives start()'s
 defaults, and every option start() documents is declared (expected values are
 literals here, not read from the declaration)."""
 import inspect
+import os
 import re
 
 import pytest
@@ -52,9 +53,29 @@ def test_every_documented_option_is_declared_once():
     ({"max_depth": 0}, "max_depth must be at least 1, not 0"),
     ({"max_depth": 2 ** 31}, "max_depth must be at least 1, not 2147483648"),
     ({"include": 3, "min_duration_us": -1}, "min_duration_us must be >= 0, not -1"),
-    ({"output": "x"}, "output is where max_events spills events: give max_events too"),
+    ({"output": "x"}, "output is where max_events spills events (a directory: give "
+                      "max_events too), or the file written at stop(), named by its "
+                      "format (out.pftrace, out.json, out.html, ...)"),
+    ({"output": "/no/such/place/out.pftrace"},
+     "cannot write '/no/such/place/out.pftrace': '/no/such/place' is not a directory"),
 ])
 def test_start_refuses_bad_options_before_starting(given, error):
     with pytest.raises((TypeError, ValueError), match=f"^{re.escape(error)}$"):
         pytrace_cffi.start(**given)
     assert not pytrace_cffi.is_tracing()
+
+
+def test_start_with_an_output_file_writes_it_at_stop_and_leaves_nothing_else(tmp_path,
+                                                                             monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)      # TMPDIR read again
+    out = tmp_path / "out.json"
+    pytrace_cffi.start(output=str(out))
+    sorted([3, 1, 2])
+    result = pytrace_cffi.stop()
+    assert result.written and result.path == str(out)
+    names = [c.name for c in result.load()]
+    assert names.count("builtins.sorted") == 1
+    assert os.listdir(tmp_path / "tmp") == []       # the job directory is gone

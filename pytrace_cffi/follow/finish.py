@@ -171,10 +171,12 @@ def _write_job(results, inputs, path, write, export):
     if len(results) == 1 and root:
         trace = load(root[0].directory)
         if formats.is_pftrace(path):
-            from .live import live_parts
+            from .live import live_parts, why_not_encoded
             parts = live_parts(root[0].directory, trace)
             if parts is not None:
                 trace.live_parts = parts.__getitem__   # encoded while it ran
+            elif why_not_encoded(root[0].directory):
+                _say(f"encoding the whole trace now: {why_not_encoded(root[0].directory)}")
         written = write(trace, path)
         if written:
             from ..render.summary import calls_begun     # as summary counts them

@@ -29,6 +29,7 @@ LIVE_FILE = "live.json"
 MAX_THREADS = 512
 PARTS_DIR = "live"
 CALIBRATION_NS = 200_000_000
+NOT_STARTED = "the program ended before the encoder started"
 
 _requested = {"compress": None}
 
@@ -37,6 +38,11 @@ def request(compress=True):
     """run -o OUT.pftrace: the run's own process encodes as it runs."""
     if os.environ.get("PYTRACE_CFFI_LIVE", "1") != "0":
         _requested["compress"] = compress
+
+
+def request_as(compress):
+    """Puts back what requested_compress() said (None: not encoding)."""
+    _requested["compress"] = compress
 
 
 def requested():
@@ -141,7 +147,7 @@ class LiveEncoder:
         reason = self.failed
         result = None
         if reason is None and self.c is None:
-            reason = "the program ended before the encoder started"
+            reason = NOT_STARTED
         if reason is None:
             # keys first seen after the last spill hook are named now, as the trace names them
             n = len(self.names)
@@ -181,6 +187,20 @@ def _why_not_whole(result, encoder, facts):
     if result.n_threads > len(facts["threads"]):
         return "more threads encoded than the trace has"
     return None
+
+
+def why_not_encoded(directory):
+    """Why the encoder's parts in directory were not used, for a line on the
+    console, or None (they were, it never ran, or the run was too short for it)."""
+    try:
+        with open(os.path.join(directory, LIVE_FILE), encoding="utf-8") as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None
+    reason = info.get("reason") if isinstance(info, dict) else None
+    if not isinstance(reason, str) or reason == NOT_STARTED:
+        return None
+    return reason[:300]
 
 
 def live_parts(directory, trace, used_sequences=None):

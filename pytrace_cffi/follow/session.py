@@ -288,9 +288,11 @@ class FollowSession(Session):
         self._key_names.sidecar = sidecar
         if self.root:
             _write_json(os.path.join(self.job_dir, JOB_FILE), {"root_pid": os.getpid()})
-        self._set_environment()
+        if self.follows_children:
+            self._set_environment()
         try:
-            install_exit_paths(self.root)
+            if self.follows_children:
+                install_exit_paths(self.root)
             super().start()
         except BaseException:
             # Nothing of it stays: no environment, no wrapped exits, no directory.
