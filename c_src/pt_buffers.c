@@ -39,6 +39,7 @@ pt_pool_after_fork_in_child(void)
     pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;
     pt_pool_lock = unlocked;
     pt_sigterm_after_fork();
+    pt_flight_after_fork();
 }
 
 static void
@@ -113,13 +114,6 @@ pt_chunk_alloc(size_t bytes)
 /* Bounded memory: spilling or dropping the oldest chunk                    */
 /* ======================================================================== */
 
-/* One block of spilled events: which thread, how many, the clock before them. */
-typedef struct {
-    uint32_t thread_index;
-    uint32_t reserved;
-    uint64_t n_events;
-    int64_t base_ticks;
-} pt_spill_block;
 
 static void pt_spill_give_up(pt_tracer *tracer);
 
@@ -231,6 +225,28 @@ pt_evict_oldest(pt_tracer *tracer)
         return 0;
     pt_evict_head(tracer, owner);
     return 1;
+}
+
+/* The flight recorder by seconds: drops every chunk whose events all came
+ * before cutoff (its successor began before it), a thread's last chunk kept. */
+static void
+pt_drop_older(pt_tracer *tracer, int64_t cutoff)
+{
+    for (pt_thread *t = tracer->threads; t; t = t->next)
+        while (t->head && t->head != t->tail && t->head->next->base_ticks < cutoff)
+            pt_release_head(tracer, t, t->head->used, 0);
+}
+
+int
+pt_set_max_age(pt_tracer *tracer, int64_t ticks)
+{
+    if (tracer->state != PT_STATE_NEW || !tracer->max_events || tracer->spill || ticks < 0) {
+        pt_set_error(tracer, "a ring's age is set after its bounds, without a spill file, "
+                             "before start");
+        return PT_ERR_STATE;
+    }
+    tracer->max_age_ticks = ticks;
+    return PT_OK;
 }
 
 /* Runs the spill hook (see pt_set_spill_hook), keeping any pending exception.
@@ -426,8 +442,8 @@ pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path)
 int
 pt_set_spill_hook(pt_tracer *tracer, void *py_hook)
 {
-    if (tracer->state != PT_STATE_NEW || !tracer->spill) {
-        pt_set_error(tracer, "the spill hook is set after the spill file, before start");
+    if (tracer->state != PT_STATE_NEW || !(tracer->spill || tracer->max_events)) {
+        pt_set_error(tracer, "the spill hook is set after the bounds, before start");
         return PT_ERR_STATE;
     }
     PyGILState_STATE gil = PyGILState_Ensure();
@@ -464,6 +480,8 @@ pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
         while (tracer->held_events + events > tracer->max_events && pt_evict_oldest(tracer))
             if (thread->cursor < thread->limit)
                 return PT_OK;          /* this thread's own chunk was emptied in place */
+        if (tracer->max_age_ticks)
+            pt_drop_older(tracer, thread->last_ticks - tracer->max_age_ticks);
     }
     pt_chunk *chunk = pt_chunk_alloc(bytes);
     if (!chunk) {

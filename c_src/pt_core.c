@@ -194,6 +194,7 @@ pt_tracer_release(pt_tracer *tracer)
     free(tracer->slots);
     free(tracer->sources);
     free(tracer->key_flags);
+    free(tracer->source_text);
     free(tracer);
 }
 

@@ -92,6 +92,11 @@ struct pt_tracer {
     uint32_t slots_used;          /* keys and marks: the table stays half empty */
     PyObject **sources;           /* id -> strong ref naming the key */
     uint8_t *key_flags;           /* id -> PT_KEYF_*, sources_cap entries */
+    /* The flight recorder's: each code key's file, first line and name as it is
+     * first seen ("id\tfile\tline\tname\n" lines), for a dump C writes alone. */
+    int note_sources;
+    char *source_text;
+    size_t source_len, source_cap;
     uint32_t sources_cap;
     PyObject *watch_names;        /* set of co_names worth classifying, or NULL */
     PyObject *watch_classify;     /* classify(code) -> int */
@@ -103,6 +108,7 @@ struct pt_tracer {
     uint64_t held_events;         /* capacity of the chunks held */
     uint64_t chunk_seq;
     uint64_t bounded_chunk_events;
+    int64_t max_age_ticks;        /* flight recorder by seconds: older chunks dropped (0: none) */
     FILE *spill;                  /* opened for reading too: pt_spill_move copies it */
     uint64_t spilled_events;
     uint64_t spill_bytes;         /* the spill file's length in whole blocks */
@@ -256,6 +262,16 @@ pt_grow(void **items, uint64_t *cap, uint64_t need, size_t size)
 }
 
 /* pt_signals.c */
+/* One block of spilled events: which thread, how many, the clock before them
+ * (events.bin's format: pt_buffers.c writes it, pt_flight.c's dumps too). */
+typedef struct {
+    uint32_t thread_index;
+    uint32_t reserved;
+    uint64_t n_events;
+    int64_t base_ticks;
+} pt_spill_block;
+
+void pt_flight_after_fork(void);    /* a forked child starts with no flight thread */
 void pt_sigterm_after_fork(void);    /* a forked child makes its own relay timer */
 
 /* pt_keys.c */

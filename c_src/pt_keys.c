@@ -242,6 +242,70 @@ pt_key_add(pt_tracer *tracer, const void *a, const void *b, PyObject *source)
 
 static void pt_ask_about_code(pt_tracer *tracer, uint32_t id);
 
+/* Appends text (n bytes, tabs and newlines made spaces) to source_text. */
+static int
+pt_source_append(pt_tracer *tracer, const char *text, size_t n, char end)
+{
+    if (tracer->source_len + n + 1 > tracer->source_cap) {
+        size_t cap = tracer->source_cap ? tracer->source_cap : 4096;
+        while (cap < tracer->source_len + n + 1)
+            cap *= 2;
+        char *grown = realloc(tracer->source_text, cap);
+        if (!grown)
+            return 0;
+        tracer->source_text = grown;
+        tracer->source_cap = cap;
+    }
+    char *out = tracer->source_text + tracer->source_len;
+    for (size_t i = 0; i < n; i++)
+        out[i] = text[i] == '\t' || text[i] == '\n' || text[i] == '\r' ? ' ' : text[i];
+    out[n] = end;
+    tracer->source_len += n + 1;
+    return 1;
+}
+
+static int
+pt_source_append_str(pt_tracer *tracer, PyObject *code, const char *attribute, char end)
+{
+    PyObject *value = PyObject_GetAttrString(code, attribute);
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    PyObject *utf8 = text ? PyUnicode_AsEncodedString(text, "utf-8", "replace") : NULL;
+    char *bytes;
+    Py_ssize_t n;
+    int ok = utf8 && PyBytes_AsStringAndSize(utf8, &bytes, &n) == 0 &&
+             pt_source_append(tracer, bytes, (size_t)n, end);
+    Py_XDECREF(utf8);
+    Py_XDECREF(text);
+    Py_XDECREF(value);
+    return ok;
+}
+
+/* The flight recorder: a code key's file, line and name, for a dump C writes
+ * when Python cannot run (pt_flight.c). Once per code object; its cost is in
+ * docs/PERFORMANCE.md. */
+static void
+pt_note_source(pt_tracer *tracer, uint32_t id, PyObject *code)
+{
+    char digits[16];
+    int n = snprintf(digits, sizeof digits, "%u", id);
+    size_t mark = tracer->source_len;
+    if (!(pt_source_append(tracer, digits, (size_t)n, '\t') &&
+          pt_source_append_str(tracer, code, "co_filename", '\t') &&
+          pt_source_append_str(tracer, code, "co_firstlineno", '\t') &&
+          pt_source_append_str(tracer, code, "co_name", '\n')))
+        tracer->source_len = mark;      /* a line whole, or none */
+    PyErr_Clear();
+}
+
+int
+pt_set_note_sources(pt_tracer *tracer)
+{
+    if (tracer->state != PT_STATE_NEW)
+        return PT_ERR_STATE;
+    tracer->note_sources = 1;
+    return PT_OK;
+}
+
 /* The cold half of pt_key_for_code (pt_internal.h): a code object seen first. */
 uint32_t
 pt_key_for_new_code(pt_tracer *tracer, PyObject *code)
@@ -249,6 +313,8 @@ pt_key_for_new_code(pt_tracer *tracer, PyObject *code)
     uint32_t id;
     Py_INCREF(code);   /* held until the tracer is freed, so the address never aliases */
     id = pt_key_insert(tracer, code, NULL, code);
+    if (id && tracer->note_sources)
+        pt_note_source(tracer, id, code);
     if (id && (tracer->watch_names || tracer->code_filter)) {
         if (tracer->classify_from)
             return id;     /* pt_start is walking threads: no Python code may run yet */

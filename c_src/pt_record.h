@@ -201,4 +201,32 @@ int pt_realtime_anchor(pt_tracer *tracer, int at_stop, int64_t *monotonic_ns,
 int pt_annotation_api(void *py_dict);
 int pt_annotation_data(pt_tracer *tracer, void *py_args_list, void *py_marks_list);
 
+/* The flight recorder (pt_flight.c): dumps of the ring (max_events, no spill
+ * file) while tracing goes on, written by a clone of the process into dir:
+ * events.bin, threads.json, keys.jsonl and process.json copied from
+ * journal_dir, dump_json as dump.json when not NULL, done.json last.
+ * pt_flight_dump returns the clone's pid (> 0), PT_ERR_STATE when 16 dumps are
+ * still being written, or -errno. pt_flight_arm starts the C thread that
+ * serves a signal (signum, 0: none) and a watchdog (no pt_flight_step for
+ * watchdog_ns, 0: none): it writes request numbers' bytes to wake_fd, and
+ * dumps itself into dumps_dir when no pt_flight_claim came within grace_ns. */
+#define PT_FLIGHT_SIGNAL 1
+#define PT_FLIGHT_WATCHDOG 2
+int pt_set_max_age(pt_tracer *tracer, int64_t ticks);  /* ring by seconds, in ticks */
+int pt_set_note_sources(pt_tracer *tracer);     /* code keys' file:line for C's dumps */
+int pt_flight_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
+                   const char *dump_json);
+int pt_flight_reap(void);
+int pt_flight_wait(int64_t timeout_ns);
+int pt_flight_arm(pt_tracer *tracer, int signum, int wake_fd, int64_t watchdog_ns,
+                  int64_t grace_ns, const char *dumps_dir, const char *journal_dir,
+                  const char *dump_json);
+void pt_flight_disarm(void);
+void pt_flight_step(void);
+void pt_flight_ask(void);
+int pt_flight_claim(uint64_t seq);
+uint64_t pt_flight_request(void);
+int pt_flight_reason(uint64_t seq);
+uint64_t pt_flight_c_dump_count(void);
+
 #endif /* PT_RECORD_H */

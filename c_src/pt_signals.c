@@ -99,7 +99,8 @@ pt_sigterm_guard(int on)
  * "Cannot install a profile function while another profile function is being
  * installed" and dies before running its target. So our hook is a C one: it
  * calls the Python callable only for the few events that launch or replace a
- * program, none of which a profile setting raises. Installed once per process
+ * program, and sys.excepthook (an uncaught exception), none of which a profile
+ * setting raises. Installed once per process
  * (audit hooks cannot be removed); the callable gets (event, args) and must not
  * raise (an exception is reported as unraisable, the audited call goes on). */
 static PyObject *pt_audit_callable;
@@ -110,8 +111,18 @@ static int
 pt_audit_hook(const char *event, PyObject *args, void *data)
 {
     (void)data;
-    if (pt_audit_callable == NULL || (event[0] == 's' && event[1] == 'y'))
-        return 0;                       /* sys.*: the common case, decided at once */
+    if (pt_audit_callable == NULL)
+        return 0;
+    if (event[0] == 's' && event[1] == 'y') {  /* sys.*: the common case, decided at once */
+        if (strcmp(event, "sys.excepthook") != 0)
+            return 0;
+        /* an uncaught exception, before the program's hook: the flight recorder dumps */
+        PyObject *result = PyObject_CallFunction(pt_audit_callable, "sO", event, args);
+        if (result == NULL)
+            PyErr_WriteUnraisable(pt_audit_callable);
+        Py_XDECREF(result);
+        return 0;
+    }
     for (int i = 0; pt_audited_events[i]; i++) {
         if (strcmp(event, pt_audited_events[i]) == 0) {
             PyObject *result = PyObject_CallFunction(pt_audit_callable, "sO", event, args);

@@ -1,0 +1,596 @@
+/* pt_flight.c - the flight recorder's dumps: the ring (max_events without a
+ * spill file) of every thread written to a directory while the program goes on.
+ *
+ * A dump is written by a clone of the process (raw clone(2) without SIGCHLD: the
+ * program's wait() and SIGCHLD handler never see it; __WCLONE reaps it). The
+ * clone holds the ring as it was at that instant, whatever the program's threads
+ * do next, so the program pays for the clone only, never for the writing; and a
+ * clone that crashes on a half-linked chunk loses its dump, never the program.
+ * The clone writes events.bin (the spill file's format: a header, then one block
+ * per chunk), threads.json (each thread's index, ident and OS id) and copies
+ * keys.jsonl, process.json and journal.json from the journal directory (the
+ * names the spill hook and the recorder's thread wrote, follow/session.py and
+ * flight/recorder.py): the directory is then a process directory that
+ * follow/recover.py reads. The clone calls no malloc and takes no lock: another
+ * thread of the program may have held one at the clone.
+ *
+ * A C thread (pt_flight_arm) serves the triggers that Python may be unable to
+ * serve: a signal (its handler only posts a semaphore) and a watchdog (no
+ * pt_flight_step for watchdog_ns). It asks Python first, by a byte on wake_fd (a
+ * Python thread of the recorder reads it and dumps with names and stacks), and
+ * when Python has not claimed the request within grace_ns (a thread stuck in C
+ * holding the GIL), dumps itself, without the GIL. A request is claimed once,
+ * by Python or by this thread (pt_flight_claim).
+ */
+#define _GNU_SOURCE
+#include "pt_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PT_FLIGHT_PATH 4096
+#define PT_FLIGHT_CHILDREN 16
+
+/* ------------------------------------------------------------------------ */
+/* Writing, in the clone: syscalls only                                     */
+/* ------------------------------------------------------------------------ */
+
+static int
+pt_write_all(int fd, const void *data, size_t n)
+{
+    const char *p = data;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return 0;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 1;
+}
+
+/* dir + "/" + name into out (PT_FLIGHT_PATH bytes); 0 when too long. */
+static int
+pt_join(char *out, const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    if (a + 1 + b + 1 > PT_FLIGHT_PATH)
+        return 0;
+    memcpy(out, dir, a);
+    out[a] = '/';
+    memcpy(out + a + 1, name, b + 1);
+    return 1;
+}
+
+/* Decimal digits of v (negative with a sign) at the end of buf; returns the start. */
+static char *
+pt_decimal(char *end, int64_t value)
+{
+    uint64_t v = value < 0 ? (uint64_t)0 - (uint64_t)value : (uint64_t)value;
+    char *p = end;
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    if (value < 0)
+        *--p = '-';
+    return p;
+}
+
+static int
+pt_write_number(int fd, int64_t value)
+{
+    char buf[24];
+    char *start = pt_decimal(buf + sizeof buf, value);
+    return pt_write_all(fd, start, (size_t)(buf + sizeof buf - start));
+}
+
+static int
+pt_write_text(int fd, const char *text)
+{
+    return pt_write_all(fd, text, strlen(text));
+}
+
+/* The events of every thread, oldest chunk first, as spill blocks. A chunk a
+ * thread was linking at the clone is taken as far as the links say. */
+static int
+pt_write_events(pt_tracer *tracer, const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return 0;
+    static const char header[16] = "PTEVENTS\1\0\0\0\x08\0\0\0";
+    int ok = pt_write_all(fd, header, sizeof header);
+    for (pt_thread *t = tracer->threads; ok && t; t = t->next) {
+        for (pt_chunk *c = t->head; ok && c; c = c == t->tail ? NULL : c->next) {
+            uint64_t n = c->used;
+            if (c == t->tail) {
+                if (t->cursor < c->events || t->cursor > c->events + c->capacity)
+                    break;
+                n = (uint64_t)(t->cursor - c->events);
+            }
+            if (!n || n > c->capacity)
+                continue;
+            pt_spill_block block = {(uint32_t)t->index, 0, n, c->base_ticks};
+            ok = pt_write_all(fd, &block, sizeof block) &&
+                 pt_write_all(fd, c->events, n * sizeof(pt_event));
+        }
+    }
+    return close(fd) == 0 && ok;
+}
+
+/* threads.json: [{"index": i, "ident": n, "native_id": n, "dropped": n}, ...] */
+static int
+pt_write_threads(pt_tracer *tracer, const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return 0;
+    int ok = pt_write_text(fd, "[");
+    for (pt_thread *t = tracer->threads; ok && t; t = t->next) {
+        ok = pt_write_text(fd, t == tracer->threads ? "{\"index\": " : ", {\"index\": ") &&
+             pt_write_number(fd, t->index) && pt_write_text(fd, ", \"ident\": ") &&
+             pt_write_number(fd, (int64_t)t->ident) &&
+             pt_write_text(fd, ", \"native_id\": ") &&
+             pt_write_number(fd, (int64_t)t->native_id) &&
+             pt_write_text(fd, ", \"dropped\": ") && pt_write_number(fd, (int64_t)t->dropped) &&
+             pt_write_text(fd, "}");
+    }
+    ok = ok && pt_write_text(fd, "]\n");
+    return close(fd) == 0 && ok;
+}
+
+static int
+pt_copy_named(const char *from_dir, const char *to_dir, const char *name)
+{
+    char from[PT_FLIGHT_PATH], to[PT_FLIGHT_PATH], buf[65536];
+    if (!pt_join(from, from_dir, name) || !pt_join(to, to_dir, name))
+        return 0;
+    int in = open(from, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return errno == ENOENT;     /* nothing named yet */
+    int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int ok = out >= 0;
+    while (ok) {
+        ssize_t n = read(in, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            ok = n == 0;
+            break;
+        }
+        ok = pt_write_all(out, buf, (size_t)n);
+    }
+    close(in);
+    return (out < 0 || close(out) == 0) && ok;
+}
+
+static int
+pt_write_file(const char *dir, const char *name, const char *text)
+{
+    char path[PT_FLIGHT_PATH];
+    if (!pt_join(path, dir, name))
+        return 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return 0;
+    int ok = pt_write_text(fd, text);
+    return close(fd) == 0 && ok;
+}
+
+/* key_sources.tsv: the code keys' files, lines and names (pt_note_source). */
+static int
+pt_write_sources(pt_tracer *tracer, const char *dir)
+{
+    char path[PT_FLIGHT_PATH];
+    if (!tracer->note_sources || !tracer->source_text)
+        return 1;
+    if (!pt_join(path, dir, "key_sources.tsv"))
+        return 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return 0;
+    size_t n = tracer->source_len <= tracer->source_cap ? tracer->source_len : 0;
+    int ok = pt_write_all(fd, tracer->source_text, n);
+    return close(fd) == 0 && ok;
+}
+
+/* Everything the clone writes into dir; done.json last: the dump is whole. */
+static int
+pt_write_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
+              const char *dump_json)
+{
+    char path[PT_FLIGHT_PATH];
+    int ok = pt_join(path, dir, "events.bin") && pt_write_events(tracer, path) &&
+             pt_join(path, dir, "threads.json") && pt_write_threads(tracer, path) &&
+             pt_copy_named(journal_dir, dir, "keys.jsonl") &&
+             pt_copy_named(journal_dir, dir, "process.json") &&
+             pt_copy_named(journal_dir, dir, "journal.json") &&
+             (!dump_json || pt_write_file(dir, "dump.json", dump_json)) &&
+             pt_write_sources(tracer, dir);
+    return ok && pt_write_file(dir, "done.json", "{\"whole\": true}\n");
+}
+
+/* ------------------------------------------------------------------------ */
+/* The clone                                                                */
+/* ------------------------------------------------------------------------ */
+
+static pid_t pt_children[PT_FLIGHT_CHILDREN];
+static pthread_mutex_t pt_children_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Reaps the dump clones that have ended. Returns how many still run. */
+int
+pt_flight_reap(void)
+{
+    int running = 0;
+    pthread_mutex_lock(&pt_children_lock);
+    for (int i = 0; i < PT_FLIGHT_CHILDREN; i++) {
+        if (!pt_children[i])
+            continue;
+        pid_t done = waitpid(pt_children[i], NULL, WNOHANG | __WCLONE);
+        if (done == pt_children[i] || (done < 0 && errno == ECHILD))
+            pt_children[i] = 0;
+        else
+            running++;
+    }
+    pthread_mutex_unlock(&pt_children_lock);
+    return running;
+}
+
+static int
+pt_note_child(pid_t pid)
+{
+    pthread_mutex_lock(&pt_children_lock);
+    for (int i = 0; i < PT_FLIGHT_CHILDREN; i++)
+        if (!pt_children[i]) {
+            pt_children[i] = pid;
+            pthread_mutex_unlock(&pt_children_lock);
+            return 1;
+        }
+    pthread_mutex_unlock(&pt_children_lock);
+    return 0;
+}
+
+/* Writes the dump of tracer's ring into dir (made already), from a clone of the
+ * process. Returns the clone's pid, or PT_ERR_STATE when 16 dumps are still being
+ * written, or a negative errno when no clone could be made. Safe without the GIL
+ * (the clone reads its own copy). */
+int
+pt_flight_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
+               const char *dump_json)
+{
+    if (pt_flight_reap() >= PT_FLIGHT_CHILDREN)
+        return PT_ERR_STATE;
+    if (strlen(dir) + 32 > PT_FLIGHT_PATH || strlen(journal_dir) + 32 > PT_FLIGHT_PATH)
+        return -ENAMETOOLONG;
+    /* No SIGCHLD at its end; a copy of the address space, as fork() makes. */
+    long pid = syscall(SYS_clone, 0L, NULL, NULL, NULL, 0L);
+    if (pid < 0)
+        return -errno;
+    if (pid == 0) {
+        /* The clone: the program's output is not ours to write to. */
+        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null >= 0) {
+            dup2(null, 0);
+            dup2(null, 1);
+            dup2(null, 2);
+        }
+        signal(SIGINT, SIG_IGN);    /* a Ctrl-C meant for the program */
+        int ok = pt_write_dump(tracer, dir, journal_dir, dump_json);
+        syscall(SYS_exit_group, ok ? 0 : 1);
+        for (;;)
+            ;
+    }
+    if (!pt_note_child((pid_t)pid))
+        waitpid((pid_t)pid, NULL, __WCLONE);    /* (cannot happen: reaped above) */
+    return (int)pid;
+}
+
+/* Waits up to timeout_ns for the dump clones to end; returns how many still run. */
+int
+pt_flight_wait(int64_t timeout_ns)
+{
+    int64_t waited = 0;
+    int running;
+    while ((running = pt_flight_reap()) && waited < timeout_ns) {
+        struct timespec pause = {0, 5 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        waited += 5 * 1000 * 1000;
+    }
+    return running;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The C thread: signal, watchdog, and the dump Python could not make       */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    pt_tracer *tracer;
+    int signum;
+    int wake_fd;
+    int64_t watchdog_ns;
+    int64_t grace_ns;
+    char dumps_dir[PT_FLIGHT_PATH];
+    char journal_dir[PT_FLIGHT_PATH];
+    char dump_json[1024];
+    int pid;
+} pt_flight_config;
+
+static pt_flight_config pt_flight;
+static sem_t pt_flight_wake;
+static pthread_t pt_flight_thread;
+static int pt_flight_armed;
+static atomic_int pt_flight_quit;
+static atomic_int pt_flight_signalled;
+static atomic_llong pt_flight_last_step;     /* CLOCK_MONOTONIC ns */
+static atomic_int pt_flight_stall_dumped;
+static atomic_ullong pt_flight_requested;     /* requests made (their numbers) */
+static atomic_ullong pt_flight_claimed;       /* the newest request claimed */
+static atomic_int pt_flight_reasons[64];      /* request number % 64 -> PT_FLIGHT_* */
+static atomic_ullong pt_flight_c_dumps;       /* dumps this thread wrote */
+static struct sigaction pt_flight_previous;
+
+static int64_t
+pt_monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void
+pt_flight_on_signal(int signum)
+{
+    (void)signum;
+    int saved = errno;
+    atomic_store(&pt_flight_signalled, 1);
+    sem_post(&pt_flight_wake);
+    errno = saved;
+}
+
+void
+pt_flight_step(void)
+{
+    atomic_store(&pt_flight_last_step, pt_monotonic_ns());
+    atomic_store(&pt_flight_stall_dumped, 0);
+}
+
+/* Python's claim of request number seq (or this thread's): 1 when it is the
+ * claimer's to serve, 0 when served already (or superseded by a newer one). */
+int
+pt_flight_claim(uint64_t seq)
+{
+    unsigned long long seen = atomic_load(&pt_flight_claimed);
+    while (seen < seq)
+        if (atomic_compare_exchange_weak(&pt_flight_claimed, &seen, seq))
+            return 1;
+    return 0;
+}
+
+uint64_t
+pt_flight_request(void)
+{
+    return atomic_load(&pt_flight_requested);
+}
+
+int
+pt_flight_reason(uint64_t seq)
+{
+    return atomic_load(&pt_flight_reasons[seq % 64]);
+}
+
+uint64_t
+pt_flight_c_dump_count(void)
+{
+    return atomic_load(&pt_flight_c_dumps);
+}
+
+/* Asks for a dump as the signal does (for tests and `dump` of this process). */
+void
+pt_flight_ask(void)
+{
+    pt_flight_on_signal(0);
+}
+
+/* dumps_dir/<UTC yyyymmdd-hhmmss>-<pid>-hang into out. */
+static int
+pt_c_dump_dir(char *out, const char *why)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t days = now.tv_sec / 86400, secs = now.tv_sec % 86400;
+    /* civil_from_days (H. Hinnant): the date of a day count since 1970-01-01 */
+    int64_t z = days + 719468, era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
+    int64_t d = doy - (153 * mp + 2) / 5 + 1, m = mp < 10 ? mp + 3 : mp - 9;
+    int64_t y = yoe + era * 400 + (m <= 2);
+    int64_t parts[6] = {y, m, d, secs / 3600, secs / 60 % 60, secs % 60};
+    char stamp[32];
+    char *p = stamp;
+    for (int i = 0; i < 6; i++) {
+        int width = i == 0 ? 4 : 2;
+        int64_t v = parts[i];
+        for (int k = width - 1; k >= 0; k--) {
+            p[k] = (char)('0' + v % 10);
+            v /= 10;
+        }
+        p += width;
+        if (i == 2)
+            *p++ = '-';
+    }
+    *p = 0;
+    char name[128], digits[24];
+    char *pid = pt_decimal(digits + sizeof digits - 1, pt_flight.pid);
+    digits[sizeof digits - 1] = 0;
+    size_t n = 0;
+    const char *pieces[] = {stamp, "-", why, "-c"};
+    for (size_t i = 0; i < 4; i++) {
+        size_t len = strlen(pieces[i]);
+        memcpy(name + n, pieces[i], len);
+        n += len;
+    }
+    name[n] = 0;
+    char job[PT_FLIGHT_PATH];
+    if (!pt_join(job, pt_flight.dumps_dir, name))
+        return 0;
+    if (mkdir(job, 0755) != 0 && errno != EEXIST)
+        return 0;
+    char proc[40] = "proc-";
+    memcpy(proc + 5, pid, strlen(pid) + 1);
+    if (!pt_join(out, job, proc))
+        return 0;
+    return mkdir(out, 0755) == 0 || errno == EEXIST;
+}
+
+static void
+pt_flight_serve(int reason)
+{
+    uint64_t seq = atomic_fetch_add(&pt_flight_requested, 1) + 1;
+    atomic_store(&pt_flight_reasons[seq % 64], reason);
+    if (pt_flight.wake_fd >= 0) {
+        char byte = 1;
+        ssize_t ignored = write(pt_flight.wake_fd, &byte, 1);
+        (void)ignored;
+    }
+    int64_t until = pt_monotonic_ns() + pt_flight.grace_ns;
+    while (atomic_load(&pt_flight_claimed) < seq && pt_monotonic_ns() < until &&
+           !atomic_load(&pt_flight_quit)) {
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    if (atomic_load(&pt_flight_quit) || !pt_flight_claim(seq))
+        return;             /* Python serves it (or we are stopping) */
+    char dir[PT_FLIGHT_PATH];
+    const char *why = reason == PT_FLIGHT_WATCHDOG ? "watchdog" : "signal";
+    if (!pt_c_dump_dir(dir, why))
+        return;
+    if (pt_flight_dump(pt_flight.tracer, dir, pt_flight.journal_dir, pt_flight.dump_json) > 0)
+        atomic_fetch_add(&pt_flight_c_dumps, 1);
+}
+
+static void *
+pt_flight_main(void *unused)
+{
+    (void)unused;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);     /* the program's signals are not ours */
+    int64_t period = 250 * 1000 * 1000;
+    if (pt_flight.watchdog_ns && pt_flight.watchdog_ns / 4 < period)
+        period = pt_flight.watchdog_ns / 4 > 10 * 1000 * 1000 ? pt_flight.watchdog_ns / 4
+                                                               : 10 * 1000 * 1000;
+    while (!atomic_load(&pt_flight_quit)) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        int64_t ns = until.tv_nsec + period;
+        until.tv_sec += ns / 1000000000;
+        until.tv_nsec = ns % 1000000000;
+        sem_timedwait(&pt_flight_wake, &until);
+        if (atomic_load(&pt_flight_quit))
+            break;
+        pt_flight_reap();
+        if (atomic_exchange(&pt_flight_signalled, 0)) {
+            pt_flight_serve(PT_FLIGHT_SIGNAL);
+            continue;
+        }
+        if (pt_flight.watchdog_ns && !atomic_load(&pt_flight_stall_dumped) &&
+            pt_monotonic_ns() - atomic_load(&pt_flight_last_step) > pt_flight.watchdog_ns) {
+            atomic_store(&pt_flight_stall_dumped, 1);     /* once per stall */
+            pt_flight_serve(PT_FLIGHT_WATCHDOG);
+        }
+    }
+    return NULL;
+}
+
+/* Starts the C thread for tracer (one per process): signum (0: none) dumps, and
+ * watchdog_ns (0: none) without pt_flight_step dumps once per stall; Python is
+ * asked by a byte on wake_fd and has grace_ns to claim. dump_json: what a dump
+ * of this thread's says in dump.json. */
+int
+pt_flight_arm(pt_tracer *tracer, int signum, int wake_fd, int64_t watchdog_ns,
+              int64_t grace_ns, const char *dumps_dir, const char *journal_dir,
+              const char *dump_json)
+{
+    if (pt_flight_armed)
+        return PT_ERR_STATE;
+    if (strlen(dumps_dir) + 128 > PT_FLIGHT_PATH || strlen(journal_dir) + 32 > PT_FLIGHT_PATH ||
+        strlen(dump_json) >= sizeof pt_flight.dump_json)
+        return PT_ERR_ARG;
+    pt_flight.tracer = tracer;
+    pt_flight.signum = signum;
+    pt_flight.wake_fd = wake_fd;
+    pt_flight.watchdog_ns = watchdog_ns;
+    pt_flight.grace_ns = grace_ns;
+    pt_flight.pid = (int)getpid();
+    strcpy(pt_flight.dumps_dir, dumps_dir);
+    strcpy(pt_flight.journal_dir, journal_dir);
+    strcpy(pt_flight.dump_json, dump_json);
+    atomic_store(&pt_flight_quit, 0);
+    atomic_store(&pt_flight_signalled, 0);
+    atomic_store(&pt_flight_stall_dumped, 0);
+    atomic_store(&pt_flight_last_step, pt_monotonic_ns());
+    if (sem_init(&pt_flight_wake, 0, 0) != 0)
+        return PT_ERR_NOMEM;
+    if (pthread_create(&pt_flight_thread, NULL, pt_flight_main, NULL) != 0) {
+        sem_destroy(&pt_flight_wake);
+        return PT_ERR_NOMEM;
+    }
+    pt_flight_armed = 1;
+    if (signum > 0) {
+        struct sigaction action;
+        memset(&action, 0, sizeof action);
+        action.sa_handler = pt_flight_on_signal;
+        action.sa_flags = SA_RESTART;
+        sigemptyset(&action.sa_mask);
+        if (sigaction(signum, &action, &pt_flight_previous) != 0) {
+            pt_flight.signum = 0;
+            return PT_ERR_ARG;
+        }
+    }
+    return PT_OK;
+}
+
+/* Stops the C thread and puts the signal's handler back (unless the program
+ * replaced ours meanwhile). Call before the tracer is freed. */
+void
+pt_flight_disarm(void)
+{
+    if (!pt_flight_armed)
+        return;
+    if (pt_flight.signum > 0) {
+        struct sigaction now;
+        if (sigaction(pt_flight.signum, NULL, &now) == 0 &&
+            now.sa_handler == pt_flight_on_signal)
+            sigaction(pt_flight.signum, &pt_flight_previous, NULL);
+    }
+    atomic_store(&pt_flight_quit, 1);
+    sem_post(&pt_flight_wake);
+    pthread_join(pt_flight_thread, NULL);
+    sem_destroy(&pt_flight_wake);
+    pt_flight_armed = 0;
+}
+
+/* A child forked while armed has the state, not the thread: it starts unarmed. */
+void
+pt_flight_after_fork(void)
+{
+    pt_flight_armed = 0;
+    pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;
+    pt_children_lock = unlocked;
+    memset(pt_children, 0, sizeof pt_children);
+}
