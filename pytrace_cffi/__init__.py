@@ -38,6 +38,7 @@ except ModuleNotFoundError as _exc:
         raise
     raise ImportError(_core_missing(), name=__name__) from None  # runpy: one line
 
+from ._core import lib as _lib
 from ._tracer import Session as _Session, finish_hook_losses as _finish_hook_losses
 from .annotations import (RecordFunction, capture_stack, counter, instant, record_function,
                           symbolize)
@@ -47,7 +48,7 @@ from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerSt
 from .schedule import Action, schedule
 from .trace import WRITERS as _WRITERS, Call, Trace
 
-__all__ = ["start", "stop", "trace", "step", "load", "is_tracing", "release_memory", "Trace",
+__all__ = ["start", "stop", "trace", "step", "dump", "load", "is_tracing", "release_memory", "Trace",
            "Call",
            "record_function", "RecordFunction", "instant", "counter", "capture_stack",
            "symbolize", "merge_torch",
@@ -97,6 +98,7 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
+_flight_step = _lib.pt_flight_step     # the flight recorder's watchdog counts steps
 _step_hook = None        # the running schedule's step (run --schedule, trace(schedule=))
 
 
@@ -193,6 +195,18 @@ def start(**options):
         output/proc-<pid>/ with these options; output is then required and
         max_events defaults to 2**20. Join them with
         pytrace_cffi.processes.join(output, "all.json"). See README.
+      flight_recorder (True, bytes, "64M" or "30s"): keep only the newest events
+        (a ring of that size, 64 MiB for True; or those of the last seconds,
+        within 64 MiB) for as long as the program runs, and dump them without
+        stopping: see dump() and docs/FLIGHT_RECORDER.md. stop() returns the
+        ring's trace (or writes output).
+      dumps_dir (path, default "./pytrace_cffi-dumps"): where the flight
+        recorder's dumps go, one directory per dump, one proc-<pid> per process.
+      dump_signal (name or number, default SIGUSR1; 0: none): the signal that
+        dumps the flight recorder (`python -m pytrace_cffi dump PID|DIR` sends it).
+      watchdog (seconds): with the flight recorder, dump once per stall when no
+        step (step(), a torch optimizer step) came for this long; written by C
+        when a thread holding the GIL in C keeps Python from running.
     Raises TracerStateError if already tracing, TracerConflictError if another
     profiler holds the hook pytrace_cffi needs, TypeError for bad options.
     """
@@ -201,7 +215,10 @@ def start(**options):
     with _running.lock:
         if _running.session is not None:
             raise TracerStateError("pytrace_cffi is already tracing; call stop() first")
-        if _start_options.output_file(options["output"]) is not None:
+        if options["flight_recorder"]:
+            from .flight import flight_session
+            session = _running.session = flight_session(options, follow)
+        elif _start_options.output_file(options["output"]) is not None:
             from .follow.written import start_writing
             session = _running.session = start_writing(options, follow)
         elif follow:
@@ -287,10 +304,26 @@ def step():
     """Marks the end of one step of the program's loop, for the schedule that
     runs it: `python -m pytrace_cffi run --schedule wait,warmup,active[,repeat]`,
     or an open ``trace(schedule=...)`` block (the same as its t.step()). Without
-    one it does nothing, so a program may call it whether traced or not."""
+    one it does nothing, so a program may call it whether traced or not. The
+    flight recorder's watchdog counts it as progress."""
+    _flight_step()
     hook = _step_hook
     if hook is not None:
         hook()
+
+
+def dump(path=None, reason="dump()"):
+    """Writes the flight recorder's dump of this process while the program goes on
+    (start(flight_recorder=...)): its newest events and each thread's stack now,
+    into path (a new directory), by default DUMPS_DIR/<time>-<reason>/proc-<pid>/.
+    Returns the directory (a clone of the process finishes writing it: done.json
+    is its last file), or None when it could not be written (stderr says why).
+    Raises TracerStateError when no flight recorder is running."""
+    recorder = getattr(_running.session, "flight", None)
+    if recorder is None:
+        raise TracerStateError("dump() needs a running flight recorder: "
+                               "start(flight_recorder=...)")
+    return recorder.dump(str(reason), None if path is None else _os.fspath(path))
 
 
 def _set_step_hook(hook):

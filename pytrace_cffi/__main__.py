@@ -8,6 +8,7 @@ import types
 from . import _set_step_hook, formats, options as start_options
 from ._files import new_directory
 from ._progress import counted
+from .cli.dump import add_dump_parser, cmd_dump
 from .cli.program import main_module, split_run
 from .cli.steps import OptimizerSteps, ScheduledWindows, parse_schedule
 from .cli.windows import Windows, signal_number
@@ -125,6 +126,7 @@ def _parser():
     merge.add_argument("-o", "--output", required=True, metavar="OUT",
                        help=f"where to write the merged trace: {formats.suffixes_text()} "
                             "(with torch.profiler's: .json, .json.gz or .pftrace)")
+    add_dump_parser(commands)
     return parser
 
 
@@ -259,6 +261,11 @@ def _cmd_run(args, program):
                          "do not combine")
     if args.spill and not args.max_events:
         raise SystemExit("pytrace_cffi: --spill goes with --max-events N")
+    if args.flight_recorder and (args.signal or args.schedule or args.spill
+                                 or args.max_events):
+        raise SystemExit("pytrace_cffi: --flight-recorder records the whole run into its "
+                         "ring and dumps on demand: it does not combine with --signal, "
+                         "--schedule, --max-events or --spill")
     options = start_options.from_arguments(args)
     try:
         start_options.check(options)
@@ -454,7 +461,7 @@ def _cmd_merge(args):
 
 
 COMMANDS = {"summary": _cmd_summary, "export": _cmd_export,      # run: see main()
-            "merge": _cmd_merge}
+            "merge": _cmd_merge, "dump": cmd_dump}
 
 
 def main(argv=None):

@@ -53,6 +53,11 @@ def ns_per_tick(now=None):
     return (ns1 - ns0) / (ticks1 - ticks0)
 
 
+def ticks_for_ns(ns):
+    """About how many ticks ns nanoseconds are (the flight recorder's age bound)."""
+    return int(ns / ns_per_tick()) if USE_TSC else int(ns)
+
+
 ANCHOR_FIELDS = ("monotonic_ns", "realtime_ns", "spread_ns")
 
 

@@ -19,7 +19,9 @@ Option.__doc__ = """One option of start().
 
 kind     "bool"; "count" (an int from 1 to its bound, see _COUNT_LIMITS);
          "microseconds" (a number >= 0); "globs" (a glob or a list of them);
-         "path" (a path, or None)
+         "path" (a path, or None); "flight" (flight_ring's spec); "dumps" (a
+         path, with the flight recorder); "signal" (signal_number's); "watchdog"
+         (seconds)
 help     the words of its line in `run --help` (None: not on the command line;
          start()'s docstring says what each does)
 flag     run's flag for it, or None when run does not offer it (noop; output is
@@ -62,6 +64,22 @@ OPTIONS = (
     Option("exclude", "globs", None,
            "leave out functions whose source path matches GLOB; repeatable",
            "--exclude", False, "GLOB", 2),
+    Option("flight_recorder", "flight", None,
+           "keep only the newest events, in a ring of SIZE (64M by default; k, M, G) or of "
+           "the last SECONDS ('30s', within 64M), however long the program runs; dump it "
+           "without stopping on a signal (--dump-signal), an uncaught exception, SIGTERM, "
+           "the --watchdog, `python -m pytrace_cffi dump`, or pytrace_cffi.dump()",
+           "--flight-recorder", False, "SIZE|SECONDS", 10),
+    Option("dumps_dir", "dumps", None,
+           "where the flight recorder's dumps go (default: ./pytrace_cffi-dumps), one "
+           "directory per dump, one proc-<pid> per process", "--dumps-dir", False, "DIR", 11),
+    Option("dump_signal", "signal", None,
+           "the signal that dumps the flight recorder (default SIGUSR1; 0 or 'none': none)",
+           "--dump-signal", False, "SIG", 12),
+    Option("watchdog", "watchdog", None,
+           "with the flight recorder: dump once per stall when no step (a torch optimizer "
+           "step or pytrace_cffi.step()) came for SECONDS; written by C when Python cannot "
+           "run (a thread stuck in C holding the GIL)", "--watchdog", False, "SECONDS", 13),
 )
 NAMES = tuple(option.name for option in OPTIONS)
 DEFAULTS = {option.name: option.default for option in OPTIONS}
@@ -110,7 +128,8 @@ def _path(name, value, values):
         if output_file(value) is not None:
             _writable_place(value)
             return value
-        if values["max_events"] is None and not values["follow_children"]:
+        if (values["max_events"] is None and not values["follow_children"]
+                and values["flight_recorder"] in (None, False)):
             raise ValueError("output is where max_events spills events (a directory: give "
                              "max_events too), or the file written at stop(), named "
                              "by its format (out.pftrace, out.json, out.html, ...)")
@@ -159,7 +178,105 @@ def _globs(name, value, values):
     return list(value)
 
 
-_CHECKS = {"count": _count, "path": _path, "microseconds": _microseconds, "globs": _globs}
+DEFAULT_RING_BYTES = 64 << 20
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def flight_ring(spec):
+    """(ring bytes, seconds or None) of a flight_recorder spec: True (64 MiB), a
+    number of bytes, or "64M", "512k", "1G", "30s" (the last 30 s, within 64 MiB).
+    Raises ValueError (or TypeError) for anything else."""
+    if spec is True:
+        return DEFAULT_RING_BYTES, None
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        size, seconds = spec, None
+    elif isinstance(spec, str):
+        text = spec.strip().lower()
+        try:
+            if text.endswith("s"):
+                size, seconds = DEFAULT_RING_BYTES, float(text[:-1])
+                if not 0 < seconds < 1e9:
+                    raise ValueError
+            else:
+                unit = text[-1:] if text[-1:] in _SIZE_UNITS else ""
+                size, seconds = int(float(text[:len(text) - len(unit)]) * _SIZE_UNITS[unit]), None
+        except ValueError:
+            raise ValueError(f"flight_recorder must be a size (64M, 512k, 1G) or seconds "
+                             f"(30s), not {spec!r}") from None
+    else:
+        raise TypeError("flight_recorder must be True, a number of bytes, or a string "
+                        f"like '64M' or '30s', not {type(spec).__name__}")
+    if not 64 << 10 <= size <= 1 << 40:
+        raise ValueError(f"the flight recorder's ring must be 64k to 1T bytes, not {size}")
+    return size, seconds
+
+
+def _flight(name, value, values):
+    if value is None or value is False:
+        return None
+    flight_ring(value)
+    if values["max_events"] is not None:
+        raise ValueError("flight_recorder sizes the ring itself: give no max_events")
+    return value
+
+
+def _needs_flight(name, values):
+    if values["flight_recorder"] in (None, False):
+        raise ValueError(f"{name} goes with flight_recorder")
+
+
+def _dumps(name, value, values):
+    if value is not None:
+        _needs_flight(name, values)
+        if not isinstance(value, (str, bytes, os.PathLike)):
+            raise TypeError(f"{name} must be a path, not {type(value).__name__}")
+        value = os.fsdecode(value)
+    return value
+
+
+def signal_number(value):
+    """The number of a signal given as an int, "SIGUSR1", "USR1" or "10"; 0 for
+    0/"0"/"none". ValueError for anything else."""
+    import signal
+    if isinstance(value, str):
+        text = value.strip().upper()
+        if text in ("0", "NONE", ""):
+            return 0
+        if text.isdigit():
+            value = int(text)
+        else:
+            found = getattr(signal, text if text.startswith("SIG") else "SIG" + text, None)
+            if not isinstance(found, signal.Signals):
+                raise ValueError(f"unknown signal {value!r}")
+            value = int(found)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"a signal must be a name or a number, not {type(value).__name__}")
+    if value == 0:
+        return 0
+    if value in (signal.SIGKILL, signal.SIGSTOP) or not 0 < value < signal.NSIG:
+        raise ValueError(f"{value} cannot be the dump signal")
+    return value
+
+
+def _signal(name, value, values):
+    if value is not None:
+        _needs_flight(name, values)
+        return signal_number(value)
+    return None
+
+
+def _watchdog(name, value, values):
+    if value is not None:
+        _needs_flight(name, values)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise TypeError(f"{name} must be a number of seconds")
+        if not 0.01 <= value < 1e9:
+            raise ValueError(f"{name} must be at least 0.01 seconds, not {value}")
+    return value
+
+
+_CHECKS = {"count": _count, "path": _path, "microseconds": _microseconds, "globs": _globs,
+           "flight": _flight, "dumps": _dumps, "signal": _signal, "watchdog": _watchdog}
 
 
 def session_options(given):
@@ -178,6 +295,9 @@ def add_argument(parser, option):
         parser.add_argument(option.flag, action="store_true", help=option.help)
     elif option.kind == "globs":
         parser.add_argument(option.flag, action="append", metavar=option.metavar,
+                            help=option.help)
+    elif option.kind == "flight":
+        parser.add_argument(option.flag, nargs="?", const=True, metavar=option.metavar,
                             help=option.help)
     else:
         parser.add_argument(option.flag, type=_CLI_TYPES[option.kind],
@@ -203,4 +323,5 @@ def _positive(text):
     return value
 
 
-_CLI_TYPES = {"count": _positive, "microseconds": float}
+_CLI_TYPES = {"count": _positive, "microseconds": float, "dumps": str, "signal": str,
+              "watchdog": float}

@@ -13,6 +13,7 @@ A hash id is the first 8 bytes of BLAKE2b (digest_size=8) of the UTF-8 name, rea
 little-endian: the same name gives the same id in every run and process (a name
 from a path that is not UTF-8: of its bytes, see name_bytes).
 """
+import json
 import os
 import struct
 
@@ -119,6 +120,15 @@ def names_file(names):
 def write_names(directory, names, params):
     write_json(os.path.join(directory, "hashes.json"), names_file(names))
     write_json(os.path.join(directory, "params.json"), params)
+
+
+def update_meta(directory, extra):
+    """Adds extra's fields to directory's meta.json (a saved trace's)."""
+    path = os.path.join(directory, "meta.json")
+    with open(path, encoding="utf-8") as f:
+        meta = json.load(f)
+    meta.update(extra)
+    write_json(path, meta)
 
 
 def write_json(path, data):

@@ -15,7 +15,9 @@ from pytrace_cffi.__main__ import _parser
 # start()'s documented defaults (its docstring), for the options run offers
 RUN_DEFAULTS = {"c_calls": True, "include": None, "exclude": None, "max_depth": None,
                 "min_duration_us": None, "max_events": None, "skip_imports": False,
-                "with_modules": True, "record_params": False, "trim_paths": True}
+                "with_modules": True, "record_params": False, "trim_paths": True,
+                "flight_recorder": None, "dumps_dir": None, "dump_signal": None,
+                "watchdog": None}
 
 
 def run_options(*flags):
@@ -30,11 +32,14 @@ def test_each_flag_gives_what_it_says():
     given = run_options("--no-c-calls", "--include", "*/a/*", "--include", "*/b/*",
                         "--exclude", "*/c/*", "--max-depth", "3", "--min-duration", "1.5",
                         "--max-events", "10", "--skip-imports", "--no-modules",
-                        "--record-params", "--no-trim-paths")
+                        "--record-params", "--no-trim-paths", "--flight-recorder", "30s",
+                        "--dumps-dir", "d", "--dump-signal", "USR2", "--watchdog", "5")
     assert given == {"c_calls": False, "include": ["*/a/*", "*/b/*"], "exclude": ["*/c/*"],
                      "max_depth": 3, "min_duration_us": 1.5, "max_events": 10,
                      "skip_imports": True, "with_modules": False, "record_params": True,
-                     "trim_paths": False}
+                     "trim_paths": False, "flight_recorder": "30s", "dumps_dir": "d",
+                     "dump_signal": "USR2", "watchdog": 5.0}
+    assert run_options("--flight-recorder")["flight_recorder"] is True
 
 
 def test_every_documented_option_is_declared_once():
@@ -44,7 +49,8 @@ def test_every_documented_option_is_declared_once():
     names = {name for pair in documented for name in pair if name}
     assert names == {"c_calls", "max_events", "output", "include", "exclude", "max_depth",
                      "skip_imports", "min_duration_us", "with_modules", "record_params",
-                     "trim_paths", "noop", "follow_children"}
+                     "trim_paths", "noop", "follow_children", "flight_recorder", "dumps_dir",
+                     "dump_signal", "watchdog"}
     assert sorted(options.NAMES) == sorted(names)        # once each
 
 

@@ -3,11 +3,17 @@ and its script or -m module found (and read) before tracing starts, so that
 nothing of the launcher (runpy, its imports, exec) runs inside the trace."""
 import builtins
 import os
+import re
 import sys
 import types
 
 EXIT_CANNOT_OPEN = 2            # python's own, for a script it cannot open
 EXIT_NO_MAIN = 1                # python's own, for a directory or zip without __main__
+
+
+# The value of an option whose value may be left out (--flight-recorder [SIZE|SECONDS]):
+# taken only when it looks like one, so `--flight-recorder prog.py` runs prog.py.
+OPTIONAL_VALUE = re.compile(r"^[0-9]+(\.[0-9]*)?[kKmMgGsS]?$")
 
 
 def split_run(parser, argv):
@@ -20,7 +26,7 @@ def split_run(parser, argv):
     takes_value = {}
     for action in parser._actions:
         for option in action.option_strings:
-            takes_value[option] = action.nargs != 0
+            takes_value[option] = "?" if action.nargs == "?" else action.nargs != 0
     ours = []
     i = 0
     while i < len(argv):
@@ -44,7 +50,9 @@ def split_run(parser, argv):
             matches = [option for option in takes_value if option.startswith(arg)]
             name = matches[0] if len(matches) == 1 else name
         glued = not arg.startswith("--") and len(arg) > 2      # -oOUT
-        if takes_value.get(name) and not glued and i < len(argv):
+        optional = takes_value.get(name) == "?"
+        if (takes_value.get(name) and not glued and i < len(argv)
+                and not (optional and not OPTIONAL_VALUE.match(argv[i]))):
             ours.append(argv[i])
             i += 1
     return ours, None, []

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from .. import start, stop
+from .. import options, start, stop
 from .._files import new_directory
 from .._running import has_session as _has_session
 from .._core import lib
@@ -21,13 +21,10 @@ from ..formats import numbered
 
 def signal_number(name):
     """"USR2", "SIGUSR2" or "12" -> the signal's number; ValueError otherwise."""
-    text = name.upper()
-    if text.isdigit():
-        return int(text)
-    found = getattr(signal, text if text.startswith("SIG") else "SIG" + text, None)
-    if not isinstance(found, int):
+    number = options.signal_number(name)
+    if not number:
         raise ValueError(f"unknown signal {name!r}")
-    return int(found)
+    return number
 
 
 

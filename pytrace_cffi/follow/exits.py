@@ -63,6 +63,7 @@ def _on_sigterm(signum, frame):
     if _finishing:                   # saving already (e.g. at exit): die once it is saved
         _terminate_after = True
         return
+    _flight_dump("dump", "SIGTERM")
     _write_window()
     finish_here()
     finish_owed_run()
@@ -77,9 +78,26 @@ def die_of_sigterm():
 _popen = threading.local()
 
 
+def install_uncaught_hook():
+    """The flight recorder's: an uncaught exception (sys.excepthook's audit
+    event, whichever hook the program has) dumps it first (_audit)."""
+    _install_audit()
+
+
+def _flight_dump(why, *args):
+    """The running session's flight recorder (if any) dumps, as why says."""
+    recorder = getattr(_running.session, "flight", None)
+    if recorder is not None:
+        getattr(recorder, why)(*args)
+
+
 def _audit(event, args):
     """Audit hook (installed once): before os.exec replaces the process, the open
-    window is written or the trace saved; a followed process notes its children."""
+    window is written or the trace saved; a followed process notes its children;
+    an uncaught exception dumps the flight recorder."""
+    if event == "sys.excepthook":
+        _flight_dump("on_uncaught", args[1])
+        return
     if event == "os.exec" and _window is not None:
         try:
             if can_exec(args[0]):

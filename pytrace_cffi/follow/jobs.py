@@ -77,7 +77,8 @@ def read_process(directory):
             return None, facts, "lost", f"no meta.json, and {damaged}"
         return None, facts, "lost", ("ended before it recorded anything (no meta.json, no "
                                      "process.json)")
-    state = "running" if _alive(pid) else "recovered"
+    dumped = _dump_reason(directory)
+    state = "dumped" if dumped else "running" if _alive(pid) else "recovered"
     try:
         trace, damage = _recover(directory, facts)
     except _NothingSpilled as exc:
@@ -87,9 +88,26 @@ def read_process(directory):
         return None, facts, "lost", str(exc)
     except TraceFormatError as exc:
         return None, facts, "lost", str(exc)
-    note = ("still running: joined as far as it has spilled" if state == "running" else
+    note = (dumped if dumped else
+            "still running: joined as far as it has spilled" if state == "running" else
             "ended without saving (killed?): joined as far as it had spilled")
     return trace, facts, state, "; ".join([note] + damage)
+
+
+DUMP_NOTE = "a flight recorder dump"
+CUT_SHORT = ", cut short: read as far as it was written"
+
+
+def _dump_reason(directory):
+    """A flight recorder's dump (flight/dumps.py) in words, or None."""
+    try:
+        facts = _read_json_file(os.path.join(directory, "dump.json"))
+    except (OSError, TraceFormatError):
+        return None
+    reason = facts.get("reason") if isinstance(facts, dict) else None
+    whole = os.path.exists(os.path.join(directory, "done.json"))
+    return (f"{DUMP_NOTE} ({reason if isinstance(reason, str) else '?'})"
+            + ("" if whole else CUT_SHORT))
 
 
 def status(inputs):
@@ -150,7 +168,8 @@ def not_read_whole(job_dir, results):
     there is none."""
     lines = [f"pid {r.pid} ({r.label}): {r.state}, {r.calls} calls"
              + (f" - {r.note}" if r.note else "") + f" [{r.directory}]"
-             for r in results if r.state != "complete" or r.note]
+             for r in results if r.state not in ("complete", "dumped") or (
+                 r.note and not r.note.startswith(DUMP_NOTE)) or r.note.endswith(CUT_SHORT)]
     for name in (LAUNCHED_FILE, UNFOLLOWED_FILE):
         lines += [f"{what} (a child noted there may be missing from this report)"
                   for what in _child_records(job_dir, name)[1]]

@@ -10,7 +10,8 @@ from ..readers.saved import BLOCK_READ_EVENTS, HeldFile as _HeldFile, load_parts
 from ..saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, FORMAT_NAME,
                             FORMAT_VERSION, INT64, KINDS, hash_id)
 from ..errors import TraceFormatError
-from .identity import KEYS_FILE, _host, _is_pid, _process_facts, _read_jsonl
+from .identity import (KEYS_FILE, _host, _is_pid, _process_facts, _read_json_file,
+                       _read_jsonl)
 
 def recover(directory, facts=None):
     """The Trace of a process directory that has no meta.json (its process was
@@ -55,7 +56,8 @@ def _recover(directory, facts):
     else:
         raise _NothingSpilled(f"{directory}: nothing was spilled yet")
     end_ticks = max(tick0, blocks.end_ticks if blocks.threads else tick0)
-    keys, names, tags, unnamed = _recovered_keys(records, blocks.max_key, blocks.max_tag)
+    keys, names, tags, unnamed = _recovered_keys(records, blocks.max_key, blocks.max_tag,
+                                                 _key_sources(directory))
     if unnamed:
         damage.append(f"{unnamed} function{'s' if unnamed > 1 else ''} unnamed (no name in "
                       f"{KEYS_FILE})")
@@ -63,10 +65,12 @@ def _recover(directory, facts):
     annotation_args = [{} for _ in range(blocks.max_args + 1)]
     ns_per_tick = _clock.ns_per_tick() if facts["clock_name"] == "tsc" else 1.0
     stop_ns = start_ns + int(float(end_ticks - tick0) * ns_per_tick)
-    # OS thread ids are known only at stop: lanes 1, 2, ... stand in for them.
+    # OS thread ids are known only at stop (or in a flight recorder's dump):
+    # lanes 1, 2, ... stand in for them.
     thread_list = [{"index": i, "native_id": i + 1, "ident": i + 1, "name": f"thread {i}",
                     "n_events": blocks.threads.get(i, 0), "dropped": 0}
                    for i in range(max(blocks.threads, default=-1) + 1)]
+    _name_dumped_threads(directory, thread_list)
     meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "pid": facts["pid"],
             "python": facts.get("python", "?"), "backend": facts.get("backend", "?"),
             "clock": facts["clock_name"], "start_ns": start_ns, "stop_ns": stop_ns,
@@ -77,6 +81,39 @@ def _recover(directory, facts):
                        "ns_per_tick": float(ns_per_tick), "stop_ticks": end_ticks,
                        "min_duration_ns": 0, "length": blocks.length}}
     return _load_parts(directory, meta, names, {"modules": [], "optimizer_steps": []}), damage
+
+
+def _name_dumped_threads(directory, thread_list):
+    """A flight recorder's dump knows its threads: threads.json (written by C:
+    index, ident, OS id), their names in dump.json (when Python wrote it) or else
+    in journal.json (the recorder's)."""
+    known = _json_or_none(os.path.join(directory, "threads.json"))
+    if not isinstance(known, list):
+        return
+    dumped = _json_or_none(os.path.join(directory, "dump.json"))
+    names = {}          # ident -> name
+    journal = _json_or_none(os.path.join(directory, JOURNAL_FILE))
+    threads = journal.get("threads") if isinstance(journal, dict) else None
+    if isinstance(threads, dict):
+        names = {ident: name for ident, name in threads.items() if isinstance(name, str)}
+    if isinstance(dumped, dict) and isinstance(dumped.get("threads"), list):
+        names.update((str(t.get("ident")), t.get("name")) for t in dumped["threads"]
+                     if isinstance(t, dict) and isinstance(t.get("name"), str))
+    for entry in known:
+        if not isinstance(entry, dict):
+            continue
+        index, native_id, ident = entry.get("index"), entry.get("native_id"), entry.get("ident")
+        if (type(index) is int and 0 <= index < len(thread_list) and _is_pid(native_id)
+                and type(ident) is int and 0 < ident < 2 ** 64):
+            thread_list[index].update(native_id=native_id, ident=ident,
+                                      name=names.get(str(ident)) or f"thread {native_id}")
+
+
+def _json_or_none(path):
+    try:
+        return _read_json_file(path)
+    except (OSError, TraceFormatError):
+        return None
 
 
 class _Blocks:
@@ -192,7 +229,34 @@ def _key_record_problem(record, kinds, tag_kinds, int64):
     return None
 
 
-def _recovered_keys(records, max_key, max_tag):
+MAX_KEY_SOURCES_BYTES = 64 << 20
+JOURNAL_FILE = "journal.json"       # a flight recorder's (flight/recorder.py)
+
+
+def _key_sources(directory):
+    """A flight recorder dump's key_sources.tsv (written by C, pt_keys.c): key ->
+    "file(line): name" of the code keys, for those keys.jsonl does not name (the
+    file trimmed as the process trimmed its paths: journal.json)."""
+    path = os.path.join(directory, "key_sources.tsv")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_KEY_SOURCES_BYTES)
+    except OSError:
+        return {}
+    from .._names import trim_path
+    journal = _json_or_none(os.path.join(directory, JOURNAL_FILE))
+    prefixes = journal.get("path_prefixes") if isinstance(journal, dict) else None
+    if not isinstance(prefixes, list) or not all(isinstance(p, str) for p in prefixes):
+        prefixes = ()
+    sources = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        fields = line.split("\t")
+        if len(fields) == 4 and fields[0].isdigit():
+            sources[int(fields[0])] = f"{trim_path(fields[1], prefixes)}({fields[2]}): {fields[3]}"
+    return sources
+
+
+def _recovered_keys(records, max_key, max_tag, sources=None):
     """(meta.json's keys, hashes.json's names, the tags, how many keys the events
     use have no name) from keys.jsonl's records, each key and tag placed at its own
     index (a damaged line costs its own names only)."""
@@ -207,7 +271,8 @@ def _recovered_keys(records, max_key, max_tag):
     for key in range(max(max(by_key, default=0), max_key) + 1):
         hid, kind, hide = by_key.get(key, [None, "python", 0])
         if hid not in names:
-            name = "<unknown>" if key == 0 else f"<unnamed key {key}>"
+            name = ("<unknown>" if key == 0 else (sources or {}).get(key)
+                    or f"<unnamed key {key}>")
             unnamed += key != 0 and key <= max_key
             hid = str(hash_id(name))
             names[hid] = name

@@ -22,6 +22,7 @@ from .._status import check
 from .._tracer import USE_MONITORING, Session
 from ..saved_format import hash_id
 from ..spill import note_spill_problem
+from ..flight.ring import describe_ring, ring_of
 from . import identity, live
 from .exits import finish_here, install_exit_paths, restore_exit_paths
 from .identity import (BOOT_DIR, DEFAULT_MAX_EVENTS, ENV, FINISH_FILE, JOB_FILE, KEYS_FILE,
@@ -52,12 +53,18 @@ class _KeyNames:
         # not cut short by a stop. Reentrant: a SIGTERM handler may stop from here.
         self.lock = threading.RLock()
         self.live = None                    # the LiveEncoder of run -o OUT.pftrace
+        self.ring = False                   # the flight recorder's: no spill to keep
 
     @property
     def path(self):
         return os.path.join(self.directory, KEYS_FILE)
 
     def __call__(self):
+        if self.ring:           # the flight recorder: names only, for its dumps
+            with self.lock:
+                with contextlib.suppress(OSError):
+                    self._write_new()
+            return
         with self.lock:
             self.keep_place()
             try:
@@ -243,11 +250,19 @@ class FollowSession(Session):
 
     follows_children = True     # identity.following(session)
 
-    def __init__(self, options, root=True, forked=False):
+    def __init__(self, options, root=True, forked=False, children=True):
         options = dict(options)
         self.forked = forked
+        self.follows_children = children
+        self.temporary_job = False          # removed at stop (a flight recorder's)
         self.job_dir = os.path.abspath(options.pop("output"))
-        if options.get("max_events") is None:
+        # the flight recorder: a ring (no spill file), keys named at each chunk
+        self.ring = ring_of(options.get("flight_recorder"))
+        if self.ring:
+            from ..flight.recorder import resolved_options
+            options = resolved_options(options)     # as the children get them
+            options["max_events"] = None
+        elif options.get("max_events") is None:
             options["max_events"] = DEFAULT_MAX_EVENTS
         self.follow_options = options
         self.root = root
@@ -265,13 +280,27 @@ class FollowSession(Session):
         except OSError as exc:
             raise ValueError(f"cannot use {self.job_dir!r} as the trace directory: "
                              f"{exc}") from None
-        super().__init__(output=self.process_dir, **options)
-        chunk_bytes = min(max(options["max_events"], 4096), 2 << 20) + 64
+        if self.ring:
+            events, age_ns = self.ring
+            super().__init__(output=None, **dict(options, max_events=events))
+            check(lib.pt_set_note_sources(self.ptr), self.ptr, "flight recorder")
+            if age_ns:
+                check(lib.pt_set_max_age(self.ptr, _clock.ticks_for_ns(age_ns)), self.ptr,
+                      "flight recorder")
+        else:
+            super().__init__(output=self.process_dir, **options)
+        chunk_bytes = min(max(options["max_events"] or 0, 4096), 2 << 20) + 64
         self._key_names = _KeyNames(self.ptr, self.process_dir, self.trim_paths, self.watcher,
                                     self.job_dir, chunk_bytes)
+        self._key_names.ring = bool(self.ring)
         check(lib.pt_set_spill_hook(self.ptr, ffi.cast("void *", id(self._key_names))),
               self.ptr, "spill hook")
-        if live.requested():
+        self.flight = None
+        if self.ring:
+            from ..flight.recorder import FlightRecorder
+            self.flight = FlightRecorder(self, options["dumps_dir"], options["dump_signal"],
+                                         options["watchdog"])
+        if live.requested() and not self.ring:
             self._key_names.live = live.LiveEncoder(self.ptr, self.process_dir,
                                                     self.min_duration_ns)
         self.process_meta = {}
@@ -284,6 +313,9 @@ class FollowSession(Session):
                        clock_name="tsc" if _clock.USE_TSC else "monotonic",
                        python=sys.version.split()[0],
                        backend="sys.monitoring" if USE_MONITORING else "PyEval_SetProfile")
+        if self.flight is not None:     # for `dump JOBDIR`: where and how to ask it
+            sidecar["flight"] = {"dumps_dir": self.flight.dumps_dir,
+                                 "signal": self.flight.signum}
         _write_json(os.path.join(self.process_dir, PROCESS_FILE), sidecar)
         self._key_names.sidecar = sidecar
         if self.root:
@@ -293,8 +325,12 @@ class FollowSession(Session):
         try:
             if self.follows_children:
                 install_exit_paths(self.root)
+            if self.flight is not None:
+                self.flight.open()
             super().start()
         except BaseException:
+            if self.flight is not None:
+                self.flight.close()
             # Nothing of it stays: no environment, no wrapped exits, no directory.
             self._restore_environment()
             restore_exit_paths()
@@ -328,6 +364,8 @@ class FollowSession(Session):
         self._saved_env = None
 
     def stop(self):
+        if self.flight is not None:
+            self.flight.close()
         try:
             with self._key_names.lock:
                 super().stop()
@@ -351,6 +389,12 @@ class FollowSession(Session):
             self._key_names.live.finish(facts)
 
     def result(self):
+        if self.ring:
+            try:
+                return self._ring_result()
+            finally:
+                restore_exit_paths()
+                forget_startup_frames()
         try:
             with self._key_names.lock:      # its place, as at each spill
                 self._key_names.keep_place(stopped=True)
@@ -364,6 +408,25 @@ class FollowSession(Session):
             # Only now: a SIGTERM while the trace was being written waited for it.
             restore_exit_paths()
             forget_startup_frames()         # the trace written has taken its rules
+
+    def _ring_result(self):
+        """The flight recorder's trace (its ring, in memory), saved into the process
+        directory as a followed process's trace is (the job's finish reads it)."""
+        trace = super().result()
+        if self.temporary_job:
+            import shutil
+            shutil.rmtree(self.job_dir, ignore_errors=True)
+        else:
+            from ..render.saved import save
+            from ..saved_format import update_meta
+            try:
+                save(trace, self.process_dir)
+                update_meta(self.process_dir, dict(self.process_meta,
+                                                   ring=describe_ring(self.ring)))
+            except OSError as exc:
+                note_spill_problem(self, f"the flight recorder's trace could not be saved in "
+                                         f"{self.process_dir!r} ({exc.strerror or exc})")
+        return trace
 
     def abandon_in_forked_child(self):
         super().abandon_in_forked_child()

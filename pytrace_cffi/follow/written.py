@@ -40,14 +40,13 @@ class WritingSession(FollowSession):
     """The FollowSession of start(output=FILE); children followed or not."""
 
     def __init__(self, options, path, children):
-        self.follows_children = children
         self.output_file = path
         self.job = job_dir_for(path)
         self._encoding_before = live.requested_compress()
         if formats.is_pftrace(path):
             live.request()
         try:
-            super().__init__(dict(options, output=self.job), root=True)
+            super().__init__(dict(options, output=self.job), root=True, children=children)
         except BaseException:
             self.forget_output_file()
             raise

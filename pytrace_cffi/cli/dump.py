@@ -1,0 +1,132 @@
+"""`python -m pytrace_cffi dump TARGET...`: asks running flight recorders
+(flight/recorder.py) to dump, without stopping them, and says where the dumps
+went. TARGET is a pid, a dumps directory (its .live/ registry lists the
+processes recording into it) or a job's trace directory (its processes'
+process.json say where they dump). Every process asked at once writes into one
+dump directory (the request file names it)."""
+import json
+import os
+import sys
+import time
+
+from ..options import signal_number
+
+# (the recorder's and the job's modules are imported when the command runs:
+# `run`'s start-up parses this parser too)
+
+
+def add_dump_parser(commands):
+    dump = commands.add_parser(
+        "dump", help="make running flight recorders dump (they go on recording)",
+        description="Asks the processes recording with --flight-recorder to write a dump "
+                    "of their newest events and stacks, without stopping them: by signal "
+                    "(their --dump-signal). TARGET: a pid, a dumps directory (--dumps-dir: "
+                    "every process recording into it) or a job's trace directory "
+                    "(--processes-dir, start(output=DIR)). Read the dumps with "
+                    "`python -m pytrace_cffi report DUMPDIR`, or export a DUMPDIR.")
+    dump.add_argument("targets", nargs="+", metavar="TARGET",
+                      help="a pid, a dumps directory or a job's trace directory")
+    dump.add_argument("--signal", metavar="SIG", default=None,
+                      help="the signal for a pid given alone (default SIGUSR1)")
+    dump.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
+                      help="how long to wait for the dumps to be written (default 30)")
+
+
+def cmd_dump(args):
+    from ..flight.recorder import dump_dir_name
+    asked = []          # (pid, signal, dumps_dir or None)
+    for target in args.targets:
+        asked += _processes_of(target, args.signal)
+    if not asked:
+        raise SystemExit("pytrace_cffi dump: no running flight recorder found in "
+                         + ", ".join(args.targets))
+    name = dump_dir_name("request")
+    for dumps_dir in {d for _, _, d in asked if d}:
+        _write_request(dumps_dir, name)
+    for pid, signum, _ in asked:
+        try:
+            os.kill(pid, signum)
+        except OSError as exc:
+            print(f"pytrace_cffi: pid {pid}: {exc.strerror}", file=sys.stderr)
+    expected = {pid: os.path.join(d, name, f"proc-{pid}") for pid, _, d in asked if d}
+    done = _wait_for(expected, args.wait)
+    for pid, path in sorted(expected.items()):
+        state = "written" if pid in done else "not finished (yet)"
+        print(f"pid {pid}: {state}: {path}")
+    for pid, _, d in asked:
+        if not d:
+            print(f"pid {pid}: asked (its dumps directory is not known here)")
+    places = sorted({os.path.join(d, name) for _, _, d in asked if d})
+    if places:
+        print("read them with: python -m pytrace_cffi report " + " ".join(places))
+    return 0 if len(done) == len(expected) else 1
+
+
+def _processes_of(target, signal_name):
+    from ..flight.recorder import REGISTRY
+    if target.isdigit():
+        pid = int(target)
+        return [(pid, signal_number(signal_name or "SIGUSR1"), _dumps_dir_of_pid(pid))]
+    if not os.path.isdir(target):
+        raise SystemExit(f"pytrace_cffi dump: {target!r} is neither a pid nor a directory")
+    found = []
+    registry = os.path.join(target, REGISTRY)
+    for entry in sorted(os.listdir(registry)) if os.path.isdir(registry) else ():
+        facts = _json(os.path.join(registry, entry))
+        if _recording(facts):
+            found.append((facts["pid"], facts["signal"], os.path.abspath(target)))
+    for entry in sorted(os.listdir(target)):
+        if entry.startswith("proc-"):
+            facts = _json(os.path.join(target, entry, "process.json"))
+            flight = facts.get("flight") if isinstance(facts, dict) else None
+            if (isinstance(flight, dict) and _recording(dict(flight, pid=facts.get("pid")))
+                    and not os.path.exists(os.path.join(target, entry, "meta.json"))):
+                found.append((facts["pid"], flight["signal"], flight.get("dumps_dir")))
+    return list({pid: (pid, s, d) for pid, s, d in found}.values())
+
+
+def _recording(facts):
+    from ..follow.identity import _alive, _is_pid
+    return (isinstance(facts, dict) and _is_pid(facts.get("pid")) and _alive(facts["pid"])
+            and type(facts.get("signal")) is int and facts["signal"] > 0)
+
+
+def _dumps_dir_of_pid(pid):
+    """The dumps directory of a pid registered in ./pytrace_cffi-dumps, or None."""
+    from ..flight.recorder import DEFAULT_DUMPS_DIR, REGISTRY
+    if os.path.exists(os.path.join(DEFAULT_DUMPS_DIR, REGISTRY, f"{pid}.json")):
+        return os.path.abspath(DEFAULT_DUMPS_DIR)
+    return None
+
+
+def _write_request(dumps_dir, name):
+    from ..flight.recorder import REQUEST_FILE
+    path = os.path.join(dumps_dir, REQUEST_FILE)
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump({"name": name, "time": time.time()}, f)
+        os.replace(path + ".tmp", path)
+    except OSError as exc:
+        print(f"pytrace_cffi: cannot write {path} ({exc.strerror}): each process names "
+              "its own dump", file=sys.stderr)
+
+
+def _wait_for(expected, seconds):
+    from ..flight.dumps import DONE_FILE
+    deadline = time.monotonic() + seconds
+    done = set()
+    while True:
+        done = {pid for pid, path in expected.items()
+                if os.path.exists(os.path.join(path, DONE_FILE))}
+        if len(done) == len(expected) or time.monotonic() > deadline:
+            return done
+        time.sleep(0.05)
+
+
+def _json(path):
+    from ..follow.identity import _read_json_file
+    try:
+        return _read_json_file(path)
+    except Exception:           # noqa: BLE001 - a file of a process going away
+        return None
+

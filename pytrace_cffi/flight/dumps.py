@@ -1,0 +1,126 @@
+"""Reading the flight recorder's dumps (recorder.py writes them).
+
+A dump of one process, DUMPDIR/proc-<pid>/, is a process directory that
+follow/recover.py reads (events.bin, keys.jsonl, process.json, threads.json), so
+a DUMPDIR is a job directory: `export DUMPDIR -o x.pftrace` joins its processes.
+dump.json says why and when, and each thread's Python stack from its frames;
+done.json is written last (a dump without it was cut short, read as far as it
+goes).
+
+dump_facts completes dump.json's stacks from the trace: each call still open
+at the dump gets the time it began (when the ring still holds its beginning),
+and the calls frames do not show (a built-in such as time.sleep, innermost)
+are added. A dump written by C (a thread stuck holding the GIL) has no frames:
+its stacks are the open calls the ring holds.
+"""
+import os
+
+from ..errors import TraceFormatError
+from ..follow.identity import _read_json_file
+from ..follow.recover import recover
+
+DUMP_FILE = "dump.json"
+DONE_FILE = "done.json"
+PROCESS_PREFIX = "proc-"
+OPEN_AT_STOP = 4            # pt_slice flags: PT_SLICE_OPEN_AT_STOP
+
+
+def process_dumps(path):
+    """The process dumps path holds: a process dump itself, a DUMPDIR (its
+    proc-* dumps), or a dumps directory (the newest DUMPDIR's, plus each other
+    process's newest dump). Sorted by path."""
+    path = os.path.abspath(path)
+    if os.path.isfile(os.path.join(path, DUMP_FILE)):
+        return [path]
+    here = _process_dirs(path)
+    if here:
+        return here
+    newest = {}
+    for name in os.listdir(path) if os.path.isdir(path) else ():
+        for proc in _process_dirs(os.path.join(path, name)):
+            when = os.stat(os.path.join(proc, DUMP_FILE)).st_mtime_ns
+            pid = os.path.basename(proc)
+            if pid not in newest or newest[pid][0] < when:
+                newest[pid] = (when, proc)
+    return sorted(proc for _, proc in newest.values())
+
+
+def _process_dirs(directory):
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(os.path.join(directory, n) for n in names
+                  if n.startswith(PROCESS_PREFIX)
+                  and os.path.isfile(os.path.join(directory, n, DUMP_FILE)))
+
+
+def read_dump(directory):
+    """(dump.json's facts, the Trace of the ring) of one process dump."""
+    facts = _read_json_file(os.path.join(directory, DUMP_FILE))
+    if not isinstance(facts, dict):
+        raise TraceFormatError(f"{directory}: dump.json is not an object")
+    facts["whole"] = os.path.isfile(os.path.join(directory, DONE_FILE))
+    return facts, recover(directory)
+
+
+def dump_facts(directory):
+    """dump.json's facts with every thread's stack completed from the ring (see
+    the module's docstring); monotonic_ns, when C wrote the dump, is the ring's
+    last event."""
+    facts, trace = read_dump(directory)
+    chains = open_chains(trace)
+    if not isinstance(facts.get("monotonic_ns"), int):
+        facts["monotonic_ns"] = trace.stop_ns
+    threads = facts.get("threads")
+    by_id = {}
+    if isinstance(threads, list):
+        by_id = {t.get("native_id"): t for t in threads if isinstance(t, dict)}
+    completed = []
+    for thread in trace.threads:
+        known = by_id.pop(thread.native_id, None)
+        frames = known.get("stack") if known else None
+        completed.append({"native_id": thread.native_id, "name": thread.name,
+                          "stack": merged_stack(frames, chains.get(thread.index, []))})
+    for known in by_id.values():        # a thread the ring holds nothing of
+        completed.append(dict(known, stack=merged_stack(known.get("stack"), [])))
+    facts["threads"] = completed
+    return facts
+
+
+def open_chains(trace):
+    """Thread index -> its calls open at the end of the trace, outermost first,
+    as (name, start ns)."""
+    from ..render.walk import thread_batches
+    chains = {}
+    for thread, batches in thread_batches(trace):
+        open_calls = []
+        for slices, n, _ in batches:
+            for i in range(n):
+                if slices[i].flags & OPEN_AT_STOP:
+                    open_calls.append((slices[i].depth, trace.names[slices[i].key],
+                                       slices[i].start))
+        open_calls.sort()
+        chains[thread.index] = [(name, start) for _, name, start in open_calls]
+    return chains
+
+
+def merged_stack(frames, chain):
+    """A thread's stack, outermost first, as [{"name", "since_ns"}]: its frames
+    (or, without them, the chain of open calls) with since_ns from the chain,
+    matched from the innermost end (a recursion's frames keep their own times);
+    a call of the chain no frame shows (a built-in) goes in where it ran."""
+    if not isinstance(frames, list) or not frames:
+        return [{"name": name, "since_ns": start} for name, start in chain]
+    stack = [{"name": f.get("name"), "since_ns": f.get("since_ns")} for f in frames
+             if isinstance(f, dict)]
+    position = len(stack)               # the chain's calls go inside of it
+    for name, start in reversed(chain):
+        match = next((q for q in range(position - 1, -1, -1) if stack[q]["name"] == name),
+                     None)
+        if match is None:
+            stack.insert(position, {"name": name, "since_ns": start})
+        else:
+            stack[match]["since_ns"] = start
+            position = match
+    return stack

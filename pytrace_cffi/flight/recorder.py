@@ -1,0 +1,311 @@
+"""The flight recorder: a FollowSession whose events stay in a ring (ring.py),
+dumped while the program goes on.
+
+A dump is one directory per process, DUMPS_DIR/<UTC time>-<reason>/proc-<pid>/,
+written by a clone of the process (c_src/pt_flight.c: the program pays for the
+clone only): the ring's events as events.bin, the names of the keys the spill
+hook journals (keys.jsonl, written at each chunk and just before a dump here),
+process.json, threads.json, and dump.json (why, when, and each thread's Python
+stack read from its frames at that moment: where it is, even once the ring has
+lost the calls' beginnings). dumps.py reads it back.
+
+Triggers, each dumping this process only (`python -m pytrace_cffi dump DIR`
+signals every process registered in DIR/.live/, and a request file there gives
+them one dump directory):
+- the dump signal (default SIGUSR1) and the watchdog (no step for N seconds),
+  both served by the C thread of pt_flight.c, which asks this module's thread
+  first (a byte on a pipe) and dumps by itself, without names or stacks, when
+  Python has not answered within GRACE_NS (a thread stuck in C holding the GIL);
+- an uncaught exception: sys.excepthook's audit event (whatever hook the program
+  installs; C audit hook of follow/exits.py) and threading.excepthook, before
+  the program's hook runs;
+- SIGTERM when the program has no handler of its own (follow/exits.py's), before
+  the process dies of it as it would have;
+- pytrace_cffi.dump() from the program.
+"""
+import contextlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+
+from .._core import ffi, lib
+from .._hiding import hiding
+from .._names import name_for_source, path_inputs, path_prefixes
+from ..follow import exits
+from ..follow.identity import _host, process_facts
+
+DEFAULT_DUMPS_DIR = "pytrace_cffi-dumps"
+REGISTRY = ".live"              # DUMPS_DIR/.live/<pid>.json: who can be asked
+REQUEST_FILE = ".request.json"  # `dump DIR`'s: the dump directory's name
+REQUEST_FRESH_S = 30
+GRACE_NS = 1_000_000_000        # Python's time to answer the C thread
+JOURNAL_S = 0.25                # how often the recorder's thread names what is new
+JOURNAL_FILE = "journal.json"   # (C copies it into a dump: pt_flight.c)
+DUMP_FILE = "dump.json"
+THREAD_NAME = "pytrace_cffi: flight"
+
+
+def resolved_options(options):
+    """options with the recorder's defaults filled in and dumps_dir absolute: what
+    this process records with, and the processes it starts are told."""
+    import signal
+    return dict(options, dumps_dir=os.path.abspath(options.get("dumps_dir")
+                                                    or DEFAULT_DUMPS_DIR),
+                dump_signal=(int(signal.SIGUSR1) if options.get("dump_signal") is None
+                             else options["dump_signal"]),
+                watchdog=options.get("watchdog"))
+
+
+def dump_dir_name(reason, when=None):
+    """<UTC yyyymmdd-hhmmss>-<reason as a word>: a dump's directory name."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(when))
+    word = re.sub(r"[^a-z0-9]+", "-", reason.lower()).strip("-")[:40] or "dump"
+    return f"{stamp}-{word}"
+
+
+class FlightRecorder:
+    """The dumps of one session (a ring FollowSession): opened before its hooks go
+    live, closed at its stop."""
+
+    def __init__(self, session, dumps_dir, signum, watchdog_s):
+        self.session = session
+        self.dumps_dir = os.path.abspath(dumps_dir)
+        self.signum = signum
+        self.watchdog_s = watchdog_s
+        self.dumps = []             # the directories this process dumped into
+        self._lock = threading.RLock()
+        self._pipe = None
+        self._thread = None
+        self._closing = False
+        self._previous_thread_hook = None
+        self._registered = None
+        self._torch_hook = None
+        self._serving = threading.Event()   # set once its thread is left out of traces
+        self._journaled = None
+
+    # -- life ----------------------------------------------------------------
+    def open(self):
+        os.makedirs(os.path.join(self.dumps_dir, REGISTRY), exist_ok=True)
+        self._pipe = os.pipe()
+        self._thread = threading.Thread(target=self._serve, name=THREAD_NAME, daemon=True)
+        self._thread.start()
+        self._serving.wait()
+        self._journal()             # the threads' names at once: a hang may come first
+        facts = process_facts()
+        c_dump = json.dumps({"version": 1, "reason": "hang: Python did not answer within "
+                             f"{GRACE_NS / 1e9:g} s (a thread stuck in C holding the GIL?)",
+                             "written_by": "C", "pid": os.getpid(), "host": _host(),
+                             **_labels(facts), "threads": None})
+        status = lib.pt_flight_arm(self.session.ptr, self.signum, self._pipe[1],
+                                   int((self.watchdog_s or 0) * 1e9), GRACE_NS,
+                                   os.fsencode(self.dumps_dir),
+                                   os.fsencode(self.session.process_dir), c_dump.encode())
+        if status != lib.PT_OK:
+            self.close()
+            raise ValueError(f"the flight recorder cannot start (status {status}): another "
+                             "session of this process has one, or a path is too long")
+        self._registered = os.path.join(self.dumps_dir, REGISTRY, f"{os.getpid()}.json")
+        with open(self._registered, "w", encoding="utf-8") as f:
+            json.dump({"pid": os.getpid(), "signal": self.signum, "host": _host(),
+                       **_labels(facts)}, f)
+        exits.install_uncaught_hook()
+        if threading.excepthook is not self._thread_exception:
+            self._previous_thread_hook = threading.excepthook
+            threading.excepthook = self._thread_exception
+        if not self.session.follows_children:
+            exits.handle_sigterm()      # (a followed one's exit paths have it)
+
+    def close(self):
+        """At stop: the threads end, the hooks go, the dumps under way finish (5 s)."""
+        if self._closing:
+            return
+        self._closing = True
+        lib.pt_flight_disarm()
+        if self._pipe is not None:
+            os.write(self._pipe[1], b"\0")
+            if self._thread is not None and self._thread is not threading.current_thread():
+                self._thread.join(5)
+            for fd in self._pipe:
+                os.close(fd)
+            self._pipe = None
+        if threading.excepthook is self._thread_exception:
+            threading.excepthook = self._previous_thread_hook
+        if self._registered:
+            try:
+                os.unlink(self._registered)
+            except OSError:
+                pass
+        lib.pt_flight_wait(5_000_000_000)
+
+    # -- triggers ------------------------------------------------------------
+    def on_uncaught(self, exc_type):
+        """sys.excepthook's audit event: dumps before the program's hook runs."""
+        self.dump(f"exception {getattr(exc_type, '__name__', exc_type)}")
+
+    def _thread_exception(self, args):
+        try:
+            self.dump(f"exception {args.exc_type.__name__} in thread "
+                      f"{getattr(args.thread, 'name', '?')}")
+        finally:
+            (self._previous_thread_hook or threading.__excepthook__)(args)
+
+    def _serve(self):
+        """The thread that answers the C thread's requests (signal, watchdog)."""
+        lib.pt_own_thread_begin()       # never traced
+        self._serving.set()
+        try:
+            import select
+            while not self._closing:
+                ready, _, _ = select.select([self._pipe[0]], [], [], JOURNAL_S)
+                if self._closing:
+                    return
+                if ready:
+                    os.read(self._pipe[0], 4096)
+                self._journal()
+                self._watch_torch_steps()
+                seq = lib.pt_flight_request()
+                if seq and lib.pt_flight_claim(seq):
+                    watchdog = lib.pt_flight_reason(seq) == lib.PT_FLIGHT_WATCHDOG
+                    self.dump(f"watchdog: no step for {self.watchdog_s:g} s" if watchdog
+                              else "signal", requested=True)
+        except Exception as exc:            # noqa: BLE001 - the program goes on
+            _say(f"the flight recorder's thread stopped: {exc}")
+        finally:
+            lib.pt_own_thread_end()
+
+    def _journal(self):
+        """Names what was first seen since the last time (keys.jsonl; the threads'
+        names and the path prefixes in journal.json): a dump that C writes,
+        Python being unable to run, names what was seen until JOURNAL_S before."""
+        names = self.session._key_names
+        if lib.pt_start_ns(self.session.ptr):   # (its first line holds the clock's start)
+            with names.lock:
+                with contextlib.suppress(OSError):
+                    names._write_new()
+        threads = {str(t.ident): t.name for t in threading.enumerate()
+                   if t.ident is not None and t.name != THREAD_NAME}
+        inputs = path_inputs() if self.session.trim_paths else None
+        if (threads, inputs) != self._journaled:
+            self._journaled = (threads, inputs)
+            # what C's dump needs to name what the journal has not: threads, and
+            # how this process trims the paths of key_sources.tsv
+            prefixes = path_prefixes(inputs) if inputs else ()
+            path = os.path.join(self.session.process_dir, JOURNAL_FILE)
+            with contextlib.suppress(OSError):
+                with open(path + ".tmp", "w", encoding="utf-8") as f:
+                    json.dump({"threads": threads, "path_prefixes": list(prefixes)}, f)
+                os.replace(path + ".tmp", path)
+
+    def _watch_torch_steps(self):
+        """torch's optimizer steps count as steps for the watchdog, once torch.optim
+        is imported (never imported here)."""
+        if self._torch_hook is not None or not self.watchdog_s:
+            return
+        optimizer = sys.modules.get("torch.optim.optimizer")
+        register = getattr(optimizer, "register_optimizer_step_post_hook", None)
+        if register is not None:
+            self._torch_hook = register(lambda *args: lib.pt_flight_step())
+
+    # -- the dump --------------------------------------------------------------
+    def dump(self, reason, path=None, requested=False):
+        """Writes this process's dump (see the module's docstring); returns its
+        directory (the clone may still be writing: done.json ends it). Never
+        raises: a failure is said on stderr and None returned."""
+        try:
+            with self._lock:
+                return self._dump(reason, path, requested)
+        except Exception as exc:            # noqa: BLE001 - the program goes on
+            _say(f"the flight recorder could not dump ({exc.__class__.__name__}: {exc})")
+            return None
+
+    def _new_dump_dir(self, name):
+        """DUMPS_DIR/name/proc-<pid>, made; name-2, name-3... when this process
+        dumped into name already (two dumps within a second)."""
+        own = f"proc-{os.getpid()}"
+        for attempt in range(1, 1000):
+            path = os.path.join(self.dumps_dir, name if attempt == 1 else f"{name}-{attempt}",
+                                own)
+            try:
+                os.makedirs(path)
+                return path
+            except FileExistsError:
+                continue
+        raise OSError(f"no new dump directory for {name} in {self.dumps_dir}")
+
+    def _dump(self, reason, path, requested):
+        when = time.time_ns()
+        monotonic = time.monotonic_ns()
+        stacks = _stacks(self.session.trim_paths)
+        names = self.session._key_names
+        with names.lock:
+            names._write_new()          # every key seen so far named in keys.jsonl
+        if path is None:
+            name = (requested and _requested_name()) or dump_dir_name(reason, when / 1e9)
+            path = self._new_dump_dir(name)
+        else:
+            os.makedirs(path, exist_ok=True)
+        facts = process_facts()
+        text = json.dumps({"version": 1, "reason": reason, "written_by": "Python",
+                           "pid": os.getpid(), "host": _host(), **_labels(facts),
+                           "realtime_ns": when, "monotonic_ns": monotonic,
+                           "threads": stacks})
+        pid = lib.pt_flight_dump(self.session.ptr, os.fsencode(path),
+                                 os.fsencode(self.session.process_dir), text.encode())
+        if pid <= 0:
+            raise OSError(-pid if pid < 0 else 0, "no process could be cloned to write it")
+        self.dumps.append(path)
+        _say(f"flight recorder dump ({reason}) -> {path}")
+        return path
+
+
+def _labels(facts):
+    return {"label": facts.get("label"), "rank": facts.get("rank"),
+            "worker_id": facts.get("worker_id")}
+
+
+def _stacks(trim_paths):
+    """Each Python thread's stack now, outermost first: its frames' functions,
+    named as the trace names them; the recorder's own thread left out."""
+    prefixes = path_prefixes() if trim_paths else ()
+    threads = {t.ident: t for t in threading.enumerate()}
+    out = []
+    for ident, frame in sys._current_frames().items():
+        thread = threads.get(ident)
+        if thread is not None and thread.name == THREAD_NAME:
+            continue
+        codes = []
+        while frame is not None:
+            codes.append(frame.f_code)
+            frame = frame.f_back
+        codes.reverse()
+        # as the trace leaves them out: ours (the dump's own frames, `run`'s) and
+        # the launcher's
+        codes = [code for code in codes if not hiding(code)]
+        stack = [{"name": name_for_source(code, prefixes), "since_ns": None} for code in codes]
+        out.append({"native_id": getattr(thread, "native_id", None), "ident": ident,
+                    "name": getattr(thread, "name", f"thread {ident}"), "stack": stack})
+    return out
+
+
+def _requested_name():
+    """The dump directory `dump DIR` asked for, when its request is fresh."""
+    session = sys.modules["pytrace_cffi._running"].session
+    recorder = getattr(session, "flight", None)
+    if recorder is None:
+        return None
+    try:
+        with open(os.path.join(recorder.dumps_dir, REQUEST_FILE), encoding="utf-8") as f:
+            request = json.load(f)
+        if time.time() - request["time"] < REQUEST_FRESH_S and re.fullmatch(
+                r"[0-9A-Za-z.-]+", request["name"]):
+            return request["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _say(text):
+    print(f"pytrace_cffi: pid {os.getpid()}: {text}", file=sys.stderr)

@@ -1,0 +1,327 @@
+"""The flight recorder (pytrace_cffi/flight/, c_src/pt_flight.c): a bounded ring
+dumped while the program goes on, by pytrace_cffi.dump(), a signal, an uncaught
+exception, SIGTERM, the watchdog, and by C alone when a thread holds the GIL in
+C; `run --flight-recorder` with `dump DIR` reaches every process of a job.
+Expected call counts are literals (FIB_CALLS: fib(n) makes 2 * F(n + 1) - 1 calls)
+or come from the test program's own structure."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import pytrace_cffi
+from pytrace_cffi.flight.dumps import dump_facts, process_dumps, read_dump
+
+from test_children import ROOT, TIMEOUT, _env_own_tmp, run_command
+
+FIB_CALLS = {12: 465, 14: 1219, 15: 1973}      # calls of fib(n), fib included
+
+
+def _run(tmp_path, source, *args, timeout=TIMEOUT):
+    script = tmp_path / "prog.py"
+    # no blank first line: a module's first line is then 1 on every Python
+    script.write_text(textwrap.dedent(source).lstrip("\n"))
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    return run_command([sys.executable, str(script), *map(str, args)], tmp_path, env, timeout)
+
+
+def _stack_names(thread):
+    return [frame["name"] for frame in thread["stack"]]
+
+
+def _main_thread(facts):
+    return next(t for t in facts["threads"] if t["name"] == "MainThread")
+
+
+def _fib_calls(trace):
+    return sum(1 for call in trace if call.name.endswith(": fib"))
+
+
+PROGRAM = """
+import os, signal, sys, time
+import pytrace_cffi
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+def stuck():
+    time.sleep(0.6)
+
+pytrace_cffi.start(flight_recorder="4M", dumps_dir=sys.argv[1])
+fib(14)
+print("DUMP", pytrace_cffi.dump(reason="from code"))
+os.kill(os.getpid(), signal.SIGUSR1)
+stuck()
+trace = pytrace_cffi.stop()
+print("CALLS", len(trace), trace.dropped_events)
+"""
+
+
+def test_a_dump_from_code_and_one_by_signal_hold_the_calls_and_where_each_thread_is(tmp_path):
+    proc = _run(tmp_path, PROGRAM, tmp_path / "dumps")
+    assert proc.returncode == 0, proc.stderr
+    by_code = proc.stdout.split("DUMP ", 1)[1].split()[0]
+    facts, trace = read_dump(by_code)
+    assert facts["reason"] == "from code" and facts["whole"]
+    assert _fib_calls(trace) == FIB_CALLS[14]
+    dumps = process_dumps(tmp_path / "dumps")           # the newest per process
+    assert len(dumps) == 1 and dumps[0] != by_code
+    facts = dump_facts(dumps[0])
+    assert facts["reason"] == "signal"
+    main = _main_thread(facts)
+    assert _stack_names(main)[-3:] == ["prog.py(1): <module>", "prog.py(7): stuck",
+                                       "time.sleep"]
+    assert all(frame["since_ns"] is not None for frame in main["stack"])
+    assert main["stack"][-1]["since_ns"] <= facts["monotonic_ns"]
+
+
+def test_the_ring_keeps_the_newest_events_only(tmp_path):
+    proc = _run(tmp_path, """
+        import pytrace_cffi
+
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+        pytrace_cffi.start(flight_recorder="256k")
+        for _ in range(20):
+            fib(15)
+        trace = pytrace_cffi.stop()
+        print(len(trace), trace.dropped_events)
+        """)
+    assert proc.returncode == 0, proc.stderr
+    calls, dropped = map(int, proc.stdout.split())
+    # 256 KiB of 8-byte events: 32768 events, about 16384 calls at most
+    assert 8000 < calls <= 32768 // 2 + 64 and dropped > 20 * FIB_CALLS[15]
+    assert "pytrace_cffi-flight-" not in "".join(os.listdir(tmp_path / "tmp"))
+
+
+def test_an_uncaught_exception_dumps_before_the_programs_own_hook(tmp_path):
+    source = """
+        import sys
+        import pytrace_cffi
+
+        def fail():
+            raise ValueError("boom")
+
+        if len(sys.argv) > 1:
+            pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1])
+        sys.excepthook = lambda t, v, tb: print("OWN HOOK", t.__name__, v)  # after start
+        print("before")
+        fail()
+        """
+    traced = _run(tmp_path, source, tmp_path / "dumps")
+    untraced = _run(tmp_path, source)
+    assert (traced.returncode, traced.stdout) == (untraced.returncode, untraced.stdout) == (
+        1, "before\nOWN HOOK ValueError boom\n")
+    facts = dump_facts(process_dumps(tmp_path / "dumps")[0])
+    assert facts["reason"] == "exception ValueError"
+
+
+def test_an_exception_in_a_thread_dumps(tmp_path):
+    proc = _run(tmp_path, """
+        import sys, threading
+        import pytrace_cffi
+
+        def work():
+            raise KeyError("k")
+
+        pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1])
+        t = threading.Thread(target=work, name="worker")
+        t.start()
+        t.join()
+        pytrace_cffi.stop()
+        """, tmp_path / "dumps")
+    assert proc.returncode == 0 and "KeyError: 'k'" in proc.stderr
+    facts = dump_facts(process_dumps(tmp_path / "dumps")[0])
+    assert facts["reason"] == "exception KeyError in thread worker"
+
+
+def test_sigterm_dumps_then_the_process_dies_of_it(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time
+        import pytrace_cffi
+
+        def wait_for_term():
+            print("ready", flush=True)
+            time.sleep(60)
+
+        pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1])
+        wait_for_term()
+        """))
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    with subprocess.Popen([sys.executable, str(script), str(tmp_path / "dumps")],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env) as proc:
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.3)                 # in its sleep
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(TIMEOUT)
+    assert proc.returncode == -signal.SIGTERM
+    facts = dump_facts(process_dumps(tmp_path / "dumps")[0])
+    assert facts["reason"] == "SIGTERM"
+    assert _stack_names(_main_thread(facts))[-2:] == ["prog.py(5): wait_for_term", "time.sleep"]
+
+
+HANG = """
+import ctypes, sys
+import pytrace_cffi
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+def spin_in_c():
+    ctypes.PyDLL(None).sleep(3)      # holds the GIL: no Python runs anywhere
+
+pytrace_cffi.start(flight_recorder="4M", dumps_dir=sys.argv[1], watchdog=0.3)
+for _ in range(5):
+    fib(12)
+    pytrace_cffi.step()
+spin_in_c()
+pytrace_cffi.stop()
+print("ended")
+"""
+
+
+def test_a_thread_holding_the_gil_in_c_is_dumped_by_c(tmp_path):
+    proc = _run(tmp_path, HANG, tmp_path / "dumps")
+    assert proc.returncode == 0 and proc.stdout == "ended\n", proc.stderr
+    dumps = process_dumps(tmp_path / "dumps")
+    assert len(dumps) == 1 and "watchdog-c" in dumps[0]   # once: Python found it claimed
+    facts, trace = read_dump(dumps[0])
+    assert facts["written_by"] == "C" and facts["reason"].startswith("hang")
+    assert _fib_calls(trace) == 5 * FIB_CALLS[12]
+    main = _main_thread(dump_facts(dumps[0]))
+    assert _stack_names(main) == ["prog.py(1): <module>", "prog.py(7): spin_in_c"]
+
+
+def test_the_watchdog_dumps_once_per_stall(tmp_path):
+    proc = _run(tmp_path, """
+        import sys, time
+        import pytrace_cffi
+
+        def stalled():
+            time.sleep(1.0)
+
+        pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1], watchdog=0.3)
+        for stall in range(2):
+            for _ in range(3):
+                pytrace_cffi.step()
+            stalled()
+        pytrace_cffi.stop()
+        """, tmp_path / "dumps")
+    assert proc.returncode == 0, proc.stderr
+    dumps = sorted(os.listdir(tmp_path / "dumps"))
+    names = [d.split("-", 2)[2] for d in dumps if not d.startswith(".")]
+    assert [n[:26] for n in names] == ["watchdog-no-step-for-0-3-s"] * 2
+    for name in dumps:
+        if not name.startswith("."):
+            facts = dump_facts(process_dumps(tmp_path / "dumps" / name)[0])
+            assert _stack_names(_main_thread(facts))[-2:] == ["prog.py(4): stalled",
+                                                               "time.sleep"]
+
+
+JOB = """
+import subprocess, sys, time
+
+def parent_waits():
+    child.wait()
+
+child = subprocess.Popen([sys.executable, "-c",
+                          "import time\\ndef child_sleeps():\\n    time.sleep(4)\\nchild_sleeps()"])
+parent_waits()
+"""
+
+
+def test_dump_reaches_every_process_of_a_job_and_run_writes_the_ring(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(JOB)
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    dumps = tmp_path / "dumps"
+    with subprocess.Popen([sys.executable, "-m", "pytrace_cffi", "run", "--flight-recorder",
+                           "--dumps-dir", str(dumps), "-o", str(tmp_path / "out.json"),
+                           str(script)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as run:
+        registry = dumps / ".live"
+        deadline = time.monotonic() + 30
+        while len(os.listdir(registry) if registry.exists() else []) < 2:
+            assert time.monotonic() < deadline and run.poll() is None, (
+                "the processes did not register: " + run.stderr.read())
+            time.sleep(0.05)
+        time.sleep(0.3)                 # both in their waits
+        asked = subprocess.run([sys.executable, "-m", "pytrace_cffi", "dump", str(dumps)],
+                               cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=TIMEOUT)
+        _, err = run.communicate(timeout=TIMEOUT)
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    assert run.returncode == 0, err
+    request, = [d for d in os.listdir(dumps) if not d.startswith(".")]
+    stacks = {}
+    for directory in process_dumps(dumps / request):
+        facts = dump_facts(directory)
+        stacks[facts["label"]] = _stack_names(_main_thread(facts))
+    assert sorted(stacks) == ["prog.py", "python -c"]
+    assert stacks["python -c"][-2:] == ["<string>(2): child_sleeps", "time.sleep"]
+    assert "prog.py(4): parent_waits" in stacks["prog.py"]
+    assert stacks["prog.py"][-1] == "posix.waitpid"
+    out = pytrace_cffi.formats.read(tmp_path / "out.json")
+    assert len({out.thread_pid(t) for t in out.threads}) == 2
+
+
+@pytest.mark.parametrize("options, error", [
+    ({"flight_recorder": "lots"}, "flight_recorder must be a size (64M, 512k, 1G) or "
+                                  "seconds (30s), not 'lots'"),
+    ({"flight_recorder": "1k"}, "the flight recorder's ring must be 64k to 1T bytes, not 1024"),
+    ({"watchdog": 3}, "watchdog goes with flight_recorder"),
+    ({"flight_recorder": True, "max_events": 10},
+     "flight_recorder sizes the ring itself: give no max_events"),
+    ({"flight_recorder": True, "dump_signal": "SIGNOPE"}, "unknown signal 'SIGNOPE'"),
+])
+def test_bad_flight_recorder_options_are_refused_before_anything_starts(options, error):
+    with pytest.raises(ValueError, match=f"^{error.replace('(', '[(]').replace(')', '[)]')}$"):
+        pytrace_cffi.start(**options)
+    assert not pytrace_cffi.is_tracing()
+
+
+def test_dump_without_a_flight_recorder_says_so():
+    with pytest.raises(pytrace_cffi.TracerStateError, match="start\\(flight_recorder"):
+        pytrace_cffi.dump()
+
+
+def test_run_refuses_the_recorder_with_windows(tmp_path):
+    (tmp_path / "prog.py").write_text("pass\n")
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "--flight-recorder",
+                           "--signal", "USR2", str(tmp_path / "prog.py")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode != 0 and "does not combine with --signal" in proc.stderr
+
+
+def test_the_ring_by_seconds_drops_what_is_older(tmp_path):
+    proc = _run(tmp_path, """
+        import time
+        import pytrace_cffi
+
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+        pytrace_cffi.start(flight_recorder="0.2s")
+        end = time.monotonic() + 1.2
+        while time.monotonic() < end:
+            fib(12)
+        trace = pytrace_cffi.stop()
+        first = min(call.start_ns for call in trace if call.name.endswith(": fib"))
+        print((trace.stop_ns - first) / 1e9, trace.dropped_events)
+        """)
+    assert proc.returncode == 0, proc.stderr
+    kept_s, dropped = proc.stdout.split()
+    # chunks go whole: what is kept reaches back at most 0.2 s and a chunk's span
+    assert 0.15 < float(kept_s) < 0.7 and int(dropped) > 0
