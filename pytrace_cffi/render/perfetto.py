@@ -30,14 +30,15 @@ calls' begin order (thread by thread) and their nesting.
 import collections
 import math
 import os
-import struct
 import threading
 
 from .._core import ffi, lib
 from .._files import replaced_atomically
-from .._jsontext import MAX_ARGS_DEPTH, utf8_text
+from .._jsontext import MAX_ARGS_DEPTH
 from .._progress import Progress
 from ..errors import TraceFormatError
+from .protobuf import (bytes_field as _bytes, double_field as _double, int_field as _int,
+                       varint as _varint)
 from .walk import dropped_by_thread, warn_if_too_deep
 
 CHUNK_BYTES = 4 << 20
@@ -61,34 +62,6 @@ _CATEGORY_IID = {"python": 1, "c": 1, "annotation": 2}
 OPEN_AT_STOP = "open at stop"
 OPEN_AT_START = "open at start"
 _INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-# --- protobuf wire format --------------------------------------------------
-
-def _varint(value):
-    value &= (1 << 64) - 1          # negative int64: ten bytes, two's complement
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _int(field, value):
-    return _varint(field << 3) + _varint(value)
-
-
-def _bytes(field, data):
-    if isinstance(data, str):
-        # A path undecodable in the file system's encoding keeps its bytes as lone
-        # surrogates, which UTF-8 cannot hold: each is written as U+FFFD.
-        data = utf8_text(data).encode("utf-8")
-    return _varint(field << 3 | 2) + _varint(len(data)) + data
-
-
-def _double(field, value):
-    return _varint(field << 3 | 1) + struct.pack("<d", value)
 
 
 def _packet(*fields):
