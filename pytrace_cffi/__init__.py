@@ -58,9 +58,14 @@ __version__ = "0.1.0"
 
 
 def _register_writers():
-    """Trace's export_chrome_trace, export_perfetto and save find their writers in
-    trace.WRITERS (the model cannot import the renderers, which import it). Each
-    imports its renderer when first called: import pytrace_cffi imports none."""
+    """Trace's export, export_chrome_trace, export_perfetto and save find their
+    writers in trace.WRITERS (the model cannot import the renderers, which import
+    it). Each imports its renderer when first called: import pytrace_cffi imports
+    none."""
+    def by_name(trace, path):
+        from .formats import whole_or_nothing, write     # the format path's name picks
+        whole_or_nothing(path, lambda: write(trace, path))
+
     def chrome(trace, path):
         from .formats import write_chrome_json     # gzip-compressed when named .gz
         write_chrome_json(trace, path)
@@ -72,7 +77,7 @@ def _register_writers():
     def saved(trace, directory):
         from .render.saved import save
         save(trace, directory)
-    _WRITERS.update(chrome=chrome, perfetto=perfetto, saved=saved)
+    _WRITERS.update(by_name=by_name, chrome=chrome, perfetto=perfetto, saved=saved)
 
 
 _register_writers()

@@ -33,6 +33,10 @@ class SpilledTrace:
     def __iter__(self):
         return iter(self.load())
 
+    def export(self, path):
+        """Streams the spilled events to the format path's name picks."""
+        return self.load().export(path)
+
     def export_chrome_trace(self, path):
         return self.load().export_chrome_trace(path)
 

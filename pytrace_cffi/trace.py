@@ -30,8 +30,8 @@ ThreadInfo.__doc__ = """A thread of a trace. pid: the process it ran in, for a t
 several processes (see Trace.processes); None means the trace's own pid."""
 
 
-# Where Trace.export_chrome_trace, export_perfetto and save find their writers:
-# "chrome", "perfetto", "saved" -> writer(trace, path, **options). The renderers
+# Where Trace.export, export_chrome_trace, export_perfetto and save find their
+# writers: "by_name", "chrome", "perfetto", "saved" -> writer(trace, path, **options). The renderers
 # import this module, so it cannot import them (that would be a circle): the
 # package's __init__ fills this registry when pytrace_cffi is imported (as every
 # import of one of its modules does first), with writers that import their
@@ -217,6 +217,14 @@ class Trace:
         for exporters that want speed over convenience."""
         for thread, (slices, n) in zip(self.threads, self._slices):
             yield thread, slices, n
+
+    def export(self, path):
+        """Writes the trace in the format path's name picks, as `export -o PATH`
+        does: .json, .json.gz, .pftrace, .html, .speedscope.json, .folded,
+        .pprof, ... or a saved directory (docs/OUTPUTS.md). On failure the trace is
+        kept for a retry."""
+        WRITERS["by_name"](self, path)
+        return path
 
     def export_chrome_trace(self, path):
         """Writes Chrome Trace Event JSON (.json, or gzip for .json.gz) that opens in

@@ -180,3 +180,32 @@ def test_the_modules_the_readme_api_names_import_as_written(tmp_path):
     assert any(row.name.endswith(": work") and row.calls == 1 for row in rows)
     html.write_html(t.trace, tmp_path / "page.html")
     assert (tmp_path / "page.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_export_writes_the_format_the_name_picks(tmp_path):
+    """Trace.export(path) is `export -o PATH`: the format by the name, a saved
+    directory for a name without a suffix, an unknown suffix refused; and a
+    SpilledTrace exports the same way."""
+    from pytrace_cffi.formats import UnknownFormat
+    from pytrace_cffi.summary import read_trace
+    with pytrace_cffi.trace() as t:
+        work()
+    trace = t.trace
+    assert trace.export(str(tmp_path / "t.JSON")) == str(tmp_path / "t.JSON")
+    with open(tmp_path / "t.JSON", encoding="utf-8") as f:
+        assert '"generator": "pytrace_cffi"' in f.read(4096)
+    trace.export(str(tmp_path / "t.json.gz"))
+    with open(tmp_path / "t.json.gz", "rb") as f:
+        assert f.read(2) == b"\x1f\x8b"
+    trace.export(str(tmp_path / "saved"))
+    assert len(pytrace_cffi.load(str(tmp_path / "saved"))) == len(trace)
+    with pytest.raises(UnknownFormat, match="'.txt' is not a trace format"):
+        trace.export(str(tmp_path / "t.txt"))
+    assert not (tmp_path / "t.txt").exists()
+    pytrace_cffi.start(max_events=1000, output=str(tmp_path / "spilled"))
+    work()
+    spilled = pytrace_cffi.stop()
+    assert isinstance(spilled, pytrace_cffi.SpilledTrace)
+    spilled.export(str(tmp_path / "spilled.pftrace"))
+    assert len(pytrace_cffi.load(str(tmp_path / "spilled"))) \
+        == len(read_trace(str(tmp_path / "spilled.pftrace")))
