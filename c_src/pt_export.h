@@ -1,5 +1,6 @@
 /* pt_export.h - exporting: the encoders of each output's bulk (Chrome JSON,
- * .pftrace, the HTML page's reduction, the summary) and merge_torch's steps, fed
+ * .pftrace, the HTML page's reduction, the summary and the table per distinct
+ * stack of the flame-graph outputs) and merge_torch's steps, fed
  * slices (the walk's batches, a loaded file's) or walk records; the deflate of
  * .pftrace's compressed packets. Part of the interface cffi sees (see
  * pt_record.h).
@@ -127,6 +128,33 @@ void pt_summarizer_free(pt_summarizer *s);
 int pt_summarizer_feed(pt_summarizer *s, const pt_slice *slices, uint64_t n, uint64_t first_index,
                        uint64_t *calls, int64_t *total_ns, int64_t *self_ns);
 void pt_summarizer_end_thread(pt_summarizer *s);
+/* Per distinct stack (pt_summary.c), for collapsed stacks and pprof: a tree of
+ * nodes, one per (parent node, frame), each with the calls whose innermost frame
+ * it is (less frames open at start, as the summary counts) and their self time
+ * (less direct callees). frame_of_key (copied) maps each of n_keys keys to its
+ * frame. pt_stacks_node finds or makes the node of frame under parent
+ * (PT_NO_NODE: a root), PT_NO_NODE when out of memory: the caller makes each
+ * thread's root so (its thread's frame, under its process's for a job), then
+ * pt_stacks_begin_thread(root), the thread's slices in batches as for the
+ * summarizer (pt_stacks_feed), pt_stacks_end_thread. A node is made after its
+ * parent; pt_stacks_nodes hands out all of them (valid until the next feed).
+ * PT_ERR_ARG: a key out of range, a parent that is no open call, a root that is
+ * no node; PT_ERR_STATE: fed outside a thread. */
+#define PT_NO_NODE 0xFFFFFFFFu
+typedef struct {
+    uint32_t parent;        /* PT_NO_NODE for a root */
+    uint32_t frame_id;
+    uint64_t calls;
+    int64_t self_ns;
+} pt_stack_node;
+typedef struct pt_stacks pt_stacks;
+pt_stacks *pt_stacks_new(const uint32_t *frame_of_key, uint32_t n_keys);
+void pt_stacks_free(pt_stacks *s);
+uint32_t pt_stacks_node(pt_stacks *s, uint32_t parent, uint32_t frame);
+int pt_stacks_begin_thread(pt_stacks *s, uint32_t root);
+int pt_stacks_feed(pt_stacks *s, const pt_slice *slices, uint64_t n, uint64_t first_index);
+void pt_stacks_end_thread(pt_stacks *s);
+uint64_t pt_stacks_nodes(const pt_stacks *s, const pt_stack_node **nodes);
 /* merge_torch: moves slice times (in place) from CLOCK_MONOTONIC ns onto
  * CLOCK_REALTIME ns as _clock.monotonic_to_realtime does, from the clocks' offsets
  * off0 at mono0 (start) and off1 at mono1 (stop): linear in between, held outside.

@@ -1,4 +1,5 @@
-/* pt_summary.c - calls, total and self time per function over a thread's slices.
+/* pt_summary.c - calls, total and self time per function over a thread's slices,
+ * and per distinct stack (pt_stacks: collapsed stacks and pprof).
  *
  * The summary runs over every call of a trace, millions of them for the HTML page
  * and the summary command, so its per-call loop lives here rather than in Python.
@@ -167,4 +168,167 @@ pt_summarizer_feed(pt_summarizer *s, const pt_slice *slices, uint64_t n, uint64_
         s->times_open[name]++;
     }
     return PT_OK;
+}
+
+/* Per distinct stack, for the flame-graph outputs (collapsed stacks, pprof): a
+ * tree of nodes, one per (parent node, frame), with the calls whose innermost
+ * frame it is and their self time, as the summarizer counts them (a frame open
+ * at start adds time, no call; self time is a call's time less its direct
+ * callees'). The caller makes each thread's root (pt_stacks_node: its thread,
+ * under its process for a job) and feeds the thread's slices under it. */
+struct pt_stacks {
+    uint32_t *frame_of_key;
+    uint32_t n_keys;
+    pt_stack_node *nodes;
+    uint64_t n_nodes, nodes_cap;
+    uint32_t *slots;            /* (parent, frame) -> node + 1, open addressing; 0: empty */
+    uint64_t slot_mask;         /* slots - 1, a power of two less one */
+    uint32_t root;              /* this thread's */
+    uint64_t open, open_cap;    /* the open calls, outermost first */
+    int64_t *open_index;        /* thread-wide slice index */
+    uint64_t open_index_cap;
+    uint32_t *open_node;
+};
+
+pt_stacks *
+pt_stacks_new(const uint32_t *frame_of_key, uint32_t n_keys)
+{
+    pt_stacks *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return NULL;
+    s->n_keys = n_keys;
+    s->frame_of_key = malloc((n_keys ? n_keys : 1) * sizeof *s->frame_of_key);
+    s->slot_mask = 1023;
+    s->slots = calloc(s->slot_mask + 1, sizeof *s->slots);
+    s->root = PT_NO_NODE;
+    if (s->frame_of_key == NULL || s->slots == NULL) {
+        pt_stacks_free(s);
+        return NULL;
+    }
+    if (n_keys)
+        memcpy(s->frame_of_key, frame_of_key, n_keys * sizeof *s->frame_of_key);
+    return s;
+}
+
+void
+pt_stacks_free(pt_stacks *s)
+{
+    if (s == NULL)
+        return;
+    free(s->frame_of_key);
+    free(s->nodes);
+    free(s->slots);
+    free(s->open_index);
+    free(s->open_node);
+    free(s);
+}
+
+static uint64_t
+pt_stacks_slot(uint32_t parent, uint32_t frame, uint64_t mask)
+{
+    uint64_t pair = (uint64_t)parent << 32 | frame;
+    return (pair * 0x9E3779B97F4A7C15ull >> 32) & mask;
+}
+
+/* Twice the slots, the nodes placed again: kept under half full. */
+static int
+pt_stacks_rehash(pt_stacks *s)
+{
+    uint64_t mask = 2 * s->slot_mask + 1;
+    uint32_t *slots = calloc(mask + 1, sizeof *slots);
+    if (slots == NULL)
+        return PT_ERR_NOMEM;
+    for (uint64_t node = 0; node < s->n_nodes; node++) {
+        uint64_t at = pt_stacks_slot(s->nodes[node].parent, s->nodes[node].frame_id, mask);
+        while (slots[at])
+            at = (at + 1) & mask;
+        slots[at] = (uint32_t)node + 1;
+    }
+    free(s->slots);
+    s->slots = slots;
+    s->slot_mask = mask;
+    return PT_OK;
+}
+
+uint32_t
+pt_stacks_node(pt_stacks *s, uint32_t parent, uint32_t frame)
+{
+    uint64_t at = pt_stacks_slot(parent, frame, s->slot_mask);
+    for (uint32_t found; (found = s->slots[at]) != 0; at = (at + 1) & s->slot_mask) {
+        const pt_stack_node *node = &s->nodes[found - 1];
+        if (node->parent == parent && node->frame_id == frame)
+            return found - 1;
+    }
+    /* node + 1 must fit a slot, and PT_NO_NODE stays no node */
+    if (s->n_nodes >= PT_NO_NODE - 1
+        || pt_grow((void **)&s->nodes, &s->nodes_cap, s->n_nodes + 1, sizeof *s->nodes))
+        return PT_NO_NODE;
+    if (2 * (s->n_nodes + 1) > s->slot_mask + 1) {
+        if (pt_stacks_rehash(s))
+            return PT_NO_NODE;
+        at = pt_stacks_slot(parent, frame, s->slot_mask);
+        while (s->slots[at])
+            at = (at + 1) & s->slot_mask;
+    }
+    uint32_t made = (uint32_t)s->n_nodes++;
+    s->nodes[made] = (pt_stack_node){.parent = parent, .frame_id = frame};
+    s->slots[at] = made + 1;
+    return made;
+}
+
+int
+pt_stacks_begin_thread(pt_stacks *s, uint32_t root)
+{
+    if (root >= s->n_nodes)
+        return PT_ERR_ARG;
+    s->root = root;
+    s->open = 0;
+    return PT_OK;
+}
+
+int
+pt_stacks_feed(pt_stacks *s, const pt_slice *slices, uint64_t n, uint64_t first_index)
+{
+    if (s->root == PT_NO_NODE)
+        return PT_ERR_STATE;
+    for (uint64_t i = 0; i < n; i++) {
+        const pt_slice *slice = &slices[i];
+        if (slice->key >= s->n_keys)
+            return PT_ERR_ARG;
+        while (s->open && s->open_index[s->open - 1] != slice->parent)
+            s->open--;
+        if (slice->parent >= 0 && !s->open)
+            return PT_ERR_ARG;
+        uint32_t parent = s->open ? s->open_node[s->open - 1] : s->root;
+        uint32_t node = pt_stacks_node(s, parent, s->frame_of_key[slice->key]);
+        if (node == PT_NO_NODE)
+            return PT_ERR_NOMEM;
+        int64_t duration = slice->end - slice->start;
+        s->nodes[node].calls += !(slice->flags & PT_SLICE_SEEDED);
+        s->nodes[node].self_ns += duration;
+        if (s->open)        /* a root call's time is no part of its thread's node */
+            s->nodes[parent].self_ns -= duration;
+        if (pt_grow((void **)&s->open_index, &s->open_index_cap, s->open + 1,
+                    sizeof *s->open_index)
+            || pt_grow((void **)&s->open_node, &s->open_cap, s->open + 1,
+                       sizeof *s->open_node))
+            return PT_ERR_NOMEM;
+        s->open_index[s->open] = (int64_t)(first_index + i);
+        s->open_node[s->open++] = node;
+    }
+    return PT_OK;
+}
+
+void
+pt_stacks_end_thread(pt_stacks *s)
+{
+    s->open = 0;
+    s->root = PT_NO_NODE;
+}
+
+uint64_t
+pt_stacks_nodes(const pt_stacks *s, const pt_stack_node **nodes)
+{
+    *nodes = s->nodes;
+    return s->n_nodes;
 }

@@ -34,6 +34,9 @@ FORMATS = (
            "readers.pftrace:read_pftrace", {}),
     Format("html", (".html",), "a self-contained page: timeline and summary",
            "render.html:write_html", {}, False, False, None, {}),
+    Format("folded", (".folded", ".collapsed"),
+           "collapsed stacks of self time in microseconds, for flame graphs",
+           "render.folded:write_folded", {}, False, False, None, {}),
 )
 DIRECTORY = Format("directory", (), "a saved-trace directory: a name without a suffix, "
                    f"or ending in {os.sep}", "render.saved:save", {}, False, False,

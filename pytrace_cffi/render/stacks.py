@@ -1,0 +1,123 @@
+"""What the flame-graph outputs share: the frames, and the calls aggregated per
+distinct stack.
+
+A function's frame is its name as every other output shows it (trimmed path and
+first line, "builtins.len", "nn.Module: Linear_0", a region's name); keys that
+share a name share a frame. Above a thread's calls stand the frames of its
+thread (its name; "#2" and on when several threads of a process share it) and,
+in a job, of its process first ("rank 0 (pid 12)"), so that threads stay apart.
+
+aggregate() streams every thread's calls (walk.thread_batches: no slice table,
+no Python object per call) through pt_stacks (c_src/pt_summary.c), which keeps
+per distinct stack the calls ending in it and their self time as the summary
+counts them: memory follows the distinct stacks, not the calls.
+"""
+import struct
+from collections import Counter, namedtuple
+
+from .._core import ffi, lib
+from ..errors import TraceFormatError
+from .summary import _process_title
+
+_NODE = struct.Struct("=IIQq")      # pt_stack_node: parent, frame, calls, self_ns
+NO_NODE = 0xFFFFFFFF
+
+StackNode = namedtuple("StackNode", "parent frame calls self_ns")
+StackNode.__doc__ = """One distinct stack: its parent's node (None for a root),
+its innermost frame, the calls whose innermost frame it is (frames running when
+the trace began are none) and their self time in ns."""
+
+
+class Frames:
+    """The functions' frames (0 .. n_functions - 1, in name order), then the
+    threads' and processes' frames (labels) after them."""
+
+    def __init__(self, trace):
+        self.names = sorted(set(trace.names))
+        frame_of_name = {name: frame for frame, name in enumerate(self.names)}
+        self.n_functions = len(self.names)
+        self.frame_of_key = ffi.new("uint32_t[]",
+                                    [frame_of_name[name] for name in trace.names] or [0])
+        self.n_keys = len(trace.names)
+        self._label_frame = {}
+
+    def label(self, text):
+        """The frame of a thread's or process's label, made on first use."""
+        frame = self._label_frame.get(text)
+        if frame is None:
+            frame = self._label_frame[text] = len(self.names)
+            self.names.append(text)
+        return frame
+
+    def is_function(self, frame):
+        return frame < self.n_functions
+
+
+def thread_labels(trace):
+    """Per thread of trace, in order: the labels above its calls, outermost first:
+    (its process's title, its name) in a job, else (its name,). A name several
+    threads of one process share is numbered after the first: "worker #2"."""
+    seen = Counter()
+    labels = []
+    for thread in trace.threads:
+        pid = trace.thread_pid(thread)
+        seen[pid, thread.name] += 1
+        count = seen[pid, thread.name]
+        name = thread.name if count == 1 else f"{thread.name} #{count}"
+        labels.append(((_process_title(trace, pid),) if trace.processes else ()) + (name,))
+    return labels
+
+
+class StackTree:
+    """Every distinct stack of a trace: nodes (StackNode, a parent before its
+    children; the roots are the threads' and processes' labels) over frames."""
+
+    def __init__(self, frames, nodes, thread_roots):
+        self.frames = frames
+        self.nodes = nodes
+        self.thread_roots = thread_roots        # per thread, its own label's node
+
+    def path(self, node):
+        """The frames from the root down to node."""
+        frames = []
+        while node is not None:
+            entry = self.nodes[node]
+            frames.append(entry.frame)
+            node = entry.parent
+        frames.reverse()
+        return frames
+
+
+def aggregate(trace, progress=None):
+    """The StackTree of trace, its threads' calls streamed through pt_stacks.
+    progress: advanced by the calls as they are added."""
+    from .walk import thread_batches
+    frames = Frames(trace)
+    stacks = ffi.gc(lib.pt_stacks_new(frames.frame_of_key, frames.n_keys), lib.pt_stacks_free)
+    if stacks == ffi.NULL:
+        raise MemoryError("out of memory aggregating the trace's stacks")
+    roots = []
+    for (thread, batches), labels in zip(thread_batches(trace), thread_labels(trace)):
+        node = NO_NODE
+        for label in labels:
+            node = lib.pt_stacks_node(stacks, node, frames.label(label))
+            if node == NO_NODE:
+                raise MemoryError("out of memory aggregating the trace's stacks")
+        roots.append(node)
+        lib.pt_stacks_begin_thread(stacks, node)
+        for slices, n, first_index in batches:
+            status = lib.pt_stacks_feed(stacks, slices, n, first_index)
+            if status == lib.PT_ERR_NOMEM:
+                raise MemoryError("out of memory aggregating the trace's stacks")
+            if status != lib.PT_OK:
+                raise TraceFormatError(f"thread {thread.index}: a call's key is out of range "
+                                       f"or its parent is not an enclosing call")
+            if progress is not None:
+                progress.advance(n)
+        lib.pt_stacks_end_thread(stacks)
+    found = ffi.new("pt_stack_node **")
+    n = lib.pt_stacks_nodes(stacks, found)
+    nodes = [StackNode(None if parent == NO_NODE else parent, frame, calls, self_ns)
+             for parent, frame, calls, self_ns
+             in _NODE.iter_unpack(ffi.buffer(found[0], n * _NODE.size))] if n else []
+    return StackTree(frames, nodes, roots)
