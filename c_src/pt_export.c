@@ -5,6 +5,7 @@
  */
 #include "pt_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Writes v in decimal at p; returns the end. */
@@ -151,4 +152,143 @@ pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
     return pt_format_slices_from(slices, n, next, names, name_lens, extras, extra_lens, n_keys,
                                  prefix, prefix_len, base_ns, first_id, 0, thread_index, out,
                                  cap, written);
+}
+
+/* speedscope's evented profile: a thread's slices (start order, parents
+ * numbered over the thread) as open ("O") and close ("C") events of their
+ * frames, in time order, the calls open at a slice's start closed first. */
+struct pt_evented {
+    uint64_t open, open_cap;    /* the open calls, outermost first */
+    int64_t *open_index;        /* thread-wide slice index */
+    uint64_t open_index_cap;
+    int64_t *open_end;
+    uint64_t open_end_cap;
+    uint32_t *open_frame;
+    uint64_t events;            /* written so far: the first has no comma */
+    int64_t first_at, last_at;  /* ns from base, of the first and last events */
+    int64_t base_ns;
+};
+
+pt_evented *
+pt_evented_new(int64_t base_ns)
+{
+    pt_evented *e = calloc(1, sizeof *e);
+    if (e != NULL) {
+        e->base_ns = base_ns;
+        e->last_at = INT64_MIN;
+    }
+    return e;
+}
+
+void
+pt_evented_free(pt_evented *e)
+{
+    if (e == NULL)
+        return;
+    free(e->open_index);
+    free(e->open_end);
+    free(e->open_frame);
+    free(e);
+}
+
+#define PT_EVENT_ROOM 96        /* one event's bytes, at most */
+
+static char *
+pt_put_i64(char *p, int64_t v)
+{
+    if (v < 0) {
+        *p++ = '-';
+        return pt_put_u64(p, 0 - (uint64_t)v);
+    }
+    return pt_put_u64(p, (uint64_t)v);
+}
+
+static char *
+pt_put_event(pt_evented *e, char *p, char type, uint32_t frame, int64_t ns)
+{
+    /* Times never go back in the file (speedscope refuses that): a call that
+     * starts before its previous sibling ended, which only a damaged or
+     * hand-made trace holds, is drawn from that end. */
+    int64_t at = ns - e->base_ns;
+    if (at < e->last_at)
+        at = e->last_at;
+    e->last_at = at;
+    if (!e->events)
+        e->first_at = at;
+    if (e->events++)
+        *p++ = ',';
+    p = PT_PUT_LITERAL(p, "{\"type\":\"");
+    *p++ = type;
+    p = PT_PUT_LITERAL(p, "\",\"frame\":");
+    p = pt_put_u64(p, frame);
+    p = PT_PUT_LITERAL(p, ",\"at\":");
+    p = pt_put_i64(p, at);
+    *p++ = '}';
+    return p;
+}
+
+int
+pt_evented_format(pt_evented *e, const pt_slice *slices, uint64_t n, uint64_t first_index,
+                  uint64_t *next, const uint32_t *frame_of_key, uint32_t n_keys,
+                  char *out, uint64_t cap, uint64_t *written)
+{
+    char *p = out;
+    char *end = out + cap;
+    int status = PT_OK;
+    uint64_t i = *next;
+    for (; i < n; i++) {
+        const pt_slice *s = &slices[i];
+        if (s->key >= n_keys) {
+            status = PT_ERR_ARG;
+            break;
+        }
+        while (e->open && e->open_index[e->open - 1] != s->parent
+               && (uint64_t)(end - p) >= PT_EVENT_ROOM) {
+            e->open--;
+            p = pt_put_event(e, p, 'C', e->open_frame[e->open], e->open_end[e->open]);
+        }
+        if ((uint64_t)(end - p) < PT_EVENT_ROOM)
+            break;                      /* resumed from this slice: its closes go on */
+        if (s->parent >= 0 && !e->open) {
+            status = PT_ERR_ARG;
+            break;
+        }
+        if (pt_grow((void **)&e->open_index, &e->open_index_cap, e->open + 1,
+                    sizeof *e->open_index)
+            || pt_grow((void **)&e->open_end, &e->open_end_cap, e->open + 1,
+                       sizeof *e->open_end)
+            || pt_grow((void **)&e->open_frame, &e->open_cap, e->open + 1,
+                       sizeof *e->open_frame)) {
+            status = PT_ERR_NOMEM;
+            break;
+        }
+        uint32_t frame = frame_of_key[s->key];
+        p = pt_put_event(e, p, 'O', frame, s->start);
+        e->open_index[e->open] = (int64_t)(first_index + i);
+        e->open_end[e->open] = s->end;
+        e->open_frame[e->open++] = frame;
+    }
+    *next = i;
+    *written = (uint64_t)(p - out);
+    return status;
+}
+
+uint64_t
+pt_evented_close(pt_evented *e, char *out, uint64_t cap, uint64_t *written)
+{
+    char *p = out;
+    while (e->open && (uint64_t)(out + cap - p) >= PT_EVENT_ROOM) {
+        e->open--;
+        p = pt_put_event(e, p, 'C', e->open_frame[e->open], e->open_end[e->open]);
+    }
+    *written = (uint64_t)(p - out);
+    return e->open;
+}
+
+uint64_t
+pt_evented_span(const pt_evented *e, int64_t *first_at, int64_t *last_at)
+{
+    *first_at = e->events ? e->first_at : 0;
+    *last_at = e->events ? e->last_at : 0;
+    return e->events;
 }

@@ -1,6 +1,6 @@
 /* pt_export.h - exporting: the encoders of each output's bulk (Chrome JSON,
- * .pftrace, the HTML page's reduction, the summary and the table per distinct
- * stack of the flame-graph outputs) and merge_torch's steps, fed
+ * speedscope's events, .pftrace, the HTML page's reduction, the summary and the
+ * table per distinct stack of the flame-graph outputs) and merge_torch's steps, fed
  * slices (the walk's batches, a loaded file's) or walk records; the deflate of
  * .pftrace's compressed packets. Part of the interface cffi sees (see
  * pt_record.h).
@@ -30,6 +30,27 @@ int pt_format_slices(const pt_slice *slices, uint64_t n, uint64_t *next,
                      const char *prefix, uint32_t prefix_len, int64_t base_ns,
                      uint64_t first_id, uint32_t thread_index, char *out, uint64_t cap,
                      uint64_t *written);
+/* speedscope's evented profile (pt_export.c): a thread's slices (start order,
+ * parents numbered over the thread, first_index the batch's first) as JSON open
+ * and close events {"type":"O"|"C","frame":F,"at":T} of their frames
+ * (frame_of_key[key]), T in ns from base_ns, comma-separated, in time order (a
+ * call is closed at its end before the next call outside it opens; never back
+ * in time: a damaged trace's overlapping sibling opens at the earlier one's
+ * end). pt_evented_format writes slices[*next..n) into out until it is nearly
+ * full (at least 96 bytes: one event), advancing *next; PT_ERR_ARG for a key
+ * out of range or a parent that is no open call, PT_ERR_NOMEM. After the
+ * thread's last batch, pt_evented_close closes the calls still open (each at
+ * its end: those open at stop end at stop) and returns how many are left for
+ * another call (out was full). pt_evented_span: the events written and the
+ * first's and last's T (0 without any). One evented per thread. */
+typedef struct pt_evented pt_evented;
+pt_evented *pt_evented_new(int64_t base_ns);
+void pt_evented_free(pt_evented *e);
+int pt_evented_format(pt_evented *e, const pt_slice *slices, uint64_t n, uint64_t first_index,
+                      uint64_t *next, const uint32_t *frame_of_key, uint32_t n_keys,
+                      char *out, uint64_t cap, uint64_t *written);
+uint64_t pt_evented_close(pt_evented *e, char *out, uint64_t cap, uint64_t *written);
+uint64_t pt_evented_span(const pt_evented *e, int64_t *first_at, int64_t *last_at);
 /* Perfetto export (pt_perfetto.c): encodes a thread's slices as SLICE_BEGIN /
  * SLICE_END TrackEvent packets (each a Trace.packet entry) into out until it is
  * nearly full, resuming from *cursor (zeroed, last_ns = the sequence clock's

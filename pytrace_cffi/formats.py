@@ -34,6 +34,8 @@ FORMATS = (
            "readers.pftrace:read_pftrace", {}),
     Format("html", (".html",), "a self-contained page: timeline and summary",
            "render.html:write_html", {}, False, False, None, {}),
+    Format("speedscope", (".speedscope.json",), "speedscope's evented profile, per thread",
+           "render.speedscope:write_speedscope", {}, False, False, None, {}),
     Format("folded", (".folded", ".collapsed"),
            "collapsed stacks of self time in microseconds, for flame graphs",
            "render.folded:write_folded", {}, False, False, None, {}),

@@ -1,4 +1,5 @@
-"""The flame-graph outputs: collapsed stacks (.folded, .collapsed).
+"""The flame-graph outputs: collapsed stacks (.folded, .collapsed) and speedscope
+(.speedscope.json).
 
 A small program with a known call structure (main calls f twice, f calls spin
 and g, g calls spin; a thread "worker" runs g) is traced by `run`; what each
@@ -8,6 +9,7 @@ less frames open at start; self time less direct callees). Every source `export`
 reads (a saved directory, .json, .json.gz, .pftrace, a job of two processes)
 gives the same output, and so does the API.
 """
+import json
 import re
 import subprocess
 import sys
@@ -16,8 +18,11 @@ from collections import defaultdict
 import pytest
 
 import pytrace_cffi
+from pytrace_cffi import formats
 from pytrace_cffi._core import lib
 from pytrace_cffi.render.folded import frame_text
+
+from flame_decoding import evented_errors, schema_errors
 
 TIMEOUT = 120
 PROGRAM = """\
@@ -170,14 +175,88 @@ def test_folded_region_names_are_made_safe(tmp_path):
     assert len(region) == 1 and region[0].startswith("MainThread;"), stacks
 
 
+# --- speedscope ---------------------------------------------------------------
+
+def load_speedscope(path):
+    with open(path, encoding="utf-8") as f:
+        document = json.load(f)
+    assert schema_errors(document) == []
+    return document
+
+
+def test_speedscope_profiles_are_valid_nested_and_named(traced):
+    where, saved = traced
+    cli("export", saved, "-o", "out.speedscope.json", cwd=where)
+    assert formats.find("out.speedscope.json").name == "speedscope"     # not .json
+    document = load_speedscope(where / "out.speedscope.json")
+    assert document["$schema"] == "https://www.speedscope.app/file-format-schema.json"
+    assert document["name"] == "prog.py"
+    frames = document["shared"]["frames"]
+    names = [frame["name"] for frame in frames]
+    for function in (MAIN, F, G, SPIN):
+        frame = frames[names.index(function)]
+        assert (frame["file"], frame["line"]) == ("prog.py", int(function[8:].split(")")[0]))
+    trace = pytrace_cffi.load(str(saved))
+    profiles = document["profiles"]
+    assert [p["name"] for p in profiles] == ["MainThread", "worker"]
+    calls = defaultdict(int)
+    for profile, thread in zip(profiles, trace.threads):
+        assert profile["unit"] == "nanoseconds" and profile["type"] == "evented"
+        assert evented_errors(profile, len(frames)) == []
+        assert profile["startValue"] == 0
+        assert profile["endValue"] == trace.stop_ns - trace.start_ns
+        opened = [e for e in profile["events"] if e["type"] == "O"]
+        assert len(opened) == sum(n for t, n, _, _ in trace.thread_counts() if t == thread)
+        for event in opened:
+            calls[profile["name"], names[event["frame"]]] += 1
+    assert calls["MainThread", F] == 2 and calls["MainThread", G] == 2
+    assert calls["MainThread", SPIN] == 4 and calls["MainThread", MAIN] == 1
+    assert calls["worker", G] == 1 and calls["worker", SPIN] == 1
+    assert ("worker", F) not in calls
+
+
+def _stopped_inside(t_path):
+    def inner():
+        return pytrace_cffi.stop()
+
+    def outer():
+        return inner()
+    pytrace_cffi.start(c_calls=False)
+    trace = outer()
+    trace.export(t_path)
+    return trace, outer.__code__.co_firstlineno
+
+
+def test_speedscope_closes_the_calls_open_at_stop_at_its_end(tmp_path):
+    path = str(tmp_path / "t.speedscope.json")
+    trace, _ = _stopped_inside(path)
+    document = load_speedscope(path)
+    (profile,) = document["profiles"]
+    assert evented_errors(profile, len(document["shared"]["frames"])) == []
+    names = [frame["name"] for frame in document["shared"]["frames"]]
+    closes = [e for e in profile["events"] if e["type"] == "C"]
+    end = trace.stop_ns - trace.start_ns
+    # outer and inner are open at stop (and the test's frames, open at start too)
+    closed_at_end = {names[e["frame"]].rsplit(": ", 1)[-1] for e in closes if e["at"] == end}
+    assert {"outer", "inner"} <= closed_at_end
+    assert profile["endValue"] == end
+
+
 # --- every source, the API, a job -----------------------------------------------
 
-OUTPUTS = ("out.folded",)
+OUTPUTS = ("out.folded", "out.speedscope.json")
 
 
 def _comparable(path):
-    """What an output says: folded lines."""
-    return parse_folded(open(path, encoding="utf-8").read())
+    """What an output says, independent of frame order: folded lines, speedscope
+    events by frame name."""
+    if path.endswith(".folded"):
+        return parse_folded(open(path, encoding="utf-8").read())
+    document = load_speedscope(path)
+    names = [frame["name"] for frame in document["shared"]["frames"]]
+    return [(p["name"], p["startValue"], p["endValue"],
+             [(e["type"], names[e["frame"]], e["at"]) for e in p["events"]])
+            for p in document["profiles"]]
 
 
 def test_every_source_gives_the_same_outputs(traced, tmp_path):
@@ -238,12 +317,14 @@ parent_work()
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    """A directory where `run` wrote a job of two processes to out.folded (and kept
-    them in procs/)."""
+    """A directory where `run` wrote a job of two processes to out.folded, and
+    `export` of the processes it kept to the other outputs."""
     where = tmp_path_factory.mktemp("flame_job")
     (where / "parent.py").write_text(CHILD_PROGRAM)
     cli("run", "--no-c-calls", "--processes-dir", "procs", "-o", OUTPUTS[0], "parent.py",
         cwd=where)
+    for output in OUTPUTS[1:]:
+        cli("export", "procs", "-o", output, cwd=where)
     return where
 
 
@@ -256,6 +337,8 @@ def test_a_jobs_outputs_keep_its_processes_apart(job):
     assert re.fullmatch(r"parent\.py \(pid \d+\)", parent_title)
     assert child_title != parent_title and "(pid " in child_title
     assert all(stack.split(";")[1] == "MainThread" for stack in lines)
+    names = [p["name"] for p in load_speedscope(job / "out.speedscope.json")["profiles"]]
+    assert f"{parent_title} / MainThread" in names and f"{child_title} / MainThread" in names
 
 
 def test_threads_of_one_name_stay_apart(tmp_path):
@@ -273,3 +356,6 @@ def test_threads_of_one_name_stay_apart(tmp_path):
     roots = {line.split(";")[0] for line in
              (tmp_path / "t.folded").read_text(encoding="utf-8").splitlines()}
     assert {"twin", "twin #2"} <= roots
+    t.export(str(tmp_path / "t.speedscope.json"))
+    names = [p["name"] for p in load_speedscope(str(tmp_path / "t.speedscope.json"))["profiles"]]
+    assert names.count("twin") == 1 and names.count("twin #2") == 1

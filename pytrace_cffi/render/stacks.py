@@ -12,6 +12,7 @@ no Python object per call) through pt_stacks (c_src/pt_summary.c), which keeps
 per distinct stack the calls ending in it and their self time as the summary
 counts them: memory follows the distinct stacks, not the calls.
 """
+import re
 import struct
 from collections import Counter, namedtuple
 
@@ -19,6 +20,8 @@ from .._core import ffi, lib
 from ..errors import TraceFormatError
 from .summary import _process_title
 
+# "<path>(<first line>): <function>", what a Python function's name says
+_PYTHON_NAME = re.compile(r"(?P<file>.+)\((?P<line>\d+)\): (?P<function>.+)", re.S)
 _NODE = struct.Struct("=IIQq")      # pt_stack_node: parent, frame, calls, self_ns
 NO_NODE = 0xFFFFFFFF
 
@@ -39,6 +42,9 @@ class Frames:
         self.frame_of_key = ffi.new("uint32_t[]",
                                     [frame_of_name[name] for name in trace.names] or [0])
         self.n_keys = len(trace.names)
+        self._kind = {}
+        for name, kind in zip(trace.names, trace.key_kinds):
+            self._kind.setdefault(name, kind)
         self._label_frame = {}
 
     def label(self, text):
@@ -51,6 +57,15 @@ class Frames:
 
     def is_function(self, frame):
         return frame < self.n_functions
+
+    def location(self, frame):
+        """(file, first line) of a Python function's frame, else (None, None)."""
+        name = self.names[frame]
+        if frame < self.n_functions and self._kind.get(name) == "python":
+            found = _PYTHON_NAME.fullmatch(name)
+            if found:
+                return found.group("file"), int(found.group("line"))
+        return None, None
 
 
 def thread_labels(trace):
