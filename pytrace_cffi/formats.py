@@ -39,6 +39,8 @@ FORMATS = (
     Format("folded", (".folded", ".collapsed"),
            "collapsed stacks of self time in microseconds, for flame graphs",
            "render.folded:write_folded", {}, False, False, None, {}),
+    Format("pprof", (".pprof", ".pb.gz"), "pprof's profile.proto, gzip-compressed",
+           "render.pprof:write_pprof", {}, False, False, None, {}),
 )
 DIRECTORY = Format("directory", (), "a saved-trace directory: a name without a suffix, "
                    f"or ending in {os.sep}", "render.saved:save", {}, False, False,

@@ -1,5 +1,5 @@
-"""The flame-graph outputs: collapsed stacks (.folded, .collapsed) and speedscope
-(.speedscope.json).
+"""The flame-graph outputs: collapsed stacks (.folded, .collapsed), speedscope
+(.speedscope.json) and pprof (.pprof, .pb.gz).
 
 A small program with a known call structure (main calls f twice, f calls spin
 and g, g calls spin; a thread "worker" runs g) is traced by `run`; what each
@@ -10,7 +10,9 @@ reads (a saved directory, .json, .json.gz, .pftrace, a job of two processes)
 gives the same output, and so does the API.
 """
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
@@ -22,7 +24,7 @@ from pytrace_cffi import formats
 from pytrace_cffi._core import lib
 from pytrace_cffi.render.folded import frame_text
 
-from flame_decoding import evented_errors, schema_errors
+from flame_decoding import decode_pprof, evented_errors, schema_errors
 
 TIMEOUT = 120
 PROGRAM = """\
@@ -242,21 +244,77 @@ def test_speedscope_closes_the_calls_open_at_stop_at_its_end(tmp_path):
     assert profile["endValue"] == end
 
 
+# --- pprof --------------------------------------------------------------------
+
+@pytest.mark.parametrize("suffix", [".pprof", ".pb.gz"])
+def test_pprof_samples_are_the_stacks_with_calls_and_self_time(traced, suffix):
+    where, saved = traced
+    cli("export", saved, "-o", f"out{suffix}", cwd=where)
+    with open(where / f"out{suffix}", "rb") as f:
+        assert f.read(2) == b"\x1f\x8b"         # gzip, as pprof writes it
+    profile = decode_pprof(where / f"out{suffix}")
+    assert profile.string_table[0] == ""
+    assert profile.sample_types == [("calls", "count"), ("wall", "nanoseconds")]
+    assert profile.period_type == ("wall", "nanoseconds")
+    assert profile.default_sample_type == "wall"
+    trace = pytrace_cffi.load(str(saved))
+    assert profile.duration_nanos == trace.stop_ns - trace.start_ns
+    anchor = trace.realtime_anchor["start"]
+    assert profile.time_nanos == anchor["realtime_ns"] + trace.start_ns - anchor["monotonic_ns"]
+    samples = {(labels["thread"],) + stack: values
+               for stack, values, labels in profile.samples}
+    assert len(samples) == len(profile.samples)         # one per distinct stack
+    expected = {path: values for path, values in expected_stacks(trace).items() if any(values)}
+    assert samples == expected
+    main_stack = ("MainThread", MODULE, MAIN)
+    assert samples[main_stack + (F,)][0] == 2
+    assert samples[main_stack + (F, G)][0] == 2
+    assert samples[main_stack + (F, SPIN)][0] == 2
+    assert samples[main_stack + (F, G, SPIN)][0] == 2
+    assert samples[main_stack][0] == 1
+    assert [values[0] for stack, values in samples.items()
+            if stack[0] == "worker" and stack[-1] == G] == [1]
+    functions = {function.name: function for function in profile.functions}
+    assert (functions[G].filename, functions[G].start_line) == ("prog.py",
+                                                                int(G[8:].split(")")[0]))
+
+
+def test_go_tool_pprof_reads_it(traced):
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("`go` is not installed (Debian: golang-go): `go tool pprof` not tried")
+    where, saved = traced
+    cli("export", saved, "-o", "go.pb.gz", cwd=where)
+    proc = subprocess.run([go, "tool", "pprof", "-top", "-sample_index=calls", "go.pb.gz"],
+                          cwd=where, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    flat = {}
+    for line in proc.stdout.splitlines():
+        found = re.fullmatch(r"\s*(\d+)\s+\S+%\s+\S+%\s+\d+\s+\S+%\s+(.+)", line)
+        if found:
+            flat[found.group(2)] = int(found.group(1))
+    assert flat[F] == 2 and flat[G] == 3 and flat[SPIN] == 5 and flat[MAIN] == 1, proc.stdout
+    assert "Type: calls" in proc.stdout and "File: prog.py" in proc.stdout
+
+
 # --- every source, the API, a job -----------------------------------------------
 
-OUTPUTS = ("out.folded", "out.speedscope.json")
+OUTPUTS = ("out.folded", "out.speedscope.json", "out.pb.gz")
 
 
 def _comparable(path):
     """What an output says, independent of frame order: folded lines, speedscope
-    events by frame name."""
+    events by frame name, pprof samples."""
     if path.endswith(".folded"):
         return parse_folded(open(path, encoding="utf-8").read())
-    document = load_speedscope(path)
-    names = [frame["name"] for frame in document["shared"]["frames"]]
-    return [(p["name"], p["startValue"], p["endValue"],
-             [(e["type"], names[e["frame"]], e["at"]) for e in p["events"]])
-            for p in document["profiles"]]
+    if path.endswith(".speedscope.json"):
+        document = load_speedscope(path)
+        names = [frame["name"] for frame in document["shared"]["frames"]]
+        return [(p["name"], p["startValue"], p["endValue"],
+                 [(e["type"], names[e["frame"]], e["at"]) for e in p["events"]])
+                for p in document["profiles"]]
+    return sorted((stack, tuple(values), sorted(labels.items()))
+                  for stack, values, labels in decode_pprof(path).samples)
 
 
 def test_every_source_gives_the_same_outputs(traced, tmp_path):
@@ -339,6 +397,10 @@ def test_a_jobs_outputs_keep_its_processes_apart(job):
     assert all(stack.split(";")[1] == "MainThread" for stack in lines)
     names = [p["name"] for p in load_speedscope(job / "out.speedscope.json")["profiles"]]
     assert f"{parent_title} / MainThread" in names and f"{child_title} / MainThread" in names
+    samples = decode_pprof(job / "out.pb.gz").samples
+    (child_sample,) = [s for s in samples if s[0][-1].endswith(": child_work")]
+    assert child_sample[1][0] == 1
+    assert child_sample[2] == {"process": child_title, "thread": "MainThread"}
 
 
 def test_threads_of_one_name_stay_apart(tmp_path):

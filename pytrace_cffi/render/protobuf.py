@@ -30,3 +30,7 @@ def bytes_field(field, data):
 def double_field(field, value):
     return varint(field << 3 | 1) + struct.pack("<d", value)
 
+
+def packed_field(field, values):
+    """A packed repeated integer field (int64 and uint64 alike)."""
+    return bytes_field(field, b"".join(varint(value) for value in values))
