@@ -6,8 +6,9 @@
 
 Traces fib(N) (default 25: 242785 calls, 485570 events; 26 gives ~785k events),
 then writes it as .pftrace (uncompressed, and with deflate-compressed packets, the
-default), Chrome .json and .json.gz, each R times (default 5) into a temporary
-directory. Reports bytes per call and the best time of the rounds as events per
+default), Chrome .json and .json.gz, speedscope, collapsed stacks and pprof (whose
+sizes follow the distinct stacks, not the calls), each R times (default 5) into a
+temporary directory. Reports bytes per call and the best time of the rounds as events per
 second (a call is two events: its begin and its end). Time is wall clock of the
 whole export call, file writing included; the files go to tmpfs when /dev/shm
 exists, so the disk's speed does not enter.
@@ -66,6 +67,9 @@ FORMATS = [
     (".pftrace", "pftrace, compressed (default)", lambda t, p: t.export_perfetto(p)),
     (".json", "Chrome JSON", lambda t, p: t.export_chrome_trace(p)),
     (".json.gz", "Chrome JSON, gzip", lambda t, p: t.export_chrome_trace(p)),
+    (".speedscope.json", "speedscope", lambda t, p: t.export(p)),
+    (".folded", "collapsed stacks", lambda t, p: t.export(p)),
+    (".pprof", "pprof", lambda t, p: t.export(p)),
 ]
 
 

@@ -9,6 +9,10 @@ perfetto  Perfetto TrackEvent protobuf (.pftrace)
 html      the self-contained HTML page
 saved     the saved-trace directory (save, load, spilled traces)
 summary   the per-function summary table, and reading JSON traces back
+speedscope, folded, pprof
+          the flame-graph outputs (.speedscope.json, .folded, .pprof), over
+stacks    their frames and the calls aggregated per distinct stack
+protobuf  the protobuf wire format (perfetto, pprof)
 
 The bulk of each is written in C (c_src/pt_export.c, pt_perfetto.c, pt_reduce.c,
 pt_summary.c); these modules name things once and drive it.
