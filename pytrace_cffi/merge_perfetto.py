@@ -31,7 +31,8 @@ from .merge_regions import (TORCH_PYTHON_CATEGORY, TorchProfilerRegions, anchor_
 from .readers.torch_chrome import TorchChromeReader, check_torch
 from .render.perfetto import (CLOCK_MONOTONIC, SEQ_INCREMENTAL_STATE_CLEARED, TYPE_COUNTER,
                               TYPE_INSTANT, _annotation_value, _bytes, _double, _int, _packet,
-                              _varint, write_perfetto)
+                              write_perfetto)
+from .render.protobuf import varint
 from ._clock import monotonic_to_realtime
 
 TYPE_SLICE_BEGIN, TYPE_SLICE_END = 1, 2
@@ -257,7 +258,7 @@ def _slice_packets(track, slices, flows, seq):
 
 
 def _fixed64(field, value):
-    return _varint(field << 3 | 1) + _FIXED64.pack(value)
+    return varint(field << 3 | 1) + _FIXED64.pack(value)
 
 
 def _end(ts, head, seq):

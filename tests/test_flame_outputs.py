@@ -10,7 +10,6 @@ reads (a saved directory, .json, .json.gz, .pftrace, a job of two processes)
 gives the same output, and so does the API.
 """
 import json
-import os
 import re
 import shutil
 import subprocess

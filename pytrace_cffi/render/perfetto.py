@@ -37,8 +37,7 @@ from .._files import replaced_atomically
 from .._jsontext import MAX_ARGS_DEPTH
 from .._progress import Progress
 from ..errors import TraceFormatError
-from .protobuf import (bytes_field as _bytes, double_field as _double, int_field as _int,
-                       varint as _varint)
+from .protobuf import bytes_field as _bytes, double_field as _double, int_field as _int
 from .walk import dropped_by_thread, warn_if_too_deep
 
 CHUNK_BYTES = 4 << 20
