@@ -273,8 +273,8 @@ def stop():
     if failure or problem:
         raise TraceError("; ".join(filter(None, [failure and f"tracing failed: {failure}",
                                                   problem])), trace=result)
-    if result.dropped_events:
-        import warnings
+    if result.dropped_events and getattr(session, "flight", None) is None:
+        import warnings         # (a flight recorder keeps its newest events only)
         warnings.warn(f"pytrace_cffi dropped {result.dropped_events} events "
                       "(max_events kept the newest; give output= to keep them all)",
                       TraceWarning, stacklevel=2)
