@@ -16,7 +16,7 @@
  *
  * A C thread (pt_flight_arm) serves the triggers that Python may be unable to
  * serve: a signal (its handler only posts a semaphore) and a watchdog (no
- * pt_flight_step for watchdog_ns). It asks Python first, by a byte on wake_fd (a
+ * pt_flight_step for watchdog_ns, once a first step came: start-up is no stall). It asks Python first, by a byte on wake_fd (a
  * Python thread of the recorder reads it and dumps with names and stacks), and
  * when Python has not claimed the request within grace_ns (a thread stuck in C
  * holding the GIL), dumps itself, without the GIL. A request is claimed once,
@@ -508,8 +508,9 @@ pt_flight_main(void *unused)
             pt_flight_serve(PT_FLIGHT_SIGNAL);
             continue;
         }
-        if (pt_flight.watchdog_ns && !atomic_load(&pt_flight_stall_dumped) &&
-            pt_monotonic_ns() - atomic_load(&pt_flight_last_step) > pt_flight.watchdog_ns) {
+        int64_t last_step = atomic_load(&pt_flight_last_step);
+        if (pt_flight.watchdog_ns && last_step && !atomic_load(&pt_flight_stall_dumped) &&
+            pt_monotonic_ns() - last_step > pt_flight.watchdog_ns) {
             atomic_store(&pt_flight_stall_dumped, 1);     /* once per stall */
             pt_flight_serve(PT_FLIGHT_WATCHDOG);
         }
@@ -543,7 +544,7 @@ pt_flight_arm(pt_tracer *tracer, int signum, int wake_fd, int64_t watchdog_ns,
     atomic_store(&pt_flight_quit, 0);
     atomic_store(&pt_flight_signalled, 0);
     atomic_store(&pt_flight_stall_dumped, 0);
-    atomic_store(&pt_flight_last_step, pt_monotonic_ns());
+    atomic_store(&pt_flight_last_step, 0);     /* the watchdog waits for a first step */
     if (sem_init(&pt_flight_wake, 0, 0) != 0)
         return PT_ERR_NOMEM;
     if (pthread_create(&pt_flight_thread, NULL, pt_flight_main, NULL) != 0) {

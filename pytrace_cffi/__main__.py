@@ -327,6 +327,9 @@ def _cmd_run(args, program):
     except BaseException as exc:   # noqa: B902 - the program's own exit, reported below
         failure = exc
         exit_code = _exit_code(exc)
+        if not isinstance(exc, SystemExit):     # uncaught: a flight recorder dumps first
+            from .follow.exits import flight_dump
+            flight_dump("on_uncaught", type(exc))
     if scheduled is not None:
         _set_step_hook(None)
         optimizer_steps.uninstall()

@@ -325,3 +325,128 @@ def test_the_ring_by_seconds_drops_what_is_older(tmp_path):
     kept_s, dropped = proc.stdout.split()
     # chunks go whole: what is kept reaches back at most 0.2 s and a chunk's span
     assert 0.15 < float(kept_s) < 0.7 and int(dropped) > 0
+
+
+def test_a_process_killed_right_after_dumping_keeps_its_dump_whole(tmp_path):
+    """The clone writes the dump: the process dying at once loses nothing of it."""
+    proc = _run(tmp_path, """
+        import os, signal, sys
+        import pytrace_cffi
+
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+        pytrace_cffi.start(flight_recorder="64M", dumps_dir=sys.argv[1])
+        for _ in range(40):
+            fib(15)
+        print(pytrace_cffi.dump(reason="last words"), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """, tmp_path / "dumps")
+    assert proc.returncode == -signal.SIGKILL
+    directory = proc.stdout.strip()
+    deadline = time.monotonic() + 30
+    while not os.path.exists(os.path.join(directory, "done.json")):
+        assert time.monotonic() < deadline, "the dump was never finished"
+        time.sleep(0.05)
+    facts, trace = read_dump(directory)
+    assert facts["reason"] == "last words" and facts["whole"]
+    assert _fib_calls(trace) == 40 * FIB_CALLS[15]
+
+
+DDP_HANG = """
+import time
+import torch
+import torch.distributed as dist
+import pytrace_cffi
+
+
+def load_batch(rank, step):
+    if rank == 1 and step == 3:
+        time.sleep(600)             # stuck in the data path
+    return torch.randn(8, 4)
+
+
+def train():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    total = torch.zeros(4)
+    for step in range(1000):
+        load_batch(rank, step)
+        dist.all_reduce(total)
+        pytrace_cffi.step()
+
+
+if __name__ == "__main__":
+    train()
+"""
+
+
+def _dumps_by_reason(dumps):
+    """{(label, reason word): [directories]} of every process dump under dumps."""
+    found = {}
+    for name in sorted(os.listdir(dumps)):
+        for directory in process_dumps(dumps / name) if not name.startswith(".") else ():
+            facts, _ = read_dump(directory)
+            found.setdefault((facts["label"], facts["reason"].split(":")[0]), []).append(
+                directory)
+    return found
+
+
+def test_a_stuck_torchrun_job_dumps_every_rank_by_watchdog_request_and_sigterm(tmp_path):
+    """Rank 1 sleeps in its data function; rank 0 waits in all_reduce. The watchdog
+    dumps each rank once, `dump DIR` every process, SIGTERM (torchrun's agent
+    stops its ranks so) each rank: each names where its rank is stuck."""
+    pytest.importorskip("torch")
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if not os.path.exists(torchrun):
+        pytest.skip("no torchrun beside this interpreter")
+    (tmp_path / "ddp_hang.py").write_text(DDP_HANG.lstrip("\n"))
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    dumps = tmp_path / "dumps"
+    with subprocess.Popen([sys.executable, "-m", "pytrace_cffi", "run", "--flight-recorder",
+                           "--watchdog", "2", "--dumps-dir", str(dumps), "-o",
+                           str(tmp_path / "out.json"), torchrun, "--nproc_per_node", "2",
+                           "--master_port", str(port), str(tmp_path / "ddp_hang.py")],
+                          cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as run:
+        try:
+            deadline = time.monotonic() + 120
+            while not {("rank 0", "watchdog"), ("rank 1", "watchdog")} <= set(
+                    _dumps_by_reason(dumps) if dumps.exists() else {}):
+                assert time.monotonic() < deadline and run.poll() is None, "no watchdog dump"
+                time.sleep(0.2)
+            asked = subprocess.run([sys.executable, "-m", "pytrace_cffi", "dump", str(dumps)],
+                                   cwd=tmp_path, env=env, capture_output=True, text=True,
+                                   timeout=TIMEOUT)
+            assert asked.returncode == 0, asked.stdout + asked.stderr
+            run.send_signal(signal.SIGTERM)     # torchrun's agent stops the ranks
+            run.communicate(timeout=TIMEOUT)
+        finally:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+    found = _dumps_by_reason(dumps)
+    assert len(found[("rank 0", "watchdog")]) == len(found[("rank 1", "watchdog")]) == 1
+    assert ("torchrun", "watchdog") not in found          # it never steps: no stall
+    for rank in ("rank 0", "rank 1"):
+        assert len(found[(rank, "SIGTERM")]) == 1
+    request = os.path.dirname(found[("rank 0", "signal")][0])
+    stacks = {}
+    for directory in process_dumps(request):
+        facts = dump_facts(directory)
+        main = _main_thread(facts)
+        stacks[facts["label"]] = (_stack_names(main),
+                                  (facts["monotonic_ns"] - main["stack"][-1]["since_ns"]) / 1e9)
+    assert sorted(stacks) == ["rank 0", "rank 1", "torchrun"]
+    names, waited = stacks["rank 1"]
+    assert names[-2:] == ["ddp_hang.py(7): load_batch", "time.sleep"] and waited > 1.5
+    names, waited = stacks["rank 0"]
+    assert any(name.endswith(": all_reduce") for name in names[-3:]) and waited > 1.5
+    for reason in ("watchdog", "SIGTERM"):
+        for rank, expected in (("rank 1", "ddp_hang.py(7): load_batch"),
+                               ("rank 0", "ddp_hang.py(13): train")):
+            assert expected in _stack_names(_main_thread(dump_facts(found[(rank, reason)][0])))

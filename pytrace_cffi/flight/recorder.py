@@ -85,6 +85,7 @@ class FlightRecorder:
         self._torch_hook = None
         self._serving = threading.Event()   # set once its thread is left out of traces
         self._journaled = None
+        self._sigterm_dumped = False
 
     # -- life ----------------------------------------------------------------
     def open(self):
@@ -141,6 +142,12 @@ class FlightRecorder:
         lib.pt_flight_wait(5_000_000_000)
 
     # -- triggers ------------------------------------------------------------
+    def on_sigterm(self):
+        """SIGTERM (follow/exits.py's handler): one dump, however many come."""
+        if not self._sigterm_dumped:
+            self._sigterm_dumped = True
+            self.dump("SIGTERM")
+
     def on_uncaught(self, exc_type):
         """sys.excepthook's audit event: dumps before the program's hook runs."""
         self.dump(f"exception {getattr(exc_type, '__name__', exc_type)}")

@@ -63,7 +63,7 @@ def _on_sigterm(signum, frame):
     if _finishing:                   # saving already (e.g. at exit): die once it is saved
         _terminate_after = True
         return
-    _flight_dump("dump", "SIGTERM")
+    flight_dump("on_sigterm")
     _write_window()
     finish_here()
     finish_owed_run()
@@ -84,8 +84,9 @@ def install_uncaught_hook():
     _install_audit()
 
 
-def _flight_dump(why, *args):
-    """The running session's flight recorder (if any) dumps, as why says."""
+def flight_dump(why, *args):
+    """The running session's flight recorder (if any) dumps: why is its method
+    (on_sigterm, on_uncaught)."""
     recorder = getattr(_running.session, "flight", None)
     if recorder is not None:
         getattr(recorder, why)(*args)
@@ -96,7 +97,7 @@ def _audit(event, args):
     window is written or the trace saved; a followed process notes its children;
     an uncaught exception dumps the flight recorder."""
     if event == "sys.excepthook":
-        _flight_dump("on_uncaught", args[1])
+        flight_dump("on_uncaught", args[1])
         return
     if event == "os.exec" and _window is not None:
         try:
