@@ -40,8 +40,8 @@ except ModuleNotFoundError as _exc:
 
 from ._core import lib as _lib
 from ._tracer import Session as _Session, finish_hook_losses as _finish_hook_losses
-from .annotations import (RecordFunction, capture_stack, counter, instant, record_function,
-                          symbolize)
+from .annotations import (STEP_MARK as _STEP_MARK, RecordFunction, capture_stack, counter,
+                          instant, record_function, symbolize)
 from . import _running, options as _start_options
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
                      TraceWarning)
@@ -308,10 +308,14 @@ def is_tracing():
 def step():
     """Marks the end of one step of the program's loop, for the schedule that
     runs it: `python -m pytrace_cffi run --schedule wait,warmup,active[,repeat]`,
-    or an open ``trace(schedule=...)`` block (the same as its t.step()). Without
-    one it does nothing, so a program may call it whether traced or not. The
-    flight recorder's watchdog counts it as progress."""
+    or an open ``trace(schedule=...)`` block (the same as its t.step()). While
+    tracing it also leaves an instant named "pytrace_cffi.step" on the calling
+    thread (this function is our own code, which traces leave out): `summary
+    --steps` and the HTML page find the program's steps by it. The flight
+    recorder's watchdog counts it as progress. Untraced and without a schedule
+    it does nothing, so a program may call it either way."""
     _flight_step()
+    instant(_STEP_MARK)         # before the hook: in the window this step closes
     hook = _step_hook
     if hook is not None:
         hook()

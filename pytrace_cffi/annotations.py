@@ -8,6 +8,9 @@ import functools
 
 from ._core import ffi, lib
 
+# The instant pytrace_cffi.step() leaves on its thread while tracing: where a step
+# of the program's loop ends (render/steps.py reads the steps from these).
+STEP_MARK = "pytrace_cffi.step"
 
 
 def _decorate(region, function):
