@@ -1,4 +1,4 @@
-"""Command line: ``python -m pytrace_cffi run|summary|export|merge ...``."""
+"""Command line: ``python -m pytrace_cffi run|summary|export|merge|report ...``."""
 import argparse
 import importlib
 import os
@@ -27,7 +27,7 @@ def _parser():
         description="Trace every Python and built-in call of a program, on all its "
                     "threads; summarize a trace; convert it to Chrome JSON (open it in "
                     "https://ui.perfetto.dev), a self-contained HTML page or a saved-trace "
-                    "directory.")
+                    "directory; say where a job's processes are stuck, from their dumps.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run = commands.add_parser(
         "run", help="run a script or module under the tracer",
@@ -127,6 +127,31 @@ def _parser():
                        help=f"where to write the merged trace: {formats.suffixes_text()} "
                             "(with torch.profiler's: .json, .json.gz or .pftrace)")
     add_dump_parser(commands)
+
+    report = commands.add_parser(
+        "report", help="where each process of a job is stuck, from flight-recorder dumps",
+        description="Reads the dumps of a job's processes (a DUMPDIR: proc-<pid>/dump.json "
+                    "for each) and prints, per process, the open stack of its main thread: "
+                    "processes with the same stack are grouped (ranks as ranges), the "
+                    "groups with the fewest members first, so the odd ones out of a hung "
+                    "job come first, with how long their innermost call has been open.",
+        epilog="A thread is idle when its innermost call waits (time.sleep, a lock's "
+               "acquire, threading's wait or join, queue.get, select, poll, ...): "
+               "--threads leaves those out.")
+    report.add_argument("dumps", nargs="+", metavar="DUMPDIR",
+                        help="a dump directory; or a directory holding several (such as "
+                             "<job>/dumps/, or the job's or trace's directory itself): "
+                             "its newest dump, or all with --all")
+    report.add_argument("--all", action="store_true",
+                        help="every dump of a directory holding several, oldest first")
+    report.add_argument("--threads", action="store_true",
+                        help="also the other threads that are not idle, grouped by name "
+                             "and stack")
+    report.add_argument("--frames", type=_count, default=0, metavar="K",
+                        help="compare and show the innermost K frames of each stack "
+                             "(default 0: the whole stack)")
+    report.add_argument("--json", action="store_true",
+                        help="print JSON for machines (docs/CLI.md#report) instead of text")
     return parser
 
 
@@ -463,8 +488,15 @@ def _cmd_merge(args):
     return 0
 
 
+def _cmd_report(args):
+    from .hang_report import report
+    _print_text(report(args.dumps, every=args.all, frames=args.frames, threads=args.threads,
+                       as_json=args.json))
+    return 0
+
+
 COMMANDS = {"summary": _cmd_summary, "export": _cmd_export,      # run: see main()
-            "merge": _cmd_merge, "dump": cmd_dump}
+            "merge": _cmd_merge, "dump": cmd_dump, "report": _cmd_report}
 
 
 def main(argv=None):

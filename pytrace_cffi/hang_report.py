@@ -1,0 +1,423 @@
+"""Where each process of a job is stuck, from the flight recorder's dumps:
+`python -m pytrace_cffi report DUMPDIR...`.
+
+A dump of one process is a directory proc-<pid>/ (a saved trace) with a
+dump.json beside its files: why and when it was written, which process it is
+(pid, label, rank), and per thread the open stack, outermost first, each frame
+with the monotonic ns its call began (null when it began before the ring's
+oldest event). A job's dump request makes one DUMPDIR holding a proc-<pid>/ per
+process; DUMPDIRs gather under <job or trace dir>/dumps/.
+
+The report groups the processes by the stack of their main thread (the whole
+stack, or its innermost `frames` frames), compared by the frames' names, and
+names the groups with the fewest members first: the odd ones out of a job whose
+ranks all wait in the same collective. Each frame shows how long it has been
+open: the dump's monotonic time less the frame's since_ns. With threads=True
+the other threads that are not idle follow, grouped the same way by thread name
+and stack. A thread is idle when it has no frame, or its innermost frame is one
+of the waiting functions below (a sleep, a lock or condition wait, a queue get,
+a select or poll): pools and watchers spend their lives there.
+
+Only dump.json is read: the report needs no trace, so it works on the dump of a
+process that no longer runs, or whose trace cannot be read.
+"""
+import json
+import os
+import re
+import time
+from collections import Counter, namedtuple
+
+from .errors import TraceFormatError
+from .readers.safe_read import read_bounded
+
+DUMP_FILE = "dump.json"
+DUMP_VERSION = 1
+DUMPS_SUBDIRECTORY = "dumps"      # <job or trace dir>/dumps/<DUMPDIR>/
+MAX_DUMP_BYTES = 64 << 20         # a stack per thread: a file beyond this is not a dump
+BEFORE_WINDOW = "since before the recorded window"
+NAMED_MEMBERS = 8                 # members named in a group's text line beyond its ranks
+
+# Built-ins a thread waits in, named as traces name them.
+IDLE_BUILTINS = frozenset({
+    "time.sleep", "_thread.lock.acquire", "_thread.RLock.acquire",
+    "_thread.RLock._acquire_restore", "_queue.SimpleQueue.get", "select.select",
+    "select.poll.poll", "select.epoll.poll", "select.kqueue.control", "posix.read",
+    "posix.waitpid", "posix.waitid", "_socket.socket.accept", "_socket.socket.recv",
+    "_socket.socket.recv_into", "_multiprocessing.SemLock.acquire",
+})
+# Python functions a thread waits in, by (file name, function): their built-in
+# callee is not in a stack traced with --no-c-calls.
+IDLE_FUNCTIONS = frozenset({
+    ("threading.py", "wait"), ("threading.py", "join"),
+    ("threading.py", "_wait_for_tstate_lock"), ("queue.py", "get"),
+    ("selectors.py", "select"), ("connection.py", "wait"), ("connection.py", "_poll"),
+    ("connection.py", "poll"), ("connection.py", "recv"), ("connection.py", "_recv"),
+    ("connection.py", "recv_bytes"), ("connection.py", "_recv_bytes"),
+    ("synchronize.py", "wait"),
+})
+PYTHON_NAME = re.compile(r"^(?P<path>.*)\((?P<line>\d+)\): (?P<function>.+)$", re.S)
+
+Frame = namedtuple("Frame", "name since_ns")
+ThreadStack = namedtuple("ThreadStack", "native_id name frames")
+ProcessDump = namedtuple("ProcessDump", "directory pid label rank worker_id host reason "
+                                        "realtime_ns monotonic_ns threads")
+ProcessDump.__doc__ = """One process's dump.json: threads are ThreadStacks, each frame
+a Frame (outermost first); rank and worker_id None when the process has none."""
+Dump = namedtuple("Dump", "directory processes problems")
+Dump.__doc__ = """A DUMPDIR: its ProcessDumps (by rank, then label, then pid) and the
+(path, what is wrong) of each proc-* directory that could not be read."""
+Member = namedtuple("Member", "process thread seconds")
+Member.__doc__ = """A thread of a process in a group: seconds its innermost frame has
+been open, None when its call began before the recorded window or there is none."""
+Group = namedtuple("Group", "frames members")
+Group.__doc__ = """Threads with the same stack: frames are the names compared
+(outermost first), members the Members, in process order."""
+
+
+# -- finding and reading dumps ---------------------------------------------------
+
+def _is_process_dump(path):
+    return os.path.isfile(os.path.join(path, DUMP_FILE))
+
+
+def _process_dirs(path):
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return []
+    return [os.path.join(path, name) for name in names
+            if name.startswith("proc-") and os.path.isdir(os.path.join(path, name))]
+
+
+def is_dump_directory(path):
+    """Whether path is a DUMPDIR: a proc-*/ inside holds a dump.json."""
+    return any(_is_process_dump(directory) for directory in _process_dirs(path))
+
+
+def dump_directories(path, every=False):
+    """The DUMPDIRs path names: itself (a DUMPDIR, or one process's dump), else
+    the DUMPDIRs inside it or inside its dumps/ (a job's or trace's directory),
+    the newest only unless every, oldest first. TraceFormatError when none."""
+    if not os.path.isdir(path):
+        raise TraceFormatError(f"{path}: not a directory (report reads dump directories)")
+    if _is_process_dump(path) or is_dump_directory(path):
+        return [path]
+    for holder in (path, os.path.join(path, DUMPS_SUBDIRECTORY)):
+        if not os.path.isdir(holder):
+            continue
+        found = [os.path.join(holder, name) for name in sorted(os.listdir(holder))
+                 if is_dump_directory(os.path.join(holder, name))]
+        if found:
+            found.sort(key=_dumped_at)
+            return found if every else found[-1:]
+    raise TraceFormatError(f"{path}: holds no dump (no proc-*/{DUMP_FILE} in it, in a "
+                           f"directory inside it or in its {DUMPS_SUBDIRECTORY}/)")
+
+
+def _dumped_at(directory):
+    """When a DUMPDIR was written, for choosing the newest: its processes' latest
+    realtime_ns, else its modification time; then its name."""
+    latest = None
+    for process_dir in _process_dirs(directory):
+        try:
+            data = json.loads(read_bounded(os.path.join(process_dir, DUMP_FILE),
+                                           MAX_DUMP_BYTES))
+        except (OSError, ValueError, TraceFormatError):
+            continue
+        stamp = data.get("realtime_ns") if isinstance(data, dict) else None
+        if type(stamp) is int:
+            latest = stamp if latest is None else max(latest, stamp)
+    if latest is None:
+        latest = int(os.stat(directory).st_mtime * 1e9)
+    return latest, directory
+
+
+def read_dump(directory):
+    """The Dump of a DUMPDIR (or of one process's dump directory)."""
+    if _is_process_dump(directory):
+        process_dirs = [directory]
+    else:
+        process_dirs = _process_dirs(directory)
+    processes, problems = [], []
+    for process_dir in process_dirs:
+        try:
+            processes.append(read_process_dump(process_dir))
+        except FileNotFoundError:
+            problems.append((process_dir, f"no {DUMP_FILE} (the process wrote no dump)"))
+        except TraceFormatError as exc:
+            problems.append((process_dir, str(exc)))
+    processes.sort(key=_process_order)
+    return Dump(directory, processes, problems)
+
+
+def _process_order(process):
+    return (process.rank is None, process.rank or 0, process.label, process.pid)
+
+
+def read_process_dump(directory):
+    """A ProcessDump from directory/dump.json; TraceFormatError when it is not one
+    (FileNotFoundError when it is missing)."""
+    path = os.path.join(directory, DUMP_FILE)
+    try:
+        data = json.loads(read_bounded(path, MAX_DUMP_BYTES))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise TraceFormatError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise TraceFormatError(f"{path}: not a dump (a JSON object is expected)")
+    if data.get("version") != DUMP_VERSION:
+        raise TraceFormatError(f"{path}: dump version {data.get('version')!r}, this "
+                               f"pytrace_cffi reads version {DUMP_VERSION}")
+    pid = _field(data, "pid", int, path)
+    threads = _field(data, "threads", list, path)
+    rank = _field(data, "rank", int, path, optional=True)
+    label = _field(data, "label", str, path, optional=True)
+    return ProcessDump(
+        directory=directory, pid=pid,
+        label=label if label is not None else f"pid {pid}", rank=rank,
+        worker_id=_field(data, "worker_id", int, path, optional=True),
+        host=_field(data, "host", str, path, optional=True),
+        reason=_field(data, "reason", str, path, optional=True) or "?",
+        realtime_ns=_field(data, "realtime_ns", int, path, optional=True),
+        monotonic_ns=_field(data, "monotonic_ns", int, path),
+        threads=[_thread(entry, path) for entry in threads])
+
+
+def _field(data, name, kind, path, optional=False):
+    value = data.get(name)
+    if value is None and optional:
+        return None
+    if type(value) is not kind:
+        raise TraceFormatError(f"{path}: {name!r} is {value!r}, not "
+                               f"{'an integer' if kind is int else 'a ' + kind.__name__}")
+    return value
+
+
+def _thread(entry, path):
+    if not isinstance(entry, dict):
+        raise TraceFormatError(f"{path}: a thread is {entry!r}, not an object")
+    frames = []
+    for frame in _field(entry, "stack", list, path):
+        if not isinstance(frame, dict):
+            raise TraceFormatError(f"{path}: a frame is {frame!r}, not an object")
+        frames.append(Frame(_field(frame, "name", str, path),
+                            _field(frame, "since_ns", int, path, optional=True)))
+    return ThreadStack(_field(entry, "native_id", int, path, optional=True),
+                       _field(entry, "name", str, path, optional=True) or "?",
+                       tuple(frames))
+
+
+# -- grouping --------------------------------------------------------------------
+
+def main_thread(process):
+    """The process's main thread: the one whose id is the pid, else the one
+    named MainThread, else its first; None when the dump lists no thread."""
+    for thread in process.threads:
+        if thread.native_id == process.pid:
+            return thread
+    for thread in process.threads:
+        if thread.name == "MainThread":
+            return thread
+    return process.threads[0] if process.threads else None
+
+
+def is_idle(thread):
+    """Whether thread waits where threads wait (see the module's doc)."""
+    if not thread.frames:
+        return True
+    name = thread.frames[-1].name
+    if name in IDLE_BUILTINS:
+        return True
+    match = PYTHON_NAME.match(name)
+    return bool(match) and (os.path.basename(match["path"]),
+                            match["function"]) in IDLE_FUNCTIONS
+
+
+def _seconds(process, frame):
+    if frame.since_ns is None:
+        return None
+    return max(0, process.monotonic_ns - frame.since_ns) / 1e9
+
+
+def group_stacks(dump, frames=0, other_threads=False):
+    """Groups of the main threads' stacks (other_threads: of the other threads
+    that are not idle, with their thread names), fewest members first, then the
+    longest stuck first, compared by the innermost `frames` frames' names (0:
+    the whole stack). A process without a thread is a member of the empty stack."""
+    found = {}
+    for process in dump.processes:
+        main = main_thread(process)
+        if other_threads:
+            chosen = [t for t in process.threads if t is not main and not is_idle(t)]
+        else:
+            chosen = [main or ThreadStack(None, "?", ())]
+        for thread in chosen:
+            stack = thread.frames[-frames:] if frames else thread.frames
+            key = tuple(frame.name for frame in stack)
+            if other_threads:
+                key = (thread.name,) + key
+            seconds = _seconds(process, stack[-1]) if stack else None
+            found.setdefault(key, []).append(Member(process, thread._replace(frames=stack),
+                                                    seconds))
+    groups = [Group(key[1:] if other_threads else key, members)
+              for key, members in found.items()]
+    groups.sort(key=lambda group: (len(group.members), -_longest(group),
+                                   _process_order(group.members[0].process)))
+    return groups
+
+
+def _longest(group):
+    return max((m.seconds for m in group.members if m.seconds is not None), default=-1.0)
+
+
+# -- words -----------------------------------------------------------------------
+
+def ranges(numbers):
+    """Sorted integers as "0-2, 4-7" (a run of two or more as a range)."""
+    numbers = sorted(set(numbers))
+    parts, start = [], None
+    for index, number in enumerate(numbers):
+        if start is None:
+            start = number
+        if index + 1 == len(numbers) or numbers[index + 1] != number + 1:
+            parts.append(str(start) if start == number else f"{start}-{number}")
+            start = None
+    return ", ".join(parts)
+
+
+def who(members, thread_names=False):
+    """The members named as a person would: "rank 3", "ranks 0-2, 4-7", then the
+    processes without a rank by label and pid (the first NAMED_MEMBERS of them);
+    with thread_names, the thread's name after them."""
+    ranks = [m.process.rank for m in members if m.process.rank is not None]
+    others = [f"{m.process.label} (pid {m.process.pid})" for m in members
+              if m.process.rank is None]
+    parts = []
+    if ranks:
+        parts.append(("rank " if len(set(ranks)) == 1 else "ranks ") + ranges(ranks))
+    if len(others) > NAMED_MEMBERS:
+        others = others[:NAMED_MEMBERS] + [f"{len(others) - NAMED_MEMBERS} more"]
+    text = ", ".join(parts + others)
+    if thread_names:
+        text += f", thread {members[0].thread.name!r}"
+    return text
+
+
+def short_name(name):
+    """A call's name for a headline: a Python function as "function (file:line)",
+    anything else as it is."""
+    match = PYTHON_NAME.match(name)
+    if not match:
+        return name
+    return f"{match['function']} ({os.path.basename(match['path'])}:{match['line']})"
+
+
+def duration_text(values):
+    """How long, over members: "42.1 s", "41.2-41.9 s", BEFORE_WINDOW, or a range
+    with how many began before the window."""
+    known = [v for v in values if v is not None]
+    unknown = len(values) - len(known)
+    if not known:
+        return BEFORE_WINDOW
+    low, high = min(known), max(known)
+    text = f"{low:.1f} s" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f} s"
+    if unknown:
+        text += f" ({unknown} {BEFORE_WINDOW})"
+    return text
+
+
+def headline(group, thread_names=False):
+    """`rank 3 in __next__ (dataloader.py:620) for 42.1 s`."""
+    if not group.frames:
+        whose = "its dump" if len(group.members) == 1 else "their dumps"
+        return f"{who(group.members, thread_names)}: no open call in {whose}"
+    duration = duration_text([m.seconds for m in group.members])
+    when = duration if duration.startswith(BEFORE_WINDOW) else f"for {duration}"
+    return f"{who(group.members, thread_names)} in {short_name(group.frames[-1])} {when}"
+
+
+def _frame_seconds(group, depth):
+    return [_seconds(m.process, m.thread.frames[depth]) for m in group.members]
+
+
+def _frame_lines(group):
+    """The group's stack, outermost first, each frame with how long it has been
+    open (over the members)."""
+    rows = [(name, duration_text(_frame_seconds(group, depth)))
+            for depth, name in enumerate(group.frames)]
+    width = max((len(name) for name, _ in rows), default=0)
+    return [f"    {name.ljust(width)}  {duration}" for name, duration in rows]
+
+
+def format_report(dump, groups, thread_groups=None):
+    """dump's report as text: a title, then each group's headline and stack."""
+    lines = [f"{dump.directory}: {_title(dump)}"]
+    for group in groups:
+        lines.append(headline(group))
+        lines.extend(_frame_lines(group))
+    if thread_groups is not None:
+        lines.append("other threads, not idle:" if thread_groups else
+                     "other threads: all idle")
+        for group in thread_groups:
+            lines.append(headline(group, thread_names=True))
+            lines.extend(_frame_lines(group))
+    for path, problem in dump.problems:
+        lines.append(f"not read: {problem}" if problem.startswith(path) else
+                     f"not read: {path}: {problem}")
+    return "\n".join(lines)
+
+
+def _title(dump):
+    count = len(dump.processes)
+    text = f"{count} process{'es' if count != 1 else ''}"
+    stamps = [p.realtime_ns for p in dump.processes if p.realtime_ns is not None]
+    if stamps:
+        text += " dumped at " + time.strftime("%Y-%m-%d %H:%M:%S",
+                                              time.localtime(min(stamps) / 1e9))
+    reasons = Counter(p.reason for p in dump.processes)
+    if len(reasons) == 1:
+        text += f" ({next(iter(reasons))})"
+    elif reasons:
+        text += " (" + ", ".join(f"{reason}: {n}" for reason, n in reasons.most_common()) + ")"
+    return text
+
+
+def report_data(dump, groups, thread_groups=None):
+    """dump's report as JSON-ready data (see docs/CLI.md#report)."""
+    def group_data(group, thread_names=False):
+        return {
+            "who": who(group.members, thread_names),
+            "innermost": group.frames[-1] if group.frames else None,
+            "members": [{"pid": m.process.pid, "label": m.process.label,
+                         "rank": m.process.rank, "host": m.process.host,
+                         "thread": m.thread.name, "native_id": m.thread.native_id,
+                         "seconds": m.seconds} for m in group.members],
+            "frames": [{"name": name, "seconds": _frame_seconds(group, depth)}
+                       for depth, name in enumerate(group.frames)],
+        }
+    data = {
+        "directory": dump.directory,
+        "processes": len(dump.processes),
+        "reasons": dict(Counter(p.reason for p in dump.processes)),
+        "realtime_ns": min((p.realtime_ns for p in dump.processes
+                            if p.realtime_ns is not None), default=None),
+        "groups": [group_data(group) for group in groups],
+        "not_read": [{"path": path, "problem": problem} for path, problem in dump.problems],
+    }
+    if thread_groups is not None:
+        data["other_threads"] = [group_data(group, True) for group in thread_groups]
+    return data
+
+
+def report(paths, every=False, frames=0, threads=False, as_json=False):
+    """The text (or JSON text) `report PATH...` prints."""
+    sections = []
+    for path in paths:
+        for directory in dump_directories(path, every):
+            dump = read_dump(directory)
+            groups = group_stacks(dump, frames)
+            thread_groups = group_stacks(dump, frames, other_threads=True) if threads else None
+            sections.append(report_data(dump, groups, thread_groups) if as_json
+                            else format_report(dump, groups, thread_groups))
+    if as_json:
+        return json.dumps({"version": 1, "dumps": sections}, indent=1)
+    return "\n\n".join(sections)

@@ -1,0 +1,203 @@
+"""`python -m pytrace_cffi report`: where the processes of a job are stuck, from
+the flight recorder's dump.json files, written here by hand (the report reads
+nothing else). Expected texts are literals worked out from the dumps below."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pytrace_cffi.errors import TraceFormatError
+from pytrace_cffi.hang_report import (dump_directories, group_stacks, ranges, read_dump,
+                                      report)
+
+NOW = 5_000_000_000_000             # the dumps' monotonic_ns
+S = 1_000_000_000
+MAIN = "train.py(10): main"
+STEP = "train.py(30): train_step"
+ALL_REDUCE = "torch/distributed/distributed_c10d.py(2050): all_reduce"
+NEXT = "torch/utils/data/dataloader.py(620): __next__"
+
+
+def write_dump(directory, pid, stacks, label=None, rank=None, reason="SIGUSR1",
+               realtime_ns=1_790_000_000_000_000_000, names=None):
+    """directory/proc-<pid>/dump.json; stacks: per thread, its (name, seconds open
+    or None) frames, outermost first; the first thread is the main one."""
+    threads = []
+    for index, stack in enumerate(stacks):
+        threads.append({"native_id": pid + index,
+                        "name": (names or ["MainThread", "worker"])[index],
+                        "stack": [{"name": name,
+                                   "since_ns": None if seconds is None else NOW - int(seconds * S)}
+                                  for name, seconds in stack]})
+    process_dir = directory / f"proc-{pid}"
+    process_dir.mkdir(parents=True)
+    (process_dir / "dump.json").write_text(json.dumps({
+        "version": 1, "reason": reason, "pid": pid,
+        "label": label or (f"rank {rank}" if rank is not None else "python"),
+        "rank": rank, "worker_id": None, "host": "vm", "realtime_ns": realtime_ns,
+        "monotonic_ns": NOW, "threads": threads}))
+    return process_dir
+
+
+def eight_ranks(directory, realtime_ns=1_790_000_000_000_000_000):
+    """Ranks 0-7 (pids 100-107): rank 3 waits for its data for 42.1 s, the others
+    in all_reduce for 41.5-41.9 s; rank 6 began all_reduce before the recorded
+    window."""
+    for rank in range(8):
+        if rank == 3:
+            stack = [(MAIN, 100.0), (STEP, 42.5), (NEXT, 42.1)]
+        else:
+            stack = [(MAIN, 100.0), (STEP, 42.5),
+                     (ALL_REDUCE, None if rank == 6 else 41.5 + rank * 0.05)]
+        write_dump(directory, 100 + rank, [stack], rank=rank, realtime_ns=realtime_ns)
+    return directory
+
+
+def test_ranges():
+    assert ranges([0, 1, 2, 4, 5, 6, 7]) == "0-2, 4-7"
+    assert ranges([7, 3, 5]) == "3, 5, 7"
+    assert ranges([0, 1]) == "0-1"
+    assert ranges([4]) == "4"
+
+
+def test_the_odd_rank_is_named_first_then_the_others_as_ranges(tmp_path):
+    text = report([str(eight_ranks(tmp_path / "dump"))])
+    lines = text.splitlines()
+    assert lines[0].startswith(f"{tmp_path / 'dump'}: 8 processes dumped at ")
+    assert lines[0].endswith(" (SIGUSR1)")
+    assert lines[1] == "rank 3 in __next__ (dataloader.py:620) for 42.1 s"
+    # 41.5 + 0.05 * rank s, rank 6's unknown
+    assert lines[2].split() == [MAIN.split()[0], "main", "100.0", "s"]
+    assert lines[4].split()[-2:] == ["42.1", "s"] and NEXT in lines[4]
+    assert lines[5] == ("ranks 0-2, 4-7 in all_reduce (distributed_c10d.py:2050) for "
+                        "41.5-41.9 s (1 since before the recorded window)")
+    assert lines[6:9] == [f"    {MAIN:<{len(ALL_REDUCE)}}  100.0 s",
+                          f"    {STEP:<{len(ALL_REDUCE)}}  42.5 s",
+                          f"    {ALL_REDUCE}  41.5-41.9 s (1 since before the recorded "
+                          f"window)"]
+    assert len(lines) == 9
+
+
+def test_a_stack_wholly_before_the_window_and_a_process_without_one(tmp_path):
+    write_dump(tmp_path, 200, [[(MAIN, None), ("time.sleep", None)]], rank=0)
+    write_dump(tmp_path, 201, [[(MAIN, 3.0), (STEP, 2.5), ("time.sleep", 2.0)]], rank=1)
+    write_dump(tmp_path, 300, [[]], label="DataLoader worker 0")
+    write_dump(tmp_path, 301, [], label="DataLoader worker 1")        # no thread at all
+    lines = report([str(tmp_path)]).splitlines()
+    # fewest members first, the longest stuck first among equals: rank 1 (2.0 s)
+    # before rank 0 (unknown); the two workers share the empty stack
+    assert lines[1] == "rank 1 in time.sleep for 2.0 s"
+    assert lines[5] == "rank 0 in time.sleep since before the recorded window"
+    assert lines[6].split()[-5:] == "since before the recorded window".split()
+    assert lines[8] == ("DataLoader worker 0 (pid 300), DataLoader worker 1 (pid 301): "
+                        "no open call in their dumps")
+    assert len(lines) == 9
+
+
+def test_json_output_from_the_command_line(tmp_path):
+    eight_ranks(tmp_path / "dump")
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "report", "--json",
+                           str(tmp_path / "dump")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    [dump] = data["dumps"]
+    assert dump["processes"] == 8 and dump["reasons"] == {"SIGUSR1": 8}
+    assert dump["realtime_ns"] == 1_790_000_000_000_000_000
+    odd, rest = dump["groups"]
+    assert odd["who"] == "rank 3" and odd["innermost"] == NEXT
+    assert [m["rank"] for m in odd["members"]] == [3] and odd["members"][0]["pid"] == 103
+    assert odd["members"][0]["seconds"] == pytest.approx(42.1)
+    assert [f["name"] for f in odd["frames"]] == [MAIN, STEP, NEXT]
+    assert rest["who"] == "ranks 0-2, 4-7"
+    assert [m["rank"] for m in rest["members"]] == [0, 1, 2, 4, 5, 6, 7]
+    assert [m["seconds"] is None for m in rest["members"]] == [False] * 5 + [True, False]
+    assert rest["frames"][2]["seconds"][0] == pytest.approx(41.5)
+    assert dump["not_read"] == [] and "other_threads" not in dump
+
+
+def test_text_from_the_command_line_and_its_help(tmp_path):
+    eight_ranks(tmp_path / "dump")
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "report",
+                           str(tmp_path / "dump")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1] == "rank 3 in __next__ (dataloader.py:620) for 42.1 s"
+    helped = subprocess.run([sys.executable, "-m", "pytrace_cffi", "report", "--help"],
+                            capture_output=True, text=True, timeout=120)
+    assert "--threads" in helped.stdout and "DUMPDIR" in helped.stdout
+    (tmp_path / "empty").mkdir()
+    missing = subprocess.run([sys.executable, "-m", "pytrace_cffi", "report",
+                              str(tmp_path / "empty")], capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and "holds no dump" in missing.stderr
+
+
+def test_a_directory_of_dumps_gives_its_newest_or_all(tmp_path):
+    dumps = tmp_path / "job" / "dumps"
+    # named against their times: the newest is told by its dump.json, not its name
+    eight_ranks(dumps / "b-older", realtime_ns=1_700_000_000_000_000_000)
+    write_dump(dumps / "a-newer", 500, [[(MAIN, 1.0)]], rank=0, reason="watchdog: no step for 30 s",
+               realtime_ns=1_800_000_000_000_000_000)
+    (dumps / "not-a-dump").mkdir()
+    for given in (dumps, tmp_path / "job"):       # the dumps/ or the job's directory
+        assert dump_directories(str(given)) == [str(dumps / "a-newer")]
+        assert dump_directories(str(given), every=True) == [str(dumps / "b-older"),
+                                                            str(dumps / "a-newer")]
+    newest = report([str(tmp_path / "job")]).splitlines()
+    assert newest[0].endswith("1 process dumped at " + newest[0].split(" dumped at ")[1])
+    assert newest[0].endswith("(watchdog: no step for 30 s)")
+    assert newest[1] == "rank 0 in main (train.py:10) for 1.0 s"
+    both = report([str(dumps)], every=True).split("\n\n")
+    assert [part.splitlines()[0].split(":")[0] for part in both] == [
+        str(dumps / "b-older"), str(dumps / "a-newer")]
+    with pytest.raises(TraceFormatError, match="holds no dump"):
+        dump_directories(str(dumps / "not-a-dump"))
+
+
+def test_one_process_dump_directory(tmp_path):
+    process_dir = write_dump(tmp_path, 42, [[(MAIN, 5.0)]], label="python")
+    lines = report([str(process_dir)]).splitlines()
+    assert lines[1] == "python (pid 42) in main (train.py:10) for 5.0 s"
+
+
+def test_other_threads_only_when_not_idle(tmp_path):
+    busy = [(MAIN, 9.0), ("loader.py(5): _pin_loop", 8.0), ("builtins.sorted", 0.5)]
+    for rank in range(2):
+        write_dump(tmp_path, 100 + rank, [[(MAIN, 9.0), ("time.sleep", 1.0)], busy,
+                                          [("threading.py(1000): _bootstrap", 9.0),
+                                           ("threading.py(320): wait", 9.0),
+                                           ("_thread.lock.acquire", 9.0)]],
+                   rank=rank, names=["MainThread", "pin", "idle-pool"])
+    without = report([str(tmp_path)]).splitlines()
+    assert without[1] == "ranks 0-1 in time.sleep for 1.0 s" and len(without) == 4
+    lines = report([str(tmp_path)], threads=True).splitlines()
+    assert lines[4] == "other threads, not idle:"
+    assert lines[5] == "ranks 0-1, thread 'pin' in builtins.sorted for 0.5 s"
+    assert len(lines) == 9 and "idle-pool" not in "\n".join(lines)
+
+
+def test_frames_compares_the_innermost_only(tmp_path):
+    write_dump(tmp_path, 100, [[("a.py(1): outer_a", 5.0), (ALL_REDUCE, 4.0)]], rank=0)
+    write_dump(tmp_path, 101, [[("b.py(1): outer_b", 5.0), (ALL_REDUCE, 4.0)]], rank=1)
+    dump = read_dump(str(tmp_path))
+    assert [len(g.members) for g in group_stacks(dump)] == [1, 1]
+    [group] = group_stacks(dump, frames=1)
+    assert group.frames == (ALL_REDUCE,) and len(group.members) == 2
+    lines = report([str(tmp_path)], frames=1).splitlines()
+    assert lines[1:] == ["ranks 0-1 in all_reduce (distributed_c10d.py:2050) for 4.0 s",
+                         f"    {ALL_REDUCE}  4.0 s"]
+
+
+def test_a_damaged_or_missing_dump_is_said_and_the_rest_reported(tmp_path):
+    eight_ranks(tmp_path)
+    (tmp_path / "proc-104" / "dump.json").write_text("{not json")
+    (tmp_path / "proc-999").mkdir()
+    (tmp_path / "proc-105" / "dump.json").write_text(json.dumps({"version": 2}))
+    lines = report([str(tmp_path)]).splitlines()
+    assert lines[0].startswith(f"{tmp_path}: 6 processes")
+    assert lines[5].startswith("ranks 0-2, 6-7 in all_reduce")
+    assert lines[-3].startswith(f"not read: {tmp_path / 'proc-104' / 'dump.json'}: not JSON")
+    assert lines[-2] == (f"not read: {tmp_path / 'proc-105' / 'dump.json'}: dump version 2, "
+                         "this pytrace_cffi reads version 1")
+    assert lines[-1] == f"not read: {tmp_path / 'proc-999'}: no dump.json (the process wrote no dump)"
