@@ -176,6 +176,14 @@ int pt_stacks_begin_thread(pt_stacks *s, uint32_t root);
 int pt_stacks_feed(pt_stacks *s, const pt_slice *slices, uint64_t n, uint64_t first_index);
 void pt_stacks_end_thread(pt_stacks *s);
 uint64_t pt_stacks_nodes(const pt_stacks *s, const pt_stack_node **nodes);
+/* The self time of pt_summarizer_feed inside windows only: window w is
+ * [bounds[2w], bounds[2w + 1]), sorted and disjoint; each call's time and its
+ * direct callees' are clipped to each window they overlap and added to the
+ * n_names entries of self_ns from groups[w] * n_names (groups[w] < the groups
+ * self_ns holds). Calls and total time are not counted. */
+int pt_summarizer_feed_windows(pt_summarizer *s, const pt_slice *slices, uint64_t n,
+                               uint64_t first_index, const int64_t *bounds,
+                               const uint32_t *groups, uint32_t n_windows, int64_t *self_ns);
 /* merge_torch: moves slice times (in place) from CLOCK_MONOTONIC ns onto
  * CLOCK_REALTIME ns as _clock.monotonic_to_realtime does, from the clocks' offsets
  * off0 at mono0 (start) and off1 at mono1 (stop): linear in between, held outside.

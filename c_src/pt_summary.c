@@ -129,21 +129,56 @@ pt_summarizer_end_thread(pt_summarizer *s)
     }
 }
 
+/* Pops the calls that ended before slice, so that its parent is on top;
+ * PT_ERR_ARG for a key or name out of range, or a parent that is no open call.
+ * Sets *name to the slice's name. */
+static int
+summarizer_enter(pt_summarizer *s, const pt_slice *slice, uint32_t *name)
+{
+    if (slice->key >= s->n_keys || s->name_of_key[slice->key] >= s->n_names)
+        return PT_ERR_ARG;
+    while (s->open && s->open_index[s->open - 1] != slice->parent) {
+        s->open--;
+        s->times_open[s->open_name[s->open]]--;
+    }
+    if (slice->parent >= 0 && !s->open)
+        return PT_ERR_ARG;
+    *name = s->name_of_key[slice->key];
+    return PT_OK;
+}
+
+/* Opens the slice at thread-wide index as the innermost call. */
+static int
+summarizer_push(pt_summarizer *s, uint64_t index, uint32_t name)
+{
+    if (s->open == s->open_cap) {
+        uint64_t cap = s->open_cap ? 2 * s->open_cap : 64;
+        int64_t *indices = realloc(s->open_index, cap * sizeof *indices);
+        if (indices == NULL)
+            return PT_ERR_NOMEM;
+        s->open_index = indices;
+        uint32_t *names = realloc(s->open_name, cap * sizeof *names);
+        if (names == NULL)
+            return PT_ERR_NOMEM;
+        s->open_name = names;
+        s->open_cap = cap;
+    }
+    s->open_index[s->open] = (int64_t)index;
+    s->open_name[s->open++] = name;
+    s->times_open[name]++;
+    return PT_OK;
+}
+
 int
 pt_summarizer_feed(pt_summarizer *s, const pt_slice *slices, uint64_t n, uint64_t first_index,
                    uint64_t *calls, int64_t *total_ns, int64_t *self_ns)
 {
     for (uint64_t i = 0; i < n; i++) {
         const pt_slice *slice = &slices[i];
-        if (slice->key >= s->n_keys || s->name_of_key[slice->key] >= s->n_names)
-            return PT_ERR_ARG;
-        while (s->open && s->open_index[s->open - 1] != slice->parent) {
-            s->open--;
-            s->times_open[s->open_name[s->open]]--;
-        }
-        if (slice->parent >= 0 && !s->open)
-            return PT_ERR_ARG;
-        uint32_t name = s->name_of_key[slice->key];
+        uint32_t name;
+        int status = summarizer_enter(s, slice, &name);
+        if (status != PT_OK)
+            return status;
         int64_t duration = slice->end - slice->start;
         calls[name] += !(slice->flags & PT_SLICE_SEEDED);
         self_ns[name] += duration;
@@ -151,21 +186,50 @@ pt_summarizer_feed(pt_summarizer *s, const pt_slice *slices, uint64_t n, uint64_
             self_ns[s->open_name[s->open - 1]] -= duration;
         if (!s->times_open[name])
             total_ns[name] += duration;
-        if (s->open == s->open_cap) {
-            uint64_t cap = s->open_cap ? 2 * s->open_cap : 64;
-            int64_t *index = realloc(s->open_index, cap * sizeof *index);
-            if (index == NULL)
-                return PT_ERR_NOMEM;
-            s->open_index = index;
-            uint32_t *names = realloc(s->open_name, cap * sizeof *names);
-            if (names == NULL)
-                return PT_ERR_NOMEM;
-            s->open_name = names;
-            s->open_cap = cap;
+        status = summarizer_push(s, first_index + i, name);
+        if (status != PT_OK)
+            return status;
+    }
+    return PT_OK;
+}
+
+/* Self time inside time windows only (the steps of `summary --steps`): each
+ * call's time clipped to each window it overlaps, less its direct callees' time
+ * clipped alike, added to the table of the window's group. A call spanning
+ * several windows (the loop around the steps) is visited once per window. */
+int
+pt_summarizer_feed_windows(pt_summarizer *s, const pt_slice *slices, uint64_t n,
+                           uint64_t first_index, const int64_t *bounds, const uint32_t *groups,
+                           uint32_t n_windows, int64_t *self_ns)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        const pt_slice *slice = &slices[i];
+        uint32_t name;
+        int status = summarizer_enter(s, slice, &name);
+        if (status != PT_OK)
+            return status;
+        /* the first window ending after the call starts: windows are sorted */
+        uint32_t low = 0, high = n_windows;
+        while (low < high) {
+            uint32_t middle = low + (high - low) / 2;
+            if (bounds[2 * middle + 1] <= slice->start)
+                low = middle + 1;
+            else
+                high = middle;
         }
-        s->open_index[s->open] = (int64_t)(first_index + i);
-        s->open_name[s->open++] = name;
-        s->times_open[name]++;
+        for (uint32_t w = low; w < n_windows && bounds[2 * w] < slice->end; w++) {
+            int64_t from = slice->start > bounds[2 * w] ? slice->start : bounds[2 * w];
+            int64_t to = slice->end < bounds[2 * w + 1] ? slice->end : bounds[2 * w + 1];
+            if (to <= from)
+                continue;
+            int64_t *table = self_ns + (uint64_t)groups[w] * s->n_names;
+            table[name] += to - from;
+            if (s->open)
+                table[s->open_name[s->open - 1]] -= to - from;
+        }
+        status = summarizer_push(s, first_index + i, name);
+        if (status != PT_OK)
+            return status;
     }
     return PT_OK;
 }

@@ -104,6 +104,19 @@ class Summarizer:
             raise TraceFormatError(f"thread {thread.index}: a call's key is out of range "
                                    f"or its parent is not an enclosing call")
 
+    def add_windows(self, thread, slices, n, first_index, bounds, groups, n_windows,
+                    self_table):
+        """One batch of thread's slices: only their self time inside the windows
+        (bounds: int64_t[2 * n_windows], sorted and disjoint), added to self_table
+        (int64_t, n_names per group; groups: uint32_t[n_windows])."""
+        status = lib.pt_summarizer_feed_windows(self._c, slices, n, first_index, bounds,
+                                                groups, n_windows, self_table)
+        if status == lib.PT_ERR_NOMEM:
+            raise MemoryError("out of memory while summarizing the trace")
+        if status != lib.PT_OK:
+            raise TraceFormatError(f"thread {thread.index}: a call's key is out of range "
+                                   f"or its parent is not an enclosing call")
+
     def end_thread(self):
         lib.pt_summarizer_end_thread(self._c)
 
