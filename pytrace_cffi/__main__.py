@@ -98,6 +98,13 @@ def _parser():
     summary.add_argument("--per-process", action="store_true",
                          help="a trace of several processes (a job): one table part per "
                               "process, each with its top N")
+    summary.add_argument("--steps", action="store_true",
+                         help="then the steps of the program's loop: per step, each rank's "
+                              "duration and the slowest rank; and the functions whose self "
+                              "time differs most between each step's slowest rank and its "
+                              "median rank. A step ends at each pytrace_cffi.step() call, "
+                              "else at each torch optimizer step, else at each ProfilerStep "
+                              "region (docs/CLI.md#steps-and-stragglers)")
 
     export = commands.add_parser(
         "export", help="convert a trace to another format",
@@ -400,6 +407,9 @@ def _cmd_summary(args):
                     "per thread:" if args.per_thread else "all processes:"))
     _print_text(format_summary(rows, title=title,
                                column="process" if per_process and trace.processes else "thread"))
+    if args.steps:
+        from .render.steps import format_steps, steps_table
+        _print_text("\n" + format_steps(steps_table(trace)))
     return 0
 
 

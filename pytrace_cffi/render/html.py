@@ -2,7 +2,9 @@
 
 The page draws one lane per thread on a <canvas>, calls stacked by depth, with
 wheel zoom, drag to pan, hover names, details on click and the summary table
-(top functions by total and self time). Nothing is fetched from the network.
+(top functions by total and self time), and for a job whose ranks mark their
+steps, the steps table of `summary --steps` (render/steps.py). Nothing is
+fetched from the network.
 
 The data is embedded as JSON: a names table, and per thread one flat array of
 four integers per call (start as nanoseconds after the previous call's start,
@@ -37,6 +39,7 @@ from .._jsontext import dumps_utf8, utf8_text
 from .._progress import Progress
 from ..errors import TraceError, TraceFormatError
 from .walk import thread_batches
+from .steps import steps_data, steps_table
 from .summary import SORT_KEYS, Summarizer, _process_title, process_totals, slice_records
 
 # Functions in the page's summary: the top ones by each of these, merged.
@@ -218,6 +221,10 @@ def _meta(trace, title, survey):
                               "summary": _summary_rows(survey.process_rows.get(
                                   _process_title(trace, t.pid), []))}
                              for t in process_totals(trace)]
+    # The steps of several ranks (render/steps.py): only a trace with steps walks more.
+    steps = steps_data(steps_table(trace))
+    if steps is not None:
+        meta["steps"] = steps
     return meta
 
 

@@ -1,0 +1,310 @@
+"""Steps and stragglers: per process, the steps of its loop; per step, the slowest
+rank; and where the slowest rank's time went that the median rank's did not.
+
+Where steps end, per process, by the first of these rules its trace holds:
+
+1. "step() calls": the instants pytrace_cffi.step() leaves while tracing
+   (annotations.STEP_MARK);
+2. "optimizer steps": the end of each training step of torch's optimizers, the
+   calls named "Optimizer.step#<Class>.step" (_torch.py; or torch's regions of
+   that name); of the first class seen only, and only the outermost (a step
+   inside another of the same name, such as our call inside torch's region, is
+   the same step), so two optimizers of different classes count one step, two
+   of the same class two;
+3. "ProfilerStep regions": the end of each record_function region named
+   "ProfilerStep#N" (torch.profiler's prof.step()).
+
+The thread holding most of them is the process's step thread. Step i spans from
+the end of step i-1 to its own end; step 1 from the step thread's first recorded
+call (its start-up included) for rules 1 and 2, from the first region's start for
+rule 3. Steps are matched across processes by their order (the i-th of each).
+
+The table's columns are the processes labelled "rank N", by rank; a trace
+without ranks gets a column per process with steps. For each step with two
+ranks or more, its slowest rank (longest step) is compared with its median rank
+(the lower median by duration): the self time of each function on the two step
+threads within that step, clipped to it (c_src/pt_summary.c's windowed
+summarizer), the slowest's less the median's. Summed over every step, the
+functions whose difference is largest either way come first: what the
+stragglers did that the others did not.
+
+Finding the steps walks only the step threads' calls (and, for rules 2 and 3,
+every thread of a process without step() instants, when the trace names such
+calls at all); comparing walks each compared rank's step thread once more.
+"""
+import re
+from collections import Counter, defaultdict, namedtuple
+
+from .._core import ffi
+from .._progress import counted
+from ..annotations import STEP_MARK
+from .summary import Summarizer
+from .walk import batches
+
+RULES = {"marks": "step() calls", "optimizer": "optimizer steps",
+         "profiler": "ProfilerStep regions"}
+OPTIMIZER_STEP_NAME = re.compile(r"Optimizer\.step#.+\.step")      # _torch.py's names
+PROFILER_STEP_NAME = re.compile(r"ProfilerStep#\d+")
+RANK_LABEL = re.compile(r"rank (\d+)")
+TOP_DIFFERENCES = 10
+KEY_WORD = 4                # a pt_slice's key, in uint32 words from its start
+SLICE_WORDS = 10            # a pt_slice is 40 bytes
+
+ProcessSteps = namedtuple("ProcessSteps", "pid label rank rule thread windows")
+ProcessSteps.__doc__ = """One process's steps: rule (a RULES key), the index of its
+step thread, and windows, step i's (start_ns, end_ns) at index i - 1."""
+StepRow = namedtuple("StepRow", "step durations slowest median")
+StepRow.__doc__ = """A step: durations per column (ns, None where a process has no
+such step), the slowest column and the median column (None with under two)."""
+Difference = namedtuple("Difference", "name slowest_ns median_ns")
+StepsTable = namedtuple("StepsTable", "columns rows differences compared")
+StepsTable.__doc__ = """columns: ProcessSteps, one per column; rows: StepRows;
+differences: the top Differences by size, over the `compared` steps that had a
+median rank."""
+
+
+def _processes(trace):
+    """pid -> (label, rank or None, thread indices), in lane order."""
+    found = {}
+    facts = trace.processes or {trace.pid: {"label": trace.label or f"pid {trace.pid}"}}
+    for pid, entry in facts.items():
+        label = entry.get("label") or f"pid {pid}"
+        match = RANK_LABEL.fullmatch(label)
+        found[pid] = (label, int(match.group(1)) if match else None, [])
+    for thread in trace.threads:
+        pid = trace.thread_pid(thread)
+        if pid not in found:
+            found[pid] = (f"pid {pid}", None, [])
+        found[pid][2].append(thread.index)
+    return found
+
+
+def _step_keys(trace):
+    """(optimizer step keys, ProfilerStep keys) of the trace's names."""
+    optimizer, profiler = set(), set()
+    for key, (name, kind) in enumerate(zip(trace.names, trace.key_kinds)):
+        if OPTIMIZER_STEP_NAME.fullmatch(name):     # our call, or torch's region
+            optimizer.add(key)
+        elif kind == "annotation" and PROFILER_STEP_NAME.fullmatch(name):
+            profiler.add(key)
+    return optimizer, profiler
+
+
+def _scan_thread(trace, index, keys):
+    """(the start of the thread's first call or None, [(start, end, key)] of its
+    calls whose key is in keys). Without keys only the first batch is read."""
+    first, found = None, []
+    for slices, n, _ in batches(trace, index):
+        if not n:
+            continue
+        if first is None:
+            first = slices[0].start
+        if not keys:
+            break
+        # the batch's keys as a list, searched in C; most batches hold none
+        words = memoryview(ffi.buffer(slices, n * SLICE_WORDS * 4)).cast("I")
+        batch_keys = words[KEY_WORD::SLICE_WORDS].tolist()
+        for key in keys.intersection(batch_keys):
+            at = batch_keys.index(key)
+            while True:
+                found.append((slices[at].start, slices[at].end, key))
+                try:
+                    at = batch_keys.index(key, at + 1)
+                except ValueError:
+                    break
+    found.sort(key=lambda call: (call[0], -call[1]))     # an enclosing call first
+    return first, found
+
+
+def _ends_to_windows(first_start, ends):
+    windows, start = [], first_start
+    for end in ends:
+        start = min(start, end)
+        windows.append((start, end))
+        start = end
+    return windows
+
+
+def find_steps(trace):
+    """A ProcessSteps per process whose trace holds steps (see the module's doc),
+    in lane order."""
+    processes = _processes(trace)
+    thread_of_tid = {}
+    for thread in trace.threads:
+        thread_of_tid.setdefault(thread.native_id, thread.index)
+    marks = defaultdict(list)           # thread index -> ns
+    for mark in trace.marks:
+        if mark.kind == "i" and mark.name == STEP_MARK and mark.thread in thread_of_tid:
+            marks[thread_of_tid[mark.thread]].append(mark.ns)
+    optimizer_keys, profiler_keys = _step_keys(trace)
+    found = []
+    for pid, (label, rank, threads) in processes.items():
+        marked = [index for index in threads if marks.get(index)]
+        if marked:
+            thread = max(marked, key=lambda index: len(marks[index]))
+            first, _ = _scan_thread(trace, thread, None)
+            ends = sorted(marks[thread])
+            found.append(ProcessSteps(pid, label, rank, "marks", thread,
+                                      _ends_to_windows(first if first is not None
+                                                       else ends[0], ends)))
+            continue
+        if not (optimizer_keys or profiler_keys):
+            continue
+        scanned = {index: _scan_thread(trace, index, optimizer_keys | profiler_keys)
+                   for index in threads}
+        steps = _optimizer_steps(trace, scanned, optimizer_keys)
+        if steps is not None:
+            thread, first, ends = steps
+            found.append(ProcessSteps(pid, label, rank, "optimizer", thread,
+                                      _ends_to_windows(first, ends)))
+            continue
+        regions = {index: [(s, e) for s, e, key in calls if key in profiler_keys]
+                   for index, (_, calls) in scanned.items()}
+        thread = max(threads, key=lambda index: len(regions[index]), default=None)
+        if thread is not None and regions[thread]:
+            found.append(ProcessSteps(pid, label, rank, "profiler", thread,
+                                      _ends_to_windows(regions[thread][0][0],
+                                                       [e for _, e in regions[thread]])))
+    return found
+
+
+def _optimizer_steps(trace, scanned, optimizer_keys):
+    """(thread, its first call's start, step ends) by rule 2, or None."""
+    calls = {index: [c for c in found if c[2] in optimizer_keys]
+             for index, (_, found) in scanned.items()}
+    thread = max(calls, key=lambda index: len(calls[index]), default=None)
+    if thread is None or not calls[thread]:
+        return None
+    name = trace.names[calls[thread][0][2]]        # the first class seen
+    ends, last_end = [], None
+    for start, end, key in calls[thread]:
+        if trace.names[key] == name and (last_end is None or start >= last_end):
+            ends.append(end)
+            last_end = end
+    return thread, scanned[thread][0], ends
+
+
+def steps_table(trace, top=TOP_DIFFERENCES):
+    """The StepsTable of trace, or None when no process has steps."""
+    found = find_steps(trace)
+    ranked = sorted((p for p in found if p.rank is not None), key=lambda p: (p.rank, p.pid))
+    columns = ranked or found
+    if not columns:
+        return None
+    rows = []
+    for number in range(max(len(c.windows) for c in columns)):
+        durations = [c.windows[number][1] - c.windows[number][0]
+                     if number < len(c.windows) else None for c in columns]
+        present = sorted((d, column) for column, d in enumerate(durations) if d is not None)
+        median = present[(len(present) - 1) // 2][1] if len(present) > 1 else None
+        rows.append(StepRow(number + 1, durations, present[-1][1], median))
+    differences = _differences(trace, columns, rows, top)
+    return StepsTable(columns, rows, differences,
+                      sum(1 for row in rows if row.median is not None))
+
+
+SLOWEST, MEDIAN = 0, 1          # the two groups of windows _differences sums
+
+
+def _differences(trace, columns, rows, top):
+    """The top Differences: per function, its self time on the step thread of
+    each step's slowest rank less that on its median rank's, within the step,
+    summed over the steps."""
+    summarizer = Summarizer(trace.names)
+    n_names = max(1, summarizer.n_names)
+    slowest, median = [0] * n_names, [0] * n_names
+    for column, steps in enumerate(columns):
+        chosen = sorted([(steps.windows[row.step - 1], SLOWEST) for row in rows
+                         if row.median is not None and row.slowest == column]
+                        + [(steps.windows[row.step - 1], MEDIAN) for row in rows
+                           if row.median == column])
+        if not chosen:
+            continue
+        bounds = ffi.new("int64_t[]", [ns for window, _ in chosen for ns in window])
+        groups = ffi.new("uint32_t[]", [group for _, group in chosen])
+        table = ffi.new("int64_t[]", 2 * n_names)
+        thread = trace.threads[steps.thread]
+        for slices, n, first_index in batches(trace, steps.thread):
+            summarizer.add_windows(thread, slices, n, first_index, bounds, groups,
+                                   len(chosen), table)
+        summarizer.end_thread()
+        for name in range(n_names):
+            slowest[name] += table[SLOWEST * n_names + name]
+            median[name] += table[MEDIAN * n_names + name]
+    found = [Difference(summarizer.unique_names[name], slowest[name], median[name])
+             for name in range(summarizer.n_names) if slowest[name] != median[name]]
+    found.sort(key=lambda d: (-abs(d.slowest_ns - d.median_ns), d.name))
+    return found[:top]
+
+
+def column_title(steps):
+    return f"rank {steps.rank}" if steps.rank is not None else steps.label
+
+
+def rule_text(columns):
+    """Where the columns' steps end: "step() calls", or each rule with whose."""
+    rules = Counter(steps.rule for steps in columns)
+    if len(rules) == 1:
+        return RULES[next(iter(rules))]
+    return "; ".join(f"{RULES[rule]} ("
+                     + ", ".join(column_title(s) for s in columns if s.rule == rule) + ")"
+                     for rule in RULES if rule in rules)
+
+
+def _ms(ns):
+    return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def _table_lines(headers, cells, left=()):
+    """Fixed-width columns, numbers right-aligned, `left` columns left-aligned."""
+    widths = [max([len(h)] + [len(line[i]) for line in cells]) for i, h in enumerate(headers)]
+
+    def render(values):
+        return "  ".join(v.ljust(w) if i in left else v.rjust(w)
+                         for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+    return [render(headers), render(["-" * w for w in widths])] + [render(c) for c in cells]
+
+
+def format_steps(table):
+    """The steps table and the slowest-against-median functions, as text."""
+    if table is None:
+        return ("steps: none found (no pytrace_cffi.step() instant, optimizer step or "
+                "ProfilerStep region in the trace)")
+    titles = [column_title(steps) for steps in table.columns]
+    several = len(titles) > 1
+    whose = counted(len(titles), "rank" if table.columns[0].rank is not None else "process")
+    lines = [f"steps of {whose}, ending at {rule_text(table.columns)} (ms):"]
+    headers = ["step"] + titles + (["slowest", "median"] if several else [])
+    cells = []
+    for row in table.rows:
+        line = [str(row.step)] + [_ms(d) for d in row.durations]
+        if several:
+            line += [titles[row.slowest] if row.median is not None else "-",
+                     titles[row.median] if row.median is not None else "-"]
+        cells.append(line)
+    lines += _table_lines(headers, cells, left=(len(headers) - 2, len(headers) - 1)
+                          if several else ())
+    if not several:
+        return "\n".join(lines)
+    lines.append("")
+    lines.append(f"self time of each step's slowest rank less its median rank's, on their "
+                 f"step threads, over {table.compared} step{'s' if table.compared != 1 else ''}"
+                 f" (ms):")
+    cells = [[f"{(d.slowest_ns - d.median_ns) / 1e6:+.3f}", _ms(d.slowest_ns),
+              _ms(d.median_ns), d.name] for d in table.differences]
+    lines += _table_lines(["difference", "slowest", "median", "function"], cells, left=(3,))
+    if not cells:
+        lines.append("(no difference)")
+    return "\n".join(lines)
+
+
+def steps_data(table):
+    """The table for the HTML page (JSON-ready), or None when it has under two
+    columns: a step's slowest and median are column indices, times in ns."""
+    if table is None or len(table.columns) < 2:
+        return None
+    return {"rule": rule_text(table.columns),
+            "columns": [column_title(steps) for steps in table.columns],
+            "rows": [[row.step, row.durations, row.slowest, row.median] for row in table.rows],
+            "compared": table.compared,
+            "differences": [[d.name, d.slowest_ns, d.median_ns] for d in table.differences]}
