@@ -19,6 +19,7 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi.render import html as html_module
 from pytrace_cffi.reading import read_trace
+from pytrace_cffi.trace import Mark
 from test_html import install_chromium, run_chromium
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -87,6 +88,7 @@ sys.modules["pytrace_cffi._core"] = module
 sys.path.insert(0, archive)
 from pytrace_cffi.render.html import write_html
 from pytrace_cffi.reading import read_trace
+from pytrace_cffi.trace import Mark
 assert write_html.__code__.co_filename.startswith(archive), write_html.__code__.co_filename
 write_html(read_trace(trace_dir), out)
 """
@@ -299,6 +301,10 @@ _ERROR_PROBE = """<script>
       tr.click();
       tr.click();
     }
+    for (const tr of document.querySelectorAll("#step-differences tbody tr")) {
+      tr.click();
+      tr.click();
+    }
     const select = document.getElementById("summary-process");
     if (select) {
       for (const option of Array.from(select.options).reverse()) {
@@ -314,7 +320,9 @@ _ERROR_PROBE = """<script>
       parent.postMessage(JSON.stringify({
         page: location.pathname.split("/").pop(), errors,
         facts: document.getElementById("facts").textContent,
-        rows: document.querySelectorAll("#summary tbody tr").length}), "*");
+        rows: document.querySelectorAll("#summary tbody tr").length,
+        steps: document.getElementById("steps-panel").hidden ? null :
+          document.querySelectorAll("#steps tbody tr").length}), "*");
     }, 0));
   });
 })();
@@ -348,14 +356,34 @@ def threads_with_dropped_events():
     return trace
 
 
+def job_of_ranks_with_steps():
+    """The golden job with its processes labelled rank 0-2, each main thread given
+    STEPS_SHOWN step() instants spread over the trace: the page's Steps table."""
+    trace = read_trace(os.path.join(GOLDEN, "job"))
+    span = trace.stop_ns - trace.start_ns
+    marks = list(trace.marks)
+    for rank, pid in enumerate(trace.processes):
+        trace.processes[pid]["label"] = f"rank {rank}"
+        main = next(t for t in trace.threads if t.native_id == pid)
+        marks += [Mark("i", trace.start_ns + span * (k + 1 + rank) // 8,
+                                    main.native_id, "pytrace_cffi.step", {})
+                  for k in range(STEPS_SHOWN)]
+    trace.marks = marks
+    return trace
+
+
+STEPS_SHOWN = 4
+
 # name -> (trace, call budget): the golden traces (threads with marks and regions; a
-# job of three processes; torch names with args), a reduced page, a trace of nothing
+# job of three processes; torch names with args), a reduced page, a trace of nothing,
+# the job as ranks with steps
 PAGES = {
     "threads": (threads_with_dropped_events, html_module.CALL_BUDGET),
     "job": (lambda: read_trace(os.path.join(GOLDEN, "job")), html_module.CALL_BUDGET),
     "torch": (lambda: read_trace(os.path.join(GOLDEN, "torch")), html_module.CALL_BUDGET),
     "reduced": (lambda: read_trace(os.path.join(GOLDEN, "threads")), 20),
     "nothing": (nothing_traced, html_module.CALL_BUDGET),
+    "steps": (job_of_ranks_with_steps, html_module.CALL_BUDGET),
 }
 
 # name -> (page it is a copy of, text of the script, planted in its place): the
@@ -415,6 +443,12 @@ def test_the_page_runs_without_a_javascript_error(page_runs, name):
     found = page_runs[name]
     assert found["errors"] == []
     assert " on " in found["facts"] and found["rows"] > 0     # the script ran to the end
+
+
+def test_the_steps_table_shows_only_for_ranks_with_steps(page_runs):
+    assert page_runs["steps"]["steps"] == STEPS_SHOWN
+    assert [name for name, found in page_runs.items() if found.get("steps") is not None] \
+        == ["steps"]
 
 
 def test_the_probe_sees_an_error_that_stops_the_script(page_runs):

@@ -529,6 +529,50 @@
     note.parentNode.insertBefore(select, note);
   }
 
+  // The steps of several ranks (summary --steps): each rank's duration per step,
+  // the slowest in bold; then the functions whose self time differs most between
+  // each step's slowest rank and its median rank, summed over the steps.
+  if (meta.steps) {
+    const steps = meta.steps;
+    const ms = ns => ns === null ? "-" : (ns / 1e6).toFixed(3);
+    document.getElementById("steps-note").textContent =
+      `ending at ${steps.rule}; ms`;
+    const head = document.querySelector("#steps thead").insertRow();
+    for (const title of ["Step", ...steps.columns, "Slowest", "Median"]) {
+      const th = document.createElement("th");
+      th.textContent = title;
+      head.appendChild(th);
+    }
+    const body = document.querySelector("#steps tbody");
+    for (const [step, durations, slowest, median] of steps.rows) {
+      const tr = body.insertRow();
+      tr.insertCell().textContent = String(step);
+      durations.forEach((ns, column) => {
+        const cell = tr.insertCell();
+        cell.textContent = ms(ns);
+        if (median !== null && column === slowest) cell.className = "slowest";
+      });
+      tr.insertCell().textContent = median === null ? "-" : steps.columns[slowest];
+      tr.insertCell().textContent = median === null ? "-" : steps.columns[median];
+    }
+    document.getElementById("step-differences-note").textContent =
+      `self time on the step threads, over ${count(steps.compared, "step")}; ` +
+      "click a row to highlight it";
+    const differences = document.querySelector("#step-differences tbody");
+    for (const [name, slowestNs, medianNs] of steps.differences) {
+      const tr = differences.insertRow();
+      const cell = tr.insertCell();
+      cell.textContent = name;
+      cell.title = name;
+      const difference = (slowestNs - medianNs) / 1e6;
+      tr.insertCell().textContent = (difference >= 0 ? "+" : "") + difference.toFixed(3);
+      tr.insertCell().textContent = ms(slowestNs);
+      tr.insertCell().textContent = ms(medianNs);
+      tr.addEventListener("click", () => highlight(name === highlightedName ? null : name));
+    }
+    document.getElementById("steps-panel").hidden = false;
+  }
+
   document.getElementById("title").textContent = meta.title;
   document.getElementById("facts").textContent =
     `${count(meta.calls, "call")} on ${count(threads.length, "thread")}` +
