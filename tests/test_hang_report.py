@@ -129,7 +129,8 @@ def test_text_from_the_command_line_and_its_help(tmp_path):
     assert "--threads" in helped.stdout and "DUMPDIR" in helped.stdout
     (tmp_path / "empty").mkdir()
     missing = subprocess.run([sys.executable, "-m", "pytrace_cffi", "report",
-                              str(tmp_path / "empty")], capture_output=True, text=True, timeout=120)
+                              str(tmp_path / "empty")], capture_output=True, text=True,
+                             timeout=120)
     assert missing.returncode == 1 and "holds no dump" in missing.stderr
 
 
@@ -137,8 +138,8 @@ def test_a_directory_of_dumps_gives_its_newest_or_all(tmp_path):
     dumps = tmp_path / "job" / "dumps"
     # named against their times: the newest is told by its dump.json, not its name
     eight_ranks(dumps / "b-older", realtime_ns=1_700_000_000_000_000_000)
-    write_dump(dumps / "a-newer", 500, [[(MAIN, 1.0)]], rank=0, reason="watchdog: no step for 30 s",
-               realtime_ns=1_800_000_000_000_000_000)
+    write_dump(dumps / "a-newer", 500, [[(MAIN, 1.0)]], rank=0,
+               reason="watchdog: no step for 30 s", realtime_ns=1_800_000_000_000_000_000)
     (dumps / "not-a-dump").mkdir()
     for given in (dumps, tmp_path / "job"):       # the dumps/ or the job's directory
         assert dump_directories(str(given)) == [str(dumps / "a-newer")]
@@ -200,4 +201,5 @@ def test_a_damaged_or_missing_dump_is_said_and_the_rest_reported(tmp_path):
     assert lines[-3].startswith(f"not read: {tmp_path / 'proc-104' / 'dump.json'}: not JSON")
     assert lines[-2] == (f"not read: {tmp_path / 'proc-105' / 'dump.json'}: dump version 2, "
                          "this pytrace_cffi reads version 1")
-    assert lines[-1] == f"not read: {tmp_path / 'proc-999'}: no dump.json (the process wrote no dump)"
+    assert lines[-1] == (f"not read: {tmp_path / 'proc-999'}: no dump.json (the process "
+                         "wrote no dump)")

@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 import pytrace_cffi
+from pytrace_cffi.follow.jobs import read_process
 from pytrace_cffi.reading import read_trace
 from pytrace_cffi.render.steps import find_steps, format_steps, steps_table
 from pytrace_cffi.render.summary import Summarizer
@@ -60,9 +61,10 @@ STRAGGLE = "prog.py({}): straggle".format(
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    """The job's directory and its trace (out.json: the root process and ranks 0-2)."""
+    """The job's directory and its trace (out.json: the root process and ranks 0-2;
+    processes/: the per-process traces)."""
     where = tmp_path_factory.mktemp("steps_job")
-    run_cli(where, JOB, "-o", where / "out.json")
+    run_cli(where, JOB, "-o", where / "out.json", "--processes-dir", where / "processes")
     return where, read_trace(str(where / "out.json"))
 
 
@@ -130,6 +132,23 @@ def test_the_page_holds_the_steps_table(job):
     assert steps["rows"][SLOW_STEP - 1][2] == SLOW_RANK
     name, slowest_ns, median_ns = steps["differences"][0]
     assert name == STRAGGLE and slowest_ns > median_ns == 0
+
+
+def test_steps_of_a_dump_directory(job):
+    """A DUMPDIR as the flight recorder writes one (proc-<pid>/: a saved trace and a
+    dump.json), here made of the job's per-process traces, reads as a job."""
+    where, _ = job
+    dumps = where / "dumps" / "20260101-000000-SIGUSR1"
+    for process_dir in sorted((where / "processes").glob("proc-*")):
+        trace, facts, _, _ = read_process(str(process_dir))
+        trace.save(str(dumps / process_dir.name))
+        (dumps / process_dir.name / "dump.json").write_text(json.dumps({
+            "version": 1, "reason": "SIGUSR1", "pid": trace.pid, "label": facts["label"],
+            "rank": facts.get("rank"), "monotonic_ns": trace.stop_ns, "threads": []}))
+    table = steps_table(read_trace(str(dumps)))
+    assert [c.rank for c in table.columns] == list(range(RANKS))
+    assert table.rows[SLOW_STEP - 1].slowest == SLOW_RANK
+    assert table.differences[0].name == STRAGGLE
 
 
 def _clipped_self_oracle(trace, thread_index, windows):
