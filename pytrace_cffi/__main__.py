@@ -148,7 +148,7 @@ def _parser():
     report.add_argument("dumps", nargs="+", metavar="DUMPDIR",
                         help="a dump directory; or a directory holding several (such as "
                              "<job>/dumps/, or the job's or trace's directory itself): "
-                             "its newest dump, or all with --all")
+                             "each process's newest dump, or every dump with --all")
     report.add_argument("--all", action="store_true",
                         help="every dump of a directory holding several, oldest first")
     report.add_argument("--threads", action="store_true",

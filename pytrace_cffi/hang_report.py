@@ -18,8 +18,10 @@ and stack. A thread is idle when it has no frame, or its innermost frame is one
 of the waiting functions below (a sleep, a lock or condition wait, a queue get,
 a select or poll): pools and watchers spend their lives there.
 
-Only dump.json is read: the report needs no trace, so it works on the dump of a
-process that no longer runs, or whose trace cannot be read.
+dump.json's stacks are completed from the dump's ring where it can be read
+(flight/dumps.py: since when each call runs, the built-ins frames do not show,
+the stacks of a dump C wrote); else dump.json alone is read, so the report works
+on a dump whose ring cannot be read.
 """
 import json
 import os
@@ -114,11 +116,12 @@ def dump_directories(path, every=False):
                            f"directory inside it or in its {DUMPS_SUBDIRECTORY}/)")
 
 
-def _dumped_at(directory):
-    """When a DUMPDIR was written, for choosing the newest: its processes' latest
-    realtime_ns, else its modification time; then its name."""
+def _dumped_at(directory, single=False):
+    """When a DUMPDIR (single: one process's dump) was written, for choosing the
+    newest: its processes' latest realtime_ns, else its modification time; then
+    its name."""
     latest = None
-    for process_dir in _process_dirs(directory):
+    for process_dir in [directory] if single else _process_dirs(directory):
         try:
             data = json.loads(read_bounded(os.path.join(process_dir, DUMP_FILE),
                                            MAX_DUMP_BYTES))
@@ -132,9 +135,34 @@ def _dumped_at(directory):
     return latest, directory
 
 
-def read_dump(directory):
-    """The Dump of a DUMPDIR (or of one process's dump directory)."""
-    if _is_process_dump(directory):
+def newest_per_process(path):
+    """(the directory holding path's DUMPDIRs, each process's newest dump in them):
+    a job's processes dump at their own times (each its watchdog, its SIGTERM),
+    and the picture of the job is every process's latest. TraceFormatError when
+    path holds no dump."""
+    for holder in (path, os.path.join(path, DUMPS_SUBDIRECTORY)):
+        if not os.path.isdir(holder):
+            continue
+        newest = {}
+        for name in os.listdir(holder):
+            for process_dir in _process_dirs(os.path.join(holder, name)):
+                if _is_process_dump(process_dir):
+                    when = _dumped_at(process_dir, single=True)
+                    pid = os.path.basename(process_dir)
+                    if pid not in newest or newest[pid][0] < when:
+                        newest[pid] = (when, process_dir)
+        if newest:
+            return holder, sorted(process_dir for _, process_dir in newest.values())
+    raise TraceFormatError(f"{path}: holds no dump (no proc-*/{DUMP_FILE} in it, in a "
+                           f"directory inside it or in its {DUMPS_SUBDIRECTORY}/)")
+
+
+def read_dump(directory, process_dirs=None):
+    """The Dump of a DUMPDIR (or of one process's dump directory, or of
+    process_dirs, the dumps newest_per_process chose in directory)."""
+    if process_dirs is not None:
+        pass
+    elif _is_process_dump(directory):
         process_dirs = [directory]
     else:
         process_dirs = _process_dirs(directory)
@@ -158,10 +186,14 @@ def read_process_dump(directory):
     """A ProcessDump from directory/dump.json; TraceFormatError when it is not one
     (FileNotFoundError when it is missing)."""
     path = os.path.join(directory, DUMP_FILE)
-    try:
-        data = json.loads(read_bounded(path, MAX_DUMP_BYTES))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise TraceFormatError(f"{path}: not JSON ({exc})") from None
+    data = _completed(directory)
+    if data is None:
+        try:
+            data = json.loads(read_bounded(path, MAX_DUMP_BYTES))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise TraceFormatError(f"{path}: not JSON ({exc})") from None
+    if isinstance(data, dict) and data.get("threads") is None:
+        data["threads"] = []            # (C's dump, its ring unreadable)
     if not isinstance(data, dict):
         raise TraceFormatError(f"{path}: not a dump (a JSON object is expected)")
     if data.get("version") != DUMP_VERSION:
@@ -180,6 +212,19 @@ def read_process_dump(directory):
         realtime_ns=_field(data, "realtime_ns", int, path, optional=True),
         monotonic_ns=_field(data, "monotonic_ns", int, path),
         threads=[_thread(entry, path) for entry in threads])
+
+
+def _completed(directory):
+    """dump.json with its stacks completed from the dump's ring (when each call
+    began, the built-in calls frames do not show; a dump C wrote has only the
+    ring): flight/dumps.py. None when the ring cannot be read: dump.json alone."""
+    if not os.path.exists(os.path.join(directory, "events.bin")):
+        return None
+    from .flight.dumps import dump_facts
+    try:
+        return dump_facts(directory)
+    except (OSError, TraceFormatError):
+        return None
 
 
 def _field(data, name, kind, path, optional=False):
@@ -412,8 +457,11 @@ def report(paths, every=False, frames=0, threads=False, as_json=False):
     """The text (or JSON text) `report PATH...` prints."""
     sections = []
     for path in paths:
-        for directory in dump_directories(path, every):
-            dump = read_dump(directory)
+        if every or _is_process_dump(path) or is_dump_directory(path):
+            dumps = [read_dump(directory) for directory in dump_directories(path, every)]
+        else:               # a directory of dumps: every process's newest
+            dumps = [read_dump(*newest_per_process(path))]
+        for dump in dumps:
             groups = group_stacks(dump, frames)
             thread_groups = group_stacks(dump, frames, other_threads=True) if threads else None
             sections.append(report_data(dump, groups, thread_groups) if as_json

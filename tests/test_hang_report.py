@@ -134,11 +134,11 @@ def test_text_from_the_command_line_and_its_help(tmp_path):
     assert missing.returncode == 1 and "holds no dump" in missing.stderr
 
 
-def test_a_directory_of_dumps_gives_its_newest_or_all(tmp_path):
+def test_a_directory_of_dumps_gives_each_processs_newest_or_all(tmp_path):
     dumps = tmp_path / "job" / "dumps"
     # named against their times: the newest is told by its dump.json, not its name
     eight_ranks(dumps / "b-older", realtime_ns=1_700_000_000_000_000_000)
-    write_dump(dumps / "a-newer", 500, [[(MAIN, 1.0)]], rank=0,
+    write_dump(dumps / "a-newer", 100, [[(MAIN, 1.0)]], rank=0,      # rank 0's own, later
                reason="watchdog: no step for 30 s", realtime_ns=1_800_000_000_000_000_000)
     (dumps / "not-a-dump").mkdir()
     for given in (dumps, tmp_path / "job"):       # the dumps/ or the job's directory
@@ -146,9 +146,10 @@ def test_a_directory_of_dumps_gives_its_newest_or_all(tmp_path):
         assert dump_directories(str(given), every=True) == [str(dumps / "b-older"),
                                                             str(dumps / "a-newer")]
     newest = report([str(tmp_path / "job")]).splitlines()
-    assert newest[0].endswith("1 process dumped at " + newest[0].split(" dumped at ")[1])
-    assert newest[0].endswith("(watchdog: no step for 30 s)")
-    assert newest[1] == "rank 0 in main (train.py:10) for 1.0 s"
+    assert newest[0].endswith("8 processes dumped at " + newest[0].split(" dumped at ")[1])
+    assert newest[0].endswith("(SIGUSR1: 7, watchdog: no step for 30 s: 1)")
+    assert "rank 0 in main (train.py:10) for 1.0 s" in newest      # both odd ones out
+    assert "rank 3 in __next__ (dataloader.py:620) for 42.1 s" in newest
     both = report([str(dumps)], every=True).split("\n\n")
     assert [part.splitlines()[0].split(":")[0] for part in both] == [
         str(dumps / "b-older"), str(dumps / "a-newer")]
