@@ -160,13 +160,25 @@ def test_sigterm_dumps_then_the_process_dies_of_it(tmp_path):
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env=env) as proc:
         assert proc.stdout.readline() == "ready\n"
-        time.sleep(0.3)                 # in its sleep
+        _wait_until_asleep(proc.pid)
         proc.send_signal(signal.SIGTERM)
         proc.wait(TIMEOUT)
     assert proc.returncode == -signal.SIGTERM
     facts = dump_facts(process_dumps(tmp_path / "dumps")[0])
     assert facts["reason"] == "SIGTERM"
     assert _stack_names(_main_thread(facts))[-2:] == ["prog.py(5): wait_for_term", "time.sleep"]
+
+
+def _wait_until_asleep(pid):
+    """Until the process sleeps in the kernel (a busy machine may run it late)."""
+    deadline = time.monotonic() + 30
+    asleep = 0
+    while asleep < 3:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        asleep = asleep + 1 if state == "S" else 0
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
 
 
 HANG = """
@@ -446,6 +458,10 @@ def test_a_stuck_torchrun_job_dumps_every_rank_by_watchdog_request_and_sigterm(t
     assert names[-2:] == ["ddp_hang.py(7): load_batch", "time.sleep"] and waited > 1.5
     names, waited = stacks["rank 0"]
     assert any(name.endswith(": all_reduce") for name in names[-3:]) and waited > 1.5
+    from pytrace_cffi.hang_report import report
+    text = report([request])
+    assert "rank 1 in time.sleep for " in text and "ddp_hang.py(7): load_batch" in text
+    assert "rank 0 in " in text and "all_reduce" in text
     for reason in ("watchdog", "SIGTERM"):
         for rank, expected in (("rank 1", "ddp_hang.py(7): load_batch"),
                                ("rank 0", "ddp_hang.py(13): train")):
