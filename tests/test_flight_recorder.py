@@ -4,6 +4,7 @@ exception, SIGTERM, the watchdog, and by C alone when a thread holds the GIL in
 C; `run --flight-recorder` with `dump DIR` reaches every process of a job.
 Expected call counts are literals (FIB_CALLS: fib(n) makes 2 * F(n + 1) - 1 calls)
 or come from the test program's own structure."""
+import json
 import os
 import signal
 import subprocess
@@ -398,7 +399,8 @@ def _dumps_by_reason(dumps):
     found = {}
     for name in sorted(os.listdir(dumps)):
         for directory in process_dumps(dumps / name) if not name.startswith(".") else ():
-            facts, _ = read_dump(directory)
+            with open(os.path.join(directory, "dump.json"), encoding="utf-8") as f:
+                facts = json.load(f)        # (not the ring: polled while the job runs)
             found.setdefault((facts["label"], facts["reason"].split(":")[0]), []).append(
                 directory)
     return found
@@ -442,7 +444,9 @@ def test_a_stuck_torchrun_job_dumps_every_rank_by_watchdog_request_and_sigterm(t
             if run.poll() is None:
                 os.killpg(run.pid, signal.SIGKILL)
     found = _dumps_by_reason(dumps)
-    assert len(found[("rank 0", "watchdog")]) == len(found[("rank 1", "watchdog")]) == 1
+    # once per stall (a busy machine may make a step itself look like one)
+    assert 1 <= len(found[("rank 0", "watchdog")]) <= 2
+    assert 1 <= len(found[("rank 1", "watchdog")]) <= 2
     assert ("torchrun", "watchdog") not in found          # it never steps: no stall
     for rank in ("rank 0", "rank 1"):
         assert len(found[(rank, "SIGTERM")]) == 1
@@ -465,4 +469,4 @@ def test_a_stuck_torchrun_job_dumps_every_rank_by_watchdog_request_and_sigterm(t
     for reason in ("watchdog", "SIGTERM"):
         for rank, expected in (("rank 1", "ddp_hang.py(7): load_batch"),
                                ("rank 0", "ddp_hang.py(13): train")):
-            assert expected in _stack_names(_main_thread(dump_facts(found[(rank, reason)][0])))
+            assert expected in _stack_names(_main_thread(dump_facts(found[(rank, reason)][-1])))
