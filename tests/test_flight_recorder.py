@@ -399,6 +399,8 @@ def _dumps_by_reason(dumps):
     found = {}
     for name in sorted(os.listdir(dumps)):
         for directory in process_dumps(dumps / name) if not name.startswith(".") else ():
+            if not os.path.exists(os.path.join(directory, "done.json")):
+                continue                    # still being written
             with open(os.path.join(directory, "dump.json"), encoding="utf-8") as f:
                 facts = json.load(f)        # (not the ring: polled while the job runs)
             found.setdefault((facts["label"], facts["reason"].split(":")[0]), []).append(
