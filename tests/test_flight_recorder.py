@@ -472,3 +472,66 @@ def test_a_stuck_torchrun_job_dumps_every_rank_by_watchdog_request_and_sigterm(t
         for rank, expected in (("rank 1", "ddp_hang.py(7): load_batch"),
                                ("rank 0", "ddp_hang.py(13): train")):
             assert expected in _stack_names(_main_thread(dump_facts(found[(rank, reason)][-1])))
+
+
+DATALOADER_HANG = """
+import time
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Data(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        if i == 9:
+            time.sleep(600)         # a worker stuck on one sample
+        return torch.full((4,), float(i))
+
+
+def main():
+    for batch in DataLoader(Data(), batch_size=4, num_workers=2):
+        batch.sum()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_dataloader_worker_stuck_on_a_sample_is_named_first(tmp_path):
+    """`dump DIR` reaches the DataLoader's forked workers; report names the stuck
+    worker (sample 9 is in worker 0's third batch) and where: before the main
+    process, which only waits for it."""
+    pytest.importorskip("torch")
+    (tmp_path / "dl_hang.py").write_text(DATALOADER_HANG.lstrip("\n"))
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    dumps = tmp_path / "dumps"
+    with subprocess.Popen([sys.executable, "-m", "pytrace_cffi", "run", "--flight-recorder",
+                           "--dumps-dir", str(dumps), "-o", str(tmp_path / "out.json"),
+                           str(tmp_path / "dl_hang.py")], cwd=tmp_path, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as run:
+        try:
+            deadline = time.monotonic() + 90
+            registry = dumps / ".live"
+            while len(os.listdir(registry) if registry.exists() else []) < 3:
+                assert time.monotonic() < deadline and run.poll() is None, "no workers"
+                time.sleep(0.2)
+            time.sleep(2)                   # the other batches done: everyone waits
+            asked = subprocess.run([sys.executable, "-m", "pytrace_cffi", "dump", str(dumps)],
+                                   cwd=tmp_path, env=env, capture_output=True, text=True,
+                                   timeout=TIMEOUT)
+            assert asked.returncode == 0, asked.stdout + asked.stderr
+        finally:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate(timeout=TIMEOUT)
+    from pytrace_cffi.hang_report import report
+    lines = report([str(dumps)]).splitlines()
+    assert lines[0].split(": ", 1)[1].startswith("3 processes dumped")
+    assert lines[1].startswith("DataLoader worker 0 (pid ") and " in time.sleep for " in lines[1]
+    first_group = lines[1:lines.index(next(l for l in lines[2:] if not l.startswith(" ")))]
+    assert "    dl_hang.py(10): __getitem__" in [l.rsplit("  ", 1)[0].rstrip()
+                                                 for l in first_group]
