@@ -280,6 +280,9 @@ pt_region_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         pt_thread *thread = pt_thread_of_caller(tracer);
         if (thread)
             pt_record(tracer, thread, PT_EV_PY_RETURN, self->key);
+        if (tracer->progress_region &&
+            PyUnicode_Compare(self->name, tracer->progress_region) == 0)
+            pt_flight_step();       /* the watchdog's named region made progress */
     }
     Py_INCREF(Py_False);
     return Py_False;                /* never swallows the exception */
@@ -757,4 +760,22 @@ pt_annotation_data(pt_tracer *tracer, void *py_args_list, void *py_marks_list)
     }
     PyGILState_Release(gil);
     return rc;
+}
+
+/* The flight recorder's watchdog counts each end of a region named py_name
+ * (a str) as progress, as it counts steps (pt_flight.c). Before start. */
+int
+pt_set_progress_region(pt_tracer *tracer, void *py_name)
+{
+    if (tracer->state != PT_STATE_NEW)
+        return PT_ERR_STATE;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int ok = PyUnicode_Check((PyObject *)py_name);
+    if (ok) {
+        Py_INCREF((PyObject *)py_name);
+        Py_CLEAR(tracer->progress_region);
+        tracer->progress_region = (PyObject *)py_name;
+    }
+    PyGILState_Release(gil);
+    return ok ? PT_OK : PT_ERR_ARG;
 }

@@ -170,6 +170,7 @@ pt_tracer_release(pt_tracer *tracer)
         Py_CLEAR(tracer->annotation_args);
         Py_CLEAR(tracer->marks);
         Py_CLEAR(tracer->spill_hook);
+        Py_CLEAR(tracer->progress_region);
         Py_CLEAR(tracer->getprofile);
         Py_CLEAR(tracer->hooks_lost);
         Py_CLEAR(tracer->thread_objects);

@@ -116,6 +116,7 @@ struct pt_tracer {
     /* pt_set_spill_hook: each full chunk goes to the spill file at once (a killed
      * process loses at most one chunk per thread), after spill_hook() has run */
     PyObject *spill_hook;
+    PyObject *progress_region;    /* the flight recorder's watchdog: this region's end is progress */
     int spill_hook_busy;
     PyObject *marks;              /* list: instants and counters */
     /* 3.9-3.11: sys.getprofile, checked at start to be the built-in (it reads the

@@ -214,6 +214,7 @@ int pt_annotation_data(pt_tracer *tracer, void *py_args_list, void *py_marks_lis
 #define PT_FLIGHT_WATCHDOG 2
 int pt_set_max_age(pt_tracer *tracer, int64_t ticks);  /* ring by seconds, in ticks */
 int pt_set_note_sources(pt_tracer *tracer);     /* code keys' file:line for C's dumps */
+int pt_set_progress_region(pt_tracer *tracer, void *py_name);  /* its end is a step */
 int pt_flight_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
                    const char *dump_json);
 int pt_flight_reap(void);

@@ -209,9 +209,11 @@ def start(**options):
         recorder's dumps go, one directory per dump, one proc-<pid> per process.
       dump_signal (name or number, default SIGUSR1; 0: none): the signal that
         dumps the flight recorder (`python -m pytrace_cffi dump PID|DIR` sends it).
-      watchdog (seconds): with the flight recorder, dump once per stall when no
-        step (step(), a torch optimizer step) came for this long; written by C
-        when a thread holding the GIL in C keeps Python from running.
+      watchdog (seconds, or "SECONDS:REGION"): with the flight recorder, dump
+        once per stall when no step (step(), a torch optimizer step; with REGION
+        also each end of that record_function region) came for this long, once
+        a first one came; written by C when a thread holding the GIL in C keeps
+        Python from running.
     Raises TracerStateError if already tracing, TracerConflictError if another
     profiler holds the hook pytrace_cffi needs, TypeError for bad options.
     """

@@ -78,8 +78,10 @@ OPTIONS = (
            "--dump-signal", False, "SIG", 12),
     Option("watchdog", "watchdog", None,
            "with the flight recorder: dump once per stall when no step (a torch optimizer "
-           "step or pytrace_cffi.step()) came for SECONDS; written by C when Python cannot "
-           "run (a thread stuck in C holding the GIL)", "--watchdog", False, "SECONDS", 13),
+           "step or pytrace_cffi.step(); with :REGION also each end of that "
+           "record_function region) came for SECONDS; written by C when Python cannot "
+           "run (a thread stuck in C holding the GIL)", "--watchdog", False,
+           "SECONDS[:REGION]", 13),
 )
 NAMES = tuple(option.name for option in OPTIONS)
 DEFAULTS = {option.name: option.default for option in OPTIONS}
@@ -265,13 +267,32 @@ def _signal(name, value, values):
     return None
 
 
+def watchdog_spec(value):
+    """(seconds, region name or None) of a watchdog option: a number of seconds,
+    or "SECONDS" / "SECONDS:REGION" (progress: each end of the record_function
+    region REGION, besides steps). ValueError or TypeError otherwise."""
+    region = None
+    if isinstance(value, str):
+        text, _, region = value.partition(":")
+        try:
+            seconds = float(text)
+        except ValueError:
+            raise ValueError(f"watchdog must be SECONDS or SECONDS:REGION, not {value!r}") \
+                from None
+        region = region or None
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = value
+    else:
+        raise TypeError("watchdog must be a number of seconds, or 'SECONDS:REGION'")
+    if not 0.01 <= seconds < 1e9:
+        raise ValueError(f"watchdog must be at least 0.01 seconds, not {seconds}")
+    return seconds, region
+
+
 def _watchdog(name, value, values):
     if value is not None:
         _needs_flight(name, values)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise TypeError(f"{name} must be a number of seconds")
-        if not 0.01 <= value < 1e9:
-            raise ValueError(f"{name} must be at least 0.01 seconds, not {value}")
+        watchdog_spec(value)
     return value
 
 
@@ -324,4 +345,4 @@ def _positive(text):
 
 
 _CLI_TYPES = {"count": _positive, "microseconds": float, "dumps": str, "signal": str,
-              "watchdog": float}
+              "watchdog": str}

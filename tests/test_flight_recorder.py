@@ -535,3 +535,32 @@ def test_a_dataloader_worker_stuck_on_a_sample_is_named_first(tmp_path):
     first_group = lines[1:lines.index(next(l for l in lines[2:] if not l.startswith(" ")))]
     assert "    dl_hang.py(10): __getitem__" in [l.rsplit("  ", 1)[0].rstrip()
                                                  for l in first_group]
+
+
+def test_the_watchdog_counts_a_named_regions_ends_as_progress(tmp_path):
+    """watchdog="SECONDS:REGION": no step() at all, the region's ends arm and feed
+    it; a stall after them dumps once, naming where; another region's ends do not."""
+    source = """
+        import sys, time
+        import pytrace_cffi
+
+        def stalled():
+            time.sleep(1.0)
+
+        pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1],
+                           watchdog="0.3:" + sys.argv[2])
+        for _ in range(5):
+            with pytrace_cffi.record_function("batch"):
+                time.sleep(0.01)
+        stalled()
+        pytrace_cffi.stop()
+        """
+    for region, expected in (("batch", 1), ("other", 0)):
+        dumps = tmp_path / region
+        proc = _run(tmp_path, source, dumps, region)
+        assert proc.returncode == 0, proc.stderr
+        found = [d for d in os.listdir(dumps) if not d.startswith(".")]
+        assert len(found) == expected, found
+    facts = dump_facts(process_dumps(tmp_path / "batch")[0])
+    assert facts["reason"] == "watchdog: no step for 0.3 s"
+    assert _stack_names(_main_thread(facts))[-2:] == ["prog.py(4): stalled", "time.sleep"]

@@ -38,7 +38,7 @@ def test_each_flag_gives_what_it_says():
                      "max_depth": 3, "min_duration_us": 1.5, "max_events": 10,
                      "skip_imports": True, "with_modules": False, "record_params": True,
                      "trim_paths": False, "flight_recorder": "30s", "dumps_dir": "d",
-                     "dump_signal": "USR2", "watchdog": 5.0}
+                     "dump_signal": "USR2", "watchdog": "5"}
     assert run_options("--flight-recorder")["flight_recorder"] is True
 
 

@@ -36,6 +36,7 @@ from .._hiding import hiding
 from .._names import name_for_source, path_inputs, path_prefixes
 from ..follow import exits
 from ..follow.identity import _host, process_facts
+from ..options import watchdog_spec
 
 DEFAULT_DUMPS_DIR = "pytrace_cffi-dumps"
 REGISTRY = ".live"              # DUMPS_DIR/.live/<pid>.json: who can be asked
@@ -70,11 +71,13 @@ class FlightRecorder:
     """The dumps of one session (a ring FollowSession): opened before its hooks go
     live, closed at its stop."""
 
-    def __init__(self, session, dumps_dir, signum, watchdog_s):
+    def __init__(self, session, dumps_dir, signum, watchdog):
         self.session = session
         self.dumps_dir = os.path.abspath(dumps_dir)
         self.signum = signum
-        self.watchdog_s = watchdog_s
+        self.watchdog_s, region = watchdog_spec(watchdog) if watchdog else (None, None)
+        if region is not None:      # (set before start: the tracer keeps it)
+            lib.pt_set_progress_region(session.ptr, ffi.cast("void *", id(region)))
         self.dumps = []             # the directories this process dumped into
         self._lock = threading.RLock()
         self._pipe = None
