@@ -2,10 +2,12 @@
 c_src/pt_live.c), and OUT then decodes to exactly the calls a whole-trace export
 of the same process gives; a trace the encoder cannot finish alone (record_function
 args) is written from the whole trace, and live.json says why."""
+import collections
 import glob
 import json
 import os
 import sys
+import textwrap
 
 from pytrace_cffi import load
 from pytrace_cffi.follow.finish import export_job
@@ -150,3 +152,46 @@ def test_a_fallback_is_said_on_the_console(tmp_path):
                    tmp_path / "out.pftrace", "--max-events", 65536, "--spill")
     assert "encoding the whole trace now: the trace has torch names or record_function args" \
         in proc.stderr
+
+
+def test_run_without_following_encodes_a_pftrace_while_the_program_runs(tmp_path):
+    """`run --no-follow -o OUT.pftrace` writes OUT as start(output=OUT) does: from
+    the parts encoded while the program ran (live_parts said so), the same calls
+    as a run that encodes at the end (PYTRACE_CFFI_LIVE=0)."""
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+        import threading
+
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+        t = threading.Thread(target=fib, args=(20,), name="helper")
+        t.start()
+        for _ in range(12):
+            fib(21)
+            sorted(range(100), key=abs)
+        t.join()
+        """))
+    wrapper = ("import sys\n"
+               "from pytrace_cffi.follow import live\n"
+               "chosen = live.live_parts\n"
+               "def noted(*args, **kwargs):\n"
+               "    parts = chosen(*args, **kwargs)\n"
+               "    print('LIVE', parts is not None)\n"
+               "    return parts\n"
+               "live.live_parts = noted\n"
+               "from pytrace_cffi.__main__ import main\n"
+               "sys.exit(main(sys.argv[1:]))\n")
+    counts = {}
+    for mode in ("1", "0"):
+        env = _env_own_tmp(tmp_path)
+        env["PYTRACE_CFFI_LIVE"] = mode
+        out = tmp_path / f"out{mode}.pftrace"
+        proc = run_command([sys.executable, "-c", wrapper, "run", "--no-follow", "-o", str(out),
+                            str(tmp_path / "prog.py")], tmp_path, env, TIMEOUT)
+        assert proc.returncode == 0, proc.stderr
+        assert ("LIVE True" in proc.stdout) == (mode == "1"), proc.stdout + proc.stderr
+        counts[mode] = collections.Counter(call[1] for call in _calls(read(out)))
+    assert counts["1"] == counts["0"]
+    # fib(n) makes 2 * F(n + 1) - 1 calls: fib(21) 35421 times 12, fib(20) 21891
+    assert sum(n for name, n in counts["1"].items() if name.endswith(": fib")) == (
+        12 * 35421 + 21891)

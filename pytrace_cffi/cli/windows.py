@@ -16,7 +16,7 @@ from .._core import lib
 from .._progress import announce_writing, counted, finish_command, written_note
 from ..errors import TraceError
 from ..follow import exits
-from ..formats import numbered
+from ..formats import is_pftrace, numbered
 
 
 def signal_number(name):
@@ -138,8 +138,21 @@ class Windows:
                 beside = os.path.dirname(os.path.abspath(self._output.rstrip(os.sep)))
                 self._spill_dir = new_directory(".pytrace_cffi-spill-", where=beside)
                 options = dict(options, output=self._spill_dir)
+            elif self._encoded_as_it_runs():
+                # start(output=OUT): stop() writes OUT, encoded while the program ran
+                number = self._count + 1
+                options = dict(options, output=numbered(self._output, number)
+                               if self._numbered else self._output)
         # Last statement: what this frame runs once the hooks are live is recorded.
         start(**options)
+
+    def _encoded_as_it_runs(self):
+        """A .pftrace window that keeps every event (no --max-events, no flight
+        recorder) is encoded while the program runs, as with children followed."""
+        o = self._options
+        return (is_pftrace(self._output) and not o.get("max_events")
+                and not o.get("flight_recorder")
+                and os.environ.get("PYTRACE_CFFI_LIVE", "1") != "0")
 
     def close(self, save=True):
         self._closing = True
@@ -154,6 +167,10 @@ class Windows:
                 return
             result, interrupted = stopped()
             if not save:                # a schedule's warmup
+                return
+            if _written_by_stop(result):    # start(output=OUT) wrote it (and said so)
+                self._count += 1
+                self.lost = self.lost or not result.written
                 return
             spill_dir, self._spill_dir = self._spill_dir, None
             if spill_dir is not None:       # (made elsewhere when it was removed)
@@ -212,6 +229,12 @@ class Windows:
             print("pytrace_cffi: no window was traced (no signal came, the program "
                   "ended before --delay, or it took fewer steps than --schedule waits)",
                   file=sys.stderr)
+
+
+def _written_by_stop(result):
+    """Whether result is a WrittenTrace (follow/written.py, imported only if used)."""
+    written = sys.modules.get("pytrace_cffi.follow.written")
+    return written is not None and isinstance(result, written.WrittenTrace)
 
 
 def _keep_interrupted(result, path, spill_dir):
