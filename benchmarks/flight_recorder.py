@@ -28,23 +28,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from callgrind import WORKLOADS_DIR      # noqa: E402  (the shared workloads)
+from floor_inner import FLOOR, measuring_env  # noqa: E402
 
 COST = r'''
 import importlib, json, statistics, sys, tempfile, time
 floor_dir, dirs, rounds, names = sys.argv[1:5]
 sys.path[:0] = [floor_dir] + dirs.split(__import__("os").pathsep)
-import _mon
 import pytrace_cffi
-if sys.version_info >= (3, 12):
-    floor_on, floor_off = (lambda: _mon.lib.mon_start(1)), _mon.lib.mon_stop
-else:
-    floor_on, floor_off = _mon.lib.noop_start_threads, _mon.lib.noop_stop_threads
+''' + FLOOR + r'''
 dumps = tempfile.mkdtemp()
-
-
-def floor(w):
-    t0 = time.perf_counter(); floor_on(); w(); floor_off()
-    return time.perf_counter() - t0
 
 
 def timed(w, **options):
@@ -116,7 +108,7 @@ def cost(args):
     for _ in range(args.passes):
         r = subprocess.run([sys.executable, "-c", COST, os.path.expanduser(args.floor_dir),
                             dirs, str(args.rounds), ",".join(args.workloads)],
-                           capture_output=True, text=True, cwd="/")
+                           capture_output=True, text=True, cwd="/", env=measuring_env())
         if r.returncode or "COST " not in r.stdout:
             raise SystemExit(r.stdout[-2000:] + r.stderr[-3000:])
         passes.append(json.loads(r.stdout.split("COST ", 1)[1]))
@@ -131,7 +123,7 @@ def cost(args):
 def soak(args):
     with subprocess.Popen([sys.executable, "-c", SOAK, WORKLOADS_DIR,
                            str(args.soak_millions)], stdout=subprocess.PIPE, text=True,
-                          cwd=tempfile.gettempdir()) as proc:
+                          cwd=tempfile.gettempdir(), env=measuring_env()) as proc:
         assert proc.stdout.readline().strip() == "started"
         t0, samples = time.monotonic(), []
         while proc.poll() is None:
@@ -156,7 +148,7 @@ def dump(args):
     print(f"{'held MiB':>9} {'program held ms':>16} {'dump written ms':>16}")
     for size in args.dump_sizes:
         r = subprocess.run([sys.executable, "-c", DUMP, str(size)], capture_output=True,
-                           text=True, cwd=tempfile.gettempdir())
+                           text=True, cwd=tempfile.gettempdir(), env=measuring_env())
         if r.returncode or "DUMP " not in r.stdout:
             raise SystemExit(r.stdout[-2000:] + r.stderr[-3000:])
         got = json.loads(r.stdout.split("DUMP ", 1)[1])

@@ -72,9 +72,7 @@ def main():
     print(f"pytrace_cffi from {os.path.dirname(pytrace_cffi.__file__)}, Python "
           f"{sys.version.split()[0]}; many_events {a.millions:g}M, {a.passes} passes x "
           f"{a.rounds} rounds")
-    env = dict(os.environ)          # the pytrace_cffi imported here, from "/" too
-    env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in
-                                        env.get("PYTHONPATH", "").split(os.pathsep) if p)
+    env = measuring_env()
     runs = []
     for _ in range(a.passes):
         r = subprocess.run([sys.executable, "-c", INNER, os.path.expanduser(a.floor_dir),

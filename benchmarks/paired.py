@@ -35,6 +35,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from callgrind import WORKLOADS_DIR      # noqa: E402  (the shared workloads)
+from floor_inner import FLOOR            # noqa: E402
 
 OWN_WORKLOADS = os.path.join(HERE, "workloads")
 
@@ -44,17 +45,8 @@ INNER = r'''
 import importlib, json, statistics, sys, time
 floor_dir, dirs, rounds, names = sys.argv[1:5]
 sys.path[:0] = [floor_dir] + dirs.split(__import__("os").pathsep)
-import _mon
 import pytrace_cffi
-if sys.version_info >= (3, 12):
-    floor_on, floor_off = (lambda: _mon.lib.mon_start(1)), _mon.lib.mon_stop
-else:
-    floor_on, floor_off = _mon.lib.noop_start_threads, _mon.lib.noop_stop_threads
-
-
-def floor(w):
-    t0 = time.perf_counter(); floor_on(); w(); floor_off()
-    return time.perf_counter() - t0
+''' + FLOOR + r'''
 
 
 def record(w):
