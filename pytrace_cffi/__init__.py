@@ -348,7 +348,13 @@ def _has_session():
     return _running.has_session()
 
 
-_running.api.update(start=start, stop=stop)     # for follow/ (see _running)
+def _load_flight_recorder():
+    """Imports flight/, which gives FollowSession its recorder (for follow/)."""
+    from . import flight         # noqa: F401
+
+
+_running.api.update(start=start, stop=stop,     # for follow/ (see _running)
+                    load_flight_recorder=_load_flight_recorder)
 
 
 class trace:

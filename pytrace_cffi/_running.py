@@ -10,7 +10,8 @@ import threading
 
 lock = threading.Lock()
 session = None      # the running Session (or FollowSession), or None
-api = {}            # "start", "stop": pytrace_cffi.start and pytrace_cffi.stop
+api = {}            # "start", "stop": pytrace_cffi.start and pytrace_cffi.stop;
+                    # "load_flight_recorder": imports flight/ (FollowSession.recorder)
 
 
 def has_session():

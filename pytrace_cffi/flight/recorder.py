@@ -36,6 +36,7 @@ from .._hiding import hiding
 from .._names import name_for_source, path_inputs, path_prefixes
 from ..follow import exits
 from ..follow.identity import _host, process_facts
+from ..follow.session import FollowSession
 from ..options import watchdog_spec
 
 DEFAULT_DUMPS_DIR = "pytrace_cffi-dumps"
@@ -49,7 +50,7 @@ DUMP_FILE = "dump.json"
 THREAD_NAME = "pytrace_cffi: flight"
 
 
-def resolved_options(options):
+def _resolved_options(options):
     """options with the recorder's defaults filled in and dumps_dir absolute: what
     this process records with, and the processes it starts are told."""
     import signal
@@ -70,6 +71,8 @@ def dump_dir_name(reason, when=None):
 class FlightRecorder:
     """The dumps of one session (a ring FollowSession): opened before its hooks go
     live, closed at its stop."""
+
+    resolved_options = staticmethod(_resolved_options)
 
     def __init__(self, session, dumps_dir, signum, watchdog):
         self.session = session
@@ -319,3 +322,6 @@ def _requested_name():
 
 def _say(text):
     print(f"pytrace_cffi: pid {os.getpid()}: {text}", file=sys.stderr)
+
+
+FollowSession.recorder = FlightRecorder        # ring sessions make theirs (see there)

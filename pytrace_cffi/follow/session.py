@@ -22,8 +22,8 @@ from .._status import check
 from .._tracer import USE_MONITORING, Session
 from ..saved_format import hash_id
 from ..spill import note_spill_problem
-from ..flight.ring import describe_ring, ring_of
 from . import identity, live
+from .ring import describe_ring, ring_of
 from .exits import finish_here, install_exit_paths, restore_exit_paths
 from .identity import (BOOT_DIR, DEFAULT_MAX_EVENTS, ENV, FINISH_FILE, JOB_FILE, KEYS_FILE,
                        LAUNCHED_FILE, PROCESS_FILE, RUN_DONE_FILE, UNFOLLOWED_FILE,
@@ -249,6 +249,10 @@ class FollowSession(Session):
     its children to do the same."""
 
     follows_children = True     # identity.following(session)
+    # The flight recorder's class: flight/recorder.py sets it when imported (the
+    # recorder sits on top of the session, which never imports it; a ring session
+    # asks for it through _running.api when it is not there yet).
+    recorder = None
 
     def __init__(self, options, root=True, forked=False, children=True):
         options = dict(options)
@@ -259,8 +263,9 @@ class FollowSession(Session):
         # the flight recorder: a ring (no spill file), keys named at each chunk
         self.ring = ring_of(options.get("flight_recorder"))
         if self.ring:
-            from ..flight.recorder import resolved_options
-            options = resolved_options(options)     # as the children get them
+            if FollowSession.recorder is None:      # (a forkserver's child: not imported yet)
+                _running.api["load_flight_recorder"]()
+            options = self.recorder.resolved_options(options)   # as the children get them
             options["max_events"] = None
         elif options.get("max_events") is None:
             options["max_events"] = DEFAULT_MAX_EVENTS
@@ -297,9 +302,8 @@ class FollowSession(Session):
               self.ptr, "spill hook")
         self.flight = None
         if self.ring:
-            from ..flight.recorder import FlightRecorder
-            self.flight = FlightRecorder(self, options["dumps_dir"], options["dump_signal"],
-                                         options["watchdog"])
+            self.flight = self.recorder(self, options["dumps_dir"], options["dump_signal"],
+                                        options["watchdog"])
         if live.requested() and not self.ring:
             self._key_names.live = live.LiveEncoder(self.ptr, self.process_dir,
                                                     self.min_duration_ns)

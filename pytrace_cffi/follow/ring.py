@@ -1,7 +1,7 @@
 """The flight recorder's ring, as start()'s options give it: a size in events
 (the C core's max_events without a spill file: the oldest chunk is dropped) and,
-given seconds, an age past which chunks are dropped too. Kept free of imports of
-the recorder: the follow session reads it."""
+given seconds, an age past which chunks are dropped too. A FollowSession in ring
+mode records so; the recorder's dumps (flight/) sit on top of it."""
 from ..options import flight_ring
 
 EVENT_BYTES = 8         # pt_event: a 32-bit delta and a 32-bit key|kind
