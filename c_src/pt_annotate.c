@@ -360,22 +360,28 @@ static PyType_Spec pt_region_spec = {
 /* Instants and counters                                                    */
 /* ======================================================================== */
 
-/* Appends (kind, ticks, thread index, name, payload) to the tracer's marks. */
-static void
-pt_add_mark(pt_tracer *tracer, const char *kind, PyObject *name, PyObject *payload)
+void
+pt_mark_at(pt_tracer *tracer, const pt_thread *thread, const char *kind, int64_t ticks,
+           PyObject *name, PyObject *payload)
 {
-    pt_thread *thread = pt_thread_of_caller(tracer);
-    if (!thread)
-        return;
     if (!tracer->marks && !(tracer->marks = PyList_New(0))) {
         PyErr_Clear();
         return;
     }
-    PyObject *mark = Py_BuildValue("(sLiOO)", kind, (long long)pt_ticks(tracer),
-                                   thread->index, name, payload);
+    PyObject *mark = Py_BuildValue("(sLiOO)", kind, (long long)ticks, thread->index, name,
+                                   payload);
     if (!mark || PyList_Append(tracer->marks, mark) < 0)
         PyErr_Clear();
     Py_XDECREF(mark);
+}
+
+/* Appends (kind, now, the calling thread's index, name, payload) to the marks. */
+static void
+pt_add_mark(pt_tracer *tracer, const char *kind, PyObject *name, PyObject *payload)
+{
+    pt_thread *thread = pt_thread_of_caller(tracer);
+    if (thread)
+        pt_mark_at(tracer, thread, kind, pt_ticks(tracer), name, payload);
 }
 
 static PyObject *

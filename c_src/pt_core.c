@@ -168,6 +168,10 @@ pt_tracer_release(pt_tracer *tracer)
         Py_CLEAR(tracer->watch_classify);
         Py_CLEAR(tracer->watch_tag);
         Py_CLEAR(tracer->annotation_args);
+        Py_CLEAR(tracer->exception_hook);
+        Py_CLEAR(tracer->args_match);
+        Py_CLEAR(tracer->args_call);
+        Py_CLEAR(tracer->args_return);
         Py_CLEAR(tracer->marks);
         Py_CLEAR(tracer->spill_hook);
         Py_CLEAR(tracer->progress_region);
@@ -189,6 +193,7 @@ pt_tracer_release(pt_tracer *tracer)
             pt_chunk_free(chunk);
             chunk = next_chunk;
         }
+        free(thread->logged);
         free(thread);
         thread = next_thread;
     }

@@ -212,11 +212,11 @@ pt_record_call(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key
         pt_record(tracer, thread, kind, key);
 }
 
-static inline void
+/* pt_record's answer, or 1 when the return was suppressed (max_depth). */
+static inline int
 pt_record_return(pt_tracer *tracer, pt_thread *thread, uint32_t kind, uint32_t key)
 {
-    if (pt_depth_leave(tracer, thread, key))
-        pt_record(tracer, thread, kind, key);
+    return pt_depth_leave(tracer, thread, key) ? pt_record(tracer, thread, kind, key) : 1;
 }
 
 /* ======================================================================== */
@@ -308,8 +308,42 @@ pt_is_builtin_function(PyObject *arg)
     return Py_TYPE(arg) == &PyCFunction_Type || PyCFunction_Check(arg);
 }
 
-static PT_NOINLINE int
-pt_profile_callback_full(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg)
+/* A Python return under the logging callback (log_args, log_exceptions), arg the
+ * value returned, NULL when an exception left the frame. */
+static void
+pt_profile_logged_return(pt_tracer *tracer, pt_thread *thread, uint32_t key,
+                         PyFrameObject *frame, PyObject *arg)
+{
+    if (!pt_depth_leave(tracer, thread, key))
+        return;
+    int chained = thread->cursor == thread->exception_mark;
+    if (pt_record(tracer, thread, PT_EV_PY_RETURN, key) < 0)
+        return;                                 /* stopped (maybe gone) meanwhile */
+    if ((tracer->key_flags[key] & PT_KEYF_LOG_ARGS) &&
+        pt_log_return(tracer, thread, key, arg, arg == NULL))
+        return;
+    if (!arg && tracer->exception_hook)
+        pt_report_exception(tracer, thread, PT_EXC_UNWIND, (PyObject *)frame, -1, NULL,
+                            chained, thread->last_ticks);
+}
+
+/* A built-in that raised, under the logging callback with log_exceptions: told
+ * once its return is recorded (when it is), so that a frame it then unwinds
+ * counts as the same exception. */
+static void
+pt_profile_c_raised(pt_tracer *tracer, pt_thread *thread, PyFrameObject *frame, PyObject *arg,
+                    int chained)
+{
+    if (tracer->exception_hook && !thread->suppressed && tracer->state == PT_STATE_RUNNING &&
+        !(tracer->code_filter && pt_caller_skipped(tracer, frame)))
+        pt_report_exception(tracer, thread, PT_EXC_C_RAISE, (PyObject *)frame, -1, arg,
+                            chained, pt_ticks(tracer));
+}
+
+/* The profile hook's every event (logging: the callback of a tracer that logs
+ * arguments or exceptions, which passes arg along). */
+static PT_ALWAYS_INLINE int
+pt_profile_event(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg, int logging)
 {
     pt_tracer *tracer = pt_recording_tracer(handle);
     if (!tracer)
@@ -317,6 +351,7 @@ pt_profile_callback_full(PyObject *handle, PyFrameObject *frame, int what, PyObj
     pt_thread *thread = pt_thread_current(tracer);
     if (!thread)
         return 0;
+    int chained = thread->cursor == thread->exception_mark;
     switch (what) {
     case PT_TRACE_CALL:
     case PT_TRACE_RETURN: {
@@ -325,11 +360,18 @@ pt_profile_callback_full(PyObject *handle, PyFrameObject *frame, int what, PyObj
         Py_DECREF(code);
         if (!key || pt_skipped(tracer, key))
             break;
-        if (what == PT_TRACE_RETURN) {
+        if (logging && what == PT_TRACE_RETURN) {
+            pt_profile_logged_return(tracer, thread, key, frame, arg);
+        } else if (what == PT_TRACE_RETURN) {
             pt_record_return(tracer, thread, PT_EV_PY_RETURN, key);
         } else if (pt_depth_enter(tracer, thread, key)) {
-            if (pt_record(tracer, thread, PT_EV_PY_CALL, key) >= 0)   /* < 0: stopped */
-                pt_maybe_tag(tracer, thread, key, frame);
+            if (pt_record(tracer, thread, PT_EV_PY_CALL, key) < 0)   /* stopped */
+                break;
+            if (logging && (tracer->key_flags[key] & PT_KEYF_LOG_ARGS)) {
+                pt_log_call(tracer, thread, key, frame, -1);
+                break;                  /* the tracer may be gone: no tag (no key is both) */
+            }
+            pt_maybe_tag(tracer, thread, key, frame);
         }
         break;
     }
@@ -346,24 +388,39 @@ pt_profile_callback_full(PyObject *handle, PyFrameObject *frame, int what, PyObj
         }
         break;
     case PT_TRACE_C_RETURN:
-    case PT_TRACE_C_EXCEPTION:
+    case PT_TRACE_C_EXCEPTION: {
+        int recorded = 1;               /* < 0: stopped (maybe gone) meanwhile */
         if ((tracer->flags & PT_FLAG_C_CALLS) &&
             !(tracer->code_filter && pt_caller_skipped(tracer, frame))) {
-            uint32_t key;
+            uint32_t key = 0;
             if (arg == thread->c_callable)
                 key = thread->c_key;
-            else if (pt_is_builtin_function(arg))
-                key = pt_key_for_builtin(tracer, arg, 1, NULL);
-            else
-                break;
+            else if (pt_is_builtin_function(arg) &&
+                     !(key = pt_key_for_builtin(tracer, arg, 1, NULL)))
+                recorded = -1;          /* out of memory, or stopped while naming it */
             if (key)
-                pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
+                recorded = pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
         }
+        if (logging && what == PT_TRACE_C_EXCEPTION && recorded >= 0)
+            pt_profile_c_raised(tracer, thread, frame, arg, chained);
         break;
+    }
     default:
         break;
     }
     return 0;
+}
+
+static PT_NOINLINE int
+pt_profile_callback_full(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg)
+{
+    return pt_profile_event(handle, frame, what, arg, 0);
+}
+
+static PT_NOINLINE int
+pt_profile_logging_full(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg)
+{
+    return pt_profile_event(handle, frame, what, arg, 1);
 }
 
 /* The profile hook's usual events, recorded with as little saved and restored
@@ -371,41 +428,67 @@ pt_profile_callback_full(PyObject *handle, PyFrameObject *frame, int what, PyObj
  * above (see pt_fast_thread). A Python call or return asks for its code object
  * first (the one call here), so that only the hook's own arguments live across
  * it; a C call or return makes none. */
-static PT_NOINLINE int
-pt_profile_py_fast(PyObject *handle, PyFrameObject *frame, int what)
+static PT_ALWAYS_INLINE int
+pt_profile_py_fast_body(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg,
+                        int logging)
 {
     PyObject *code = (PyObject *)PyFrame_GetCode(frame);
     Py_DECREF(code);                    /* the frame holds it: only its address is used */
     pt_tracer *tracer = pt_recording_tracer(handle);
     pt_thread *thread;
     if (PT_UNLIKELY(!pt_fast_thread(tracer, &thread)))
-        return pt_profile_callback_full(handle, frame, what, NULL);
+        goto full;
     uint32_t key = pt_key_lookup(tracer, code, NULL);
     if (PT_UNLIKELY(!key || tracer->key_flags[key] ||
                     !pt_fast_record(tracer, thread, what == PT_TRACE_CALL ? PT_EV_PY_CALL
                                                                   : PT_EV_PY_RETURN, key)))
-        return pt_profile_callback_full(handle, frame, what, NULL);
+        goto full;
     return 0;
+full:
+    return logging ? pt_profile_logging_full(handle, frame, what, arg)
+                   : pt_profile_callback_full(handle, frame, what, NULL);
 }
 
-static int
-pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg)
+static PT_NOINLINE int
+pt_profile_py_fast(PyObject *handle, PyFrameObject *frame, int what)
+{
+    return pt_profile_py_fast_body(handle, frame, what, NULL, 0);
+}
+
+/* The logging callback's: the return value (arg) goes along to the full path. */
+static PT_NOINLINE int
+pt_profile_py_fast_logging(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg)
+{
+    return pt_profile_py_fast_body(handle, frame, what, arg, 1);
+}
+
+/* The profile hook; logging: pt_profile_callback_logging's copy (log_args,
+ * log_exceptions), which alone looks for a frame left by an exception (a return
+ * without a value) and a built-in that raised, so that without those options the
+ * hook is what it was. */
+static PT_ALWAYS_INLINE int
+pt_profile_dispatch(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg,
+                    int logging)
 {
     pt_tracer *tracer = pt_recording_tracer(handle);
     if (PT_UNLIKELY(!tracer))
         return 0;                       /* not recording (noop, stopped): the full path agrees */
+    if (logging && PT_UNLIKELY((what == PT_TRACE_RETURN && !arg) ||
+                               what == PT_TRACE_C_EXCEPTION))
+        return pt_profile_logging_full(handle, frame, what, arg);
     if (what == PT_TRACE_CALL || what == PT_TRACE_RETURN)
-        return pt_profile_py_fast(handle, frame, what);
+        return logging ? pt_profile_py_fast_logging(handle, frame, what, arg)
+                       : pt_profile_py_fast(handle, frame, what);
     pt_thread *thread;
     if (PT_UNLIKELY(!pt_fast_thread(tracer, &thread) || tracer->code_filter ||
                     tracer->max_depth || !(tracer->flags & PT_FLAG_C_CALLS)))
-        return pt_profile_callback_full(handle, frame, what, arg);
+        goto full;
     uint32_t key, kind;
     if (what == PT_TRACE_C_CALL) {
         /* a module function seen before (see pt_monitor_call) */
         key = Py_TYPE(arg) == &PyCFunction_Type ? pt_key_lookup(tracer, arg, PT_CALLABLE_KEY) : 0;
         if (PT_UNLIKELY(!key || tracer->key_flags[key]))
-            return pt_profile_callback_full(handle, frame, what, arg);
+            goto full;
         thread->c_callable = arg;
         thread->c_key = key;
         kind = PT_EV_C_CALL;
@@ -414,11 +497,34 @@ pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *
         key = thread->c_key;
         kind = PT_EV_C_RETURN;
     } else {
-        return pt_profile_callback_full(handle, frame, what, arg);
+        goto full;
     }
     if (PT_UNLIKELY(!pt_fast_record(tracer, thread, kind, key)))
-        return pt_profile_callback_full(handle, frame, what, arg);
+        goto full;
     return 0;
+full:
+    return logging ? pt_profile_logging_full(handle, frame, what, arg)
+                   : pt_profile_callback_full(handle, frame, what, arg);
+}
+
+static int
+pt_profile_callback(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg)
+{
+    return pt_profile_dispatch(handle, frame, what, arg, 0);
+}
+
+static int
+pt_profile_callback_logging(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg)
+{
+    return pt_profile_dispatch(handle, frame, what, arg, 1);
+}
+
+/* The profile hook a tracer installs. */
+static pt_tracefunc
+pt_profile_func(const pt_tracer *tracer)
+{
+    return tracer->exception_hook || tracer->args_call ? pt_profile_callback_logging
+                                                       : pt_profile_callback;
 }
 
 /* ======================================================================== */
@@ -437,10 +543,13 @@ pt_monitor_result(pt_tracer *tracer, int disable)
     return result;
 }
 
-/* Python frame events: (code, offset, ...). `kind` is a call or a return. */
+/* Python frame events: (code, offset, ...). `kind` is a call or a return; a
+ * logged call (log_args) is told whether it is a frame's start (entry_or_raised
+ * 1) or a resumption (0), a logged return the value (args[2]) and whether an
+ * exception left the frame (entry_or_raised 1: args[2] is that exception). */
 static PT_ALWAYS_INLINE PyObject *
 pt_monitor_py_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs,
-                    uint32_t kind, int may_disable, int may_tag)
+                    uint32_t kind, int may_disable, int may_tag, int entry_or_raised)
 {
     pt_tracer *tracer = pt_recording_tracer(handle);
     if (!tracer || nargs < 1)
@@ -454,9 +563,16 @@ pt_monitor_py_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs,
     if (pt_skipped(tracer, key))
         return pt_monitor_result(tracer, may_disable);
     if (kind == PT_EV_PY_RETURN) {
-        pt_record_return(tracer, thread, kind, key);
+        if (pt_depth_leave(tracer, thread, key) && pt_record(tracer, thread, kind, key) >= 0 &&
+            (tracer->key_flags[key] & PT_KEYF_LOG_ARGS))
+            (void)pt_log_return(tracer, thread, key, nargs >= 3 ? args[2] : NULL,
+                                entry_or_raised);
     } else if (pt_depth_enter(tracer, thread, key)) {
-        if (pt_record(tracer, thread, kind, key) >= 0 && may_tag)     /* < 0: stopped */
+        if (pt_record(tracer, thread, kind, key) < 0)       /* stopped */
+            Py_RETURN_NONE;
+        if (tracer->key_flags[key] & PT_KEYF_LOG_ARGS)      /* (no key is both) */
+            pt_log_call(tracer, thread, key, PyEval_GetFrame(), entry_or_raised);
+        else if (may_tag)
             pt_maybe_tag(tracer, thread, key,
                          tracer->key_flags[key] & PT_KEYF_TAG ? PyEval_GetFrame() : NULL);
     }
@@ -467,19 +583,19 @@ pt_monitor_py_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs,
 static PT_NOINLINE PyObject *
 pt_monitor_py_start_full(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
-    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_CALL, 1, 1);
+    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_CALL, 1, 1, 1);
 }
 
 static PT_NOINLINE PyObject *
 pt_monitor_py_resume_full(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
-    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_CALL, 1, 0);
+    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_CALL, 1, 0, 0);
 }
 
 static PT_NOINLINE PyObject *
 pt_monitor_py_return_full(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
-    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_RETURN, 1, 0);
+    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_RETURN, 1, 0, 0);
 }
 
 typedef PyObject *(*pt_monitor_func)(PyObject *, PyObject *const *, Py_ssize_t);
@@ -518,7 +634,7 @@ pt_monitor_py_resume(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 pt_monitor_py_throw(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
-    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_CALL, 0, 0);
+    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_CALL, 0, 0, 0);
 }
 
 /* PY_RETURN, PY_YIELD: a return. */
@@ -532,7 +648,49 @@ pt_monitor_py_return(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 pt_monitor_py_unwind(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
 {
-    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_RETURN, 0, 0);
+    return pt_monitor_py_event(handle, args, nargs, PT_EV_PY_RETURN, 0, 0, 1);
+}
+
+/* RAISE, RERAISE, EXCEPTION_HANDLED (code, offset, exception): registered only
+ * under log_exceptions (pytrace_cffi/_tracer.py), so that without it an exception
+ * costs nothing. Exceptions in code the filters leave out, or inside calls
+ * max_depth or skip_imports suppress, are left out with them. */
+static PT_ALWAYS_INLINE PyObject *
+pt_monitor_exception(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, int event)
+{
+    pt_tracer *tracer = pt_recording_tracer(handle);
+    if (!tracer || nargs < 3 || !tracer->exception_hook)
+        Py_RETURN_NONE;
+    pt_thread *thread = pt_thread_current(tracer);
+    if (!thread || thread->suppressed)
+        Py_RETURN_NONE;
+    int64_t ticks = pt_ticks(tracer);
+    uint32_t key = pt_key_for_code(tracer, args[0]);
+    if (!key || pt_skipped(tracer, key))
+        Py_RETURN_NONE;
+    long offset = PyLong_AsLong(args[1]);
+    if (offset == -1 && PyErr_Occurred())
+        PyErr_Clear();
+    pt_report_exception(tracer, thread, event, args[0], (int)offset, args[2], 0, ticks);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+pt_monitor_raise(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    return pt_monitor_exception(handle, args, nargs, PT_EXC_RAISE);
+}
+
+static PyObject *
+pt_monitor_reraise(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    return pt_monitor_exception(handle, args, nargs, PT_EXC_RERAISE);
+}
+
+static PyObject *
+pt_monitor_handled(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
+{
+    return pt_monitor_exception(handle, args, nargs, PT_EXC_HANDLED);
 }
 
 /* A bound method under PT_FLAG_UNWRAP_METHODS. sys.setprofile on 3.12.5+ and 3.13
@@ -735,6 +893,9 @@ static PyMethodDef pt_monitor_methods[] = {
     {"CALL", (PyCFunction)(void (*)(void))pt_monitor_call, METH_FASTCALL, NULL},
     {"C_RETURN", (PyCFunction)(void (*)(void))pt_monitor_c_return, METH_FASTCALL, NULL},
     {"C_RAISE", (PyCFunction)(void (*)(void))pt_monitor_c_return_full, METH_FASTCALL, NULL},
+    {"RAISE", (PyCFunction)(void (*)(void))pt_monitor_raise, METH_FASTCALL, NULL},
+    {"RERAISE", (PyCFunction)(void (*)(void))pt_monitor_reraise, METH_FASTCALL, NULL},
+    {"EXCEPTION_HANDLED", (PyCFunction)(void (*)(void))pt_monitor_handled, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1246,12 +1407,12 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
         else
             Py_XDECREF(top);
         if (tracer->backend == PT_BACKEND_PROFILE)
-            pt_profile_plan_add(&hooks, ts, top_seen, pt_profile_callback, tracer->handle);
+            pt_profile_plan_add(&hooks, ts, top_seen, pt_profile_func(tracer), tracer->handle);
     }
     Py_XDECREF(current_frames);
     /* The hooks go live once the walk is over (see pt_profile_plan): with Python
      * audit hooks, other threads may run between two settings. */
-    pt_profile_plan_apply(&hooks, interp, pt_profile_callback, tracer->handle, tracer);
+    pt_profile_plan_apply(&hooks, interp, pt_profile_func(tracer), tracer->handle, tracer);
     /* Running from here: the questions below run Python code, which lets other
      * threads run, and a thread that starts then attaches through the thread
      * hook (which finds no tracer before this, and would unhook itself). */
@@ -1293,7 +1454,7 @@ pt_attach_held(pt_tracer *tracer, int skip_frames)
     if (pt_is_own_tstate(PyThreadState_GetID(PyThreadState_Get())))
         return;                         /* one of pytrace_cffi's own (pt_own.c) */
     if (tracer->backend == PT_BACKEND_PROFILE)
-        PyEval_SetProfile(pt_profile_callback, tracer->handle);
+        PyEval_SetProfile(pt_profile_func(tracer), tracer->handle);
     PyThreadState *tstate = PyThreadState_Get();
     uint64_t tstate_id = PyThreadState_GetID(tstate);
     if (!pt_thread_find(tracer, tstate_id)) {

@@ -53,6 +53,14 @@ typedef struct pt_thread {
     int hook_lost;                /* another profiler was found in place of our hook */
     int alive_at_stop;            /* its thread state was still there at pt_stop */
     int ended_unhooked;           /* ran or ended before start() set its hook (pt_profile_plan) */
+    /* log_args (pt_logargs.c): the logged calls open on this thread, innermost
+     * last, as (key, annotation_args index) pairs */
+    uint32_t *logged;
+    uint32_t n_logged, cap_logged;
+    /* log_exceptions on 3.9-3.11 (pt_exceptions.c): the cursor after the last
+     * exception reported, so that the next report knows nothing was recorded
+     * in between (the same exception, unwinding further) */
+    const pt_event *exception_mark;
 } pt_thread;
 
 typedef struct {
@@ -101,7 +109,12 @@ struct pt_tracer {
     PyObject *watch_names;        /* set of co_names worth classifying, or NULL */
     PyObject *watch_classify;     /* classify(code) -> int */
     PyObject *watch_tag;          /* tag(frame) -> int */
-    PyObject *annotation_args;    /* list: args dicts of record_function calls */
+    PyObject *annotation_args;    /* list: args dicts of record_function calls and of
+                                     logged calls (log_args) */
+    PyObject *exception_hook;     /* log_exceptions: describe(...) -> (name, args) or None */
+    PyObject *args_match;         /* log_args: match(code) -> bool, asked once per code */
+    PyObject *args_call;          /* log_args: on_call(frame, first_entry) -> dict or None */
+    PyObject *args_return;        /* log_args: on_return(args dict, value, raised) */
     /* bounded memory (max_events): past it the oldest chunks are spilled to
      * `spill` when set, else dropped and counted */
     uint64_t max_events;
@@ -144,6 +157,8 @@ enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
 #define PT_KEYF_NAMED PT_KEY_NAMED    /* code the filters leave out, kept because the
                                          watcher names its calls; the built-ins it calls
                                          stay out */
+#define PT_KEYF_LOG_ARGS 32           /* log_args matched this code: its calls record
+                                         their arguments and return values */
 
 /* Whether the built-ins called by code of this key are left out with it. */
 static inline int
@@ -457,6 +472,31 @@ pt_maybe_tag(pt_tracer *tracer, pt_thread *thread, uint32_t key, PyFrameObject *
     if (tracer->key_flags[key] & PT_KEYF_TAG)
         pt_tag_call(tracer, thread, frame);
 }
+
+/* pt_logargs.c: asked once per new code object, whether log_args matches it
+ * (sets PT_KEYF_LOG_ARGS); after a call of such a key was recorded (frame: the
+ * new frame; first_entry 1, 0 for a generator resumed, -1 unknown: Python asks
+ * the frame), and after its return was recorded (value NULL when unknown:
+ * raised says whether an exception left the frame). The last two run Python
+ * code: the hook returns right after pt_log_call, and after pt_log_return when
+ * it returns 1 (the tracer may be gone, see pt_python_enter). */
+void pt_match_logged_code(pt_tracer *tracer, PyObject *code, uint32_t id);
+void pt_log_call(pt_tracer *tracer, pt_thread *thread, uint32_t key, PyFrameObject *frame,
+                 int first_entry);
+int pt_log_return(pt_tracer *tracer, pt_thread *thread, uint32_t key, PyObject *value,
+                  int raised);
+
+/* pt_exceptions.c: one exception event (PT_EXC_*) for the exception hook, at
+ * ticks, on thread: place is the code object (3.12+, offset its instruction) or
+ * the frame (3.9-3.11), detail the exception (3.12+) or the built-in that raised
+ * (PT_EXC_C_RAISE), else None; chained: nothing was recorded on the thread since
+ * its last report. Runs Python code: the hook returns right after. */
+void pt_report_exception(pt_tracer *tracer, pt_thread *thread, int event, PyObject *place,
+                         int offset, PyObject *detail, int chained, int64_t ticks);
+
+/* pt_annotate.c: appends (kind, ticks, thread index, name, payload) to tracer->marks. */
+void pt_mark_at(pt_tracer *tracer, const pt_thread *thread, const char *kind, int64_t ticks,
+                PyObject *name, PyObject *payload);
 
 /* pt_clock.c: a CLOCK_MONOTONIC / CLOCK_REALTIME pair (monotonic, realtime, spread ns). */
 void pt_take_anchor(int64_t out[3]);

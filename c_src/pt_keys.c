@@ -315,7 +315,7 @@ pt_key_for_new_code(pt_tracer *tracer, PyObject *code)
     id = pt_key_insert(tracer, code, NULL, code);
     if (id && tracer->note_sources)
         pt_note_source(tracer, id, code);
-    if (id && (tracer->watch_names || tracer->code_filter)) {
+    if (id && (tracer->watch_names || tracer->code_filter || tracer->args_match)) {
         if (tracer->classify_from)
             return id;     /* pt_start is walking threads: no Python code may run yet */
         int was_running = tracer->state == PT_STATE_RUNNING;
@@ -331,7 +331,8 @@ pt_key_for_new_code(pt_tracer *tracer, PyObject *code)
     return id;
 }
 
-/* Runs the watcher's and the filter's Python callbacks about a new code key. */
+/* Runs the watcher's, the filter's and log_args' Python callbacks about a new
+ * code key. */
 static void
 pt_ask_about_code(pt_tracer *tracer, uint32_t id)
 {
@@ -340,6 +341,8 @@ pt_ask_about_code(pt_tracer *tracer, uint32_t id)
         pt_classify_code(tracer, code, id);
     if (tracer->code_filter)
         pt_filter_code(tracer, code, id);
+    if (tracer->args_match)
+        pt_match_logged_code(tracer, code, id);
 }
 
 void
@@ -355,7 +358,7 @@ pt_ask_deferred_questions(pt_tracer *tracer)
 {
     uint32_t first = tracer->classify_from;
     tracer->classify_from = 0;
-    if (!first || !(tracer->watch_names || tracer->code_filter))
+    if (!first || !(tracer->watch_names || tracer->code_filter || tracer->args_match))
         return;
     for (uint32_t id = first; id < tracer->n_keys; id++)
         if (tracer->sources[id] && !PyTuple_Check(tracer->sources[id]) &&

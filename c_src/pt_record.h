@@ -176,6 +176,29 @@ int pt_audit_guard(void *py_callable);
  * (0 < tag < 2^29) is recorded with the call. Call before pt_start. */
 int pt_set_watch(pt_tracer *tracer, void *py_tuple);
 
+/* Exceptions (pt_exceptions.c), before pt_start: each exception event is told to
+ * py_hook(event, place, offset, detail, thread index, chained) (a callable, kept),
+ * whose (name, args dict) result becomes an instant on that thread at the
+ * event's time (None: nothing). 3.12+ (sys.monitoring, with the RAISE, RERAISE and
+ * EXCEPTION_HANDLED callbacks registered): place the code object, offset its
+ * instruction's, detail the exception. 3.9-3.11 (the profile hook, which sees no
+ * exception object): place the frame, offset -1, detail None for a frame left by
+ * an exception (PT_EXC_UNWIND) or the built-in that raised (PT_EXC_C_RAISE);
+ * chained 1 when nothing was recorded on the thread since its last report. */
+#define PT_EXC_RAISE 1
+#define PT_EXC_RERAISE 2
+#define PT_EXC_HANDLED 3
+#define PT_EXC_UNWIND 4
+#define PT_EXC_C_RAISE 5
+int pt_set_exception_hook(pt_tracer *tracer, void *py_hook);
+/* Logged calls (pt_logargs.c), before pt_start: py_tuple is (match, on_call,
+ * on_return). match(code) is asked once per code object; the calls of code it
+ * accepts run on_call(frame, first_entry) (first_entry 1, 0 for a resumed
+ * generator, -1 when the hook cannot tell) for a dict recorded as the call's args
+ * (or None), and at their return on_return(that dict, value, raised) (value None
+ * when not known), which may add to the dict. */
+int pt_set_arg_logging(pt_tracer *tracer, void *py_tuple);
+
 /* Appends the monitoring callbacks to py_list as (event name, callable) pairs. */
 int pt_monitor_callbacks(pt_tracer *tracer, void *py_list);
 

@@ -214,6 +214,21 @@ def start(**options):
         also each end of that record_function region) came for this long, once
         a first one came; written by C when a thread holding the GIL in C keeps
         Python from running.
+      log_exceptions (bool, default False): record each exception raised as an
+        instant "exception <Type>" on its thread, args message (200 characters at
+        most), where (file(line): function) and caught_in (the handler that kept
+        it; absent when none did). On 3.9-3.11 the profile hook sees no exception
+        object: an instant "exception" where it first left a frame, with
+        frames_left and reached (or raised_by, a built-in). Off, it costs nothing.
+      log_args (glob or list of globs): the calls of functions whose qualified
+        name (3.9-3.10: bare name) or source path matches a glob carry their
+        arguments and their return value ("return", or "raise") as args: safe
+        summaries (type name, len of exact built-in containers, shape and dtype
+        of tensors and arrays, small ints, floats, bools and short strings as
+        they are), never the objects' own code. Decided once per function; other
+        calls pay nothing. See docs/OUTPUTS.md.
+      log_args_repr (bool, default False): with log_args, add each value's
+        repr() (cut to 200 characters; a failure is noted instead).
     Raises TracerStateError if already tracing, TracerConflictError if another
     profiler holds the hook pytrace_cffi needs, TypeError for bad options.
     """

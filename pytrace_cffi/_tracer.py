@@ -38,8 +38,10 @@ _UNWRAP_FLAG = (lib.PT_FLAG_UNWRAP_METHODS
 MONITORING_TOOL_NAME = "pytrace_cffi"
 MONITORING_EVENTS = (
     "PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND",
-    "CALL", "C_RETURN", "C_RAISE",
+    "CALL", "C_RETURN", "C_RAISE", "RAISE", "RERAISE", "EXCEPTION_HANDLED",
 )
+# registered only under log_exceptions: without it an exception costs nothing
+EXCEPTION_EVENTS = frozenset(("RAISE", "RERAISE", "EXCEPTION_HANDLED"))
 def min_duration_ns(min_duration_us):
     """min_duration_us as the whole-nanosecond bound a call's length is held to
     (kept when at least this long): 1.001 us is 1001 ns, though 1.001 * 1000 is
@@ -106,6 +108,19 @@ class Session:
             self.watcher = TorchWatcher(record_params=o["record_params"])
             spec = self.watcher.watch_spec()
             check(lib.pt_set_watch(self.ptr, ffi.cast("void *", id(spec))), self.ptr, "watch")
+        self.exception_log = None
+        if o["log_exceptions"] and not noop:
+            from ._exceptions import ExceptionLog
+            self.exception_log = ExceptionLog(trim_paths=o["trim_paths"])
+            describe = self.exception_log.describe
+            check(lib.pt_set_exception_hook(self.ptr, ffi.cast("void *", id(describe))),
+                  self.ptr, "log_exceptions")
+        if o["log_args"] and not noop:
+            from ._arglog import ArgLog, make_matcher
+            arg_log = ArgLog(with_repr=o["log_args_repr"])
+            spec = (make_matcher(o["log_args"]), arg_log.on_call, arg_log.on_return)
+            check(lib.pt_set_arg_logging(self.ptr, ffi.cast("void *", id(spec))), self.ptr,
+                  "log_args")
         self.thread_objects = {}        # tstate id -> threading.Thread, for names
         # ident -> threading.Thread of the threads alive at start and at stop: names
         # and native ids of threads that were never attached by the thread hook
@@ -139,6 +154,8 @@ class Session:
                 self.watcher.begin()
             if self._max_depth:
                 self._uncount_hidden_frames()
+            if self.exception_log is not None:
+                self.exception_log.note_running_frames()
             check(lib.pt_start(self.ptr, tool_id, mask, _own_frames(),
                                ffi.cast("void *", id(self.thread_objects))), self.ptr, "start")
             self._live = True
@@ -192,6 +209,8 @@ class Session:
         mask = 0
         events = _monitoring_events()
         for event_name, callback in callbacks:
+            if event_name in EXCEPTION_EVENTS and self.exception_log is None:
+                continue
             event = events[event_name]
             monitoring.register_callback(tool_id, event, callback)
             self._callbacks[event] = callback

@@ -82,6 +82,18 @@ OPTIONS = (
            "record_function region) came for SECONDS; written by C when Python cannot "
            "run (a thread stuck in C holding the GIL)", "--watchdog", False,
            "SECONDS[:REGION]", 13),
+    Option("log_exceptions", "bool", False,
+           "record each exception raised as an instant on its thread: its type, message, "
+           "where it was raised and where it was caught (3.9-3.11: only where it left "
+           "frames)", "--log-exceptions", False, None, 14),
+    Option("log_args", "globs", None,
+           "record the arguments and return value of the functions whose qualified name "
+           "or source path matches GLOB (e.g. '*forward', '*/mypkg/*') as safe summaries "
+           "(type, length, shape and dtype, small values): their calls' args; repeatable",
+           "--log-args", False, "GLOB", 15),
+    Option("log_args_repr", "bool", False,
+           "with --log-args, also each value's repr(), cut to 200 characters (it runs "
+           "the objects' own code)", "--log-args-repr", False, None, 16),
 )
 NAMES = tuple(option.name for option in OPTIONS)
 DEFAULTS = {option.name: option.default for option in OPTIONS}
@@ -109,6 +121,8 @@ def check(given):
         if option.kind != "bool":
             checked[option.name] = _CHECKS[option.kind](option.name, values[option.name],
                                                         values)
+    if checked["log_args_repr"] and not checked["log_args"]:
+        raise ValueError("log_args_repr goes with log_args")
     return checked
 
 
