@@ -17,7 +17,8 @@ RUN_DEFAULTS = {"c_calls": True, "include": None, "exclude": None, "max_depth": 
                 "min_duration_us": None, "max_events": None, "skip_imports": False,
                 "with_modules": True, "record_params": False, "trim_paths": True,
                 "flight_recorder": None, "dumps_dir": None, "dump_signal": None,
-                "watchdog": None}
+                "watchdog": None, "log_exceptions": False, "log_args": None,
+                "log_args_repr": False}
 
 
 def run_options(*flags):
@@ -33,12 +34,15 @@ def test_each_flag_gives_what_it_says():
                         "--exclude", "*/c/*", "--max-depth", "3", "--min-duration", "1.5",
                         "--max-events", "10", "--skip-imports", "--no-modules",
                         "--record-params", "--no-trim-paths", "--flight-recorder", "30s",
-                        "--dumps-dir", "d", "--dump-signal", "USR2", "--watchdog", "5")
+                        "--dumps-dir", "d", "--dump-signal", "USR2", "--watchdog", "5",
+                        "--log-exceptions", "--log-args", "*forward", "--log-args", "*/m/*",
+                        "--log-args-repr")
     assert given == {"c_calls": False, "include": ["*/a/*", "*/b/*"], "exclude": ["*/c/*"],
                      "max_depth": 3, "min_duration_us": 1.5, "max_events": 10,
                      "skip_imports": True, "with_modules": False, "record_params": True,
                      "trim_paths": False, "flight_recorder": "30s", "dumps_dir": "d",
-                     "dump_signal": "USR2", "watchdog": "5"}
+                     "dump_signal": "USR2", "watchdog": "5", "log_exceptions": True,
+                     "log_args": ["*forward", "*/m/*"], "log_args_repr": True}
     assert run_options("--flight-recorder")["flight_recorder"] is True
 
 
@@ -50,7 +54,8 @@ def test_every_documented_option_is_declared_once():
     assert names == {"c_calls", "max_events", "output", "include", "exclude", "max_depth",
                      "skip_imports", "min_duration_us", "with_modules", "record_params",
                      "trim_paths", "noop", "follow_children", "flight_recorder", "dumps_dir",
-                     "dump_signal", "watchdog"}
+                     "dump_signal", "watchdog", "log_exceptions", "log_args",
+                     "log_args_repr"}
     assert sorted(options.NAMES) == sorted(names)        # once each
 
 
@@ -62,6 +67,8 @@ def test_every_documented_option_is_declared_once():
     ({"output": "x"}, "output is where max_events spills events (a directory: give "
                       "max_events too), or the file written at stop(), named by its "
                       "format (out.pftrace, out.json, out.html, ...)"),
+    ({"log_args_repr": True}, "log_args_repr goes with log_args"),
+    ({"log_args": 3}, "log_args must be a glob string or a list of them"),
     ({"output": "/no/such/place/out.pftrace"},
      "cannot write '/no/such/place/out.pftrace': '/no/such/place' is not a directory"),
 ])
