@@ -564,3 +564,18 @@ def test_the_watchdog_counts_a_named_regions_ends_as_progress(tmp_path):
     facts = dump_facts(process_dumps(tmp_path / "batch")[0])
     assert facts["reason"] == "watchdog: no step for 0.3 s"
     assert _stack_names(_main_thread(facts))[-2:] == ["prog.py(4): stalled", "time.sleep"]
+
+
+def test_a_dump_signal_the_program_handles_stays_the_programs(tmp_path):
+    proc = _run(tmp_path, """
+        import os, signal, sys
+        import pytrace_cffi
+
+        signal.signal(signal.SIGUSR1, lambda *_: print("PROGRAM'S HANDLER"))
+        pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1])
+        os.kill(os.getpid(), signal.SIGUSR1)
+        pytrace_cffi.stop()
+        """, tmp_path / "dumps")
+    assert proc.returncode == 0 and proc.stdout == "PROGRAM'S HANDLER\n", proc.stderr
+    assert "the dump signal SIGUSR1 has a handler of the program's" in proc.stderr
+    assert [d for d in os.listdir(tmp_path / "dumps") if not d.startswith(".")] == []

@@ -27,10 +27,12 @@ import contextlib
 import json
 import os
 import re
+import signal
 import sys
 import threading
 import time
 
+from .. import _running
 from .._core import ffi, lib
 from .._hiding import hiding
 from .._names import name_for_source, path_inputs, path_prefixes
@@ -96,6 +98,11 @@ class FlightRecorder:
     # -- life ----------------------------------------------------------------
     def open(self):
         os.makedirs(os.path.join(self.dumps_dir, REGISTRY), exist_ok=True)
+        if self.signum and signal.getsignal(self.signum) not in (signal.SIG_DFL, None):
+            # the program's own handler stays: this process dumps by the other triggers
+            _say(f"the dump signal {signal.Signals(self.signum).name} has a handler of the "
+                 "program's: not used for dumps here (--dump-signal picks another)")
+            self.signum = 0
         self._pipe = os.pipe()
         self._thread = threading.Thread(target=self._serve, name=THREAD_NAME, daemon=True)
         self._thread.start()
@@ -227,6 +234,8 @@ class FlightRecorder:
         """Writes this process's dump (see the module's docstring); returns its
         directory (the clone may still be writing: done.json ends it). Never
         raises: a failure is said on stderr and None returned."""
+        if self._closing or _running.session is not self.session:
+            return None         # (a forked child's copy of its parent's recorder)
         try:
             with self._lock:
                 return self._dump(reason, path, requested)
@@ -305,8 +314,7 @@ def _stacks(trim_paths):
 
 def _requested_name():
     """The dump directory `dump DIR` asked for, when its request is fresh."""
-    session = sys.modules["pytrace_cffi._running"].session
-    recorder = getattr(session, "flight", None)
+    recorder = getattr(_running.session, "flight", None)
     if recorder is None:
         return None
     try:
