@@ -17,25 +17,17 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from callgrind import WORKLOADS_DIR      # noqa: E402  (the shared workloads)
+from floor_inner import FLOOR, measuring_env  # noqa: E402
 
 INNER = r'''
 import json, os, sys, tempfile, time
 floor_dir, workloads, millions, rounds = sys.argv[1:5]
 sys.path[:0] = [floor_dir, workloads]
-import _mon
 import many_events
 import pytrace_cffi
-if sys.version_info >= (3, 12):
-    floor_on, floor_off = (lambda: _mon.lib.mon_start(1)), _mon.lib.mon_stop
-else:
-    floor_on, floor_off = _mon.lib.noop_start_threads, _mon.lib.noop_stop_threads
+''' + FLOOR + r'''
 where = tempfile.mkdtemp()
 work = lambda: many_events.run(float(millions))
-
-
-def floor():
-    t0 = time.perf_counter(); floor_on(); work(); floor_off()
-    return time.perf_counter() - t0
 
 
 def encoded(live):
@@ -51,7 +43,7 @@ def encoded(live):
 
 out = {"on/floor": [], "off/floor": [], "on_stop_s": [], "off_stop_s": []}
 for i in range(int(rounds)):
-    f = floor()
+    f = floor(work)
     order = (True, False) if i % 2 == 0 else (False, True)
     got = {live: encoded(live) for live in order}
     out["on/floor"].append(got[True][0] / f); out["off/floor"].append(got[False][0] / f)
