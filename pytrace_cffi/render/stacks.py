@@ -10,7 +10,8 @@ in a job, of its process first ("rank 0 (pid 12)"), so that threads stay apart.
 aggregate() streams every thread's calls (walk.thread_batches: no slice table,
 no Python object per call) through pt_stacks (c_src/pt_summary.c), which keeps
 per distinct stack the calls ending in it and their self time as the summary
-counts them: memory follows the distinct stacks, not the calls.
+counts them: memory follows the distinct stacks, not the calls. A writer that
+streams the calls anyway feeds a StackAggregator in its own pass.
 """
 import re
 import struct
@@ -103,36 +104,62 @@ class StackTree:
         return frames
 
 
+class StackAggregator:
+    """Calls fed thread by thread (in trace.threads' order) into pt_stacks, so a
+    writer that already streams every call (the HTML page's survey) aggregates
+    them in the same pass; aggregate() is the pass of its own."""
+
+    def __init__(self, trace):
+        self.frames = Frames(trace)
+        self._labels = iter(thread_labels(trace))
+        self._roots = []
+        self._c = ffi.gc(lib.pt_stacks_new(self.frames.frame_of_key, self.frames.n_keys),
+                         lib.pt_stacks_free)
+        if self._c == ffi.NULL:
+            raise MemoryError("out of memory aggregating the trace's stacks")
+
+    def begin_thread(self):
+        """The next thread's calls go under its labels' node."""
+        node = NO_NODE
+        for label in next(self._labels):
+            node = lib.pt_stacks_node(self._c, node, self.frames.label(label))
+            if node == NO_NODE:
+                raise MemoryError("out of memory aggregating the trace's stacks")
+        self._roots.append(node)
+        lib.pt_stacks_begin_thread(self._c, node)
+
+    def add(self, thread, slices, n, first_index):
+        """One batch of the current thread's slices."""
+        status = lib.pt_stacks_feed(self._c, slices, n, first_index)
+        if status == lib.PT_ERR_NOMEM:
+            raise MemoryError("out of memory aggregating the trace's stacks")
+        if status != lib.PT_OK:
+            raise TraceFormatError(f"thread {thread.index}: a call's key is out of range "
+                                   f"or its parent is not an enclosing call")
+
+    def end_thread(self):
+        lib.pt_stacks_end_thread(self._c)
+
+    def tree(self):
+        """The StackTree of the threads fed so far."""
+        found = ffi.new("pt_stack_node **")
+        n = lib.pt_stacks_nodes(self._c, found)
+        nodes = [StackNode(None if parent == NO_NODE else parent, frame, calls, self_ns)
+                 for parent, frame, calls, self_ns
+                 in _NODE.iter_unpack(ffi.buffer(found[0], n * _NODE.size))] if n else []
+        return StackTree(self.frames, nodes, list(self._roots))
+
+
 def aggregate(trace, progress=None):
     """The StackTree of trace, its threads' calls streamed through pt_stacks.
     progress: advanced by the calls as they are added."""
     from .walk import thread_batches
-    frames = Frames(trace)
-    stacks = ffi.gc(lib.pt_stacks_new(frames.frame_of_key, frames.n_keys), lib.pt_stacks_free)
-    if stacks == ffi.NULL:
-        raise MemoryError("out of memory aggregating the trace's stacks")
-    roots = []
-    for (thread, batches), labels in zip(thread_batches(trace), thread_labels(trace)):
-        node = NO_NODE
-        for label in labels:
-            node = lib.pt_stacks_node(stacks, node, frames.label(label))
-            if node == NO_NODE:
-                raise MemoryError("out of memory aggregating the trace's stacks")
-        roots.append(node)
-        lib.pt_stacks_begin_thread(stacks, node)
+    aggregator = StackAggregator(trace)
+    for thread, batches in thread_batches(trace):
+        aggregator.begin_thread()
         for slices, n, first_index in batches:
-            status = lib.pt_stacks_feed(stacks, slices, n, first_index)
-            if status == lib.PT_ERR_NOMEM:
-                raise MemoryError("out of memory aggregating the trace's stacks")
-            if status != lib.PT_OK:
-                raise TraceFormatError(f"thread {thread.index}: a call's key is out of range "
-                                       f"or its parent is not an enclosing call")
+            aggregator.add(thread, slices, n, first_index)
             if progress is not None:
                 progress.advance(n)
-        lib.pt_stacks_end_thread(stacks)
-    found = ffi.new("pt_stack_node **")
-    n = lib.pt_stacks_nodes(stacks, found)
-    nodes = [StackNode(None if parent == NO_NODE else parent, frame, calls, self_ns)
-             for parent, frame, calls, self_ns
-             in _NODE.iter_unpack(ffi.buffer(found[0], n * _NODE.size))] if n else []
-    return StackTree(frames, nodes, roots)
+        aggregator.end_thread()
+    return aggregator.tree()
