@@ -77,7 +77,8 @@ class Trace:
     _pending_keys = None
     _process_id_texts = None          # (the processes it was made from, lane -> text)
     # A trace of several processes (a job's, see processes.py): pid -> dict with
-    # "label" and, when known, "host", "ppid", "argv", "state"; in lane order (root
+    # "label" and, when known, "host", "ppid", "argv", "state" (and a torchrun
+    # worker's "rank", "local_rank", "world_size"); in lane order (root
     # first, then ranks, then by start). None for a trace of one process. The pid
     # is the process's lane; "os_pid" is its OS pid when that differs (an earlier
     # process of the join had it: see processes._lane_ids).

@@ -536,11 +536,17 @@ def test_labels_from_the_torchrun_environment(tmp_path):
         meta = json.loads(open(os.path.join(r.directory, "meta.json")).read())
         rank = int(r.label.split()[1])
         assert (meta["rank"], meta["local_rank"], meta["world_size"]) == (rank, rank, 2)
-    events = json.loads((tmp_path / "all.json").read_text())["traceEvents"]
+    joined = json.loads((tmp_path / "all.json").read_text())
+    events = joined["traceEvents"]
     order = {e["pid"]: e["args"]["sort_index"] for e in events
              if e["name"] == "process_sort_index"}
     assert [order[r.pid] for r in results] == [0, 1, 2]
     assert totals(counts(job)) == {"unique_rank": 2}
+    # the joined trace's processes table keeps each rank's place in the job
+    facts = {p["pid"]: p for p in joined["otherData"]["processes"]}
+    assert [(facts[r.pid].get("rank"), facts[r.pid].get("local_rank"),
+             facts[r.pid].get("world_size")) for r in results] == [
+        (None, None, None), (0, 0, 2), (1, 1, 2)]
 
 
 def test_unfollowed_children_are_reported(tmp_path):

@@ -21,6 +21,9 @@ from ..trace import Mark, Trace
 from .jobs import _read_all
 from .live import live_parts
 
+RANK_FACTS = ("rank", "local_rank", "world_size")
+
+
 def _sort_key(item):
     result, (trace, facts) = item
     if facts.get("root"):
@@ -129,6 +132,9 @@ def _joined(traced, shifts):
         processes[lane_pid] = {"label": result.label, "state": result.state,
                                "host": facts.get("host"), "ppid": facts.get("ppid"),
                                "argv": facts.get("argv")}
+        # a torchrun worker's place in the job (the HTML page shows ranks first)
+        processes[lane_pid].update((name, facts[name]) for name in RANK_FACTS
+                                   if type(facts.get(name)) is int)
         if lane_pid != trace.pid:
             processes[lane_pid]["os_pid"] = trace.pid
         own_live = (live_parts(result.directory, trace, used_sequences)
