@@ -184,6 +184,13 @@ uint64_t pt_stacks_nodes(const pt_stacks *s, const pt_stack_node **nodes);
 int pt_summarizer_feed_windows(pt_summarizer *s, const pt_slice *slices, uint64_t n,
                                uint64_t first_index, const int64_t *bounds,
                                const uint32_t *groups, uint32_t n_windows, int64_t *self_ns);
+/* The nodes in preorder, for the HTML page's flame graph: the roots, then below
+ * each node its children by total time (its self time summed over its subtree),
+ * most first, ties by frame. Per position (n_nodes of each): order (the node),
+ * depth (0 for a root), span (how many positions its subtree takes after it) and
+ * total; per node, position (where it is in order). PT_ERR_NOMEM. */
+int pt_stacks_preorder(const pt_stacks *s, uint32_t *order, uint32_t *depth, uint32_t *span,
+                       int64_t *total, uint32_t *position);
 /* merge_torch: moves slice times (in place) from CLOCK_MONOTONIC ns onto
  * CLOCK_REALTIME ns as _clock.monotonic_to_realtime does, from the clocks' offsets
  * off0 at mono0 (start) and off1 at mono1 (stop): linear in between, held outside.

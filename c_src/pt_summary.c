@@ -396,3 +396,87 @@ pt_stacks_nodes(const pt_stacks *s, const pt_stack_node **nodes)
     *nodes = s->nodes;
     return s->n_nodes;
 }
+
+/* A node as pt_stacks_preorder sorts them: siblings together, most total first. */
+typedef struct {
+    uint32_t parent, frame_id, node;
+    int64_t total;
+} pt_stack_rank;
+
+static int
+pt_stack_rank_compare(const void *left, const void *right)
+{
+    const pt_stack_rank *a = left, *b = right;
+    if (a->parent != b->parent)
+        return a->parent < b->parent ? -1 : 1;
+    if (a->total != b->total)
+        return a->total > b->total ? -1 : 1;
+    if (a->frame_id != b->frame_id)
+        return a->frame_id < b->frame_id ? -1 : 1;
+    return a->node < b->node ? -1 : a->node > b->node;
+}
+
+int
+pt_stacks_preorder(const pt_stacks *s, uint32_t *order, uint32_t *depth, uint32_t *span,
+                   int64_t *total, uint32_t *position)
+{
+    uint64_t n = s->n_nodes;
+    if (n == 0)
+        return PT_OK;
+    /* totals by node first (in total[], reused by position once placed): a node
+     * is made after its parent, so children come later */
+    int64_t *by_node = malloc(n * sizeof *by_node);
+    pt_stack_rank *ranked = malloc(n * sizeof *ranked);
+    uint64_t *first_child = malloc((n + 1) * sizeof *first_child);
+    uint64_t *pending = malloc(n * sizeof *pending);       /* a stack of ranked indices */
+    int status = PT_ERR_NOMEM;
+    if (by_node == NULL || ranked == NULL || first_child == NULL || pending == NULL)
+        goto done;
+    for (uint64_t i = 0; i < n; i++)
+        by_node[i] = s->nodes[i].self_ns;
+    for (uint64_t i = n; i-- > 0;)
+        if (s->nodes[i].parent != PT_NO_NODE)
+            by_node[s->nodes[i].parent] += by_node[i];
+    for (uint64_t i = 0; i < n; i++)
+        ranked[i] = (pt_stack_rank){.parent = s->nodes[i].parent,
+                                    .frame_id = s->nodes[i].frame_id,
+                                    .node = (uint32_t)i, .total = by_node[i]};
+    qsort(ranked, n, sizeof *ranked, pt_stack_rank_compare);
+    /* node p's children: ranked[first_child[p] .. first_child[p + 1]); the roots
+     * (parent PT_NO_NODE) sort last, from first_child[n] */
+    uint64_t at = 0;
+    for (uint64_t p = 0; p <= n; p++) {
+        first_child[p] = at;
+        while (at < n && ranked[at].parent == p)
+            at++;
+    }
+    uint64_t placed = 0, open = 0;
+    for (uint64_t r = n; r-- > first_child[n];)    /* pushed last first: popped in order */
+        pending[open++] = r;
+    while (open) {
+        const pt_stack_rank *next = &ranked[pending[--open]];
+        uint32_t node = next->node;
+        uint64_t here = placed++;
+        order[here] = node;
+        position[node] = (uint32_t)here;
+        total[here] = next->total;
+        depth[here] = next->parent == PT_NO_NODE ? 0 : depth[position[next->parent]] + 1;
+        span[here] = 0;
+        for (uint64_t r = first_child[node + 1]; r-- > first_child[node];)
+            pending[open++] = r;
+    }
+    /* a subtree ends where the next position at its depth or above begins */
+    for (uint64_t p = n; p-- > 0;) {
+        uint64_t end = p + 1;
+        while (end < n && depth[end] > depth[p])
+            end += (uint64_t)span[end] + 1;
+        span[p] = (uint32_t)(end - p - 1);
+    }
+    status = PT_OK;
+done:
+    free(by_node);
+    free(ranked);
+    free(first_child);
+    free(pending);
+    return status;
+}

@@ -59,6 +59,17 @@ class Frames:
     def is_function(self, frame):
         return frame < self.n_functions
 
+    def is_builtin(self, frame):
+        """Whether a function's frame is a built-in's (a C function's)."""
+        return frame < self.n_functions and self._kind.get(self.names[frame]) == "c"
+
+    def first_keys(self):
+        """Per function frame, the first key of its name."""
+        keys = [None] * self.n_functions
+        for key in range(self.n_keys - 1, -1, -1):
+            keys[self.frame_of_key[key]] = key
+        return keys
+
     def location(self, frame):
         """(file, first line) of a Python function's frame, else (None, None)."""
         name = self.names[frame]
@@ -140,6 +151,32 @@ class StackAggregator:
     def end_thread(self):
         lib.pt_stacks_end_thread(self._c)
 
+    @property
+    def thread_roots(self):
+        """Per thread fed, its own label's node."""
+        return list(self._roots)
+
+    def columns(self):
+        """(parents, frames, calls, self times) of the nodes so far, by node (a
+        root's parent is NO_NODE): the nodes without a tuple each."""
+        found = ffi.new("pt_stack_node **")
+        n = lib.pt_stacks_nodes(self._c, found)
+        if n == 0:
+            return (), (), (), ()
+        return tuple(zip(*_NODE.iter_unpack(ffi.buffer(found[0], n * _NODE.size))))
+
+    def preorder(self):
+        """pt_stacks_preorder's arrays as lists: per position the node, its depth,
+        span (the positions its subtree takes after it) and total time; per node its
+        position."""
+        found = ffi.new("pt_stack_node **")
+        n = lib.pt_stacks_nodes(self._c, found)
+        arrays = [ffi.new(f"{kind}[]", max(1, n)) for kind in
+                  ("uint32_t", "uint32_t", "uint32_t", "int64_t", "uint32_t")]
+        if lib.pt_stacks_preorder(self._c, *arrays) != lib.PT_OK:
+            raise MemoryError("out of memory ordering the trace's stacks")
+        return [ffi.unpack(array, n) for array in arrays]
+
     def tree(self):
         """The StackTree of the threads fed so far."""
         found = ffi.new("pt_stack_node **")
@@ -153,6 +190,11 @@ class StackAggregator:
 def aggregate(trace, progress=None):
     """The StackTree of trace, its threads' calls streamed through pt_stacks.
     progress: advanced by the calls as they are added."""
+    return aggregated(trace, progress).tree()
+
+
+def aggregated(trace, progress=None):
+    """A StackAggregator fed every call of trace (see aggregate)."""
     from .walk import thread_batches
     aggregator = StackAggregator(trace)
     for thread, batches in thread_batches(trace):
@@ -162,4 +204,4 @@ def aggregate(trace, progress=None):
             if progress is not None:
                 progress.advance(n)
         aggregator.end_thread()
-    return aggregator.tree()
+    return aggregator
