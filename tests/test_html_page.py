@@ -25,7 +25,11 @@ from test_html import install_chromium, run_chromium
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 GOLDEN = os.path.join(HERE, "data", "golden")
-PAGE_FILES = (html_module.PAGE_SKELETON, html_module.PAGE_STYLE, html_module.PAGE_SCRIPT)
+PAGE_FILES = (html_module.PAGE_SKELETON, html_module.PAGE_STYLE, html_module.PAGE_SCRIPT,
+              html_module.PAGE_FLAME_SCRIPT)
+# Each script, and the text whose brace a planted syntax error doubles.
+SCRIPTS = ((html_module.PAGE_SCRIPT, "(function () {"),
+           (html_module.PAGE_FLAME_SCRIPT, "function ptFlameGraph(env) {"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -42,10 +46,10 @@ def page_file(name):
     return html_module._page_file(name)
 
 
-def planted_syntax_error(script):
+def planted_syntax_error(script, opener="(function () {"):
     """The script with an unclosed brace."""
-    assert "(function () {" in script
-    return script.replace("(function () {", "(function () {{", 1)
+    assert opener in script
+    return script.replace(opener, opener + "{", 1)
 
 
 # --- shipped ---------------------------------------------------------------------------
@@ -208,11 +212,14 @@ def missing(tool):
 
 @pytest.fixture(scope="module")
 def parsed_in_chromium(tmp_path_factory):
-    script, style = page_file(html_module.PAGE_SCRIPT), page_file(html_module.PAGE_STYLE)
+    style = page_file(html_module.PAGE_STYLE)
     planted_style = style + ("  #summary th:frist-child { color: red; }\n"
                              "  #summary td { colour: red; }\n")
-    return chromium_parse([script, planted_syntax_error(script)], [style, planted_style],
-                          tmp_path_factory)
+    scripts = []
+    for name, opener in SCRIPTS:
+        script = page_file(name)
+        scripts += [script, planted_syntax_error(script, opener)]
+    return chromium_parse(scripts, [style, planted_style], tmp_path_factory)
 
 
 @pytest.mark.parametrize("ci", [None, "true"])
@@ -230,17 +237,20 @@ def test_without_node_and_chromium_the_parse_check_skips_except_in_ci(monkeypatc
 def test_the_script_parses_in_node():
     if node_binary() is None:
         missing("node")
-    script = page_file(html_module.PAGE_SCRIPT)
-    assert node_syntax_error(script) is None
-    assert "SyntaxError" in node_syntax_error(planted_syntax_error(script))
+    for name, opener in SCRIPTS:
+        script = page_file(name)
+        assert node_syntax_error(script) is None, name
+        assert "SyntaxError" in node_syntax_error(planted_syntax_error(script, opener))
 
 
 def test_the_script_parses_in_chromium(parsed_in_chromium):
     if parsed_in_chromium is None:
         missing("chromium")
-    good, planted = parsed_in_chromium["scripts"]
-    assert good is None
-    assert planted.startswith("SyntaxError")
+    found = parsed_in_chromium["scripts"]
+    assert len(found) == 2 * len(SCRIPTS)
+    for good, planted in zip(found[0::2], found[1::2]):
+        assert good is None
+        assert planted.startswith("SyntaxError")
 
 
 def test_chromium_takes_every_rule_and_declaration_of_the_stylesheet(parsed_in_chromium):
@@ -257,8 +267,9 @@ def test_chromium_takes_every_rule_and_declaration_of_the_stylesheet(parsed_in_c
 
 # Put first in a page's <head>: records every error of the page's scripts, uses the
 # page as a user would (hover, click, double-click, zoom, scroll, drag, fold, sort,
-# highlight, pick a process, reset, resize) once it has loaded, and after the frames
-# that draws, posts what it found to the frame around it.
+# highlight, pick a process, reset, resize; in the flame graph: every view, hover,
+# click to focus, scroll, Back; fold the imports) once it has loaded, and after the
+# frames that draws, posts what it found to the frame around it.
 _ERROR_PROBE = """<script>
 (function () {
   const errors = [];
@@ -305,6 +316,31 @@ _ERROR_PROBE = """<script>
       tr.click();
       tr.click();
     }
+    const flame = document.getElementById("flame-canvas"), fbox = flame.getBoundingClientRect();
+    const fat = (x, y, more) => Object.assign({clientX: fbox.left + x, clientY: fbox.top + y,
+                                               bubbles: true, cancelable: true}, more);
+    const frames = (type, x, y, more) =>
+      flame.dispatchEvent(new (type === "wheel" ? WheelEvent : MouseEvent)(type, fat(x, y, more)));
+    const views = document.getElementById("flame-view");
+    for (const option of Array.from(views.options).reverse()) {
+      views.value = option.value;
+      views.dispatchEvent(new Event("change"));
+      for (let y = fbox.height - 3; y > 0; y -= 8) {    // deepest first: focus, then go up
+        for (const x of xs) {
+          frames("mousemove", x, y);
+          frames("click", x, y);
+        }
+      }
+      frames("mouseleave", 10, 10);
+      frames("wheel", 50, 20, {deltaY: 300});
+      frames("wheel", 50, 20, {deltaY: -2, deltaMode: 1});
+      for (let i = 0; i < 4; i++) document.getElementById("flame-back").click();
+    }
+    const foldImports = document.getElementById("fold-imports");
+    foldImports.click();
+    for (const tr of Array.from(document.querySelectorAll("#summary tbody tr")).slice(0, 3)) {
+      tr.click();
+    }
     const select = document.getElementById("summary-process");
     if (select) {
       for (const option of Array.from(select.options).reverse()) {
@@ -312,6 +348,7 @@ _ERROR_PROBE = """<script>
         select.dispatchEvent(new Event("change"));
       }
     }
+    foldImports.click();
     window.dispatchEvent(new Event("resize"));
   }
   window.addEventListener("load", () => {
@@ -374,12 +411,20 @@ def job_of_ranks_with_steps():
 
 STEPS_SHOWN = 4
 
+def job_with_a_rank():
+    """The golden job with its last process a rank: the others start folded."""
+    trace = read_trace(os.path.join(GOLDEN, "job"))
+    trace.processes[list(trace.processes)[-1]]["rank"] = 0
+    return trace
+
+
 # name -> (trace, call budget): the golden traces (threads with marks and regions; a
-# job of three processes; torch names with args), a reduced page, a trace of nothing,
-# the job as ranks with steps
+# job of three processes, and with a rank; torch names with args), a reduced page, a
+# trace of nothing, the job as ranks with steps
 PAGES = {
     "threads": (threads_with_dropped_events, html_module.CALL_BUDGET),
     "job": (lambda: read_trace(os.path.join(GOLDEN, "job")), html_module.CALL_BUDGET),
+    "ranks": (job_with_a_rank, html_module.CALL_BUDGET),
     "torch": (lambda: read_trace(os.path.join(GOLDEN, "torch")), html_module.CALL_BUDGET),
     "reduced": (lambda: read_trace(os.path.join(GOLDEN, "threads")), 20),
     "nothing": (nothing_traced, html_module.CALL_BUDGET),
@@ -393,6 +438,9 @@ PLANTED = {
     "planted-syntax": ("threads", "(function () {", "(function () {{"),
     "planted-click": ("threads", "if (hit === null) return;",
                       "if (hit === null) return; throw new Error('planted: a call clicked');"),
+    "planted-frame": ("threads", "if (node === null || node === focus) return;",
+                      "if (node === null || node === focus) return; "
+                      "throw new Error('planted: a frame clicked');"),
 }
 
 
@@ -460,3 +508,8 @@ def test_the_probe_sees_an_error_that_stops_the_script(page_runs):
 def test_the_probe_clicks_a_call_and_sees_an_error_in_a_handler(page_runs):
     errors = page_runs["planted-click"]["errors"]
     assert errors and all("planted: a call clicked" in error for error in errors)
+
+
+def test_the_probe_clicks_a_flame_graph_frame_and_sees_an_error_in_its_handler(page_runs):
+    errors = page_runs["planted-frame"]["errors"]
+    assert errors and all("planted: a frame clicked" in error for error in errors)

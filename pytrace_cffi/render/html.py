@@ -30,6 +30,7 @@ data, read with importlib.resources), inlined into each page.
 import functools
 import html
 import os
+import re
 from collections import namedtuple
 from importlib import resources
 
@@ -38,9 +39,13 @@ from .._files import replaced_atomically
 from .._jsontext import dumps_utf8, utf8_text
 from .._progress import Progress
 from ..errors import TraceError, TraceFormatError
+from .page_stacks import (FLAME_NODE_BUDGET, StackShape, flame_data, import_frames,
+                          import_rows)
+from .stacks import StackAggregator
 from .walk import thread_batches
 from .steps import steps_data, steps_table
-from .summary import SORT_KEYS, Summarizer, _process_title, process_totals, slice_records
+from .summary import (SORT_KEYS, Summarizer, SummaryRow, _process_title, process_totals,
+                      slice_records)
 
 # Functions in the page's summary: the top ones by each of these, merged.
 SUMMARY_TOP = 100
@@ -81,16 +86,19 @@ def _check(status):
         raise TraceFormatError("a call's parent is not an enclosing call")
 
 
-Survey = namedtuple("Survey", "reduction rows process_rows calls open_at_start")
+Survey = namedtuple("Survey", "reduction rows process_rows calls open_at_start stacks")
 Survey.__doc__ = """calls: as the summary counts them (frames open at start are none);
 open_at_start: per thread, how many of its first calls were running when tracing
-began (seeded before any call, they come first)."""
+began (seeded before any call, they come first); stacks: the calls aggregated
+per distinct stack (a stacks.StackAggregator), for the flame graph and the
+imports row."""
 
 
 def _survey(trace, call_budget):
     """One pass over every call, streamed (walk.thread_batches: no slice table
     for a trace that streams): the summary rows (all threads; per process for a
-    trace of several) and, above call_budget calls, the Reduction.
+    trace of several), the calls per distinct stack and, above call_budget calls,
+    the Reduction.
 
     The reduction's rule keeps a call when it and all its ancestors last at least
     min_ns or sit above depth top_levels. Its candidates are known up front (the
@@ -114,7 +122,9 @@ def _survey(trace, call_budget):
             raise MemoryError("out of memory while reducing the trace for the HTML page")
         buckets = ffi.new("uint64_t[]", (TOP_LEVELS + 1) * lib.PT_REDUCE_BUCKETS)
     open_at_start = []
+    stacks = StackAggregator(trace)
     for thread, batches in thread_batches(trace):
+        stacks.begin_thread()
         if per_process is not None:
             title = _process_title(trace, trace.thread_pid(thread))
             if not process_tables or process_tables[-1][0] != title:
@@ -124,11 +134,13 @@ def _survey(trace, call_budget):
             if open_at_start[-1] == first_index:    # every slice so far: the run goes on
                 open_at_start[-1] += _leading_open_at_start(slices, n)
             summarizer.add(thread, slices, n, first_index, table)
+            stacks.add(thread, slices, n, first_index)
             if per_process is not None:
                 per_process.add(thread, slices, n, first_index, process_tables[-1][1])
             if counter is not None:
                 _check(lib.pt_reducer_count(counter, slices, n, first_index, buckets))
         summarizer.end_thread()
+        stacks.end_thread()
         if per_process is not None:
             per_process.end_thread()
         if counter is not None:
@@ -154,7 +166,7 @@ def _survey(trace, call_budget):
                 top_levels -= 1
             else:
                 doublings += 1
-    return Survey(reduction, rows, process_rows, summarizer.calls, open_at_start)
+    return Survey(reduction, rows, process_rows, summarizer.calls, open_at_start, stacks)
 
 
 def _leading_open_at_start(slices, n):
@@ -182,12 +194,68 @@ def _script_json(data):
     return dumps_utf8(data, separators=(",", ":")).replace("<", "\\u003c")
 
 
-def _summary_rows(rows):
+def _summary_rows(rows, folded_names=frozenset()):
+    """The page's rows: the top ones by each sort, and the top ones by each sort
+    among those not in folded_names (so the table stays full with them folded)."""
     chosen = {}
-    for sort in SUMMARY_SORTS:
-        for row in sorted(rows, key=SORT_KEYS[sort])[:SUMMARY_TOP]:
-            chosen[row.name] = [row.name, row.calls, row.total_ns, row.self_ns]
+    for candidates in (rows, [row for row in rows if row.name not in folded_names]):
+        for sort in SUMMARY_SORTS:
+            for row in sorted(candidates, key=SORT_KEYS[sort])[:SUMMARY_TOP]:
+                chosen[row.name] = [row.name, row.calls, row.total_ns, row.self_ns]
     return {"functions": len(rows), "rows": list(chosen.values())}
+
+
+_RANK_LABEL = re.compile(r"rank (\d+)")
+
+
+def job_order(trace, totals):
+    """(totals reordered, the pids that start folded, pid -> rank) for a job's
+    page (totals: process_totals). When some processes have a rank (torchrun's workers), each
+    ranked process comes first by rank, followed by its own children (DataLoader
+    workers); every other process (the launcher: torchrun itself, its elastic
+    agent) comes after them, folded. Otherwise the order is left as it is."""
+    facts = trace.processes or {}
+    rank = {}
+    for pid, fact in facts.items():
+        # a .pftrace keeps the label only: "rank N" is the label of a rank's process
+        found = _RANK_LABEL.fullmatch(str(fact.get("label")))
+        if type(fact.get("rank")) is int or found:
+            rank[pid] = fact["rank"] if type(fact.get("rank")) is int else int(found.group(1))
+    if not rank:
+        return list(totals), set(), rank
+
+    def ranked_ancestor(pid):
+        seen = set()
+        while pid is not None and pid not in seen:
+            if pid in rank:
+                return pid
+            seen.add(pid)
+            pid = (facts.get(pid) or {}).get("ppid")
+        return None
+    position = {total.pid: index for index, total in enumerate(totals)}
+    under = {total.pid: ranked_ancestor(total.pid) for total in totals}
+
+    def place(total):
+        top = under[total.pid]
+        if top is None:
+            return (1, 0, 0, False, position[total.pid])
+        return (0, rank[top], position.get(top, -1), total.pid != top, position[total.pid])
+    return (sorted(totals, key=place), {pid for pid, top in under.items() if top is None},
+            rank)
+
+
+def _stack_meta(trace, survey, meta):
+    """meta's flame graphs and imports rows (render/page_stacks)."""
+    shape = StackShape(survey.stacks)
+    meta["flame"] = flame_data(shape, FLAME_NODE_BUDGET)
+    group = import_frames(shape)
+    names = {shape.frames.names[frame] for frame in group}
+    per_thread = import_rows(shape, group)
+    meta["imports"] = None
+    if any(row[0] or row[1] for row in per_thread):
+        meta["imports"] = {"keys": [key for key, name in enumerate(trace.names) if name in names],
+                           "row": [sum(column) for column in zip(*per_thread)]}
+    return names, per_thread
 
 
 def _meta(trace, title, survey):
@@ -207,25 +275,59 @@ def _meta(trace, title, survey):
         "python": trace.python_version,
         "backend": trace.backend,
         "dropped_events": trace.dropped_events,
-        "summary": _summary_rows(survey.rows),
         "reduced": None if reduction is None else reduction._asdict(),
     }
+    import_names, import_per_thread = _stack_meta(trace, survey, meta)
+    meta["summary"] = _summary_rows(survey.rows, import_names)
     if trace.processes:
         # A trace of several processes: lanes grouped by process, each group headed
-        # by its label (threads come process by process, in lane order).
-        for entry, thread in zip(meta["threads"], trace.threads):
+        # by its label (threads come process by process, in lane order; the page
+        # lays the groups out in the order of meta["processes"]).
+        process_imports = {}
+        for entry, thread, row in zip(meta["threads"], trace.threads, import_per_thread):
             entry["pid"] = trace.thread_pid(thread)
+            summed = process_imports.setdefault(entry["pid"], [0, 0, 0])
+            for column, value in enumerate(row):
+                summed[column] += value
+        ordered, folded, ranks = job_order(trace, process_totals(trace))
         # The summary table can show one process's functions too.
         meta["processes"] = [{"pid": t.pid, "label": t.label, "calls": t.calls,
                               "threads": t.threads, "shown": trace.process_id_text(t.pid),
+                              "rank": ranks.get(t.pid),
+                              "folded": t.pid in folded,
+                              "imports": process_imports.get(t.pid, [0, 0, 0]),
                               "summary": _summary_rows(survey.process_rows.get(
-                                  _process_title(trace, t.pid), []))}
-                             for t in process_totals(trace)]
+                                  _process_title(trace, t.pid), []), import_names)}
+                             for t in ordered]
+        meta["ranks"] = None
+        if ranks:       # the table opens on the ranks' processes (with their children)
+            chosen = [t.pid for t in ordered if t.pid not in folded]
+            meta["ranks"] = {
+                "processes": len(chosen),
+                "imports": [sum(column) for column in zip(
+                    *(process_imports.get(pid, [0, 0, 0]) for pid in chosen))],
+                "summary": _summary_rows(_summed_rows(
+                    survey.process_rows.get(_process_title(trace, pid), []) for pid in chosen),
+                    import_names)}
     # The steps of several ranks (render/steps.py): only a trace with steps walks more.
     steps = steps_data(steps_table(trace))
     if steps is not None:
         meta["steps"] = steps
     return meta
+
+
+def _summed_rows(tables):
+    """SummaryRows of several processes as one: per name, the sums (total counts
+    recursion once per thread, as the whole trace's rows do)."""
+    sums = {}
+    for rows in tables:
+        for row in rows:
+            found = sums.setdefault(row.name, [0, 0, 0])
+            found[0] += row.calls
+            found[1] += row.total_ns
+            found[2] += row.self_ns
+    return [SummaryRow(name, calls, total_ns, self_ns, None)
+            for name, (calls, total_ns, self_ns) in sums.items()]
 
 
 def _slice_arrays(trace, progress):
@@ -305,10 +407,12 @@ def _chunks(trace, title, survey, progress):
 
 # The page's own files, package data beside this module (render/page/, shipped by
 # pyproject.toml's package-data and MANIFEST.in): the skeleton with its
-# placeholders, the stylesheet and the script, inlined so the page stays one file.
+# placeholders, the stylesheet and the scripts (the flame graph's, which defines
+# ptFlameGraph, then the page's, which calls it), inlined so the page stays one file.
 # Files, not Python strings, so tests can parse them (tests/test_html_page.py).
 PAGE_DIRECTORY = "page"
 PAGE_SKELETON, PAGE_STYLE, PAGE_SCRIPT = "page.html", "page.css", "page.js"
+PAGE_FLAME_SCRIPT = "flame.js"
 
 
 def _page_file(name):
@@ -326,7 +430,7 @@ def _page_file(name):
 @functools.lru_cache(maxsize=None)
 def _page_template():
     """(head, tail) of every page: the skeleton split where the data goes, the
-    stylesheet in the head, the script in the tail; the head still holds $TITLE."""
+    stylesheet in the head, the scripts in the tail; the head still holds $TITLE."""
     skeleton = _page_file(PAGE_SKELETON)
     for placeholder in ("$TITLE", "$STYLE", "$DATA", "$SCRIPT"):
         if skeleton.count(placeholder) != 1:
@@ -337,4 +441,4 @@ def _page_template():
         raise ValueError(f"{PAGE_DIRECTORY}/{PAGE_SKELETON}: $STYLE goes before $DATA, "
                          "$SCRIPT after it")
     return (head.replace("$STYLE", _page_file(PAGE_STYLE)),
-            tail.replace("$SCRIPT", _page_file(PAGE_SCRIPT)))
+            tail.replace("$SCRIPT", _page_file(PAGE_FLAME_SCRIPT) + _page_file(PAGE_SCRIPT)))

@@ -75,21 +75,23 @@
   traceEnd = Math.max(traceEnd, 1);
 
   // A trace of several processes: the threads of a process form a group, headed
-  // by the process's label; a thread starting a group carries it.
+  // by the process's label, laid out in the order of meta.processes (a torchrun
+  // job's ranks first); a process meant to start folded (the launcher's) does.
   const groups = [];
   if (meta.processes) {
-    const processOf = new Map(meta.processes.map(p => [p.pid, p]));
-    let previous = null;
+    const groupOf = new Map(meta.processes.map(p => [p.pid, { process: p, top: 0, threads: [] }]));
     for (const thread of threads) {
-      if (thread.info.pid !== previous) {
-        const process = processOf.get(thread.info.pid) ||
-          { pid: thread.info.pid, label: `pid ${thread.info.pid}`, shown: `pid ${thread.info.pid}`,
-            calls: 0, threads: 0 };
-        thread.group = { process, top: 0, threads: [] };
-        groups.push(thread.group);
-        previous = thread.info.pid;
+      const pid = thread.info.pid;
+      if (!groupOf.has(pid)) {
+        groupOf.set(pid, { process: { pid, label: `pid ${pid}`, shown: `pid ${pid}`, calls: 0,
+                                      threads: 0 }, top: 0, threads: [] });
       }
-      groups[groups.length - 1].threads.push(thread);
+      groupOf.get(pid).threads.push(thread);
+    }
+    for (const group of groupOf.values()) {
+      if (group.threads.length === 0) continue;
+      for (const thread of group.threads) thread.folded = !!group.process.folded;
+      groups.push(group);
     }
   }
 
@@ -101,18 +103,36 @@
   let contentHeight = AXIS;
   function layout() {
     contentHeight = AXIS;
-    for (const thread of threads) {
-      if (thread.group) {
-        thread.group.top = contentHeight;
-        contentHeight += GROUP_HEAD;
-      }
+    const place = thread => {
       thread.top = contentHeight;
       contentHeight += LANE_HEAD + rowsShown(thread) * ROW + LANE_GAP;
+    };
+    if (groups.length === 0) threads.forEach(place);
+    for (const group of groups) {
+      group.top = contentHeight;
+      contentHeight += GROUP_HEAD;
+      group.threads.forEach(place);
     }
   }
   layout();
 
-  const view = { start: 0, end: traceEnd, scroll: 0 };
+  // The view it opens on (and Reset returns to): the whole trace, or in a job whose
+  // launcher starts folded, the time of the lanes shown (a torchrun job's ranks).
+  const home = { start: 0, end: traceEnd };
+  if (groups.some(g => g.process.folded)) {
+    let first = Infinity, last = -Infinity;
+    for (const thread of threads) {
+      if (thread.folded || thread.n === 0) continue;
+      first = Math.min(first, thread.start[0]);
+      for (const ends of thread.levelEnds) last = Math.max(last, ends[ends.length - 1] || 0);
+    }
+    if (first < last) {
+      const pad = (last - first) * 0.02;
+      home.start = Math.max(0, first - pad);
+      home.end = Math.min(traceEnd, last + pad);
+    }
+  }
+  const view = { start: home.start, end: home.end, scroll: 0 };
   let selected = null, highlightKeys = null, width = 0, height = 0;
 
   function lowerBound(sorted, value) {
@@ -453,7 +473,7 @@
   });
   canvas.addEventListener("mouseleave", () => { tooltip.style.display = "none"; });
   document.getElementById("reset").addEventListener("click", () => {
-    view.start = 0; view.end = traceEnd; view.scroll = 0;
+    view.start = home.start; view.end = home.end; view.scroll = 0;
     clampView();
     redraw();
   });
@@ -462,6 +482,17 @@
   // The summary: rows [name, calls, total ns, self ns] computed when writing.
   let summaryRows = meta.summary.rows, summaryFunctions = meta.summary.functions;
   let summarySort = "total";
+  // The import machinery's functions (render/page_stacks.py) can be one row, its
+  // numbers those of the chosen process's (or all) taken as one function.
+  const IMPORTS_ROW = "imports (the import machinery as one row)";
+  const importNames = new Set(meta.imports ? meta.imports.keys.map(k => names[k]) : []);
+  let importsRow = meta.imports ? meta.imports.row : null, importsFolded = false;
+  function rowsShownInSummary() {
+    if (!importsFolded || importsRow === null) return summaryRows;
+    const rows = summaryRows.filter(row => !importNames.has(row[0]));
+    if (importsRow[0] > 0 || importsRow[1] > 0) rows.push([IMPORTS_ROW, ...importsRow]);
+    return rows;
+  }
   const sortKeys = {
     name: (a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0,
     calls: (a, b) => b[1] - a[1] || sortKeys.name(a, b),
@@ -472,13 +503,13 @@
 
   function renderSummary(sort) {
     summarySort = sort;
-    summaryRows.sort(sortKeys[sort]);
+    const rows = rowsShownInSummary().sort(sortKeys[sort]);
     for (const th of document.querySelectorAll("#summary th")) {
       th.classList.toggle("sorted", th.dataset.sort === sort);
     }
     const body = document.querySelector("#summary tbody");
     body.textContent = "";
-    for (const [name, calls, total, self] of summaryRows) {
+    for (const [name, calls, total, self] of rows) {
       const tr = body.insertRow();
       tr.classList.toggle("highlighted", name === highlightedName);
       const cell = tr.insertCell();
@@ -493,11 +524,14 @@
 
   function highlight(name) {
     highlightedName = name;
-    highlightKeys = name === null ? null : Uint8Array.from(names, n => n === name ? 1 : 0);
+    highlightKeys = name === null ? null : name === IMPORTS_ROW ?
+      Uint8Array.from(names, n => importNames.has(n) ? 1 : 0) :
+      Uint8Array.from(names, n => n === name ? 1 : 0);
     for (const tr of document.querySelectorAll("#summary tbody tr")) {
       tr.classList.toggle("highlighted", tr.cells[0].textContent === name);
     }
     redraw();
+    flameGraph.redraw();
   }
 
   for (const th of document.querySelectorAll("#summary th")) {
@@ -505,26 +539,62 @@
   }
   function noteSummary() {
     const shown = summaryRows.length, functions = summaryFunctions;
-    document.getElementById("summary-note").textContent =
-      (shown < functions ? `${shown} of ${count(functions, "function")}` :
-        count(functions, "function")) +
+    let text = (shown < functions ? `${shown} of ${count(functions, "function")}` :
+      count(functions, "function")) +
       "; total counts recursion once, self excludes callees; click a row to highlight it";
+    if (importsFolded) {
+      text += `; "imports" is the import machinery (${count(importNames.size, "function")}: ` +
+        "importlib's _find_and_load and its kin, __import__, and the built-ins only they " +
+        "call) as one function: its total is the time spent importing, the imported " +
+        "modules' own code included";
+    }
+    document.getElementById("summary-note").textContent = text;
   }
   noteSummary();
-  // A trace of several processes: the table covers all of them, or the one chosen.
+  const foldImports = document.getElementById("fold-imports");
+  function labelFoldImports() {
+    foldImports.textContent = importsFolded ? "Unfold imports" : "Fold imports into one row";
+  }
+  if (meta.imports) {
+    foldImports.hidden = false;
+    labelFoldImports();
+    foldImports.addEventListener("click", () => {
+      importsFolded = !importsFolded;
+      if (!importsFolded && highlightedName === IMPORTS_ROW) highlight(null);
+      labelFoldImports();
+      noteSummary();
+      renderSummary(summarySort);
+    });
+  }
+  // A trace of several processes: the table covers all of them, the ranks (a
+  // torchrun job's workers and their children: where it opens), or the one chosen.
   if (meta.processes) {
     const select = document.createElement("select");
     select.id = "summary-process";
     select.add(new Option("all processes", ""));
+    if (meta.ranks) {
+      const n = meta.ranks.processes;
+      select.add(new Option(`the ranks (${n} process${n === 1 ? "" : "es"})`, "ranks"));
+    }
     meta.processes.forEach((p, i) => select.add(new Option(`${p.label} (${p.shown})`,
                                                            String(i))));
-    select.addEventListener("change", () => {
-      const chosen = select.value === "" ? meta.summary : meta.processes[+select.value].summary;
-      summaryRows = chosen.rows;
-      summaryFunctions = chosen.functions;
+    const chooseSummary = () => {
+      const chosen = select.value === "" ? meta : select.value === "ranks" ? meta.ranks :
+        meta.processes[+select.value];
+      importsRow = chosen.imports === null ? null :
+        Array.isArray(chosen.imports) ? chosen.imports : chosen.imports.row;
+      summaryRows = chosen.summary.rows;
+      summaryFunctions = chosen.summary.functions;
       noteSummary();
+    };
+    select.addEventListener("change", () => {
+      chooseSummary();
       renderSummary(summarySort);
     });
+    if (meta.ranks) {
+      select.value = "ranks";
+      chooseSummary();
+    }
     const note = document.getElementById("summary-note");
     note.parentNode.insertBefore(select, note);
   }
@@ -585,6 +655,14 @@
     document.getElementById("warning").textContent =
       `${count(meta.dropped_events, "event")} dropped: parts of the trace are missing`;
   }
+  const foldedAtStart = groups.filter(g => g.process.folded);
+  if (foldedAtStart.length > 0) {
+    const note = document.getElementById("order-note");
+    note.textContent = "Ranks first. Folded: " +
+      foldedAtStart.map(g => `${g.process.label} (${g.process.shown})`).join(", ") +
+      ` (no rank: the launcher's) \u2014 click a process's header to unfold it.`;
+    note.hidden = false;
+  }
   if (reduced) {
     const notice = document.getElementById("notice");
     const levels = reduced.top_levels > 0 ?
@@ -599,6 +677,8 @@
       `or Trace.export_perfetto) and open it in ui.perfetto.dev.`;
     notice.hidden = false;
   }
+  const flameGraph = ptFlameGraph({ meta, names, labels, colors, formatNs, count,
+                                    highlighted: () => highlightKeys });
   renderSummary("total");
   resize();
 })();
