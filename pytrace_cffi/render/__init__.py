@@ -6,7 +6,9 @@ walk      the streaming walk every exporter reads: per thread, its calls in
           batches (begin/end records in time order, or whole slices in start order)
 chrome    Chrome Trace Event JSON (.json, .json.gz)
 perfetto  Perfetto TrackEvent protobuf (.pftrace)
-html      the self-contained HTML page
+html      the self-contained HTML page (page/: its skeleton, stylesheet and scripts)
+page_stacks
+          the page's flame graphs and "imports" row, from the stacks below
 saved     the saved-trace directory (save, load, spilled traces)
 summary   the per-function summary table, and reading JSON traces back
 speedscope, folded, pprof
