@@ -352,6 +352,14 @@ def dump(path=None, reason="dump()"):
     return recorder.dump(str(reason), None if path is None else _os.fspath(path))
 
 
+def load_ipython_extension(ipython):
+    """``%load_ext pytrace_cffi`` in IPython or Jupyter: the ``%%pytrace`` cell magic,
+    which traces a cell and shows its HTML page below it (see pytrace_cffi/jupyter.py;
+    IPython is imported then, never by ``import pytrace_cffi``)."""
+    from .jupyter import load_ipython_extension as load
+    load(ipython)
+
+
 def _set_step_hook(hook):
     """run --schedule's step, for step() (None: none)."""
     global _step_hook

@@ -30,6 +30,17 @@ def hide_launcher_frames(codes, with_callees=False):
     _launcher_codes.update((id(code), (code, hide)) for code in codes)
 
 
+def launcher_frames():
+    """The launcher frames hide_launcher_frames set, to put back with
+    restore_launcher_frames (the Jupyter magic hides IPython's for one cell)."""
+    return dict(_launcher_codes)
+
+
+def restore_launcher_frames(saved):
+    _launcher_codes.clear()
+    _launcher_codes.update(saved)
+
+
 def forget_startup_frames():
     """Drops hide_launcher_frames' with_callees codes: the start-up they name ran
     under one trace, this process's first (importlib's code runs again in the

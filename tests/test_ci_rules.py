@@ -1,5 +1,6 @@
-"""Rules of the suite itself: in CI ($CI set) the .pftrace tests' decoder must be
-there, a missing one fails instead of skipping every .pftrace check."""
+"""Rules of the suite itself: in CI ($CI set) the .pftrace tests' decoder (and the
+Jupyter tests' packages) must be there, a missing one fails instead of skipping
+every check that needs it."""
 import os
 import subprocess
 import sys
@@ -61,6 +62,16 @@ def test_run_all_fails_an_interpreter_without_the_decoder_in_ci():
         text = f.read()
     install = text.split('pip install -q perfetto', 1)[1].split("\n    fi\n", 1)[0]
     assert 'if [ -n "${CI:-}" ]' in install and 'bad_versions+=" $v(perfetto)"' in install
+
+
+def test_run_all_fails_an_interpreter_without_the_jupyter_packages_in_ci():
+    """tests/run_all.sh installs the Jupyter tests' packages (test-only); where they
+    cannot install, CI fails that interpreter (tests/test_jupyter.py fails too)."""
+    with open(os.path.join(HERE, "run_all.sh"), encoding="utf-8") as f:
+        text = f.read()
+    install = text.split("pip install -q ipython ipykernel nbclient", 1)[1].split(
+        "\n    fi\n", 1)[0]
+    assert 'if [ -n "${CI:-}" ]' in install and 'bad_versions+=" $v(jupyter)"' in install
 
 
 def test_pyflakes_finds_nothing():
