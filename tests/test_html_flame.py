@@ -3,6 +3,7 @@ self time, bounded), its "imports" row, and a job's ranks first with the launche
 folded: the embedded data against the calls worked out here, and the page driven
 in headless Chromium (clicking a frame focuses it, Back returns; the imports fold
 into one row; a torchrun-like job opens on its ranks)."""
+import html
 import json
 import os
 import re
@@ -371,7 +372,6 @@ def probed(chromium, page, tmp_path, actions, window="1000,1400"):
                    probe.as_uri())
     found = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
     assert found, "the probe did not run"
-    import html
     return json.loads(html.unescape(found.group(1))), dom
 
 
@@ -480,3 +480,21 @@ def test_a_jobs_page_opens_on_its_ranks(chromium, job_page, tmp_path):
     facts = re.search(r'<span class="facts" id="facts">(.*?)</span>', dom).group(1)
     assert re.search(r"3 processes \(rank 0, pid \d+; rank 1, pid \d+; launcher.py, pid \d+\)",
                      facts), facts
+
+
+def test_the_flame_graph_opens_on_the_busiest_thread(chromium, tmp_path):
+    """A thread that only waits (its one frame running since before tracing began)
+    comes first; the flame graph opens on the thread that made the calls."""
+    names = ["<unknown>", "threading.py(1): wait", "f.py(1): a", "f.py(2): b"]
+    waiter = [(1, 0, 1000, -1, True)]
+    worker = [(2, 10, 500, -1, False), (3, 20, 30, 0, False), (3, 40, 50, 0, False)]
+    page = tmp_path / "busiest.html"
+    html_module.write_html(made_trace(names, ["python"] * 4,
+                                      [("waiter", waiter), ("MainThread", worker)]), page)
+    seen, _ = probed(chromium, page, tmp_path, """
+      const select = document.getElementById("flame-view");
+      seen.options = Array.from(select.options, option => option.textContent);
+      seen.chosen = select.options[select.selectedIndex].textContent;
+    """)
+    assert seen["options"] == ["all 2 threads", "waiter (tid 7)", "MainThread (tid 8)"]
+    assert seen["chosen"] == "MainThread (tid 8)"

@@ -55,32 +55,36 @@ function ptFlameGraph(env) {
   }
 
   // The views offered: per process (in the page's order) its threads merged when it
-  // has several, then each thread; the first thread of the first unfolded process
-  // is shown first (rank 0's main thread in a torchrun job).
+  // has several, then each thread. It opens on the busiest thread (the most calls
+  // begun while tracing) of the first process not folded: rank 0's in a torchrun
+  // job, the cell's in a notebook (whose other threads mostly wait).
   const choices = [];
   let firstChoice = 0;
   const threadTitle = t => `${meta.threads[t].name} (tid ${meta.threads[t].tid})`;
+  const begun = t => meta.threads[t].calls - meta.threads[t].open_at_start;
+  function offer(numbers, title, merged) {
+    if (numbers.length > 1) choices.push({ text: merged, threads: numbers });
+    const busiest = numbers.reduce((best, t) => begun(t) > begun(best) ? t : best, numbers[0]);
+    numbers.forEach(t => {
+      if (t === busiest) firstChoice = choices.length;
+      choices.push({ text: title(t), threads: [t] });
+    });
+  }
   if (meta.processes) {
-    let chosen = false;
+    let opened = false;
     for (const p of meta.processes) {
       const numbers = meta.threads.map((info, t) => info.pid === p.pid ? t : -1)
         .filter(t => t >= 0);
-      if (numbers.length > 1) {
-        choices.push({ text: `${p.label} (${p.shown}): ${count(numbers.length, "thread")}`,
-                       threads: numbers });
-      }
-      for (const t of numbers) {
-        if (!chosen && !p.folded) { firstChoice = choices.length; chosen = true; }
-        choices.push({ text: `${p.label} (${p.shown}) \u00b7 ${threadTitle(t)}`, threads: [t] });
-      }
+      if (numbers.length === 0) continue;
+      const before = firstChoice;
+      offer(numbers, t => `${p.label} (${p.shown}) \u00b7 ${threadTitle(t)}`,
+            `${p.label} (${p.shown}): ${count(numbers.length, "thread")}`);
+      if (opened || p.folded) firstChoice = before;
+      else opened = true;
     }
-  } else {
-    if (meta.threads.length > 1) {
-      choices.push({ text: `all ${count(meta.threads.length, "thread")}`,
-                     threads: meta.threads.map((_, t) => t) });
-      firstChoice = 1;
-    }
-    meta.threads.forEach((_, t) => choices.push({ text: threadTitle(t), threads: [t] }));
+  } else if (meta.threads.length > 0) {
+    offer(meta.threads.map((_, t) => t), threadTitle,
+          `all ${count(meta.threads.length, "thread")}`);
   }
   choices.forEach((choice, i) => select.add(new Option(choice.text, String(i))));
 
