@@ -188,8 +188,9 @@ def test_the_page_bounds_its_flame_graph(tmp_path, monkeypatch):
 
 # --- the imports row ----------------------------------------------------------------------
 
-IMPORT_NAMES = ["<unknown>", "app.py(1): main", "<frozen importlib._bootstrap>(1349): _find_and_load",
-                "marshal.loads", "posix.stat", "mod.py(1): <module>", "builtins.__import__"]
+IMPORT_NAMES = ["<unknown>", "app.py(1): main",
+                "<frozen importlib._bootstrap>(1349): _find_and_load", "marshal.loads",
+                "posix.stat", "mod.py(1): <module>", "builtins.__import__"]
 IMPORT_KINDS = ["python", "python", "python", "c", "c", "python", "c"]
 
 

@@ -24,7 +24,12 @@ ids stay those of the full trace) and its self time over all its callees. The pa
 says what was left out and how to see everything; the summary table always counts
 every call.
 
-The page's skeleton, stylesheet and script are files in render/page/ (package
+Below the timeline, a flame graph of the chosen thread or process, from the calls
+aggregated per distinct stack in the survey's own pass (bounded: page_stacks.py);
+the summary table can fold the import machinery into one "imports" row; a job
+with ranks (torchrun's) opens on them, the launcher's processes folded (job_order).
+
+The page's skeleton, stylesheet and scripts are files in render/page/ (package
 data, read with importlib.resources), inlined into each page.
 """
 import functools
@@ -210,10 +215,11 @@ _RANK_LABEL = re.compile(r"rank (\d+)")
 
 def job_order(trace, totals):
     """(totals reordered, the pids that start folded, pid -> rank) for a job's
-    page (totals: process_totals). When some processes have a rank (torchrun's workers), each
-    ranked process comes first by rank, followed by its own children (DataLoader
-    workers); every other process (the launcher: torchrun itself, its elastic
-    agent) comes after them, folded. Otherwise the order is left as it is."""
+    page (totals: process_totals). When some processes have a rank (torchrun's
+    workers), each ranked process comes first by rank, followed by its own
+    children (DataLoader workers); every other process (the launcher: torchrun
+    itself, its elastic agent) comes after them, folded. Otherwise the order is
+    left as it is."""
     facts = trace.processes or {}
     rank = {}
     for pid, fact in facts.items():
