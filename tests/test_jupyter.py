@@ -226,3 +226,59 @@ def test_a_notebook_runs_the_magic_on_a_kernel(tmp_path, monkeypatch):
     flame = meta["flame"]["threads"][number]["nodes"]
     outermost = {meta["names"][flame[j + 1]] for j in range(0, len(flame), 5) if flame[j] == 0}
     assert len(outermost) == 1 and outermost.pop().endswith(": <module>")
+
+
+# Put first in the framed page's <head>: once it has drawn, tells the notebook (the
+# frame's parent) what it shows and any error of its scripts.
+FRAMED_PROBE = """<script>
+const probeErrors = [];
+window.addEventListener("error", event => probeErrors.push(event.message));
+window.addEventListener("load", () => requestAnimationFrame(() => parent.postMessage(
+  JSON.stringify({errors: probeErrors, facts: document.getElementById("facts").textContent,
+                  flame: document.getElementById("flame-path").textContent}), "*")));
+</script>
+"""
+
+NOTEBOOK_PAGE = """<!DOCTYPE html>
+<html><body><pre id="reported"></pre>
+<script>
+window.addEventListener("message", event => {
+  document.getElementById("reported").textContent = event.data;
+});
+</script>
+$FRAME
+</body></html>
+"""
+
+
+def test_the_framed_page_runs_in_its_sandbox_in_chromium(shell, tmp_path_factory):
+    """The iframe the magic displays runs the page's scripts (sandbox allow-scripts,
+    no access to the notebook), in headless Chromium."""
+    from test_html import install_chromium, run_chromium
+    binary = install_chromium()
+    if binary is None:
+        pytest.skip("chromium is not installed and apt-get could not install it")
+    _, shown, _, _ = run(shell, "%%pytrace\ndef framed_work():\n    return sorted('cba')\n"
+                                "framed_work()\n")
+    _, page, _ = framed_page(shown[0])
+    frame = jupyter.page_frame(page.replace("<head>\n", "<head>\n" + FRAMED_PROBE, 1))
+    where = tmp_path_factory.mktemp("notebook") / "notebook.html"
+    where.write_text(NOTEBOOK_PAGE.replace("$FRAME", frame), encoding="utf-8")
+    # Now and then (1 load in ~6 here, under load) chromium's virtual time runs out
+    # before a frame's report arrives (as in test_html_page): up to three loads.
+    for _ in range(3):
+        dom = run_chromium(binary, tmp_path_factory, "--dump-dom", "--window-size=1200,1000",
+                           "--virtual-time-budget=10000", where.as_uri())
+        found = re.search(r'<pre id="reported">(.+?)</pre>', dom, re.S)
+        if found:
+            break
+    assert found, "the framed page never reported"
+    reported = json.loads(html.unescape(found.group(1)))
+    assert reported["errors"] == []
+    assert " calls on 1 thread" in reported["facts"]
+    assert reported["flame"] == f"MainThread (tid {threading_native_id()})"
+
+
+def threading_native_id():
+    import threading
+    return threading.main_thread().native_id
