@@ -48,7 +48,7 @@ from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerSt
 from .schedule import Action, schedule
 from .trace import WRITERS as _WRITERS, Call, Trace
 
-__all__ = ["start", "stop", "trace", "step", "dump", "load", "is_tracing", "release_memory", "Trace",
+__all__ = ["start", "stop", "trace", "step", "dump", "load", "load_ipython_extension", "is_tracing", "release_memory", "Trace",
            "Call",
            "record_function", "RecordFunction", "instant", "counter", "capture_stack",
            "symbolize", "merge_torch",

@@ -159,11 +159,12 @@ def test_run_without_following_encodes_a_pftrace_while_the_program_runs(tmp_path
     the parts encoded while the program ran (live_parts said so), the same calls
     as a run that encodes at the end (PYTRACE_CFFI_LIVE=0)."""
     (tmp_path / "prog.py").write_text(textwrap.dedent("""
-        import threading
+        import threading, time
 
         def fib(n):
             return n if n < 2 else fib(n - 1) + fib(n - 2)
 
+        time.sleep(0.3)     # the encoder starts at a spill 0.2 s after the clock's start
         t = threading.Thread(target=fib, args=(20,), name="helper")
         t.start()
         for _ in range(12):
