@@ -406,7 +406,7 @@ pt_instant(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (tracer)
         pt_add_mark(tracer, "i", args[0], checked);
     Py_DECREF(checked);
-    Py_RETURN_NONE;
+    PT_RETURN_NONE;
 }
 
 static int
@@ -447,7 +447,7 @@ pt_counter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (tracer)
         pt_add_mark(tracer, "C", args[0], value);
     Py_DECREF(value);
-    Py_RETURN_NONE;
+    PT_RETURN_NONE;
 }
 
 /* ======================================================================== */

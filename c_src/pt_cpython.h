@@ -13,6 +13,13 @@
 
 #include <Python.h>
 
+/* Returns a new reference to None. Python 3.12's headers spell Py_RETURN_NONE
+ * `return Py_None` whatever Py_LIMITED_API says (None is immortal from 3.12 on),
+ * so a module built with them took a reference it never had on 3.9-3.11, each
+ * call, until None was deallocated. Code that runs on 3.9-3.11 returns None with
+ * this; the sys.monitoring callbacks (3.12+ only) keep Py_RETURN_NONE. */
+#define PT_RETURN_NONE do { Py_INCREF(Py_None); return Py_None; } while (0)
+
 /* ------------------------------------------------------------------------ */
 /* Profile hook (Include/cpython/pystate.h, Include/cpython/ceval.h)         */
 /* ------------------------------------------------------------------------ */
