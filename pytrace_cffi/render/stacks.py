@@ -19,7 +19,7 @@ from collections import Counter, namedtuple
 
 from .._core import ffi, lib
 from ..errors import TraceFormatError
-from .summary import _process_title
+from .summary import _process_title, check_feed
 
 # "<path>(<first line>): <function>", what a Python function's name says
 _PYTHON_NAME = re.compile(r"(?P<file>.+)\((?P<line>\d+)\): (?P<function>.+)", re.S)
@@ -141,12 +141,8 @@ class StackAggregator:
 
     def add(self, thread, slices, n, first_index):
         """One batch of the current thread's slices."""
-        status = lib.pt_stacks_feed(self._c, slices, n, first_index)
-        if status == lib.PT_ERR_NOMEM:
-            raise MemoryError("out of memory aggregating the trace's stacks")
-        if status != lib.PT_OK:
-            raise TraceFormatError(f"thread {thread.index}: a call's key is out of range "
-                                   f"or its parent is not an enclosing call")
+        check_feed(lib.pt_stacks_feed(self._c, slices, n, first_index), thread,
+                   "aggregating the trace's stacks")
 
     def end_thread(self):
         lib.pt_stacks_end_thread(self._c)

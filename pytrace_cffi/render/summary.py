@@ -67,6 +67,17 @@ def summarize_counting(trace, sort="total", limit=20, per_thread=False, per_proc
     return summarizer.rows(tables, sort, limit), summarizer.calls
 
 
+def check_feed(status, thread, doing):
+    """A batch fed to a C walker of the slices (pt_summarizer_feed*, pt_stacks_feed):
+    MemoryError when it ran out of memory, TraceFormatError when a call's key or
+    parent makes no sense (a damaged trace)."""
+    if status == lib.PT_ERR_NOMEM:
+        raise MemoryError(f"out of memory while {doing}")
+    if status != lib.PT_OK:
+        raise TraceFormatError(f"thread {thread.index}: a call's key is out of range "
+                               f"or its parent is not an enclosing call")
+
+
 class Summarizer:
     """Per-name calls, total and self time over threads whose slices come in
     batches (walk.thread_batches): from the events, without a slice table, or
@@ -98,11 +109,7 @@ class Summarizer:
         self.slices += n
         self.open_at_start += lib.pt_open_at_start(slices, n)
         status = lib.pt_summarizer_feed(self._c, slices, n, first_index, *table)
-        if status == lib.PT_ERR_NOMEM:
-            raise MemoryError("out of memory while summarizing the trace")
-        if status != lib.PT_OK:
-            raise TraceFormatError(f"thread {thread.index}: a call's key is out of range "
-                                   f"or its parent is not an enclosing call")
+        check_feed(status, thread, "summarizing the trace")
 
     def add_windows(self, thread, slices, n, first_index, bounds, groups, n_windows,
                     self_table):
@@ -111,11 +118,7 @@ class Summarizer:
         (int64_t, n_names per group; groups: uint32_t[n_windows])."""
         status = lib.pt_summarizer_feed_windows(self._c, slices, n, first_index, bounds,
                                                 groups, n_windows, self_table)
-        if status == lib.PT_ERR_NOMEM:
-            raise MemoryError("out of memory while summarizing the trace")
-        if status != lib.PT_OK:
-            raise TraceFormatError(f"thread {thread.index}: a call's key is out of range "
-                                   f"or its parent is not an enclosing call")
+        check_feed(status, thread, "summarizing the trace")
 
     def end_thread(self):
         lib.pt_summarizer_end_thread(self._c)
