@@ -40,6 +40,7 @@ pt_pool_after_fork_in_child(void)
     pt_pool_lock = unlocked;
     pt_sigterm_after_fork();
     pt_flight_after_fork();
+    pt_hooks_after_fork();
 }
 
 static void

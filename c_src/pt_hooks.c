@@ -151,6 +151,21 @@ pt_thread_of_caller(pt_tracer *tracer)
  * stop: the one process-wide pointer, as there is one profile hook per process. */
 pt_tracer *pt_active_tracer;
 
+/* A forked child records nothing with the tracer it inherits: its Python stops
+ * that tracer in an after-fork hook, but handlers registered before ours (as
+ * threading's are) run first, and a spill of theirs would go into the parent's
+ * file at the offset both share (or cut it back on a failed write). Called from
+ * the pthread_atfork child handler, before any Python code runs in the child. */
+void
+pt_hooks_after_fork(void)
+{
+    pt_tracer *tracer = pt_active_tracer;
+    if (tracer) {
+        tracer->flags |= PT_FLAG_NOOP;
+        pt_handle_sync(tracer);
+    }
+}
+
 /* The tracer a hook should record into, or NULL to do nothing. */
 static inline pt_tracer *
 pt_recording_tracer(PyObject *handle)

@@ -49,6 +49,40 @@ def test_fork_while_tracing_child_stops_cleanly_parent_keeps_its_trace(run_pytho
     assert proc.stdout.split() == ["child", "0", "works", "3"]
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_never_writes_to_its_parents_spill_file(run_python, tmp_path):
+    """Python code a forked child runs before our after-fork hook (handlers
+    registered earlier, as threading's are) is not recorded by the inherited
+    tracer: its spill would land in the parent's file, at the offset the two
+    share, and cut the parent's trace."""
+    proc = run_python(dedent(f"""
+        import os
+
+        def busy(i):
+            return i
+
+        def in_child():
+            for i in range(30000):    # chunks of 512 events: many spills, were it recorded
+                busy(i)
+
+        os.register_at_fork(after_in_child=in_child)    # before ours: runs first
+        import pytrace_cffi
+
+        pytrace_cffi.start(output={str(tmp_path / "out")!r}, max_events=4096)
+        for i in range(3000):
+            busy(i)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        for i in range(3000):
+            busy(i)
+        trace = pytrace_cffi.stop()
+        print(sum(1 for c in trace if c.name.endswith(": busy")), trace.dropped_events)
+    """))
+    assert proc.stdout.split() == ["6000", "0"], proc.stderr
+
+
 def test_cprofile_running_raises_a_clear_conflict_and_keeps_working(run_python):
     proc = run_python(dedent("""
         import cProfile, pstats, io, pytrace_cffi
