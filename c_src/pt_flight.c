@@ -586,6 +586,20 @@ pt_flight_disarm(void)
     pt_flight_armed = 0;
 }
 
+/* After pt_flight_disarm: what was asked for and not served (a signal the C
+ * thread had not turned into a request yet, or a request nobody claimed) as
+ * PT_FLIGHT_*, claimed now; 0 when nothing was. Its stop() serves it. */
+int
+pt_flight_unserved(void)
+{
+    if (atomic_exchange(&pt_flight_signalled, 0))
+        return PT_FLIGHT_SIGNAL;
+    uint64_t seq = atomic_load(&pt_flight_requested);
+    if (seq && pt_flight_claim(seq))
+        return pt_flight_reason(seq);
+    return 0;
+}
+
 /* A child forked while armed has the state, not the thread: it starts unarmed. */
 void
 pt_flight_after_fork(void)

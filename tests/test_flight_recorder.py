@@ -50,14 +50,17 @@ import pytrace_cffi
 def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 
-def stuck():
-    time.sleep(0.6)
+def stuck(dumps):
+    for _ in range(200):                # until the signal's dump is under way (10 s at most)
+        time.sleep(0.05)
+        if dumps[1:]:
+            break
 
 pytrace_cffi.start(flight_recorder="4M", dumps_dir=sys.argv[1])
 fib(14)
 print("DUMP", pytrace_cffi.dump(reason="from code"))
 os.kill(os.getpid(), signal.SIGUSR1)
-stuck()
+stuck(pytrace_cffi._running.session.flight.dumps)
 trace = pytrace_cffi.stop()
 print("CALLS", len(trace), trace.dropped_events)
 """
@@ -79,6 +82,29 @@ def test_a_dump_from_code_and_one_by_signal_hold_the_calls_and_where_each_thread
                                        "time.sleep"]
     assert all(frame["since_ns"] is not None for frame in main["stack"])
     assert main["stack"][-1]["since_ns"] <= facts["monotonic_ns"]
+
+
+def test_a_signal_just_before_stop_is_dumped_by_stop(tmp_path):
+    """stop() serves a dump asked for and not yet written (the signal came, its
+    threads had not run): nothing asked for is lost."""
+    proc = _run(tmp_path, """
+        import os, signal, sys
+        import pytrace_cffi
+
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+        pytrace_cffi.start(flight_recorder="4M", dumps_dir=sys.argv[1])
+        fib(12)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        pytrace_cffi.stop()
+        """, tmp_path / "dumps")
+    assert proc.returncode == 0, proc.stderr
+    dumps = process_dumps(tmp_path / "dumps")
+    assert len(dumps) == 1, proc.stderr
+    facts, trace = read_dump(dumps[0])
+    assert facts["reason"] == "signal"
+    assert _fib_calls(trace) == FIB_CALLS[12]
 
 
 def test_the_ring_keeps_the_newest_events_only(tmp_path):

@@ -133,9 +133,15 @@ class FlightRecorder:
             exits.handle_sigterm()      # (a followed one's exit paths have it)
 
     def close(self):
-        """At stop: the threads end, the hooks go, the dumps under way finish (5 s)."""
+        """At stop: the threads end, the hooks go, a dump asked for and not yet
+        served is written now, the dumps under way finish (5 s)."""
         if self._closing:
             return
+        if self._registered:        # first: `dump DIR` no longer signals this process
+            try:
+                os.unlink(self._registered)
+            except OSError:
+                pass
         self._closing = True
         lib.pt_flight_disarm()
         if self._pipe is not None:
@@ -147,11 +153,10 @@ class FlightRecorder:
             self._pipe = None
         if threading.excepthook is self._thread_exception:
             threading.excepthook = self._previous_thread_hook
-        if self._registered:
-            try:
-                os.unlink(self._registered)
-            except OSError:
-                pass
+        unserved = lib.pt_flight_unserved()
+        if unserved:                # (the ring is whole still: stop() comes after)
+            self._dump_now(f"watchdog: no step for {self.watchdog_s:g} s"
+                           if unserved == lib.PT_FLIGHT_WATCHDOG else "signal", requested=True)
         lib.pt_flight_wait(5_000_000_000)
 
     # -- triggers ------------------------------------------------------------
@@ -236,6 +241,9 @@ class FlightRecorder:
         raises: a failure is said on stderr and None returned."""
         if self._closing or _running.session is not self.session:
             return None         # (a forked child's copy of its parent's recorder)
+        return self._dump_now(reason, path, requested)
+
+    def _dump_now(self, reason, path=None, requested=False):
         try:
             with self._lock:
                 return self._dump(reason, path, requested)
