@@ -9,6 +9,28 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)          # so tests can import the workloads package
 
 
+# Tests of bounded memory on traces of millions of calls (tens of seconds each)
+# measure the C walk and the writers, which no interpreter changes: tests/run_all.sh
+# runs them under one interpreter (PYTRACE_BIG_TESTS_ON=3.12) and skips them under
+# the others; run directly, pytest runs them everywhere.
+BIG_TESTS_ON = os.environ.get("PYTRACE_BIG_TESTS_ON")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "big: a test of millions of calls (run_all.sh runs "
+                                       "it under one interpreter: PYTRACE_BIG_TESTS_ON)")
+
+
+def pytest_collection_modifyitems(config, items):
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if not BIG_TESTS_ON or BIG_TESTS_ON == here:
+        return
+    skip = pytest.mark.skip(reason=f"a big test: run_all.sh runs it under {BIG_TESTS_ON}")
+    for item in items:
+        if "big" in item.keywords:
+            item.add_marker(skip)
+
+
 def _hooks_installed():
     found = []
     if sys.getprofile() is not None:

@@ -24,6 +24,16 @@ find_python() {
     echo "$found"
 }
 
+# The big tests (conftest.py: millions of calls, bounded memory) run under one
+# interpreter: 3.12 when present, else the newest found.
+big_on=""
+for v in 3.9 3.10 3.11 3.12 3.13; do
+    [ -n "$(find_python "$v")" ] && big_on="$v"
+    [ "$big_on" = "3.12" ] && break
+done
+export PYTRACE_BIG_TESTS_ON="${PYTRACE_BIG_TESTS_ON:-$big_on}"
+echo "   the big tests run under Python $PYTRACE_BIG_TESTS_ON"
+
 passed=0; failed=0; skipped=0; ran=0; bad_versions=""
 RUN_DIR="$(mktemp -d)"      # run from outside the tree so the installed wheel is tested
 for v in 3.9 3.10 3.11 3.12 3.13; do

@@ -358,6 +358,7 @@ def _pftrace_counts(path):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
+@pytest.mark.big
 def test_ten_million_calls_to_pftrace_json_gz_and_html_in_bounded_memory(tmp_path):
     """fib(33): 11.4M calls, 22.8M events, written as .pftrace, .json.gz and .html in
     a subprocess. The peak RSS from stop() through all three stays under 16 bytes an

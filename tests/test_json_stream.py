@@ -292,6 +292,7 @@ def many_calls(n):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
+@pytest.mark.big
 def test_a_big_json_summary_and_exports_in_memory_that_does_not_grow(tmp_path):
     # 2.5M calls, ~450 MB of JSON, summarized and exported to .html, .pftrace,
     # .json.gz and a saved directory. The slice table alone was 40 bytes a call

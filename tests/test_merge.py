@@ -464,6 +464,7 @@ def test_merge_of_a_broken_torch_trace_fails_cleanly(traced, tmp_path):
         assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
 
 
+@pytest.mark.big
 def test_merge_holds_neither_trace_whole(tmp_path):
     # A 60k-call trace and a ~10 MB torch trace: merging keeps a buffer of torch's
     # text and a bounded copy of a batch of our slices whose times it moves in C,
@@ -721,6 +722,7 @@ print(len(trace), status("VmHWM") - after_stop, int(trace.slices_built()))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
+@pytest.mark.big
 def test_merging_three_million_calls_adds_little_to_the_stopped_traces_memory(tmp_path):
     """fib(30), 2.7M calls, merged with a small torch-shaped trace in a subprocess:
     the peak RSS of the merge stays under 16 bytes a call above the stopped trace's

@@ -464,6 +464,7 @@ def test_fuzzed_files_read_or_are_format_errors(live_trace, tmp_path):
 # --- memory --------------------------------------------------------------------------
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
+@pytest.mark.big
 def test_a_big_pftrace_summary_and_exports_in_memory_that_does_not_grow(tmp_path):
     # 1.6M calls read back, summarized and exported to .html, .pftrace, .json.gz and
     # a saved directory (test_json_stream's script): the slice table alone would be
