@@ -194,8 +194,9 @@ class FlightRecorder:
                 seq = lib.pt_flight_request()
                 if seq and lib.pt_flight_claim(seq):
                     watchdog = lib.pt_flight_reason(seq) == lib.PT_FLIGHT_WATCHDOG
-                    self.dump(f"watchdog: no step for {self.watchdog_s:g} s" if watchdog
-                              else "signal", requested=True)
+                    # (served even when stop() began meanwhile: claimed is ours)
+                    self._dump_now(f"watchdog: no step for {self.watchdog_s:g} s" if watchdog
+                                   else "signal", requested=True)
         except Exception as exc:            # noqa: BLE001 - the program goes on
             _say(f"the flight recorder's thread stopped: {exc}")
         finally:
@@ -273,7 +274,8 @@ class FlightRecorder:
         with names.lock:
             names._write_new()          # every key seen so far named in keys.jsonl
         if path is None:
-            name = (requested and _requested_name()) or dump_dir_name(reason, when / 1e9)
+            name = ((requested and _requested_name(self.dumps_dir))
+                    or dump_dir_name(reason, when / 1e9))
             path = self._new_dump_dir(name)
         else:
             os.makedirs(path, exist_ok=True)
@@ -320,13 +322,10 @@ def _stacks(trim_paths):
     return out
 
 
-def _requested_name():
+def _requested_name(dumps_dir):
     """The dump directory `dump DIR` asked for, when its request is fresh."""
-    recorder = getattr(_running.session, "flight", None)
-    if recorder is None:
-        return None
     try:
-        with open(os.path.join(recorder.dumps_dir, REQUEST_FILE), encoding="utf-8") as f:
+        with open(os.path.join(dumps_dir, REQUEST_FILE), encoding="utf-8") as f:
             request = json.load(f)
         if time.time() - request["time"] < REQUEST_FRESH_S and re.fullmatch(
                 r"[0-9A-Za-z.-]+", request["name"]):
