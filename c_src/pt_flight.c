@@ -361,6 +361,17 @@ pt_flight_on_signal(int signum)
     errno = saved;
 }
 
+/* Progress Python counts without a call (a call would show in the trace): the
+ * ends of torch's record_function regions the watchdog names, seen by the C
+ * thread at its next wake (a quarter of the watchdog's time at most). */
+static int64_t pt_flight_progress;
+
+int64_t *
+pt_flight_progress_cell(void)
+{
+    return &pt_flight_progress;
+}
+
 void
 pt_flight_step(void)
 {
@@ -494,6 +505,7 @@ pt_flight_main(void *unused)
     if (pt_flight.watchdog_ns && pt_flight.watchdog_ns / 4 < period)
         period = pt_flight.watchdog_ns / 4 > 10 * 1000 * 1000 ? pt_flight.watchdog_ns / 4
                                                                : 10 * 1000 * 1000;
+    int64_t seen_progress = __atomic_load_n(&pt_flight_progress, __ATOMIC_RELAXED);
     while (!atomic_load(&pt_flight_quit)) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
@@ -507,6 +519,11 @@ pt_flight_main(void *unused)
         if (atomic_exchange(&pt_flight_signalled, 0)) {
             pt_flight_serve(PT_FLIGHT_SIGNAL);
             continue;
+        }
+        int64_t progress = __atomic_load_n(&pt_flight_progress, __ATOMIC_RELAXED);
+        if (progress != seen_progress) {
+            seen_progress = progress;
+            pt_flight_step();
         }
         int64_t last_step = atomic_load(&pt_flight_last_step);
         if (pt_flight.watchdog_ns && last_step && !atomic_load(&pt_flight_stall_dumped) &&

@@ -252,6 +252,7 @@ int pt_flight_claim(uint64_t seq);
 uint64_t pt_flight_request(void);
 int pt_flight_reason(uint64_t seq);
 uint64_t pt_flight_c_dump_count(void);
+int64_t *pt_flight_progress_cell(void);  /* a counter Python bumps: progress */
 int pt_flight_unserved(void);     /* after disarm: the request left unserved */
 
 #endif /* PT_RECORD_H */

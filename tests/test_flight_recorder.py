@@ -592,6 +592,56 @@ def test_the_watchdog_counts_a_named_regions_ends_as_progress(tmp_path):
     assert _stack_names(_main_thread(facts))[-2:] == ["prog.py(4): stalled", "time.sleep"]
 
 
+@pytest.mark.parametrize("torch_from", ["stand-in", "torch"])
+def test_the_watchdog_counts_torchs_record_function_regions_too(tmp_path, torch_from):
+    """watchdog="SECONDS:REGION" with torch's record_function (torch imported before
+    start, as programs do): its ends arm and feed the watchdog as ours do; the
+    wrapper that sees them is left out of the trace, torch's __exit__ stays in, and
+    stop() puts it back."""
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    if torch_from == "stand-in":
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.dirname(__file__),
+                                                          "torch_stand_in"), ROOT])
+    elif subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode:
+        pytest.skip("torch is not installed (3.11 has it)")
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time
+        import torch.autograd.profiler as profiler
+        import pytrace_cffi
+
+        def stalled():
+            time.sleep(1.0)
+
+        exit_before = profiler.record_function.__exit__
+        pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1],
+                           watchdog="0.3:" + sys.argv[2])
+        for _ in range(5):                  # no step(): only the regions feed it
+            with profiler.record_function("batch"):
+                time.sleep(0.01)
+        stalled()
+        trace = pytrace_cffi.stop()
+        names = [c.name for c in trace]
+        exits = [n for n in names if "autograd/profiler.py" in n and n.endswith(": __exit__")]
+        print(len(exits), len(set(exits)), exits[0],
+              sum("pytrace_cffi" in n for n in names), sep="|")
+        print(profiler.record_function.__exit__ is exit_before)
+        """).lstrip("\n"))
+    for region, expected in (("batch", 1), ("other", 0)):
+        dumps = tmp_path / region
+        proc = run_command([sys.executable, str(script), str(dumps), region], tmp_path, env,
+                           TIMEOUT)
+        assert proc.returncode == 0, proc.stderr
+        found = [d for d in os.listdir(dumps) if not d.startswith(".")]
+        assert len(found) == expected, found
+        count, distinct, name, ours = proc.stdout.splitlines()[0].split("|")
+        assert (count, distinct, ours) == ("5", "1", "0") and "profiler.py" in name, name
+        assert proc.stdout.splitlines()[1] == "True"
+    facts = dump_facts(process_dumps(tmp_path / "batch")[0])
+    assert _stack_names(_main_thread(facts))[-2:] == ["prog.py(5): stalled", "time.sleep"]
+
+
 def test_a_dump_signal_the_program_handles_stays_the_programs(tmp_path):
     proc = _run(tmp_path, """
         import os, signal, sys

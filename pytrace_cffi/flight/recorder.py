@@ -34,7 +34,7 @@ import time
 
 from .. import _running
 from .._core import ffi, lib
-from .._hiding import hiding
+from .._hiding import hide_alone, hiding
 from .._names import name_for_source, path_inputs, path_prefixes
 from ..follow import exits
 from ..follow.identity import _host, process_facts
@@ -83,6 +83,8 @@ class FlightRecorder:
         self.watchdog_s, region = watchdog_spec(watchdog) if watchdog else (None, None)
         if region is not None:      # (set before start: the tracer keeps it)
             lib.pt_set_progress_region(session.ptr, ffi.cast("void *", id(region)))
+        self.region = region
+        self._torch_region_exit = None      # (class, its __exit__, ours) while wrapped
         self.dumps = []             # the directories this process dumped into
         self._lock = threading.RLock()
         self._pipe = None
@@ -108,6 +110,7 @@ class FlightRecorder:
         self._thread.start()
         self._serving.wait()
         self._journal()             # the threads' names at once: a hang may come first
+        self._watch_torch_steps()   # (torch imported before start: its steps count at once)
         facts = process_facts()
         c_dump = json.dumps({"version": 1, "reason": "hang: Python did not answer within "
                              f"{GRACE_NS / 1e9:g} s (a thread stuck in C holding the GIL?)",
@@ -153,6 +156,13 @@ class FlightRecorder:
             self._pipe = None
         if threading.excepthook is self._thread_exception:
             threading.excepthook = self._previous_thread_hook
+        if self._torch_hook is not None:
+            with contextlib.suppress(Exception):
+                self._torch_hook.remove()
+        if self._torch_region_exit is not None:
+            cls, original, ours = self._torch_region_exit
+            if cls.__dict__.get("__exit__") is ours:
+                cls.__exit__ = original
         unserved = lib.pt_flight_unserved()
         if unserved:                # (the ring is whole still: stop() comes after)
             self._dump_now(f"watchdog: no step for {self.watchdog_s:g} s"
@@ -227,13 +237,51 @@ class FlightRecorder:
 
     def _watch_torch_steps(self):
         """torch's optimizer steps count as steps for the watchdog, once torch.optim
-        is imported (never imported here)."""
-        if self._torch_hook is not None or not self.watchdog_s:
+        is imported (never imported here); so do the ends of torch's record_function
+        regions named as the watchdog's region."""
+        if not self.watchdog_s:
             return
-        optimizer = sys.modules.get("torch.optim.optimizer")
-        register = getattr(optimizer, "register_optimizer_step_post_hook", None)
-        if register is not None:
-            self._torch_hook = register(lambda *args: lib.pt_flight_step())
+        with self._lock:            # (open() and the recorder's thread both look)
+            self._watch_torch_hooks()
+
+    def _watch_torch_hooks(self):
+        if self._torch_hook is None:
+            optimizer = sys.modules.get("torch.optim.optimizer")
+            register = getattr(optimizer, "register_optimizer_step_post_hook", None)
+            if register is not None:
+                self._torch_hook = register(lambda *args: lib.pt_flight_step())
+        if self.region is not None and self._torch_region_exit is None:
+            self._watch_torch_regions()
+
+    def _watch_torch_regions(self):
+        """torch.autograd.profiler.record_function has no hook of its own: its
+        __exit__ is wrapped until close (a wrapper traces leave out alone), and an
+        end of the region the watchdog names is progress (pt_flight_progress_cell:
+        C's thread sees it within a quarter of the watchdog's time)."""
+        profiler = sys.modules.get("torch.autograd.profiler")
+        cls = getattr(profiler, "record_function", None)
+        original = cls.__dict__.get("__exit__") if isinstance(cls, type) else None
+        if original is None:
+            return
+        region = self.region
+        progress = ffi.cast("int64_t *", lib.pt_flight_progress_cell())
+
+        def __exit__(self, *exc_info):
+            # no call of its own here (a call would show in the trace): a counter
+            # C's thread reads, bumped by a store
+            try:
+                return original(self, *exc_info)
+            finally:
+                try:
+                    name = self.name
+                except AttributeError:
+                    name = None
+                if name == region:
+                    progress[0] += 1
+
+        hide_alone(__exit__.__code__)
+        cls.__exit__ = __exit__
+        self._torch_region_exit = (cls, original, __exit__)
 
     # -- the dump --------------------------------------------------------------
     def dump(self, reason, path=None, requested=False):
