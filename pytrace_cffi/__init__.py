@@ -211,9 +211,9 @@ def start(**options):
         dumps the flight recorder (`python -m pytrace_cffi dump PID|DIR` sends it).
       watchdog (seconds, or "SECONDS:REGION"): with the flight recorder, dump
         once per stall when no step (step(), a torch optimizer step; with REGION
-        also each end of that record_function region, ours or torch's) came for this long, once
-        a first one came; written by C when a thread holding the GIL in C keeps
-        Python from running.
+        also each end of that record_function region, ours or torch's) came for
+        this long, once a first one came; written by C when a thread holding the
+        GIL in C keeps Python from running.
       log_exceptions (bool, default False): record each exception raised as an
         instant "exception <Type>" on its thread, args message (200 characters at
         most), where (file(line): function) and caught_in (the handler that kept
