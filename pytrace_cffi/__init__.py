@@ -298,11 +298,16 @@ def stop():
     return result
 
 
-def load(directory):
-    """Loads a trace saved with Trace.save(directory). Reads JSON and raw numbers
-    only; raises TraceFormatError for anything that is not a valid saved trace."""
-    from .readers.saved import load as _load
-    return _load(directory)
+def load(path):
+    """Loads a trace: a directory saved with Trace.save(path) (or spilled into by
+    output=), a Chrome .json/.json.gz or a .pftrace written by pytrace_cffi, a
+    job's trace directory (follow_children; its processes joined on one
+    timeline), or a flight recorder's dump: its directory (every process that
+    dumped into it, joined) or one process's proc-<pid> in it; the calls open at
+    the dump are marked open. Reads JSON and raw numbers only, never runs code;
+    raises TraceFormatError for anything that is not a valid trace."""
+    from .reading import read_trace
+    return read_trace(path)
 
 
 def release_memory():
