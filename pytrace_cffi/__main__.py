@@ -306,6 +306,9 @@ def _cmd_run(args, program):
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"pytrace_cffi: {exc}") from None
     _check_output(output)           # a bad OUT fails now, not after the program ran
+    if options["flight_recorder"] and options["dumps_dir"] is None:
+        # beside OUT (the job's directory is a temporary one)
+        options["dumps_dir"] = os.path.abspath(start_options.default_dumps_dir(output))
     if args.processes_dir is not None:
         if args.no_follow:
             raise SystemExit("pytrace_cffi: --processes-dir and --no-follow do not combine")

@@ -53,6 +53,26 @@ _BY_SUFFIX = sorted(((suffix, row) for row in FORMATS for suffix in row.suffixes
 SAVED_TRACE_FILE = "meta.json"
 
 
+# What a flight recorder's dump may also be written as (options.dump_format):
+# a format's name, or "dir" for a saved-trace directory.
+DUMP_FORMATS = tuple(row.name for row in FORMATS) + ("dir",)
+
+
+def dump_format(name):
+    """The Format of a DUMP_FORMATS name (DIRECTORY for "dir")."""
+    return DIRECTORY if name == "dir" else next(row for row in FORMATS if row.name == name)
+
+
+def suffix_of(name):
+    """The suffix of name that picks its format, as name spells it ("" for none
+    known): out.JSON.GZ -> .JSON.GZ."""
+    lower = name.lower()
+    for suffix, _ in _BY_SUFFIX:
+        if lower.endswith(suffix) and len(lower) > len(suffix):
+            return name[-len(suffix):]
+    return ""
+
+
 class UnknownFormat(ValueError):
     """A file name whose suffix names no format."""
 

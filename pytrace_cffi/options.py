@@ -12,7 +12,7 @@ the package but formats (which reads a file's name): anything may read it.
 import os
 from collections import namedtuple
 
-from .formats import DIRECTORY, find
+from .formats import DIRECTORY, DUMP_FORMATS, find, suffix_of
 
 Option = namedtuple("Option", "name kind default help flag negated metavar cli_rank")
 Option.__doc__ = """One option of start().
@@ -20,8 +20,9 @@ Option.__doc__ = """One option of start().
 kind     "bool"; "count" (an int from 1 to its bound, see _COUNT_LIMITS);
          "microseconds" (a number >= 0); "globs" (a glob or a list of them);
          "path" (a path, or None); "flight" (flight_ring's spec); "dumps" (a
-         path, with the flight recorder); "signal" (signal_number's); "watchdog"
-         (seconds)
+         path, with the flight recorder); "dump_format" (a name of
+         formats.DUMP_FORMATS, with the flight recorder); "signal"
+         (signal_number's); "watchdog" (seconds)
 help     the words of its line in `run --help` (None: not on the command line;
          start()'s docstring says what each does)
 flag     run's flag for it, or None when run does not offer it (noop; output is
@@ -71,8 +72,15 @@ OPTIONS = (
            "the --watchdog, `python -m pytrace_cffi dump`, or pytrace_cffi.dump()",
            "--flight-recorder", False, "SIZE|SECONDS", 10),
     Option("dumps_dir", "dumps", None,
-           "where the flight recorder's dumps go (default: ./pytrace_cffi-dumps), one "
-           "directory per dump, one proc-<pid> per process", "--dumps-dir", False, "DIR", 11),
+           "where the flight recorder's dumps go, one directory per dump, one proc-<pid> "
+           "per process (default: beside OUT, named OUT without its suffix + '-dumps': "
+           "trace-dumps/ for trace.json)", "--dumps-dir", False, "DIR", 11),
+    Option("dump_format", "dump_format", None,
+           "with the flight recorder, also write each dump as one trace in FMT ("
+           + ", ".join(DUMP_FORMATS) + "; 'dir': a saved-trace directory) inside its "
+           "dump directory, dump.<FMT>, once its raw files are whole (not when only C "
+           "could write the dump: then the raw directory alone, which load and export "
+           "read)", "--dump-format", False, "FMT", 12),
     Option("dump_signal", "signal", None,
            "the signal that dumps the flight recorder (default SIGUSR1; 0 or 'none': none)",
            "--dump-signal", False, "SIG", 12),
@@ -250,6 +258,35 @@ def _dumps(name, value, values):
     return value
 
 
+DEFAULT_DUMPS_DIR = "pytrace_cffi-dumps"
+
+
+def default_dumps_dir(output):
+    """Where the flight recorder dumps when dumps_dir is not given: beside the
+    job's other files, OUT without its format's suffix + "-dumps" (out.pftrace
+    -> out-dumps, a directory DIR -> DIR-dumps); without output, the current
+    directory's pytrace_cffi-dumps."""
+    if output is None:
+        return DEFAULT_DUMPS_DIR
+    path = os.fsdecode(output).rstrip(os.sep) or os.sep
+    place, name = os.path.split(path)
+    suffix = suffix_of(name)
+    name = name[:len(name) - len(suffix)] if suffix else name
+    return os.path.join(place, (name or "trace") + "-dumps")
+
+
+def _dump_format(name, value, values):
+    if value is not None:
+        _needs_flight(name, values)
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a format's name, not {type(value).__name__}")
+        text = value.strip().lower().lstrip(".")
+        if text not in DUMP_FORMATS:
+            raise ValueError(f"{name} must be one of {', '.join(DUMP_FORMATS)}, not {value!r}")
+        value = text
+    return value
+
+
 def signal_number(value):
     """The number of a signal given as an int, "SIGUSR1", "USR1" or "10"; 0 for
     0/"0"/"none". ValueError for anything else."""
@@ -311,7 +348,8 @@ def _watchdog(name, value, values):
 
 
 _CHECKS = {"count": _count, "path": _path, "microseconds": _microseconds, "globs": _globs,
-           "flight": _flight, "dumps": _dumps, "signal": _signal, "watchdog": _watchdog}
+           "flight": _flight, "dumps": _dumps, "dump_format": _dump_format, "signal": _signal,
+           "watchdog": _watchdog}
 
 
 def session_options(given):
@@ -358,5 +396,5 @@ def _positive(text):
     return value
 
 
-_CLI_TYPES = {"count": _positive, "microseconds": float, "dumps": str, "signal": str,
-              "watchdog": str}
+_CLI_TYPES = {"count": _positive, "microseconds": float, "dumps": str, "dump_format": str,
+              "signal": str, "watchdog": str}

@@ -18,6 +18,8 @@ def flight_session(options, follow_children):
     from ..follow.session import FollowSession
     from ..follow.written import WritingSession
     output = options["output"]
+    if options["dumps_dir"] is None:        # beside the job's other files
+        options = dict(options, dumps_dir=start_options.default_dumps_dir(output))
     if start_options.output_file(output) is not None:
         return WritingSession(options, output, follow_children)
     temporary = output is None

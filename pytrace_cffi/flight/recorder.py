@@ -23,6 +23,7 @@ them one dump directory):
   the process dies of it as it would have;
 - pytrace_cffi.dump() from the program.
 """
+import atexit
 import contextlib
 import json
 import os
@@ -39,9 +40,8 @@ from .._names import name_for_source, path_inputs, path_prefixes
 from ..follow import exits
 from ..follow.identity import _host, process_facts
 from ..follow.session import FollowSession
-from ..options import watchdog_spec
+from ..options import DEFAULT_DUMPS_DIR, watchdog_spec
 
-DEFAULT_DUMPS_DIR = "pytrace_cffi-dumps"
 REGISTRY = ".live"              # DUMPS_DIR/.live/<pid>.json: who can be asked
 REQUEST_FILE = ".request.json"  # `dump DIR`'s: the dump directory's name
 REQUEST_FRESH_S = 30
@@ -49,7 +49,10 @@ GRACE_NS = 1_000_000_000        # Python's time to answer the C thread
 JOURNAL_S = 0.25                # how often the recorder's thread names what is new
 JOURNAL_FILE = "journal.json"   # (C copies it into a dump: pt_flight.c)
 DUMP_FILE = "dump.json"
+DONE_FILE = "done.json"         # a dump's last file
 THREAD_NAME = "pytrace_cffi: flight"
+FORMAT_THREAD_NAME = THREAD_NAME + ": dump format"    # (our threads' names start so)
+FORMAT_WAIT_S = 120             # for a dump's clone, then for its formatted trace
 
 
 def _resolved_options(options):
@@ -58,6 +61,7 @@ def _resolved_options(options):
     import signal
     return dict(options, dumps_dir=os.path.abspath(options.get("dumps_dir")
                                                     or DEFAULT_DUMPS_DIR),
+                dump_format=options.get("dump_format"),
                 dump_signal=(int(signal.SIGUSR1) if options.get("dump_signal") is None
                              else options["dump_signal"]),
                 watchdog=options.get("watchdog"))
@@ -76,9 +80,10 @@ class FlightRecorder:
 
     resolved_options = staticmethod(_resolved_options)
 
-    def __init__(self, session, dumps_dir, signum, watchdog):
+    def __init__(self, session, dumps_dir, signum, watchdog, dump_format=None):
         self.session = session
         self.dumps_dir = os.path.abspath(dumps_dir)
+        self.dump_format = dump_format      # also written as one trace: formatted.py
         self.signum = signum
         self.watchdog_s, region = watchdog_spec(watchdog) if watchdog else (None, None)
         if region is not None:      # (set before start: the tracer keeps it)
@@ -96,6 +101,10 @@ class FlightRecorder:
         self._serving = threading.Event()   # set once its thread is left out of traces
         self._journaled = None
         self._sigterm_dumped = False
+        # dump_format's: (process dump, place) to write, for a thread of its own
+        self._to_format = []
+        self._formatting = threading.Condition()
+        self._formatter = None
 
     # -- life ----------------------------------------------------------------
     def open(self):
@@ -109,6 +118,12 @@ class FlightRecorder:
         self._thread = threading.Thread(target=self._serve, name=THREAD_NAME, daemon=True)
         self._thread.start()
         self._serving.wait()
+        if self.dump_format:        # (started now: once tracing, its start would be traced)
+            started = threading.Event()
+            self._formatter = threading.Thread(target=self._format_dumps, args=(started,),
+                                               name=FORMAT_THREAD_NAME, daemon=True)
+            self._formatter.start()
+            started.wait()
         self._journal()             # the threads' names at once: a hang may come first
         self._watch_torch_steps()   # (torch imported before start: its steps count at once)
         facts = process_facts()
@@ -134,6 +149,8 @@ class FlightRecorder:
             threading.excepthook = self._thread_exception
         if not self.session.follows_children:
             exits.handle_sigterm()      # (a followed one's exit paths have it)
+        if self.dump_format:            # (before the daemon threads writing them stop)
+            atexit.register(self.finish_formatting)
 
     def close(self):
         """At stop: the threads end, the hooks go, a dump asked for and not yet
@@ -168,6 +185,12 @@ class FlightRecorder:
             self._dump_now(f"watchdog: no step for {self.watchdog_s:g} s"
                            if unserved == lib.PT_FLIGHT_WATCHDOG else "signal", requested=True)
         lib.pt_flight_wait(5_000_000_000)
+        if self._formatter is not None:
+            self.finish_formatting()
+            atexit.unregister(self.finish_formatting)
+            with self._formatting:
+                self._to_format.append(None)        # its end
+                self._formatting.notify_all()
 
     # -- triggers ------------------------------------------------------------
     def on_sigterm(self):
@@ -175,6 +198,7 @@ class FlightRecorder:
         if not self._sigterm_dumped:
             self._sigterm_dumped = True
             self.dump("SIGTERM")
+            self.finish_formatting()    # before the process dies of it
 
     def on_uncaught(self, exc_type):
         """sys.excepthook's audit event: dumps before the program's hook runs."""
@@ -222,7 +246,7 @@ class FlightRecorder:
                 with contextlib.suppress(OSError):
                     names._write_new()
         threads = {str(t.ident): t.name for t in threading.enumerate()
-                   if t.ident is not None and t.name != THREAD_NAME}
+                   if t.ident is not None and not t.name.startswith(THREAD_NAME)}
         inputs = path_inputs() if self.session.trim_paths else None
         if (threads, inputs) != self._journaled:
             self._journaled = (threads, inputs)
@@ -321,7 +345,8 @@ class FlightRecorder:
         names = self.session._key_names
         with names.lock:
             names._write_new()          # every key seen so far named in keys.jsonl
-        if path is None:
+        default_place = path is None
+        if default_place:
             name = ((requested and _requested_name(self.dumps_dir))
                     or dump_dir_name(reason, when / 1e9))
             path = self._new_dump_dir(name)
@@ -338,7 +363,71 @@ class FlightRecorder:
             raise OSError(-pid if pid < 0 else 0, "no process could be cloned to write it")
         self.dumps.append(path)
         _say(f"flight recorder dump ({reason}) -> {path}")
+        if self._formatter is not None:
+            with self._formatting:
+                self._to_format.append((path, os.path.dirname(path) if default_place
+                                        else path))
+                self._formatting.notify_all()
         return path
+
+    # -- the dump as one trace (formatted.py) ---------------------------------
+    def _format_dumps(self, started):
+        """The thread writing the dumps in dump_format, in turn (never traced)."""
+        lib.pt_own_thread_begin()
+        started.set()
+        try:
+            while True:
+                with self._formatting:
+                    while not self._to_format:
+                        self._formatting.wait()
+                    item = self._to_format[0]
+                if item is None:
+                    return
+                self._format(*item)
+                with self._formatting:
+                    self._to_format.pop(0)
+                    self._formatting.notify_all()
+        finally:
+            lib.pt_own_thread_end()
+
+    def _format(self, process_dump, place):
+        """Once the clone wrote process_dump whole, the dump's place written in
+        dump_format (never raises)."""
+        try:
+            from .formatted import format_dump
+            if not _whole(process_dump, FORMAT_WAIT_S):
+                _say(f"the dump {process_dump} is not whole (its clone ended early or is "
+                     f"slow): not written as {self.dump_format}; its raw files are read as "
+                     "far as they go")
+                return
+            _say(f"flight recorder dump -> {format_dump(place, self.dump_format)}")
+        except Exception as exc:            # noqa: BLE001 - the program goes on
+            _say(f"the dump in {place} could not be written as {self.dump_format} "
+                 f"({exc.__class__.__name__}: {exc}); its raw files are whole")
+
+    def finish_formatting(self, timeout=FORMAT_WAIT_S):
+        """Waits (up to timeout) for the dumps still to be written in dump_format:
+        at close, at exit, before SIGTERM ends the process."""
+        if self._formatter is None or threading.current_thread() is self._formatter:
+            return
+        deadline = time.monotonic() + timeout
+        with self._formatting:
+            while (self._to_format and self._formatter.is_alive()
+                   and time.monotonic() < deadline):
+                self._formatting.wait(max(0.0, deadline - time.monotonic()))
+
+
+def _whole(process_dump, seconds):
+    """Whether the clone writing process_dump finished it (done.json) within
+    seconds; False at once when no clone runs and it is not whole."""
+    deadline = time.monotonic() + seconds
+    done = os.path.join(process_dump, DONE_FILE)
+    while not os.path.exists(done):
+        if time.monotonic() > deadline:
+            return False
+        if lib.pt_flight_wait(50_000_000) == 0:    # every clone ended
+            return os.path.exists(done)
+    return True
 
 
 def _labels(facts):
@@ -354,7 +443,7 @@ def _stacks(trim_paths):
     out = []
     for ident, frame in sys._current_frames().items():
         thread = threads.get(ident)
-        if thread is not None and thread.name == THREAD_NAME:
+        if thread is not None and thread.name.startswith(THREAD_NAME):
             continue
         codes = []
         while frame is not None:

@@ -303,7 +303,7 @@ class FollowSession(Session):
         self.flight = None
         if self.ring:
             self.flight = self.recorder(self, options["dumps_dir"], options["dump_signal"],
-                                        options["watchdog"])
+                                        options["watchdog"], options.get("dump_format"))
         if live.requested() and not self.ring:
             self._key_names.live = live.LiveEncoder(self.ptr, self.process_dir,
                                                     self.min_duration_ns)
@@ -319,7 +319,8 @@ class FollowSession(Session):
                        backend="sys.monitoring" if USE_MONITORING else "PyEval_SetProfile")
         if self.flight is not None:     # for `dump JOBDIR`: where and how to ask it
             sidecar["flight"] = {"dumps_dir": self.flight.dumps_dir,
-                                 "signal": self.flight.signum}
+                                 "signal": self.flight.signum,
+                                 "dump_format": self.flight.dump_format}
         _write_json(os.path.join(self.process_dir, PROCESS_FILE), sidecar)
         self._key_names.sidecar = sidecar
         if self.root:
