@@ -440,6 +440,12 @@ def export(source, path):
     return trace
 
 
+def _cmd_dump(args):
+    if args.output is not None:
+        _check_output(args.output)      # before any process is asked
+    return cmd_dump(args)
+
+
 def _cmd_export(args):
     _check_output(args.output)
     trace = export(args.source, args.output)
@@ -509,7 +515,7 @@ def _cmd_report(args):
 
 
 COMMANDS = {"summary": _cmd_summary, "export": _cmd_export,      # run: see main()
-            "merge": _cmd_merge, "dump": cmd_dump, "report": _cmd_report}
+            "merge": _cmd_merge, "dump": _cmd_dump, "report": _cmd_report}
 
 
 def main(argv=None):

@@ -78,7 +78,7 @@ OPTIONS = (
     Option("dump_format", "dump_format", None,
            "with the flight recorder, also write each dump as one trace in FMT ("
            + ", ".join(DUMP_FORMATS) + "; 'dir': a saved-trace directory) inside its "
-           "dump directory, dump.<FMT>, once its raw files are whole (not when only C "
+           "dump directory, trace.<FMT>, once its raw files are whole (not when only C "
            "could write the dump: then the raw directory alone, which load and export "
            "read)", "--dump-format", False, "FMT", 12),
     Option("dump_signal", "signal", None,

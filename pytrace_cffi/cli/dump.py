@@ -1,14 +1,18 @@
 """`python -m pytrace_cffi dump TARGET...`: asks running flight recorders
 (flight/recorder.py) to dump, without stopping them, and says where the dumps
-went. TARGET is a pid, a dumps directory (its .live/ registry lists the
-processes recording into it) or a job's trace directory (its processes'
-process.json say where they dump). Every process asked at once writes into one
-dump directory (the request file names it)."""
+went. TARGET is a pid (its recorder keeps its entry of its dumps directory's
+.live/ registry open: /proc/PID/fd says where it dumps), a dumps directory
+(its .live/ registry lists the processes recording into it) or a job's trace
+directory (its processes' process.json say where they dump). Every process
+asked at once writes into one dump directory (the request file names it).
+Once every process's raw dump is whole, --format writes each dump directory as
+one trace beside its raw files (flight/formatted.py), -o all of them as one."""
 import json
 import os
 import sys
 import time
 
+from .. import formats
 from ..options import signal_number
 
 # (the recorder's and the job's modules are imported when the command runs:
@@ -30,10 +34,20 @@ def add_dump_parser(commands):
                       help="the signal for a pid given alone (default SIGUSR1)")
     dump.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
                       help="how long to wait for the dumps to be written (default 30)")
+    dump.add_argument("--format", metavar="FMT", default=None,
+                      help="once the dumps are written, also write each dump directory as "
+                           "one trace, DUMPDIR/trace.<FMT>: " + ", ".join(formats.DUMP_FORMATS)
+                           + " ('dir': a saved-trace directory)")
+    dump.add_argument("-o", "--output", metavar="FILE", default=None,
+                      help="once the dumps are written, also write them, every process "
+                           f"joined, to FILE: {formats.suffixes_text()}")
 
 
 def cmd_dump(args):
     from ..flight.recorder import dump_dir_name
+    if args.format is not None and args.format.lower().lstrip(".") not in formats.DUMP_FORMATS:
+        raise SystemExit(f"pytrace_cffi dump: --format must be one of "
+                         f"{', '.join(formats.DUMP_FORMATS)}, not {args.format!r}")
     asked = []          # (pid, signal, dumps_dir or None)
     for target in args.targets:
         asked += _processes_of(target, args.signal)
@@ -57,9 +71,36 @@ def cmd_dump(args):
         if not d:
             print(f"pid {pid}: asked (its dumps directory is not known here)")
     places = sorted({os.path.join(d, name) for _, _, d in asked if d})
+    written = _write_formatted(places, args.format, args.output)
     if places:
         print("read them with: python -m pytrace_cffi report " + " ".join(places))
-    return 0 if len(done) == len(expected) else 1
+    return 0 if len(done) == len(expected) and written else 1
+
+
+def _write_formatted(places, format_name, output):
+    """--format's and -o's traces of the dump directories places (their whole
+    process dumps). Returns whether every one asked for was written."""
+    from ..errors import TraceFormatError
+    from ..flight.formatted import format_dump, whole_process_dumps, write_joined
+    ok = True
+    for place in places if format_name else ():
+        try:
+            print(f"as one trace: {format_dump(place, format_name.lower().lstrip('.'))}")
+        except (OSError, TraceFormatError) as exc:
+            print(f"pytrace_cffi: cannot write {place} as {format_name}: {exc}",
+                  file=sys.stderr)
+            ok = False
+    if output:
+        dumps = [path for place in places for path in whole_process_dumps(place)]
+        try:
+            if not dumps:
+                raise TraceFormatError("no process dump was written whole")
+            formats.whole_or_nothing(output, lambda: write_joined(dumps, output))
+            print(f"{len(dumps)} process dump{'s' if len(dumps) > 1 else ''} -> {output}")
+        except (OSError, TraceFormatError) as exc:
+            print(f"pytrace_cffi: cannot write {output}: {exc}", file=sys.stderr)
+            ok = False
+    return ok
 
 
 def _processes_of(target, signal_name):
@@ -92,8 +133,20 @@ def _recording(facts):
 
 
 def _dumps_dir_of_pid(pid):
-    """The dumps directory of a pid registered in ./pytrace_cffi-dumps, or None."""
+    """The dumps directory of a pid: the one whose .live/<pid>.json its recorder
+    holds open (read from /proc/PID/fd, ours to read when the pid is ours to
+    signal), else ./pytrace_cffi-dumps when it is registered there; or None."""
     from ..flight.recorder import DEFAULT_DUMPS_DIR, REGISTRY
+    fds = f"/proc/{pid}/fd"
+    try:
+        links = [os.readlink(os.path.join(fds, fd)) for fd in os.listdir(fds)]
+    except OSError:
+        links = []
+    for link in links:
+        registry, name = os.path.split(link)
+        if (name == f"{pid}.json" and os.path.basename(registry) == REGISTRY
+                and os.path.isfile(link)):
+            return os.path.dirname(registry)
     if os.path.exists(os.path.join(DEFAULT_DUMPS_DIR, REGISTRY, f"{pid}.json")):
         return os.path.abspath(DEFAULT_DUMPS_DIR)
     return None

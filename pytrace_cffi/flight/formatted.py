@@ -2,8 +2,8 @@
 run --dump-format, `dump --format` / `-o`), beside its raw files.
 
 The raw directories (DUMPDIR/proc-<pid>/, written by the clones) stay the
-ground truth; the formatted trace is an addition: DUMPDIR/dump.<suffix>
-(DUMPDIR/dump/ for "dir"), the processes of DUMPDIR whose raw dumps are whole
+ground truth; the formatted trace is an addition: DUMPDIR/trace.<suffix>
+(DUMPDIR/trace/ for "dir"), the processes of DUMPDIR whose raw dumps are whole
 (done.json) joined as `export DUMPDIR` joins them. It is written under a
 temporary name and renamed, so a reader never sees half of one.
 
@@ -23,7 +23,7 @@ from ..errors import TraceFormatError
 from ..follow.join import joined_trace
 from .dumps import DONE_FILE, DUMP_FILE, PROCESS_PREFIX
 
-FORMATTED_NAME = "dump"                 # + the format's suffix
+FORMATTED_NAME = "trace"    # + the format's suffix (not "dump": dump.json marks a process dump)
 FORMATTED_FILE = ".formatted.json"      # {"path": its name, "processes": [proc-*]}
 LOCK_FILE = ".formatted.lock"
 

@@ -97,6 +97,7 @@ class FlightRecorder:
         self._closing = False
         self._previous_thread_hook = None
         self._registered = None
+        self._registry_fd = None
         self._torch_hook = None
         self._serving = threading.Event()   # set once its thread is left out of traces
         self._journaled = None
@@ -143,6 +144,9 @@ class FlightRecorder:
         with open(self._registered, "w", encoding="utf-8") as f:
             json.dump({"pid": os.getpid(), "signal": self.signum, "host": _host(),
                        **_labels(facts)}, f)
+        # held open while recording: `dump PID` finds the dumps directory through
+        # /proc/PID/fd (non-inheritable: not a child's)
+        self._registry_fd = os.open(self._registered, os.O_RDONLY | os.O_CLOEXEC)
         exits.install_uncaught_hook()
         if threading.excepthook is not self._thread_exception:
             self._previous_thread_hook = threading.excepthook
@@ -162,6 +166,9 @@ class FlightRecorder:
                 os.unlink(self._registered)
             except OSError:
                 pass
+        if self._registry_fd is not None:       # (nor `dump PID` finds it)
+            os.close(self._registry_fd)
+            self._registry_fd = None
         self._closing = True
         lib.pt_flight_disarm()
         if self._pipe is not None:
