@@ -205,8 +205,14 @@ def start(**options):
         within 64 MiB) for as long as the program runs, and dump them without
         stopping: see dump() and docs/FLIGHT_RECORDER.md. stop() returns the
         ring's trace (or writes output).
-      dumps_dir (path, default "./pytrace_cffi-dumps"): where the flight
-        recorder's dumps go, one directory per dump, one proc-<pid> per process.
+      dumps_dir (path): where the flight recorder's dumps go, one directory per
+        dump, one proc-<pid> per process; by default beside output, named as it
+        is without its suffix + "-dumps" (out.pftrace: out-dumps/), and without
+        output ./pytrace_cffi-dumps.
+      dump_format ("pftrace", "json", "json.gz", "html", "dir", ... see
+        formats.DUMP_FORMATS): with the flight recorder, each dump Python writes
+        is also written as one trace, DUMPDIR/trace.<suffix> (trace/ for "dir"),
+        once its raw files are whole (a dump only C could write stays raw).
       dump_signal (name or number, default SIGUSR1; 0: none): the signal that
         dumps the flight recorder (`python -m pytrace_cffi dump PID|DIR` sends it).
       watchdog (seconds, or "SECONDS:REGION"): with the flight recorder, dump

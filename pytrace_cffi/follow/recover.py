@@ -45,7 +45,10 @@ def _recover(directory, facts):
     events_file = _HeldFile(path)
     if events_file.size < EVENTS_HEADER.size:
         raise _NothingSpilled(f"{path}: nothing was spilled")
-    blocks = _spilled_blocks(events_file, damage)
+    sources = _key_sources(directory)
+    blocks = _spilled_blocks(events_file, damage, _index_limits(records, sources))
+    if not blocks.threads:      # (a block cut short, or damaged: said in damage)
+        raise _NothingSpilled("; ".join([f"{path}: no whole block of events"] + damage))
     start = next((r for r in records if r.get("first") == 0 and "start_ns" in r), None)
     if start is not None:
         tick0, start_ns = start["tick0"], start["start_ns"]
@@ -57,7 +60,7 @@ def _recover(directory, facts):
         raise _NothingSpilled(f"{directory}: nothing was spilled yet")
     end_ticks = max(tick0, blocks.end_ticks if blocks.threads else tick0)
     keys, names, tags, unnamed = _recovered_keys(records, blocks.max_key, blocks.max_tag,
-                                                 _key_sources(directory))
+                                                 sources)
     if unnamed:
         damage.append(f"{unnamed} function{'s' if unnamed > 1 else ''} unnamed (no name in "
                       f"{KEYS_FILE})")
@@ -128,10 +131,30 @@ class _Blocks:
         self.length = 0
 
 
-def _spilled_blocks(events_file, damage):
+# How far past the keys (tags) keys.jsonl and key_sources.tsv name an event's key
+# (tag) may be: those first seen since the last line was written (0.25 s of a
+# recorder's journal, a chunk of a spill). Beyond it the block is damaged: its
+# index would size the tables read back (a flipped byte: billions of entries).
+MAX_UNNAMED_INDEXES = 1 << 16
+MAX_ANNOTATION_ARGS = 1 << 20       # regions' arg sets: known only at stop, none named
+
+
+def _index_limits(records, sources):
+    """The highest key, tag and annotation args index + 1 events may name
+    (pt_events_extent's `needed`), from what keys.jsonl's records and
+    key_sources.tsv name."""
+    named_keys = max([r["first"] + len(r["keys"]) for r in records] + [max(sources, default=0)
+                                                                       + 1])
+    named_tags = max([r.get("tags_first", 0) + len(r.get("tags", [])) for r in records] + [1])
+    return (named_keys + MAX_UNNAMED_INDEXES, named_tags + MAX_UNNAMED_INDEXES,
+            MAX_ANNOTATION_ARGS)
+
+
+def _spilled_blocks(events_file, damage, limits):
     """_Blocks of events_file, read a piece at a time up to its last complete block
     (a running or killed process's last one may be cut), or up to a block that is
-    damaged (said in damage)."""
+    damaged (said in damage): a bad header, or an index past limits (see
+    _index_limits)."""
     path = events_file.path
     blocks = _Blocks()
     offset = EVENTS_HEADER.size
@@ -148,6 +171,7 @@ def _spilled_blocks(events_file, damage):
         if count > (events_file.size - body) // EVENT_RECORD_SIZE:
             break
         ticks = base
+        before = list(needed)
         for first in range(0, count, BLOCK_READ_EVENTS):
             n = min(BLOCK_READ_EVENTS, count - first)
             size = n * EVENT_RECORD_SIZE
@@ -156,6 +180,12 @@ def _spilled_blocks(events_file, damage):
                 raise TraceFormatError(f"{path}: changed while it was read")
             ticks += lib.pt_events_ticks(piece, n)
             lib.pt_events_extent(piece, n, needed)
+        if any(needed[i] > limits[i] for i in range(3)):
+            needed[0:3] = before
+            damage.append(f"{path} is damaged at byte {offset}: its events name a function, "
+                          f"tag or region far beyond those named; the "
+                          f"{events_file.size - offset} bytes from there are left out")
+            break
         if index not in blocks.threads:
             blocks.first_base = base if blocks.first_base is None else min(blocks.first_base,
                                                                            base)
