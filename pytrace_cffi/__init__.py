@@ -355,6 +355,9 @@ def dump(path=None, reason="dump()"):
     into path (a new directory), by default DUMPS_DIR/<time>-<reason>/proc-<pid>/.
     Returns the directory (a clone of the process finishes writing it: done.json
     is its last file), or None when it could not be written (stderr says why).
+    With start(dump_format=...), a thread of the recorder then writes it as one
+    trace too: DUMPDIR/trace.<suffix>, or path/trace.<suffix> for a path given.
+    load() reads the directory, or the one holding it (its processes joined).
     Raises TracerStateError when no flight recorder is running."""
     recorder = getattr(_running.session, "flight", None)
     if recorder is None:
