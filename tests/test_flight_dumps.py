@@ -7,6 +7,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -127,6 +128,34 @@ def test_dump_format_html_writes_a_page(tmp_path):
     dump_dir, _ = _dump_once(tmp_path, "html")
     with open(os.path.join(dump_dir, "trace.html"), encoding="utf-8") as f:
         assert f.read(200).lstrip().lower().startswith("<!doctype html")
+
+
+@pytest.mark.parametrize("ending, returncode", [
+    ("os.kill(os.getpid(), signal.SIGTERM); time.sleep(30)", -signal.SIGTERM),
+    ("raise ValueError('boom')", 1),
+])
+def test_a_dump_at_the_end_of_the_process_is_written_in_dump_format_before_it_ends(
+        tmp_path, ending, returncode):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, signal, sys, time
+        import pytrace_cffi
+
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+        pytrace_cffi.start(flight_recorder="4M", dumps_dir=sys.argv[1], dump_format="pftrace")
+        fib(12)
+        {ending}
+        """).lstrip("\n"))
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    proc = run_command([sys.executable, str(script), str(tmp_path / "dumps")], tmp_path, env,
+                       TIMEOUT)
+    assert proc.returncode == returncode, proc.stderr
+    (dump_dir,) = [d for d in os.listdir(tmp_path / "dumps") if not d.startswith(".")]
+    written = tmp_path / "dumps" / dump_dir / "trace.pftrace"
+    assert _fib_calls(pytrace_cffi.load(written)) == FIB_CALLS[12]
 
 
 @pytest.mark.parametrize("output, expected", [

@@ -192,7 +192,7 @@ class FlightRecorder:
             self._dump_now(f"watchdog: no step for {self.watchdog_s:g} s"
                            if unserved == lib.PT_FLIGHT_WATCHDOG else "signal", requested=True)
         lib.pt_flight_wait(5_000_000_000)
-        if self._formatter is not None:
+        if self._formatter is not None and self._formatter.is_alive():
             self.finish_formatting()
             atexit.unregister(self.finish_formatting)
             with self._formatting:
@@ -415,7 +415,9 @@ class FlightRecorder:
     def finish_formatting(self, timeout=FORMAT_WAIT_S):
         """Waits (up to timeout) for the dumps still to be written in dump_format:
         at close, at exit, before SIGTERM ends the process."""
-        if self._formatter is None or threading.current_thread() is self._formatter:
+        # (not alive in a forked child: its lock may have been held at the fork)
+        if (self._formatter is None or not self._formatter.is_alive()
+                or threading.current_thread() is self._formatter):
             return
         deadline = time.monotonic() + timeout
         with self._formatting:
