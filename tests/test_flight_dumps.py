@@ -221,6 +221,47 @@ def test_run_dumps_beside_out_and_dump_pid_finds_them_and_formats(tmp_path):
         assert _fib_calls(pytrace_cffi.load(path)) == FIB_CALLS[12]
 
 
+JOB = """
+import subprocess, sys
+
+def parent_waits():
+    child.wait()
+
+child = subprocess.Popen([sys.executable, "-c",
+                          "import time\\ndef child_sleeps():\\n    time.sleep(2)\\nchild_sleeps()"])
+parent_waits()
+"""
+
+
+def test_the_processes_of_a_job_dumped_together_make_one_formatted_trace(tmp_path):
+    (tmp_path / "prog.py").write_text(JOB)
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    dumps = tmp_path / "out-dumps"         # beside -o out.json
+    with subprocess.Popen([sys.executable, "-m", "pytrace_cffi", "run", "--flight-recorder",
+                           "--dump-format", "pftrace", "-o", "out.json", "prog.py"],
+                          cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as run:
+        registry = dumps / ".live"
+        deadline = time.monotonic() + 30
+        while len(os.listdir(registry) if registry.exists() else []) < 2:
+            assert time.monotonic() < deadline and run.poll() is None, run.stderr.read()
+            time.sleep(0.05)
+        time.sleep(0.3)                 # both in their waits
+        asked = subprocess.run([sys.executable, "-m", "pytrace_cffi", "dump", str(dumps)],
+                               cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=TIMEOUT)
+        _, err = run.communicate(timeout=TIMEOUT)
+    assert asked.returncode == 0 and run.returncode == 0, asked.stdout + err
+    request, = [d for d in os.listdir(dumps) if not d.startswith(".")]
+    formatted = pytrace_cffi.load(dumps / request / "trace.pftrace")
+    raw = pytrace_cffi.load(dumps / request)
+    assert sorted(p["label"] for p in formatted.processes.values()) == ["prog.py", "python -c"]
+    assert _names(formatted) == _names(raw)
+    assert _names(formatted)["<string>(2): child_sleeps"] == 1
+    assert _names(formatted)["prog.py(4): parent_waits"] == 1
+
+
 @pytest.mark.parametrize("options, error", [
     ({"flight_recorder": True, "dump_format": "xml"},
      "dump_format must be one of json, json.gz, pftrace, html, speedscope, folded, pprof, "
