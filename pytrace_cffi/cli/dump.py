@@ -36,7 +36,7 @@ def add_dump_parser(commands):
                       help="how long to wait for the dumps to be written (default 30)")
     dump.add_argument("--format", metavar="FMT", default=None,
                       help="once the dumps are written, also write each dump directory as "
-                           "one trace, DUMPDIR/trace.<FMT>: " + ", ".join(formats.DUMP_FORMATS)
+                           "one trace, DUMPDIR/trace.<suffix>: " + ", ".join(formats.DUMP_FORMATS)
                            + " ('dir': a saved-trace directory)")
     dump.add_argument("-o", "--output", metavar="FILE", default=None,
                       help="once the dumps are written, also write them, every process "
