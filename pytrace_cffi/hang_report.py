@@ -30,6 +30,7 @@ import time
 from collections import Counter, namedtuple
 
 from .errors import TraceFormatError
+from .options import default_dumps_dir
 from .readers.safe_read import read_bounded
 
 DUMP_FILE = "dump.json"
@@ -99,21 +100,35 @@ def is_dump_directory(path):
 def dump_directories(path, every=False):
     """The DUMPDIRs path names: itself (a DUMPDIR, or one process's dump), else
     the DUMPDIRs inside it or inside its dumps/ (a job's or trace's directory),
-    the newest only unless every, oldest first. TraceFormatError when none."""
-    if not os.path.isdir(path):
-        raise TraceFormatError(f"{path}: not a directory (report reads dump directories)")
+    or in the dumps directory beside it (OUT-dumps/ for `run -o OUT`), the newest
+    only unless every, oldest first. TraceFormatError when none."""
     if _is_process_dump(path) or is_dump_directory(path):
         return [path]
-    for holder in (path, os.path.join(path, DUMPS_SUBDIRECTORY)):
-        if not os.path.isdir(holder):
-            continue
+    for holder in _holders(path):
         found = [os.path.join(holder, name) for name in sorted(os.listdir(holder))
                  if is_dump_directory(os.path.join(holder, name))]
         if found:
             found.sort(key=_dumped_at)
             return found if every else found[-1:]
-    raise TraceFormatError(f"{path}: holds no dump (no proc-*/{DUMP_FILE} in it, in a "
-                           f"directory inside it or in its {DUMPS_SUBDIRECTORY}/)")
+    raise _no_dump(path)
+
+
+def _holders(path):
+    """The directories that may hold path's DUMPDIRs: path, its dumps/, and the
+    dumps directory beside it (OUT-dumps/ of `run -o OUT`); TraceFormatError when
+    none exists."""
+    holders = [d for d in (path, os.path.join(path, DUMPS_SUBDIRECTORY),
+                           default_dumps_dir(path)) if os.path.isdir(d)]
+    if not holders:
+        raise TraceFormatError(f"{path}: neither a directory nor beside one of dumps "
+                               f"({default_dumps_dir(path)})")
+    return holders
+
+
+def _no_dump(path):
+    return TraceFormatError(f"{path}: holds no dump (no proc-*/{DUMP_FILE} in it, in a "
+                            f"directory inside it, in its {DUMPS_SUBDIRECTORY}/ or in "
+                            f"{default_dumps_dir(path)})")
 
 
 def _dumped_at(directory, single=False):
@@ -140,9 +155,7 @@ def newest_per_process(path):
     a job's processes dump at their own times (each its watchdog, its SIGTERM),
     and the picture of the job is every process's latest. TraceFormatError when
     path holds no dump."""
-    for holder in (path, os.path.join(path, DUMPS_SUBDIRECTORY)):
-        if not os.path.isdir(holder):
-            continue
+    for holder in _holders(path):
         newest = {}
         for name in os.listdir(holder):
             for process_dir in _process_dirs(os.path.join(holder, name)):
@@ -153,8 +166,7 @@ def newest_per_process(path):
                         newest[pid] = (when, process_dir)
         if newest:
             return holder, sorted(process_dir for _, process_dir in newest.values())
-    raise TraceFormatError(f"{path}: holds no dump (no proc-*/{DUMP_FILE} in it, in a "
-                           f"directory inside it or in its {DUMPS_SUBDIRECTORY}/)")
+    raise _no_dump(path)
 
 
 def read_dump(directory, process_dirs=None):

@@ -219,6 +219,13 @@ def test_run_dumps_beside_out_and_dump_pid_finds_them_and_formats(tmp_path):
     assert dump_dir.endswith("-request")
     for path in (dumps / dump_dir / "trace.pftrace", tmp_path / "all.json", dumps / dump_dir):
         assert _fib_calls(pytrace_cffi.load(path)) == FIB_CALLS[12]
+    # `report OUT` finds them beside OUT
+    report = subprocess.run([sys.executable, "-m", "pytrace_cffi", "report", "sub/out.json"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=TIMEOUT)
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.startswith(os.path.join("sub", "out-dumps") + ":"), report.stdout
+    assert "prog.py (pid " in report.stdout, report.stdout
 
 
 JOB = """
