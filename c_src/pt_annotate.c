@@ -9,16 +9,6 @@
 
 #include <string.h>
 
-/* The recording tracer, or NULL when not tracing (or in noop mode). */
-static inline pt_tracer *
-pt_annotating_tracer(void)
-{
-    pt_tracer *tracer = pt_active_tracer;
-    if (!tracer || tracer->state != PT_STATE_RUNNING || (tracer->flags & PT_FLAG_NOOP))
-        return NULL;
-    return tracer;
-}
-
 /* ======================================================================== */
 /* Keys for annotation names                                                */
 /* ======================================================================== */

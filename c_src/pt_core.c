@@ -172,6 +172,7 @@ pt_tracer_release(pt_tracer *tracer)
         Py_CLEAR(tracer->args_match);
         Py_CLEAR(tracer->args_call);
         Py_CLEAR(tracer->args_return);
+        Py_CLEAR(tracer->gc_args);
         Py_CLEAR(tracer->marks);
         Py_CLEAR(tracer->spill_hook);
         Py_CLEAR(tracer->progress_region);

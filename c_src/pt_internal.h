@@ -109,12 +109,14 @@ struct pt_tracer {
     PyObject *watch_names;        /* set of co_names worth classifying, or NULL */
     PyObject *watch_classify;     /* classify(code) -> int */
     PyObject *watch_tag;          /* tag(frame) -> int */
-    PyObject *annotation_args;    /* list: args dicts of record_function calls and of
-                                     logged calls (log_args) */
+    PyObject *annotation_args;    /* list: args dicts of record_function calls, of
+                                     logged calls (log_args) and of collections (log_gc) */
     PyObject *exception_hook;     /* log_exceptions: describe(...) -> (name, args) or None */
     PyObject *args_match;         /* log_args: match(code) -> bool, asked once per code */
     PyObject *args_call;          /* log_args: on_call(frame, first_entry) -> dict or None */
     PyObject *args_return;        /* log_args: on_return(args dict, value, raised) */
+    PyObject *gc_args;            /* dict: the args dicts of collections, each distinct
+                                     one once (pt_runtime.c), or NULL */
     /* bounded memory (max_events): past it the oldest chunks are spilled to
      * `spill` when set, else dropped and counted */
     uint64_t max_events;
@@ -511,6 +513,17 @@ void pt_handle_detach(PyObject *handle);
 void pt_handle_sync(pt_tracer *tracer);        /* after a change of state or NOOP */
 pt_thread *pt_thread_of_caller(pt_tracer *tracer);
 extern pt_tracer *pt_active_tracer;
+
+/* The recording tracer, or NULL when not tracing (or in noop mode): what the
+ * recorders called by Python code (pt_annotate.c, pt_runtime.c) record into. */
+static inline pt_tracer *
+pt_annotating_tracer(void)
+{
+    pt_tracer *tracer = pt_active_tracer;
+    if (!tracer || tracer->state != PT_STATE_RUNNING || (tracer->flags & PT_FLAG_NOOP))
+        return NULL;
+    return tracer;
+}
 
 /* pt_annotate.c */
 uint32_t pt_key_for_annotation(pt_tracer *tracer, PyObject *name);

@@ -224,6 +224,12 @@ int pt_realtime_anchor(pt_tracer *tracer, int at_stop, int64_t *monotonic_ns,
 int pt_annotation_api(void *py_dict);
 int pt_annotation_data(pt_tracer *tracer, void *py_args_list, void *py_marks_list);
 
+/* What the interpreter does besides calls (pt_runtime.c). pt_runtime_api fills
+ * py_dict with gc_callback, the gc.callbacks callable that records each
+ * collection as a region "gc (generation N)" on the thread that ran it, with
+ * args generation, collected and uncollectable. */
+int pt_runtime_api(void *py_dict);
+
 /* The flight recorder (pt_flight.c): dumps of the ring (max_events, no spill
  * file) while tracing goes on, written by a clone of the process into dir:
  * events.bin, threads.json, keys.jsonl and process.json copied from

@@ -6,7 +6,7 @@ import os
 import sys
 import threading
 
-from . import _clock
+from . import _clock, _runtime
 from ._core import ffi, lib
 from ._hiding import hiding
 from ._status import check
@@ -121,6 +121,7 @@ class Session:
             spec = (make_matcher(o["log_args"]), arg_log.on_call, arg_log.on_return)
             check(lib.pt_set_arg_logging(self.ptr, ffi.cast("void *", id(spec))), self.ptr,
                   "log_args")
+        self.log_gc = o["log_gc"] and not noop
         self.thread_objects = {}        # tstate id -> threading.Thread, for names
         # ident -> threading.Thread of the threads alive at start and at stop: names
         # and native ids of threads that were never attached by the thread hook
@@ -150,6 +151,8 @@ class Session:
         self._thread_hook = thread_hook()
         threading.setprofile(self._thread_hook)
         try:
+            if self.log_gc:
+                _runtime.watch_gc()
             if self.watcher is not None:
                 self.watcher.begin()
             if self._max_depth:
@@ -160,6 +163,8 @@ class Session:
                                ffi.cast("void *", id(self.thread_objects))), self.ptr, "start")
             self._live = True
         except BaseException:
+            if self.log_gc:
+                _runtime.unwatch_gc()
             if self.watcher is not None:
                 self.watcher.end()
             threading.setprofile(self._previous_thread_hook)
@@ -342,6 +347,8 @@ class Session:
                 self._check_thread_hook()
             status = lib.pt_stop(self.ptr)
             self._stopped = True
+            if self.log_gc:
+                _runtime.unwatch_gc()
             if self.watcher is not None:
                 self.watcher.end()
             if USE_MONITORING and status == lib.PT_OK:
@@ -362,6 +369,8 @@ class Session:
         """In a child forked while tracing: unhook quietly, keep nothing."""
         lib.pt_stop(self.ptr)
         self._stopped = True
+        if self.log_gc:
+            _runtime.unwatch_gc()
         if self.watcher is not None:
             self.watcher.end()
         if _get_threading_profile() is self._thread_hook:

@@ -102,6 +102,9 @@ OPTIONS = (
     Option("log_args_repr", "bool", False,
            "with --log-args, also each value's repr(), cut to 200 characters (it runs "
            "the objects' own code)", "--log-args-repr", False, None, 16),
+    Option("log_gc", "bool", False,
+           "record each garbage collection as a slice 'gc (generation N)' on the thread "
+           "that ran it, with what it collected", "--log-gc", False, None, 17),
 )
 NAMES = tuple(option.name for option in OPTIONS)
 DEFAULTS = {option.name: option.default for option in OPTIONS}

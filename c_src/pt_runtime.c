@@ -1,0 +1,202 @@
+/* pt_runtime.c - what the interpreter does besides calls, recorded on request:
+ * garbage collections (a gc.callbacks callable).
+ *
+ * The gc callback is a C function: the collector calls it from C, so no hook sees
+ * it and no frame of ours shows in the trace. Each collection becomes a region
+ * named after its generation, begun at the "start" phase and ended at "stop", its
+ * args (generation, collected, uncollectable) attached at stop.
+ */
+#include "pt_internal.h"
+
+/* ======================================================================== */
+/* Garbage collections                                                      */
+/* ======================================================================== */
+
+static PyObject *pt_gc_names[3];        /* "gc (generation N)", made once */
+static PyObject *pt_gc_phase_start;     /* "start" */
+
+/* The collection whose region is open: one at a time per process (the
+ * collector never runs inside itself), under the GIL. generation 0: none. */
+static struct {
+    uint64_t generation;                /* the tracer's */
+    pt_thread *thread;
+    uint32_t key;
+    Py_ssize_t args_index;              /* its slot in annotation_args, or -1 */
+    pt_event *args_event;               /* the event naming that slot */
+} pt_gc_open;
+
+/* tracer->gc_args holds, under a generation, the args dict of a collection of
+ * that generation not ended yet; under (generation, collected, uncollectable),
+ * the index in annotation_args of a collection's args: each distinct one is
+ * stored once (a program makes millions of young collections, most alike). */
+static PyObject *
+pt_gc_cached(pt_tracer *tracer, PyObject *identity)
+{
+    if (!identity || (!tracer->gc_args && !(tracer->gc_args = PyDict_New())))
+        return NULL;
+    return PyDict_GetItem(tracer->gc_args, identity);          /* borrowed */
+}
+
+/* Stores value under identity; returns value (borrowed: the cache holds it). */
+static PyObject *
+pt_gc_cache(pt_tracer *tracer, PyObject *identity, PyObject *value)
+{
+    int rc = value ? PyDict_SetItem(tracer->gc_args, identity, value) : -1;
+    Py_XDECREF(value);
+    return rc < 0 ? NULL : value;
+}
+
+/* The shared index in annotation_args of a collection's final args, -1 on failure. */
+static Py_ssize_t
+pt_gc_final_index(pt_tracer *tracer, PyObject *generation, PyObject *collected,
+                  PyObject *uncollectable)
+{
+    PyObject *identity = PyTuple_Pack(3, generation, collected, uncollectable);
+    PyObject *found = pt_gc_cached(tracer, identity);
+    if (!found && identity && tracer->gc_args) {
+        Py_ssize_t index = PyList_Size(tracer->annotation_args);
+        PyObject *args = Py_BuildValue("{sOsOsO}", "generation", generation,
+                                       "collected", collected, "uncollectable", uncollectable);
+        if (args && index < (Py_ssize_t)PT_MAX_KEYS &&
+            PyList_Append(tracer->annotation_args, args) == 0)
+            found = pt_gc_cache(tracer, identity, PyLong_FromSsize_t(index));
+        Py_XDECREF(args);
+    }
+    Py_XDECREF(identity);
+    return found ? PyLong_AsSsize_t(found) : -1;
+}
+
+/* A collection begins: its region opens. Its args must follow the region's own
+ * event, before any callee such as a finalizer (pt_walk.c), but what it collected
+ * is known at its end: a slot of annotation_args is taken now, saying the
+ * generation, and filled at the end (pt_gc_end). */
+static void
+pt_gc_begin(pt_tracer *tracer, PyObject *info)
+{
+    /* Not while a hook of ours runs Python code (the spill hook, a filter's
+     * question): a collection there would append to a buffer mid-append. */
+    if (tracer->in_python || tracer->spill_hook_busy)
+        return;
+    pt_thread *thread = pt_thread_of_caller(tracer);
+    PyObject *generation = PyDict_GetItemString(info, "generation");      /* borrowed */
+    long number = generation ? PyLong_AsLong(generation) : -1;
+    if (!thread || number < 0 || number > 2)
+        return;
+    uint32_t key = pt_key_for_annotation(tracer, pt_gc_names[number]);
+    if (!key || pt_record(tracer, thread, PT_EV_PY_CALL, key) < 0)
+        return;
+    pt_gc_open.generation = tracer->generation;
+    pt_gc_open.thread = thread;
+    pt_gc_open.key = key;
+    pt_gc_open.args_index = -1;
+    if (!tracer->annotation_args && !(tracer->annotation_args = PyList_New(0)))
+        return;
+    PyObject *args = pt_gc_cached(tracer, generation);
+    if (!args && tracer->gc_args)
+        args = pt_gc_cache(tracer, generation, Py_BuildValue("{sO}", "generation", generation));
+    Py_ssize_t index = PyList_Size(tracer->annotation_args);
+    if (args && index < (Py_ssize_t)PT_MAX_KEYS &&
+        PyList_Append(tracer->annotation_args, args) == 0 &&
+        pt_append(tracer, thread, 0, (uint32_t)index << PT_KEY_SHIFT | PT_EV_ARGS) > 0) {
+        pt_gc_open.args_index = index;
+        pt_gc_open.args_event = thread->cursor - 1;
+    }
+}
+
+/* The collection ends: its args say what it collected, and its region closes.
+ * When it ran no Python code (no event since its args: the usual young
+ * collection), its slot goes back and its args event names the shared args, so
+ * that annotation_args does not grow with collections (a flight recorder runs
+ * for days); otherwise the slot keeps them. */
+static void
+pt_gc_end(pt_tracer *tracer, PyObject *info)
+{
+    uint64_t opened_in = pt_gc_open.generation;
+    pt_gc_open.generation = 0;
+    pt_thread *thread = pt_gc_open.thread;
+    if (tracer->generation != opened_in || pt_thread_of_caller(tracer) != thread)
+        return;                 /* stopped meanwhile: the region closes at stop */
+    PyObject *generation = PyDict_GetItemString(info, "generation");     /* borrowed */
+    PyObject *collected = PyDict_GetItemString(info, "collected");
+    PyObject *uncollectable = PyDict_GetItemString(info, "uncollectable");
+    Py_ssize_t slot = pt_gc_open.args_index;
+    if (slot >= 0 && generation && collected && uncollectable) {
+        int alone = thread->cursor == pt_gc_open.args_event + 1 &&
+                    slot == PyList_Size(tracer->annotation_args) - 1;
+        if (alone)
+            PyList_SetSlice(tracer->annotation_args, slot, slot + 1, NULL);
+        Py_ssize_t index = pt_gc_final_index(tracer, generation, collected, uncollectable);
+        if (alone) {
+            /* no index: the region keeps no args (its slot went back) */
+            pt_gc_open.args_event->key_kind = index >= 0
+                ? (uint32_t)index << PT_KEY_SHIFT | PT_EV_ARGS : PT_EV_TIME;
+        } else if (index >= 0) {
+            PyObject *args = PyList_GetItem(tracer->annotation_args, index);   /* borrowed */
+            Py_INCREF(args);
+            PyList_SetItem(tracer->annotation_args, slot, args);       /* steals */
+        }
+    }
+    pt_record(tracer, thread, PT_EV_PY_RETURN, pt_gc_open.key);
+}
+
+static PyObject *
+pt_gc_callback(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[1]))
+        PT_RETURN_NONE;
+    pt_tracer *tracer = pt_annotating_tracer();
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);     /* nothing here raises to the collector */
+    if (PyUnicode_Compare(args[0], pt_gc_phase_start) == 0) {
+        pt_gc_open.generation = 0;
+        if (tracer)
+            pt_gc_begin(tracer, args[1]);
+    } else if (pt_gc_open.generation) {
+        if (tracer)
+            pt_gc_end(tracer, args[1]);
+        pt_gc_open.generation = 0;
+    }
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    PT_RETURN_NONE;
+}
+
+/* ======================================================================== */
+/* Publishing to Python                                                     */
+/* ======================================================================== */
+
+static PyMethodDef pt_runtime_functions[] = {
+    {"gc_callback", (PyCFunction)(void (*)(void))pt_gc_callback, METH_FASTCALL,
+     "gc_callback(phase, info): for gc.callbacks; records each collection as a region."},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+pt_runtime_api(void *py_dict)
+{
+    int rc = PT_OK;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *dict = (PyObject *)py_dict;
+    for (int generation = 0; generation < 3; generation++)
+        if (!pt_gc_names[generation])
+            pt_gc_names[generation] = PyUnicode_FromFormat("gc (generation %d)", generation);
+    if (!pt_gc_phase_start)
+        pt_gc_phase_start = PyUnicode_InternFromString("start");
+    PyObject *owner = PyModule_New("pytrace_cffi");
+    if (!owner || !PyDict_Check(dict) || !pt_gc_names[2] || !pt_gc_phase_start) {
+        rc = PT_ERR_PYTHON;
+        goto done;
+    }
+    for (PyMethodDef *def = pt_runtime_functions; def->ml_name; def++) {
+        PyObject *function = PyCFunction_NewEx(def, owner, NULL);
+        if (!function || PyDict_SetItemString(dict, def->ml_name, function) < 0)
+            rc = PT_ERR_PYTHON;
+        Py_XDECREF(function);
+    }
+done:
+    if (rc != PT_OK)
+        PyErr_Clear();
+    Py_XDECREF(owner);
+    PyGILState_Release(gil);
+    return rc;
+}
