@@ -351,21 +351,29 @@ static PyType_Spec pt_region_spec = {
 /* ======================================================================== */
 
 void
-pt_mark_at(pt_tracer *tracer, const pt_thread *thread, const char *kind, int64_t ticks,
-           PyObject *name, PyObject *payload)
+pt_add_mark_at(pt_tracer *tracer, const char *kind, int64_t ticks, int thread_index,
+               PyObject *name, PyObject *payload)
 {
     if (!tracer->marks && !(tracer->marks = PyList_New(0))) {
         PyErr_Clear();
         return;
     }
-    PyObject *mark = Py_BuildValue("(sLiOO)", kind, (long long)ticks, thread->index, name,
+    PyObject *mark = Py_BuildValue("(sLiOO)", kind, (long long)ticks, thread_index, name,
                                    payload);
     if (!mark || PyList_Append(tracer->marks, mark) < 0)
         PyErr_Clear();
     Py_XDECREF(mark);
 }
 
-/* Appends (kind, now, the calling thread's index, name, payload) to the marks. */
+void
+pt_mark_at(pt_tracer *tracer, const pt_thread *thread, const char *kind, int64_t ticks,
+           PyObject *name, PyObject *payload)
+{
+    pt_add_mark_at(tracer, kind, ticks, thread->index, name, payload);
+}
+
+/* Appends (kind, now, the calling thread's index, name, payload) to the marks:
+ * none from a thread no trace records (pt_own.c). */
 static void
 pt_add_mark(pt_tracer *tracer, const char *kind, PyObject *name, PyObject *payload)
 {

@@ -97,6 +97,7 @@ pt_tracer_new(int flags, int backend)
     tracer->sources = calloc(tracer->sources_cap, sizeof(PyObject *));
     tracer->key_flags = calloc(tracer->sources_cap, 1);
     tracer->n_keys = 1;   /* id 0 means "unknown" */
+    tracer->start_thread = -1;
     if (!tracer->slots || !tracer->sources || !tracer->key_flags) {
         free(tracer->slots);
         free(tracer->sources);

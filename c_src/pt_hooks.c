@@ -1417,6 +1417,8 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
             rc = PT_ERR_NOMEM;
             break;
         }
+        if (ts == self_tstate)
+            tracer->start_thread = thread->index;
         if (!(tracer->flags & PT_FLAG_NOOP))
             pt_seed_frames(tracer, thread, top, ts == self_tstate ? own_frames : 0, 1, now);
         else

@@ -93,6 +93,7 @@ struct pt_tracer {
     unsigned plain_types_next;
     pt_thread *threads;
     int n_threads;
+    int start_thread;             /* index of the thread that called pt_start, or -1 */
     /* key table: open addressing, power-of-two capacity */
     pt_key_slot *slots;
     uint32_t slot_mask;
@@ -527,6 +528,10 @@ pt_annotating_tracer(void)
 
 /* pt_annotate.c */
 uint32_t pt_key_for_annotation(pt_tracer *tracer, PyObject *name);
+/* Appends (kind, ticks, thread index, name, payload) to the tracer's marks (pt_mark_at:
+ * the index of that thread). */
+void pt_add_mark_at(pt_tracer *tracer, const char *kind, int64_t ticks, int thread_index,
+                    PyObject *name, PyObject *payload);
 
 /* pt_jsonlines.c: the key and flags of text (ident text, no extra) in keys; 0 if unknown. */
 int pt_line_keys_lookup(const pt_line_keys *keys, const char *text, uint32_t len, uint32_t *key,

@@ -1,5 +1,6 @@
 /* pt_runtime.c - what the interpreter does besides calls, recorded on request:
- * garbage collections (a gc.callbacks callable).
+ * garbage collections (a gc.callbacks callable) and counters sampled by a thread
+ * of ours (pytrace_cffi/_memory.py).
  *
  * The gc callback is a C function: the collector calls it from C, so no hook sees
  * it and no frame of ours shows in the trace. Each collection becomes a region
@@ -159,6 +160,37 @@ pt_gc_callback(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyErr_Clear();
     PyErr_Restore(type, value, tb);
     PT_RETURN_NONE;
+}
+
+/* ======================================================================== */
+/* Counters sampled by a thread of ours                                     */
+/* ======================================================================== */
+
+int
+pt_add_counter(pt_tracer *tracer, int thread_index, const char *name, int64_t value)
+{
+    int rc = PT_OK;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    if (thread_index < 0)
+        thread_index = tracer->start_thread;
+    if (tracer->state != PT_STATE_RUNNING || (tracer->flags & PT_FLAG_NOOP) ||
+        thread_index < 0 || thread_index >= tracer->n_threads) {
+        rc = PT_ERR_STATE;
+        goto done;
+    }
+    int64_t ticks = pt_ticks(tracer);
+    PyObject *series = PyUnicode_FromString(name);
+    PyObject *payload = series ? Py_BuildValue("{OL}", series, (long long)value) : NULL;
+    if (payload)
+        pt_add_mark_at(tracer, "C", ticks, thread_index, series, payload);
+    else
+        rc = PT_ERR_NOMEM;
+    Py_XDECREF(series);
+    Py_XDECREF(payload);
+    PyErr_Clear();
+done:
+    PyGILState_Release(gil);
+    return rc;
 }
 
 /* ======================================================================== */

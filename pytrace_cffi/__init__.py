@@ -239,6 +239,11 @@ def start(**options):
         "gc (generation N)" on the thread that ran it (the finalizers it ran
         inside it), with args generation, collected and uncollectable; through
         gc.callbacks, from start() to stop(). About 1.5 us a collection.
+      memory_interval_ms (number, default None): sample memory counters every
+        this many milliseconds, from a thread of pytrace_cffi's that the trace
+        leaves out: "RSS (bytes)" (Linux), "CUDA allocated (bytes)" (when the
+        program imported torch and CUDA is initialized) and "tracemalloc
+        (bytes)" (when the program has tracemalloc tracing).
     Raises TracerStateError if already tracing, TracerConflictError if another
     profiler holds the hook pytrace_cffi needs, TypeError for bad options.
     """

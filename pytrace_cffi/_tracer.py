@@ -7,6 +7,7 @@ import sys
 import threading
 
 from . import _clock, _runtime
+from ._memory import MemorySampler
 from ._core import ffi, lib
 from ._hiding import hiding
 from ._status import check
@@ -122,6 +123,8 @@ class Session:
             check(lib.pt_set_arg_logging(self.ptr, ffi.cast("void *", id(spec))), self.ptr,
                   "log_args")
         self.log_gc = o["log_gc"] and not noop
+        self._memory = (MemorySampler(self.ptr, o["memory_interval_ms"])
+                        if o["memory_interval_ms"] and not noop else None)
         self.thread_objects = {}        # tstate id -> threading.Thread, for names
         # ident -> threading.Thread of the threads alive at start and at stop: names
         # and native ids of threads that were never attached by the thread hook
@@ -151,6 +154,8 @@ class Session:
         self._thread_hook = thread_hook()
         threading.setprofile(self._thread_hook)
         try:
+            if self._memory is not None:
+                self._memory.prepare()      # its thread, before start() seeds threads
             if self.log_gc:
                 _runtime.watch_gc()
             if self.watcher is not None:
@@ -163,6 +168,8 @@ class Session:
                                ffi.cast("void *", id(self.thread_objects))), self.ptr, "start")
             self._live = True
         except BaseException:
+            if self._memory is not None:
+                self._memory.end()
             if self.log_gc:
                 _runtime.unwatch_gc()
             if self.watcher is not None:
@@ -342,6 +349,8 @@ class Session:
 
     # -- stop ----------------------------------------------------------------
     def stop(self):
+        if self._memory is not None:
+            self._memory.end()          # its last sample while tracing
         with self._check_lock:
             if not USE_MONITORING:
                 self._check_thread_hook()
@@ -367,6 +376,7 @@ class Session:
 
     def abandon_in_forked_child(self):
         """In a child forked while tracing: unhook quietly, keep nothing."""
+        self._memory = None             # (its thread is the parent's)
         lib.pt_stop(self.ptr)
         self._stopped = True
         if self.log_gc:

@@ -22,7 +22,8 @@ kind     "bool"; "count" (an int from 1 to its bound, see _COUNT_LIMITS);
          "path" (a path, or None); "flight" (flight_ring's spec); "dumps" (a
          path, with the flight recorder); "dump_format" (a name of
          formats.DUMP_FORMATS, with the flight recorder); "signal"
-         (signal_number's); "watchdog" (seconds)
+         (signal_number's); "watchdog" (seconds); "milliseconds" (a number >= 0.1,
+         or None)
 help     the words of its line in `run --help` (None: not on the command line;
          start()'s docstring says what each does)
 flag     run's flag for it, or None when run does not offer it (noop; output is
@@ -105,6 +106,10 @@ OPTIONS = (
     Option("log_gc", "bool", False,
            "record each garbage collection as a slice 'gc (generation N)' on the thread "
            "that ran it, with what it collected", "--log-gc", False, None, 17),
+    Option("memory_interval_ms", "milliseconds", None,
+           "sample memory counters every MS milliseconds: the process's RSS (Linux), "
+           "torch's CUDA memory allocated (when CUDA is in use) and tracemalloc's traced "
+           "size (when tracing)", "--memory-interval", False, "MS", 18),
 )
 NAMES = tuple(option.name for option in OPTIONS)
 DEFAULTS = {option.name: option.default for option in OPTIONS}
@@ -350,9 +355,18 @@ def _watchdog(name, value, values):
     return value
 
 
+def _milliseconds(name, value, values):
+    if value is not None:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise TypeError(f"{name} must be a number of milliseconds")
+        if not 0.1 <= value < 1e9:
+            raise ValueError(f"{name} must be at least 0.1, not {value}")
+    return value
+
+
 _CHECKS = {"count": _count, "path": _path, "microseconds": _microseconds, "globs": _globs,
            "flight": _flight, "dumps": _dumps, "dump_format": _dump_format, "signal": _signal,
-           "watchdog": _watchdog}
+           "watchdog": _watchdog, "milliseconds": _milliseconds}
 
 
 def session_options(given):
@@ -400,4 +414,4 @@ def _positive(text):
 
 
 _CLI_TYPES = {"count": _positive, "microseconds": float, "dumps": str, "dump_format": str,
-              "signal": str, "watchdog": str}
+              "signal": str, "watchdog": str, "milliseconds": float}

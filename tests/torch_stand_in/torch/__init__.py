@@ -27,8 +27,8 @@ def set_grad_enabled(mode):
     _grad_enabled = bool(mode)
 
 
-from . import _C, autograd, nn, optim, profiler, utils  # noqa: E402,F401
+from . import _C, autograd, cuda, nn, optim, profiler, utils  # noqa: E402,F401
 
 # re-exports, as torch's
 __all__ = ["Tensor", "float32", "ones", "ones_like", "zeros_like", "is_grad_enabled",
-           "set_grad_enabled", "_C", "autograd", "nn", "optim", "profiler", "utils"]
+           "set_grad_enabled", "_C", "autograd", "cuda", "nn", "optim", "profiler", "utils"]

@@ -1,0 +1,118 @@
+"""Memory counters sampled while tracing (start(memory_interval_ms=...)): the
+process's resident set size, torch's CUDA memory allocated, and tracemalloc's
+traced size, each a counter track of bytes.
+
+A thread of ours samples them. No trace records it (pt_own.c), so a counter it
+recorded through pytrace_cffi.counter() would be dropped: counter() records on
+the calling thread's lane, and this thread has none. It records through
+pt_add_counter instead, on the lane of the thread that started tracing.
+"""
+POLL_S = 0.001          # until tracing runs (start() calls nothing once it does)
+import os
+import sys
+import threading
+
+from ._core import lib
+
+RSS = "RSS (bytes)"
+CUDA_ALLOCATED = "CUDA allocated (bytes)"
+TRACEMALLOC = "tracemalloc (bytes)"
+
+
+class _Statm:
+    """/proc/self/statm's resident pages, in bytes (Linux); None elsewhere."""
+
+    def __init__(self):
+        try:
+            self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+            self._page = os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):
+            self._fd = None
+
+    def read(self):
+        if self._fd is None:
+            return None
+        try:
+            return int(os.pread(self._fd, 128, 0).split()[1]) * self._page
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def close(self):
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def cuda_allocated():
+    """torch.cuda.memory_allocated() when the program imported torch and CUDA is
+    initialized (asking never imports torch nor initializes CUDA); else None."""
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    try:
+        if cuda is not None and cuda.is_initialized():
+            return int(cuda.memory_allocated())
+    except Exception:           # noqa: BLE001 - a broken CUDA leaves the counter out
+        pass
+    return None
+
+
+def tracemalloc_current():
+    """tracemalloc's traced size now, when the program has tracemalloc tracing."""
+    tracemalloc = sys.modules.get("tracemalloc")
+    if tracemalloc is not None and tracemalloc.is_tracing():
+        return tracemalloc.get_traced_memory()[0]
+    return None
+
+
+class MemorySampler:
+    """Samples the counters every interval_ms from a thread of ours, from the
+    moment tracing runs (the first sample then) to end() (the last sample, before
+    tracing stops). Its thread starts before tracing (prepare()), so that start()
+    never seeds it, and polls until tracing runs: start() calls nothing once the
+    hooks are live, as whatever it ran then would be recorded as the program's."""
+
+    def __init__(self, ptr, interval_ms):
+        self._ptr = ptr
+        self._interval_s = interval_ms / 1000
+        self._registered = threading.Event()
+        self._done = threading.Event()
+        self._statm = _Statm()
+        self._thread = None
+
+    def prepare(self):
+        self._thread = threading.Thread(target=self._run, name="pytrace_cffi memory",
+                                        daemon=True)
+        self._thread.start()
+        self._registered.wait()
+
+    def end(self):
+        """Takes the last sample and waits for the thread (call before pt_stop)."""
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._statm.close()
+
+    def _run(self):
+        lib.pt_own_thread_begin()       # with 16 of ours already, it would be traced
+        self._registered.set()
+        try:
+            running = False
+            while True:
+                running = self.sample() or running
+                if self._done.wait(self._interval_s if running else POLL_S):
+                    if running:
+                        self.sample()
+                    break
+        finally:
+            lib.pt_own_thread_end()
+
+    def sample(self):
+        """Records the counters there are; False when tracing does not run."""
+        recorded = True
+        for name, value in ((RSS, self._statm.read()), (CUDA_ALLOCATED, cuda_allocated()),
+                            (TRACEMALLOC, tracemalloc_current())):
+            if value is not None:
+                recorded = lib.pt_add_counter(self._ptr, -1, name.encode(), value) == lib.PT_OK
+                if not recorded:
+                    return False
+        return recorded
