@@ -7,6 +7,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 import pytrace_cffi
 
 GC_NAMES = {f"gc (generation {n})" for n in range(3)}
@@ -25,25 +27,30 @@ def region_args(trace, path):
              if k in e["args"]} for e in events if e.get("name") in GC_NAMES]
 
 
+@pytest.fixture
+def no_automatic_collection():
+    """Only the test's own collections: none triggered by an allocation."""
+    enabled = gc.isenabled()
+    gc.disable()
+    yield
+    if enabled:
+        gc.enable()
+
+
 class Cycle:
     def __init__(self):
         self.me = self
 
 
-def test_each_collect_is_one_slice_under_its_call_with_what_it_found(tmp_path):
+def test_each_collect_is_one_slice_under_its_call_with_what_it_found(
+        tmp_path, no_automatic_collection):
     found = []
-    was_enabled = gc.isenabled()
-    gc.disable()                        # only the program's own three collections
-    try:
-        pytrace_cffi.start(log_gc=True)
-        for n in range(3):
-            for _ in range(n + 1):
-                Cycle()
-            found.append(gc.collect())
-        trace = pytrace_cffi.stop()
-    finally:
-        if was_enabled:
-            gc.enable()
+    pytrace_cffi.start(log_gc=True)
+    for n in range(3):
+        for _ in range(n + 1):
+            Cycle()
+        found.append(gc.collect())
+    trace = pytrace_cffi.stop()
     calls = {call.id: call for call in trace}
     slices = gc_slices(trace)
     assert [s.name for s in slices] == ["gc (generation 2)"] * 3
@@ -58,7 +65,8 @@ def test_each_collect_is_one_slice_under_its_call_with_what_it_found(tmp_path):
     assert gc.callbacks == []
 
 
-def test_a_finalizer_run_by_a_collection_is_inside_its_slice(tmp_path):
+def test_a_finalizer_run_by_a_collection_is_inside_its_slice(tmp_path,
+                                                             no_automatic_collection):
     class Finalized(Cycle):
         def __del__(self):
             pass
@@ -96,7 +104,7 @@ def test_young_collections_show_on_the_thread_that_ran_them():
     assert {s.thread for s in slices} == {worker.native_id}
 
 
-def test_off_by_default_installs_nothing():
+def test_off_by_default_installs_nothing(no_automatic_collection):
     pytrace_cffi.start()
     seen = list(gc.callbacks)
     gc.collect()
@@ -104,7 +112,7 @@ def test_off_by_default_installs_nothing():
     assert seen == [] and gc_slices(trace) == []
 
 
-def test_a_written_file_keeps_the_slices_and_their_args(tmp_path):
+def test_a_written_file_keeps_the_slices_and_their_args(tmp_path, no_automatic_collection):
     out = tmp_path / "out.json"
     pytrace_cffi.start(log_gc=True, output=str(out))
     found = gc.collect()
