@@ -94,6 +94,7 @@ struct pt_tracer {
     pt_thread *threads;
     int n_threads;
     int start_thread;             /* index of the thread that called pt_start, or -1 */
+    int n_lanes;                  /* task lanes made (pt_runtime.c) */
     /* key table: open addressing, power-of-two capacity */
     pt_key_slot *slots;
     uint32_t slot_mask;
@@ -513,6 +514,12 @@ PyObject *pt_handle_new(pt_tracer *tracer);   /* new reference */
 void pt_handle_detach(PyObject *handle);
 void pt_handle_sync(pt_tracer *tracer);        /* after a change of state or NOOP */
 pt_thread *pt_thread_of_caller(pt_tracer *tracer);
+/* Task lanes (pt_runtime.c): from enter to leave, the calling OS thread's events
+ * go to `lane`, another pt_thread of the tracer. enter returns the thread's own
+ * buffer (NULL: a thread no trace records, nothing changed); leave (the
+ * tracer's generation at enter, as the tracer may be gone) puts it back. */
+pt_thread *pt_thread_enter_lane(pt_tracer *tracer, pt_thread *lane);
+void pt_thread_leave_lane(uint64_t generation, pt_thread *lane, pt_thread *own);
 extern pt_tracer *pt_active_tracer;
 
 /* The recording tracer, or NULL when not tracing (or in noop mode): what the

@@ -227,7 +227,9 @@ int pt_annotation_data(pt_tracer *tracer, void *py_args_list, void *py_marks_lis
 /* What the interpreter does besides calls (pt_runtime.c). pt_runtime_api fills
  * py_dict with gc_callback, the gc.callbacks callable that records each
  * collection as a region "gc (generation N)" on the thread that ran it, with
- * args generation, collected and uncollectable. pt_add_counter: a counter
+ * args generation, collected and uncollectable; and TaskLane, the type whose
+ * objects record an asyncio task's steps on a thread of their own (see
+ * pytrace_cffi/_tasks.py). pt_add_counter: a counter
  * sample {name: value} now, as counter(name, value) records, on the thread of
  * that index (-1: the thread that called pt_start); for a thread of ours, which
  * no trace records (pt_own.c) and so has no thread of its own. PT_ERR_STATE

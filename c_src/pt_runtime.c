@@ -1,6 +1,6 @@
 /* pt_runtime.c - what the interpreter does besides calls, recorded on request:
- * garbage collections (a gc.callbacks callable) and counters sampled by a thread
- * of ours (pytrace_cffi/_memory.py).
+ * garbage collections (a gc.callbacks callable), counters sampled by a thread of
+ * ours (pytrace_cffi/_memory.py), and lanes for asyncio tasks (_tasks.py).
  *
  * The gc callback is a C function: the collector calls it from C, so no hook sees
  * it and no frame of ours shows in the trace. Each collection becomes a region
@@ -194,6 +194,125 @@ done:
 }
 
 /* ======================================================================== */
+/* Task lanes                                                               */
+/* ======================================================================== */
+
+/* An asyncio task's steps go to a lane of its own (pytrace_cffi/_tasks.py): a
+ * pt_thread with no thread state, which exports show as one more thread. */
+#define PT_MAX_LANES 1024
+/* A lane's thread id: past any OS thread id (Linux's stay below 2^22), within
+ * the 31 bits a Perfetto thread descriptor's tid holds. */
+#define PT_LANE_TID_BASE 0x40000000u
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t generation;          /* the tracer its thread belongs to (0: none yet) */
+    pt_thread *thread;            /* NULL: none in that tracer (past PT_MAX_LANES) */
+    uint64_t native_id;           /* its thread id, 0 before its first step */
+} pt_lane;
+
+static PyObject *pt_lane_type;
+
+/* The lane's thread in the running tracer, made at its first step. */
+static pt_thread *
+pt_lane_thread(pt_tracer *tracer, pt_lane *lane)
+{
+    if (lane->generation == tracer->generation)
+        return lane->thread;
+    lane->generation = tracer->generation;
+    lane->thread = NULL;
+    lane->native_id = 0;
+    if (tracer->n_lanes >= PT_MAX_LANES)
+        return NULL;
+    uint64_t native_id = PT_LANE_TID_BASE + (uint64_t)tracer->n_lanes;
+    pt_thread *thread = pt_thread_new(tracer, 0, 0, native_id, pt_ticks(tracer));
+    if (!thread)
+        return NULL;
+    tracer->n_lanes++;
+    /* never "ended": calls open at stop are no sign of a hook lost (pt_thread_ends_open) */
+    thread->alive_at_stop = 1;
+    lane->thread = thread;
+    lane->native_id = native_id;
+    return thread;
+}
+
+static PyObject *
+pt_lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_Size(args) || (kwds && PyDict_Size(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "TaskLane() takes no arguments");
+        return NULL;
+    }
+    allocfunc tp_alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    pt_lane *lane = (pt_lane *)tp_alloc(type, 0);
+    if (lane) {
+        lane->generation = lane->native_id = 0;
+        lane->thread = NULL;
+    }
+    return (PyObject *)lane;
+}
+
+static void
+pt_lane_dealloc(PyObject *op)
+{
+    PyTypeObject *type = Py_TYPE(op);
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    tp_free(op);
+    Py_DECREF(type);
+}
+
+/* lane(callable, *args): callable(*args), the calling thread's events recorded
+ * on the lane meanwhile (and nothing of the call itself: the lane swaps the
+ * buffer the hooks find, no event is written for it). */
+static PyObject *
+pt_lane_call(PyObject *op, PyObject *args, PyObject *kwds)
+{
+    Py_ssize_t n = PyTuple_Size(args);
+    if (n < 1 || (kwds && PyDict_Size(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "lane(callable, *args)");
+        return NULL;
+    }
+    PyObject *rest = PyTuple_GetSlice(args, 1, n);
+    if (!rest)
+        return NULL;
+    pt_tracer *tracer = pt_annotating_tracer();
+    pt_thread *lane = tracer ? pt_lane_thread(tracer, (pt_lane *)op) : NULL;
+    uint64_t generation = tracer ? tracer->generation : 0;
+    pt_thread *own = lane ? pt_thread_enter_lane(tracer, lane) : NULL;
+    PyObject *result = PyObject_Call(PyTuple_GetItem(args, 0), rest, NULL);
+    if (own)
+        pt_thread_leave_lane(generation, lane, own);
+    Py_DECREF(rest);
+    return result;
+}
+
+static PyObject *
+pt_lane_get_native_id(PyObject *op, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(((pt_lane *)op)->native_id);
+}
+
+static PyGetSetDef pt_lane_getset[] = {
+    {"native_id", pt_lane_get_native_id, NULL,
+     "the lane's thread id in the trace (0 before its first step while tracing)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot pt_lane_slots[] = {
+    {Py_tp_new, (void *)pt_lane_new},
+    {Py_tp_dealloc, (void *)pt_lane_dealloc},
+    {Py_tp_call, (void *)pt_lane_call},
+    {Py_tp_getset, pt_lane_getset},
+    {Py_tp_doc, (void *)"TaskLane(): lane(callable, *args) runs callable(*args) with the "
+                        "calling thread's events recorded on a lane of their own."},
+    {0, NULL},
+};
+
+static PyType_Spec pt_lane_spec = {
+    "pytrace_cffi.TaskLane", sizeof(pt_lane), 0, Py_TPFLAGS_DEFAULT, pt_lane_slots,
+};
+
+/* ======================================================================== */
 /* Publishing to Python                                                     */
 /* ======================================================================== */
 
@@ -214,8 +333,11 @@ pt_runtime_api(void *py_dict)
             pt_gc_names[generation] = PyUnicode_FromFormat("gc (generation %d)", generation);
     if (!pt_gc_phase_start)
         pt_gc_phase_start = PyUnicode_InternFromString("start");
+    if (!pt_lane_type)
+        pt_lane_type = PyType_FromSpec(&pt_lane_spec);
     PyObject *owner = PyModule_New("pytrace_cffi");
-    if (!owner || !PyDict_Check(dict) || !pt_gc_names[2] || !pt_gc_phase_start) {
+    if (!owner || !PyDict_Check(dict) || !pt_gc_names[2] || !pt_gc_phase_start ||
+        !pt_lane_type || PyDict_SetItemString(dict, "TaskLane", pt_lane_type) < 0) {
         rc = PT_ERR_PYTHON;
         goto done;
     }

@@ -244,6 +244,11 @@ def start(**options):
         leaves out: "RSS (bytes)" (Linux), "CUDA allocated (bytes)" (when the
         program imported torch and CUDA is initialized) and "tracemalloc
         (bytes)" (when the program has tracemalloc tracing).
+      log_async (bool, default False): record each asyncio task's steps (its
+        coroutine resumed until it awaits, with all it calls) on a lane of its
+        own named "task <name>", shown as a thread; the event loop's thread
+        keeps the loop. For loops that run callbacks through asyncio.Handle
+        (asyncio's own), up to 1024 tasks a trace.
     Raises TracerStateError if already tracing, TracerConflictError if another
     profiler holds the hook pytrace_cffi needs, TypeError for bad options.
     """

@@ -1,5 +1,6 @@
 """What the interpreter does besides calls, recorded on request (c_src/pt_runtime.c):
-garbage collections, as regions on the thread that ran each (log_gc)."""
+garbage collections, as regions on the thread that ran each (log_gc); TaskLane,
+which _tasks.py gives each asyncio task (log_async)."""
 import gc
 
 from ._core import ffi, lib
@@ -22,3 +23,4 @@ def watch_gc():
 def unwatch_gc():
     """Leaves gc.callbacks as it was before watch_gc (other callbacks stay)."""
     gc.callbacks[:] = [callback for callback in gc.callbacks if callback is not GC_CALLBACK]
+TaskLane = _api["TaskLane"]

@@ -134,6 +134,10 @@ def _key_facts(session, facts):
 
 
 def thread_name(session, info):
+    if not info.tstate_id:              # an asyncio task's lane (log_async)
+        lane = getattr(session, "lane_names", {}).get(info.native_id)
+        if lane is not None:
+            return lane
     thread = session.thread_objects.get(info.tstate_id)
     if thread is not None:
         return thread.name

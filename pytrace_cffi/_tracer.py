@@ -6,7 +6,7 @@ import os
 import sys
 import threading
 
-from . import _clock, _runtime
+from . import _clock, _runtime, _tasks
 from ._memory import MemorySampler
 from ._core import ffi, lib
 from ._hiding import hiding
@@ -123,6 +123,8 @@ class Session:
             check(lib.pt_set_arg_logging(self.ptr, ffi.cast("void *", id(spec))), self.ptr,
                   "log_args")
         self.log_gc = o["log_gc"] and not noop
+        self.log_async = o["log_async"] and not noop
+        self.lane_names = {}            # a task lane's native id -> its thread's name
         self._memory = (MemorySampler(self.ptr, o["memory_interval_ms"])
                         if o["memory_interval_ms"] and not noop else None)
         self.thread_objects = {}        # tstate id -> threading.Thread, for names
@@ -158,6 +160,8 @@ class Session:
                 self._memory.prepare()      # its thread, before start() seeds threads
             if self.log_gc:
                 _runtime.watch_gc()
+            if self.log_async:
+                self._task_lanes = _tasks.watch_tasks()
             if self.watcher is not None:
                 self.watcher.begin()
             if self._max_depth:
@@ -172,6 +176,8 @@ class Session:
                 self._memory.end()
             if self.log_gc:
                 _runtime.unwatch_gc()
+            if self.log_async:
+                _tasks.unwatch_tasks()
             if self.watcher is not None:
                 self.watcher.end()
             threading.setprofile(self._previous_thread_hook)
@@ -358,6 +364,9 @@ class Session:
             self._stopped = True
             if self.log_gc:
                 _runtime.unwatch_gc()
+            if self.log_async:
+                _tasks.unwatch_tasks()
+                self.lane_names = self._task_lanes.thread_names()
             if self.watcher is not None:
                 self.watcher.end()
             if USE_MONITORING and status == lib.PT_OK:
@@ -381,6 +390,8 @@ class Session:
         self._stopped = True
         if self.log_gc:
             _runtime.unwatch_gc()
+        if self.log_async:
+            _tasks.unwatch_tasks()
         if self.watcher is not None:
             self.watcher.end()
         if _get_threading_profile() is self._thread_hook:

@@ -110,6 +110,9 @@ OPTIONS = (
            "sample memory counters every MS milliseconds: the process's RSS (Linux), "
            "torch's CUDA memory allocated (when CUDA is in use) and tracemalloc's traced "
            "size (when tracing)", "--memory-interval", False, "MS", 18),
+    Option("log_async", "bool", False,
+           "record each asyncio task's steps on a lane of its own, named 'task <name>', "
+           "instead of inside its event loop's thread", "--log-async", False, None, 19),
 )
 NAMES = tuple(option.name for option in OPTIONS)
 DEFAULTS = {option.name: option.default for option in OPTIONS}

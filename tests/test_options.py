@@ -18,7 +18,8 @@ RUN_DEFAULTS = {"c_calls": True, "include": None, "exclude": None, "max_depth": 
                 "with_modules": True, "record_params": False, "trim_paths": True,
                 "flight_recorder": None, "dumps_dir": None, "dump_format": None,
                 "dump_signal": None, "watchdog": None, "log_exceptions": False, "log_args": None,
-                "log_args_repr": False, "log_gc": False, "memory_interval_ms": None}
+                "log_args_repr": False, "log_gc": False, "memory_interval_ms": None,
+                "log_async": False}
 
 
 def run_options(*flags):
@@ -37,14 +38,16 @@ def test_each_flag_gives_what_it_says():
                         "--dumps-dir", "d", "--dump-format", "pftrace", "--dump-signal", "USR2",
                         "--watchdog", "5",
                         "--log-exceptions", "--log-args", "*forward", "--log-args", "*/m/*",
-                        "--log-args-repr", "--log-gc", "--memory-interval", "2.5")
+                        "--log-args-repr", "--log-gc", "--memory-interval", "2.5",
+                        "--log-async")
     assert given == {"c_calls": False, "include": ["*/a/*", "*/b/*"], "exclude": ["*/c/*"],
                      "max_depth": 3, "min_duration_us": 1.5, "max_events": 10,
                      "skip_imports": True, "with_modules": False, "record_params": True,
                      "trim_paths": False, "flight_recorder": "30s", "dumps_dir": "d",
                      "dump_format": "pftrace", "dump_signal": "USR2", "watchdog": "5",
                      "log_exceptions": True, "log_args": ["*forward", "*/m/*"],
-                     "log_args_repr": True, "log_gc": True, "memory_interval_ms": 2.5}
+                     "log_args_repr": True, "log_gc": True, "memory_interval_ms": 2.5,
+                     "log_async": True}
     assert run_options("--flight-recorder")["flight_recorder"] is True
 
 
@@ -57,7 +60,7 @@ def test_every_documented_option_is_declared_once():
                      "skip_imports", "min_duration_us", "with_modules", "record_params",
                      "trim_paths", "noop", "follow_children", "flight_recorder", "dumps_dir",
                      "dump_format", "dump_signal", "watchdog", "log_exceptions", "log_args",
-                     "log_args_repr", "log_gc", "memory_interval_ms"}
+                     "log_args_repr", "log_gc", "memory_interval_ms", "log_async"}
     assert sorted(options.NAMES) == sorted(names)        # once each
 
 

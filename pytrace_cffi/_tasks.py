@@ -1,0 +1,116 @@
+"""asyncio tasks on lanes of their own (start(log_async=True)).
+
+An event loop runs a task one step at a time: a step is a callback the loop runs
+through asyncio.Handle._run (Task.__step, or its wakeup after an awaited future),
+which resumes the task's coroutine until it awaits again. While log_async traces,
+Handle._run is replaced by run_task_step: a step of a task runs through the
+task's TaskLane (c_src/pt_runtime.c), so the coroutine's frames and all they call
+are recorded on a lane named "task <name>", shown as a thread of its own. The
+loop's thread keeps the loop: Handle._run and Context.run, with a gap where each
+step ran. Other callbacks are left as they were.
+
+Loops that do not run callbacks through asyncio.Handle (uvloop's) are left as
+they are: their steps stay on the loop's thread.
+"""
+import weakref
+
+from ._hiding import hide_alone
+from ._runtime import TaskLane
+
+# A lane's first chunk of events is allocated at its first step; past this many
+# tasks in one trace, a task's steps stay on its loop's thread (c_src/pt_runtime.c:
+# PT_MAX_LANES is the same bound).
+MAX_LANES = 1024
+
+
+class TaskLanes:
+    """One trace's lanes: a TaskLane per task (made at its first step), and the
+    name of each lane's thread for the trace."""
+
+    def __init__(self):
+        self._lanes = weakref.WeakKeyDictionary()      # task -> TaskLane
+        self._named = []            # [lane, task name, weak reference to the task]
+
+    def lane_for(self, task):
+        lane = self._lanes.get(task)
+        if lane is None:
+            if len(self._named) >= MAX_LANES:
+                return None
+            lane = self._lanes[task] = TaskLane()
+            self._named.append([lane, _task_name(task), weakref.ref(task)])
+        return lane
+
+    def thread_names(self):
+        """native_id -> "task <name>" for each lane that recorded (a task renamed
+        after its first step by its name at the end, when it is still there)."""
+        names = {}
+        for lane, name, task_ref in self._named:
+            task = task_ref()
+            if task is not None:
+                name = _task_name(task)
+            if lane.native_id:
+                names[lane.native_id] = f"task {name}"
+        return names
+
+
+def _task_name(task):
+    get_name = getattr(task, "get_name", None)      # 3.8+; a stand-in task may lack it
+    try:
+        return str(get_name()) if get_name else repr(task)
+    except Exception:       # noqa: BLE001 - a name is not worth failing a step for
+        return "Task"
+
+
+_lanes = None               # the running trace's TaskLanes while log_async traces
+_original_run = None        # asyncio.events.Handle._run as we found it
+_task_types = ()
+
+
+def run_task_step(self):
+    """Handle._run while log_async traces: a task's step through its lane."""
+    lanes = _lanes
+    callback = self._callback
+    task = getattr(callback, "__self__", None)
+    lane = (lanes.lane_for(task) if lanes is not None and isinstance(task, _task_types)
+            else None)
+    if lane is None:
+        return _original_run(self)
+    args = self._args
+    # The loop's Handle._run runs lane(callback, *args): the step on the lane,
+    # every other line of it (the exception handling) as the loop wrote it.
+    self._callback, self._args = lane, (callback, *args)
+    try:
+        return _original_run(self)
+    finally:
+        self._callback, self._args = callback, args
+
+
+# Traces leave this wrapper's own frame out and keep what it calls.
+hide_alone(run_task_step.__code__)
+
+
+def watch_tasks():
+    """Puts tasks on lanes from now on; returns the trace's TaskLanes. Imports
+    asyncio (the option's only cost when the program never uses it)."""
+    global _lanes, _original_run, _task_types
+    import asyncio.events
+    import asyncio.tasks
+    _task_types = tuple({t for t in (getattr(asyncio.tasks, "Task", None),
+                                     getattr(asyncio.tasks, "_PyTask", None))
+                         if isinstance(t, type)})
+    handle = asyncio.events.Handle
+    if handle.__dict__.get("_run") is not run_task_step:
+        _original_run = handle.__dict__["_run"]
+        handle._run = run_task_step
+    _lanes = TaskLanes()
+    return _lanes
+
+
+def unwatch_tasks():
+    """Gives Handle._run back (unless other code replaced it meanwhile)."""
+    global _lanes
+    _lanes = None
+    import asyncio.events
+    handle = asyncio.events.Handle
+    if handle.__dict__.get("_run") is run_task_step:
+        handle._run = _original_run
