@@ -28,16 +28,26 @@ class TaskLanes:
     name of each lane's thread for the trace."""
 
     def __init__(self):
-        self._lanes = weakref.WeakKeyDictionary()      # task -> TaskLane
+        # id(task) -> (weak reference to the task, its TaskLane); an entry goes
+        # when its task does, so an id used again is a new task's
+        self._lanes = {}
         self._named = []            # [lane, task name, weak reference to the task]
 
-    def lane_for(self, task):
-        lane = self._lanes.get(task)
-        if lane is None:
-            if len(self._named) >= MAX_LANES:
-                return None
-            lane = self._lanes[task] = TaskLane()
-            self._named.append([lane, _task_name(task), weakref.ref(task)])
+    def lane_for_step(self, handle):
+        """The lane of the task whose step (or wakeup) handle runs, or None for
+        another callback (or past MAX_LANES)."""
+        task = getattr(handle._callback, "__self__", None)
+        if not isinstance(task, _task_types):
+            return None
+        entry = self._lanes.get(id(task))
+        if entry is not None and entry[0]() is task:
+            return entry[1]
+        if len(self._named) >= MAX_LANES:
+            return None
+        lane, key, lanes = TaskLane(), id(task), self._lanes
+        task_ref = weakref.ref(task, lambda _: lanes.pop(key, None))
+        lanes[key] = (task_ref, lane)
+        self._named.append([lane, _task_name(task), task_ref])
         return lane
 
     def thread_names(self):
@@ -51,7 +61,6 @@ class TaskLanes:
             if lane.native_id:
                 names[lane.native_id] = f"task {name}"
         return names
-
 
 def _task_name(task):
     get_name = getattr(task, "get_name", None)      # 3.8+; a stand-in task may lack it
@@ -67,15 +76,14 @@ _task_types = ()
 
 
 def run_task_step(self):
-    """Handle._run while log_async traces: a task's step through its lane."""
+    """Handle._run while log_async traces: a task's step through its lane. All it
+    calls but Handle._run is ours (left out with what it calls), so the loop's
+    thread shows what it showed before."""
     lanes = _lanes
-    callback = self._callback
-    task = getattr(callback, "__self__", None)
-    lane = (lanes.lane_for(task) if lanes is not None and isinstance(task, _task_types)
-            else None)
+    lane = lanes.lane_for_step(self) if lanes is not None else None
     if lane is None:
         return _original_run(self)
-    args = self._args
+    callback, args = self._callback, self._args
     # The loop's Handle._run runs lane(callback, *args): the step on the lane,
     # every other line of it (the exception handling) as the loop wrote it.
     self._callback, self._args = lane, (callback, *args)

@@ -69,6 +69,25 @@ def test_each_task_steps_on_its_own_lane():
     assert all(t.native_id >= 1 << 30 for t in lanes)      # never an OS thread's id
 
 
+def loop_calls(trace):
+    """The names of what the loop's _run_once called, on the tracing thread."""
+    by_id = {call.id: call for call in trace}
+    main = trace.threads[0].native_id
+    return {call.name for call in trace if call.thread == main and call.parent is not None
+            and by_id[call.parent].name.endswith(": _run_once")}
+
+
+def test_the_loops_thread_shows_what_it_showed_without_lanes():
+    traces = []
+    for log_async in (False, True):
+        pytrace_cffi.start(log_async=log_async)
+        asyncio.run(two_named_tasks())
+        traces.append(pytrace_cffi.stop())
+    without, with_lanes = map(loop_calls, traces)
+    assert any(name.endswith(": _run") for name in without)
+    assert with_lanes == without
+
+
 def test_off_leaves_steps_on_the_loops_thread():
     original = asyncio.events.Handle.__dict__["_run"]
     pytrace_cffi.start()
