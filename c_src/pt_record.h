@@ -229,13 +229,9 @@ int pt_annotation_data(pt_tracer *tracer, void *py_args_list, void *py_marks_lis
  * collection as a region "gc (generation N)" on the thread that ran it, with
  * args generation, collected and uncollectable; and TaskLane, the type whose
  * objects record an asyncio task's steps on a thread of their own (see
- * pytrace_cffi/_tasks.py). pt_add_counter: a counter
- * sample {name: value} now, as counter(name, value) records, on the thread of
- * that index (-1: the thread that called pt_start); for a thread of ours, which
- * no trace records (pt_own.c) and so has no thread of its own. PT_ERR_STATE
- * when not recording (yet) or for an index the tracer does not have. */
+ * pytrace_cffi/_tasks.py); and counter_sample and resident_bytes, what a thread
+ * of ours samples memory with (pytrace_cffi/_memory.py). */
 int pt_runtime_api(void *py_dict);
-int pt_add_counter(pt_tracer *tracer, int thread_index, const char *name, int64_t value);
 
 /* The flight recorder (pt_flight.c): dumps of the ring (max_events, no spill
  * file) while tracing goes on, written by a clone of the process into dir:

@@ -9,6 +9,9 @@
  */
 #include "pt_internal.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 /* ======================================================================== */
 /* Garbage collections                                                      */
 /* ======================================================================== */
@@ -166,31 +169,55 @@ pt_gc_callback(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* Counters sampled by a thread of ours                                     */
 /* ======================================================================== */
 
-int
-pt_add_counter(pt_tracer *tracer, int thread_index, const char *name, int64_t value)
+/* counter_sample(name, value): a counter sample {name: value} now, as
+ * counter(name, value) records it, on the lane of the thread that started
+ * tracing: for a thread of ours, which no trace records (pt_own.c) and so has
+ * no lane of its own (counter() drops what it records). True when recorded,
+ * False when not tracing (yet). A Python call keeps the GIL, where a cffi call
+ * lets it go and waits for it again (a switch interval, 5 ms, while the
+ * program runs), once a counter. */
+static PyObject *
+pt_counter_sample(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    int rc = PT_OK;
-    PyGILState_STATE gil = PyGILState_Ensure();
-    if (thread_index < 0)
-        thread_index = tracer->start_thread;
-    if (tracer->state != PT_STATE_RUNNING || (tracer->flags & PT_FLAG_NOOP) ||
-        thread_index < 0 || thread_index >= tracer->n_threads) {
-        rc = PT_ERR_STATE;
-        goto done;
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "counter_sample(name: str, value: int)");
+        return NULL;
     }
+    pt_tracer *tracer = pt_annotating_tracer();
+    if (!tracer || tracer->start_thread < 0)
+        return PyBool_FromLong(0);
     int64_t ticks = pt_ticks(tracer);
-    PyObject *series = PyUnicode_FromString(name);
-    PyObject *payload = series ? Py_BuildValue("{OL}", series, (long long)value) : NULL;
-    if (payload)
-        pt_add_mark_at(tracer, "C", ticks, thread_index, series, payload);
-    else
-        rc = PT_ERR_NOMEM;
-    Py_XDECREF(series);
-    Py_XDECREF(payload);
-    PyErr_Clear();
-done:
-    PyGILState_Release(gil);
-    return rc;
+    PyObject *payload = PyDict_New();
+    if (!payload || PyDict_SetItem(payload, args[0], args[1]) < 0) {
+        Py_XDECREF(payload);
+        return NULL;
+    }
+    pt_add_mark_at(tracer, "C", ticks, tracer->start_thread, args[0], payload);
+    Py_DECREF(payload);
+    return PyBool_FromLong(1);
+}
+
+/* resident_bytes(): the process's resident set from /proc/self/statm, in bytes,
+ * or None where there is none (not Linux). Read with the GIL held: a few
+ * microseconds, where letting it go would wait for it again. */
+static PyObject *
+pt_resident_bytes(PyObject *module, PyObject *unused)
+{
+    char text[128];
+    ssize_t n = -1;
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        n = read(fd, text, sizeof text - 1);
+        close(fd);
+    }
+    unsigned long long size, resident;
+    long page = sysconf(_SC_PAGESIZE);
+    if (n <= 0 || page <= 0)
+        PT_RETURN_NONE;
+    text[n] = '\0';
+    if (sscanf(text, "%llu %llu", &size, &resident) != 2)
+        PT_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(resident * (unsigned long long)page);
 }
 
 /* ======================================================================== */
@@ -319,6 +346,11 @@ static PyType_Spec pt_lane_spec = {
 static PyMethodDef pt_runtime_functions[] = {
     {"gc_callback", (PyCFunction)(void (*)(void))pt_gc_callback, METH_FASTCALL,
      "gc_callback(phase, info): for gc.callbacks; records each collection as a region."},
+    {"counter_sample", (PyCFunction)(void (*)(void))pt_counter_sample, METH_FASTCALL,
+     "counter_sample(name, value): a counter sample on the lane of the thread that "
+     "started tracing; False when not tracing."},
+    {"resident_bytes", pt_resident_bytes, METH_NOARGS,
+     "resident_bytes(): the process's RSS from /proc/self/statm, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,42 +5,21 @@ traced size, each a counter track of bytes.
 A thread of ours samples them. No trace records it (pt_own.c), so a counter it
 recorded through pytrace_cffi.counter() would be dropped: counter() records on
 the calling thread's lane, and this thread has none. It records through
-pt_add_counter instead, on the lane of the thread that started tracing.
+counter_sample (c_src/pt_runtime.c) instead, on the lane of the thread that
+started tracing. Each sample keeps the GIL from when the thread wakes to when it
+waits again (RSS is read in C, counter_sample is a Python call, not a cffi one
+that would let the GIL go): one switch of the GIL a sample.
 """
-POLL_S = 0.001          # until tracing runs (start() calls nothing once it does)
-import os
 import sys
 import threading
 
 from ._core import lib
+from ._runtime import counter_sample, resident_bytes
 
 RSS = "RSS (bytes)"
 CUDA_ALLOCATED = "CUDA allocated (bytes)"
 TRACEMALLOC = "tracemalloc (bytes)"
-
-
-class _Statm:
-    """/proc/self/statm's resident pages, in bytes (Linux); None elsewhere."""
-
-    def __init__(self):
-        try:
-            self._fd = os.open("/proc/self/statm", os.O_RDONLY)
-            self._page = os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, AttributeError):
-            self._fd = None
-
-    def read(self):
-        if self._fd is None:
-            return None
-        try:
-            return int(os.pread(self._fd, 128, 0).split()[1]) * self._page
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def close(self):
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+POLL_S = 0.001          # until tracing runs (start() calls nothing once it does)
 
 
 def cuda_allocated():
@@ -70,12 +49,10 @@ class MemorySampler:
     never seeds it, and polls until tracing runs: start() calls nothing once the
     hooks are live, as whatever it ran then would be recorded as the program's."""
 
-    def __init__(self, ptr, interval_ms):
-        self._ptr = ptr
+    def __init__(self, interval_ms):
         self._interval_s = interval_ms / 1000
         self._registered = threading.Event()
         self._done = threading.Event()
-        self._statm = _Statm()
         self._thread = None
 
     def prepare(self):
@@ -90,7 +67,6 @@ class MemorySampler:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self._statm.close()
 
     def _run(self):
         lib.pt_own_thread_begin()       # with 16 of ours already, it would be traced
@@ -106,13 +82,11 @@ class MemorySampler:
         finally:
             lib.pt_own_thread_end()
 
-    def sample(self):
+    @staticmethod
+    def sample():
         """Records the counters there are; False when tracing does not run."""
-        recorded = True
-        for name, value in ((RSS, self._statm.read()), (CUDA_ALLOCATED, cuda_allocated()),
+        for name, value in ((RSS, resident_bytes()), (CUDA_ALLOCATED, cuda_allocated()),
                             (TRACEMALLOC, tracemalloc_current())):
-            if value is not None:
-                recorded = lib.pt_add_counter(self._ptr, -1, name.encode(), value) == lib.PT_OK
-                if not recorded:
-                    return False
-        return recorded
+            if value is not None and not counter_sample(name, value):
+                return False
+        return True

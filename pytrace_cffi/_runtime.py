@@ -24,3 +24,7 @@ def unwatch_gc():
     """Leaves gc.callbacks as it was before watch_gc (other callbacks stay)."""
     gc.callbacks[:] = [callback for callback in gc.callbacks if callback is not GC_CALLBACK]
 TaskLane = _api["TaskLane"]
+# _memory.py's, for a thread of ours: a counter on the lane of the thread that
+# started tracing, and the RSS, both with the GIL held
+counter_sample = _api["counter_sample"]
+resident_bytes = _api["resident_bytes"]

@@ -125,7 +125,7 @@ class Session:
         self.log_gc = o["log_gc"] and not noop
         self.log_async = o["log_async"] and not noop
         self.lane_names = {}            # a task lane's native id -> its thread's name
-        self._memory = (MemorySampler(self.ptr, o["memory_interval_ms"])
+        self._memory = (MemorySampler(o["memory_interval_ms"])
                         if o["memory_interval_ms"] and not noop else None)
         self.thread_objects = {}        # tstate id -> threading.Thread, for names
         # ident -> threading.Thread of the threads alive at start and at stop: names

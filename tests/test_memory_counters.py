@@ -80,7 +80,7 @@ def test_tracemalloc_only_when_the_program_traces_memory():
 
 
 def test_a_counter_from_a_thread_of_ours_is_not_kept_by_counter():
-    """Why the sampler records through pt_add_counter: counter() keeps a sample on
+    """Why the sampler records through counter_sample: counter() keeps a sample on
     the calling thread's lane, and a thread of ours registered before start has none."""
     registered, go, done = threading.Event(), threading.Event(), threading.Event()
 
