@@ -91,6 +91,7 @@ def test_young_collections_show_on_the_thread_that_ran_them():
         kept = [[i] for i in range(30_000)]     # survivors: young collections run
         return len(kept)
 
+    gc.collect()            # young counts at zero: none due on this thread meanwhile
     before = [s["collections"] for s in gc.get_stats()]
     pytrace_cffi.start(log_gc=True)
     worker = threading.Thread(target=allocate)
