@@ -99,8 +99,12 @@ pt_pf_thread_slices(pt_pf_thread *t, pt_line_thread *out)
 {
     if (t->mode != PT_PF_DURATIONS || t->n_open || t->n != t->durations_cap)
         return PT_ERR_STATE;
-    qsort(t->longs, t->n_long, sizeof *t->longs, pt_pf_by_index);
-    qsort(t->ended_open, t->n_ended_open, sizeof *t->ended_open, pt_pf_by_value);
+    /* qsort's array must be valid even for no elements: these stay NULL until
+     * their first entry */
+    if (t->n_long)
+        qsort(t->longs, t->n_long, sizeof *t->longs, pt_pf_by_index);
+    if (t->n_ended_open)
+        qsort(t->ended_open, t->n_ended_open, sizeof *t->ended_open, pt_pf_by_value);
     t->next_ended_open = 0;
     t->mode = PT_PF_SLICES;
     t->out = out;
