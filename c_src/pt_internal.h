@@ -93,8 +93,6 @@ struct pt_tracer {
     unsigned plain_types_next;
     pt_thread *threads;
     int n_threads;
-    int start_thread;             /* index of the thread that called pt_start, or -1 */
-    int n_lanes;                  /* task lanes made (pt_runtime.c) */
     /* key table: open addressing, power-of-two capacity */
     pt_key_slot *slots;
     uint32_t slot_mask;
@@ -119,6 +117,10 @@ struct pt_tracer {
     PyObject *args_return;        /* log_args: on_return(args dict, value, raised) */
     PyObject *gc_args;            /* dict: the args dicts of collections, each distinct
                                      one once (pt_runtime.c), or NULL */
+    /* memory_interval_ms, log_async (pt_runtime.c); here, past the fields the
+     * hooks read, so that these leave the hot ones where they were */
+    int start_thread;             /* index of the thread that called pt_start, or -1 */
+    int n_lanes;                  /* task lanes made */
     /* bounded memory (max_events): past it the oldest chunks are spilled to
      * `spill` when set, else dropped and counted */
     uint64_t max_events;
