@@ -39,7 +39,8 @@ except ModuleNotFoundError as _exc:
     raise ImportError(_core_missing(), name=__name__) from None  # runpy: one line
 
 from ._core import lib as _lib
-from ._tracer import Session as _Session, finish_hook_losses as _finish_hook_losses
+from ._hook_losses import finish_hook_losses as _finish_hook_losses
+from ._tracer import Session as _Session
 from .annotations import (STEP_MARK as _STEP_MARK, RecordFunction, capture_stack, counter,
                           instant, record_function, symbolize)
 from . import _running, options as _start_options
@@ -299,7 +300,7 @@ def stop():
     hook_lost = _finish_hook_losses(session, result)
     if hook_lost:
         import warnings
-        from ._tracer import hook_loss_message
+        from ._hook_losses import hook_loss_message
         result.hook_lost = hook_lost
         warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=2)
     write_output_file = getattr(session, "write_output_file", None)
