@@ -118,7 +118,9 @@ def test_cuda_memory_is_sampled_when_torch_initialized_cuda(tmp_path):
         trace = pytrace_cffi.stop()
         print(json.dumps([m.args for m in trace.marks if m.name == "CUDA allocated (bytes)"]))
     """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([STAND_IN, os.path.dirname(HERE)]))
+    # the pytrace_cffi these tests import (installed, in CI), not the source tree
+    installed = os.path.dirname(os.path.dirname(os.path.abspath(pytrace_cffi.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([STAND_IN, installed]))
     proc = subprocess.run([sys.executable, "-c", program, STAND_IN], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
