@@ -146,24 +146,6 @@ pt_thread_of_caller(pt_tracer *tracer)
     return pt_thread_current(tracer);
 }
 
-pt_thread *
-pt_thread_enter_lane(pt_tracer *tracer, pt_thread *lane)
-{
-    pt_thread *own = pt_thread_current(tracer);
-    if (own)
-        pt_tls_thread = lane;
-    return own;
-}
-
-void
-pt_thread_leave_lane(uint64_t generation, pt_thread *lane, pt_thread *own)
-{
-    /* the lane only if it is still what this thread records into: the tracer
-     * may have stopped (and a new one started) meanwhile */
-    if (pt_tls_generation == generation && pt_tls_thread == lane)
-        pt_tls_thread = own;
-}
-
 /* The running tracer, for the user-facing recorders of pt_annotate.c (the hooks
  * reach theirs through their handle). Written only with the GIL held, at start and
  * stop: the one process-wide pointer, as there is one profile hook per process. */
@@ -1642,4 +1624,24 @@ pt_stop(pt_tracer *tracer)
 done:
     PyGILState_Release(gil);
     return rc;
+}
+
+/* Task lanes (log_async, pt_runtime.c): here, after the hooks, so that the hot
+ * code keeps its place (and alignment) in the object file. */
+pt_thread *
+pt_thread_enter_lane(pt_tracer *tracer, pt_thread *lane)
+{
+    pt_thread *own = pt_thread_current(tracer);
+    if (own)
+        pt_tls_thread = lane;
+    return own;
+}
+
+void
+pt_thread_leave_lane(uint64_t generation, pt_thread *lane, pt_thread *own)
+{
+    /* the lane only if it is still what this thread records into: the tracer
+     * may have stopped (and a new one started) meanwhile */
+    if (pt_tls_generation == generation && pt_tls_thread == lane)
+        pt_tls_thread = own;
 }

@@ -115,12 +115,6 @@ struct pt_tracer {
     PyObject *args_match;         /* log_args: match(code) -> bool, asked once per code */
     PyObject *args_call;          /* log_args: on_call(frame, first_entry) -> dict or None */
     PyObject *args_return;        /* log_args: on_return(args dict, value, raised) */
-    PyObject *gc_args;            /* dict: the args dicts of collections, each distinct
-                                     one once (pt_runtime.c), or NULL */
-    /* memory_interval_ms, log_async (pt_runtime.c); here, past the fields the
-     * hooks read, so that these leave the hot ones where they were */
-    int start_thread;             /* index of the thread that called pt_start, or -1 */
-    int n_lanes;                  /* task lanes made */
     /* bounded memory (max_events): past it the oldest chunks are spilled to
      * `spill` when set, else dropped and counted */
     uint64_t max_events;
@@ -151,6 +145,12 @@ struct pt_tracer {
     uint32_t in_python;
     int free_pending;
     char error[256];
+    /* log_gc, memory_interval_ms, log_async (pt_runtime.c): last, so that they
+     * leave every other field where it was */
+    PyObject *gc_args;            /* dict: the args dicts of collections, each distinct
+                                     one once (pt_runtime.c), or NULL */
+    int start_thread;             /* index of the thread that called pt_start, or -1 */
+    int n_lanes;                  /* task lanes made */
 };
 
 enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
