@@ -20,8 +20,10 @@ typedef struct {
     pt_tracer *recording;         /* tracer while it records (pt_handle_sync), else NULL */
 } pt_handle;
 
-static void
-pt_handle_dealloc(PyObject *self)
+/* The dealloc of a heap type's object that holds no references (the handle,
+ * pt_runtime.c's lanes): freed, and its type's reference dropped. */
+void
+pt_plain_dealloc(PyObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
     freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
@@ -30,7 +32,7 @@ pt_handle_dealloc(PyObject *self)
 }
 
 static PyType_Slot pt_handle_slots[] = {
-    {Py_tp_dealloc, (void *)pt_handle_dealloc},
+    {Py_tp_dealloc, (void *)pt_plain_dealloc},
     {Py_tp_doc, (void *)"pytrace_cffi tracer handle (internal)"},
     {0, NULL},
 };

@@ -514,6 +514,7 @@ int64_t pt_one_to_realtime(int64_t ns, int64_t mono0, int64_t off0, int64_t mono
 /* pt_hooks.c */
 PyObject *pt_handle_new(pt_tracer *tracer);   /* new reference */
 void pt_handle_detach(PyObject *handle);
+void pt_plain_dealloc(PyObject *self);     /* a heap type's object holding no references */
 void pt_handle_sync(pt_tracer *tracer);        /* after a change of state or NOOP */
 pt_thread *pt_thread_of_caller(pt_tracer *tracer);
 /* Task lanes (pt_runtime.c): from enter to leave, the calling OS thread's events

@@ -279,15 +279,6 @@ pt_lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)lane;
 }
 
-static void
-pt_lane_dealloc(PyObject *op)
-{
-    PyTypeObject *type = Py_TYPE(op);
-    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
-    tp_free(op);
-    Py_DECREF(type);
-}
-
 /* lane(callable, *args): callable(*args), the calling thread's events recorded
  * on the lane meanwhile (and nothing of the call itself: the lane swaps the
  * buffer the hooks find, no event is written for it). */
@@ -327,7 +318,7 @@ static PyGetSetDef pt_lane_getset[] = {
 
 static PyType_Slot pt_lane_slots[] = {
     {Py_tp_new, (void *)pt_lane_new},
-    {Py_tp_dealloc, (void *)pt_lane_dealloc},
+    {Py_tp_dealloc, (void *)pt_plain_dealloc},
     {Py_tp_call, (void *)pt_lane_call},
     {Py_tp_getset, pt_lane_getset},
     {Py_tp_doc, (void *)"TaskLane(): lane(callable, *args) runs callable(*args) with the "

@@ -19,6 +19,7 @@ import pytrace_cffi
 from pytrace_cffi.options import default_dumps_dir
 
 from test_children import ROOT, TIMEOUT, _env_own_tmp, run_command
+from test_flight_recorder import SLEEPING_JOB, dump_job_once_registered
 
 FIB_CALLS = {12: 465, 14: 1219}
 
@@ -228,16 +229,7 @@ def test_run_dumps_beside_out_and_dump_pid_finds_them_and_formats(tmp_path):
     assert "prog.py (pid " in report.stdout, report.stdout
 
 
-JOB = """
-import subprocess, sys
-
-def parent_waits():
-    child.wait()
-
-child = subprocess.Popen([sys.executable, "-c",
-                          "import time\\ndef child_sleeps():\\n    time.sleep(2)\\nchild_sleeps()"])
-parent_waits()
-"""
+JOB = SLEEPING_JOB.format(seconds=2)
 
 
 def test_the_processes_of_a_job_dumped_together_make_one_formatted_trace(tmp_path):
@@ -249,16 +241,7 @@ def test_the_processes_of_a_job_dumped_together_make_one_formatted_trace(tmp_pat
                            "--dump-format", "pftrace", "-o", "out.json", "prog.py"],
                           cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True) as run:
-        registry = dumps / ".live"
-        deadline = time.monotonic() + 30
-        while len(os.listdir(registry) if registry.exists() else []) < 2:
-            assert time.monotonic() < deadline and run.poll() is None, run.stderr.read()
-            time.sleep(0.05)
-        time.sleep(0.3)                 # both in their waits
-        asked = subprocess.run([sys.executable, "-m", "pytrace_cffi", "dump", str(dumps)],
-                               cwd=tmp_path, env=env, capture_output=True, text=True,
-                               timeout=TIMEOUT)
-        _, err = run.communicate(timeout=TIMEOUT)
+        asked, err = dump_job_once_registered(run, dumps, tmp_path, env)
     assert asked.returncode == 0 and run.returncode == 0, asked.stdout + err
     request, = [d for d in os.listdir(dumps) if not d.startswith(".")]
     formatted = pytrace_cffi.load(dumps / request / "trace.pftrace")

@@ -266,16 +266,35 @@ def test_the_watchdog_dumps_once_per_stall(tmp_path):
                                                                "time.sleep"]
 
 
-JOB = """
+# A parent waiting for a child that sleeps SECONDS: a job of two processes.
+SLEEPING_JOB = """
 import subprocess, sys, time
 
 def parent_waits():
     child.wait()
 
 child = subprocess.Popen([sys.executable, "-c",
-                          "import time\\ndef child_sleeps():\\n    time.sleep(4)\\nchild_sleeps()"])
+                          "import time\\ndef child_sleeps():\\n    time.sleep({seconds})\\nchild_sleeps()"])
 parent_waits()
 """
+JOB = SLEEPING_JOB.format(seconds=4)
+
+
+def dump_job_once_registered(run, dumps, cwd, env, processes=2):
+    """`dump DUMPS` once the processes of run (a Popen of `run --flight-recorder`)
+    are all in the registry and in their waits; then run's end. (dump's result,
+    run's stderr)."""
+    registry = dumps / ".live"
+    deadline = time.monotonic() + 30
+    while len(os.listdir(registry) if registry.exists() else []) < processes:
+        assert time.monotonic() < deadline and run.poll() is None, (
+            "the processes did not register: " + run.stderr.read())
+        time.sleep(0.05)
+    time.sleep(0.3)                 # in their waits
+    asked = subprocess.run([sys.executable, "-m", "pytrace_cffi", "dump", str(dumps)],
+                           cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    _, err = run.communicate(timeout=TIMEOUT)
+    return asked, err
 
 
 def test_dump_reaches_every_process_of_a_job_and_run_writes_the_ring(tmp_path):
@@ -288,17 +307,7 @@ def test_dump_reaches_every_process_of_a_job_and_run_writes_the_ring(tmp_path):
                            "--dumps-dir", str(dumps), "-o", str(tmp_path / "out.json"),
                            str(script)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True) as run:
-        registry = dumps / ".live"
-        deadline = time.monotonic() + 30
-        while len(os.listdir(registry) if registry.exists() else []) < 2:
-            assert time.monotonic() < deadline and run.poll() is None, (
-                "the processes did not register: " + run.stderr.read())
-            time.sleep(0.05)
-        time.sleep(0.3)                 # both in their waits
-        asked = subprocess.run([sys.executable, "-m", "pytrace_cffi", "dump", str(dumps)],
-                               cwd=tmp_path, env=env, capture_output=True, text=True,
-                               timeout=TIMEOUT)
-        _, err = run.communicate(timeout=TIMEOUT)
+        asked, err = dump_job_once_registered(run, dumps, tmp_path, env)
     assert asked.returncode == 0, asked.stdout + asked.stderr
     assert run.returncode == 0, err
     request, = [d for d in os.listdir(dumps) if not d.startswith(".")]
