@@ -85,6 +85,38 @@ def test_load_reads_a_dump_directory_and_one_process_dump(one_dump):
         assert [p["state"] for p in trace.processes.values()] == ["dumped"]
 
 
+def test_a_dump_names_the_task_lanes_of_log_async(tmp_path):
+    """A task's lane has no thread ident: the dump names it as stop() does, from
+    the recorder's journal, also when the dump is taken inside the task."""
+    source = """
+        import asyncio, sys
+        import pytrace_cffi
+
+        async def worker(n):
+            for _ in range(2):
+                await asyncio.sleep(0)
+            if n == 2:
+                print(pytrace_cffi.dump(reason="inside"))
+            return n
+
+        async def main():
+            return await asyncio.gather(asyncio.create_task(worker(1), name="alpha"),
+                                        asyncio.create_task(worker(2), name="beta"))
+
+        pytrace_cffi.start(flight_recorder="4M", dumps_dir=sys.argv[1], log_async=True)
+        asyncio.run(main())
+        pytrace_cffi.stop()
+    """
+    proc = _run(tmp_path, source, tmp_path / "dumps")
+    trace = pytrace_cffi.load(proc.stdout.split()[0])
+    names = {t.native_id: t.name for t in trace.threads}
+    workers = collections.Counter(names[call.thread] for call in trace
+                                  if call.name.endswith(": worker"))
+    # alpha's three steps; beta's third step is the one dumping (open at the dump)
+    assert workers == {"task alpha": 3, "task beta": 3}
+    assert not any(name.startswith("thread ") for name in names.values())
+
+
 def test_load_joins_the_processes_of_a_dump_directory(tmp_path):
     dump_dir = tmp_path / "dumps" / "20260101-000000-request"
     source = """

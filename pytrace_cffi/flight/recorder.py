@@ -230,7 +230,8 @@ class FlightRecorder:
                     return
                 if ready:
                     os.read(self._pipe[0], 4096)
-                self._journal()
+                with self._lock:        # (a dump() of the program's journals too)
+                    self._journal()
                 self._watch_torch_steps()
                 seq = lib.pt_flight_request()
                 if seq and lib.pt_flight_claim(seq):
@@ -254,16 +255,21 @@ class FlightRecorder:
                     names._write_new()
         threads = {str(t.ident): t.name for t in threading.enumerate()
                    if t.ident is not None and not t.name.startswith(THREAD_NAME)}
+        task_lanes = getattr(self.session, "_task_lanes", None)     # (log_async)
+        lanes = ({str(native_id): name for native_id, name in task_lanes.thread_names().items()}
+                 if task_lanes is not None else {})
         inputs = path_inputs() if self.session.trim_paths else None
-        if (threads, inputs) != self._journaled:
-            self._journaled = (threads, inputs)
-            # what C's dump needs to name what the journal has not: threads, and
-            # how this process trims the paths of key_sources.tsv
+        if (threads, lanes, inputs) != self._journaled:
+            self._journaled = (threads, lanes, inputs)
+            # what C's dump needs to name what the journal has not: threads, task
+            # lanes (by their OS id stand-in), and how this process trims the
+            # paths of key_sources.tsv
             prefixes = path_prefixes(inputs) if inputs else ()
             path = os.path.join(self.session.process_dir, JOURNAL_FILE)
             with contextlib.suppress(OSError):
                 with open(path + ".tmp", "w", encoding="utf-8") as f:
-                    json.dump({"threads": threads, "path_prefixes": list(prefixes)}, f)
+                    json.dump({"threads": threads, "lanes": lanes,
+                               "path_prefixes": list(prefixes)}, f)
                 os.replace(path + ".tmp", path)
 
     def _watch_torch_steps(self):
@@ -352,6 +358,7 @@ class FlightRecorder:
         names = self.session._key_names
         with names.lock:
             names._write_new()          # every key seen so far named in keys.jsonl
+        self._journal()                 # every thread and task lane seen so far named
         default_place = path is None
         if default_place:
             name = ((requested and _requested_name(self.dumps_dir))

@@ -89,16 +89,15 @@ def _recover(directory, facts):
 def _name_dumped_threads(directory, thread_list):
     """A flight recorder's dump knows its threads: threads.json (written by C:
     index, ident, OS id), their names in dump.json (when Python wrote it) or else
-    in journal.json (the recorder's)."""
+    in journal.json (the recorder's). An asyncio task's lane (log_async) has no
+    ident: journal.json names it by its OS id's stand-in."""
     known = _json_or_none(os.path.join(directory, "threads.json"))
     if not isinstance(known, list):
         return
     dumped = _json_or_none(os.path.join(directory, "dump.json"))
-    names = {}          # ident -> name
     journal = _json_or_none(os.path.join(directory, JOURNAL_FILE))
-    threads = journal.get("threads") if isinstance(journal, dict) else None
-    if isinstance(threads, dict):
-        names = {ident: name for ident, name in threads.items() if isinstance(name, str)}
+    names = _names_in(journal, "threads")           # ident -> name
+    lanes = _names_in(journal, "lanes")             # native id -> name
     if isinstance(dumped, dict) and isinstance(dumped.get("threads"), list):
         names.update((str(t.get("ident")), t.get("name")) for t in dumped["threads"]
                      if isinstance(t, dict) and isinstance(t.get("name"), str))
@@ -106,10 +105,22 @@ def _name_dumped_threads(directory, thread_list):
         if not isinstance(entry, dict):
             continue
         index, native_id, ident = entry.get("index"), entry.get("native_id"), entry.get("ident")
-        if (type(index) is int and 0 <= index < len(thread_list) and _is_pid(native_id)
-                and type(ident) is int and 0 < ident < 2 ** 64):
-            thread_list[index].update(native_id=native_id, ident=ident,
-                                      name=names.get(str(ident)) or f"thread {native_id}")
+        if not (type(index) is int and 0 <= index < len(thread_list) and _is_pid(native_id)
+                and type(ident) is int and 0 <= ident < 2 ** 64):
+            continue
+        if ident:
+            name = names.get(str(ident)) or f"thread {native_id}"
+        else:       # (a lane first seen since the journal was last written: unnamed)
+            name = lanes.get(str(native_id)) or "task (not named yet at the dump)"
+        thread_list[index].update(native_id=native_id, ident=ident, name=name)
+
+
+def _names_in(journal, field):
+    """journal.json's field: a dict of str -> name (empty when damaged)."""
+    found = journal.get(field) if isinstance(journal, dict) else None
+    if not isinstance(found, dict):
+        return {}
+    return {key: name for key, name in found.items() if isinstance(name, str)}
 
 
 def _json_or_none(path):
