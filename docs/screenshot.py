@@ -3,7 +3,7 @@ examples/demo.py with `run -o demo.html`, selects one call as a user's click wou
 (found by hovering, through the page's own tooltip), and takes a screenshot in
 headless Chromium.
 
-    python docs/screenshot.py [--chromium /usr/bin/chromium] [--size 1400,1000]
+    python docs/screenshot.py [--chromium /usr/bin/chromium] [--size 1400,1700]
 
 Run it with the pytrace_cffi to show importable (e.g. PYTHONPATH=. after
 `python build_ffi.py`).
@@ -45,7 +45,7 @@ window.addEventListener("load", () => requestAnimationFrame(() => {
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chromium", default="/usr/bin/chromium")
-    parser.add_argument("--size", default="1400,1000", help="the window, WIDTH,HEIGHT")
+    parser.add_argument("--size", default="1400,1700", help="the window, WIDTH,HEIGHT")
     parser.add_argument("--select", default=": fetch",
                         help="select the first call (from the top right) whose name has this")
     parser.add_argument("--out", default=os.path.join(HERE, "screenshot.png"))
