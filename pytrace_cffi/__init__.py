@@ -402,7 +402,8 @@ def _has_session():
 
 def _load_flight_recorder():
     """Imports flight/, which gives FollowSession its recorder (for follow/)."""
-    from . import flight         # noqa: F401
+    from . import flight
+    return flight
 
 
 _running.api.update(start=start, stop=stop,     # for follow/ (see _running)

@@ -42,7 +42,7 @@ for v in 3.9 3.10 3.11 3.12 3.13; do
     echo "== Python $v ($py)"
     venv="$ROOT/.venvs/$v"
     [ -x "$venv/bin/python" ] || "$py" -m venv "$venv" || { bad_versions+=" $v(venv)"; continue; }
-    "$venv/bin/python" -m pip install -q "cffi>=1.15" "pytest>=7" "hypothesis>=6" \
+    "$venv/bin/python" -m pip install -q "cffi>=1.15" "pytest>=7" "hypothesis>=6" pyflakes \
         && "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$WHEEL" \
         || { bad_versions+=" $v(install)"; continue; }
     # The .pftrace tests decode with the perfetto package's generated protos (its

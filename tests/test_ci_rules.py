@@ -76,7 +76,7 @@ def test_run_all_fails_an_interpreter_without_the_jupyter_packages_in_ci():
 
 def test_pyflakes_finds_nothing():
     """No unused import or name, no redefinition, in the package or the tests
-    (pip install pyflakes: skipped where it is not installed)."""
+    (run_all.sh installs pyflakes; skipped where it is not installed)."""
     pytest.importorskip("pyflakes")
     root = os.path.dirname(HERE)
     proc = subprocess.run([sys.executable, "-m", "pyflakes", "pytrace_cffi", "tests"], cwd=root,

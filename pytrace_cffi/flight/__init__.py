@@ -10,6 +10,8 @@ file (written at stop, as start(output=FILE) writes one: follow/written.py).
 from .._files import new_directory
 from .recorder import FlightRecorder        # (also makes FollowSession's ring sessions record)
 
+__all__ = ["FlightRecorder", "flight_session"]
+
 
 def flight_session(options, follow_children):
     """start()'s session for options with flight_recorder (checked), not started."""

@@ -18,7 +18,6 @@ import struct
 from collections import Counter, namedtuple
 
 from .._core import ffi, lib
-from ..errors import TraceFormatError
 from .summary import _process_title, check_feed
 
 # "<path>(<first line>): <function>", what a Python function's name says
