@@ -29,9 +29,11 @@ from .formats import gzipped
 from .merge_regions import (TORCH_PYTHON_CATEGORY, TorchProfilerRegions, anchor_clocks,
                             is_finite_number)
 from .readers.torch_chrome import TorchChromeReader, check_torch
-from .render.perfetto import (CLOCK_MONOTONIC, SEQ_INCREMENTAL_STATE_CLEARED, TYPE_COUNTER,
-                              TYPE_INSTANT, _annotation_value, _bytes, _double, _int, _packet,
-                              write_perfetto)
+from .render.perfetto import write_perfetto
+from .render.perfetto_packets import (CLOCK_MONOTONIC, SEQ_INCREMENTAL_STATE_CLEARED,
+                                      TYPE_COUNTER, TYPE_INSTANT, AnnotationNames,
+                                      counter_value, packet)
+from .render.protobuf import bytes_field as _bytes, int_field as _int
 from .render.protobuf import varint
 from ._clock import monotonic_to_realtime
 
@@ -131,8 +133,7 @@ def _event_fields(event):
         out += _bytes(22, str(event["cat"]))
     args = event.get("args")
     if isinstance(args, dict):
-        out += b"".join(_bytes(4, _bytes(10, str(k)) + _annotation_value(v))
-                        for k, v in args.items())
+        out += AnnotationNames.plain(args)
     return out
 
 
@@ -208,29 +209,27 @@ class _TorchEvents:
         seq = _int(10, sequence_id)
         pieces, size = [], 0
 
-        def put(packet):
+        def put(entry):
             nonlocal size
-            pieces.append(packet)
-            size += len(packet)
+            pieces.append(entry)
+            size += len(entry)
 
-        put(_packet(_int(13, SEQ_INCREMENTAL_STATE_CLEARED),
-                    _bytes(59, _int(58, CLOCK_MONOTONIC)), seq))
+        put(packet(_int(13, SEQ_INCREMENTAL_STATE_CLEARED),
+                   _bytes(59, _int(58, CLOCK_MONOTONIC)), seq))
         for descriptor in self.tracks.descriptors():
-            put(_packet(_bytes(60, descriptor), seq))
+            put(packet(_bytes(60, descriptor), seq))
         for track, slices in self.slices.items():
-            for packet in _slice_packets(track, slices, self.flows.get(track, ()), seq):
-                put(packet)
+            for entry in _slice_packets(track, slices, self.flows.get(track, ()), seq):
+                put(entry)
                 if size >= PIECE_BYTES:
                     yield b"".join(pieces)
                     pieces, size = [], 0
         for ts, track, fields in self.instants:
-            put(_packet(_int(8, ts), _bytes(11, _int(9, TYPE_INSTANT) + _int(11, track)
-                                            + fields), seq))
+            put(packet(_int(8, ts), _bytes(11, _int(9, TYPE_INSTANT) + _int(11, track)
+                                           + fields), seq))
         for ts, track, value in self.counters:
-            number = (_int(30, value) if type(value) is int and -2 ** 63 <= value < 2 ** 63
-                      else _double(44, float(value)))
-            put(_packet(_int(8, ts), _bytes(11, _int(9, TYPE_COUNTER) + _int(11, track)
-                                            + number), seq))
+            put(packet(_int(8, ts), _bytes(11, _int(9, TYPE_COUNTER) + _int(11, track)
+                                           + counter_value(value)), seq))
         if pieces:
             yield b"".join(pieces)
 
@@ -250,8 +249,8 @@ def _slice_packets(track, slices, flows, seq):
         if stack and end > stack[-1]:
             end = stack[-1]                     # crosses its parent's end: cut
         flow = b"".join(_fixed64(47, f) for f in bound.get(index, ()))
-        yield _packet(_int(8, start), _bytes(11, _int(9, TYPE_SLICE_BEGIN) + head + fields
-                                             + flow), seq)
+        yield packet(_int(8, start), _bytes(11, _int(9, TYPE_SLICE_BEGIN) + head + fields
+                                            + flow), seq)
         stack.append(end)
     while stack:
         yield _end(stack.pop(), head, seq)
@@ -262,7 +261,7 @@ def _fixed64(field, value):
 
 
 def _end(ts, head, seq):
-    return _packet(_int(8, ts), _bytes(11, _int(9, TYPE_SLICE_END) + head), seq)
+    return packet(_int(8, ts), _bytes(11, _int(9, TYPE_SLICE_END) + head), seq)
 
 
 def _bind_flows(slices, flows):
@@ -330,11 +329,10 @@ def merge_torch_pftrace(ours, torch_path, out_path, anchor):
                      torch_events_not_carried=events.skipped, **regions.counts(),
                      clock="torch's ts mapped onto our CLOCK_MONOTONIC through our "
                            "realtime anchor")
-        info = _packet(_int(8, ours.start_ns), _bytes(
+        info = packet(_int(8, ours.start_ns), _bytes(
             11, _int(9, TYPE_INSTANT) + _int(11, uuids["process"])
             + _bytes(23, "torch.profiler")
-            + b"".join(_bytes(4, _bytes(10, str(k)) + _annotation_value(v))
-                       for k, v in facts.items())), _int(10, sequence_id))
+            + AnnotationNames.plain(facts)), _int(10, sequence_id))
         pieces = events.packets(sequence_id)
         yield next(pieces) + info
         yield from pieces

@@ -125,7 +125,7 @@ def test_bad_window_options(tmp_path, args):
 
 WRITER_SIGNALLED = textwrap.dedent("""
     import os, signal, sys
-    from pytrace_cffi.render import perfetto
+    from pytrace_cffi.render import perfetto_packets as perfetto
 
     def work(n):
         return sum(i * i for i in range(n))
@@ -136,7 +136,7 @@ WRITER_SIGNALLED = textwrap.dedent("""
     # The second window's signal comes while the first is written, its encoder
     # threads at work: the handler runs inside the writer (as a signal sent by
     # hand at that moment would).
-    sink_write = perfetto._Sink.write
+    sink_write = perfetto.PacketSink.write
 
     def write_and_signal(self, data):
         if self.in_flight and not hasattr(perfetto, "signalled"):
@@ -144,7 +144,7 @@ WRITER_SIGNALLED = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGUSR2)
         sink_write(self, data)
 
-    perfetto._Sink.write = write_and_signal
+    perfetto.PacketSink.write = write_and_signal
     os.kill(os.getpid(), signal.SIGUSR2)          # opens window 1
     for _ in range(2000):
         work(100)

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 import pytrace_cffi
 from pytrace_cffi._core import ffi, lib
 from pytrace_cffi.reading import read_trace
-from pytrace_cffi.render import perfetto
+from pytrace_cffi.render import perfetto_packets
 
 LEVELS = range(lib.PT_DEFLATE_MIN_LEVEL, lib.PT_DEFLATE_MAX_LEVEL + 1)
 
@@ -39,14 +39,14 @@ def deflate(d, data, cap=None):
 
 def test_the_level_range_is_libdeflates():
     assert (lib.PT_DEFLATE_MIN_LEVEL, lib.PT_DEFLATE_MAX_LEVEL) == (0, 12)
-    assert perfetto.COMPRESS_LEVEL in LEVELS
+    assert perfetto_packets.COMPRESS_LEVEL in LEVELS
 
 
 @pytest.mark.parametrize("level", [-1, 13, 100, -(1 << 31), (1 << 31) - 1])
 def test_a_level_out_of_range_is_refused_not_clamped(level):
     assert lib.pt_deflater_new(level) == ffi.NULL
     with pytest.raises(MemoryError, match=f"level {level}"):
-        perfetto._Deflater(level)
+        perfetto_packets.Deflater(level)
 
 
 def test_freeing_null_is_nothing_and_a_null_deflater_deflates_nothing():
@@ -181,7 +181,7 @@ def assert_compressed_is_uncompressed(trace, tmp_path):
     trace.export_perfetto(packed)
     pieces = inflated(packed)
     assert len(pieces) >= 2
-    assert all(len(p) <= perfetto.COMPRESSED_INPUT_BYTES for p in pieces)
+    assert all(len(p) <= perfetto_packets.COMPRESSED_INPUT_BYTES for p in pieces)
     assert b"".join(pieces) == plain.read_bytes()
     assert os.path.getsize(packed) * 4 < os.path.getsize(plain)
     ours, theirs = read_trace(packed), read_trace(plain)
@@ -203,5 +203,5 @@ def test_written_while_tracing_without_threads_of_ours(traced, tmp_path):
 
 @pytest.mark.parametrize("level", [1, 12])
 def test_the_writer_at_other_levels(traced, tmp_path, monkeypatch, level):
-    monkeypatch.setattr(perfetto, "COMPRESS_LEVEL", level)
+    monkeypatch.setattr(perfetto_packets, "COMPRESS_LEVEL", level)
     assert_compressed_is_uncompressed(traced, tmp_path)

@@ -349,13 +349,13 @@ def test_a_pftrace_that_is_not_ours_is_refused(live_trace, tmp_path):
 
 
 def packet(*fields):
-    from pytrace_cffi.render.perfetto import _bytes
-    return _bytes(1, b"".join(fields))
+    from pytrace_cffi.render.protobuf import bytes_field
+    return bytes_field(1, b"".join(fields))
 
 
 def test_a_compressed_bomb_is_refused_in_bounded_memory(tmp_path):
     import tracemalloc
-    from pytrace_cffi.render.perfetto import _bytes
+    from pytrace_cffi.render.protobuf import bytes_field as _bytes
     bomb = zlib.compress(bytes(256 << 20), 9)            # 256 MiB of zeros in ~250 KB
     path = tmp_path / "bomb.pftrace"
     path.write_bytes(packet(_bytes(50, bomb)))

@@ -106,7 +106,8 @@ class LiveEncoder:
             return False
         ns_per_tick = _clock.ns_per_tick((ticks, ns))
         # the writer's pieces, imported only now: run's start-up does not pay for them
-        from ..render.perfetto import COMPRESS_LEVEL, live_marks
+        from ..render.perfetto import live_marks
+        from ..render.perfetto_packets import COMPRESS_LEVEL
         self.annotation_names, stop, start = live_marks()
         os.makedirs(os.path.join(self.directory, PARTS_DIR), exist_ok=True)
         c = lib.pt_live_new(os.fsencode(os.path.join(self.directory, "events.bin")),

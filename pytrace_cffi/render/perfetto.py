@@ -27,94 +27,25 @@ Layout:
 A call's "Python id" and "Python parent id" of the JSON are implicit here: the
 calls' begin order (thread by thread) and their nesting.
 """
-import collections
-import math
 import os
-import threading
 
 from .._core import ffi, lib
 from .._files import replaced_atomically
-from .._jsontext import MAX_ARGS_DEPTH
 from .._progress import Progress
 from ..errors import TraceFormatError
-from .protobuf import bytes_field as _bytes, double_field as _double, int_field as _int
+from .perfetto_packets import (CLOCK_MONOTONIC, CLOCK_REALTIME, COMPRESSED_INPUT_BYTES,
+                               SEQ_INCREMENTAL_STATE_CLEARED, TYPE_COUNTER, TYPE_INSTANT,
+                               AnnotationNames, PacketSink, counter_value, packet)
+from .protobuf import bytes_field as _bytes, int_field as _int
 from .walk import dropped_by_thread, warn_if_too_deep
 
 CHUNK_BYTES = 4 << 20
-# Input of one compressed_packets packet: well under 512 KiB, so a reader inflates
-# the file in small pieces; more would not help deflate, whose window is 32 KiB.
-COMPRESSED_INPUT_BYTES = 256 << 10
-# libdeflate level 1 (c_src/pt_deflate.c; docs/PERFORMANCE.md, "Compression"): one
-# thread deflates at 1.6-3.2x zlib level 3's speed (what this wrote before), about as
-# fast as the packets are encoded, for 16-30% more bytes (~3.1 a call on fib), fewer
-# than zlib level 1's. Level 4: 4-6% under zlib 3's size at 1.0-1.8x its speed.
-COMPRESS_LEVEL = 1
-COMPRESS_THREADS = 2
 PROCESS_SEQUENCE = 1
 SEQUENCE_CLOCK = 64                 # sequence-scoped clock ids are 64..127
-CLOCK_MONOTONIC = 3                 # BuiltinClock BUILTIN_CLOCK_MONOTONIC
-CLOCK_REALTIME = 1                  # BuiltinClock BUILTIN_CLOCK_REALTIME
-SEQ_INCREMENTAL_STATE_CLEARED = 1
-TYPE_INSTANT, TYPE_COUNTER = 3, 4    # TrackEvent.Type (SLICE_BEGIN/END: in C)
 CATEGORIES = ("python_function", "user_annotation")     # iids 1 and 2
 _CATEGORY_IID = {"python": 1, "c": 1, "annotation": 2}
 OPEN_AT_STOP = "open at stop"
 OPEN_AT_START = "open at start"
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-def _packet(*fields):
-    """A Trace.packet entry made of TracePacket fields."""
-    return _bytes(1, b"".join(fields))
-
-
-def _annotation_value(value, depth=0):
-    """DebugAnnotation value fields for a JSON-like value (loaded traces refuse
-    args nested deeper than MAX_ARGS_DEPTH: deeper ones are cut, never recursed)."""
-    if isinstance(value, bool):
-        return _int(2, int(value))
-    if isinstance(value, int) and _INT64[0] <= value <= _INT64[1]:
-        return _int(4, value)
-    if isinstance(value, float) and math.isfinite(value):
-        return _double(5, value)
-    if isinstance(value, str):
-        return _bytes(6, value)
-    if isinstance(value, (dict, list, tuple)) and depth >= MAX_ARGS_DEPTH:
-        return _bytes(6, "<nested too deeply>")
-    if isinstance(value, dict):
-        return b"".join(_bytes(11, _bytes(10, str(k)) + _annotation_value(v, depth + 1))
-                        for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return b"".join(_bytes(12, _annotation_value(v, depth + 1)) for v in value)
-    if value is None:
-        return _bytes(9, "null")    # legacy_json_value: what the JSON says
-    return _bytes(6, repr(value))   # inf, nan, huge ints: as Python writes them
-
-
-class _AnnotationNames:
-    """Interned debug annotation names (iid per name), shared by every sequence."""
-
-    def __init__(self):
-        self.iids = {}
-
-    def annotations(self, args):
-        """TrackEvent debug_annotations fields (4) for a dict of args, names interned."""
-        out = []
-        for name, value in args.items():
-            iid = self.iids.setdefault(str(name), len(self.iids) + 1)
-            out.append(_bytes(4, _int(1, iid) + _annotation_value(value)))
-        return b"".join(out)
-
-    @staticmethod
-    def plain(args):
-        """The same with names spelled out (sequence 1 interns nothing)."""
-        return b"".join(_bytes(4, _bytes(10, str(name)) + _annotation_value(value))
-                        for name, value in args.items())
-
-    def interned(self):
-        """InternedData debug_annotation_names fields (3)."""
-        return b"".join(_bytes(3, _int(1, iid) + _bytes(2, name))
-                        for name, iid in self.iids.items())
 
 
 # --- the file ----------------------------------------------------------------
@@ -122,108 +53,6 @@ class _AnnotationNames:
 def _uuid_base(trace):
     """Track uuids of this trace: distinct from another trace's when merged."""
     return ((trace.pid << 40) ^ trace.start_ns) & ((1 << 62) - 1) | 1 << 62
-
-
-class _Deflater:
-    """One pt_deflater (c_src/pt_deflate.c) and its output buffer: used by one
-    thread at a time. cffi lets go of the GIL while it deflates."""
-
-    def __init__(self, level):
-        deflater = lib.pt_deflater_new(level)
-        if deflater == ffi.NULL:
-            raise MemoryError(f"pytrace_cffi: no deflater of level {level}")
-        self.deflater = ffi.gc(deflater, lib.pt_deflater_free)
-        self.cap = 0
-        self.out = None
-
-    def compress(self, data):
-        """data (bytes) as one zlib stream, in bytes."""
-        bound = lib.pt_deflate_bound(self.deflater, len(data))
-        if bound > self.cap:
-            self.cap = max(bound, lib.pt_deflate_bound(self.deflater, COMPRESSED_INPUT_BYTES))
-            self.out = ffi.new("char[]", self.cap)
-        size = lib.pt_deflate_zlib(self.deflater, data, len(data), self.out, self.cap)
-        if size == 0:
-            raise RuntimeError("pytrace_cffi: deflate's output did not fit its bound")
-        return ffi.buffer(self.out, size)[:]
-
-
-class _Sink:
-    """Writes whole Trace.packet entries, or deflates them into compressed_packets
-    packets of at most COMPRESSED_INPUT_BYTES input each, with libdeflate at
-    COMPRESS_LEVEL (a deflater per thread that deflates). The deflate lets go of
-    the GIL while it works, so pieces are deflated on COMPRESS_THREADS threads
-    while the next ones are encoded; at most twice that many wait, and they are
-    written in order. While a trace records (an export from a traced program)
-    they are deflated here instead: threads of ours must not show in a trace."""
-
-    def __init__(self, out, compress):
-        self.out = out
-        self.compress = compress
-        self.pending = []
-        self.pending_bytes = 0
-        self.finishing = False
-        self.in_flight = collections.deque()
-        self.deflaters = threading.local()
-        # made for the second piece: a small file (an empty run's) neither starts
-        # threads nor imports concurrent.futures (and logging, ~5 ms)
-        self.pool = None
-        self.pooled = compress and not _recording()
-
-    def _deflate(self, data):
-        deflater = getattr(self.deflaters, "deflater", None)
-        if deflater is None:
-            deflater = self.deflaters.deflater = _Deflater(COMPRESS_LEVEL)
-        return deflater.compress(data)
-
-    def write(self, data):
-        """data may be a view of a buffer about to be reused: written or copied now."""
-        if not self.compress:
-            self.out.write(data)
-            return
-        if self.pending_bytes + len(data) > COMPRESSED_INPUT_BYTES:
-            self._submit()
-        self.pending.append(bytes(data))
-        self.pending_bytes += len(data)
-
-    def _submit(self):
-        if self.pending and self.pool is None and self.pooled and not self.finishing:
-            import concurrent.futures
-            self.pool = concurrent.futures.ThreadPoolExecutor(COMPRESS_THREADS)
-        if self.pending and self.pool is None:
-            self.out.write(_packet(_bytes(50, self._deflate(b"".join(self.pending)))))
-            self.pending, self.pending_bytes = [], 0
-        elif self.pending:
-            self.in_flight.append(self.pool.submit(self._deflate, b"".join(self.pending)))
-            self.pending, self.pending_bytes = [], 0
-        while len(self.in_flight) > 2 * COMPRESS_THREADS:
-            self._write_oldest()
-
-    def _write_oldest(self):
-        self.out.write(_packet(_bytes(50, self.in_flight.popleft().result())))
-
-    def finish(self):
-        if self.compress:
-            self.finishing = not self.in_flight    # one piece in all: deflated here
-            self._submit()
-            self.finishing = False
-            while self.in_flight:
-                self._write_oldest()
-
-    def close(self):
-        """Stops the threads (their deflaters go with them); on failure the
-        pieces still waiting are dropped."""
-        if self.pool is not None:
-            for future in self.in_flight:
-                future.cancel()
-            self.pool.shutdown(wait=True)
-        self.deflaters = None
-
-
-def _recording():
-    """Whether this process is tracing now (start() without its stop())."""
-    from .._running import has_session
-    return has_session()
 
 
 ORDERING_EXPLICIT = 1     # TrackDescriptor ProcessOrdering / ThreadOrdering EXPLICIT
@@ -270,20 +99,20 @@ def _process_sequence(trace, uuids):
     if anchor:
         realtime = anchor["realtime_ns"] + (base - anchor["monotonic_ns"])
         clocks += _bytes(1, _int(1, CLOCK_REALTIME) + _int(2, realtime))
-    yield _packet(_bytes(6, clocks + _int(2, CLOCK_MONOTONIC)), seq)
+    yield packet(_bytes(6, clocks + _int(2, CLOCK_MONOTONIC)), seq)
     descriptors = uuids["descriptors"]
-    yield _packet(_bytes(60, descriptors["processes"][0]),
-                  _int(13, SEQ_INCREMENTAL_STATE_CLEARED),
-                  _bytes(59, _int(58, CLOCK_MONOTONIC)), seq)
+    yield packet(_bytes(60, descriptors["processes"][0]),
+                 _int(13, SEQ_INCREMENTAL_STATE_CLEARED),
+                 _bytes(59, _int(58, CLOCK_MONOTONIC)), seq)
     if descriptors["root"]:
-        yield _packet(_bytes(60, descriptors["root"]), seq)
+        yield packet(_bytes(60, descriptors["root"]), seq)
     for descriptor in descriptors["processes"][1:]:
-        yield _packet(_bytes(60, descriptor), seq)
+        yield packet(_bytes(60, descriptor), seq)
     for (pid, name, series), uuid in uuids["counters"].items():
         title = name if series == name else f"{name} {series}"
         parent = uuids["process_of_pid"].get(pid, uuids["process"])
-        yield _packet(_bytes(60, _int(1, uuid) + _int(5, parent) + _bytes(2, title)
-                             + _bytes(8, b"")), seq)
+        yield packet(_bytes(60, _int(1, uuid) + _int(5, parent) + _bytes(2, title)
+                            + _bytes(8, b"")), seq)
     facts = {"generator": "pytrace_cffi", "python": trace.python_version,
              "backend": trace.backend, "clock": trace.clock,
              "start_monotonic_ns": base, "stop_monotonic_ns": trace.stop_ns,
@@ -293,25 +122,22 @@ def _process_sequence(trace, uuids):
         facts["processes"] = [dict(info, pid=pid) for pid, info in trace.processes.items()]
     if trace.label is not None:
         facts["label"] = trace.label
-    yield _packet(_int(8, base), _bytes(11, _int(9, TYPE_INSTANT) + _int(11, uuids["process"])
-                                        + _bytes(23, "pytrace_cffi")
-                                        + _AnnotationNames.plain(facts)
-                                        ), seq)
+    yield packet(_int(8, base), _bytes(11, _int(9, TYPE_INSTANT) + _int(11, uuids["process"])
+                                       + _bytes(23, "pytrace_cffi")
+                                       + AnnotationNames.plain(facts)), seq)
     for mark in trace.marks:
         if mark.kind == "i":
             track = uuids["tids"].get(mark.thread, uuids["process"])
             event = (_int(9, TYPE_INSTANT) + _int(11, track) + _bytes(23, mark.name)
-                     + (_AnnotationNames.plain(mark.args)
+                     + (AnnotationNames.plain(mark.args)
                         if isinstance(mark.args, dict) else b""))
-            yield _packet(_int(8, mark.ns), _bytes(11, event), seq)
+            yield packet(_int(8, mark.ns), _bytes(11, event), seq)
         else:
             for series, value in mark.args.items():
                 track = uuids["counters"][(uuids["pid_of_tid"].get(mark.thread, trace.pid),
                                            mark.name, series)]
-                number = (_int(30, value) if isinstance(value, int)
-                          and _INT64[0] <= value <= _INT64[1] else _double(44, float(value)))
-                yield _packet(_int(8, mark.ns),
-                              _bytes(11, _int(9, TYPE_COUNTER) + _int(11, track) + number), seq)
+                yield packet(_int(8, mark.ns), _bytes(11, _int(9, TYPE_COUNTER) + _int(11, track)
+                                                      + counter_value(value)), seq)
 
 
 def _thread_head(descriptor, uuid, sequence_id, interned_head, clock_ns):
@@ -322,13 +148,13 @@ def _thread_head(descriptor, uuid, sequence_id, interned_head, clock_ns):
     seq = _int(10, sequence_id)
     descriptor = _bytes(60, descriptor)
     defaults = _bytes(59, _int(58, SEQUENCE_CLOCK) + _bytes(11, _int(11, uuid)))
-    head = _packet(descriptor, _int(13, SEQ_INCREMENTAL_STATE_CLEARED), defaults,
-                   _bytes(12, interned_head), seq)
+    head = packet(descriptor, _int(13, SEQ_INCREMENTAL_STATE_CLEARED), defaults,
+                  _bytes(12, interned_head), seq)
     clocks = (_bytes(1, _int(1, SEQUENCE_CLOCK) + _int(2, clock_ns) + _int(3, 1)
                      + _int(4, 1))
               + _bytes(1, _int(1, CLOCK_MONOTONIC) + _int(2, clock_ns))
               + _int(2, CLOCK_MONOTONIC))        # primary_trace_clock
-    return head + _packet(_bytes(6, clocks), seq)
+    return head + packet(_bytes(6, clocks), seq)
 
 
 def _blob(parts):
@@ -416,7 +242,7 @@ def _chunks(trace, progress, chunk_bytes, uuids=None, own_batches=None):
     uuids = {} if uuids is None else uuids
     track_uuids(trace, uuids)
     yield b"".join(_process_sequence(trace, uuids))
-    annotation_names = _AnnotationNames()
+    annotation_names = AnnotationNames()
 
     # Per key, encoded once: TrackEvent name_iid (10), category_iids (3) and the
     # key's args as debug annotations; the InternedData event_names (2) entry.
@@ -523,7 +349,7 @@ def live_marks():
     """(annotation names, what a call open at stop says on its end, what one open
     at start says on its begin) as follow/live.py's encoder writes them: made in
     this order on both sides, so their iids agree."""
-    names = _AnnotationNames()
+    names = AnnotationNames()
     marks = _OpenMarks(names)
     return (names, marks.blobs[lib.PT_PF_MARK_OPEN_AT_STOP],
             marks.blobs[lib.PT_PF_MARK_OPEN_AT_START])
@@ -629,7 +455,7 @@ def write_perfetto(trace, path, compress=True, more=None, own_batches=None):
     chunk_bytes = COMPRESSED_INPUT_BYTES if compress else CHUNK_BYTES
     with replaced_atomically(path, lambda tmp: open(tmp, "wb")) as out, \
             Progress(f"writing {path}", len(trace)) as progress:
-        sink = _Sink(out, compress)
+        sink = PacketSink(out, compress)
         try:
             uuids = {}
             for chunk in _chunks(trace, progress, chunk_bytes, uuids, own_batches):
