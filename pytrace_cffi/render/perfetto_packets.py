@@ -4,6 +4,7 @@ annotations made of JSON-like args, and PacketSink, which writes packets as they
 are or deflated into compressed_packets on threads of its own."""
 import collections
 import math
+import queue
 import threading
 
 from .._core import ffi, lib
@@ -128,8 +129,7 @@ class PacketSink:
         self.finishing = False
         self.in_flight = collections.deque()
         self.deflaters = threading.local()
-        # made for the second piece: a small file (an empty run's) neither starts
-        # threads nor imports concurrent.futures (and logging, ~5 ms)
+        # made for the second piece: a small file (an empty run's) starts no threads
         self.pool = None
         self.pooled = compress and not _recording()
 
@@ -151,13 +151,15 @@ class PacketSink:
 
     def _submit(self):
         if self.pending and self.pool is None and self.pooled and not self.finishing:
-            import concurrent.futures
-            self.pool = concurrent.futures.ThreadPoolExecutor(COMPRESS_THREADS)
+            try:
+                self.pool = _DeflatePool(self._deflate, COMPRESS_THREADS)
+            except RuntimeError:        # 3.12+ at the interpreter's exit: no new threads
+                self.pooled = False
         if self.pending and self.pool is None:
             self.out.write(packet(_bytes(50, self._deflate(b"".join(self.pending)))))
             self.pending, self.pending_bytes = [], 0
         elif self.pending:
-            self.in_flight.append(self.pool.submit(self._deflate, b"".join(self.pending)))
+            self.in_flight.append(self.pool.submit(b"".join(self.pending)))
             self.pending, self.pending_bytes = [], 0
         while len(self.in_flight) > 2 * COMPRESS_THREADS:
             self._write_oldest()
@@ -177,10 +179,74 @@ class PacketSink:
         """Stops the threads (their deflaters go with them); on failure the
         pieces still waiting are dropped."""
         if self.pool is not None:
-            for future in self.in_flight:
-                future.cancel()
-            self.pool.shutdown(wait=True)
+            for piece in self.in_flight:
+                piece.cancel()
+            self.pool.shutdown()
         self.deflaters = None
+
+
+class _Piece:
+    """A piece handed to a _DeflatePool: its deflated bytes once done."""
+    __slots__ = ("data", "done", "deflated", "error")
+
+    def __init__(self, data):
+        self.data = data
+        self.done = threading.Event()
+        self.deflated = self.error = None
+
+    def cancel(self):
+        self.data = None            # (a worker that has not taken it skips it)
+
+    def result(self):
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.deflated
+
+
+class _DeflatePool:
+    """Threads that deflate the pieces queued to them, in any order (each piece
+    says when it is done). Not concurrent.futures: importing it registers an
+    exit hook (threading._register_atexit) that a trace of the interpreter's
+    exit would show as the program's, and imports logging (~5 ms)."""
+
+    def __init__(self, deflate, count):
+        self.queue = queue.SimpleQueue()
+        self.threads = []
+        for _ in range(count):
+            thread = threading.Thread(target=self._work, args=(deflate,), daemon=True,
+                                      name="pytrace_cffi-deflate")
+            try:
+                thread.start()
+            except RuntimeError:        # (the interpreter's exit: said by the caller)
+                self.shutdown()
+                raise
+            self.threads.append(thread)
+
+    def _work(self, deflate):
+        while True:
+            piece = self.queue.get()
+            if piece is None:
+                return
+            data, piece.data = piece.data, None
+            try:
+                if data is not None:
+                    piece.deflated = deflate(data)
+            except BaseException as exc:    # noqa: B902 - handed to whoever waits for it
+                piece.error = exc
+            finally:
+                piece.done.set()
+
+    def submit(self, data):
+        piece = _Piece(data)
+        self.queue.put(piece)
+        return piece
+
+    def shutdown(self):
+        for _ in self.threads:
+            self.queue.put(None)
+        for thread in self.threads:
+            thread.join()
 
 
 def _recording():
