@@ -85,30 +85,39 @@ class ExceptionLog:
 
     def __init__(self, trim_paths=True):
         self._prefixes = path_prefixes() if trim_paths else ()
-        self._base_frames = set()
+        self._base_frames = {}
         self._in_flight = {}        # thread index -> [[id(exc), id(traceback), args]]
         self._unwinding = {}        # thread index -> args (3.9-3.11)
         self._places = {}           # (code, offset) -> "file(line): function" (3.12+)
 
     def note_running_frames(self):
-        """At start: the frames running then, below which no call is recorded."""
+        """At start: the frames running then, below which no call is recorded
+        (by id and code: an id is used again once its frame is gone)."""
         tops = list(sys._current_frames().values())
-        frames = self._base_frames = set()
+        frames = self._base_frames = {}
         for frame in tops:
             while frame is not None:
-                frames.add(id(frame))
+                frames[id(frame)] = frame.f_code
                 frame = frame.f_back
 
     def _in_our_calls(self, frame):
         """Whether frame runs inside a call of pytrace_cffi's own code made while
-        tracing (start()'s filters, run's machinery, an export): traces leave out
-        those calls with what they call, and these instants with them. Frames
-        running at start (`run`'s own, below the program) end the search."""
-        while frame is not None and id(frame) not in self._base_frames:
+        tracing (start()'s filters, run's machinery, an export), or is itself a
+        frame running at start that traces leave out (ours or a launcher's, met
+        by an exception once the program is over): traces leave out those calls
+        with what they call, and these instants with them. Other frames running
+        at start end the search."""
+        first = True
+        while frame is not None:
             code = frame.f_code
+            base = self._base_frames.get(id(frame)) is code
+            if base and not first:
+                return False
             if _is_own_file(code.co_filename) and hiding(code) == lib.PT_HIDE_SUBTREE:
                 return True
-            frame = frame.f_back
+            if base:        # a launcher's (runpy's, below `run`'s): hidden as well
+                return hiding(code) != 0
+            frame, first = frame.f_back, False
         return False
 
     def _where(self, code, line):
@@ -141,15 +150,16 @@ class ExceptionLog:
                         entry[1] = id(traceback)     # the same one, a frame further out
                         return None
             frame = sys._getframe(1)        # the hook runs in the raising frame's
-            if frame.f_code is code and self._in_our_calls(frame):
-                return None
-            args = {"message": bounded_text(str, exc),
-                    "where": self._where_offset(code, offset)}
+            ours = frame.f_code is code and self._in_our_calls(frame)
+            # (ours: remembered without args, so the frames it passes through on
+            # its way out, a launcher's below ours, do not make it an instant)
+            args = None if ours else {"message": bounded_text(str, exc),
+                                      "where": self._where_offset(code, offset)}
             recent.insert(0, [id(exc), id(traceback), args])
             del recent[_RECENT:]
-            return f"exception {_type_name(exc)}", args
+            return None if ours else (f"exception {_type_name(exc)}", args)
         for entry in recent:
-            if entry[0] == id(exc) and entry[1] == id(traceback):
+            if entry[0] == id(exc) and entry[1] == id(traceback) and entry[2] is not None:
                 if event == lib.PT_EXC_HANDLED:
                     entry[2]["caught_in"] = self._where_offset(code, offset)
                 else:                                   # RERAISE: not kept after all
