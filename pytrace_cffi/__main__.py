@@ -1,5 +1,6 @@
 """Command line: ``python -m pytrace_cffi run|summary|export|merge|report ...``."""
 import argparse
+import atexit
 import importlib
 import os
 import sys
@@ -13,7 +14,7 @@ from .cli.program import main_module, split_run
 from .cli.steps import OptimizerSteps, ScheduledWindows, parse_schedule
 from .cli.windows import Windows, signal_number
 from .errors import TraceFormatError
-from ._hiding import codes_below, hide_launcher_frames
+from ._hiding import codes_below, hide_launcher_frames, hide_with_callees
 
 EXIT_BROKEN_PIPE = 1            # python's own, when stdout's reader went away
 OUTPUT_HELP = ("OUT's name picks the format (its suffix, in any case): "
@@ -279,7 +280,12 @@ def _raise_uncaught(exc):
     raise exc.with_traceback(tb)
 
 
-def _cmd_run(args, program):
+def _cmd_run(args, program, at_interpreter_exit=False):
+    """Runs the program traced. at_interpreter_exit: this process ends when the
+    program does (python -m pytrace_cffi, the pytrace-cffi script): the trace
+    ends, as the program does under python, once the interpreter has joined
+    its threads and run its atexit handlers (and the children those wait for
+    have ended); else (main(argv) called from Python) when its code returns."""
     module, program_argv = program
     if module is None and not program_argv:
         raise SystemExit("pytrace_cffi run: give a SCRIPT or -m MODULE")
@@ -335,7 +341,6 @@ def _cmd_run(args, program):
     # The program's module stays __main__ to the end, as under python: threads and
     # atexit handlers that outlive its code still unpickle from it.
     sys.modules["__main__"] = main
-    exit_code = 0
     failure = None
     # The program runs as a call from this frame: live when tracing starts, it is
     # left out of the trace alone (see _hiding.hiding), so the program's
@@ -343,6 +348,26 @@ def _cmd_run(args, program):
     # function of its globals (not through exec), so no launcher call is recorded.
     # The packages of a -m module are imported first, as python -m does.
     scheduled = optimizer_steps = None
+    run_pid, ended = os.getpid(), False
+
+    def end_of_run():
+        nonlocal ended
+        if ended or os.getpid() != run_pid:     # (a forked child's trace is its own)
+            return
+        ended = True
+        if scheduled is not None:
+            _set_step_hook(None)
+            optimizer_steps.uninstall()
+            scheduled.end()
+        _finish_windows(windows)
+
+    if at_interpreter_exit:
+        # Registered before tracing starts (this frame's calls are recorded then):
+        # runs after the program's own atexit handlers (registered later, run
+        # first) and before a followed process's own saving (follow/exits.py).
+        from .follow.exits import save_at_exit
+        save_at_exit()
+        atexit.register(end_of_run)
     if schedule_kwargs is not None:
         scheduled = ScheduledWindows(schedule_kwargs, windows)
         optimizer_steps = OptimizerSteps(scheduled.step)
@@ -361,20 +386,50 @@ def _cmd_run(args, program):
         run_program()
     except BaseException as exc:   # noqa: B902 - the program's own exit, reported below
         failure = exc
-        exit_code = _exit_code(exc)
-        if not isinstance(exc, SystemExit):     # uncaught: a flight recorder dumps first
+    # The rest in a function of ours, left out of the trace with all it calls: this
+    # frame's own calls would be recorded, the trace going on at the program's exit.
+    return _program_ended(failure, end_of_run, at_interpreter_exit)
+
+
+def _program_ended(failure, end_of_run, at_interpreter_exit):
+    """The program's code has ended (failure: its uncaught exception, or None).
+    Returns its exit code (whatever became of the trace), or at_interpreter_exit
+    raises it as SystemExit (as sys.exit would: no call of ours is recorded after
+    the program's, on the way to the interpreter's exit)."""
+    exit_code = 0
+    if failure is not None:
+        exit_code = _exit_code(failure)
+        if not isinstance(failure, SystemExit):     # uncaught: a flight recorder dumps first
             from .follow.exits import flight_dump
-            flight_dump("on_uncaught", type(exc))
-    if scheduled is not None:
-        _set_step_hook(None)
-        optimizer_steps.uninstall()
-        scheduled.end()
-    _finish_windows(windows)
+            flight_dump("on_uncaught", type(failure))
+    if not at_interpreter_exit or isinstance(failure, KeyboardInterrupt):
+        # (a Ctrl-C: written now, as the interpreter's exit would not die of
+        # SIGINT after our imports at exit; threads still running are cut at stop)
+        end_of_run()
     if isinstance(failure, KeyboardInterrupt):
         _raise_uncaught(failure)
     if failure is not None and not isinstance(failure, SystemExit):
         _print_uncaught(failure)
-    return exit_code        # the program's, whatever became of the trace
+    if at_interpreter_exit:
+        _hide_idle_shutdown()
+        raise SystemExit(exit_code)
+    return exit_code
+
+
+def _hide_idle_shutdown():
+    """The interpreter's exit begins with threading._shutdown, which waits for the
+    threads that are not daemons (and first runs what threading._register_atexit
+    registered: concurrent.futures' ends of its workers). When neither is there,
+    it is bookkeeping of no interest to the program: left out of the trace."""
+    import threading
+    shutdown = getattr(threading, "_shutdown", None)
+    code = getattr(shutdown, "__code__", None)
+    if code is None or getattr(threading, "_threading_atexits", None):
+        return
+    current = threading.current_thread()
+    if any(t is not current and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        return
+    hide_with_callees(code)
 
 
 def _finish_windows(windows):
@@ -519,13 +574,16 @@ COMMANDS = {"summary": _cmd_summary, "export": _cmd_export,      # run: see main
 
 
 def main(argv=None):
+    """The command line. argv None: this process's own (sys.argv), whose exit
+    follows: `run` then ends its trace at the interpreter's exit (_cmd_run)."""
+    own_command_line = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = _parser()
     if argv[:1] == ["run"]:
         ours, module, program = split_run(parser.run_parser, argv[1:])
         args = parser.parse_args(["run"] + ours)
         try:
-            return _cmd_run(args, (module, program))
+            return _cmd_run(args, (module, program), at_interpreter_exit=own_command_line)
         except TraceFormatError as exc:
             raise SystemExit(f"pytrace_cffi: {exc}") from None
     args = parser.parse_args(argv)

@@ -61,6 +61,7 @@ def codes_below(frame):
 
 
 _hidden_alone = {}       # see hide_alone: id -> code (kept alive: its id stays its own)
+_hidden_with_callees = {}   # see hide_with_callees: the same
 
 
 def hide_alone(code):
@@ -69,10 +70,17 @@ def hide_alone(code):
     _hidden_alone[id(code)] = code
 
 
+def hide_with_callees(code):
+    """Calls of code (not ours: the interpreter's exit bookkeeping that `run`
+    finds had nothing of the program's to do) are left out of traces with what
+    they call."""
+    _hidden_with_callees[id(code)] = code
+
+
 def hiding_rules():
     """A snapshot of the rules hiding() reads that the program may change after
     stop() (which launcher frames, which wrappers): the trace keeps stop()'s."""
-    return dict(_launcher_codes), dict(_hidden_alone)
+    return dict(_launcher_codes), dict(_hidden_alone), dict(_hidden_with_callees)
 
 
 def hiding(source, rules=None):
@@ -81,7 +89,8 @@ def hiding(source, rules=None):
     (see hide_launcher_frames) are left out when seeded; FastRegion's __enter__ and
     __exit__ are left out alone once their regions exist. rules: a hiding_rules()
     snapshot (default: the rules now)."""
-    launcher_codes, hidden_alone = rules or (_launcher_codes, _hidden_alone)
+    launcher_codes, hidden_alone, with_callees = rules or (_launcher_codes, _hidden_alone,
+                                                           _hidden_with_callees)
     if source is WRAPPER_CODE:
         return lib.PT_HIDE_ALONE
     if is_fast_region_code(source):
@@ -91,6 +100,8 @@ def hiding(source, rules=None):
         # ours, with what it calls; our wrappers of the program's calls alone (hide_alone)
         alone = hidden_alone.get(id(source)) is source
         return lib.PT_HIDE_ALONE if alone else lib.PT_HIDE_SUBTREE
+    if with_callees.get(id(source)) is source:
+        return lib.PT_HIDE_SUBTREE
     code, hide = launcher_codes.get(id(source), (None, 0))
     return hide if code is source else 0
 

@@ -54,6 +54,66 @@ def unique_counts(names):
                                if re.search(r": unique_\w+$", name))
 
 
+# -- the program ends as under python: its threads, children and atexit --------
+
+AFTER_MAIN = """
+    import atexit, multiprocessing, sys, threading, time
+
+    def unique_tick(i):
+        return i
+
+    def unique_thread_work():
+        for i in range(20):
+            unique_tick(i)
+            time.sleep(0.005)
+
+    def unique_child_work():
+        for i in range(30):
+            unique_tick(i)
+            time.sleep(0.005)
+
+    def unique_at_exit():
+        unique_tick(-1)
+
+    if __name__ == "__main__":
+        atexit.register(unique_at_exit)
+        threading.Thread(target=unique_thread_work, name="late").start()
+        multiprocessing.get_context("fork").Process(target=unique_child_work).start()
+        print("main returns")       # python joins both, then runs unique_at_exit
+"""
+
+
+@pytest.mark.parametrize("follow", [True, False])
+def test_what_runs_after_the_programs_code_is_in_the_trace(tmp_path, follow):
+    """A thread that is no daemon, a child joined by multiprocessing at exit and
+    an atexit handler run after the program's module code returns: python waits
+    for them, and so does the trace (it used to end with the module's code and
+    lose them without a word)."""
+    if not hasattr(os, "fork"):
+        pytest.skip("needs fork")
+    proc = run_cli(tmp_path, AFTER_MAIN, "-o", tmp_path / "out.json",
+                   *([] if follow else ["--no-follow"]))
+    assert proc.stdout == "main returns\n"
+    trace = pytrace_cffi.load(tmp_path / "out.json")
+    names = {t.native_id: t.name for t in trace.threads}
+    ticks = collections.Counter(
+        "late" if names[call.thread].startswith("late") else
+        "main" if names[call.thread].startswith("MainThread") else names[call.thread]
+        for call in trace if call.name.endswith(": unique_tick"))
+    if follow:      # and the child's 30, on its own main thread
+        assert ticks == {"late": 20, "main": 1 + 30}, ticks
+        assert "running" not in proc.stderr and proc.stderr.count("complete, ") == 2
+    else:           # the child is not followed: this process's 20 and 1
+        assert ticks == {"late": 20, "main": 1}, ticks
+    # the interpreter's exit on the main thread, after the module's code: the wait
+    # for the thread, then the atexit handler
+    main = trace.threads[0].native_id
+    roots = [call.name.rsplit(": ", 1)[-1] for call in trace
+             if call.parent is None and call.thread == main]
+    assert roots[0] == "<module>" and "_shutdown" in roots and "unique_at_exit" in roots
+    assert roots.index("_shutdown") < roots.index("unique_at_exit")
+
+
 # -- OUT holds the whole job ----------------------------------------------------
 
 def embedded(text, element_id):

@@ -182,8 +182,9 @@ def test_the_trace_starts_at_the_programs_first_line(tmp_path, how):
     main_tid = events[0]["tid"]
     roots = [e["name"] for e in events
              if e["tid"] == main_tid and e["args"]["Python parent id"] is None]
-    # the program's module-level code is the outermost call, and the only one
-    # (its first line is 1, or on 3.9 the first line with code)
+    # the program's module-level code is the outermost call, and the only one: no
+    # call of the launcher's after it, nor the interpreter's exit with no thread
+    # to wait for (its first line is 1, or on 3.9 the first line with code)
     module_code = f"prog.py({2 if sys.version_info < (3, 10) else 1}): <module>"
     assert events[0]["name"] == module_code
     assert roots == [module_code]

@@ -237,16 +237,23 @@ def finish_here():
 def install_exit_paths(root):
     """os._exit and exec save the trace first; a child with no SIGTERM handler of
     its own saves it on SIGTERM, then dies of it as it would have."""
-    global _saved_at_exit, _following
+    global _following
     os._exit = _exit_saving
     _following = True
     _watch_spawn()
     _install_audit()
+    save_at_exit()
+    if not root:
+        handle_sigterm()
+
+
+def save_at_exit():
+    """atexit saves a followed session of this process (finish_here; registered
+    once): after every atexit handler registered later."""
+    global _saved_at_exit
     if not _saved_at_exit:
         atexit.register(finish_here)
         _saved_at_exit = True
-    if not root:
-        handle_sigterm()
 
 
 def handle_sigterm():
