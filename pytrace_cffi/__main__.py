@@ -182,6 +182,8 @@ def _check_output(path):
     Checked by making (and removing) what the write will make, so a read-only file
     system or a missing permission is found before the program runs. A name of
     no format, and a directory of other files, are refused (see formats)."""
+    if not path.strip():        # (-o "$OUT" with OUT unset)
+        raise _cannot_write(path, "the name is empty")
     try:
         is_directory = formats.format_of(path) is formats.DIRECTORY
     except formats.UnknownFormat as exc:
@@ -312,6 +314,8 @@ def _cmd_run(args, program, at_interpreter_exit=False):
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"pytrace_cffi: {exc}") from None
     _check_output(output)           # a bad OUT fails now, not after the program ran
+    # where it is now (the program may chdir); a trailing separator says directory
+    output = os.path.abspath(output) + (os.sep if output.endswith(("/", os.sep)) else "")
     if options["flight_recorder"] and options["dumps_dir"] is None:
         # beside OUT (the job's directory is a temporary one)
         options["dumps_dir"] = os.path.abspath(start_options.default_dumps_dir(output))

@@ -130,7 +130,7 @@ def test_program_arguments_are_the_programs(tmp_path, args, program_argv, out):
     assert seen == expected
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["argmod.py", "argscript.py", out])
-    assert f"-> {out}" in proc.stderr
+    assert f"-> {tmp_path / out}" in proc.stderr
 
 
 def test_run_module_of_a_package_and_stdlib_modules(tmp_path):

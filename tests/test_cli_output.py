@@ -50,6 +50,8 @@ def prog(tmp_path):
     ("existing_dir.json", "it is a directory"),
     ("/proc/pytrace_cffi_out.json", ""),
     ("/proc/pytrace_cffi_saved", ""),
+    ("", "the name is empty"),                        # -o "$OUT" with OUT unset
+    ("  ", "the name is empty"),
 ])
 def test_unwritable_output_is_refused_before_the_program_runs(prog, out, reason):
     if out.startswith("/proc") and not os.path.isdir("/proc/self"):
@@ -65,6 +67,22 @@ def test_unwritable_output_is_refused_before_the_program_runs(prog, out, reason)
     assert not (prog / "ran").exists()
 
 
+@pytest.mark.parametrize("out", ["out/t.json", "out/t.pftrace", "out/saved"])
+def test_a_relative_output_is_where_it_named_when_the_run_began(prog, out):
+    """The program changes its working directory: OUT still goes where it named
+    when `run` began (as --processes-dir does), and the line says where."""
+    (prog / "out").mkdir()
+    (prog / "elsewhere").mkdir()
+    (prog / "moves.py").write_text("import os\nos.chdir('elsewhere')\n"
+                                   "def work():\n    return 1\nwork()\n")
+    proc = run_cli(prog, "run", "-o", out, "moves.py")
+    assert proc.returncode == 0, proc.stderr
+    assert os.listdir(prog / "elsewhere") == []
+    trace = pytrace_cffi.load(prog / out)
+    assert sum(call.name.endswith(": work") for call in trace) == 1
+    assert f"-> {prog / out}" in proc.stderr
+
+
 @pytest.mark.parametrize("out", ["gone/out.json", "gone/out.html", "gone/saved"])
 def test_a_write_failing_at_the_end_saves_the_trace_elsewhere(prog, out):
     (prog / "gone").mkdir()
@@ -78,7 +96,7 @@ def test_a_write_failing_at_the_end_saves_the_trace_elsewhere(prog, out):
     [saved] = list(fallback_dir.iterdir())
     assert saved.name.startswith("pytrace_cffi-") and saved.name.endswith(os.path.basename(out))
     said = [line for line in proc.stderr.splitlines() if "cannot write" in line]
-    assert said == [f"pytrace_cffi: cannot write trace to {out!r}: Not a directory; "
+    assert said == [f"pytrace_cffi: cannot write trace to {str(prog / out)!r}: Not a directory; "
                     f"saved it to {str(saved)!r} instead"]
     assert f"-> {saved}" in proc.stderr
     if out.endswith(".json"):
