@@ -126,13 +126,54 @@ def _after_fork_in_child():
                 release_sigterm()       # held since before the fork (follow/session.py)
 
 
+def _named_output(session):
+    """Where start(output=...) told session's trace to go: the file written at
+    stop(), the job's directory (follow_children, a flight recorder's), or the
+    directory max_events spills to. None when stop() would only return the trace
+    (no output; a flight recorder's temporary job)."""
+    if getattr(session, "temporary_job", False):
+        return None
+    return (getattr(session, "output_file", None) or getattr(session, "job_dir", None)
+            or session.output)
+
+
 def _stop_at_exit():
-    """Unhooks a tracer still running at interpreter exit."""
-    session, _running.session = _running.session, None
-    if session is not None:
+    """A session still running at interpreter exit (start() without its stop()).
+    With an output named, the user said where its trace goes: it is stopped as
+    stop() would stop it, so the file (or directory) is written, and one line says
+    so. Without, stop() would have handed the trace to a program that has ended:
+    it is unhooked and discarded, its temporary directory (a flight recorder's)
+    removed. Never raises: the program's exit goes on as it would."""
+    session = _running.session
+    if session is None:
+        return
+    where = _named_output(session)
+    if where is None:
+        with _running.lock:
+            _running.session = None
         session.stop()
+        if getattr(session, "temporary_job", False):
+            import shutil
+            shutil.rmtree(session.job_dir, ignore_errors=True)
         print("pytrace_cffi: still tracing at exit; that trace was discarded (call stop())",
               file=_sys.stderr)
+        return
+    said = "pytrace_cffi: still tracing at exit (no stop()): stopped as stop() would"
+    try:
+        result = stop()
+    except TraceError as exc:       # what was saved is where the message says
+        print(f"{said}; {exc}", file=_sys.stderr)
+        return
+    except Exception as exc:        # noqa: BLE001 - the program's exit goes on
+        print(f"{said}, which failed ({exc.__class__.__name__}: {exc}); the trace was "
+              f"meant for {where}", file=_sys.stderr)
+        return
+    if getattr(result, "written", True) is False:       # a WrittenTrace: lines above say why
+        print(f"{said}; {where} could not be written", file=_sys.stderr)
+    else:
+        if getattr(session, "job_dir", None) is None:    # a spill moved elsewhere is there
+            where = getattr(result, "directory", where)
+        print(f"{said}; the trace is in {where}", file=_sys.stderr)
 
 
 if hasattr(_os, "register_at_fork"):
@@ -407,6 +448,7 @@ def _load_flight_recorder():
 
 
 _running.api.update(start=start, stop=stop,     # for follow/ (see _running)
+                    stop_at_exit=_stop_at_exit,
                     load_flight_recorder=_load_flight_recorder)
 
 

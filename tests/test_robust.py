@@ -176,6 +176,65 @@ def test_exit_while_tracing_with_threads_is_clean(run_python):
     assert "still tracing at exit" in proc.stderr
 
 
+_ENDINGS = {"raise": ('raise RuntimeError("boom")', 1),
+            "sys.exit": ("sys.exit(3)", 3),
+            "forgotten": ("", 0)}
+
+
+def _run_ending_while_tracing(tmp_path, options, ending):
+    """A program that starts tracing with options, prints a line and ends by
+    ending (no stop()), in a fresh interpreter whose TMPDIR is its own."""
+    from test_children import _env_own_tmp, run_command
+    (tmp_path / "prog.py").write_text(dedent(f"""
+        import sys, pytrace_cffi
+
+        def work():
+            return sorted(range(1000), key=abs)
+
+        pytrace_cffi.start({options})
+        work()
+        print("hello")
+        {_ENDINGS[ending][0]}
+    """))
+    proc = run_command([sys.executable, "prog.py"], tmp_path, _env_own_tmp(tmp_path), 120)
+    assert proc.returncode == _ENDINGS[ending][1], proc.stderr
+    assert proc.stdout == "hello\n"
+    if ending == "raise":
+        assert "RuntimeError: boom" in proc.stderr
+    assert list((tmp_path / "tmp").iterdir()) == [], proc.stderr   # nothing left behind
+    notes = [line for line in proc.stderr.splitlines() if "still tracing at exit" in line]
+    assert len(notes) == 1, proc.stderr
+    return notes[0]
+
+
+@pytest.mark.parametrize("options, ending, where", [
+    ('output="t.pftrace"', "raise", "t.pftrace"),
+    ('output="t.json"', "sys.exit", "t.json"),
+    ('output="t.html"', "forgotten", "t.html"),
+    ('output="t.json.gz", follow_children=True', "raise", "t.json.gz"),
+    ('output="t.json", flight_recorder=True', "sys.exit", "t.json"),
+    ('output="spilled", max_events=100', "raise", "spilled"),
+    ('output="job", follow_children=True', "sys.exit", "job"),
+])
+def test_exit_while_tracing_with_an_output_writes_it_as_stop_would(tmp_path, options, ending,
+                                                                   where):
+    note = _run_ending_while_tracing(tmp_path, options, ending)
+    assert "discarded" not in note and note.startswith("pytrace_cffi: ")
+    assert note.endswith(where), note
+    path = tmp_path / where
+    if where.endswith(".html"):
+        assert path.stat().st_size > 0
+        return
+    names = [call.name for call in pytrace_cffi.load(str(path))]
+    assert any(name.endswith(": work") for name in names), names[:20]
+
+
+@pytest.mark.parametrize("options", ["", "flight_recorder=True", "max_events=100"])
+def test_exit_while_tracing_without_an_output_discards_it_and_leaves_nothing(tmp_path, options):
+    note = _run_ending_while_tracing(tmp_path, options, "raise")
+    assert note == "pytrace_cffi: still tracing at exit; that trace was discarded (call stop())"
+
+
 def test_sys_exit_inside_traced_code_in_a_thread_pool(run_python):
     proc = run_python(dedent("""
         import concurrent.futures, pytrace_cffi

@@ -214,16 +214,21 @@ def _write_window():
 
 # -- a followed process ------------------------------------------------------------
 
-def finish_here():
+def finish_here(at_exit=False):
     """Stops a followed session of this process and saves it (os._exit, SIGTERM,
-    exec, interpreter exit). Never raises."""
+    exec, interpreter exit). Never raises. At interpreter exit the root process's
+    session is one the program's start() began and never stopped (`run` stops its
+    own before): stopped as pytrace_cffi's atexit stops any such, with its line."""
     global _finishing
     session = _running.session
     if _finishing or not following(session):
         return
     _finishing = True
     try:
-        _running.api["stop"]()
+        if at_exit and session.root:
+            _running.api["stop_at_exit"]()
+        else:
+            _running.api["stop"]()
     except TraceError as exc:    # a failed spill: what it held is saved
         _say(f"pid {os.getpid()}: {exc}")
     except Exception as exc:     # noqa: BLE001 - the program's exit goes on
@@ -252,7 +257,7 @@ def save_at_exit():
     once): after every atexit handler registered later."""
     global _saved_at_exit
     if not _saved_at_exit:
-        atexit.register(finish_here)
+        atexit.register(finish_here, at_exit=True)
         _saved_at_exit = True
 
 

@@ -7,7 +7,9 @@ recorded, a .pftrace is encoded on the encoder's thread as the program runs
 already when they hold the whole trace, else the whole trace) and removes the
 directory. With follow_children the processes it starts are followed into the
 job and OUT holds them all; without, the session sets no environment and wraps
-no exit path (a process that ends without stop() writes nothing, as ever).
+no exit path (os._exit, SIGTERM). A program that ends without stop() still gets
+OUT: pytrace_cffi's atexit (_stop_at_exit in __init__; exits.finish_here with
+children followed) stops the session as stop() does.
 """
 import shutil
 
