@@ -93,6 +93,24 @@ def test_limit_and_bad_sort(trace):
         summarize(trace, sort="fastest")
 
 
+@pytest.mark.parametrize("limit", [None, 0])
+def test_limit_none_or_zero_gives_every_row_as_the_cli_does(trace, limit):
+    assert [row.name for row in summarize(trace, limit=limit)] == [OUTER, MIDDLE, CRC, LEN]
+    assert len(summarize(trace, per_thread=True, limit=limit)) == 4 + 1
+
+
+@pytest.mark.parametrize("limit, error", [
+    (-1, ValueError), (-20, ValueError),
+    (True, TypeError), (False, TypeError), (1.5, TypeError), (2.0, TypeError),
+    ("3", TypeError), ([2], TypeError),
+])
+def test_a_bad_limit_raises_naming_it_before_any_work(limit, error):
+    from pytrace_cffi import summary
+    for function in (summarize, summary.summarize):
+        with pytest.raises(error, match="limit must be"):
+            function(object(), limit=limit)         # not a trace: never looked at
+
+
 def test_per_thread(trace):
     rows = summarize(trace, per_thread=True, limit=2)
     assert rows == [

@@ -39,8 +39,10 @@ def slice_records(slices, count):
 
 
 def summarize(trace, sort="total", limit=20, per_thread=False, per_process=False):
-    """SummaryRows for the `limit` (None: all) top functions by `sort` (total,
-    self, calls or name). With per_thread, each thread gets its own rows, in
+    """SummaryRows for the `limit` (None or 0: all, as `summary --limit 0`; else
+    a positive int) top functions by `sort` (total, self, calls or name). A bad
+    limit or sort raises (TypeError, ValueError) before any work. With
+    per_thread, each thread gets its own rows, in
     thread order, `limit` of them per thread (in a trace of several processes,
     a row's thread says whose: "MainThread (rank 0, pid 12)"). With per_process
     (a trace of several processes), each process gets its own rows, their
@@ -53,6 +55,7 @@ def summarize_counting(trace, sort="total", limit=20, per_thread=False, per_proc
     frames open at start left out)."""
     if sort not in SORT_KEYS:
         raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}, not {sort!r}")
+    limit = checked_limit(limit)
     summarizer = Summarizer(trace.names)
     tables = [] if per_thread or per_process else [(None, summarizer.new_table())]
     from .walk import thread_batches
@@ -65,6 +68,21 @@ def summarize_counting(trace, sort="total", limit=20, per_thread=False, per_proc
                 tables.append((title, summarizer.new_table()))
         summarizer.add_thread(thread, batches, tables[-1][1])
     return summarizer.rows(tables, sort, limit), summarizer.calls
+
+
+def checked_limit(limit):
+    """summarize's limit as rows.__getitem__ takes it: None or 0 (all rows, as the
+    command line's --limit 0) -> None, a positive int as it is. Anything else
+    raises: TypeError for what is not an int (a bool, a float, a str), ValueError
+    for a negative one."""
+    if limit is None:
+        return None
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        raise TypeError(f"limit must be an int (0 or None: all rows), not "
+                        f"{type(limit).__name__} {limit!r}")
+    if limit < 0:
+        raise ValueError(f"limit must be 0 or more (0 or None: all rows), not {limit}")
+    return limit or None
 
 
 def check_feed(status, thread, doing):
