@@ -391,6 +391,75 @@ def test_spawn_context_process_children(tmp_path):
     assert not not_followed(proc.stderr)
 
 
+def test_a_spawned_child_ended_before_it_learned_its_name_has_its_launch_name(tmp_path):
+    """A spawn child that ends before its parent sent it its name (a Pool worker
+    terminated while it starts up) is labelled by the name its launch was noted
+    with in launched.jsonl, not "multiprocessing child". Made certain here: the
+    program's own wrapper of spawnv_passfds (around pytrace_cffi's, which notes
+    the launch) terminates the child once it traces, before its parent sends it
+    anything."""
+    out = tmp_path / "out.json"
+    proc = run_cli(tmp_path, """
+        import os, signal, time, multiprocessing as mp
+        import multiprocessing.util as util
+        def unique_work(): pass
+        noting = util.spawnv_passfds
+        def spawnv_then_terminate(path, args, passfds):
+            pid = noting(path, args, passfds)
+            if "--multiprocessing-fork" not in args:
+                return pid      # the resource tracker (untraced)
+            facts = os.path.join("job", f"proc-{pid}", "process.json")
+            deadline = time.monotonic() + 60
+            while not os.path.exists(facts) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.5)     # its start() done: it waits for the data sent after this
+            os.kill(pid, signal.SIGTERM)
+            return pid
+        if __name__ == "__main__":
+            util.spawnv_passfds = spawnv_then_terminate
+            child = mp.get_context("spawn").Process(target=unique_work, name="unique-name")
+            child.start()
+            child.join()
+            print(os.getpid(), child.pid, child.exitcode)
+    """, "--processes-dir", "job", "-o", out)
+    root, child, exitcode = map(int, proc.stdout.split())
+    assert exitcode == -15, proc.stderr
+    assert re.search(rf"pid {child} \(unique-name\): ", proc.stderr), proc.stderr
+    assert "multiprocessing child" not in proc.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    lanes = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert lanes == {root: "prog.py", child: "unique-name"}
+    assert sorted(r.label for r in processes.status(tmp_path / "job")) == [
+        "prog.py", "unique-name"]
+
+
+def test_spawn_pool_workers_are_labelled_by_name_even_when_they_ran_no_task(tmp_path):
+    """A spawn Pool's workers, terminated by its __exit__ (one ran no task, perhaps
+    still starting up): each is labelled by its name, in the per-process lines
+    and the trace, or listed by it as not followed (terminated before tracing)."""
+    out = tmp_path / "out.json"
+    proc = run_cli(tmp_path, """
+        import multiprocessing as mp
+
+        def sq(x):
+            return x * x
+
+        if __name__ == "__main__":
+            with mp.get_context("spawn").Pool(3) as pool:
+                print(pool.map(sq, [1, 2]))
+    """, "-o", out)
+    assert proc.stdout == "[1, 4]\n"
+    lines = dict(re.findall(r"pid (\d+) \((.+?)\): (?:complete|recovered)", proc.stderr))
+    listed = dict(re.findall(r"\((\S+), spawn, pid (\d+)\) started by pid \d+", proc.stderr))
+    workers = sorted(label for label in lines.values() if label != "prog.py")
+    assert sorted(workers + list(listed)) == [
+        "SpawnPoolWorker-1", "SpawnPoolWorker-2", "SpawnPoolWorker-3"], proc.stderr
+    assert "multiprocessing child" not in proc.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    lanes = sorted(e["args"]["name"] for e in events if e.get("name") == "process_name")
+    assert lanes == sorted(["prog.py"] + workers)
+
+
 def test_torch_multiprocessing_spawn(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "out.json"

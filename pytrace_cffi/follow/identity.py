@@ -25,6 +25,10 @@ LAUNCHED_FILE = "launched.jsonl"
 FINISH_FILE = "finish.json"         # `run`'s finish, handed to an exec'd image
 RUN_DONE_FILE = "run_finished.json"  # `run` has written OUT: its processes stop recording
 NOT_PYTHON = "not a Python interpreter"
+# The label of a multiprocessing child that ended before its name came from its
+# parent (a Pool worker terminated while it started up): the job's reader names
+# it from launched.jsonl when its launch was noted with the name (jobs.py).
+UNNAMED_MP_CHILD = "multiprocessing child"
 STARTING_AT_FINISH = ("it is running, but was still starting up when its run finished: it is "
                       "not traced")
 
@@ -86,7 +90,7 @@ def process_facts(forked=False):
             facts["label"] = name
             return facts
     if "--multiprocessing-fork" in sys.argv or (forked and _armed is not None):
-        facts["label"] = "multiprocessing child"    # ended before its name came
+        facts["label"] = UNNAMED_MP_CHILD           # ended before its name came
         return facts
     if forked:
         name = _forking_process_name()

@@ -7,8 +7,8 @@ from collections import namedtuple
 from ..errors import TraceFormatError
 from ..readers.saved import load
 from .identity import (LAUNCHED_FILE, NOT_PYTHON, PROCESS_FILE, STARTING_AT_FINISH,
-                       UNFOLLOWED_FILE, _alive, _is_pid, _pid_of_name, _process_facts,
-                       _read_json_file, _read_jsonl)
+                       UNFOLLOWED_FILE, UNNAMED_MP_CHILD, _alive, _is_pid, _pid_of_name,
+                       _process_facts, _read_json_file, _read_jsonl)
 from .recover import _NothingSpilled, _recover
 
 ProcessResult = namedtuple("ProcessResult", "pid label state calls directory note")
@@ -118,6 +118,7 @@ def status(inputs):
 def _read_all(inputs):
     from ..render.summary import calls_begun
     out = []
+    launch_names = {}
     for directory in process_directories(inputs):
         try:
             trace, facts, state, note = read_process(directory)
@@ -127,10 +128,31 @@ def _read_all(inputs):
         if trace is not None:
             pid = trace.pid
         label = facts.get("label") or f"pid {pid}"
+        if label == UNNAMED_MP_CHILD:
+            label = _launch_name(os.path.dirname(directory), pid, facts, launch_names) or label
         calls = calls_begun(trace) if trace is not None else 0
         out.append((ProcessResult(pid, label, state, calls, directory, note),
                     (trace, facts)))
     return out
+
+
+def _launch_name(job_dir, pid, facts, cache):
+    """The name the launch of process pid was noted with in job_dir's
+    launched.jsonl (a multiprocessing spawn: the Process's name, e.g.
+    SpawnPoolWorker-2), or None. A pid launched more than once in the job is
+    told apart by its command line; still ambiguous, None. cache: {job_dir:
+    {child pid: [launch records with a name]}}, filled here."""
+    named = cache.get(job_dir)
+    if named is None:
+        named = cache[job_dir] = collections.defaultdict(list)
+        for record in _child_records(job_dir, LAUNCHED_FILE)[0]:
+            if record.get("name") and record.get("child_pid") and record.get("how") != "exec":
+                named[record["child_pid"]].append(record)
+    records = named.get(pid, []) if _is_pid(pid) else []
+    if len(records) > 1:
+        records = [r for r in records if r["command"] == facts.get("command")]
+    names = {r["name"] for r in records}
+    return names.pop() if len(names) == 1 else None
 
 
 def unfollowed(job_dir):
