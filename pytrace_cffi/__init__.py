@@ -354,9 +354,10 @@ def stop():
                                                   problem])), trace=result)
     if result.dropped_events and getattr(session, "flight", None) is None:
         import warnings         # (a flight recorder keeps its newest events only)
-        warnings.warn(f"pytrace_cffi dropped {result.dropped_events} events "
-                      "(max_events kept the newest; give output= to keep them all)",
-                      TraceWarning, stacklevel=2)
+        warnings.warn(TraceWarning(f"pytrace_cffi dropped {result.dropped_events} events "
+                                   "({max_events} kept the newest; give {output} to keep "
+                                   "them all)", options={"max_events": None, "output": ""}),
+                      stacklevel=2)
     return result
 
 

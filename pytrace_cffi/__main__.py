@@ -12,6 +12,7 @@ from ._progress import counted
 from .cli.dump import add_dump_parser, cmd_dump
 from .cli.program import main_module, split_run
 from .cli.steps import OptimizerSteps, ScheduledWindows, parse_schedule
+from .cli import trace_warnings
 from .cli.windows import Windows, signal_number
 from .errors import TraceFormatError
 from ._hiding import codes_below, hide_launcher_frames, hide_with_callees
@@ -581,6 +582,9 @@ def main(argv=None):
     """The command line. argv None: this process's own (sys.argv), whose exit
     follows: `run` then ends its trace at the interpreter's exit (_cmd_run)."""
     own_command_line = argv is None
+    # Our TraceWarnings as `pytrace_cffi: ...` lines, their options as our flags;
+    # every other warning (the program's) prints as under python.
+    trace_warnings.install()
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = _parser()
     if argv[:1] == ["run"]:

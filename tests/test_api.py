@@ -71,6 +71,20 @@ def test_dir_shows_the_public_api():
     assert set(pytrace_cffi.__all__) <= set(public)
 
 
+def test_a_trace_warning_names_options_as_start_takes_them_and_the_cli_as_its_flags():
+    from pytrace_cffi.cli.trace_warnings import cli_line
+    warning = pytrace_cffi.TraceWarning(
+        "pytrace_cffi kept {max_depth} levels; {max_events} dropped some, give {output}",
+        options={"max_depth": 512, "max_events": None, "output": ""})
+    assert str(warning) == ("pytrace_cffi kept max_depth=512 levels; max_events dropped some, "
+                            "give output=")
+    assert warning.args == (str(warning),)
+    assert cli_line(warning) == ("pytrace_cffi: kept --max-depth 512 levels; --max-events "
+                                 "dropped some, give --spill")
+    plain = pytrace_cffi.TraceWarning("something {odd}")     # no options: as given
+    assert str(plain) == "something {odd}" and cli_line(plain) == "pytrace_cffi: something {odd}"
+
+
 def test_reading_the_trace_inside_the_block_raises_clearly():
     with pytrace_cffi.trace() as t:
         work()

@@ -106,7 +106,9 @@ def test_perfetto_depth_limit_is_warned_about_and_max_depth_avoids_it(tmp_path):
     try:
         with pytrace_cffi.trace() as t:
             deep(600)
-        with pytest.warns(pytrace_cffi.TraceWarning, match="512"):
+        # the API names the option as start() takes it (the command line: its flag)
+        with pytest.warns(pytrace_cffi.TraceWarning,
+                          match="Trace with max_depth=512 to keep the export within them"):
             t.trace.export_chrome_trace(str(tmp_path / "deep.json"))
         with pytrace_cffi.trace(max_depth=512) as bounded:
             deep(600)

@@ -261,6 +261,59 @@ def without_runpy_frames(lines):
     return kept
 
 
+WARNING_SCRIPT = textwrap.dedent("""
+    import sys, warnings
+
+    def leak():
+        open(__file__)          # a ResourceWarning (shown with -W default)
+
+    def rec(n):
+        return rec(n - 1) if n else 0
+
+    warnings.warn("the program's own")
+    warnings.warn("deprecated here", DeprecationWarning)
+    leak()
+    rec(600)                    # deeper than Perfetto shows: our TraceWarning
+    if sys.argv[1:] == ["lose"]:                # our hook taken: our TraceWarning
+        if hasattr(sys, "monitoring"):          # 3.12+: our tool's events switched off
+            if sys.monitoring.get_tool(sys.monitoring.PROFILER_ID):
+                sys.monitoring.set_events(sys.monitoring.PROFILER_ID, 0)
+        else:                                   # 3.9-3.11: the profile hook removed
+            sys.setprofile(None)
+        rec(3)
+""")
+
+
+@pytest.mark.parametrize("lose", [False, True])
+def test_the_programs_warnings_print_as_under_python_and_ours_in_one_line(tmp_path, lose):
+    (tmp_path / "warns.py").write_text(WARNING_SCRIPT)
+    argv = ["warns.py"] + (["lose"] if lose else [])
+    plain = subprocess.run([sys.executable, "-W", "default", *argv], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    assert "warns.py:10: UserWarning: the program's own" in plain.stderr
+    assert "Enable tracemalloc to get the object allocation traceback" in plain.stderr
+    traced = subprocess.run([sys.executable, "-W", "default", "-m", "pytrace_cffi", "run",
+                             "-o", "out.pftrace", *argv], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)
+    assert traced.returncode == 0, traced.stderr
+    assert traced.stdout == plain.stdout
+    ours = [line for line in traced.stderr.splitlines() if line.startswith("pytrace_cffi:")]
+    theirs = [line for line in traced.stderr.splitlines() if line not in ours]
+    expected = plain.stderr.splitlines()
+    assert theirs[:len(expected)] == expected
+    # a hook loss's message goes on in lines of its own: where it went and when
+    more = theirs[len(expected):]
+    assert all(line.startswith("  ") for line in more[:-1]) and len(more) == 2 * lose
+    assert more[-1:] == (["(times in ms after start(); details in the trace's hook_lost)"]
+                         if lose else [])
+    assert ("pytrace_cffi: calls nest 602 deep; Perfetto shows only the outer 512 levels. "
+            "Trace with --max-depth 512 to keep the export within them") in ours
+    assert any(line.startswith("pytrace_cffi: lost its hook to other code while tracing")
+               for line in ours) == lose
+    assert "TraceWarning" not in traced.stderr and "max_depth" not in traced.stderr
+
+
 def test_a_syntax_error_looks_as_under_plain_python(tmp_path):
     (tmp_path / "broken.py").write_text("x = 1\ndef f(:\n    pass\n")
     plain = subprocess.run([sys.executable, "broken.py"], cwd=tmp_path, capture_output=True,

@@ -50,7 +50,12 @@ def test_max_events_keeps_the_newest_and_says_how_many_were_dropped(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data, events = chrome(tmp_path / "t.json")
     assert data["otherData"]["dropped_events"] > 0
-    assert "dropped" in proc.stderr
+    # one line, in the command line's words (its flags, not start()'s options)
+    dropped = [line for line in proc.stderr.splitlines() if "dropped" in line]
+    assert dropped == [f"pytrace_cffi: dropped {data['otherData']['dropped_events']} events "
+                       "(--max-events kept the newest; give --spill to keep them all)"], (
+        proc.stderr)
+    assert "TraceWarning" not in proc.stderr
     assert 0 < len(fib_calls(events)) < FIB_CALLS
 
 

@@ -8,4 +8,6 @@ the command line.
 - windows.py  the tracing windows of `run` (whole run, signal, delay/duration),
               with children followed or not
 - steps.py    run --schedule: the steps traced, the optimizer's steps counted
+- trace_warnings.py  TraceWarnings printed as one `pytrace_cffi: ...` line each,
+              options spelt as flags; every other warning as under python
 """

@@ -357,9 +357,10 @@ def warn_if_too_deep(trace, output="export", stacklevel=3):
     if deepest >= PERFETTO_MAX_DEPTH:
         import warnings
         from ..errors import TraceWarning
-        warnings.warn(f"calls nest {deepest + 1} deep; Perfetto shows only the outer "
-                      f"{PERFETTO_MAX_DEPTH} levels. Trace with max_depth={PERFETTO_MAX_DEPTH} "
-                      f"to keep the {output} within them", TraceWarning, stacklevel=stacklevel)
+        warnings.warn(TraceWarning(
+            f"calls nest {deepest + 1} deep; Perfetto shows only the outer "
+            f"{PERFETTO_MAX_DEPTH} levels. Trace with {{max_depth}} to keep the {output} "
+            "within them", options={"max_depth": PERFETTO_MAX_DEPTH}), stacklevel=stacklevel)
 
 
 _new_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
