@@ -160,6 +160,8 @@ def _path(name, value, values):
         if not isinstance(value, (str, bytes, os.PathLike)):
             raise TypeError(f"{name} must be a path, not {type(value).__name__}")
         value = os.fsdecode(value)
+        if value.strip():       # where it is now: the program may chdir before stop()
+            value = os.path.abspath(value) + (os.sep if value.endswith(("/", os.sep)) else "")
         if output_file(value) is not None:
             _writable_place(value)
             return value

@@ -1,4 +1,6 @@
 """The Python API: lifecycle errors, options, the context manager, iteration."""
+import os
+
 import pytest
 
 import pytrace_cffi
@@ -223,3 +225,16 @@ def test_export_writes_the_format_the_name_picks(tmp_path):
     spilled.export(str(tmp_path / "spilled.pftrace"))
     assert len(pytrace_cffi.load(str(tmp_path / "spilled"))) \
         == len(read_trace(str(tmp_path / "spilled.pftrace")))
+
+
+@pytest.mark.parametrize("name", ["rel.json", "rel_saved" + "/"])
+def test_a_relative_output_is_where_it_named_at_start(tmp_path, monkeypatch, name):
+    """The program changes its working directory between start() and stop(): the
+    trace still goes where output named when tracing started."""
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    pytrace_cffi.start(output=name, **({} if name.endswith(".json") else {"max_events": 4096}))
+    os.chdir("elsewhere")
+    pytrace_cffi.stop()
+    assert os.listdir(tmp_path / "elsewhere") == []
+    assert (tmp_path / name.rstrip("/")).exists()
