@@ -38,6 +38,11 @@ def profile_unwraps_bound_builtins(version_info=sys.version_info):
 _UNWRAP_FLAG = (lib.PT_FLAG_UNWRAP_METHODS
                 if USE_MONITORING and profile_unwraps_bound_builtins() else 0)
 MONITORING_TOOL_NAME = "pytrace_cffi"
+# The sys.monitoring tool ids start() may claim, first free first. 4 and 3 are no
+# standard tool's (0 DEBUGGER_ID, 1 COVERAGE_ID, 2 PROFILER_ID, 5 OPTIMIZER_ID), so
+# cProfile (PROFILER_ID from 3.12), coverage.py and debuggers run beside us; 2 (our
+# id before) only when both are taken, and then cProfile cannot start while we trace.
+MONITORING_TOOL_IDS = (4, 3, 2)
 MONITORING_EVENTS = (
     "PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND",
     "CALL", "C_RETURN", "C_RAISE", "RAISE", "RERAISE", "EXCEPTION_HANDLED",
@@ -204,15 +209,7 @@ class Session:
 
     def _claim_monitoring(self):
         monitoring = sys.monitoring
-        tool_id = monitoring.PROFILER_ID
-        try:
-            monitoring.use_tool_id(tool_id, MONITORING_TOOL_NAME)
-        except ValueError:
-            holder = monitoring.get_tool(tool_id)
-            raise TracerConflictError(
-                f"sys.monitoring tool id {tool_id} (PROFILER_ID) is in use by {holder!r}; "
-                "stop that profiler (cProfile uses this id too) before starting pytrace_cffi"
-            ) from None
+        tool_id = _claim_tool_id(monitoring)
         self._tool_id = tool_id
         global _disabled_locations
         if _disabled_locations:
@@ -435,6 +432,22 @@ def thread_hook():
     return _thread_hooks[0]
 
 
+def _claim_tool_id(monitoring):
+    """Claims the first free id of MONITORING_TOOL_IDS, or refuses naming who
+    holds each (use_tool_id, not get_tool, decides: no race with a free)."""
+    for tool_id in MONITORING_TOOL_IDS:
+        try:
+            monitoring.use_tool_id(tool_id, MONITORING_TOOL_NAME)
+        except ValueError:
+            continue
+        return tool_id
+    held = ", ".join(f"{tool_id} by {monitoring.get_tool(tool_id)!r}"
+                     for tool_id in MONITORING_TOOL_IDS)
+    raise TracerConflictError(
+        f"every sys.monitoring tool id pytrace_cffi can use is in use ({held}); "
+        "free one of them (stop that tool) before starting pytrace_cffi")
+
+
 _MONITORING_EVENTS = {}
 
 
@@ -503,7 +516,8 @@ def make_code_filter(include, exclude):
 
 def _check_no_other_profiler():
     """Refuses to start over another profiler's hook rather than silently
-    replacing it (3.12+ checks sys.monitoring's tool id when claiming it)."""
+    replacing it (3.12+: sys.setprofile coexists, and _claim_tool_id refuses
+    only when every tool id we may use is taken)."""
     current = sys.getprofile()
     if current is not None and not USE_MONITORING:
         raise TracerConflictError(

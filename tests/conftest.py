@@ -39,9 +39,11 @@ def _hooks_installed():
     if hook is not None:
         found.append(f"threading profile hook = {hook!r}")
     if sys.version_info >= (3, 12):
-        tool = sys.monitoring.get_tool(sys.monitoring.PROFILER_ID)
-        if tool is not None:
-            found.append(f"sys.monitoring PROFILER_ID held by {tool!r}")
+        from pytrace_cffi._tracer import MONITORING_TOOL_IDS
+        for tool_id in MONITORING_TOOL_IDS:        # ours, and the ones we may fall back on
+            tool = sys.monitoring.get_tool(tool_id)
+            if tool is not None:
+                found.append(f"sys.monitoring tool id {tool_id} held by {tool!r}")
     return found
 
 

@@ -57,6 +57,12 @@ def stop_quietly():
     return trace
 
 
+def our_tool_id():
+    """The sys.monitoring tool id the running session claimed (3.12+)."""
+    (tool,) = [tool for tool in range(6) if sys.monitoring.get_tool(tool) == "pytrace_cffi"]
+    return tool
+
+
 def ended_by(trace, name):
     """End of the (first) call of `name`, in ms after start."""
     call = next(c for c in trace if c.name.endswith(": " + name))
@@ -447,9 +453,9 @@ def test_threading_hook_replaced():
 @needs_monitoring
 def test_monitoring_events_off_and_tool_freed():
     monitoring = sys.monitoring
-    tool = monitoring.PROFILER_ID
     pytrace_cffi.start()
     try:
+        tool = our_tool_id()
         before_takeover()
         monitoring.set_events(tool, 0)
         monitoring.free_tool_id(tool)
@@ -475,13 +481,13 @@ def test_monitoring_events_off_and_tool_freed():
 @needs_monitoring
 def test_monitoring_tool_claimed_by_another():
     monitoring = sys.monitoring
-    tool = monitoring.PROFILER_ID
     theirs = []
 
     def their_callback(code, offset):
         theirs.append(code.co_name)
 
     pytrace_cffi.start()
+    tool = our_tool_id()
     try:
         before_takeover()
         monitoring.set_events(tool, 0)
@@ -513,13 +519,13 @@ def test_monitoring_tool_claimed_by_another():
 @needs_monitoring
 def test_monitoring_callback_replaced():
     monitoring = sys.monitoring
-    tool = monitoring.PROFILER_ID
     calls = []
 
     def replacement(*args):
         calls.append(args)
 
     pytrace_cffi.start()
+    tool = our_tool_id()
     try:
         before_takeover()
         ours = monitoring.register_callback(tool, monitoring.events.PY_START, replacement)
@@ -546,9 +552,9 @@ def test_monitoring_tool_freed_only_keeps_recording():
     """On 3.12-3.13 free_tool_id alone leaves the events on: nothing is lost,
     and stop() still switches them off (claiming the free id back to do so)."""
     monitoring = sys.monitoring
-    tool = monitoring.PROFILER_ID
     pytrace_cffi.start()
     try:
+        tool = our_tool_id()
         before_takeover()
         monitoring.free_tool_id(tool)
         after_takeover()
@@ -580,7 +586,7 @@ def test_cli_window_closes_after_hook_lost(tmp_path):
     try:
         before_takeover()
         if MONITORING:
-            sys.monitoring.set_events(sys.monitoring.PROFILER_ID, 0)
+            sys.monitoring.set_events(our_tool_id(), 0)
         else:
             sys.setprofile(None)
         with pytest.warns(TraceWarning):

@@ -164,7 +164,7 @@ def test_off_records_none_and_registers_nothing():
     pytrace_cffi.start(c_calls=False)
     try:
         if MONITORING:
-            events = sys.monitoring.get_events(sys.monitoring.PROFILER_ID)
+            events = sys.monitoring.get_events(pytrace_cffi._running.session._tool_id)
             assert events & sys.monitoring.events.RAISE == 0
             assert events & sys.monitoring.events.EXCEPTION_HANDLED == 0
         outer(1)

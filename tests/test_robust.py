@@ -83,7 +83,10 @@ def test_a_forked_child_never_writes_to_its_parents_spill_file(run_python, tmp_p
     assert proc.stdout.split() == ["6000", "0"], proc.stderr
 
 
-def test_cprofile_running_raises_a_clear_conflict_and_keeps_working(run_python):
+def test_cprofile_running_before_start(run_python):
+    """3.9-3.11: cProfile holds this thread's profile hook, start() refuses
+    clearly and cProfile keeps working. 3.12+: cProfile holds PROFILER_ID, we
+    claim another sys.monitoring tool id, and both record."""
     proc = run_python(dedent("""
         import cProfile, pstats, io, pytrace_cffi
 
@@ -98,15 +101,60 @@ def test_cprofile_running_raises_a_clear_conflict_and_keeps_working(run_python):
         except pytrace_cffi.TracerConflictError as exc:
             print("conflict:", exc)
         target()
+        print("tracing:", pytrace_cffi.is_tracing())
         profiler.disable()
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).print_stats("target")
         print("cprofile saw target:", "target" in out.getvalue())
-        print("tracing:", pytrace_cffi.is_tracing())
+        if pytrace_cffi.is_tracing():
+            trace = pytrace_cffi.stop()
+            print("we saw target:", sum(1 for c in trace if c.name.endswith(": target")),
+                  trace.hook_lost)
     """))
-    assert "conflict:" in proc.stdout and "started" not in proc.stdout
     assert "cprofile saw target: True" in proc.stdout
-    assert "tracing: False" in proc.stdout
+    if sys.version_info >= (3, 12):
+        assert "started" in proc.stdout and "conflict:" not in proc.stdout
+        assert "tracing: True" in proc.stdout
+        assert "we saw target: 1 ()" in proc.stdout
+        assert "TraceWarning" not in proc.stderr
+    else:
+        assert "conflict:" in proc.stdout and "started" not in proc.stdout
+        assert "another profiler" in proc.stdout
+        assert "tracing: False" in proc.stdout
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="3.12+: sys.monitoring tool ids")
+def test_monitoring_tool_id_is_the_first_free_of_ours():
+    """Tool ids 4, then 3, then PROFILER_ID as a last resort; all three taken
+    is a clear conflict, and a refused start() claims nothing."""
+    from pytrace_cffi._tracer import MONITORING_TOOL_IDS
+    monitoring = sys.monitoring
+    assert MONITORING_TOOL_IDS == (4, 3, monitoring.PROFILER_ID)
+    taken = []
+
+    def holder_of_ours():
+        return [tool for tool in range(6) if monitoring.get_tool(tool) == "pytrace_cffi"]
+
+    try:
+        for others in range(len(MONITORING_TOOL_IDS)):
+            with pytrace_cffi.trace() as t:
+                ours = holder_of_ours()
+                sum([1])
+            assert ours == [MONITORING_TOOL_IDS[others]]
+            assert [c for c in t.trace if c.name == "builtins.sum"]
+            assert t.trace.hook_lost == ()
+            assert holder_of_ours() == []
+            tool = MONITORING_TOOL_IDS[others]
+            monitoring.use_tool_id(tool, f"other tool {tool}")
+            taken.append(tool)
+        with pytest.raises(TracerConflictError, match="every sys.monitoring tool id") as caught:
+            pytrace_cffi.start()
+        assert "'other tool 4'" in str(caught.value) and "'other tool 2'" in str(caught.value)
+        assert not pytrace_cffi.is_tracing()
+        assert holder_of_ours() == []
+    finally:
+        for tool in taken:
+            monitoring.free_tool_id(tool)
 
 
 def test_sys_setprofile_hook_is_never_silently_replaced():
