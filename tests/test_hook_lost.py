@@ -3,9 +3,9 @@ stops where the hook went, and stop() says so instead of returning a short
 trace silently; is_tracing() tells the truth; nobody else's hook is removed.
 
 3.9-3.11 hook per thread with PyEval_SetProfile, so sys.setprofile and
-torch.profiler replace ours; 3.12+ use sys.monitoring, where sys.setprofile has
-a tool id of its own (it coexists) and only another user of our tool id can
-take it."""
+torch.profiler replace ours; 3.12+ use sys.monitoring, where sys.setprofile and
+cProfile (PROFILER_ID) have tool ids of their own (they coexist) and only another
+user of our tool id can take it."""
 import sys
 import threading
 import warnings
@@ -596,6 +596,66 @@ def test_cli_window_closes_after_hook_lost(tmp_path):
             pytrace_cffi.stop()
     assert len(written) == 1 and "before_takeover" in written[0][0]
     assert not session_open()
+
+
+# -- cProfile in the traced program ------------------------------------------------------
+
+CPROFILE_PROGRAM = """\
+import cProfile, pstats
+
+def before_profiling():
+    return 1
+
+def profiled(n):
+    return sum(range(n))
+
+def after_profiling():
+    return 2
+
+before_profiling()
+profiler = cProfile.Profile()
+profiler.enable()
+for i in range(7):
+    profiled(i)
+profiler.disable()
+after_profiling()
+pstats.Stats(profiler).sort_stats("calls").print_stats("profiled")
+"""
+
+
+def test_cprofile_in_the_program_under_run(tmp_path):
+    """The program runs as untraced (exit 0, cProfile's stats printed). 3.12+:
+    cProfile holds PROFILER_ID and we another tool id, so both record. 3.9-3.11:
+    cProfile takes the thread's profile hook, our recording ends there and we warn."""
+    import subprocess
+    from pytrace_cffi import summary
+    (tmp_path / "prog.py").write_text(CPROFILE_PROGRAM)
+    out = tmp_path / "t.json"
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out),
+                           "prog.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Another profiling tool" not in proc.stderr
+    # cProfile's stats: its header, and profiled's row with its 7 calls.
+    assert "function calls" in proc.stdout, proc.stdout
+    (row,) = [line for line in proc.stdout.splitlines() if line.endswith("(profiled)")]
+    assert row.split()[0] == "7" and "prog.py:" in row
+    calls = list(summary.read_trace(str(out)))
+    by_id = {call.id: call for call in calls}
+
+    def count(name, parent=None):
+        return sum(1 for call in calls if call.name.rsplit(": ", 1)[-1] == name
+                   and (parent is None or call.parent is not None
+                        and by_id[call.parent].name.endswith(": " + parent)))
+
+    found = (count("before_profiling"), count("profiled"), count("builtins.sum", "profiled"),
+             count("after_profiling"))
+    if MONITORING:
+        assert found == (1, 7, 7, 1)
+        assert "TraceWarning" not in proc.stderr and "lost its hook" not in proc.stderr
+    else:
+        assert found == (1, 0, 0, 0)
+        assert "TraceWarning" in proc.stderr and "lost its hook" in proc.stderr
 
 
 # -- torch.profiler (3.11 here) ------------------------------------------------------------
