@@ -384,8 +384,9 @@ def is_tracing():
     """True between start() and stop() while the hook records: False once
     another profiler took it (sys.setprofile, torch.profiler, cProfile...)
     from the calling thread on 3.9-3.11, or took pytrace_cffi's sys.monitoring
-    tool, events or callbacks on 3.12+ (where sys.setprofile coexists). stop()
-    must still be called then: it returns what was recorded and warns."""
+    tool, events or callbacks on 3.12+ (where sys.setprofile and cProfile
+    coexist). stop() must still be called then: it returns what was recorded
+    and warns."""
     session = _running.session
     return session is not None and session.check_hooks(current_only=True)
 
