@@ -276,8 +276,9 @@ WARNING_SCRIPT = textwrap.dedent("""
     rec(600)                    # deeper than Perfetto shows: our TraceWarning
     if sys.argv[1:] == ["lose"]:                # our hook taken: our TraceWarning
         if hasattr(sys, "monitoring"):          # 3.12+: our tool's events switched off
-            if sys.monitoring.get_tool(sys.monitoring.PROFILER_ID):
-                sys.monitoring.set_events(sys.monitoring.PROFILER_ID, 0)
+            for tool in range(6):
+                if sys.monitoring.get_tool(tool) == "pytrace_cffi":
+                    sys.monitoring.set_events(tool, 0)
         else:                                   # 3.9-3.11: the profile hook removed
             sys.setprofile(None)
         rec(3)
