@@ -128,7 +128,7 @@ def _read_all(inputs):
         if trace is not None:
             pid = trace.pid
         label = facts.get("label") or f"pid {pid}"
-        if label == UNNAMED_MP_CHILD:
+        if label == UNNAMED_MP_CHILD or not facts.get("label"):   # (or lost before it said)
             label = _launch_name(os.path.dirname(directory), pid, facts, launch_names) or label
         calls = calls_begun(trace) if trace is not None else 0
         out.append((ProcessResult(pid, label, state, calls, directory, note),
