@@ -315,8 +315,7 @@ def _cmd_run(args, program, at_interpreter_exit=False):
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"pytrace_cffi: {exc}") from None
     _check_output(output)           # a bad OUT fails now, not after the program ran
-    # where it is now (the program may chdir); a trailing separator says directory
-    output = os.path.abspath(output) + (os.sep if output.endswith(("/", os.sep)) else "")
+    output = start_options.absolute_output(output)
     if options["flight_recorder"] and options["dumps_dir"] is None:
         # beside OUT (the job's directory is a temporary one)
         options["dumps_dir"] = os.path.abspath(start_options.default_dumps_dir(output))

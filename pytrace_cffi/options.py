@@ -161,7 +161,7 @@ def _path(name, value, values):
             raise TypeError(f"{name} must be a path, not {type(value).__name__}")
         value = os.fsdecode(value)
         if value.strip():       # where it is now: the program may chdir before stop()
-            value = os.path.abspath(value) + (os.sep if value.endswith(("/", os.sep)) else "")
+            value = absolute_output(value)
         if output_file(value) is not None:
             _writable_place(value)
             return value
@@ -175,6 +175,12 @@ def _path(name, value, values):
         raise ValueError("follow_children=True needs output=DIR, the trace directory that "
                          "gets one saved trace per process")
     return None
+
+
+def absolute_output(path):
+    """path made absolute from the working directory now (the program may chdir
+    before the trace is written), keeping a trailing separator: it says directory."""
+    return os.path.abspath(path) + (os.sep if path.endswith(("/", os.sep)) else "")
 
 
 def output_file(output):
