@@ -336,14 +336,24 @@ def stop():
         if session is None:
             raise TracerStateError("pytrace_cffi is not tracing; call start() first")
         _running.session = None
+        waits = getattr(session, "sigterm_waits", None)    # start(output=FILE)
+        if waits is not None:
+            with waits():       # a SIGTERM meanwhile waits until FILE is written
+                session.stop()
+                return _stopped(session)
         session.stop()
+    return _stopped(session)
+
+
+def _stopped(session):
+    """stop()'s result of session, stopped (see there)."""
     result = session.result()
     hook_lost = _finish_hook_losses(session, result)
     if hook_lost:
         import warnings
         from ._hook_losses import hook_loss_message
         result.hook_lost = hook_lost
-        warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=2)
+        warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=3)
     write_output_file = getattr(session, "write_output_file", None)
     if write_output_file is not None:       # start(output="out.pftrace")
         result = write_output_file(result)
@@ -357,7 +367,7 @@ def stop():
         warnings.warn(TraceWarning(f"pytrace_cffi dropped {result.dropped_events} events "
                                    "({max_events} kept the newest; give {output} to keep "
                                    "them all)", options={"max_events": None, "output": ""}),
-                      stacklevel=2)
+                      stacklevel=3)
     return result
 
 

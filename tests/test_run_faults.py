@@ -307,3 +307,45 @@ def test_ctrl_c_prints_the_traceback_and_dies_of_sigint_as_python_does(tmp_path)
                    if line not in ours) == plain.stderr
     assert traced.stderr.startswith("".join(ours))             # OUT written first
     assert (tmp_path / "out.json").stat().st_size > 0
+
+
+# A thread of the program sends SIGTERM to its own process every 2 ms from the
+# moment `when` says: the first starts the save, the rest come while the trace
+# is stopped and OUT written (as a re-sent or repeated SIGTERM does under load).
+KILLED_WHILE_SAVING = """
+    import atexit, os, signal, sys, threading, time
+    def leaf(i):
+        return i
+    def keep_killing():
+        while True:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.002)
+    def start_killing():
+        threading.Thread(target=keep_killing, daemon=True).start()
+        time.sleep(2)
+    for i in range({n}):
+        leaf(i)
+    print({n}, flush=True)
+    if "{when}" == "at_exit":
+        atexit.register(start_killing)      # while `run` stops and writes OUT
+    else:
+        start_killing()                     # while the program runs
+        print("not reached: SIGTERM ends it")
+"""
+
+
+@pytest.mark.parametrize("when", ["running", "at_exit"])
+@pytest.mark.parametrize("out_name,flags", [("out.pftrace", ()), ("out.json", ()),
+                                            ("out.pftrace", ("--no-follow",))])
+def test_sigterms_while_the_trace_is_saved_still_write_out(tmp_path, when, out_name, flags):
+    """SIGTERM after SIGTERM while the trace is saved and OUT written: OUT is
+    written whole, then the process dies of SIGTERM as it would untraced, and
+    nothing is left in TMPDIR (a later SIGTERM used to end the process between
+    the save of its trace and OUT, silently, the job directory left behind)."""
+    out = tmp_path / out_name
+    proc = run(tmp_path, KILLED_WHILE_SAVING.format(n=20_000, when=when), *flags, "-o", out)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    assert proc.stdout == "20000\n"
+    assert leaf_calls(pytrace_cffi.load(out)) == 20_000, proc.stderr
+    assert f"-> {out}" in proc.stderr
+    assert os.listdir(tmp_path / "tmp") == []

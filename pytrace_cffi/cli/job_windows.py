@@ -54,6 +54,10 @@ class JobWindows(Windows):
         start(follow_children=True, output=self._job, **self._options)
 
     def close(self, save=True):
+        with exits.sigterm_waits():     # OUT written whole, then a SIGTERM ends us
+            self._close_job(save)
+
+    def _close_job(self, save):
         with self._lock:
             if not _has_session():
                 return

@@ -157,7 +157,8 @@ class Windows:
     def close(self, save=True):
         self._closing = True
         try:
-            self._close(save)
+            with exits.sigterm_waits():     # OUT written whole, then a SIGTERM ends us
+                self._close(save)
         finally:
             self._closing = False
 

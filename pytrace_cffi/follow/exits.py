@@ -15,6 +15,7 @@ handler serve both users:
   children it launches (launches.py).
 """
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -41,7 +42,10 @@ _window = None
 _run_finish = None
 _run_ended_early = False   # OUT was written (or handed over) before the program returned
 _finishing = False
-_terminate_after = False     # SIGTERM came while finish_here was saving
+_saving = 0                  # how many saves (of a trace, of OUT) are under way
+_terminate_after = False     # a SIGTERM came while saving: the process dies of it after
+_writing_out = False         # `run`'s OUT (or start()'s output) is being written here
+_said_waiting = False
 
 
 # -- the guards ---------------------------------------------------------------
@@ -50,24 +54,81 @@ def _exit_saving(code):
     """os._exit while guarded: the open window is written (a run without
     following), or this process's trace saved (and `run`'s OUT written when this
     process owes it), first."""
-    _write_window()
-    finish_here()
-    finish_owed_run()
+    with saving():                   # (a SIGTERM meanwhile ends the process after)
+        _write_window()
+        finish_here()
+        finish_owed_run()
     _real_exit(code)
 
 
 def _on_sigterm(signum, frame):
     """SIGTERM while guarded (the program has no handler of its own): saved as at
-    os._exit, then the process dies of the signal as it would have."""
-    global _terminate_after
-    if _finishing:                   # saving already (e.g. at exit): die once it is saved
-        _terminate_after = True
+    os._exit, then the process dies of the signal as it would have. One that
+    comes while anything is being saved (this handler's own work, stop(), OUT
+    being written; the relay sends it again every 200 ms) waits for the save."""
+    global _terminate_after, _said_waiting
+    _terminate_after = True
+    if _saving:
+        if _writing_out and not _said_waiting:
+            _said_waiting = True
+            _say("SIGTERM: the process ends once the trace is written")
         return
-    flight_dump("on_sigterm")
-    _write_window()
-    finish_here()
-    finish_owed_run()
-    die_of_sigterm()
+    with saving():
+        lib.pt_sigterm_guard(0)      # the relay's job is done: its timer stops
+        flight_dump("on_sigterm")
+        _write_window()
+        finish_here()
+        finish_owed_run()
+
+
+class saving:
+    """A save under way (reentrant): a SIGTERM meanwhile (see _on_sigterm) waits
+    until the outermost one ends, then the process dies of it."""
+
+    def __enter__(self):
+        global _saving
+        _saving += 1
+        return self
+
+    def __exit__(self, *exc):
+        global _saving
+        _saving -= 1
+        if not _saving and _terminate_after:
+            die_of_sigterm()
+        return False
+
+
+@contextlib.contextmanager
+def sigterm_waits():
+    """A window's trace being stopped and written (`run`'s end, a window closing,
+    start(output=...)'s stop()): a SIGTERM meanwhile waits until OUT is written,
+    then the process dies of it, instead of losing OUT half written (unless the
+    program has a SIGTERM handler of its own, or this is not the main thread)."""
+    global _writing_out
+    installed = False
+    if threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+                installed = True
+        except (ValueError, OSError):
+            pass
+    outer, _writing_out = _writing_out, True
+    try:
+        with saving():
+            yield
+    finally:
+        _writing_out = outer
+        if (installed or not _following) and _window is None and not _saving:
+            _restore_default_sigterm()
+
+
+def _restore_default_sigterm():
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError):
+        pass
 
 
 def die_of_sigterm():
@@ -192,12 +253,9 @@ def unguard_window():
     _window = None
     if os._exit is _exit_saving and not _following:
         os._exit = _real_exit
-    if threading.current_thread() is threading.main_thread() and not _following:
-        try:
-            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
+    if (threading.current_thread() is threading.main_thread() and not _following
+            and not _saving):
+        _restore_default_sigterm()
 
 
 def _write_window():
@@ -225,18 +283,17 @@ def finish_here(at_exit=False):
         return
     _finishing = True
     try:
-        if at_exit and session.root:
-            _running.api["stop_at_exit"]()
-        else:
-            _running.api["stop"]()
+        with saving():
+            if at_exit and session.root:
+                _running.api["stop_at_exit"]()
+            else:
+                _running.api["stop"]()
     except TraceError as exc:    # a failed spill: what it held is saved
         _say(f"pid {os.getpid()}: {exc}")
     except Exception as exc:     # noqa: BLE001 - the program's exit goes on
         _say(f"pid {os.getpid()}: saving its trace failed ({exc.__class__.__name__}: {exc})")
     finally:
         _finishing = False
-    if _terminate_after:
-        die_of_sigterm()
 
 
 def install_exit_paths(root):
@@ -286,7 +343,8 @@ def restore_exit_paths():
     try:
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
             lib.pt_sigterm_guard(0)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            if not _saving:         # else it waits for the save (sigterm_waits)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
     except (ValueError, OSError):
         pass
 

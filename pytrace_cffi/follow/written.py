@@ -58,6 +58,11 @@ class WritingSession(FollowSession):
             exits.owe_run_finish(self._finish)      # os._exit, SIGTERM: OUT written first
             exits.handle_sigterm()
 
+    @staticmethod
+    def sigterm_waits():
+        """stop() stops and writes OUT within it: see exits.sigterm_waits."""
+        return exits.sigterm_waits()
+
     def forget_output_file(self):
         """start() failed: nothing of it stays."""
         live.request_as(self._encoding_before)
