@@ -498,6 +498,7 @@ static void *
 pt_flight_main(void *unused)
 {
     (void)unused;
+    pt_own_os_thread_name();
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);     /* the program's signals are not ours */

@@ -224,6 +224,10 @@ pt_ticks(const pt_tracer *tracer)
 pt_thread *pt_thread_find(pt_tracer *tracer, uint64_t tstate_id);
 /* A thread of pytrace_cffi's own, never recorded (pt_own.c). */
 int pt_is_own_tstate(uint64_t tstate_id);
+/* The calling thread's OS name becomes PT_OWN_OS_NAME (Linux; pt_own.c says why;
+ * _own_threads.py looks for it in /proc/self/task/TID/comm). */
+#define PT_OWN_OS_NAME "pytrace_cffi"
+void pt_own_os_thread_name(void);
 pt_thread *pt_thread_for_reading(pt_tracer *tracer, int index);
 pt_thread *pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
                          uint64_t native_id, int64_t base_ticks);

@@ -446,6 +446,7 @@ static void *
 pt_live_main(void *arg)
 {
     pt_live *e = arg;
+    pt_own_os_thread_name();
 #if defined(__linux__)
     /* The program's threads come first: where they need every core, blocks wait
      * on disk and the end does them (a thread's own nice value on Linux). */

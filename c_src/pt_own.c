@@ -8,8 +8,17 @@
  * alone, and the hooks' cold thread lookup caches "no buffer" for it, which the
  * hot path already treats as nothing to record. Keyed by the thread state's
  * unique id (never reused), changed and read under the GIL only.
+ *
+ * Every thread of ours, Python's and the C ones (the .pftrace encoder, the flight
+ * recorder's), also carries the OS name PT_OWN_OS_NAME: 3.12+ warns at os.fork()
+ * when the process has more than one OS thread, and _own_threads.py keeps that
+ * warning from a program that has one thread but for ours.
  */
 #include "pt_internal.h"
+
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 
 #define PT_OWN_MAX 16
 
@@ -24,9 +33,18 @@ pt_is_own_tstate(uint64_t tstate_id)
     return 0;
 }
 
+void
+pt_own_os_thread_name(void)
+{
+#if defined(__linux__)
+    prctl(PR_SET_NAME, PT_OWN_OS_NAME, 0, 0, 0);
+#endif
+}
+
 int
 pt_own_thread_begin(void)
 {
+    pt_own_os_thread_name();
     PyGILState_STATE gil = PyGILState_Ensure();
     uint64_t id = PyThreadState_GetID(PyThreadState_Get());
     int rc = PT_ERR_NOMEM;

@@ -14,6 +14,7 @@ import sys
 import threading
 
 from ._core import lib
+from ._own_threads import own_thread_begin
 from ._runtime import counter_sample, resident_bytes
 
 RSS = "RSS (bytes)"
@@ -69,7 +70,7 @@ class MemorySampler:
             self._thread = None
 
     def _run(self):
-        lib.pt_own_thread_begin()       # with 16 of ours already, it would be traced
+        own_thread_begin()
         self._registered.set()
         try:
             running = False

@@ -609,3 +609,39 @@ def test_processes_are_labelled_by_what_python_ran(tmp_path):
     assert sorted((lanes[pid], function) for pid, function in unique.items()) == [
         ("tool", "unique_root"), ("tool.worker", "unique_worker"),
         ("torchrun", "unique_launcher")]
+
+
+FORKS = """
+    import os, sys, threading, time
+    def unique_leaf(): pass
+    for _ in range(20_000):
+        unique_leaf()
+    time.sleep(0.4)             # the .pftrace encoder's thread is running by now
+    {own_thread}
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("forked", file=sys.stderr)
+    """
+
+
+@pytest.mark.parametrize("flags", [("--flight-recorder",), ("--memory-interval", "10"),
+                                   ("--duration", "30"), ("--no-follow",), ()])
+@pytest.mark.parametrize("own_thread", [False, True])
+def test_our_threads_leave_a_forking_programs_stderr_as_pythons(tmp_path, flags, own_thread):
+    """3.12+ warns at os.fork() in a process of several OS threads: a program of
+    one thread prints no such warning traced (the recorder's, sampler's, timer's
+    and encoder's threads are ours), and one with a thread of its own prints it
+    as under python (the same line). On 3.9-3.11 neither warns."""
+    thread = ("threading.Thread(target=time.sleep, args=(2,), daemon=True).start()"
+              if own_thread else "")
+    source = FORKS.format(own_thread=thread)
+    untraced = run_script(tmp_path, source)
+    traced = run_cli(tmp_path, source, *flags, "-o", tmp_path / "out.pftrace")
+    def program_lines(stderr):      # the pids differ between the two runs
+        return [re.sub(r"pid=\d+", "pid=N", line) for line in stderr.splitlines()
+                if not line.startswith("pytrace_cffi: ")]
+    assert program_lines(traced.stderr) == program_lines(untraced.stderr), traced.stderr
+    warns = sys.version_info >= (3, 12) and own_thread
+    assert ("is multi-threaded, use of fork()" in untraced.stderr) == warns

@@ -13,6 +13,7 @@ from .. import options, start, stop
 from .._files import new_directory
 from .._running import has_session as _has_session
 from .._core import lib
+from .._own_threads import own_thread_begin
 from .._progress import announce_writing, counted, finish_command, written_note
 from ..errors import TraceError
 from ..follow import exits
@@ -64,7 +65,7 @@ class _OwnTimer(threading.Timer):
         self.registered = threading.Event()
 
     def run(self):
-        lib.pt_own_thread_begin()       # when 16 are ours already it is traced
+        own_thread_begin()
         self.registered.set()
         try:
             super().run()

@@ -36,6 +36,7 @@ import time
 from .. import _running
 from .._core import ffi, lib
 from .._hiding import hide_alone, hiding
+from .._own_threads import own_thread_begin
 from .._names import name_for_source, path_inputs, path_prefixes
 from ..follow import exits
 from ..follow.identity import _host, process_facts
@@ -220,7 +221,7 @@ class FlightRecorder:
 
     def _serve(self):
         """The thread that answers the C thread's requests (signal, watchdog)."""
-        lib.pt_own_thread_begin()       # never traced
+        own_thread_begin()
         self._serving.set()
         try:
             import select
@@ -387,7 +388,7 @@ class FlightRecorder:
     # -- the dump as one trace (formatted.py) ---------------------------------
     def _format_dumps(self, started):
         """The thread writing the dumps in dump_format, in turn (never traced)."""
-        lib.pt_own_thread_begin()
+        own_thread_begin()
         started.set()
         try:
             while True:

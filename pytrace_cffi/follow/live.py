@@ -20,6 +20,7 @@ import os
 
 from .. import _clock
 from .._core import ffi, lib
+from .._own_threads import keep_forks_quiet
 
 LIVE_FILE = "live.json"
 # A process's thread i writes packet sequence first_sequence(pid) + i: the
@@ -121,6 +122,7 @@ class LiveEncoder:
             self.failed = "the encoder could not start (no memory, or events.bin unreadable)"
             return False
         self.c = ffi.gc(c, lib.pt_live_free)
+        keep_forks_quiet()              # its thread is one of ours
         if lib.pt_live_start(self.c) != lib.PT_OK:
             self.abandon("the encoder's thread could not start")
             return False
