@@ -30,6 +30,7 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -468,6 +469,66 @@ pt_c_dump_dir(char *out, const char *why)
     return mkdir(out, 0755) == 0 || errno == EEXIST;
 }
 
+/* dump.json of a dump this thread writes: the recorder's text (pt_flight_arm)
+ * with the trigger and the moment of the dump, which the report measures how
+ * long each call has been running against (the ring's last event can be long
+ * before: a thread stuck in C records nothing). */
+static void
+pt_c_dump_json(char *out, size_t size, const char *why)
+{
+    struct timespec real;
+    clock_gettime(CLOCK_REALTIME, &real);
+    int64_t monotonic = pt_monotonic_ns();
+    size_t n = strlen(pt_flight.dump_json);
+    while (n && pt_flight.dump_json[n - 1] != '}')     /* its object's closing brace */
+        n--;
+    if (!n) {
+        out[0] = 0;
+        return;
+    }
+    memcpy(out, pt_flight.dump_json, n - 1);
+    char tail[128], digits[2][24];
+    char *realtime = pt_decimal(digits[0] + 23, (int64_t)real.tv_sec * 1000000000 + real.tv_nsec);
+    char *mono = pt_decimal(digits[1] + 23, monotonic);
+    digits[0][23] = digits[1][23] = 0;
+    snprintf(tail, sizeof tail, ", \"trigger\": \"%s\", \"realtime_ns\": %s, "
+             "\"monotonic_ns\": %s}\n", why, realtime, mono);
+    if (n - 1 + strlen(tail) + 1 > size) {
+        out[0] = 0;
+        return;
+    }
+    memcpy(out + n - 1, tail, strlen(tail) + 1);
+}
+
+/* One line on stderr per dump this thread writes, as Python's dumps have (after
+ * the clone ended: whether done.json, its last file, is there). */
+static void
+pt_say_c_dump(const char *dir, int clone, const char *why)
+{
+    for (int waited = 0; clone > 0 && waited < 6000; waited++) {    /* 60 s at most */
+        int running = 0;
+        pt_flight_reap();
+        pthread_mutex_lock(&pt_children_lock);
+        for (int i = 0; i < PT_FLIGHT_CHILDREN; i++)
+            running |= pt_children[i] == clone;
+        pthread_mutex_unlock(&pt_children_lock);
+        if (!running)
+            break;
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    char done[PT_FLIGHT_PATH];
+    int whole = clone > 0 && pt_join(done, dir, "done.json") && access(done, F_OK) == 0;
+    char line[PT_FLIGHT_PATH + 200];
+    int n = whole ? snprintf(line, sizeof line, "pytrace_cffi: flight recorder dump (%s; "
+                             "Python did not answer: written by C) -> %s\n", why, dir)
+                  : snprintf(line, sizeof line, "pytrace_cffi: the flight recorder's dump "
+                             "(%s; Python did not answer) could not be written whole: %s\n",
+                             why, dir);
+    if (n > 0)
+        pt_write_all(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
 static void
 pt_flight_serve(int reason)
 {
@@ -490,8 +551,12 @@ pt_flight_serve(int reason)
     const char *why = reason == PT_FLIGHT_WATCHDOG ? "watchdog" : "signal";
     if (!pt_c_dump_dir(dir, why))
         return;
-    if (pt_flight_dump(pt_flight.tracer, dir, pt_flight.journal_dir, pt_flight.dump_json) > 0)
+    static char dump_json[sizeof pt_flight.dump_json + 128];
+    pt_c_dump_json(dump_json, sizeof dump_json, why);
+    int clone = pt_flight_dump(pt_flight.tracer, dir, pt_flight.journal_dir, dump_json);
+    if (clone > 0)
         atomic_fetch_add(&pt_flight_c_dumps, 1);
+    pt_say_c_dump(dir, clone, why);
 }
 
 static void *

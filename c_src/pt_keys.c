@@ -297,6 +297,60 @@ pt_note_source(pt_tracer *tracer, uint32_t id, PyObject *code)
     PyErr_Clear();
 }
 
+/* The flight recorder: a built-in key's name, as _names.builtin_name makes it
+ * from the source (owner, name, keepalive): "id<TAB>name" lines. */
+static void
+pt_note_builtin(pt_tracer *tracer, uint32_t id, PyObject *source)
+{
+    PyObject *owner = PyTuple_GetItem(source, 0), *name = PyTuple_GetItem(source, 1);
+    PyObject *full = NULL;
+    if (!owner || !name || !PyUnicode_Check(name)) {
+        PyErr_Clear();
+        return;
+    }
+    if (owner == Py_None) {
+        Py_INCREF(name);
+        full = name;
+    } else if (PyUnicode_Check(owner)) {
+        full = PyUnicode_FromFormat("%U.%U", owner, name);
+    } else if (PyModule_Check(owner)) {
+        PyObject *module = PyObject_GetAttrString(owner, "__name__");
+        if (module && PyUnicode_Check(module))
+            full = PyUnicode_FromFormat("%U.%U", module, name);
+        Py_XDECREF(module);
+    } else {
+        PyObject *module = PyObject_GetAttrString(owner, "__module__");
+        if (!module)
+            PyErr_Clear();
+        PyObject *qualname = PyObject_GetAttrString(owner, "__qualname__");
+        if (!qualname) {
+            PyErr_Clear();
+            qualname = PyObject_GetAttrString(owner, "__name__");
+        }
+        if (qualname && PyUnicode_Check(qualname)) {
+            if (!module || !PyUnicode_Check(module) ||
+                PyUnicode_CompareWithASCIIString(module, "builtins") == 0)
+                full = PyUnicode_FromFormat("%U.%U", qualname, name);
+            else
+                full = PyUnicode_FromFormat("%U.%U.%U", module, qualname, name);
+        }
+        Py_XDECREF(module);
+        Py_XDECREF(qualname);
+    }
+    PyObject *utf8 = full ? PyUnicode_AsEncodedString(full, "utf-8", "replace") : NULL;
+    char digits[16], *bytes;
+    Py_ssize_t n;
+    int length = snprintf(digits, sizeof digits, "%u", id);
+    size_t mark = tracer->source_len;
+    if (!(utf8 && PyBytes_AsStringAndSize(utf8, &bytes, &n) == 0 &&
+          pt_source_append(tracer, digits, (size_t)length, '\t') &&
+          pt_source_append(tracer, bytes, (size_t)n, '\n')))
+        tracer->source_len = mark;
+    Py_XDECREF(utf8);
+    Py_XDECREF(full);
+    PyErr_Clear();
+}
+
 int
 pt_set_note_sources(pt_tracer *tracer)
 {
@@ -550,6 +604,8 @@ pt_key_insert_builtin(pt_tracer *tracer, const void *a, const void *b, PyObject 
     PyErr_Fetch(&type, &value, &tb);
     PyObject *source = pt_builtin_source(callable, self, owner, keepalive);
     uint32_t id = pt_key_insert(tracer, a, b, source);
+    if (id && source && tracer->note_sources)
+        pt_note_builtin(tracer, id, source);
     PyErr_Restore(type, value, tb);
     return id;
 }

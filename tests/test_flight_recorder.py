@@ -240,6 +240,55 @@ def test_a_thread_holding_the_gil_in_c_is_dumped_by_c(tmp_path):
     assert _stack_names(main) == ["prog.py(1): <module>", "prog.py(7): spin_in_c"]
 
 
+def test_a_c_written_dump_is_announced_and_timed_from_the_dump(tmp_path):
+    """A followed child started as `python -m hang` holds the GIL in C: C writes
+    its dump, says so in one line naming the directory (as Python's dumps do),
+    dump.json holds the moment of the dump, so the stuck call has been running
+    for the watchdog's 0.3 s and Python's 1 s of grace at least (not "0.0 s":
+    the ring's last event is the call's start), and the stack starts at the
+    child's module, without runpy's frames, and ends in the built-in it is in,
+    named although Python never ran after its first call."""
+    (tmp_path / "hang.py").write_text(textwrap.dedent("""\
+        import ctypes
+        import pytrace_cffi
+
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+        def spin_in_c():        # holds the GIL: no Python runs anywhere
+            sorted([3], key=ctypes.PyDLL(None).sleep)
+
+        for _ in range(5):
+            fib(12)
+            pytrace_cffi.step()
+        spin_in_c()
+        print("ended")
+        """))
+    (tmp_path / "parent.py").write_text(
+        "import subprocess, sys\n"
+        "subprocess.run([sys.executable, '-m', 'hang'], check=True)\n")
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, str(tmp_path)])
+    dumps = tmp_path / "dumps"
+    proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", "--flight-recorder",
+                        "--watchdog", "0.3", "--dumps-dir", str(dumps), "-o",
+                        str(tmp_path / "out.json"), str(tmp_path / "parent.py")],
+                       tmp_path, env, TIMEOUT)
+    assert proc.returncode == 0 and proc.stdout == "ended\n", proc.stderr
+    [dump] = [d for d in process_dumps(dumps) if read_dump(d)[0]["written_by"] == "C"]
+    assert (f"pytrace_cffi: flight recorder dump (watchdog; Python did not answer: written "
+            f"by C) -> {dump}\n") in proc.stderr
+    facts = dump_facts(dump)
+    stack = _main_thread(facts)["stack"]
+    # builtins.sorted, first seen as the GIL was taken for good: named by C
+    assert [frame["name"] for frame in stack] == ["hang.py(1): <module>",
+                                                  "hang.py(7): spin_in_c", "builtins.sorted"]
+    assert facts["monotonic_ns"] - stack[1]["since_ns"] >= 1.3e9
+    report = run_command([sys.executable, "-m", "pytrace_cffi", "report", str(dumps)],
+                         tmp_path, env, TIMEOUT)
+    assert "runpy" not in report.stdout and " for 0.0 s" not in report.stdout, report.stdout
+
+
 def test_the_watchdog_dumps_once_per_stall(tmp_path):
     proc = _run(tmp_path, """
         import sys, time

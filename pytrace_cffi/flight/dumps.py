@@ -11,7 +11,8 @@ dump_facts completes dump.json's stacks from the trace: each call still open
 at the dump gets the time it began (when the ring still holds its beginning),
 and the calls frames do not show (a built-in such as time.sleep, innermost)
 are added. A dump written by C (a thread stuck holding the GIL) has no frames:
-its stacks are the open calls the ring holds.
+its stacks are the open calls the ring holds. runpy's frames below the program
+(`python -m MODULE`) are left out of the stacks.
 """
 import os
 
@@ -81,9 +82,11 @@ def dump_facts(directory):
         known = by_id.pop(thread.native_id, None)
         frames = known.get("stack") if known else None
         completed.append({"native_id": thread.native_id, "name": thread.name,
-                          "stack": merged_stack(frames, chains.get(thread.index, []))})
+                          "stack": without_launcher(
+                              merged_stack(frames, chains.get(thread.index, [])))})
     for known in by_id.values():        # a thread the ring holds nothing of
-        completed.append(dict(known, stack=merged_stack(known.get("stack"), [])))
+        completed.append(dict(known, stack=without_launcher(
+            merged_stack(known.get("stack"), []))))
     facts["threads"] = completed
     return facts
 
@@ -103,6 +106,23 @@ def open_chains(trace):
         open_calls.sort()
         chains[thread.index] = [(name, start) for _, name, start in open_calls]
     return chains
+
+
+def without_launcher(stack):
+    """A stack without the frames that launched the program below it: runpy's
+    (`python -m MODULE`, a followed child's too), with the exec of the program's
+    module they made, as `run` leaves its own launcher out."""
+    outermost = 0
+    while outermost < len(stack) and _is_runpy(stack[outermost].get("name")):
+        outermost += 1
+    if outermost and outermost < len(stack) and stack[outermost].get("name") == "builtins.exec":
+        outermost += 1
+    return stack[outermost:] if outermost < len(stack) else stack
+
+
+def _is_runpy(name):
+    return isinstance(name, str) and (name.startswith("<frozen runpy>")
+                                      or name.startswith("runpy.py("))
 
 
 def merged_stack(frames, chain):

@@ -276,8 +276,9 @@ JOURNAL_FILE = "journal.json"       # a flight recorder's (flight/recorder.py)
 
 def _key_sources(directory):
     """A flight recorder dump's key_sources.tsv (written by C, pt_keys.c): key ->
-    "file(line): name" of the code keys, for those keys.jsonl does not name (the
-    file trimmed as the process trimmed its paths: journal.json)."""
+    "file(line): name" of the code keys (the file trimmed as the process trimmed
+    its paths: journal.json) and the names of the built-ins, for those keys.jsonl
+    does not name."""
     path = os.path.join(directory, "key_sources.tsv")
     try:
         with open(path, "rb") as f:
@@ -294,6 +295,8 @@ def _key_sources(directory):
         fields = line.split("\t")
         if len(fields) == 4 and fields[0].isdigit():
             sources[int(fields[0])] = f"{trim_path(fields[1], prefixes)}({fields[2]}): {fields[3]}"
+        elif len(fields) == 2 and fields[0].isdigit():     # a built-in's
+            sources[int(fields[0])] = fields[1]
     return sources
 
 
