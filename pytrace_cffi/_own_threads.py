@@ -1,4 +1,8 @@
-"""The program's os.fork() beside threads of ours (3.12+, Linux).
+"""Threads of ours in the program's process, and what they must not change.
+
+They take none of the program's signals: own_thread_begin blocks them all (the
+C ones are born so), and a program that blocks SIGTERM keeps it pending, as
+untraced, instead of one of ours taking it.
 
 CPython 3.12+ warns at os.fork() when the process has more than one OS thread
 ("This process (pid=N) is multi-threaded, use of fork() may lead to deadlocks
@@ -6,9 +10,10 @@ in the child."): our threads (the flight recorder's, the memory sampler's, the
 .pftrace encoder's) would make a program that has one thread print it. Every
 thread of ours carries the OS name OWN_OS_NAME (c_src/pt_own.c); a fork with no
 thread but ours beside the forking one ignores that warning, and only it, for
-the fork. A program with threads of its own still sees it, as untraced.
+the fork (Linux). A program with threads of its own still sees it, as untraced.
 """
 import os
+import signal
 import sys
 import warnings
 
@@ -20,9 +25,13 @@ _ignored = None     # the warnings filter entry in force for one fork
 
 def own_thread_begin():
     """First thing in a thread of ours: no trace records it (pt_own_thread_begin:
-    with 16 of ours already, it would be traced), and forks stay quiet."""
+    with 16 of ours already, it would be traced), it takes no signal (the program's
+    go to its own threads, as untraced: one that blocks SIGTERM keeps it pending),
+    and forks stay quiet."""
     from ._core import lib
     lib.pt_own_thread_begin()
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
     keep_forks_quiet()
 
 

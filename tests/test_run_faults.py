@@ -349,3 +349,29 @@ def test_sigterms_while_the_trace_is_saved_still_write_out(tmp_path, when, out_n
     assert leaf_calls(pytrace_cffi.load(out)) == 20_000, proc.stderr
     assert f"-> {out}" in proc.stderr
     assert os.listdir(tmp_path / "tmp") == []
+
+
+@pytest.mark.parametrize("flags", [(), ("--flight-recorder",), ("--memory-interval", "10"),
+                                   ("--no-follow", "--duration", "30")])
+def test_a_program_blocking_sigterm_keeps_it_pending_as_untraced(tmp_path, flags):
+    """The program blocks SIGTERM and sends it to itself: untraced it stays pending
+    and the program goes on. Traced too: no thread of ours takes it (which made a
+    SIGTERM dump, wrote OUT early and said "no window was traced" while the rest
+    of the program ran untraced)."""
+    out = tmp_path / "out.pftrace"
+    proc = run(tmp_path, """
+        import os, signal, time
+        def work(i):
+            return i
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        for i in range(2000):
+            work(i)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.3)             # (the recorder's and sampler's threads run meanwhile)
+        for i in range(2000):
+            work(i)
+        print("went on")
+    """, *flags, "-o", out)
+    assert proc.returncode == 0 and proc.stdout == "went on\n", proc.stderr
+    assert "SIGTERM" not in proc.stderr and "no window was traced" not in proc.stderr
+    assert sum(1 for call in pytrace_cffi.load(out) if call.name.endswith(": work")) == 4000
