@@ -362,6 +362,12 @@ def _stopped(session):
     if failure or problem:
         raise TraceError("; ".join(filter(None, [failure and f"tracing failed: {failure}",
                                                   problem])), trace=result)
+    if getattr(session, "gc_callback_lost", False):
+        import warnings
+        warnings.warn(TraceWarning("{log_gc}: the program removed pytrace_cffi's callback from "
+                                   "gc.callbacks while tracing: the collections after that "
+                                   "are not in the trace", options={"log_gc": None}),
+                      stacklevel=3)
     if result.dropped_events and getattr(session, "flight", None) is None:
         import warnings         # (a flight recorder keeps its newest events only)
         warnings.warn(TraceWarning(f"pytrace_cffi dropped {result.dropped_events} events "

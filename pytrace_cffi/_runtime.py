@@ -21,8 +21,12 @@ def watch_gc():
 
 
 def unwatch_gc():
-    """Leaves gc.callbacks as it was before watch_gc (other callbacks stay)."""
-    gc.callbacks[:] = [callback for callback in gc.callbacks if callback is not GC_CALLBACK]
+    """Leaves gc.callbacks as it was before watch_gc (other callbacks stay).
+    Returns whether ours was still there (the program may have removed it)."""
+    kept = [callback for callback in gc.callbacks if callback is not GC_CALLBACK]
+    was_there = len(kept) < len(gc.callbacks)
+    gc.callbacks[:] = kept
+    return was_there
 TaskLane = _api["TaskLane"]
 # _memory.py's, for a thread of ours: a counter on the lane of the thread that
 # started tracing, and the RSS, both with the GIL held

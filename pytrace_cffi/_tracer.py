@@ -361,7 +361,7 @@ class Session:
             status = lib.pt_stop(self.ptr)
             self._stopped = True
             if self.log_gc:
-                _runtime.unwatch_gc()
+                self.gc_callback_lost = not _runtime.unwatch_gc()
             if self.log_async:
                 _tasks.unwatch_tasks()
                 self.lane_names = self._task_lanes.thread_names()

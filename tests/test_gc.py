@@ -163,3 +163,31 @@ def test_collections_that_run_no_python_code_share_their_args(tmp_path, no_other
     assert len(slices) >= 300
     args = region_args(trace, tmp_path / "t.json")
     assert all(set(a) == {"generation", "collected", "uncollectable"} for a in args)
+
+
+def test_a_program_clearing_gc_callbacks_is_told_what_the_trace_lacks(
+        no_automatic_collection, no_other_gc_callbacks):
+    """The program empties gc.callbacks while log_gc traces: the collections before
+    are in the trace, those after are not, and stop() says so once (they went
+    missing silently)."""
+    pytrace_cffi.start(log_gc=True)
+    gc.collect()
+    gc.collect()
+    gc.callbacks.clear()
+    gc.collect()
+    with pytest.warns(pytrace_cffi.TraceWarning, match="log_gc: the program removed "
+                      "pytrace_cffi's callback from gc.callbacks") as warned:
+        trace = pytrace_cffi.stop()
+    assert len(gc_slices(trace)) == 2
+    assert len([w for w in warned if "gc.callbacks" in str(w.message)]) == 1
+
+
+def test_log_gc_with_its_callback_kept_says_nothing(no_automatic_collection,
+                                                    no_other_gc_callbacks):
+    import warnings
+    pytrace_cffi.start(log_gc=True)
+    gc.collect()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pytrace_cffi.TraceWarning)
+        trace = pytrace_cffi.stop()
+    assert len(gc_slices(trace)) == 1
