@@ -43,9 +43,10 @@ def _parser():
                "the program starts (exit code 2); if writing fails at the end, the "
                "trace goes to the system's temporary directory (or the current one) "
                "and its path is printed.")
-    run.add_argument("-o", "--output", default="trace.json", metavar="OUT",
+    run.add_argument("-o", "--output", default="trace.pftrace", metavar="OUT",
                      help=f"where to write the trace: {formats.suffixes_text()} "
-                          "(default: trace.json)")
+                          "(default: trace.pftrace: compact, encoded while the program "
+                          "runs; ui.perfetto.dev opens it)")
     for option in start_options.CLI_OPTIONS:       # start()'s, declared in options.py
         start_options.add_argument(run, option)
         if option.name == "max_events":

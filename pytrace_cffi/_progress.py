@@ -80,6 +80,27 @@ def size_text(n):
             return f"{n:.1f} {unit}"
 
 
+# A Chrome JSON past this size is worth telling about the .pftrace of the same
+# trace: one call takes ~190 bytes of JSON, 2-10 of .pftrace (docs/OUTPUTS.md).
+BIG_JSON_BYTES = 200_000_000
+
+
+def suggest_smaller(path, stream=None):
+    """After a big Chrome JSON (.json, .json.gz) was written to path: one line
+    naming the smaller format and the command that converts it."""
+    from .formats import is_chrome_json
+    if not is_chrome_json(path) or str(path).lower().endswith(".gz"):
+        return
+    size = _size(path)
+    if size > BIG_JSON_BYTES:
+        import shlex
+        base = str(path)[:-len(".json")] if str(path).lower().endswith(".json") else str(path)
+        _say(f"pytrace_cffi: {path} is {size_text(size)} of JSON; as .pftrace (Perfetto's "
+             f"own format) the same trace is some 20 to 80 times smaller: python -m "
+             f"pytrace_cffi export {shlex.quote(str(path))} -o "
+             f"{shlex.quote(base + '.pftrace')}", stream)
+
+
 def _size(path):
     import os
     try:

@@ -1,11 +1,14 @@
 """python -m pytrace_cffi run: scripts and modules, threads, argv, exit codes."""
 import json
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+import pytrace_cffi
 
 SCRIPT = textwrap.dedent("""
     import sys, threading
@@ -109,7 +112,7 @@ ARGV_PROGRAM = textwrap.dedent("""
 @pytest.mark.parametrize("args, program_argv, out", [
     # everything after -m MODULE or SCRIPT is the program's, as with python
     (["-o", "a.json", "-m", "argmod", "-o", "y"], ["<argmod>", "-o", "y"], "a.json"),
-    (["-m", "argmod", "-m", "z"], ["<argmod>", "-m", "z"], "trace.json"),
+    (["-m", "argmod", "-m", "z"], ["<argmod>", "-m", "z"], "trace.pftrace"),
     (["-o", "g.json", "-margmod", "-q", "x"], ["<argmod>", "-q", "x"], "g.json"),
     (["--output=e.json", "--no-c-calls", "-m", "argmod", "--nproc_per_node", "2", "x.py"],
      ["<argmod>", "--nproc_per_node", "2", "x.py"], "e.json"),
@@ -406,3 +409,38 @@ def test_launcher_code_is_left_out_only_where_it_was_running_at_start(tmp_path):
         assert "launcher" not in ancestors
         assert "test_launcher_code_is_left_out_only_where_it_was_running_at_start" in ancestors
     assert isinstance(spilled, pytrace_cffi.SpilledTrace)
+
+
+def test_the_default_output_is_a_pftrace(tmp_path):
+    """Without -o, run writes trace.pftrace (compact, encoded while the program runs:
+    a big program's JSON ran to gigabytes), which load reads back."""
+    (tmp_path / "prog.py").write_text("def unique_f():\n    pass\nfor _ in range(7):\n"
+                                      "    unique_f()\n")
+    proc = run_cli(tmp_path, "run", "prog.py")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prog.py", "trace.pftrace"]
+    trace = pytrace_cffi.load(tmp_path / "trace.pftrace")
+    assert sum(1 for call in trace if call.name.endswith(": unique_f")) == 7
+
+
+def test_a_big_json_is_told_of_the_pftrace(tmp_path):
+    """A Chrome JSON over 200 MB written: one line with its size and the command
+    that makes the .pftrace of it; a smaller one, a .json.gz or a .pftrace: none."""
+    import io
+    from pytrace_cffi import _progress
+    big, small = tmp_path / "big.json", tmp_path / "small.json"
+    with open(big, "wb") as f:
+        f.truncate(300_000_000)         # sparse: its size is all that counts
+    small.write_text("{}")
+    said = io.StringIO()
+    _progress.suggest_smaller(str(big), said)
+    assert said.getvalue() == (
+        f"pytrace_cffi: {big} is 300.0 MB of JSON; as .pftrace (Perfetto's own format) the "
+        f"same trace is some 20 to 80 times smaller: python -m pytrace_cffi export {big} -o "
+        f"{tmp_path / 'big.pftrace'}\n")
+    quiet = io.StringIO()
+    for path in (small, tmp_path / "big.pftrace", tmp_path / "big.json.gz"):
+        if not path.exists():
+            os.link(big, path)
+        _progress.suggest_smaller(str(path), quiet)
+    assert quiet.getvalue() == ""

@@ -14,7 +14,8 @@ from .._files import new_directory
 from .._running import has_session as _has_session
 from .._core import lib
 from .._own_threads import own_thread_begin
-from .._progress import announce_writing, counted, finish_command, written_note
+from .._progress import (announce_writing, counted, finish_command, suggest_smaller,
+                         written_note)
 from ..errors import TraceError
 from ..follow import exits
 from ..formats import is_pftrace, numbered
@@ -206,6 +207,7 @@ class Windows:
             print(f"pytrace_cffi: {counted(calls_begun(result), 'call')} on "
                   f"{counted(len(result.threads), 'thread')} "
                   f"-> {written}{written_note(written, started)}", file=sys.stderr)
+            suggest_smaller(written)
 
     def toggle(self):
         if self._closing:

@@ -182,6 +182,7 @@ def _write_job(results, inputs, path, write, export):
             from ..render.summary import calls_begun     # as summary counts them
             _say(f"{counted(calls_begun(trace), 'call')} on {counted(len(trace.threads), 'thread')}"
                  f" -> {written}{_progress.written_note(written, started)}")
+            _progress.suggest_smaller(written)
         return written
     try:
         if formats.is_chrome_json(path):
@@ -196,6 +197,7 @@ def _write_job(results, inputs, path, write, export):
     _say(f"{counted(len(results), 'process')}, "
          f"{counted(sum(r.calls for r in results), 'call')} -> {path}"
          f"{_progress.written_note(path, started)}")
+    _progress.suggest_smaller(path)
     return path
 
 
