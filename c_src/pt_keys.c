@@ -488,10 +488,43 @@ pt_set_watch(pt_tracer *tracer, void *py_tuple)
     return rc;
 }
 
-/* Returns a new reference: the owner a built-in is named after, as
- * sys.setprofile's bound method would show it (module, type or None). */
+/* Borrowed: the first class of type's MRO whose own dictionary holds name as a
+ * built-in method (a method or slot wrapper descriptor), else type. Looks at the
+ * classes' dictionaries only, so no user code runs. */
 static PyObject *
-pt_builtin_owner(PyObject *self)
+pt_defining_class(PyTypeObject *type, PyObject *name)
+{
+    PyObject *found = (PyObject *)type;
+    PyObject *mro = PyObject_GetAttrString((PyObject *)type, "__mro__");
+    if (mro && PyTuple_Check(mro)) {
+        for (Py_ssize_t i = 0; i < PyTuple_Size(mro); i++) {
+            PyObject *cls = PyTuple_GetItem(mro, i);
+            PyObject *dict = cls ? PyObject_GetAttrString(cls, "__dict__") : NULL;
+            PyObject *entry = dict ? PyObject_GetItem(dict, name) : NULL;
+            Py_XDECREF(dict);
+            if (!entry) {
+                PyErr_Clear();
+                continue;
+            }
+            int builtin = Py_TYPE(entry) == &PyMethodDescr_Type ||
+                          Py_TYPE(entry) == &PyWrapperDescr_Type;
+            Py_DECREF(entry);
+            if (builtin)
+                found = cls;
+            break;          /* the first class defining name decides */
+        }
+    }
+    PyErr_Clear();
+    Py_XDECREF(mro);        /* (the MRO's classes outlive it: the type holds them) */
+    return found;
+}
+
+/* Returns a new reference: the owner a built-in is named after (module, type or
+ * None): for a method of an ordinary object, the class of type(self)'s MRO that
+ * defines it (list.append for a list subclass's, as cProfile names it), else
+ * type(self). */
+static PyObject *
+pt_builtin_owner(PyObject *self, PyObject *name)
 {
     PyObject *owner;
     if (!self)
@@ -499,7 +532,7 @@ pt_builtin_owner(PyObject *self)
     else if (PyModule_Check(self) || PyType_Check(self))
         owner = self;
     else
-        owner = (PyObject *)Py_TYPE(self);
+        owner = pt_defining_class(Py_TYPE(self), name);
     Py_INCREF(owner);
     return owner;
 }
@@ -515,7 +548,7 @@ pt_builtin_source(PyObject *callable, PyObject *self, PyObject *owner, PyObject 
         return NULL;
     }
     if (!owner)
-        owner = pt_builtin_owner(self);
+        owner = pt_builtin_owner(self, name);
     PyObject *source = PyTuple_Pack(3, owner, name, keepalive ? keepalive : Py_None);
     Py_DECREF(owner);
     Py_DECREF(name);

@@ -76,8 +76,9 @@ def builtin_owner(function):
       module sharing one C function keep their own names;
     - self is a type (a classmethod): that type (``dict.fromkeys``);
     - self is an ordinary object and the function is an ordinary bound method of
-      its type (see _is_bound_method): type(self) (``list.append``,
-      ``_io.TextIOWrapper.write``);
+      its type (see _is_bound_method): the class of type(self)'s MRO that defines
+      it as a built-in method (``list.append``, also for a list subclass's, as
+      cProfile names it; ``_io.TextIOWrapper.write``), else type(self);
     - otherwise self is a "function record" (pybind11 binds each of its functions,
       which all share one C dispatcher, to its own record or capsule; closures
       bound to arbitrary objects): the str ``function.__module__``, so the name
@@ -91,7 +92,20 @@ def builtin_owner(function):
         module = getattr(function, "__module__", None)
         if isinstance(module, str):
             return module
-    return type(owner)
+    return defining_class(type(owner), function.__name__)
+
+
+_BUILTIN_METHODS = (types.MethodDescriptorType, types.WrapperDescriptorType)
+
+
+def defining_class(cls, name):
+    """The first class of cls's MRO whose own __dict__ holds name, when it holds
+    it as a built-in method there; else cls (as pt_keys.c's pt_defining_class)."""
+    for base in cls.__mro__:
+        entry = vars(base).get(name)
+        if entry is not None:
+            return base if isinstance(entry, _BUILTIN_METHODS) else cls
+    return cls
 
 
 def builtin_name(owner, name):

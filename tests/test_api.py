@@ -161,8 +161,7 @@ def test_names_are_stable_and_carry_no_addresses():
         "-".join(["a"])
     names = {c.name for c in t.trace if c.kind == "c"}
     assert {"time.monotonic", "str.join"} <= names
-    box_append = "test_api.test_names_are_stable_and_carry_no_addresses.<locals>.Box.append"
-    assert box_append in names
+    assert "list.append" in names      # the class defining it: Box's, a local class's
     assert not [n for n in names if re.search(r"0x[0-9a-f]+", n)]
 
 

@@ -93,6 +93,15 @@ def test_builtin_names_of_common_callables(shared_dispatch_ext):
     assert builtin_function_name(len) == "builtins.len"
     assert builtin_function_name(time.sleep) == "time.sleep"
     assert builtin_function_name([].append) == "list.append"
+
+    class Stack(list):          # a subclass's method: the class defining it
+        def extend(self, items):
+            super().extend(items)
+    import collections
+    assert builtin_function_name(Stack().append) == "list.append"
+    assert builtin_function_name(collections.OrderedDict().get) == "dict.get"
+    assert builtin_function_name(collections.OrderedDict().move_to_end) == (
+        "collections.OrderedDict.move_to_end")
     assert builtin_function_name(io.StringIO().write) == "_io.StringIO.write"
     assert builtin_function_name(dict.fromkeys) == "dict.fromkeys"
     assert builtin_function_name(str.maketrans) == "maketrans"        # no self
