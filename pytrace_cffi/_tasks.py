@@ -12,6 +12,7 @@ step ran. Other callbacks are left as they were.
 Loops that do not run callbacks through asyncio.Handle (uvloop's) are left as
 they are: their steps stay on the loop's thread.
 """
+import sys
 import weakref
 
 from ._hiding import hide_alone
@@ -37,7 +38,7 @@ class TaskLanes:
         """The lane of the task whose step (or wakeup) handle runs, or None for
         another callback (or past MAX_LANES)."""
         task = getattr(handle._callback, "__self__", None)
-        if not isinstance(task, _task_types):
+        if not isinstance(task, _task_types or _find_task_types()):
             return None
         entry = self._lanes.get(id(task))
         if entry is not None and entry[0]() is task:
@@ -98,27 +99,77 @@ hide_alone(run_task_step.__code__)
 
 
 def watch_tasks():
-    """Puts tasks on lanes from now on; returns the trace's TaskLanes. Imports
-    asyncio (the option's only cost when the program never uses it)."""
-    global _lanes, _original_run, _task_types
-    import asyncio.events
-    import asyncio.tasks
-    _task_types = tuple({t for t in (getattr(asyncio.tasks, "Task", None),
-                                     getattr(asyncio.tasks, "_PyTask", None))
-                         if isinstance(t, type)})
-    handle = asyncio.events.Handle
-    if handle.__dict__.get("_run") is not run_task_step:
-        _original_run = handle.__dict__["_run"]
-        handle._run = run_task_step
+    """Puts tasks on lanes from now on; returns the trace's TaskLanes. asyncio is
+    not imported here: Handle._run is replaced once the program has loaded
+    asyncio.events (the program's import of asyncio stays its own)."""
+    global _lanes
     _lanes = TaskLanes()
+    events = sys.modules.get("asyncio.events")
+    if events is not None:
+        _replace_run(events)
+    elif _events_hook not in sys.meta_path:
+        sys.meta_path.insert(0, _events_hook)
     return _lanes
+
+
+def _replace_run(events):
+    global _original_run
+    handle = getattr(events, "Handle", None)
+    run = getattr(handle, "__dict__", {}).get("_run")
+    if run is not None and run is not run_task_step:
+        _original_run = run
+        handle._run = run_task_step
+
+
+def _find_task_types():
+    """asyncio's task types, once asyncio.tasks is loaded (after asyncio.events)."""
+    global _task_types
+    tasks = sys.modules.get("asyncio.tasks")
+    if tasks is not None:
+        _task_types = tuple({t for t in (getattr(tasks, "Task", None),
+                                         getattr(tasks, "_PyTask", None))
+                             if isinstance(t, type)})
+    return _task_types
+
+
+class _EventsHook:
+    """On sys.meta_path until asyncio.events is loaded: finds it through the
+    finders after it, and has its loader replace Handle._run once it has run."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "asyncio.events" or self not in sys.meta_path:
+            return None
+        sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            spec = getattr(finder, "find_spec", lambda *a: None)(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        exec_module = getattr(spec.loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+
+        def exec_then_replace(module):
+            exec_module(module)
+            if _lanes is not None:      # (still tracing)
+                _replace_run(module)
+        try:
+            spec.loader.exec_module = exec_then_replace
+        except AttributeError:
+            pass
+        return spec
+
+
+_events_hook = _EventsHook()
 
 
 def unwatch_tasks():
     """Gives Handle._run back (unless other code replaced it meanwhile)."""
     global _lanes
     _lanes = None
-    import asyncio.events
-    handle = asyncio.events.Handle
-    if handle.__dict__.get("_run") is run_task_step:
+    if _events_hook in sys.meta_path:
+        sys.meta_path.remove(_events_hook)
+    handle = getattr(sys.modules.get("asyncio.events"), "Handle", None)
+    if handle is not None and handle.__dict__.get("_run") is run_task_step:
         handle._run = _original_run
