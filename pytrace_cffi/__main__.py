@@ -9,6 +9,7 @@ import types
 from . import _set_step_hook, formats, options as start_options
 from ._files import new_directory
 from ._progress import counted
+from ._program_view import hide_from_program
 from .cli.dump import add_dump_parser, cmd_dump
 from .cli.program import main_module, split_run
 from .cli.steps import OptimizerSteps, ScheduledWindows, parse_schedule
@@ -385,6 +386,8 @@ def _cmd_run(args, program, at_interpreter_exit=False):
         windows.after(args.delay, args.duration)
     else:
         windows.whole_run()
+    # The program sees python's sys.modules, not our imports (its own run again).
+    hide_from_program(module is not None or main.__spec__ is not None)
     try:
         for package in packages:
             importlib.import_module(package)

@@ -1,0 +1,94 @@
+"""What `run`'s program sees of sys.modules: python's own list, not ours.
+
+Just before the program's code runs, the modules imported after start-up (by
+our launcher and by us) leave sys.modules, so that the program imports them
+itself, as under python (with the calls of those imports in its trace, and
+with code that looks at what is loaded behaving as it would).
+
+A module of pure Python (argparse, json, ...) is simply dropped: the program's
+`import json` runs json afresh; our code keeps the copy it holds. Our own
+modules, and those that must stay one object (extension and built-in modules,
+threading: the interpreter joins threads at exit through the one in
+sys.modules, and our hook on new threads lives in it), are kept aside and given
+back as they are when they are imported again, by the program or by us
+(docs/CLI.md#what-the-program-sees).
+"""
+import sys
+
+_bootstrap = sys.modules["_frozen_importlib"]
+_external = sys.modules["_frozen_importlib_external"]
+_PYTHON_LOADERS = (_external.SourceFileLoader, _external.SourcelessFileLoader,
+                   _bootstrap.FrozenImporter)
+_ONE_OBJECT = ("threading",)
+
+_kept_aside = {}        # name -> module, given back by _GiveBack on its next import
+_dropped = []           # the dropped modules stay alive for the code that holds them
+_specs = {}             # name -> the spec of a module given back
+
+
+def _startup_end(names):
+    """How many of names (sys.modules in the order its imports completed) were
+    there when the interpreter had started: up to site's (which completes last
+    of its imports, sitecustomize's and .pth files' included), or __main__'s
+    without site (python -S: site may come later, imported by us)."""
+    mark = "__main__" if sys.flags.no_site else "site"
+    return names.index(mark) + 1 if mark in names else 0
+
+
+def hide_from_program(through_runpy):
+    """Takes out of sys.modules what python would not have before the program's
+    first line. through_runpy: python itself would run the program through runpy
+    (-m MODULE, a directory or zip file), which then stays if our launcher
+    (python -m pytrace_cffi) loaded it."""
+    names = list(sys.modules)
+    start = _startup_end(names)
+    keep = set(names[:start])
+    if through_runpy and "runpy" in names[start:]:
+        launcher_end = names.index("runpy") + 1
+        if "pytrace_cffi" not in names[start:launcher_end]:     # runpy ran us
+            keep.update(names[start:launcher_end])
+    for name in names[start:]:
+        if name in keep:
+            continue
+        module = sys.modules.pop(name)
+        spec = getattr(module, "__spec__", None)
+        if isinstance(getattr(spec, "loader", None), _PYTHON_LOADERS) and not (
+                name in _ONE_OBJECT or name.partition(".")[0] == "pytrace_cffi"):
+            _dropped.append(module)
+        else:
+            _kept_aside[name] = module
+            _specs[name] = spec
+        parent, _, child = name.rpartition(".")
+        if parent in keep and getattr(sys.modules.get(parent), child, None) is module:
+            delattr(sys.modules[parent], child)     # as the program's import finds it
+    if _kept_aside and _give_back not in sys.meta_path:
+        sys.meta_path.insert(0, _give_back)
+
+
+class _GiveBack:
+    """First on sys.meta_path: a module kept aside is imported as the very module
+    it was (create_module gives it; nothing runs again)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _kept_aside:
+            return None
+        return _bootstrap.ModuleSpec(name, self)
+
+    def create_module(self, spec):
+        # Its submodules come back with it, straight into sys.modules: imported one
+        # by one, each would be set on the package, over a name the package
+        # defines itself (pytrace_cffi._stopped, the module, over _stopped, the
+        # function).
+        prefix = spec.name + "."
+        for name in [name for name in _kept_aside if name.startswith(prefix)]:
+            sys.modules[name] = _kept_aside.pop(name)
+            _specs.pop(name, None)
+        return _kept_aside.pop(spec.name)
+
+    def exec_module(self, module):
+        spec = _specs.pop(getattr(module, "__name__", None), None)
+        if spec is not None:        # (the import set our spec on it)
+            module.__spec__ = spec
+
+
+_give_back = _GiveBack()

@@ -1,0 +1,84 @@
+"""What `run`'s program sees of sys.modules: python's own list at its first line
+(issue #34 item 1), and its own imports traced as calls."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import _cffi_backend
+import pytest
+
+import pytrace_cffi
+from pytrace_cffi.reading import read_trace
+
+PRINT_MODULES = "import sys\nprint(sorted(sys.modules))\n"
+
+# python -S: nothing but the interpreter's start-up (site imports much of what
+# we import, hiding differences); cffi's directory then goes on PYTHONPATH.
+FLAGS = {"site": [], "no site": ["-S"]}
+
+
+def environment():
+    paths = [os.path.dirname(os.path.dirname(pytrace_cffi.__file__)),
+             os.path.dirname(_cffi_backend.__file__)]
+    old = os.environ.get("PYTHONPATH")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths + ([old] if old else [])))
+
+
+def modules_seen(cwd, command):
+    proc = subprocess.run(command, cwd=cwd, env=environment(), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return set(eval(proc.stdout.splitlines()[-1]))     # noqa: S307 - our own print
+
+
+@pytest.mark.parametrize("flags", FLAGS.values(), ids=FLAGS.keys())
+@pytest.mark.parametrize("options", [
+    [], ["--log-async"], ["--flight-recorder"], ["--memory-interval", "1"], ["--log-gc"],
+    ["--log-exceptions"], ["-o", "out.json"], ["-o", "out.pftrace"], ["-o", "out.html"],
+    ["-o", "saved_dir"], ["--no-follow"], ["--max-events", "100", "--spill"]],
+    ids=" ".join)
+def test_the_program_sees_the_modules_python_gives_it(tmp_path, flags, options):
+    (tmp_path / "prog.py").write_text(PRINT_MODULES)
+    expected = modules_seen(tmp_path, [sys.executable, *flags, "prog.py"])
+    seen = modules_seen(tmp_path, [sys.executable, *flags, "-m", "pytrace_cffi", "run",
+                                   *options, "prog.py"])
+    assert sorted(seen - expected) == [] and sorted(expected - seen) == []
+
+
+@pytest.mark.parametrize("flags", FLAGS.values(), ids=FLAGS.keys())
+def test_a_module_run_with_m_sees_what_python_m_gives_it(tmp_path, flags):
+    (tmp_path / "shown.py").write_text(PRINT_MODULES)
+    expected = modules_seen(tmp_path, [sys.executable, *flags, "-m", "shown"])
+    seen = modules_seen(tmp_path, [sys.executable, *flags, "-m", "pytrace_cffi", "run",
+                                   "-m", "shown"])
+    assert sorted(seen - expected) == [] and sorted(expected - seen) == []
+
+
+@pytest.mark.parametrize("options", [[], ["--log-async"]], ids=["default", "log-async"])
+def test_the_programs_own_imports_are_traced(tmp_path, options):
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""\
+        import argparse
+        import json
+        import socket
+        import asyncio
+
+        async def main():
+            await asyncio.sleep(0)
+        asyncio.run(main())
+        print(json.dumps([argparse.__name__, json.__name__, socket.__name__]))
+        """))
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", *options,
+                           "-o", "out.json", "prog.py"], cwd=tmp_path, env=environment(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == ["argparse", "json", "socket"]
+    trace = read_trace(str(tmp_path / "out.json"))
+    modules_run = {os.path.basename(call.name.split("(")[0]) for call in trace
+                   if "<module>" in call.name}
+    for name in ("argparse.py", "socket.py", "__init__.py"):   # json/__init__.py
+        assert name in modules_run, sorted(modules_run)
+    if options:         # its tasks still go on lanes of their own
+        names = {thread.name for thread in trace.threads}
+        assert any(name.startswith("task ") for name in names), names
