@@ -234,7 +234,12 @@ def read(path):
     if not os.path.exists(path):
         raise TraceFormatError(f"{path!r} does not exist")
     fmt = find(path)
-    if fmt is None or fmt is DIRECTORY or fmt.reader is None:
+    if fmt is not None and fmt is not DIRECTORY and fmt.reader is None:
+        # (the page, flame graphs, pprof: made for their viewers, not read back)
+        raise TraceFormatError(f"{path!r} ({fmt.what}) is made for its viewer and not read "
+                               "back: write a .pftrace (or .json, .json.gz, a directory) to "
+                               "read the trace again")
+    if fmt is None or fmt is DIRECTORY:
         raise TraceFormatError(f"{path!r} is neither a saved-trace directory nor a .json, "
                                f".json.gz or .pftrace file")
     return _named(fmt.reader)(path, **fmt.read_options)

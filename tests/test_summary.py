@@ -278,6 +278,10 @@ def x_events(data):
     ("category.json", lambda d: broken(d, lambda d: x_events(d)[0].update(cat="gpu")),
      "unknown category"),
     ("notes.txt", lambda d: "hello", "neither a saved-trace directory"),
+    # a page or a flame graph of ours: said what it is and what to write instead
+    ("page.html", lambda d: "<html></html>", r"\(a self-contained page: timeline and "
+     r"summary\) is made for its viewer and not read back: write a \.pftrace"),
+    ("flame.folded", lambda d: "a;b 1\n", r"is made for its viewer and not read back"),
 ])
 def test_bad_files_raise_trace_format_error(trace, tmp_path, name, content, message):
     path = tmp_path / name
