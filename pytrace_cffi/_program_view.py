@@ -19,7 +19,7 @@ _bootstrap = sys.modules["_frozen_importlib"]
 _external = sys.modules["_frozen_importlib_external"]
 _PYTHON_LOADERS = (_external.SourceFileLoader, _external.SourcelessFileLoader,
                    _bootstrap.FrozenImporter)
-_ONE_OBJECT = ("threading",)
+_ONE_OBJECT = ("threading", "warnings")   # (warnings: our hook of _showwarnmsg is in it)
 
 _kept_aside = {}        # name -> module, given back by _GiveBack on its next import
 _dropped = []           # the dropped modules stay alive for the code that holds them

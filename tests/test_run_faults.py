@@ -316,12 +316,16 @@ KILLED_WHILE_SAVING = """
     import atexit, os, signal, sys, threading, time
     def leaf(i):
         return i
+    go = threading.Event()
     def keep_killing():
+        go.wait()
         while True:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.002)
+    # (started now: 3.12+ starts no thread at the interpreter's exit)
+    threading.Thread(target=keep_killing, daemon=True).start()
     def start_killing():
-        threading.Thread(target=keep_killing, daemon=True).start()
+        go.set()
         time.sleep(2)
     for i in range({n}):
         leaf(i)
