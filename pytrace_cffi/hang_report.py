@@ -420,7 +420,17 @@ def format_report(dump, groups, thread_groups=None):
     for path, problem in dump.problems:
         lines.append(f"not read: {problem}" if problem.startswith(path) else
                      f"not read: {path}: {problem}")
-    return "\n".join(lines)
+    return "\n".join(_CONTROL.sub(_escaped, line) for line in lines)
+
+
+# A dump's labels, reasons and names are the dumped program's (or a hostile
+# file's): their control characters (a terminal's escape sequences) are shown
+# escaped, never sent to the terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _escaped(match):
+    return f"\\x{ord(match.group()):02x}"
 
 
 def _title(dump):

@@ -204,3 +204,15 @@ def test_a_damaged_or_missing_dump_is_said_and_the_rest_reported(tmp_path):
                          "this pytrace_cffi reads version 1")
     assert lines[-1] == (f"not read: {tmp_path / 'proc-999'}: no dump.json (the process "
                          "wrote no dump)")
+
+
+def test_a_dumps_control_characters_are_shown_escaped(tmp_path):
+    """A label, reason or function name holding a terminal's escape sequence (the
+    dumped program's, or a hostile file's) is printed escaped, never sent raw."""
+    write_dump(tmp_path, 400, [[(MAIN, 3.0), ("evil\x1b[2J", 2.0)]],
+               label="rank \x1b]0;owned\x07", reason="SIGUSR1\x1b[31m")
+    text = report([str(tmp_path)])
+    assert not any(ord(c) < 32 and c != "\n" for c in text)
+    lines = text.splitlines()
+    assert lines[0].endswith(" (SIGUSR1\\x1b[31m)")
+    assert lines[1] == "rank \\x1b]0;owned\\x07 (pid 400) in evil\\x1b[2J for 2.0 s"
