@@ -19,7 +19,11 @@ _bootstrap = sys.modules["_frozen_importlib"]
 _external = sys.modules["_frozen_importlib_external"]
 _PYTHON_LOADERS = (_external.SourceFileLoader, _external.SourcelessFileLoader,
                    _bootstrap.FrozenImporter)
-_ONE_OBJECT = ("threading", "warnings")   # (warnings: our hook of _showwarnmsg is in it)
+_ONE_OBJECT = ("threading",)
+# Never hidden: warnings.catch_warnings (ours at the end, the stdlib's anywhere)
+# reads sys.modules["warnings"], and our hook of _showwarnmsg lives in it. Python
+# 3.9 and 3.12+ import it only when first needed (docs/CLI.md says so).
+_STAYS = ("warnings",)
 
 _kept_aside = {}        # name -> module, given back by _GiveBack on its next import
 _dropped = []           # the dropped modules stay alive for the code that holds them
@@ -42,7 +46,7 @@ def hide_from_program(through_runpy):
     (python -m pytrace_cffi) loaded it."""
     names = list(sys.modules)
     start = _startup_end(names)
-    keep = set(names[:start])
+    keep = set(names[:start]) | set(_STAYS)
     if through_runpy and "runpy" in names[start:]:
         launcher_end = names.index("runpy") + 1
         if "pytrace_cffi" not in names[start:launcher_end]:     # runpy ran us

@@ -88,13 +88,14 @@ BIG_JSON_BYTES = 200_000_000
 def suggest_smaller(path, stream=None):
     """After a big Chrome JSON (.json, .json.gz) was written to path: one line
     naming the smaller format and the command that converts it."""
-    from .formats import is_chrome_json
-    if not is_chrome_json(path) or str(path).lower().endswith(".gz"):
+    from .formats import find, suffix_of
+    fmt = find(path)
+    if fmt is None or not fmt.chrome_json or fmt.gzip:
         return
     size = _size(path)
     if size > BIG_JSON_BYTES:
         import shlex
-        base = str(path)[:-len(".json")] if str(path).lower().endswith(".json") else str(path)
+        base = str(path)[:-len(suffix_of(str(path)))]
         _say(f"pytrace_cffi: {path} is {size_text(size)} of JSON; as .pftrace (Perfetto's "
              f"own format) the same trace is some 20 to 80 times smaller: python -m "
              f"pytrace_cffi export {shlex.quote(str(path))} -o "
