@@ -12,6 +12,8 @@ together compare on this VM):
          prints RSS over time and the growth after the first tenth.
   dump   how long a dump holds the program (the clone), by how much memory the
          process holds, and how long the clone takes to write the dump.
+  steps  --steps-millions million torch optimizer steps (the stand-in torch where
+         torch does not import) under the recorder; RSS over time, as soak.
 
     PYTHONPATH=. python benchmarks/flight_recorder.py --floor-dir ~/.cache/pytrace-ab/floor-3.12
     PYTHONPATH=. python benchmarks/flight_recorder.py --only soak --soak-millions 300
@@ -73,6 +75,26 @@ trace = pytrace_cffi.stop()
 print("kept", len(trace), "dropped", trace.dropped_events, flush=True)
 '''
 
+# torch's optimizer steps (the real torch where it imports, else the tests' stand-in):
+# what the recorder keeps per step must not grow (#30: ~300 bytes a step did)
+STEPS = r'''
+import sys, tempfile
+try:
+    import torch
+except ImportError:
+    sys.path.insert(0, sys.argv[1])
+    import torch
+import pytrace_cffi
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(list(model.parameters()), lr=0.1)
+pytrace_cffi.start(flight_recorder=True, dumps_dir=tempfile.mkdtemp())
+print("started", flush=True)
+for _ in range(int(float(sys.argv[2]) * 1e6)):
+    optimizer.step()
+pytrace_cffi.stop()
+print("torch from", torch.__file__, flush=True)
+'''
+
 DUMP = r'''
 import json, os, sys, tempfile, time
 import pytrace_cffi
@@ -121,8 +143,18 @@ def cost(args):
 
 
 def soak(args):
-    with subprocess.Popen([sys.executable, "-c", SOAK, WORKLOADS_DIR,
-                           str(args.soak_millions)], stdout=subprocess.PIPE, text=True,
+    _sampled(SOAK, WORKLOADS_DIR, args.soak_millions, "million events")
+
+
+def steps(args):
+    stand_in = os.path.join(os.path.dirname(HERE), "tests", "torch_stand_in")
+    _sampled(STEPS, stand_in, args.steps_millions, "million optimizer steps")
+
+
+def _sampled(program, path, millions, what):
+    """Runs program (argv: path, millions) and samples its RSS every 0.5 s."""
+    with subprocess.Popen([sys.executable, "-c", program, path,
+                           str(millions)], stdout=subprocess.PIPE, text=True,
                           cwd=tempfile.gettempdir(), env=measuring_env()) as proc:
         assert proc.stdout.readline().strip() == "started"
         t0, samples = time.monotonic(), []
@@ -137,7 +169,7 @@ def soak(args):
         raise SystemExit("the soak ended too soon to sample")
     tenth = samples[len(samples) // 10]
     late = max(rss for _, rss in samples[len(samples) // 10:])
-    print(f"soak: {args.soak_millions:g} million events in {samples[-1][0]:.0f} s; {tail}")
+    print(f"{millions:g} {what} in {samples[-1][0]:.0f} s; {tail}")
     for when, rss in samples[::max(1, len(samples) // 12)]:
         print(f"  {when:6.1f} s  {rss:7.1f} MiB")
     print(f"RSS at a tenth of the run {tenth[1]:.1f} MiB, highest after it {late:.1f} MiB: "
@@ -157,19 +189,20 @@ def dump(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", choices=["cost", "soak", "dump"], action="append")
+    ap.add_argument("--only", choices=["cost", "soak", "dump", "steps"], action="append")
     ap.add_argument("--floor-dir", default="~/.cache/pytrace-ab/floor-"
                     f"{sys.version_info[0]}.{sys.version_info[1]}")
     ap.add_argument("--workloads", nargs="+", default=["fib", "builtins_mix"])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--soak-millions", type=float, default=300)
+    ap.add_argument("--steps-millions", type=float, default=2)
     ap.add_argument("--dump-sizes", type=int, nargs="+", default=[0, 1024, 4096])
     args = ap.parse_args()
     import pytrace_cffi
     print(f"pytrace_cffi from {os.path.dirname(pytrace_cffi.__file__)}, Python "
           f"{sys.version.split()[0]}")
-    for name in args.only or ["cost", "dump", "soak"]:
+    for name in args.only or ["cost", "dump", "soak", "steps"]:
         globals()[name](args)
 
 

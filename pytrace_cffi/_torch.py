@@ -135,8 +135,9 @@ class TorchWatcher:
     """Names module calls and optimizer steps as torch.profiler does, and keeps
     their parameter metadata when record_params is set."""
 
-    def __init__(self, record_params=False):
+    def __init__(self, record_params=False, steps_kept=None):
         self.record_params = record_params
+        self.steps_kept = steps_kept    # record_params' steps kept (None: all)
         self.tags = [None]              # tag -> {"kind", "name", ...}; 0 means none
         self.modules = []               # params.json "modules"
         self.optimizer_steps = []       # params.json "optimizer_steps"
@@ -145,6 +146,7 @@ class TorchWatcher:
         self._instances_per_class = {}  # id(class) -> instances of it seen
         self._optimizer_ids = {}        # id(optimizer) -> ordinal
         self._steps_taken = {}          # optimizer ordinal -> steps seen
+        self._optimizer_tags = {}       # optimizer ordinal -> its steps' tag
         self._parameter_names = {}      # id(parameter) -> "Linear_0.weight"
         self._region_tags = {}          # region name -> tag of the __enter__ calls opening it
         self._region_exit_tag = 0
@@ -250,11 +252,17 @@ class TorchWatcher:
             self._held.append(optimizer)
         step = self._steps_taken.get(optimizer_id, 0)
         self._steps_taken[optimizer_id] = step + 1
-        tag = len(self.tags)
-        self.tags.append({"kind": OPTIMIZER_STEP, "name": f"Optimizer.step#{cls}.step",
-                          "optimizer_id": optimizer_id, "class": cls, "step": step})
+        # One tag per optimizer, not per step: a tag per step grew the session (and
+        # every flight dump) by ~300 bytes a step, forever.
+        tag = self._optimizer_tags.get(optimizer_id)
+        if tag is None:
+            tag = self._optimizer_tags[optimizer_id] = len(self.tags)
+            self.tags.append({"kind": OPTIMIZER_STEP, "name": f"Optimizer.step#{cls}.step",
+                              "optimizer_id": optimizer_id, "class": cls})
         if self.record_params:
             self.optimizer_steps.append(self._describe_step(optimizer, optimizer_id, cls, step))
+            if self.steps_kept is not None and len(self.optimizer_steps) > self.steps_kept:
+                del self.optimizer_steps[0]     # a ring keeps the newest events only
         return tag
 
     def _describe_step(self, optimizer, optimizer_id, cls, step):

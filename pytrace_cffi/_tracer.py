@@ -37,6 +37,8 @@ def profile_unwraps_bound_builtins(version_info=sys.version_info):
 # This interpreter's answer, asked once (every Session needs it).
 _UNWRAP_FLAG = (lib.PT_FLAG_UNWRAP_METHODS
                 if USE_MONITORING and profile_unwraps_bound_builtins() else 0)
+# record_params' optimizer steps a ring keeps (their metadata, newest first out)
+STEPS_KEPT_IN_A_RING = 64
 MONITORING_TOOL_NAME = "pytrace_cffi"
 # The sys.monitoring tool ids start() may claim, first free first. 4 and 3 are no
 # standard tool's (0 DEBUGGER_ID, 1 COVERAGE_ID, 2 PROFILER_ID, 5 OPTIMIZER_ID), so
@@ -112,7 +114,10 @@ class Session:
             check(lib.pt_set_bounds(self.ptr, max_events, spill), self.ptr, "max_events")
         self.watcher = None
         if o["with_modules"] and not noop:
-            self.watcher = TorchWatcher(record_params=o["record_params"])
+            # a ring (max_events, flight recorder) keeps the newest steps' parameters
+            self.watcher = TorchWatcher(record_params=o["record_params"],
+                                        steps_kept=STEPS_KEPT_IN_A_RING
+                                        if max_events is not None else None)
             spec = self.watcher.watch_spec()
             check(lib.pt_set_watch(self.ptr, ffi.cast("void *", id(spec))), self.ptr, "watch")
         self.exception_log = None

@@ -713,3 +713,40 @@ def test_a_dump_signal_the_program_handles_stays_the_programs(tmp_path):
     assert proc.returncode == 0 and proc.stdout == "PROGRAM'S HANDLER\n", proc.stderr
     assert "the dump signal SIGUSR1 has a handler of the program's" in proc.stderr
     assert [d for d in os.listdir(tmp_path / "dumps") if not d.startswith(".")] == []
+
+
+STEPPING = """
+import json, os, sys
+sys.path.insert(0, sys.argv[2])     # the stand-in torch
+import torch
+import pytrace_cffi
+
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(list(model.parameters()), lr=0.1)
+pytrace_cffi.start(flight_recorder="4M", dumps_dir=sys.argv[1], record_params=True)
+for _ in range(int(sys.argv[3])):
+    optimizer.step()
+where = pytrace_cffi.dump(reason="steps")
+trace = pytrace_cffi.stop()
+print(json.dumps([s["step"] for s in trace.params["optimizer_steps"]]))
+tags = 0
+with open(os.path.join(where, "keys.jsonl")) as f:
+    for line in f:
+        tags += len(json.loads(line).get("tags", []))
+print(tags, os.path.getsize(os.path.join(where, "keys.jsonl")))
+"""
+
+
+@pytest.mark.parametrize("steps", [300, 3000])
+def test_what_the_recorder_keeps_of_optimizer_steps_is_bounded(tmp_path, steps):
+    """Ten times the optimizer steps keep as much: the steps' tags (one per
+    optimizer, not per step: ~300 bytes a step went into the session and every
+    dump, forever) and record_params' metadata of the newest 64 steps only."""
+    stand_in = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_stand_in")
+    proc = _run(tmp_path, STEPPING, tmp_path / "dumps", stand_in, steps)
+    assert proc.returncode == 0, proc.stderr
+    kept, counts = proc.stdout.splitlines()
+    assert json.loads(kept) == list(range(steps - 64, steps))
+    tags, keys_size = map(int, counts.split())
+    assert tags <= 4            # none, the step's region end, the optimizer's step
+    assert keys_size < 20_000
