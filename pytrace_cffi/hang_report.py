@@ -63,9 +63,12 @@ PYTHON_NAME = re.compile(r"^(?P<path>.*)\((?P<line>\d+)\): (?P<function>.+)$", r
 Frame = namedtuple("Frame", "name since_ns")
 ThreadStack = namedtuple("ThreadStack", "native_id name frames")
 ProcessDump = namedtuple("ProcessDump", "directory pid label rank worker_id host reason "
-                                        "realtime_ns monotonic_ns threads")
+                                        "realtime_ns monotonic_ns threads exception",
+                         defaults=(None,))
 ProcessDump.__doc__ = """One process's dump.json: threads are ThreadStacks, each frame
-a Frame (outermost first); rank and worker_id None when the process has none."""
+a Frame (outermost first); rank and worker_id None when the process has none;
+exception the Raised a thread of it died of (its stack: the traceback), or None."""
+Raised = namedtuple("Raised", "type message native_id")
 Dump = namedtuple("Dump", "directory processes problems")
 Dump.__doc__ = """A DUMPDIR: its ProcessDumps (by rank, then label, then pid) and the
 (path, what is wrong) of each proc-* directory that could not be read."""
@@ -223,7 +226,19 @@ def read_process_dump(directory):
         reason=_field(data, "reason", str, path, optional=True) or "?",
         realtime_ns=_field(data, "realtime_ns", int, path, optional=True),
         monotonic_ns=_field(data, "monotonic_ns", int, path),
-        threads=[_thread(entry, path) for entry in threads])
+        threads=[_thread(entry, path) for entry in threads],
+        exception=_raised(data, path))
+
+
+def _raised(data, path):
+    """dump.json's "exception" (flight/recorder.py) as a Raised, or None."""
+    raised = data.get("exception")
+    if raised is None:
+        return None
+    if not isinstance(raised, dict):
+        raise TraceFormatError(f"{path}: 'exception' is {raised!r}, not an object")
+    return Raised(_field(raised, "type", str, path), _field(raised, "message", str, path),
+                  _field(raised, "native_id", int, path, optional=True))
 
 
 def _completed(directory):
@@ -382,11 +397,26 @@ def duration_text(values):
     return text
 
 
+def _raised_in(member):
+    """The Raised member's thread died of (its frames: the traceback), or None."""
+    raised = member.process.exception
+    return raised if raised is not None and raised.native_id == member.thread.native_id \
+        else None
+
+
 def headline(group, thread_names=False):
-    """`rank 3 in __next__ (dataloader.py:620) for 42.1 s`."""
+    """`rank 3 in __next__ (dataloader.py:620) for 42.1 s`; `rank 1 raised
+    RuntimeError: bad batch in load (data.py:40)` for an exception's dump."""
     if not group.frames:
         whose = "its dump" if len(group.members) == 1 else "their dumps"
         return f"{who(group.members, thread_names)}: no open call in {whose}"
+    raised = [_raised_in(m) for m in group.members]
+    if all(raised):
+        others = len({(r.type, r.message) for r in raised}) - 1
+        return (f"{who(group.members, thread_names)} raised {raised[0].type}: "
+                f"{raised[0].message} in {short_name(group.frames[-1])}"
+                + (f" (and {others} other exception{'s' if others > 1 else ''})"
+                   if others else ""))
     duration = duration_text([m.seconds for m in group.members])
     when = duration if duration.startswith(BEFORE_WINDOW) else f"for {duration}"
     return f"{who(group.members, thread_names)} in {short_name(group.frames[-1])} {when}"
@@ -399,10 +429,11 @@ def _frame_seconds(group, depth):
 def _frame_lines(group):
     """The group's stack, outermost first, each frame with how long it has been
     open (over the members)."""
-    rows = [(name, duration_text(_frame_seconds(group, depth)))
+    raised = all(_raised_in(m) for m in group.members)     # a traceback: no durations
+    rows = [(name, "" if raised else duration_text(_frame_seconds(group, depth)))
             for depth, name in enumerate(group.frames)]
     width = max((len(name) for name, _ in rows), default=0)
-    return [f"    {name.ljust(width)}  {duration}" for name, duration in rows]
+    return [f"    {name.ljust(width)}  {duration}".rstrip() for name, duration in rows]
 
 
 def format_report(dump, groups, thread_groups=None):
@@ -457,7 +488,10 @@ def report_data(dump, groups, thread_groups=None):
             "members": [{"pid": m.process.pid, "label": m.process.label,
                          "rank": m.process.rank, "host": m.process.host,
                          "thread": m.thread.name, "native_id": m.thread.native_id,
-                         "seconds": m.seconds} for m in group.members],
+                         "seconds": m.seconds,
+                         "raised": _raised_in(m) and {"type": _raised_in(m).type,
+                                                      "message": _raised_in(m).message}}
+                        for m in group.members],
             "frames": [{"name": name, "seconds": _frame_seconds(group, depth)}
                        for depth, name in enumerate(group.frames)],
         }

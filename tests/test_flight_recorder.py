@@ -750,3 +750,50 @@ def test_what_the_recorder_keeps_of_optimizer_steps_is_bounded(tmp_path, steps):
     tags, keys_size = map(int, counts.split())
     assert tags <= 4            # none, the step's region end, the optimizer's step
     assert keys_size < 20_000
+
+
+RAISES_AT_STEP_7 = """
+import sys, threading
+import pytrace_cffi
+
+def load(step):
+    if step == 7:
+        raise RuntimeError(f"bad batch at step {step}")
+
+def train():
+    for step in range(10):
+        load(step)
+
+pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1])
+if sys.argv[2] == "thread":
+    worker = threading.Thread(target=train, name="loader")
+    worker.start()
+    worker.join()
+else:
+    train()
+"""
+
+
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_an_exceptions_dump_holds_the_exception_and_where_it_was_raised(tmp_path, where):
+    """A program dying of an exception at step 7 (or a thread of it): the dump holds
+    the exception's type and message and the raising thread's stack from its
+    traceback, each frame with its line; `report` says it ("no open call in its
+    dump" before: the frames had unwound)."""
+    proc = _run(tmp_path, RAISES_AT_STEP_7, tmp_path / "dumps", where)
+    assert "RuntimeError: bad batch at step 7" in proc.stderr
+    [dump] = process_dumps(tmp_path / "dumps")
+    facts = dump_facts(dump)
+    assert facts["exception"]["type"] == "RuntimeError"
+    assert facts["exception"]["message"] == "bad batch at step 7"
+    raising = next(t for t in facts["threads"]
+                   if t["native_id"] == facts["exception"]["native_id"])
+    assert raising["name"] == ("loader" if where == "thread" else "MainThread")
+    frames = [(f["name"], f.get("line")) for f in raising["stack"]]
+    assert frames[-2:] == [("prog.py(8): train", 10), ("prog.py(4): load", 6)]
+    if where == "main":
+        assert frames == [("prog.py(1): <module>", 18)] + frames[-2:]
+    report = run_command([sys.executable, "-m", "pytrace_cffi", "report", "--threads",
+                          str(tmp_path / "dumps")], tmp_path, _env_own_tmp(tmp_path), TIMEOUT)
+    assert "raised RuntimeError: bad batch at step 7 in load (prog.py:4)" in report.stdout, \
+        report.stdout

@@ -132,8 +132,10 @@ def merged_stack(frames, chain):
     a call of the chain no frame shows (a built-in) goes in where it ran."""
     if not isinstance(frames, list) or not frames:
         return [{"name": name, "since_ns": start} for name, start in chain]
-    stack = [{"name": f.get("name"), "since_ns": f.get("since_ns")} for f in frames
-             if isinstance(f, dict)]
+    if all(isinstance(f, dict) and f.get("raised") for f in frames):
+        return frames       # a traceback: the calls open now handle its exception
+    stack = [dict(f, name=f.get("name"), since_ns=f.get("since_ns")) for f in frames
+             if isinstance(f, dict)]        # (what else a frame says stays: its line)
     position = len(stack)               # the chain's calls go inside of it
     for name, start in reversed(chain):
         match = next((q for q in range(position - 1, -1, -1) if stack[q]["name"] == name),

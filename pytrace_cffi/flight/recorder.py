@@ -208,14 +208,16 @@ class FlightRecorder:
             self.dump("SIGTERM")
             self.finish_formatting()    # before the process dies of it
 
-    def on_uncaught(self, exc_type):
+    def on_uncaught(self, exc_type, exc_value=None, exc_traceback=None):
         """sys.excepthook's audit event: dumps before the program's hook runs."""
-        self.dump(f"exception {getattr(exc_type, '__name__', exc_type)}")
+        self.dump(f"exception {getattr(exc_type, '__name__', exc_type)}",
+                  exception=(exc_type, exc_value, exc_traceback))
 
     def _thread_exception(self, args):
         try:
             self.dump(f"exception {args.exc_type.__name__} in thread "
-                      f"{getattr(args.thread, 'name', '?')}")
+                      f"{getattr(args.thread, 'name', '?')}",
+                      exception=(args.exc_type, args.exc_value, args.exc_traceback))
         finally:
             (self._previous_thread_hook or threading.__excepthook__)(args)
 
@@ -322,18 +324,19 @@ class FlightRecorder:
         self._torch_region_exit = (cls, original, __exit__)
 
     # -- the dump --------------------------------------------------------------
-    def dump(self, reason, path=None, requested=False):
+    def dump(self, reason, path=None, requested=False, exception=None):
         """Writes this process's dump (see the module's docstring); returns its
         directory (the clone may still be writing: done.json ends it). Never
-        raises: a failure is said on stderr and None returned."""
+        raises: a failure is said on stderr and None returned. exception: the
+        (type, value, traceback) the calling thread is dying of."""
         if self._closing or _running.session is not self.session:
             return None         # (a forked child's copy of its parent's recorder)
-        return self._dump_now(reason, path, requested)
+        return self._dump_now(reason, path, requested, exception)
 
-    def _dump_now(self, reason, path=None, requested=False):
+    def _dump_now(self, reason, path=None, requested=False, exception=None):
         try:
             with self._lock:
-                return self._dump(reason, path, requested)
+                return self._dump(reason, path, requested, exception)
         except Exception as exc:            # noqa: BLE001 - the program goes on
             _say(f"the flight recorder could not dump ({exc.__class__.__name__}: {exc})")
             return None
@@ -352,10 +355,13 @@ class FlightRecorder:
                 continue
         raise OSError(f"no new dump directory for {name} in {self.dumps_dir}")
 
-    def _dump(self, reason, path, requested):
+    def _dump(self, reason, path, requested, exception=None):
         when = time.time_ns()
         monotonic = time.monotonic_ns()
         stacks = _stacks(self.session.trim_paths)
+        raised = None
+        if exception is not None:       # its frames are gone: its traceback has them
+            raised = _raised(exception, self.session.trim_paths, stacks)
         names = self.session._key_names
         with names.lock:
             names._write_new()          # every key seen so far named in keys.jsonl
@@ -371,7 +377,7 @@ class FlightRecorder:
         text = json.dumps({"version": 1, "reason": reason, "written_by": "Python",
                            "pid": os.getpid(), "host": _host(), **_labels(facts),
                            "realtime_ns": when, "monotonic_ns": monotonic,
-                           "threads": stacks})
+                           "threads": stacks, **({"exception": raised} if raised else {})})
         pid = lib.pt_flight_dump(self.session.ptr, os.fsencode(path),
                                  os.fsencode(self.session.process_dir), text.encode())
         if pid <= 0:
@@ -450,6 +456,32 @@ def _whole(process_dump, seconds):
 def _labels(facts):
     return {"label": facts.get("label"), "rank": facts.get("rank"),
             "worker_id": facts.get("worker_id")}
+
+
+def _raised(exception, trim_paths, stacks):
+    """dump.json's "exception" of the (type, value, traceback) the calling thread
+    dies of: its type, message and native_id; that thread's stack in stacks
+    becomes the traceback's frames, each with the line it was at (the frames
+    themselves are gone by the time a hook sees the exception)."""
+    exc_type, value, tb = exception
+    prefixes = path_prefixes() if trim_paths else ()
+    frames = []
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not hiding(code):
+            frames.append({"name": name_for_source(code, prefixes), "since_ns": None,
+                           "line": tb.tb_lineno, "raised": True})
+        tb = tb.tb_next
+    native_id = threading.get_native_id()
+    for thread in stacks:
+        if thread["native_id"] == native_id:
+            thread["stack"] = frames
+    try:
+        message = str(value)
+    except Exception:               # noqa: BLE001 - the exception's own __str__ failed
+        message = "<unprintable>"
+    return {"type": getattr(exc_type, "__qualname__", str(exc_type)),
+            "message": message[:2000], "native_id": native_id}
 
 
 def _stacks(trim_paths):

@@ -158,7 +158,7 @@ def _audit(event, args):
     window is written or the trace saved; a followed process notes its children;
     an uncaught exception dumps the flight recorder."""
     if event == "sys.excepthook":
-        flight_dump("on_uncaught", args[1])
+        flight_dump("on_uncaught", *args[1:4])     # (type, value, traceback)
         return
     if event == "os.exec" and _window is not None:
         try:
