@@ -35,11 +35,24 @@ NOT_STARTED = "the program ended before the encoder started"
 _requested = {"compress": None}
 
 
+_writer = {}        # request()'s pieces of the .pftrace writer
+
+
 def request(compress=True):
-    """run -o OUT.pftrace: the run's own process encodes as it runs."""
+    """run -o OUT.pftrace: the run's own process encodes as it runs. The encoder's
+    Python pieces are imported now, before the program starts (OUT needs them at
+    its end anyway): imported at the first spill, they (queue, heapq, threading...)
+    would appear in the program's sys.modules while it runs."""
     if os.environ.get("PYTRACE_CFFI_LIVE", "1") != "0":
         _requested["compress"] = compress
+        _load_writer()
 
+
+def _load_writer():
+    if not _writer:
+        from ..render import perfetto, perfetto_packets
+        _writer.update(live_marks=perfetto.live_marks,
+                       compress_level=perfetto_packets.COMPRESS_LEVEL)
 
 def request_as(compress):
     """Puts back what requested_compress() said (None: not encoding)."""
@@ -106,9 +119,10 @@ class LiveEncoder:
         if _clock.USE_TSC and ns - _clock._BASELINE[1] < CALIBRATION_NS:
             return False
         ns_per_tick = _clock.ns_per_tick((ticks, ns))
-        # the writer's pieces, imported only now: run's start-up does not pay for them
-        from ..render.perfetto import live_marks
-        from ..render.perfetto_packets import COMPRESS_LEVEL
+        # the writer's pieces, taken at request(): importing them now would show
+        # them in the program's sys.modules
+        _load_writer()
+        live_marks, COMPRESS_LEVEL = _writer["live_marks"], _writer["compress_level"]
         self.annotation_names, stop, start = live_marks()
         os.makedirs(os.path.join(self.directory, PARTS_DIR), exist_ok=True)
         c = lib.pt_live_new(os.fsencode(os.path.join(self.directory, "events.bin")),
