@@ -17,7 +17,10 @@
  * a scan counts and checks (depth, calls open at stop, a digest of every call);
  * a durations pass keeps each call's duration; a slices pass hands out whole
  * calls in start order (pt_slice, as the slice table has them) in batches,
- * through a pt_line_thread, whose digest must be the scan's.
+ * through a pt_line_thread, whose digest must be the scan's. A scan may keep the
+ * durations itself (up to a limit of calls Python sets): then the reader's first
+ * read is the durations pass, and each export or summary after it reads the
+ * thread once (a slices pass), not twice.
  */
 #include "pt_internal.h"
 
@@ -39,6 +42,7 @@
 struct pt_pf_open {
     int64_t index;          /* in the thread */
     int64_t start;
+    int64_t end;            /* slices pass: as the durations say (its end must agree) */
     int64_t parent;
     uint32_t key;
     uint32_t flags;
@@ -49,6 +53,53 @@ struct pt_pf_long {
     int64_t duration;
 };
 
+/* Durations are kept in chunks of PT_PF_CHUNK calls, made as the calls come (a
+ * scan does not know how many there will be; chunks grow without copying). */
+#define PT_PF_CHUNK_SHIFT 20
+#define PT_PF_CHUNK ((uint64_t)1 << PT_PF_CHUNK_SHIFT)
+#define PT_PF_SLOT(t, index) \
+    ((t)->durations[(index) >> PT_PF_CHUNK_SHIFT][(index) & (PT_PF_CHUNK - 1)])
+
+static void
+pt_pf_free_durations(pt_pf_thread *t)
+{
+    for (uint64_t i = 0; i < t->n_chunks; i++)
+        free(t->durations[i]);
+    free(t->durations);
+    free(t->longs);
+    free(t->ended_open);
+    t->durations = NULL;
+    t->longs = NULL;
+    t->ended_open = NULL;
+    t->n_chunks = t->chunks_cap = t->n_long = t->long_cap = 0;
+    t->n_ended_open = t->ended_open_cap = 0;
+}
+
+/* Room for call index's duration (calls come in index order): its chunk made,
+ * of `size` calls at most (the last of a known count is cut to size). */
+static int
+pt_pf_room(pt_pf_thread *t, uint64_t index, uint64_t size)
+{
+    uint64_t chunk = index >> PT_PF_CHUNK_SHIFT;
+    if (chunk < t->n_chunks)
+        return PT_OK;
+    if (t->n_chunks == t->chunks_cap) {
+        uint64_t cap = t->chunks_cap ? 2 * t->chunks_cap : 16;
+        uint32_t **grown = realloc(t->durations, cap * sizeof *grown);
+        if (grown == NULL)
+            return PT_ERR_NOMEM;
+        t->durations = grown;
+        t->chunks_cap = cap;
+    }
+    if (size > PT_PF_CHUNK || size == 0)
+        size = PT_PF_CHUNK;
+    t->durations[t->n_chunks] = malloc(size * sizeof **t->durations);
+    if (t->durations[t->n_chunks] == NULL)
+        return PT_ERR_NOMEM;
+    t->n_chunks++;
+    return PT_OK;
+}
+
 pt_pf_thread *
 pt_pf_thread_new(uint32_t sequence_id, int mode, uint64_t calls)
 {
@@ -57,14 +108,10 @@ pt_pf_thread_new(uint32_t sequence_id, int mode, uint64_t calls)
         return NULL;
     t->sequence_id = sequence_id;
     t->mode = mode;
-    if (mode != PT_PF_SCAN) {
-        t->durations = malloc((calls ? calls : 1) * sizeof *t->durations);
-        if (t->durations == NULL) {
-            free(t);
-            return NULL;
-        }
+    if (mode == PT_PF_SCAN)
+        t->keep_limit = calls;
+    else
         t->durations_cap = calls;
-    }
     return t;
 }
 
@@ -74,10 +121,27 @@ pt_pf_thread_free(pt_pf_thread *t)
     if (t == NULL)
         return;
     free(t->open);
-    free(t->durations);
-    free(t->longs);
-    free(t->ended_open);
+    pt_pf_free_durations(t);
     free(t);
+}
+
+int
+pt_pf_thread_kept(pt_pf_thread *t)
+{
+    if (t->mode != PT_PF_SCAN || !t->keep_limit || t->n_open) {
+        pt_pf_free_durations(t);
+        t->keep_limit = 0;
+        return 0;
+    }
+    uint64_t used = t->n & (PT_PF_CHUNK - 1);
+    if (used && t->n_chunks) {
+        uint32_t **last = &t->durations[t->n_chunks - 1];
+        uint32_t *cut = realloc(*last, used * sizeof **last);
+        if (cut != NULL)
+            *last = cut;
+    }
+    t->durations_cap = t->n;
+    return 1;
 }
 
 static int
@@ -97,8 +161,12 @@ pt_pf_by_value(const void *a, const void *b)
 int
 pt_pf_thread_slices(pt_pf_thread *t, pt_line_thread *out)
 {
-    if (t->mode != PT_PF_DURATIONS || t->n_open || t->n != t->durations_cap)
+    /* a slices pass again: its durations were whole when it began */
+    int kept = t->mode == PT_PF_SCAN && t->keep_limit;
+    if (t->mode != PT_PF_SLICES && ((t->mode != PT_PF_DURATIONS && !kept) || t->n_open ||
+                                    t->n != t->durations_cap))
         return PT_ERR_STATE;
+    t->n_open = 0;
     /* qsort's array must be valid even for no elements: these stay NULL until
      * their first entry */
     if (t->n_long)
@@ -122,7 +190,9 @@ pt_pf_thread_slices(pt_pf_thread *t, pt_line_thread *out)
 static int64_t
 pt_pf_duration(pt_pf_thread *t, uint64_t index)
 {
-    uint32_t d = t->durations[index];
+    if (index >= t->durations_cap)
+        return -1;
+    uint32_t d = PT_PF_SLOT(t, index);
     if (d != PT_PF_LONG)
         return d;
     while (t->next_long < t->n_long && t->longs[t->next_long].index < index)
@@ -139,6 +209,17 @@ pt_pf_begin(pt_pf_thread *t, int64_t ts, uint32_t key, uint32_t flags)
         return PT_ERR_ARG;
     if (t->mode != PT_PF_SCAN && t->n >= t->durations_cap)
         return PT_ERR_STATE;            /* more calls than the scan counted */
+    if (t->mode == PT_PF_SCAN && t->keep_limit) {
+        if (t->n >= t->keep_limit) {
+            pt_pf_free_durations(t);    /* more than it may keep: none kept */
+            t->keep_limit = 0;
+        } else if (pt_pf_room(t, t->n, 0) != PT_OK) {
+            return PT_ERR_NOMEM;
+        }
+    } else if (t->mode == PT_PF_DURATIONS &&
+               pt_pf_room(t, t->n, t->durations_cap - (t->n & ~(PT_PF_CHUNK - 1))) != PT_OK) {
+        return PT_ERR_NOMEM;
+    }
     if (t->n_open >= PT_PF_MAX_DEPTH)
         return PT_ERR_ARG;
     if (t->n_open == t->open_cap) {
@@ -155,19 +236,27 @@ pt_pf_begin(pt_pf_thread *t, int64_t ts, uint32_t key, uint32_t flags)
         flags |= PT_SLICE_OPEN_AT_STOP;         /* its end says so */
         t->next_ended_open++;
     }
+    int64_t end = 0;
     if (t->mode == PT_PF_SLICES) {
         int64_t duration = pt_pf_duration(t, t->n);
         if (duration < 0 || ts > INT64_MAX - duration)
             return PT_ERR_STATE;
-        int status = pt_line_thread_push(t->out, ts, ts + duration, key, flags, parent);
+        end = ts + duration;
+        int status = pt_line_thread_push(t->out, ts, end, key, flags, parent);
         if (status != PT_OK)
             return status == PT_ERR_NOMEM ? status : PT_ERR_STATE;
     }
     if (t->n_open > t->max_depth)
         t->max_depth = (uint32_t)t->n_open;
-    t->open[t->n_open++] = (pt_pf_open){(int64_t)t->n, ts, parent, key, flags};
+    t->open[t->n_open++] = (pt_pf_open){(int64_t)t->n, ts, end, parent, key, flags};
     if (flags & PT_SLICE_OPEN_AT_STOP)
         t->open_at_stop++;
+    if (t->mode == PT_PF_SCAN) {
+        if (flags & PT_SLICE_SEEDED)
+            t->open_at_start++;
+        if (!t->n)
+            t->first_start = ts;
+    }
     t->now = ts;
     t->n++;
     return PT_OK;
@@ -179,11 +268,17 @@ pt_pf_end(pt_pf_thread *t, int64_t ts, uint32_t flags)
     if (ts < t->now || !t->n_open)
         return PT_ERR_ARG;
     pt_pf_open *call = &t->open[--t->n_open];
+    /* The slices pass checks each end against the durations it was given (a
+     * scan's, or a durations pass's): a file changed since is caught here. */
+    if (t->mode == PT_PF_SLICES &&
+        (ts != call->end ||
+         ((flags & PT_SLICE_OPEN_AT_STOP) && !(call->flags & PT_SLICE_OPEN_AT_STOP))))
+        return PT_ERR_STATE;
     if ((flags & PT_SLICE_OPEN_AT_STOP) && !(call->flags & PT_SLICE_OPEN_AT_STOP)) {
         call->flags |= PT_SLICE_OPEN_AT_STOP;
         if (t->mode != PT_PF_SLICES)
             t->open_at_stop++;          /* the slices pass counts it at the begin */
-        if (t->mode == PT_PF_DURATIONS) {
+        if (t->mode == PT_PF_DURATIONS || (t->mode == PT_PF_SCAN && t->keep_limit)) {
             if (t->n_ended_open == t->ended_open_cap) {
                 uint64_t cap = t->ended_open_cap ? 2 * t->ended_open_cap : 16;
                 uint64_t *grown = realloc(t->ended_open, cap * sizeof *grown);
@@ -196,9 +291,11 @@ pt_pf_end(pt_pf_thread *t, int64_t ts, uint32_t flags)
         }
     }
     int64_t duration = ts - call->start;
-    if (t->mode == PT_PF_DURATIONS) {
+    if (call->parent < 0 && t->mode == PT_PF_SCAN)
+        t->last_root_end = ts;          /* roots end in order: the last is the latest */
+    if (t->mode == PT_PF_DURATIONS || (t->mode == PT_PF_SCAN && t->keep_limit)) {
         if (duration < PT_PF_LONG) {
-            t->durations[call->index] = (uint32_t)duration;
+            PT_PF_SLOT(t, (uint64_t)call->index) = (uint32_t)duration;
         } else {
             if (t->n_long == t->long_cap) {
                 uint64_t cap = t->long_cap ? 2 * t->long_cap : 16;
@@ -208,7 +305,7 @@ pt_pf_end(pt_pf_thread *t, int64_t ts, uint32_t flags)
                 t->longs = grown;
                 t->long_cap = cap;
             }
-            t->durations[call->index] = PT_PF_LONG;
+            PT_PF_SLOT(t, (uint64_t)call->index) = PT_PF_LONG;
             t->longs[t->n_long++] = (pt_pf_long){(uint64_t)call->index, duration};
         }
     }

@@ -302,7 +302,12 @@ void pt_line_thread_free(pt_line_thread *thread);
  * counted, or not as the durations pass found them), PT_ERR_NOMEM. Python feeds
  * what it decoded itself through pt_pf_begin and pt_pf_end (absolute ns). Modes:
  * PT_PF_SCAN counts (n, open_at_stop, max_depth, digest of every call as
- * pt_line_thread_push sums them); PT_PF_DURATIONS does too and keeps each call's
+ * pt_line_thread_push sums them) and keeps what the summary's counts need without
+ * reading the calls again (open_at_start, first_start, last_root_end); with
+ * `calls` (a limit) above 0, it keeps each call's duration too, as the durations
+ * pass does, while the thread has at most that many calls (pt_pf_thread_kept
+ * says whether it did: then it goes to pt_pf_thread_slices without a durations
+ * pass); PT_PF_DURATIONS does too and keeps each call's
  * duration (4 bytes a call: room for `calls`, the scan's count); then
  * pt_pf_thread_slices turns it to PT_PF_SLICES, which pushes each call whole, in
  * start order, into out (its digest the scan's when the same calls were read). */
@@ -324,11 +329,18 @@ typedef struct {
     uint32_t max_depth;
     uint32_t reserved;
     uint64_t digest;
+    uint64_t open_at_start; /* scan: calls begun with PT_SLICE_SEEDED */
+    int64_t first_start;    /* scan: the first call's start (0 with none) */
+    int64_t last_root_end;  /* scan: the last call at depth 0's end (0 with none) */
     pt_pf_open *open;       /* the calls begun and not ended, innermost last */
     uint64_t n_open;
     uint64_t open_cap;
-    uint32_t *durations;    /* per call (durations and slices passes) */
-    uint64_t durations_cap;
+    uint32_t **durations;   /* per call, in chunks of 2^20 (durations and slices
+                             * passes, a scan that keeps them) */
+    uint64_t n_chunks;
+    uint64_t chunks_cap;
+    uint64_t durations_cap; /* calls the durations are for (the scan's count) */
+    uint64_t keep_limit;    /* scan: keeps durations while at most this many calls */
     pt_pf_long *longs;      /* the calls of 2^32 - 1 ns or more */
     uint64_t n_long;
     uint64_t long_cap;
@@ -347,7 +359,11 @@ int pt_pf_begin(pt_pf_thread *t, int64_t ts, uint32_t key, uint32_t flags);
 /* flags: PT_SLICE_OPEN_AT_STOP when the end says the call was open at stop (the
  * slices pass gives it to the call's slice at its begin). */
 int pt_pf_end(pt_pf_thread *t, int64_t ts, uint32_t flags);
-/* After a durations pass that read every call: the slices pass, from the
+/* After a scan: whether it kept every call's duration (keep_limit), its last
+ * chunk cut to size; 0 and none kept otherwise. */
+int pt_pf_thread_kept(pt_pf_thread *t);
+/* After a durations pass that read every call, a scan that kept them, or a slices
+ * pass (whole or not: its durations are the same for another): the slices pass, from the
  * sequence's start again (PT_ERR_STATE otherwise). */
 int pt_pf_thread_slices(pt_pf_thread *t, pt_line_thread *out);
 

@@ -149,6 +149,55 @@ def test_a_pftrace_reads_back_as_the_json_of_the_same_trace(source, tmp_path, mo
         assert seen == n
 
 
+def test_process_totals_and_calls_begun_of_a_pftrace_read_no_call_again(source, tmp_path):
+    # the first read counted what they need (#34 item 5): a summary or page of a
+    # big .pftrace then reads its calls once, not once more for each of them
+    source.export_perfetto(tmp_path / "t.pftrace")
+    ours = read_trace(tmp_path / "t.pftrace")
+
+    def no_second_read(index):
+        raise AssertionError(f"thread {index}'s calls read again")
+
+    ours._streams.slices = no_second_read
+    assert process_totals(ours) == process_totals(source)
+    assert format_process_totals(ours) == format_process_totals(source)
+    assert calls_begun(ours) == calls_begun(source) < len(source)
+
+
+@pytest.mark.parametrize("budget", [None, 0, 400])
+def test_a_walk_reads_each_threads_packets_once_when_the_first_read_kept_durations(
+        live_trace, tmp_path, monkeypatch, budget):
+    # the first read keeps each call's duration (up to KEEP_DURATIONS_CALLS calls in
+    # all): a walk is then one pass over a thread's packets, not a durations pass
+    # and a slices pass (#34 item 5); past the budget, a thread gets both, as before
+    if budget is not None:
+        monkeypatch.setattr(pftrace_reader, "KEEP_DURATIONS_CALLS", budget)
+    live_trace.export_perfetto(tmp_path / "t.pftrace")
+    ours = read_trace(tmp_path / "t.pftrace")
+    counts = [n for n, _, _ in ours._streams.stats]
+    kept = [c is not None for c in ours._streams._kept]
+    if budget is None:
+        assert all(kept)
+    elif budget == 0:
+        assert not any(kept)
+    else:                                   # the first threads' fit, then none
+        assert kept[0] and not all(kept), (counts, kept)
+    passes = []
+    real_packets = pftrace_reader.packets
+
+    def counted(raw, location, reader):
+        passes.append(reader.index)
+        return real_packets(raw, location, reader)
+
+    monkeypatch.setattr(pftrace_reader, "packets", counted)
+    for _ in range(2):                      # and again: the durations are kept
+        passes.clear()
+        assert list(ours) == list(live_trace)
+        walked = [i for i, n in enumerate(counts) if n]
+        assert sorted(passes) == sorted(walked + [i for i in walked if not kept[i]])
+    assert summarize(ours, limit=None) == summarize(live_trace, limit=None)
+
+
 def test_what_the_protobuf_decoder_reads_is_what_we_read(live_trace, tmp_path):
     """An independent decoder (the perfetto package's protos) sees the calls we read."""
     try:

@@ -7,9 +7,12 @@ The file is read as a stream: its Trace.packet entries a block at a time,
 compressed_packets inflated a block at a time, so memory does not follow its
 size. The calls are checked and counted, not kept (as for our Chrome JSON,
 readers/chrome_lines.py): the trace reads a thread's calls again when the summary or
-an export asks for them, in batches (pt_pfread.c), after a pass that keeps each
-call's duration (4 bytes a call of that thread) so the calls come whole and in
-start order, numbered as the JSON numbers them.
+an export asks for them, in batches (pt_pfread.c), knowing each call's duration
+(4 bytes a call) so the calls come whole and in start order, numbered as the JSON
+numbers them. The first read keeps those durations for up to KEEP_DURATIONS_CALLS
+calls in all, and what the summary's counts need (calls open at start, each
+thread's span), so an export reads a thread's packets once; a thread past that
+budget gets a pass of its own that finds its durations first.
 
 What the JSON of the same trace says, the .pftrace says too, but for (see
 docs/FORMAT.md): a counter sample's thread (Perfetto keeps counters per process:
@@ -48,6 +51,12 @@ TYPE_SLICE_BEGIN, TYPE_SLICE_END, TYPE_INSTANT, TYPE_COUNTER = 1, 2, 3, 4
 CATEGORIES = ("python_function", "user_annotation")
 OPEN_AT_STOP = "open at stop"
 COMPRESSED_FIELD = 50           # TracePacket.compressed_packets
+# The first read keeps each call's duration (4 bytes a call) for up to this many
+# calls in all, so that each export or summary after it reads a thread's packets
+# once, not twice (a durations pass, then the slices); a thread past the budget
+# gets its durations pass when its calls are asked for, as every thread did
+# before (#34 item 5).
+KEEP_DURATIONS_CALLS = 1 << 25
 
 
 # --- one thread's sequence --------------------------------------------------------
@@ -56,12 +65,14 @@ class _Sequence:
     """One thread's sequence as it is read: its interned names, defaults and
     clock, and its calls in C (pt_pf_thread)."""
 
-    def __init__(self, reader, sequence_id, mode, calls=0):
+    def __init__(self, reader, sequence_id, mode, calls=0, c=None):
         self.reader = reader
         self.sequence_id = sequence_id
-        self.c = ffi.gc(lib.pt_pf_thread_new(sequence_id, mode, calls), lib.pt_pf_thread_free)
-        if self.c == ffi.NULL:
-            raise MemoryError("out of memory while reading a .pftrace")
+        if c is None:
+            c = ffi.gc(lib.pt_pf_thread_new(sequence_id, mode, calls), lib.pt_pf_thread_free)
+            if c == ffi.NULL:
+                raise MemoryError("out of memory while reading a .pftrace")
+        self.c = c
         self.pos = ffi.new("uint64_t *")
         self.uuid = self.track = self.clock_id = None
         self.cleared = False
@@ -241,6 +252,9 @@ class _Scan(_Reader):
         self.done = set()                 # sequence ids read
         self.threads, self.stats, self.digests, self.starts, self.sequence_ids = \
             [], [], [], [], []
+        self.open_at_start, self.spans = [], []     # per thread, as _PftraceStreams'
+        self.kept = []                    # per thread: its C reader with its durations, or None
+        self.keep_budget = KEEP_DURATIONS_CALLS
         self.thread_uuids = {}            # uuid -> thread index
         self.processes = {}               # process track uuid -> (pid, name)
         self.counters = {}                # counter track uuid -> (title, parent uuid)
@@ -287,7 +301,7 @@ class _Scan(_Reader):
                 raise Bad(f"sequence {sequence_id} is no thread's as pytrace_cffi writes them "
                           f"(a .pftrace of another tool, or merged with torch.profiler's "
                           f"events, is not read back)")
-            self.sequence = _Sequence(self, sequence_id, lib.PT_PF_SCAN)
+            self.sequence = _Sequence(self, sequence_id, lib.PT_PF_SCAN, self.keep_budget)
             self.location = location
         self.sequence.packet(fields)
 
@@ -320,6 +334,13 @@ class _Scan(_Reader):
             raise Bad(f"thread {len(self.threads) - 1}: {c.n_open} slices begin and never "
                       f"end")
         self.stats.append((c.n, c.open_at_stop, c.max_depth))
+        if lib.pt_pf_thread_kept(c):
+            self.kept.append(c)
+            self.keep_budget -= c.n
+        else:
+            self.kept.append(None)
+        self.open_at_start.append(c.open_at_start)
+        self.spans.append((c.first_start, c.last_root_end) if c.n else None)
         self.digests.append(c.digest)
         self.done.add(sequence.sequence_id)
 
@@ -473,6 +494,7 @@ class _Replay(_Reader):
     def __init__(self, scan, index):
         self.scan, self.index, self.sequence = scan, index, None
         self.keys = scan.keys
+        self.kept = None          # the scan's C reader with the thread's durations
 
     def fast(self, buf, pos):
         return self.sequence.fast(buf, pos)
@@ -495,7 +517,8 @@ class _Replay(_Reader):
         """Frees the thread's durations now (not when a collection finds the
         sequence and this reader, which refer to each other)."""
         if self.sequence is not None:
-            ffi.release(self.sequence.c)
+            if self.sequence.c is not self.kept:
+                ffi.release(self.sequence.c)
             self.sequence.reader = self.sequence = None
 
     def thread_descriptor(self, sequence, descriptor):
@@ -514,6 +537,13 @@ class _PftraceStreams:
 
     def __init__(self, scan, source):
         self.stats = scan.stats
+        # What the summary would otherwise read every call again for (the scan's,
+        # per thread): the calls running when the trace began (calls_begun), and
+        # (first call's start, last root call's end) or None with no call
+        # (process_totals).
+        self.open_at_start = scan.open_at_start
+        self.spans = scan.spans
+        self._kept = scan.kept
         self._scan = scan
         self._source = source
         import weakref
@@ -527,13 +557,19 @@ class _PftraceStreams:
             return
         scan, path = self._scan, self._scan.path
         replay = _Replay(scan, index)
+        kept, self._kept[index] = self._kept[index], None     # one walk at a time has it
         try:
             self._source.check()
-            sequence = replay.sequence = _Sequence(replay, scan.sequence_ids[index],
-                                                   lib.PT_PF_DURATIONS, n)
-            for _ in packets(self._source.open(), scan.starts[index], replay):
-                raise AssertionError("the durations pass hands out no batch")
-            self._same(sequence, index, sequence.c.digest)
+            if kept is not None:
+                replay.kept = kept
+                sequence = replay.sequence = _Sequence(replay, scan.sequence_ids[index],
+                                                       None, c=kept)
+            else:
+                sequence = replay.sequence = _Sequence(replay, scan.sequence_ids[index],
+                                                       lib.PT_PF_DURATIONS, n)
+                for _ in packets(self._source.open(), scan.starts[index], replay):
+                    raise AssertionError("the durations pass hands out no batch")
+                self._same(sequence, index, sequence.c.digest)
             thread = LineThread(index, 0, "", 0, 0, min(n, STREAM_BATCH_SLICES))
             thread.state.limit = n
             if lib.pt_pf_thread_slices(sequence.c, thread.state) != lib.PT_OK:
@@ -556,6 +592,8 @@ class _PftraceStreams:
         except OSError as exc:
             raise TraceFormatError(f"{path}: cannot read ({exc})") from None
         finally:
+            if replay.kept is not None:
+                self._kept[index] = replay.kept     # its durations, for the next walk
             replay.release()
 
     def _same(self, sequence, index, digest):

@@ -205,6 +205,21 @@ def process_totals(trace):
         return []
     from .walk import thread_batches
     found = {pid: [0, 0, None, None, 0] for pid in trace.processes}
+    streams = getattr(trace, "_streams", None)
+    spans = getattr(streams, "spans", None)
+    if spans is not None and not trace.slices_built():
+        # the streams' scan counted them: no call is read again
+        for thread, (n, _, _), opened, span in zip(trace.threads, streams.stats,
+                                                   streams.open_at_start, spans):
+            entry = found.setdefault(trace.thread_pid(thread), [0, 0, None, None, 0])
+            entry[1] += 1
+            entry[0] += n - opened
+            entry[4] += opened
+            if span is not None:
+                first, last = span
+                entry[2] = first if entry[2] is None else min(entry[2], first)
+                entry[3] = last if entry[3] is None else max(entry[3], last)
+        return _process_totals(trace, found)
     for thread, batches in thread_batches(trace):
         entry = found.setdefault(trace.thread_pid(thread), [0, 0, None, None, 0])
         entry[1] += 1
@@ -219,6 +234,10 @@ def process_totals(trace):
             entry[2] = first if entry[2] is None else min(entry[2], first)
             if last is not None:
                 entry[3] = last if entry[3] is None else max(entry[3], last)
+    return _process_totals(trace, found)
+
+
+def _process_totals(trace, found):
     return [ProcessTotal(pid, (trace.processes.get(pid) or {}).get("label", f"pid {pid}"),
                          *values) for pid, values in found.items()]
 
