@@ -372,6 +372,48 @@ def test_dump_reaches_every_process_of_a_job_and_run_writes_the_ring(tmp_path):
     assert len({out.thread_pid(t) for t in out.threads}) == 2
 
 
+def _plant_entry(dumps, pid, sig):
+    (dumps / ".live").mkdir(parents=True, exist_ok=True)
+    (dumps / ".live" / f"{pid}.json").write_text(json.dumps({"pid": pid, "signal": sig,
+                                                             "host": "h", "label": "x"}))
+
+
+@pytest.mark.parametrize("case", ["entry-names-sigkill", "entry-left-pid-reused",
+                                  "job-process-json-names-it"])
+def test_dump_dir_signals_no_process_that_is_not_its_live_recorder(tmp_path, case):
+    """#33 item 2: an entry of .live/ (or a job's process.json) naming a process
+    that does not hold that entry open is not followed: here a `sleep` of ours
+    that is no recorder, named with SIGKILL, or with SIGUSR1 as a recorder killed
+    by SIGKILL leaves its entry for the pid's next owner."""
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        dumps = tmp_path / "dumps"
+        _plant_entry(dumps, victim.pid, 9 if case == "entry-names-sigkill"
+                     else int(signal.SIGUSR1))
+        target = dumps
+        if case == "job-process-json-names-it":
+            target = tmp_path / "job"
+            (target / f"proc-{victim.pid}").mkdir(parents=True)
+            (target / f"proc-{victim.pid}" / "process.json").write_text(json.dumps(
+                {"pid": victim.pid, "flight": {"dumps_dir": str(dumps),
+                                               "signal": int(signal.SIGUSR1)}}))
+        env = _env_own_tmp(tmp_path)
+        env["PYTHONPATH"] = ROOT
+        asked = subprocess.run([sys.executable, "-m", "pytrace_cffi", "dump", str(target),
+                                "--wait", "1"], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=TIMEOUT)
+        with pytest.raises(subprocess.TimeoutExpired):
+            victim.wait(timeout=1)
+        assert asked.returncode != 0
+        why = ("its signal is not one a recorder dumps on" if case == "entry-names-sigkill"
+               else f"pid {victim.pid} does not hold it open")
+        assert f"{victim.pid}.json: not signalled: {why}" in asked.stderr, asked.stderr
+        assert "no running flight recorder found" in asked.stderr
+    finally:
+        victim.kill()
+        victim.wait()
+
+
 @pytest.mark.parametrize("options, error", [
     ({"flight_recorder": "lots"}, "flight_recorder must be a size (64M, 512k, 1G) or "
                                   "seconds (30s), not 'lots'"),

@@ -112,24 +112,92 @@ def _processes_of(target, signal_name):
         raise SystemExit(f"pytrace_cffi dump: {target!r} is neither a pid nor a directory")
     found = []
     registry = os.path.join(target, REGISTRY)
-    for entry in sorted(os.listdir(registry)) if os.path.isdir(registry) else ():
-        facts = _json(os.path.join(registry, entry))
-        if _recording(facts):
-            found.append((facts["pid"], facts["signal"], os.path.abspath(target)))
+    for entry in (sorted(os.listdir(registry)) if os.path.isdir(registry)
+                  and not os.path.islink(registry) else ()):
+        pid = entry[:-len(".json")] if entry.endswith(".json") else ""
+        if pid.isdigit():
+            signum = _live_recorder(os.path.abspath(target), int(pid))
+            if signum:
+                found.append((int(pid), signum, os.path.abspath(target)))
     for entry in sorted(os.listdir(target)):
         if entry.startswith("proc-"):
             facts = _json(os.path.join(target, entry, "process.json"))
             flight = facts.get("flight") if isinstance(facts, dict) else None
-            if (isinstance(flight, dict) and _recording(dict(flight, pid=facts.get("pid")))
+            if (isinstance(flight, dict) and isinstance(flight.get("dumps_dir"), str)
+                    and os.path.isabs(flight["dumps_dir"]) and type(facts.get("pid")) is int
+                    and facts["pid"] > 0
                     and not os.path.exists(os.path.join(target, entry, "meta.json"))):
-                found.append((facts["pid"], flight["signal"], flight.get("dumps_dir")))
+                # process.json only says where to look: its recorder's own entry decides
+                signum = _live_recorder(flight["dumps_dir"], facts["pid"])
+                if signum:
+                    found.append((facts["pid"], signum, flight["dumps_dir"]))
     return list({pid: (pid, s, d) for pid, s, d in found}.values())
 
 
-def _recording(facts):
-    from ..follow.identity import _alive, _is_pid
-    return (isinstance(facts, dict) and _is_pid(facts.get("pid")) and _alive(facts["pid"])
-            and type(facts.get("signal")) is int and facts["signal"] > 0)
+def _live_recorder(dumps_dir, pid):
+    """The dump signal of pid's entry DUMPS_DIR/.live/<pid>.json when it is a live
+    recorder's of ours, else None (a line on stderr says why, unless the entry is
+    gone or names no signal). Anyone who can write there could name any process
+    and signal, and a recorder killed by SIGKILL leaves its entry for the pid's
+    next owner: so the entry must be our regular file, held open by pid itself
+    (the recorder keeps it open), with a signal a recorder may dump on."""
+    from ..errors import TraceFormatError
+    from ..flight.recorder import REGISTRY
+    from ..readers.safe_read import read_bounded_with_stat
+    path = os.path.join(dumps_dir, REGISTRY, f"{pid}.json")
+    try:
+        data, st = read_bounded_with_stat(path, 1 << 16)
+        facts = json.loads(data.decode("utf-8"))
+    except FileNotFoundError:
+        return None             # (its recorder stopped meanwhile)
+    except (TraceFormatError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return _skipped(path, f"not a recorder's entry ({exc})")
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return _skipped(path, f"owned by uid {st.st_uid}, not by you")
+    if not isinstance(facts, dict) or facts.get("pid") != pid:
+        return _skipped(path, "does not name the pid of its file name")
+    if facts.get("signal") == 0:
+        return None             # a recorder with no dump signal
+    try:
+        signum = signal_number(facts.get("signal"))
+    except (TypeError, ValueError) as exc:
+        return _skipped(path, f"its signal is not one a recorder dumps on ({exc})")
+    if not signum:
+        return _skipped(path, "its signal is not one a recorder dumps on")
+    holds = _holds_open(pid, (st.st_dev, st.st_ino))
+    if holds is None:
+        return _skipped(path, f"pid {pid} is not running (an entry left by a killed "
+                              "recorder)" if os.path.isdir("/proc/self/fd")
+                        and not os.path.exists(f"/proc/{pid}") else
+                        f"cannot see whether pid {pid} is its recorder (/proc/{pid}/fd "
+                        "cannot be read)")
+    if not holds:
+        return _skipped(path, f"pid {pid} does not hold it open: not its recorder (an "
+                              "entry left by a process that was killed?)")
+    return signum
+
+
+def _holds_open(pid, file_id):
+    """Whether pid has the file (st_dev, st_ino) open: None when its /proc/PID/fd
+    cannot be read (gone, not ours, no /proc)."""
+    fds = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fds)
+    except OSError:
+        return None
+    for name in names:
+        try:
+            st = os.stat(os.path.join(fds, name))
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == file_id:
+            return True
+    return False
+
+
+def _skipped(path, why):
+    print(f"pytrace_cffi dump: {path}: not signalled: {why}", file=sys.stderr)
+    return None
 
 
 def _dumps_dir_of_pid(pid):
@@ -154,11 +222,13 @@ def _dumps_dir_of_pid(pid):
 
 def _write_request(dumps_dir, name):
     from ..flight.recorder import REQUEST_FILE
+    import tempfile
     path = os.path.join(dumps_dir, REQUEST_FILE)
-    try:
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
+    try:        # a new file of ours (a fixed name could be a link planted there)
+        fd, tmp = tempfile.mkstemp(dir=dumps_dir, prefix=REQUEST_FILE + ".")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump({"name": name, "time": time.time()}, f)
-        os.replace(path + ".tmp", path)
+        os.replace(tmp, path)
     except OSError as exc:
         print(f"pytrace_cffi: cannot write {path} ({exc.strerror}): each process names "
               "its own dump", file=sys.stderr)

@@ -39,7 +39,7 @@ from .._hiding import hide_alone, hiding
 from .._own_threads import own_thread_begin
 from .._names import name_for_source, path_inputs, path_prefixes
 from ..follow import exits
-from ..follow.identity import _host, process_facts
+from ..follow.identity import _host, _read_json_file, process_facts
 from ..follow.session import FollowSession
 from ..options import DEFAULT_DUMPS_DIR, watchdog_spec
 
@@ -510,13 +510,13 @@ def _stacks(trim_paths):
 
 def _requested_name(dumps_dir):
     """The dump directory `dump DIR` asked for, when its request is fresh."""
-    try:
-        with open(os.path.join(dumps_dir, REQUEST_FILE), encoding="utf-8") as f:
-            request = json.load(f)
+    from ..errors import TraceFormatError
+    try:        # (a FIFO or a link there must not hold up or misdirect the dump)
+        request = _read_json_file(os.path.join(dumps_dir, REQUEST_FILE))
         if time.time() - request["time"] < REQUEST_FRESH_S and re.fullmatch(
                 r"[0-9A-Za-z.-]+", request["name"]):
             return request["name"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, TraceFormatError, ValueError, KeyError, TypeError, OverflowError):
         pass
     return None
 

@@ -70,6 +70,12 @@ def open_binary(path):
 def read_bounded(path, limit=None):
     """The bytes of the regular file path, at most limit (MAX_JSON_BYTES) of them
     (TraceFormatError when there are more); FileNotFoundError when it is missing."""
+    return read_bounded_with_stat(path, limit)[0]
+
+
+def read_bounded_with_stat(path, limit=None):
+    """read_bounded's bytes, and the os.stat_result of the very file they were read
+    from (whose owner and inode a caller may check)."""
     limit = MAX_JSON_BYTES if limit is None else limit
     fd, st = open_regular(path)
     with os.fdopen(fd, "rb", buffering=0) as f:
@@ -92,5 +98,5 @@ def read_bounded(path, limit=None):
         if size > limit:
             raise TraceFormatError(f"{path}: more than the {limit} bytes it may hold (it "
                                    "grew while read)")
-        return b"".join(parts)
+        return b"".join(parts), st
 
