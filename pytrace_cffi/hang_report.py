@@ -86,13 +86,16 @@ def _is_process_dump(path):
     return os.path.isfile(os.path.join(path, DUMP_FILE))
 
 
-def _process_dirs(path):
+def _process_dirs(path, links=False):
+    """path's proc-*/ directories; with links, also its proc-* symbolic links (listed
+    to be refused in words: one may lead out of the directory)."""
     try:
         names = sorted(os.listdir(path))
     except OSError:
         return []
-    return [os.path.join(path, name) for name in names
-            if name.startswith("proc-") and os.path.isdir(os.path.join(path, name))]
+    found = [os.path.join(path, name) for name in names if name.startswith("proc-")]
+    return [p for p in found if (links and os.path.islink(p))
+            or (os.path.isdir(p) and not os.path.islink(p))]
 
 
 def is_dump_directory(path):
@@ -109,7 +112,8 @@ def dump_directories(path, every=False):
         return [path]
     for holder in _holders(path):
         found = [os.path.join(holder, name) for name in sorted(os.listdir(holder))
-                 if is_dump_directory(os.path.join(holder, name))]
+                 if not os.path.islink(os.path.join(holder, name))
+                 and is_dump_directory(os.path.join(holder, name))]
         if found:
             found.sort(key=_dumped_at)
             return found if every else found[-1:]
@@ -161,6 +165,8 @@ def newest_per_process(path):
     for holder in _holders(path):
         newest = {}
         for name in os.listdir(holder):
+            if os.path.islink(os.path.join(holder, name)):
+                continue            # (may lead out of the directory)
             for process_dir in _process_dirs(os.path.join(holder, name)):
                 if _is_process_dump(process_dir):
                     when = _dumped_at(process_dir, single=True)
@@ -180,7 +186,7 @@ def read_dump(directory, process_dirs=None):
     elif _is_process_dump(directory):
         process_dirs = [directory]
     else:
-        process_dirs = _process_dirs(directory)
+        process_dirs = _process_dirs(directory, links=True)
     processes, problems = [], []
     for process_dir in process_dirs:
         try:
@@ -201,6 +207,9 @@ def read_process_dump(directory):
     """A ProcessDump from directory/dump.json; TraceFormatError when it is not one
     (FileNotFoundError when it is missing)."""
     path = os.path.join(directory, DUMP_FILE)
+    if os.path.islink(directory):
+        raise TraceFormatError(f"{directory}: a symbolic link, not followed (it may lead "
+                               "out of the dump's directory)")
     data = _completed(directory)
     if data is None:
         try:

@@ -389,3 +389,64 @@ def test_a_damaged_dump_gives_trace_format_error_never_a_crash(one_dump, tmp_pat
     # what is damaged costs what it held, not the calls
     for name in ("keys-garbage", "threads-hostile", "dump-huge-number", "key-sources-garbage"):
         assert outcome[name] == ["trace", FIB_CALLS[14]], (name, outcome[name])
+
+
+# -- files of a dump that are not what they seem (#33 item 3) ----------------------
+
+def _copied_dump(process_dump, where):
+    """(DUMPDIR, its one process dump) copied from process_dump into where."""
+    dump_dir = os.path.join(where, "dumpdir")
+    copy = os.path.join(dump_dir, os.path.basename(process_dump))
+    shutil.copytree(process_dump, copy)
+    return dump_dir, copy
+
+
+def _cli(tmp_path, *args, timeout=30):
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    return subprocess.run([sys.executable, "-m", "pytrace_cffi", *map(str, args)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_a_fifo_key_sources_tsv_does_not_hold_up_report_summary_export_or_load(
+        one_dump, tmp_path):
+    dump_dir, copy = _copied_dump(one_dump[1], tmp_path)
+    os.unlink(os.path.join(copy, "key_sources.tsv"))
+    os.mkfifo(os.path.join(copy, "key_sources.tsv"))
+    # (the old reader's open() waited for a writer for good: the timeout fails it)
+    for args in (["report", dump_dir], ["summary", dump_dir],
+                 ["export", dump_dir, "-o", tmp_path / "out.json"],
+                 ["-c", "import sys, pytrace_cffi; pytrace_cffi.load(sys.argv[1])", dump_dir]):
+        proc = (_cli(tmp_path, *args) if args[0] != "-c" else subprocess.run(
+            [sys.executable, *map(str, args)], env=dict(os.environ, PYTHONPATH=ROOT),
+            capture_output=True, text=True, timeout=30))
+        assert proc.returncode == 0, (args, proc.stderr)
+
+
+def test_a_key_sources_tsv_linked_out_of_the_dump_is_not_read(one_dump, tmp_path):
+    dump_dir, copy = _copied_dump(one_dump[1], tmp_path)
+    os.unlink(os.path.join(copy, "keys.jsonl"))     # key_sources.tsv's names are then used
+    outside = tmp_path / "secret.tsv"
+    outside.write_text("".join(f"{key}\tLEAKED\t1\tsecret\n" for key in range(1, 400)))
+    os.unlink(os.path.join(copy, "key_sources.tsv"))
+    os.symlink(outside, os.path.join(copy, "key_sources.tsv"))
+    names = _names(pytrace_cffi.load(dump_dir))
+    assert not [name for name in names if "LEAKED" in name], names.most_common(3)
+    proc = _cli(tmp_path, "report", dump_dir)
+    assert proc.returncode == 0 and "LEAKED" not in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_report_does_not_follow_a_proc_link_out_of_the_dump(one_dump, tmp_path):
+    dump_dir, copy = _copied_dump(one_dump[1], tmp_path)
+    outside = tmp_path / "outside" / "proc-99"
+    shutil.copytree(one_dump[1], outside)
+    os.symlink(outside, os.path.join(dump_dir, "proc-99"))
+    from pytrace_cffi.hang_report import report
+    text = report([dump_dir])
+    assert text.splitlines()[0].split(": ", 1)[1].startswith("1 process dumped"), text
+    assert (f"not read: {os.path.join(dump_dir, 'proc-99')}: a symbolic link, not followed"
+            in text), text
+    os.unlink(os.path.join(copy, "dump.json"))      # the link alone: no dump here
+    with pytest.raises(pytrace_cffi.TraceFormatError, match="holds no dump"):
+        report([dump_dir])

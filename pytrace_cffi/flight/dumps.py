@@ -38,6 +38,8 @@ def process_dumps(path):
         return here
     newest = {}
     for name in os.listdir(path) if os.path.isdir(path) else ():
+        if os.path.islink(os.path.join(path, name)):
+            continue                # (may lead out of the directory)
         for proc in _process_dirs(os.path.join(path, name)):
             when = os.stat(os.path.join(proc, DUMP_FILE)).st_mtime_ns
             pid = os.path.basename(proc)
@@ -53,6 +55,7 @@ def _process_dirs(directory):
         return []
     return sorted(os.path.join(directory, n) for n in names
                   if n.startswith(PROCESS_PREFIX)
+                  and not os.path.islink(os.path.join(directory, n))    # (may lead out)
                   and os.path.isfile(os.path.join(directory, n, DUMP_FILE)))
 
 

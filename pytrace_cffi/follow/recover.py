@@ -6,6 +6,7 @@ import os
 from .. import _clock
 from .._core import ffi, lib
 from .._torch import TAG_KINDS
+from ..readers.safe_read import read_bounded
 from ..readers.saved import BLOCK_READ_EVENTS, HeldFile as _HeldFile, load_parts as _load_parts
 from ..saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, FORMAT_NAME,
                             FORMAT_VERSION, INT64, KINDS, hash_id)
@@ -280,10 +281,9 @@ def _key_sources(directory):
     its paths: journal.json) and the names of the built-ins, for those keys.jsonl
     does not name."""
     path = os.path.join(directory, "key_sources.tsv")
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_KEY_SOURCES_BYTES)
-    except OSError:
+    try:        # (a FIFO, a link out of the dump, a huge file: their names are lost)
+        data = read_bounded(path, MAX_KEY_SOURCES_BYTES)
+    except (OSError, TraceFormatError):
         return {}
     from .._names import trim_path
     journal = _json_or_none(os.path.join(directory, JOURNAL_FILE))
