@@ -26,6 +26,7 @@ on a dump whose ring cannot be read.
 import json
 import os
 import re
+import reprlib
 import time
 from collections import Counter, namedtuple
 
@@ -147,7 +148,7 @@ def _dumped_at(directory, single=False):
         try:
             data = json.loads(read_bounded(os.path.join(process_dir, DUMP_FILE),
                                            MAX_DUMP_BYTES))
-        except (OSError, ValueError, TraceFormatError):
+        except (OSError, ValueError, RecursionError, TraceFormatError):
             continue
         stamp = data.get("realtime_ns") if isinstance(data, dict) else None
         if type(stamp) is int:
@@ -214,7 +215,7 @@ def read_process_dump(directory):
     if data is None:
         try:
             data = json.loads(read_bounded(path, MAX_DUMP_BYTES))
-        except (UnicodeDecodeError, ValueError) as exc:
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise TraceFormatError(f"{path}: not JSON ({exc})") from None
     if isinstance(data, dict) and data.get("threads") is None:
         data["threads"] = []            # (C's dump, its ring unreadable)
@@ -268,8 +269,11 @@ def _field(data, name, kind, path, optional=False):
     if value is None and optional:
         return None
     if type(value) is not kind:
-        raise TraceFormatError(f"{path}: {name!r} is {value!r}, not "
+        raise TraceFormatError(f"{path}: {name!r} is {reprlib.repr(value)}, not "
                                f"{'an integer' if kind is int else 'a ' + kind.__name__}")
+    if kind is int and not -1 << 63 <= value < 1 << 63:     # (no float, no time holds it)
+        raise TraceFormatError(f"{path}: {name!r} is {reprlib.repr(value)}, not a 64-bit "
+                               "integer")
     return value
 
 

@@ -216,3 +216,20 @@ def test_a_dumps_control_characters_are_shown_escaped(tmp_path):
     lines = text.splitlines()
     assert lines[0].endswith(" (SIGUSR1\\x1b[31m)")
     assert lines[1] == "rank \\x1b]0;owned\\x07 (pid 400) in evil\\x1b[2J for 2.0 s"
+
+
+@pytest.mark.parametrize("damage, problem", [
+    ("[" * 100_000 + "]" * 100_000, "not JSON"),
+    ('{"version": 1, "pid": 104, "threads": [], "monotonic_ns": 1' + "0" * 400 + "}",
+     "'monotonic_ns' is "),
+    ('{"version": 1, "pid": 104, "monotonic_ns": 5, "threads": [{"stack": '
+     '[{"name": "f", "since_ns": -1' + "0" * 400 + '}]}]}', "'since_ns' is "),
+])
+def test_a_dump_json_nested_deep_or_with_a_huge_number_is_said_not_raised(
+        tmp_path, damage, problem):
+    """#33 item 4: RecursionError, OverflowError before."""
+    eight_ranks(tmp_path)
+    (tmp_path / "proc-104" / "dump.json").write_text(damage)
+    lines = report([str(tmp_path)]).splitlines()
+    assert lines[0].startswith(f"{tmp_path}: 7 processes")
+    assert lines[-1].startswith(f"not read: {tmp_path / 'proc-104' / 'dump.json'}: {problem}")

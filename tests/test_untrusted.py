@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -409,3 +410,32 @@ def test_a_damaged_torch_json_gz_is_a_format_error(ours, tmp_path, cut):
     run = cli("merge", tmp_path / "ours", path, "-o", tmp_path / "m.json")
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
     assert "torch.json.gz" in run.stderr
+
+
+# -- #33 item 4: a host that is no text ---------------------------------------------
+
+@pytest.mark.parametrize("host", [["a", "b"], {"a": 1}, 7])
+@pytest.mark.parametrize("where", ["process.json", "meta.json"])
+def test_a_host_that_is_no_text_is_left_out_not_raised(killed_job, traces, tmp_path,
+                                                        where, host):
+    if where == "process.json":
+        job, proc = job_copy(killed_job, tmp_path)
+    else:
+        job = tmp_path / "job"
+        proc = job / "proc-4243"
+        shutil.copytree(traces / "saved", proc)
+    facts = json.loads((proc / where).read_text())
+    facts["host"] = host
+    (proc / where).write_text(json.dumps(facts))
+    other = job / "proc-4244"                               # a process with a true host
+    shutil.copytree(traces / "saved", other)
+    meta = json.loads((other / "meta.json").read_text())
+    (other / "meta.json").write_text(json.dumps(dict(meta, host="vm")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceWarning)       # (the killed one's note)
+        trace = read_trace(str(job))
+    assert any(trace.threads)
+    for args in (["summary", job], ["export", job, "-o", tmp_path / "out.json"]):
+        proc_run = cli(*args)
+        assert proc_run.returncode == 0 and "Traceback" not in proc_run.stderr, (
+            args, proc_run.stderr)

@@ -55,8 +55,21 @@ def _is_process_dir(path):
 
 
 
+# facts a process's meta.json or process.json may hold, by their type: one of
+# another type (a damaged or hostile file) is left out, as if not known
+_TEXT_FACTS = ("host", "label")
+
+
 def read_process(directory):
     """(Trace or None, facts dict, state, note) for one process directory."""
+    trace, facts, state, note = _read_process(directory)
+    for name in _TEXT_FACTS:
+        if name in facts and not isinstance(facts[name], str):
+            del facts[name]
+    return trace, facts, state, note
+
+
+def _read_process(directory):
     if os.path.islink(directory):
         raise TraceFormatError(f"{directory}: a symbolic link, not followed (it may lead out "
                                "of the job's directory)")
