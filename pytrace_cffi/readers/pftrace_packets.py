@@ -15,6 +15,12 @@ from .._core import lib
 
 MAX_PACKET_BYTES = 16 << 20     # one packet, inflated: far above any we write
 BLOCK_BYTES = 256 << 10         # read, or inflated, at a time
+# A compressed_packets field inflates to at most this many times its bytes (plus
+# INFLATE_SLACK) and MAX_INFLATED_BYTES: packet batches deflate some 5-20 times; a
+# bomb of tiny packets (1000 times) would cost minutes of parsing.
+MAX_INFLATE_RATIO = 64
+INFLATE_SLACK = 4096
+MAX_INFLATED_BYTES = 256 << 20
 PACKET_TAG = 0x0a               # Trace.packet: field 1, length-delimited
 DOUBLE = struct.Struct("<d")
 
@@ -241,8 +247,10 @@ class _Inflated(_Level):
 
     def __init__(self, raw, at, length):
         super().__init__()
-        self.raw, self.at, self.left = raw, at, length
+        self.raw, self.at, self.left, self.start = raw, at, length, at
         self.inflater, self.tail = zlib.decompressobj(), b""
+        self.inflated = 0
+        self.limit = min(MAX_INFLATED_BYTES, MAX_INFLATE_RATIO * length + INFLATE_SLACK)
 
     def more(self):
         while True:
@@ -263,6 +271,12 @@ class _Inflated(_Level):
             except zlib.error as exc:
                 raise Bad(f"a compressed packet does not inflate ({exc})") from None
             self.tail = self.inflater.unconsumed_tail
+            self.inflated += len(block)
+            if self.inflated > self.limit:
+                raise Bad(f"a compressed packet of {self.left + self.at - self.start} bytes "
+                          f"inflates to more than {self.limit} (at most {MAX_INFLATE_RATIO} "
+                          f"times its size and {MAX_INFLATED_BYTES} bytes: a decompression "
+                          "bomb?)")
             if block:
                 self._take(block)
                 return True
