@@ -244,8 +244,8 @@ uint64_t pt_deflate_zlib(pt_deflater *d, const void *in, uint64_t n, void *out, 
 
 /* The .pftrace encoded during the run (pt_live.c): a thread that follows a
  * spill file (events.bin) as it grows and writes each traced thread's packets to
- * part_prefix + its index (sequence first_sequence + index, below max_threads
- * threads, clock starting at ns0; deflated
+ * part_prefix + its index (sequence pt_live_sequence(first_sequence, index),
+ * clock starting at ns0; deflated
  * into compressed_packets packets at level, or plain with level -1). mark_stop
  * and mark_start: the debug annotations of a call open at stop (on its end) and
  * at start (on its begin). pt_live_new: NULL when out of memory or the spill
@@ -257,6 +257,16 @@ uint64_t pt_deflate_zlib(pt_deflater *d, const void *in, uint64_t n, void *out, 
  * the last length and the stop, then waits for the encoder; *out says whether
  * the parts are the whole trace (complete), or why not. pt_live_free stops it. */
 #define PT_ERR_LIVE_IO -20       /* a read of the spill file or a part's write failed */
+#define PT_ERR_LIVE_THREADS -21  /* a thread past PT_LIVE_MAX_THREADS: no sequence left */
+/* Thread index's packet sequence: first_sequence + index for a process's first
+ * PT_LIVE_RANGE threads (first_sequence = 2 + (pid & 0x3FFFFF) * PT_LIVE_RANGE:
+ * one range per pid, below 2^31 + 2), then the upper half of the uint32 ids
+ * from the process's own place in it on (wrapping within it), so that the ids of
+ * up to PT_LIVE_MAX_THREADS threads are distinct; two processes of a job may
+ * meet there (a join checks). */
+#define PT_LIVE_RANGE 512
+#define PT_LIVE_MAX_THREADS 2147484158u     /* PT_LIVE_RANGE + 2^31 - 2 */
+uint32_t pt_live_sequence(uint32_t first_sequence, uint32_t index);
 typedef struct pt_live pt_live;
 typedef struct {
     int status;             /* PT_OK, or why the encoder stopped */
@@ -268,7 +278,7 @@ typedef struct {
     uint64_t events;
 } pt_live_result;
 pt_live *pt_live_new(const char *spill_path, const char *part_prefix,
-                     uint32_t first_sequence, uint32_t max_threads, int level,
+                     uint32_t first_sequence, int level,
                      int64_t tick0, int64_t ns0, double ns_per_tick, int64_t min_ns,
                      const char *mark_stop, uint32_t stop_len, const char *mark_start,
                      uint32_t start_len);

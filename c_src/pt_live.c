@@ -84,8 +84,7 @@ struct pt_live {
     char *deflated;
     uint64_t deflated_cap;
     pt_walk_tables tables;
-    uint32_t first_sequence;        /* thread i's packet sequence: first_sequence + i */
-    uint32_t max_threads;
+    uint32_t first_sequence;        /* thread i's: pt_live_sequence(first_sequence, i) */
     pt_live_blob events, interned;
     uint8_t *hidden;
     uint32_t n_keys;
@@ -95,6 +94,7 @@ struct pt_live {
     char *mark_bytes;
     pt_live_thread *threads;
     uint32_t n_threads;
+    uint64_t threads_cap;
     pt_event *buffer;
     uint64_t buffer_cap;
     uint64_t pos;
@@ -146,9 +146,21 @@ pt_live_blob_free(pt_live_blob *b)
     free(b->offsets);
 }
 
+#define PT_LIVE_UPPER 2147483650u          /* 2^31 + 2: past every pid's range */
+#define PT_LIVE_UPPER_SPAN 2147483646u     /* 2^32 - PT_LIVE_UPPER */
+
+uint32_t
+pt_live_sequence(uint32_t first_sequence, uint32_t index)
+{
+    if (index < PT_LIVE_RANGE)
+        return first_sequence + index;
+    uint64_t from = (uint64_t)first_sequence - 2 + (index - PT_LIVE_RANGE);
+    return PT_LIVE_UPPER + (uint32_t)(from % PT_LIVE_UPPER_SPAN);
+}
+
 pt_live *
 pt_live_new(const char *spill_path, const char *part_prefix, uint32_t first_sequence,
-            uint32_t max_threads, int level, int64_t tick0, int64_t ns0, double ns_per_tick,
+            int level, int64_t tick0, int64_t ns0, double ns_per_tick,
             int64_t min_ns, const char *mark_stop, uint32_t stop_len, const char *mark_start,
             uint32_t start_len)
 {
@@ -158,7 +170,6 @@ pt_live_new(const char *spill_path, const char *part_prefix, uint32_t first_sequ
     e->fd = -1;
     e->pid = getpid();
     e->first_sequence = first_sequence;
-    e->max_threads = max_threads;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->wake, NULL);
     e->part_prefix = strdup(part_prefix);
@@ -335,7 +346,8 @@ pt_live_encode(pt_live *e, uint32_t index)
                                     e->events.offsets, e->interned.bytes,
                                     e->interned.offsets, t->interned_done, e->n_keys,
                                     e->marks, e->mark_lens,
-                                    e->first_sequence + index, t->pending + t->used,
+                                    pt_live_sequence(e->first_sequence, index),
+                                    t->pending + t->used,
                                     t->cap - t->used, &written);
         t->used += written;
         if (rc != PT_OK)
@@ -356,11 +368,17 @@ static int
 pt_live_thread_for(pt_live *e, uint32_t index, int64_t base_ticks)
 {
     if (index >= e->n_threads) {
-        pt_live_thread *grown = realloc(e->threads, ((size_t)index + 1) * sizeof *grown);
-        if (!grown)
-            return PT_ERR_NOMEM;
-        memset(grown + e->n_threads, 0, (index + 1 - e->n_threads) * sizeof *grown);
-        e->threads = grown;
+        /* grown by half at least: a program starting thousands of threads */
+        uint64_t want = (uint64_t)index + 1, cap = e->threads_cap;
+        if (want > cap) {
+            cap = want > cap + cap / 2 ? want : cap + cap / 2;
+            pt_live_thread *grown = realloc(e->threads, cap * sizeof *grown);
+            if (!grown)
+                return PT_ERR_NOMEM;
+            e->threads = grown;
+            e->threads_cap = cap;
+        }
+        memset(e->threads + e->n_threads, 0, (index + 1 - e->n_threads) * sizeof *e->threads);
         e->n_threads = index + 1;
     }
     pt_live_thread *t = &e->threads[index];
@@ -396,8 +414,10 @@ pt_live_block(pt_live *e)
     memcpy(&index, header, 4);
     memcpy(&n, header + 8, 8);
     memcpy(&base_ticks, header + 16, 8);
-    if (!n || n > (1u << 28) || index >= e->max_threads)
-        return PT_ERR_ARG;      /* damaged, or more threads than sequences set aside */
+    if (!n || n > (1u << 28))
+        return PT_ERR_ARG;      /* damaged */
+    if (index >= PT_LIVE_MAX_THREADS)
+        return PT_ERR_LIVE_THREADS;
     if (n > e->buffer_cap) {
         pt_event *grown = realloc(e->buffer, n * sizeof *grown);
         if (!grown)

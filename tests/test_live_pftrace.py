@@ -3,9 +3,11 @@ c_src/pt_live.c), and OUT then decodes to exactly the calls a whole-trace export
 of the same process gives; a trace the encoder cannot finish alone (record_function
 args) is written from the whole trace, and live.json says why."""
 import collections
+import errno
 import glob
 import json
 import os
+import re
 import sys
 import textwrap
 
@@ -196,3 +198,55 @@ def test_run_without_following_encodes_a_pftrace_while_the_program_runs(tmp_path
     # fib(n) makes 2 * F(n + 1) - 1 calls: fib(21) 35421 times 12, fib(20) 21891
     assert sum(n for name, n in counts["1"].items() if name.endswith(": fib")) == (
         12 * 35421 + 21891)
+
+
+# More threads than the 512 packet sequences of a process's own range (#34 item 2),
+# each thread's chunk filling (--max-events 4096: 512 events) so the spill hook runs.
+MANY_THREADS_PROGRAM = """
+import threading, time
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+time.sleep(0.3)     # the encoder starts at a spill 0.2 s after the clock's start
+started = 0
+for _ in range(600):
+    t = threading.Thread(target=fib, args=(12,))
+    t.start()
+    t.join()
+    started += 1
+print("STARTED", started)
+"""
+
+
+def test_more_threads_than_a_pid_range_are_encoded_while_the_program_runs(tmp_path):
+    proc = run_cli(tmp_path, MANY_THREADS_PROGRAM, "-o", tmp_path / "out.pftrace",
+                   "--processes-dir", tmp_path / "kept", "--max-events", 4096, "--spill")
+    started = int(proc.stdout.split("STARTED ", 1)[1].split()[0])
+    assert started == 600
+    assert "encoding the whole trace now" not in proc.stderr
+    assert re.search(rf" calls on {started + 1} threads -> ", proc.stderr), proc.stderr
+    directory, = glob.glob(str(tmp_path / "kept" / "proc-*"))
+    with open(f"{directory}/live.json", encoding="utf-8") as f:
+        info = json.load(f)
+    assert info["complete"], info["reason"]
+    assert info["threads"] == started + 1
+    load(directory).export_perfetto(tmp_path / "whole.pftrace")
+    out = read(tmp_path / "out.pftrace")
+    assert len(out.threads) == started + 1
+    calls = _calls(out)
+    assert calls == _calls(read(tmp_path / "whole.pftrace"))
+    # fib(12) makes 465 calls: once in each thread started
+    fibs = collections.Counter(c[0] for c in calls if c[1].endswith(": fib") and c[0])
+    assert sorted(set(fibs.values())) == [465] and len(fibs) == started
+
+
+def test_an_encoder_stop_is_said_in_words():
+    from pytrace_cffi._core import lib
+    from pytrace_cffi.follow.live import stop_words
+    assert stop_words(lib.PT_ERR_LIVE_IO, errno.ENOSPC) == (
+        "a read of the spill file (events.bin) or a write of its parts failed "
+        "(No space left on device)")
+    assert stop_words(lib.PT_ERR_NOMEM) == "out of memory"
+    for status in (lib.PT_ERR_ARG, lib.PT_ERR_STATE, lib.PT_ERR_LIVE_THREADS, -99):
+        assert not any(c.isdigit() for c in stop_words(status).replace("2147484158", ""))

@@ -23,11 +23,14 @@ from .._core import ffi, lib
 from .._own_threads import keep_forks_quiet
 
 LIVE_FILE = "live.json"
-# A process's thread i writes packet sequence first_sequence(pid) + i: the
-# processes of a job (distinct pids) never share one, so their parts are
-# stitched into one file as they are; a process with more threads than
-# MAX_THREADS is written from its whole trace.
-MAX_THREADS = 512
+# A process's thread i writes packet sequence sequence(first_sequence(pid), i):
+# its first RANGE threads (and task lanes) one pid's own range, the rest the
+# upper half of the ids (c_src/pt_export.h), so that the parts of a job's
+# processes are stitched into one file as they are. Past MAX_THREADS threads
+# (2^31 and more) a process is written from its whole trace, which says so; a
+# join whose processes' sequences meet writes the later one from its whole trace.
+RANGE = lib.PT_LIVE_RANGE
+MAX_THREADS = lib.PT_LIVE_MAX_THREADS
 PARTS_DIR = "live"
 CALIBRATION_NS = 200_000_000
 NOT_STARTED = "the program ended before the encoder started"
@@ -69,7 +72,12 @@ def requested_compress():
 
 
 def first_sequence(pid):
-    return 2 + ((pid & 0x3FFFFF) << 9)
+    return 2 + (pid & 0x3FFFFF) * RANGE
+
+
+def sequence(first, index):
+    """The packet sequence of thread index of the process whose first is first."""
+    return lib.pt_live_sequence(first, index)
 
 
 def part_prefix(directory):
@@ -127,7 +135,7 @@ class LiveEncoder:
         os.makedirs(os.path.join(self.directory, PARTS_DIR), exist_ok=True)
         c = lib.pt_live_new(os.fsencode(os.path.join(self.directory, "events.bin")),
                             os.fsencode(part_prefix(self.directory)),
-                            first_sequence(os.getpid()), MAX_THREADS,
+                            first_sequence(os.getpid()),
                             COMPRESS_LEVEL if self.compress else -1,
                             lib.pt_start_ticks(self.ptr), lib.pt_start_ns(self.ptr),
                             ns_per_tick, self.min_duration_ns, stop, len(stop), start,
@@ -193,8 +201,7 @@ def _why_not_whole(result, encoder, facts):
         return ("the trace has torch names or record_function args, which only the whole "
                 "trace decides")
     if result.status != lib.PT_OK or not result.complete:
-        return (f"the encoder stopped (status {result.status}"
-                + (f", {os.strerror(result.error_number)}" if result.error_number else "") + ")")
+        return "the encoder stopped: " + stop_words(result.status, result.error_number)
     if facts["clock"]["ns_per_tick"] != encoder.ns_per_tick:
         return "the clock's slope changed"
     n = len(facts["names"])
@@ -204,6 +211,21 @@ def _why_not_whole(result, encoder, facts):
     if result.n_threads > len(facts["threads"]):
         return "more threads encoded than the trace has"
     return None
+
+
+def stop_words(status, error_number=0):
+    """Why the encoder stopped (pt_live_result.status), in words."""
+    if status == lib.PT_ERR_LIVE_IO:
+        return ("a read of the spill file (events.bin) or a write of its parts failed"
+                + (f" ({os.strerror(error_number)})" if error_number else ""))
+    if status == lib.PT_ERR_LIVE_THREADS:
+        return (f"the process had more than {MAX_THREADS} threads and asyncio task lanes, "
+                "more than a .pftrace has packet sequences for one process")
+    return {lib.PT_ERR_NOMEM: "out of memory",
+            lib.PT_ERR_ARG: ("the spill file (events.bin) holds a damaged block, or a "
+                             "packet too large to encode"),
+            lib.PT_OK: "the spill file ended before its last block"}.get(
+                status, "an error this version of pytrace_cffi does not describe")
 
 
 def why_not_encoded(directory):
@@ -236,11 +258,11 @@ def live_parts(directory, trace, used_sequences=None):
     first = info.get("first_sequence")
     if not isinstance(first, int) or not 2 <= first < 2 ** 31:
         return None
-    sequences = set(range(first, first + len(trace.threads)))
+    ids = [sequence(first, index) for index in range(len(trace.threads))]
     if used_sequences is not None:
-        if sequences & used_sequences:
+        if not used_sequences.isdisjoint(ids):
             return None
-        used_sequences |= sequences
+        used_sequences.update(ids)
     prefix = part_prefix(directory)
-    return [(prefix + str(index), first + index, trace.start_ns)
+    return [(prefix + str(index), ids[index], trace.start_ns)
             for index in range(len(trace.threads))]
