@@ -455,18 +455,19 @@ def _finish_windows(windows):
 def _cmd_summary(args):
     from .reading import read_trace
     from .render.summary import format_process_totals, format_summary, summarize_counting
+    from .trace import threads_text
     trace = read_trace(args.trace)
     per_process = args.per_process and not args.per_thread
     # calls as the table counts them: frames running when tracing began are none
     rows, calls = summarize_counting(trace, sort=args.sort, limit=args.limit or None,
                                      per_thread=args.per_thread, per_process=per_process)
     title = (f"{args.trace}: {counted(calls, 'call')} on "
-             f"{counted(len(trace.threads), 'thread')}, "
+             f"{threads_text(trace.threads)}, "
              f"{(trace.stop_ns - trace.start_ns) / 1e6:.3f} ms")
     if trace.processes:
         title = (f"{args.trace}: {counted(calls, 'call')} in "
                  f"{counted(len(trace.processes), 'process')}, "
-                 f"{counted(len(trace.threads), 'thread')}, "
+                 f"{threads_text(trace.threads)}, "
                  f"{(trace.stop_ns - trace.start_ns) / 1e6:.3f}"
                  f" ms\n{format_process_totals(trace)}\n"
                  + ("per process:" if per_process else
@@ -513,8 +514,9 @@ def _cmd_export(args):
     _check_output(args.output)
     trace = export(args.source, args.output)
     from .render.summary import calls_begun     # as summary counts: frames open at start are none
+    from .trace import threads_text
     print(f"pytrace_cffi: {counted(calls_begun(trace), 'call')} on "
-          f"{counted(len(trace.threads), 'thread')} -> {args.output}", file=sys.stderr)
+          f"{threads_text(trace.threads)} -> {args.output}", file=sys.stderr)
     return 0
 
 

@@ -29,6 +29,27 @@ ThreadInfo = namedtuple("ThreadInfo", "index native_id ident name n_events dropp
 ThreadInfo.__doc__ = """A thread of a trace. pid: the process it ran in, for a trace of
 several processes (see Trace.processes); None means the trace's own pid."""
 
+# An asyncio task's lane (log_async) is a thread of the trace with an id no OS
+# thread has (c_src/pt_runtime.c: PT_LANE_TID_BASE and up) and the name "task <name>".
+TASK_LANE_TID_BASE = 1 << 30
+
+
+def is_task_lane(thread):
+    return (thread.native_id or 0) >= TASK_LANE_TID_BASE and str(thread.name).startswith("task ")
+
+
+def threads_text(threads):
+    """"3 threads", or "1 thread and 1000 async task lanes": threads counted
+    apart from asyncio tasks' lanes."""
+    return lanes_text(len(threads), sum(map(is_task_lane, threads)))
+
+
+def lanes_text(n_threads, n_tasks):
+    """threads_text of n_threads lanes, n_tasks of them asyncio tasks'."""
+    if not n_tasks:
+        return counted(n_threads, "thread")
+    return f"{counted(n_threads - n_tasks, 'thread')} and {counted(n_tasks, 'async task lane')}"
+
 
 # Where Trace.export, export_chrome_trace, export_perfetto and save find their
 # writers: "by_name", "chrome", "perfetto", "saved" -> writer(trace, path, **options). The renderers
@@ -252,7 +273,7 @@ class Trace:
         processes = (f" in {counted(len(self.processes), 'process')}" if self.processes
                      else "")
         return (f"<pytrace_cffi.Trace {counted(len(self), 'call')}, "
-                f"{counted(len(self.threads), 'thread')}"
+                f"{threads_text(self.threads)}"
                 f"{processes}, {(self.stop_ns - self.start_ns) / 1e6:.3f} ms>")
 
 

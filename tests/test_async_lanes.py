@@ -171,3 +171,98 @@ def test_lanes_are_threads_in_the_files(tmp_path, suffix):
         assert {"task alpha", "task beta"} <= set(named.values())
         assert all(e["tid"] in named for e in events if e["ph"] == "X")
     assert os.path.getsize(out) > 0
+
+
+# Many tasks (#34 item 3): the program counts the tasks it ran (asyncio.run's main
+# one, those it gathers, and asyncio.run's own at its end through the task
+# factory), each of which steps on a lane of its own.
+MANY_TASKS = 300
+MANY_TASKS_PROGRAM = f"""
+import asyncio
+
+created = 1             # asyncio.run's main task, made before the factory is set
+
+def counting_factory(loop, coro, **kwargs):
+    global created
+    created += 1
+    return asyncio.Task(coro, loop=loop, **kwargs)
+
+def add(a, b):
+    return a + b
+
+async def worker(n):
+    for _ in range(3):
+        add(n, 1)
+        await asyncio.sleep(0)
+
+async def main():
+    asyncio.get_running_loop().set_task_factory(counting_factory)
+    await asyncio.gather(*[asyncio.create_task(worker(i)) for i in range({MANY_TASKS})])
+
+asyncio.run(main())
+print("TASKS", created)
+"""
+
+
+def test_task_lanes_are_counted_apart_from_threads(tmp_path):
+    """run's last line and summary's header say the lanes as what they are."""
+    program = tmp_path / "prog.py"
+    program.write_text(MANY_TASKS_PROGRAM)
+    out = tmp_path / "t.pftrace"
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "--log-async",
+                           "-o", str(out), str(program)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    tasks = int(proc.stdout.split("TASKS ")[1])
+    assert tasks > MANY_TASKS
+    lanes = f" calls on 1 thread and {tasks} async task lanes -> "
+    assert lanes in proc.stderr, proc.stderr
+    summary = subprocess.run([sys.executable, "-m", "pytrace_cffi", "summary", str(out)],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert summary.returncode == 0, summary.stderr
+    assert f" calls on 1 thread and {tasks} async task lanes, " in summary.stdout.splitlines()[0]
+    export = subprocess.run([sys.executable, "-m", "pytrace_cffi", "export", str(out), "-o",
+                             str(tmp_path / "t.html")], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)
+    assert export.returncode == 0, export.stderr
+    assert lanes.rstrip("-> ") in export.stderr
+
+
+def test_a_pftrace_of_many_lanes_is_exported_inflating_each_packet_a_few_times(
+        tmp_path, monkeypatch):
+    """A .pftrace's compressed packets each hold many small lanes: reading a lane
+    again (each export reads every thread twice, the page's survey and its calls)
+    must not inflate its packet from the start each time (an HTML page of a
+    thousand tasks took 11 s). Counted in inflated bytes: a whole pass inflates
+    the file once."""
+    from pytrace_cffi.formats import read
+    from pytrace_cffi.readers import pftrace_packets
+    from pytrace_cffi.render.summary import calls_begun
+    from pytrace_cffi.render.html import write_html
+    namespace = {}
+    exec(MANY_TASKS_PROGRAM.rsplit("\nasyncio.run(", 1)[0], namespace)     # its definitions
+    pytrace_cffi.start(log_async=True)
+    try:
+        asyncio.run(namespace["main"]())
+    finally:
+        trace = pytrace_cffi.stop()
+    assert sum(t.name.startswith("task ") for t in trace.threads) > MANY_TASKS
+    trace.export_perfetto(tmp_path / "t.pftrace")
+    inflated = [0]
+    take = pftrace_packets._Inflated._take
+
+    def counted_take(self, block):
+        inflated[0] += len(block)
+        return take(self, block)
+
+    monkeypatch.setattr(pftrace_packets._Inflated, "_take", counted_take)
+    back = read(tmp_path / "t.pftrace")
+    once = inflated[0]
+    assert once > 0
+    inflated[0] = 0
+    write_html(back, tmp_path / "t.html")
+    # two reads of every thread, each two passes (durations, then calls)
+    assert inflated[0] <= 4 * once + 4 * pftrace_packets.BLOCK_BYTES, (inflated[0], once)
+    inflated[0] = 0
+    assert calls_begun(back) == calls_begun(trace)
+    assert inflated[0] == 0                 # counted while the page read every call

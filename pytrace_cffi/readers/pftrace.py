@@ -40,7 +40,7 @@ from .._progress import Progress
 from ..errors import TraceFormatError
 from .chrome_events import Changed, Keys, chrome_trace, take_open_at_start
 from .chrome_lines import STREAM_BATCH_SLICES, FileSource, LineThread, file_identity
-from .pftrace_packets import (DOUBLE, Bad, Stop, annotations, one, packets, parse,
+from .pftrace_packets import (DOUBLE, Bad, Resumes, Stop, annotations, one, packets, parse,
                               repeated_ints, signed, text)
 
 PROCESS_SEQUENCE = 1
@@ -546,6 +546,7 @@ class _PftraceStreams:
         self._kept = scan.kept
         self._scan = scan
         self._source = source
+        self._resumes = Resumes()
         import weakref
         weakref.finalize(self, source.close)
 
@@ -567,7 +568,8 @@ class _PftraceStreams:
             else:
                 sequence = replay.sequence = _Sequence(replay, scan.sequence_ids[index],
                                                        lib.PT_PF_DURATIONS, n)
-                for _ in packets(self._source.open(), scan.starts[index], replay):
+                for _ in packets(self._source.open(), scan.starts[index], replay,
+                                 self._resumes):
                     raise AssertionError("the durations pass hands out no batch")
                 self._same(sequence, index, sequence.c.digest)
             thread = LineThread(index, 0, "", 0, 0, min(n, STREAM_BATCH_SLICES))
@@ -576,7 +578,7 @@ class _PftraceStreams:
                 raise Changed(f"thread {index} has other calls")
             sequence.uuid = None
             first = 0
-            for _ in packets(self._source.open(), scan.starts[index], replay):
+            for _ in packets(self._source.open(), scan.starts[index], replay, self._resumes):
                 count = thread.state.count
                 yield thread.batch, count, first
                 first += count

@@ -9,6 +9,7 @@ is bounded by its message's end. Runs of a thread's slice packets are left to C
 (pt_pfread.c); packets() hands every other one to Python.
 """
 import struct
+import threading
 import zlib
 
 from .._core import lib
@@ -292,18 +293,62 @@ class _Inflated(_Level):
                 raise Bad("a compressed packet is shorter than the first read found")
         self.pos = count - self.offset
 
+    def copy(self, raw):
+        """This level as it is, going on independently, reading raw."""
+        other = _Inflated.__new__(_Inflated)
+        other.__dict__.update(self.__dict__)
+        other.raw, other.inflater = raw, self.inflater.copy()
+        return other
 
-def packets(raw, location, reader):
+
+class Resumes:
+    """Places inside compressed packets where reads of a file stopped or began,
+    each an inflater's copy: a thread's read that starts inside a compressed
+    packet goes on from the nearest one before it instead of inflating the packet
+    from its start. A file of many small threads (a thousand asyncio tasks' lanes)
+    holds many in one packet: each read would inflate all those before it."""
+
+    KEEP = 4        # a thread's two passes, and where the last one stopped
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._kept = []     # (compressed entry's file offset, _Inflated), newest last
+
+    def nearest(self, start, count, raw):
+        """A copy of the kept level of the entry at file offset start whose bytes
+        begin at or before inflated byte count, the latest such; else None."""
+        with self._lock:
+            found = [level for at, level in self._kept if at == start and level.offset <= count]
+        if not found:
+            return None
+        return max(found, key=lambda level: level.offset).copy(raw)
+
+    def keep(self, start, level):
+        kept = level.copy(None)
+        with self._lock:
+            self._kept = [entry for entry in self._kept
+                          if entry[0] != start or entry[1].offset != kept.offset]
+            self._kept.append((start, kept))
+            del self._kept[:-self.KEEP]
+
+
+def packets(raw, location, reader, resumes=None):
     """Runs over the packets from location ((file offset of a top-level entry,
     offset in its inflated bytes or -1)): reader.fast(buf, pos) takes what C can
     (returns (status, new pos)); reader.packet(bytes, location) each other packet.
     Yields when reader's batch is full. Ends at the file's end or when reader
-    raises Stop."""
+    raises Stop. resumes: a Resumes of the file, for reads that start inside a
+    compressed packet."""
     top = _Top(raw, location[0])
     level, inner_start = top, None
     if location[1] >= 0:
-        level, inner_start = _enter(top), location[0]
+        inner_start = location[0]
+        level = resumes and resumes.nearest(inner_start, location[1], raw)
+        if not level:
+            level = _enter(top)
         level.skip(location[1])
+        if resumes is not None:
+            resumes.keep(inner_start, level)
     while True:
         if level.pos >= len(level.buf) and not level.more():
             if level is top:
@@ -339,6 +384,8 @@ def packets(raw, location, reader):
         try:
             reader.packet(packet, where)
         except Stop:
+            if resumes is not None and level is not top:
+                resumes.keep(inner_start, level)    # the next thread's read starts here
             return
         level.pos = start + size
 

@@ -19,6 +19,7 @@ from .._core import ffi, lib
 from .._progress import counted
 from ..errors import TraceFormatError
 from ..saved_format import SLICE_RECORD
+from ..trace import is_task_lane, lanes_text
 
 SummaryRow = namedtuple("SummaryRow", "name calls total_ns self_ns thread")
 SummaryRow.__doc__ = """One function's line in a summary; thread is the thread's
@@ -190,12 +191,13 @@ def calls_begun(trace):
 
 
 ProcessTotal = namedtuple("ProcessTotal",
-                          "pid label calls threads start_ns end_ns open_at_start",
-                          defaults=(0,))
+                          "pid label calls threads start_ns end_ns open_at_start task_lanes",
+                          defaults=(0, 0))
 ProcessTotal.__doc__ = """One process of a trace of several processes: its calls (those
 that began in its trace), its threads, the span of its calls (None, None when it
 has none), and its frames already running when its trace began (a forked child's
-continued from its parent: shown, not counted)."""
+continued from its parent: shown, not counted); task_lanes: how many of its threads
+are asyncio tasks' lanes (log_async)."""
 
 
 def process_totals(trace):
@@ -204,15 +206,16 @@ def process_totals(trace):
     if not trace.processes:
         return []
     from .walk import thread_batches
-    found = {pid: [0, 0, None, None, 0] for pid in trace.processes}
+    found = {pid: [0, 0, None, None, 0, 0] for pid in trace.processes}
     streams = getattr(trace, "_streams", None)
     spans = getattr(streams, "spans", None)
     if spans is not None and not trace.slices_built():
         # the streams' scan counted them: no call is read again
         for thread, (n, _, _), opened, span in zip(trace.threads, streams.stats,
                                                    streams.open_at_start, spans):
-            entry = found.setdefault(trace.thread_pid(thread), [0, 0, None, None, 0])
+            entry = found.setdefault(trace.thread_pid(thread), [0, 0, None, None, 0, 0])
             entry[1] += 1
+            entry[5] += is_task_lane(thread)
             entry[0] += n - opened
             entry[4] += opened
             if span is not None:
@@ -221,8 +224,9 @@ def process_totals(trace):
                 entry[3] = last if entry[3] is None else max(entry[3], last)
         return _process_totals(trace, found)
     for thread, batches in thread_batches(trace):
-        entry = found.setdefault(trace.thread_pid(thread), [0, 0, None, None, 0])
+        entry = found.setdefault(trace.thread_pid(thread), [0, 0, None, None, 0, 0])
         entry[1] += 1
+        entry[5] += is_task_lane(thread)
         for slices, count, _ in batches:
             open_at_start = lib.pt_open_at_start(slices, count)
             entry[0] += count - open_at_start
@@ -250,7 +254,7 @@ def format_process_totals(trace):
                 f", {_ms(total.start_ns - trace.start_ns)}-{_ms(total.end_ns - trace.start_ns)}"
                 " ms")
         lines.append(f"  {trace.process_id_text(total.pid)} ({total.label}): "
-                     f"{counted(total.calls, 'call')} on {counted(total.threads, 'thread')}"
+                     f"{counted(total.calls, 'call')} on {lanes_text(total.threads, total.task_lanes)}"
                      f"{span}{_open_at_start_note(total.open_at_start)}")
     return "\n".join(lines)
 
