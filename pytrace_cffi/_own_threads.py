@@ -9,8 +9,9 @@ CPython 3.12+ warns at os.fork() when the process has more than one OS thread
 in the child."): our threads (the flight recorder's, the memory sampler's, the
 .pftrace encoder's) would make a program that has one thread print it. Every
 thread of ours carries the OS name OWN_OS_NAME (c_src/pt_own.c); a fork with no
-thread but ours beside the forking one ignores that warning, and only it, for
-the fork (Linux). A program with threads of its own still sees it, as untraced.
+thread but ours beside the forking one ignores that warning, and only it (Linux;
+on 3.12 for that fork, on 3.13+, which warns after the fork's hooks ran, until
+the next fork decides again). A program with threads of its own still sees it.
 """
 import os
 import signal
@@ -20,7 +21,7 @@ import warnings
 OWN_OS_NAME = "pytrace_cffi"        # PT_OWN_OS_NAME in c_src/pt_internal.h
 _FORK_WARNING = r"This process \(pid=\d+\) is multi-threaded, use of fork"
 _hooked = False
-_ignored = None     # the warnings filter entry in force for one fork
+_ignored = None     # the warnings filter entry in force (see _before_fork)
 
 
 def own_thread_begin():
@@ -41,8 +42,8 @@ def keep_forks_quiet():
     if _hooked or sys.version_info < (3, 12) or not sys.platform.startswith("linux"):
         return
     _hooked = True
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
-                        after_in_child=_after_fork)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_in_parent,
+                        after_in_child=_warn_again)
 
 
 def _threads_and_ours():
@@ -59,17 +60,33 @@ def _threads_and_ours():
 
 
 def _before_fork():
-    global _ignored
+    """Each fork decides anew: that one warning is ignored while no thread but ours
+    runs beside the forking one."""
     try:
         threads, ours = _threads_and_ours()
     except OSError:
         return
     if ours and threads - ours <= 1:
+        _ignore_the_warning()
+    else:
+        _warn_again()
+
+
+def _after_in_parent():
+    # 3.13+ warns after the fork's after-hooks ran: the filter stays until the
+    # next fork decides again
+    if sys.version_info < (3, 13):
+        _warn_again()
+
+
+def _ignore_the_warning():
+    global _ignored
+    if _ignored is None or _ignored not in warnings.filters:
         warnings.filterwarnings("ignore", _FORK_WARNING, DeprecationWarning)
         _ignored = warnings.filters[0]
 
 
-def _after_fork():
+def _warn_again():
     global _ignored
     entry, _ignored = _ignored, None
     if entry is None:
