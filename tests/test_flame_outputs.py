@@ -420,3 +420,51 @@ def test_threads_of_one_name_stay_apart(tmp_path):
     t.export(str(tmp_path / "t.speedscope.json"))
     names = [p["name"] for p in load_speedscope(str(tmp_path / "t.speedscope.json"))["profiles"]]
     assert names.count("twin") == 1 and names.count("twin #2") == 1
+
+
+def test_speedscope_starts_at_a_call_begun_before_the_traces_start(tmp_path):
+    """A call that began before the trace's start (here a Chrome JSON whose outer
+    call is moved 2 ms before it, as a job's process running before it joined the
+    timeline) opens at a negative time, and startValue is that time, not 0: speedscope
+    refuses an event before startValue (#31)."""
+    def work():
+        return sorted([2, 1])
+    with pytrace_cffi.trace(c_calls=False) as t:
+        work()
+    t.export(str(tmp_path / "t.json"))
+    with open(tmp_path / "t.json", encoding="utf-8") as f:
+        document = json.load(f)
+    (root,) = [e for e in document["traceEvents"]
+               if e.get("ph") == "X" and e["args"]["Python parent id"] is None]
+    root["ts"], root["dur"] = -2000.0, root["dur"] + 2000.0
+    with open(tmp_path / "early.json", "w", encoding="utf-8") as f:
+        json.dump(document, f)
+    pytrace_cffi.load(str(tmp_path / "early.json")).export(str(tmp_path / "e.speedscope.json"))
+    speedscope = load_speedscope(str(tmp_path / "e.speedscope.json"))
+    (profile,) = [p for p in speedscope["profiles"] if p["name"] == "MainThread"]
+    assert profile["events"][0] == {"type": "O", "frame": profile["events"][0]["frame"],
+                                    "at": -2_000_000}
+    assert profile["startValue"] == -2_000_000
+    assert evented_errors(profile, len(speedscope["shared"]["frames"])) == []
+
+
+def _recurse(n):
+    if n:
+        return _recurse(n - 1)
+    end = __import__("time").perf_counter() + 0.002      # self time enough for a line
+    while __import__("time").perf_counter() < end:
+        pass
+
+
+def test_a_stack_deeper_than_64_frames_keeps_every_frame(tmp_path):
+    """_recurse(100) is 101 nested calls: the deepest collapsed stack holds all
+    101 (a stack kept its first 64 levels only, the deeper ones
+    merged into their parent, and passed every test of shallow programs) (#31)."""
+    with pytrace_cffi.trace(c_calls=False) as t:
+        _recurse(100)
+    t.export(str(tmp_path / "t.folded"))
+    name = f"test_flame_outputs.py({_recurse.__code__.co_firstlineno}): _recurse"
+    lines = parse_folded((tmp_path / "t.folded").read_text(encoding="utf-8"))
+    deepest = max(lines, key=lambda stack: stack.count(";"))
+    frames = deepest.split(";")
+    assert frames[-101:] == [name] * 101 and frames[-102] != name, deepest
