@@ -56,6 +56,30 @@ def catches_reraised():
         pass
 
 
+class Cleanup:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        try:
+            raise KeyError("cleanup")  # raise-cleanup
+        except KeyError:  # handler-cleanup
+            pass
+        return False
+
+
+def through_cleanup():
+    with Cleanup():
+        inner(3)
+
+
+def catches_through_cleanup():
+    try:
+        through_cleanup()
+    except ValueError:  # handler-through-cleanup
+        pass
+
+
 class Attributes:
     def __getattr__(self, name):
         raise AttributeError(name)  # raise-getattr
@@ -90,6 +114,22 @@ def test_a_handler_that_reraises_did_not_catch_it():
     assert exceptions_of(trace) == [
         ("exception ValueError", {"message": "bad 2", "where": where("inner", "raise-inner"),
                                   "caught_in": where("catches_reraised", "handler-reraised")})]
+
+
+@pytest.mark.skipif(not MONITORING, reason="3.12+: sys.monitoring sees the exception")
+def test_an_exception_caught_in_exit_while_another_propagates_leaves_it_one_instant():
+    """A KeyError raised and caught inside __exit__ while a ValueError passes
+    through the with block: two exceptions in flight at once on the thread. Each
+    is one instant with its own handler (remembering one exception in flight made
+    the ValueError a second instant further out, the first with no caught_in) (#31)."""
+    trace = traced(catches_through_cleanup)
+    assert exceptions_of(trace) == [
+        ("exception ValueError", {"message": "bad 3", "where": where("inner", "raise-inner"),
+                                  "caught_in": where("catches_through_cleanup",
+                                                     "handler-through-cleanup")}),
+        ("exception KeyError", {"message": "'cleanup'",
+                                "where": where("__exit__", "raise-cleanup"),
+                                "caught_in": where("__exit__", "handler-cleanup")})]
 
 
 @pytest.mark.skipif(not MONITORING, reason="3.12+: sys.monitoring sees the exception")
