@@ -59,6 +59,26 @@ def test_rss_is_sampled_at_the_interval_from_start_to_stop():
     assert not [t for t in threading.enumerate() if t.name == "pytrace_cffi memory"]
 
 
+def _last_call_before_stop():
+    return None
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="RSS is read on Linux")
+def test_stop_takes_a_last_sample_however_long_the_interval():
+    """An interval of 10 minutes: one sample when tracing begins, one at stop() -
+    after the program's last call - and none between (a stop without its last
+    sample left a trace's last reading an interval before its end; the 10 ms test
+    above cannot tell) (#31)."""
+    pytrace_cffi.start(memory_interval_ms=600_000)
+    time.sleep(0.05)
+    _last_call_before_stop()
+    trace = pytrace_cffi.stop()
+    samples = counter_samples(trace, _memory.RSS)
+    (last_call,) = [call for call in trace if call.name.endswith(": _last_call_before_stop")]
+    assert len(samples) == 2, samples
+    assert last_call.end_ns <= samples[-1][0] <= trace.stop_ns
+
+
 def test_tracemalloc_only_when_the_program_traces_memory():
     pytrace_cffi.start(memory_interval_ms=5)
     time.sleep(0.03)
