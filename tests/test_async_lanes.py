@@ -69,6 +69,33 @@ def test_each_task_steps_on_its_own_lane():
     assert all(t.native_id >= 1 << 30 for t in lanes)      # never an OS thread's id
 
 
+async def renames_itself():
+    await asyncio.sleep(0)
+    asyncio.current_task().set_name("renamed")
+    await asyncio.sleep(0)
+
+
+async def a_task_renamed_after_its_first_step(kept):
+    task = asyncio.create_task(renames_itself(), name="first")
+    kept.append(task)
+    await task
+
+
+def test_a_task_renamed_after_its_first_step_names_its_lane_by_its_last_name():
+    """The task steps once as "first", then renames itself: its lane (one lane, the
+    task still there at stop) is "task renamed" (a lane kept the name of the task's
+    first step, and no test renamed a task) (#31)."""
+    kept = []
+    pytrace_cffi.start(log_async=True)
+    asyncio.run(a_task_renamed_after_its_first_step(kept))
+    trace = pytrace_cffi.stop()
+    roots = roots_by_thread(trace)
+    assert [name for name in roots["task renamed"] if name == "renames_itself"] == \
+        ["renames_itself"] * 3
+    assert "task first" not in roots
+    assert kept[0].get_name() == "renamed"
+
+
 def loop_calls(trace):
     """The names of what the loop's _run_once called, on the tracing thread."""
     by_id = {call.id: call for call in trace}
