@@ -76,6 +76,49 @@ def test_each_collect_is_one_slice_under_its_call_with_what_it_found(
     assert gc.callbacks == before
 
 
+def test_collected_and_uncollectable_are_each_their_own_number(tmp_path,
+                                                               no_automatic_collection):
+    """A collection that finds 3 cycles it frees and 2 it cannot: objects with a
+    legacy tp_del finalizer (_testcapi.with_tp_del; __del__ has been collectable
+    since 3.4, and gc.DEBUG_SAVEALL counts what it keeps as collected) are
+    uncollectable and go to gc.garbage. The region's args are the numbers CPython's
+    own callback is given, each in its place (the two swapped passed every check of
+    their sum) (#31)."""
+    _testcapi = pytest.importorskip("_testcapi")
+
+    @_testcapi.with_tp_del
+    class Legacy:
+        def __init__(self):
+            self.me = self
+
+        def __tp_del__(self):
+            pass
+
+    seen = []
+
+    def recorder(phase, info):
+        if phase == "stop":
+            seen.append(dict(info))
+    gc.collect()
+    gc.callbacks.append(recorder)
+    try:
+        pytrace_cffi.start(log_gc=True)
+        Legacy(), Legacy(), Cycle(), Cycle(), Cycle()
+        found = gc.collect()
+        trace = pytrace_cffi.stop()
+    finally:
+        gc.callbacks.remove(recorder)
+        kept = [o for o in gc.garbage if isinstance(o, Legacy)]
+        gc.garbage[:] = [o for o in gc.garbage if not isinstance(o, Legacy)]
+        for legacy in kept:
+            legacy.me = None
+        del kept
+    (info,) = seen
+    assert info["uncollectable"] == 2 and info["collected"] >= 3
+    assert info["collected"] + info["uncollectable"] == found
+    assert region_args(trace, tmp_path / "t.json") == [info]
+
+
 def test_a_finalizer_run_by_a_collection_is_inside_its_slice(tmp_path,
                                                              no_automatic_collection):
     class Finalized(Cycle):
