@@ -6,6 +6,7 @@ import collections
 import json
 import os
 import re
+import shutil
 import sys
 import textwrap
 
@@ -391,15 +392,11 @@ def test_spawn_context_process_children(tmp_path):
     assert not not_followed(proc.stderr)
 
 
-def test_a_spawned_child_ended_before_it_learned_its_name_has_its_launch_name(tmp_path):
-    """A spawn child that ends before its parent sent it its name (a Pool worker
-    terminated while it starts up) is labelled by the name its launch was noted
-    with in launched.jsonl, not "multiprocessing child". Made certain here: the
-    program's own wrapper of spawnv_passfds (around pytrace_cffi's, which notes
-    the launch) terminates the child once it traces, before its parent sends it
-    anything."""
-    out = tmp_path / "out.json"
-    proc = run_cli(tmp_path, """
+# A spawn child terminated once it traces, before its parent sends it anything
+# (its name among it): the program's own wrapper of spawnv_passfds (around
+# pytrace_cffi's, which notes the launch) terminates it. Prints the root's pid, the
+# child's and its exit code.
+TERMINATED_WHILE_STARTING = """
         import os, signal, time, multiprocessing as mp
         import multiprocessing.util as util
         def unique_work(): pass
@@ -421,7 +418,18 @@ def test_a_spawned_child_ended_before_it_learned_its_name_has_its_launch_name(tm
             child.start()
             child.join()
             print(os.getpid(), child.pid, child.exitcode)
-    """, "--processes-dir", "job", "-o", out)
+"""
+
+
+def test_a_spawned_child_ended_before_it_learned_its_name_has_its_launch_name(tmp_path):
+    """A spawn child that ends before its parent sent it its name (a Pool worker
+    terminated while it starts up) is labelled by the name its launch was noted
+    with in launched.jsonl, not "multiprocessing child". Made certain here: the
+    program's own wrapper of spawnv_passfds (around pytrace_cffi's, which notes
+    the launch) terminates the child once it traces, before its parent sends it
+    anything."""
+    out = tmp_path / "out.json"
+    proc = run_cli(tmp_path, TERMINATED_WHILE_STARTING, "--processes-dir", "job", "-o", out)
     root, child, exitcode = map(int, proc.stdout.split())
     assert exitcode == -15, proc.stderr
     assert re.search(rf"pid {child} \(unique-name\): ", proc.stderr), proc.stderr
@@ -431,6 +439,25 @@ def test_a_spawned_child_ended_before_it_learned_its_name_has_its_launch_name(tm
     assert lanes == {root: "prog.py", child: "unique-name"}
     assert sorted(r.label for r in processes.status(tmp_path / "job")) == [
         "prog.py", "unique-name"]
+
+
+def test_a_spawned_child_lost_before_it_recorded_anything_has_its_launch_name(tmp_path):
+    """A spawn child lost before it recorded anything - its directory holds nothing,
+    not even process.json (a Pool worker terminated while it started: a race, CI
+    3.10 met it) - is labelled by the name its launch was noted with in
+    launched.jsonl, not "pid N". Made certain here: the child of
+    TERMINATED_WHILE_STARTING is terminated, then its directory emptied (#31)."""
+    proc = run_cli(tmp_path, TERMINATED_WHILE_STARTING, "--processes-dir", "job", "-o",
+                   tmp_path / "out.json")
+    root, child, _ = map(int, proc.stdout.split())
+    directory = tmp_path / "job" / f"proc-{child}"
+    assert directory.is_dir(), proc.stderr
+    for leftover in directory.iterdir():
+        shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+    results = {r.pid: r for r in processes.status(tmp_path / "job")}
+    assert {pid: r.label for pid, r in results.items()} == {root: "prog.py",
+                                                          child: "unique-name"}
+    assert results[child].state == "lost" and results[child].calls == 0
 
 
 def test_spawn_pool_workers_are_labelled_by_name_even_when_they_ran_no_task(tmp_path):
