@@ -81,7 +81,9 @@ def shared_dispatch_ext(tmp_path_factory):
     import sysconfig
     compiler = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
     if compiler is None:
-        pytest.skip("no C compiler (gcc or cc) to build tests/ext/shared_dispatch.c")
+        from helpers import missing_tool
+        missing_tool("a C compiler (gcc or cc) to build tests/ext/shared_dispatch.c",
+                     "Debian: apt-get install gcc")
     out_dir = tmp_path_factory.mktemp("ext")
     target = out_dir / ("shared_dispatch" + sysconfig.get_config_var("EXT_SUFFIX"))
     subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-Wall", "-Werror",

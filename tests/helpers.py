@@ -154,6 +154,21 @@ def small_disk(path, size):
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
+CHROMIUM_INSTALL = "Debian: apt-get install chromium; .ci/run installs it"
+
+
+def missing_tool(tool, install):
+    """For a test whose tool (a program such as chromium or go, or a module no
+    package of ours needs) is not installed: skips it on a developer's machine,
+    fails it in CI ($CI set), where .ci/run installs every tool - a check never
+    hides behind a skip there. tool: what is missing; install: how to get it."""
+    message = f"{tool} is not installed ({install})"
+    if os.environ.get("CI"):
+        pytest.fail(f"$CI is set but {message}: the tests that need it must run in CI",
+                    pytrace=False)
+    pytest.skip(message)
+
+
 def perfetto_protos(required=True):
     """The perfetto package's generated protos, which the .pftrace tests decode
     with (pip install perfetto "protobuf>=6.31.1"). Where they do not import,

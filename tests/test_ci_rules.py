@@ -2,6 +2,8 @@
 Jupyter tests' packages) must be there, a missing one fails instead of skipping
 every check that needs it."""
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -82,3 +84,70 @@ def test_pyflakes_finds_nothing():
     proc = subprocess.run([sys.executable, "-m", "pyflakes", "pytrace_cffi", "tests"], cwd=root,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and not proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("ci", [None, "true"])
+def test_a_missing_tool_skips_except_in_ci(monkeypatch, ci):
+    """helpers.missing_tool: the chromium, node, go and C compiler tests' rule - a
+    skip on a developer's machine, a failure in CI (#31)."""
+    from helpers import missing_tool
+    monkeypatch.delenv("CI", raising=False)
+    if ci:
+        monkeypatch.setenv("CI", ci)
+    with pytest.raises(pytest.fail.Exception if ci else pytest.skip.Exception) as raised:
+        missing_tool("go", "Debian: golang-go")
+    assert str(raised.value) == (
+        "$CI is set but go is not installed (Debian: golang-go): the tests that need it "
+        "must run in CI" if ci else "go is not installed (Debian: golang-go)")
+
+
+def test_every_tool_test_uses_the_rule():
+    """No test skips by itself for a missing chromium or go (they skipped in CI too,
+    where .ci/run only said they would): each calls helpers.missing_tool (#31)."""
+    users = {}
+    for name in sorted(os.listdir(HERE)):
+        if name.endswith(".py") and name != "helpers.py":
+            with open(os.path.join(HERE, name), encoding="utf-8") as f:
+                text = f.read()
+            assert not re.search(r"pytest\.skip\([^)]*(chromium|`go`)", text), name
+            users[name] = text.count("missing_tool(")
+    for name in ("test_html.py", "test_html_flame.py", "test_html_page.py",
+                 "test_job_outputs.py", "test_jupyter.py", "test_flame_outputs.py"):
+        assert users[name] >= 1, name
+
+
+@pytest.mark.parametrize("ci", [None, "true"])
+def test_ci_run_stops_when_a_tool_cannot_be_installed_in_ci(tmp_path, ci):
+    """.ci/run's tools part, run with a PATH where go, node and chromium are missing
+    and apt-get fails: in CI it exits 1 naming the first, before any test;
+    elsewhere it says each will skip and goes on (#31)."""
+    script = os.path.join(os.path.dirname(HERE), ".ci", "run")
+    if not os.path.exists(script):
+        pytest.skip("the project's sources are not beside the tests")
+    with open(script, encoding="utf-8") as f:
+        text = f.read()
+    tools = text[text.index("missing_tools="):text.index('echo "== example')]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("apt-get", "exit 100"), ("id", "echo 0")):      # root, apt fails
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "part").write_text("set -euo pipefail\n" + tools + "echo went on\n")
+    env = {"PATH": f"{bin_dir}:/nonexistent", "HOME": str(tmp_path)}
+    if ci:
+        env["CI"] = ci
+    bash = shutil.which("bash")
+    proc = subprocess.run([bash, str(tmp_path / "part")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    if ci:
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert proc.stdout.splitlines()[-1] == (
+            "chromium is not installed (Debian: chromium): in CI its tests must run")
+    else:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "   apt-get could not install chromium nodejs golang-go" in proc.stdout
+        for tool, package in (("chromium", "chromium"), ("node", "nodejs"),
+                              ("go", "golang-go")):
+            assert f"   {tool} is not installed (Debian: {package}): its tests will skip" \
+                in proc.stdout
+        assert proc.stdout.endswith("went on\n")

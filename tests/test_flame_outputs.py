@@ -24,6 +24,7 @@ from pytrace_cffi._core import lib
 from pytrace_cffi.render.folded import frame_text
 
 from flame_decoding import decode_pprof, evented_errors, schema_errors
+from helpers import missing_tool
 
 TIMEOUT = 120
 PROGRAM = """\
@@ -281,7 +282,7 @@ def test_pprof_samples_are_the_stacks_with_calls_and_self_time(traced, suffix):
 def test_go_tool_pprof_reads_it(traced):
     go = shutil.which("go")
     if go is None:
-        pytest.skip("`go` is not installed (Debian: golang-go): `go tool pprof` not tried")
+        missing_tool("go", "Debian: apt-get install golang-go; .ci/run installs it")
     where, saved = traced
     cli("export", saved, "-o", "go.pb.gz", cwd=where)
     proc = subprocess.run([go, "tool", "pprof", "-top", "-sample_index=calls", "go.pb.gz"],

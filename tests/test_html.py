@@ -17,6 +17,8 @@ from pytrace_cffi.render import html as html_module
 from pytrace_cffi.render.html import CALLS_PER_CHUNK, write_html
 from pytrace_cffi.trace import ThreadInfo, Trace
 
+from helpers import CHROMIUM_INSTALL, missing_tool
+
 CHROMIUM = "/usr/bin/chromium"
 SCRIPT_CLOSER = "</script><b>injected"
 
@@ -151,7 +153,7 @@ def run_chromium(binary, tmp_path_factory, *args):
 def chromium(tmp_path_factory):
     binary = install_chromium()
     if binary is None:
-        pytest.skip("chromium is not installed and apt-get could not install it")
+        missing_tool("chromium", CHROMIUM_INSTALL)
 
     def run(*args):
         return run_chromium(binary, tmp_path_factory, *args)

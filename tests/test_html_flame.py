@@ -20,6 +20,7 @@ from pytrace_cffi.render.page_stacks import FLAME_FRACTIONS_PPM, StackShape, fla
 from pytrace_cffi.render.stacks import aggregated
 from pytrace_cffi.render.summary import ProcessTotal
 from pytrace_cffi.trace import ThreadInfo, Trace
+from helpers import CHROMIUM_INSTALL, missing_tool
 from test_html import embedded, install_chromium, run_chromium
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -341,7 +342,7 @@ def test_a_jobs_page_lists_its_ranks_first_and_folds_the_launcher(job_page):
 def chromium(tmp_path_factory):
     binary = install_chromium()
     if binary is None:
-        pytest.skip("chromium is not installed and apt-get could not install it")
+        missing_tool("chromium", CHROMIUM_INSTALL)
     return lambda *args: run_chromium(binary, tmp_path_factory, *args)
 
 

@@ -20,6 +20,7 @@ import pytrace_cffi
 from pytrace_cffi.render import html as html_module
 from pytrace_cffi.reading import read_trace
 from pytrace_cffi.trace import Mark
+from helpers import CHROMIUM_INSTALL, missing_tool
 from test_html import install_chromium, run_chromium
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -201,13 +202,11 @@ def chromium_parse(scripts, stylesheets, tmp_path_factory):
 
 
 def missing(tool):
-    """Skips a check whose tool is not installed; in CI ($CI set) fails when
-    neither node nor chromium can parse the script, so it is never unchecked."""
-    if node_binary() is None and chromium_binary() is None and os.environ.get("CI"):
-        pytest.fail("$CI is set but neither node nor chromium is installed: the page's "
-                    "script must be parsed in CI", pytrace=False)
-    pytest.skip(f"{tool} is not installed (the page's script is parsed by the other of "
-                "node and chromium where it is)")
+    """Skips a check whose tool (node or chromium) is not installed - the page's
+    script is parsed by the other where it is - and fails it in CI ($CI set),
+    where .ci/run installs both (helpers.missing_tool)."""
+    missing_tool(tool, {"node": "Debian: apt-get install nodejs; .ci/run installs it",
+                        "chromium": CHROMIUM_INSTALL}[tool])
 
 
 @pytest.fixture(scope="module")
@@ -223,15 +222,15 @@ def parsed_in_chromium(tmp_path_factory):
 
 
 @pytest.mark.parametrize("ci", [None, "true"])
-def test_without_node_and_chromium_the_parse_check_skips_except_in_ci(monkeypatch, ci):
-    monkeypatch.setattr(sys.modules[__name__], "node_binary", lambda: None)
-    monkeypatch.setattr(sys.modules[__name__], "chromium_binary", lambda: None)
+@pytest.mark.parametrize("tool", ["node", "chromium"])
+def test_without_node_or_chromium_the_parse_check_skips_except_in_ci(monkeypatch, ci, tool):
     monkeypatch.delenv("CI", raising=False)
     if ci:
         monkeypatch.setenv("CI", ci)
     with pytest.raises(pytest.fail.Exception if ci else pytest.skip.Exception) as raised:
-        missing("node")
-    assert ("neither node nor chromium" if ci else "node is not installed") in str(raised.value)
+        missing(tool)
+    assert (f"$CI is set but {tool} is not installed" if ci else
+            f"{tool} is not installed") in str(raised.value)
 
 
 def test_the_script_parses_in_node():
@@ -255,7 +254,7 @@ def test_the_script_parses_in_chromium(parsed_in_chromium):
 
 def test_chromium_takes_every_rule_and_declaration_of_the_stylesheet(parsed_in_chromium):
     if parsed_in_chromium is None:
-        pytest.skip("chromium is not installed and apt-get could not install it")
+        missing_tool("chromium", CHROMIUM_INSTALL)
     good, planted = parsed_in_chromium["stylesheets"]
     assert good == []
     assert any("rules parsed" in p for p in planted)
@@ -450,7 +449,7 @@ def page_runs(tmp_path_factory):
     in a frame of one page that one headless chromium loads."""
     binary = chromium_binary()
     if binary is None:
-        pytest.skip("chromium is not installed and apt-get could not install it")
+        missing_tool("chromium", CHROMIUM_INSTALL)
     where = tmp_path_factory.mktemp("pages")
     texts = {}
     for name, (make, budget) in PAGES.items():

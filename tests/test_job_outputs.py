@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 import pytrace_cffi
-from helpers import perfetto_protos
+from helpers import CHROMIUM_INSTALL, missing_tool, perfetto_protos
 from pytrace_cffi import processes
 from pytrace_cffi.errors import TraceFormatError
 from pytrace_cffi.render import summary as summary_module
@@ -352,7 +352,7 @@ def test_html_draws_a_header_per_process(job, job_page, tmp_path):
     test_html = pytest.importorskip("test_html")
     binary = test_html.install_chromium()
     if binary is None:
-        pytest.skip("chromium is not installed")
+        missing_tool("chromium", CHROMIUM_INSTALL)
     labels = job[3]
 
     def chromium(*args, page=job_page):

@@ -17,6 +17,8 @@ import pytrace_cffi
 from pytrace_cffi import jupyter
 from pytrace_cffi.reading import read_trace
 
+from helpers import CHROMIUM_INSTALL, missing_tool
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pytrace_cffi.__file__)))
 
 
@@ -262,7 +264,7 @@ def test_the_framed_page_runs_in_its_sandbox_in_chromium(shell, tmp_path_factory
     from test_html import install_chromium, run_chromium
     binary = install_chromium()
     if binary is None:
-        pytest.skip("chromium is not installed and apt-get could not install it")
+        missing_tool("chromium", CHROMIUM_INSTALL)
     _, shown, _, _ = run(shell, "%%pytrace\ndef framed_work():\n    return sorted('cba')\n"
                                 "framed_work()\n")
     _, page, _ = framed_page(shown[0])
