@@ -233,3 +233,16 @@ def test_a_dump_json_nested_deep_or_with_a_huge_number_is_said_not_raised(
     lines = report([str(tmp_path)]).splitlines()
     assert lines[0].startswith(f"{tmp_path}: 7 processes")
     assert lines[-1].startswith(f"not read: {tmp_path / 'proc-104' / 'dump.json'}: {problem}")
+
+
+def test_del_and_the_c1_controls_are_shown_escaped_too(tmp_path):
+    """DEL and the C1 controls (U+0080-U+009F: U+009B is a terminal's one-character
+    CSI, U+009D its OSC) are escape sequences as well: escaped as \\x7f, \\x9b...,
+    while the printable characters just past them are kept (#31)."""
+    write_dump(tmp_path, 400, [[(MAIN, 3.0), ("evil\x9b2J\x7f", 2.0)]],
+               label="rank \x9d0;owned\x9c\x80", reason="SIGUSR1\x85\xa0\xe9")
+    text = report([str(tmp_path)])
+    assert not any(0x7f <= ord(c) <= 0x9f for c in text)
+    lines = text.splitlines()
+    assert lines[0].endswith(" (SIGUSR1\\x85\xa0\xe9)")
+    assert lines[1] == "rank \\x9d0;owned\\x9c\\x80 (pid 400) in evil\\x9b2J\\x7f for 2.0 s"
