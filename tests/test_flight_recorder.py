@@ -270,12 +270,20 @@ def test_a_c_written_dump_is_announced_and_timed_from_the_dump(tmp_path):
     env = _env_own_tmp(tmp_path)
     env["PYTHONPATH"] = os.pathsep.join([ROOT, str(tmp_path)])
     dumps = tmp_path / "dumps"
+    before = time.monotonic_ns(), time.time_ns()
     proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", "--flight-recorder",
                         "--watchdog", "0.3", "--dumps-dir", str(dumps), "-o",
                         str(tmp_path / "out.json"), str(tmp_path / "parent.py")],
                        tmp_path, env, TIMEOUT)
+    after = time.monotonic_ns(), time.time_ns()
     assert proc.returncode == 0 and proc.stdout == "ended\n", proc.stderr
     [dump] = [d for d in process_dumps(dumps) if read_dump(d)[0]["written_by"] == "C"]
+    # the moment of the dump on each clock, in its place (#31: the two swapped
+    # passed the check of how long the call had run)
+    moment = read_dump(dump)[0]
+    assert moment["trigger"] == "watchdog"
+    assert before[0] <= moment["monotonic_ns"] <= after[0]
+    assert before[1] <= moment["realtime_ns"] <= after[1]
     assert (f"pytrace_cffi: flight recorder dump (watchdog; Python did not answer: written "
             f"by C) -> {dump}\n") in proc.stderr
     facts = dump_facts(dump)
