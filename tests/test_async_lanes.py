@@ -293,3 +293,37 @@ def test_a_pftrace_of_many_lanes_is_exported_inflating_each_packet_a_few_times(
     inflated[0] = 0
     assert calls_begun(back) == calls_begun(trace)
     assert inflated[0] == 0                 # counted while the page read every call
+
+
+# A process where asyncio is first imported while tracing, or only after it.
+LEAVES_NOTHING = """
+import sys
+import pytrace_cffi
+from pytrace_cffi import _tasks
+assert "asyncio" not in sys.modules
+before = list(sys.meta_path)
+pytrace_cffi.start(log_async=True)
+if sys.argv[1] == "during":
+    import asyncio
+pytrace_cffi.stop()
+print("meta_path as before:", sys.meta_path == before)
+import asyncio, asyncio.events, importlib.util
+spec = asyncio.events.__spec__          # a second copy through its loader, not tracing
+copy = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(copy)
+print("Handle._run ours:", any(events.Handle.__dict__["_run"] is _tasks.run_task_step
+                               for events in (asyncio.events, copy)))
+"""
+
+
+@pytest.mark.parametrize("imported", ["during", "after"])
+def test_after_stop_nothing_of_ours_stays_in_the_import_system_or_asyncio(tmp_path, imported):
+    """log_async waits for the program's import of asyncio.events with a finder on
+    sys.meta_path: once tracing stops the finder is gone (asyncio never imported),
+    and a later load of asyncio.events (here a copy made through the loader the
+    finder wrapped) keeps asyncio's own Handle._run (#31: a finder left behind and
+    a Handle._run replaced after stop passed every test)."""
+    proc = subprocess.run([sys.executable, "-c", LEAVES_NOTHING, imported], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "meta_path as before: True\nHandle._run ours: False\n", proc.stdout
