@@ -186,9 +186,9 @@ def test_a_walk_reads_each_threads_packets_once_when_the_first_read_kept_duratio
     passes = []
     real_packets = pftrace_reader.packets
 
-    def counted(raw, location, reader):
+    def counted(raw, location, reader, *resumes):
         passes.append(reader.index)
-        return real_packets(raw, location, reader)
+        return real_packets(raw, location, reader, *resumes)
 
     monkeypatch.setattr(pftrace_reader, "packets", counted)
     for _ in range(2):                      # and again: the durations are kept
