@@ -9,10 +9,12 @@ oldest event). A job's dump request makes one DUMPDIR holding a proc-<pid>/ per
 process; DUMPDIRs gather under <job or trace dir>/dumps/.
 
 The report groups the processes by the stack of their main thread (the whole
-stack, or its innermost `frames` frames), compared by the frames' names, and
-names the groups with the fewest members first: the odd ones out of a job whose
+stack, or its innermost `frames` frames), compared by the frames' names and
+current lines, and names the groups with the fewest members first: the odd ones out of a job whose
 ranks all wait in the same collective. Each frame shows how long it has been
-open: the dump's monotonic time less the frame's since_ns. With threads=True
+open: the dump's monotonic time less the frame's since_ns, and a Python
+frame its current line, file:line (dump.json's "line"; the name's own line is
+the function's first). With threads=True
 the other threads that are not idle follow, grouped the same way by thread name
 and stack. A thread is idle when it has no frame, or its innermost frame is one
 of the waiting functions below (a sleep, a lock or condition wait, a queue get,
@@ -61,7 +63,9 @@ IDLE_FUNCTIONS = frozenset({
 })
 PYTHON_NAME = re.compile(r"^(?P<path>.*)\((?P<line>\d+)\): (?P<function>.+)$", re.S)
 
-Frame = namedtuple("Frame", "name since_ns")
+Frame = namedtuple("Frame", "name since_ns line", defaults=(None,))
+Frame.__doc__ = """A frame: its function's name (as traces name it), the monotonic ns
+its call began (or None) and the line it is on (None when not known)."""
 ThreadStack = namedtuple("ThreadStack", "native_id name frames")
 ProcessDump = namedtuple("ProcessDump", "directory pid label rank worker_id host reason "
                                         "realtime_ns monotonic_ns threads exception",
@@ -76,9 +80,10 @@ Dump.__doc__ = """A DUMPDIR: its ProcessDumps (by rank, then label, then pid) an
 Member = namedtuple("Member", "process thread seconds")
 Member.__doc__ = """A thread of a process in a group: seconds its innermost frame has
 been open, None when its call began before the recorded window or there is none."""
-Group = namedtuple("Group", "frames members")
+Group = namedtuple("Group", "frames members lines", defaults=((),))
 Group.__doc__ = """Threads with the same stack: frames are the names compared
-(outermost first), members the Members, in process order."""
+(outermost first), lines their current lines (None where not known), members
+the Members, in process order."""
 
 
 # -- finding and reading dumps ---------------------------------------------------
@@ -285,7 +290,8 @@ def _thread(entry, path):
         if not isinstance(frame, dict):
             raise TraceFormatError(f"{path}: a frame is {frame!r}, not an object")
         frames.append(Frame(_field(frame, "name", str, path),
-                            _field(frame, "since_ns", int, path, optional=True)))
+                            _field(frame, "since_ns", int, path, optional=True),
+                            _field(frame, "line", int, path, optional=True)))
     return ThreadStack(_field(entry, "native_id", int, path, optional=True),
                        _field(entry, "name", str, path, optional=True) or "?",
                        tuple(frames))
@@ -337,14 +343,17 @@ def group_stacks(dump, frames=0, other_threads=False):
             chosen = [main or ThreadStack(None, "?", ())]
         for thread in chosen:
             stack = thread.frames[-frames:] if frames else thread.frames
-            key = tuple(frame.name for frame in stack)
+            key = (tuple(frame.name for frame in stack),
+                   tuple(frame.line for frame in stack))
             if other_threads:
                 key = (thread.name,) + key
             seconds = _seconds(process, stack[-1]) if stack else None
             found.setdefault(key, []).append(Member(process, thread._replace(frames=stack),
                                                     seconds))
-    groups = [Group(key[1:] if other_threads else key, members)
-              for key, members in found.items()]
+    groups = []
+    for key, members in found.items():
+        names, lines = key[1:] if other_threads else key
+        groups.append(Group(names, members, lines))
     groups.sort(key=lambda group: (len(group.members), -_longest(group),
                                    _process_order(group.members[0].process)))
     return groups
@@ -387,13 +396,28 @@ def who(members, thread_names=False):
     return text
 
 
-def short_name(name):
+def short_name(name, line=None):
     """A call's name for a headline: a Python function as "function (file:line)",
-    anything else as it is."""
+    line its current line when known (else the function's first), anything else
+    as it is."""
     match = PYTHON_NAME.match(name)
     if not match:
         return name
-    return f"{match['function']} ({os.path.basename(match['path'])}:{match['line']})"
+    return (f"{match['function']} ({os.path.basename(match['path'])}:"
+            f"{match['line'] if line is None else line})")
+
+
+def frame_text(name, line=None):
+    """A frame in a stack: a Python function on its current line as
+    "path:line: function", anything else (or without its line) as named."""
+    match = PYTHON_NAME.match(name)
+    if not match or line is None:
+        return name
+    return f"{match['path']}:{line}: {match['function']}"
+
+
+def _line(group, depth):
+    return group.lines[depth] if 0 <= depth < len(group.lines) else None
 
 
 def duration_text(values):
@@ -423,16 +447,19 @@ def headline(group, thread_names=False):
     if not group.frames:
         whose = "its dump" if len(group.members) == 1 else "their dumps"
         return f"{who(group.members, thread_names)}: no open call in {whose}"
+    innermost = len(group.frames) - 1
     raised = [_raised_in(m) for m in group.members]
     if all(raised):
         others = len({(r.type, r.message) for r in raised}) - 1
         return (f"{who(group.members, thread_names)} raised {raised[0].type}: "
-                f"{raised[0].message} in {short_name(group.frames[-1])}"
+                f"{raised[0].message} in "
+                f"{short_name(group.frames[-1], _line(group, innermost))}"
                 + (f" (and {others} other exception{'s' if others > 1 else ''})"
                    if others else ""))
     duration = duration_text([m.seconds for m in group.members])
     when = duration if duration.startswith(BEFORE_WINDOW) else f"for {duration}"
-    return f"{who(group.members, thread_names)} in {short_name(group.frames[-1])} {when}"
+    return (f"{who(group.members, thread_names)} in "
+            f"{short_name(group.frames[-1], _line(group, innermost))} {when}")
 
 
 def _frame_seconds(group, depth):
@@ -443,7 +470,8 @@ def _frame_lines(group):
     """The group's stack, outermost first, each frame with how long it has been
     open (over the members)."""
     raised = all(_raised_in(m) for m in group.members)     # a traceback: no durations
-    rows = [(name, "" if raised else duration_text(_frame_seconds(group, depth)))
+    rows = [(frame_text(name, _line(group, depth)),
+             "" if raised else duration_text(_frame_seconds(group, depth)))
             for depth, name in enumerate(group.frames)]
     width = max((len(name) for name, _ in rows), default=0)
     return [f"    {name.ljust(width)}  {duration}".rstrip() for name, duration in rows]
@@ -498,6 +526,7 @@ def report_data(dump, groups, thread_groups=None):
         return {
             "who": who(group.members, thread_names),
             "innermost": group.frames[-1] if group.frames else None,
+            "innermost_line": _line(group, len(group.frames) - 1),
             "members": [{"pid": m.process.pid, "label": m.process.label,
                          "rank": m.process.rank, "host": m.process.host,
                          "thread": m.thread.name, "native_id": m.thread.native_id,
@@ -505,7 +534,8 @@ def report_data(dump, groups, thread_groups=None):
                          "raised": _raised_in(m) and {"type": _raised_in(m).type,
                                                       "message": _raised_in(m).message}}
                         for m in group.members],
-            "frames": [{"name": name, "seconds": _frame_seconds(group, depth)}
+            "frames": [{"name": name, "line": _line(group, depth),
+                        "seconds": _frame_seconds(group, depth)}
                        for depth, name in enumerate(group.frames)],
         }
     data = {

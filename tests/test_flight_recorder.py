@@ -84,6 +84,41 @@ def test_a_dump_from_code_and_one_by_signal_hold_the_calls_and_where_each_thread
     assert main["stack"][-1]["since_ns"] <= facts["monotonic_ns"]
 
 
+def test_a_dump_and_its_report_say_the_line_each_frame_is_on(tmp_path):
+    """Each frame's current line (#30 item 1), not only its function's first line
+    that its name holds (the key the ring's calls are matched by)."""
+    proc = _run(tmp_path, """
+        import sys
+        import pytrace_cffi
+
+        def waits():
+            here = 5
+            pytrace_cffi.dump(reason="here")
+            return here
+
+        pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1])
+        there = 10
+        waits()
+        pytrace_cffi.stop()
+        """, tmp_path / "dumps")
+    assert proc.returncode == 0, proc.stderr
+    [dump] = process_dumps(tmp_path / "dumps")
+    stack = _main_thread(dump_facts(dump))["stack"]
+    assert [(f["name"], f["line"]) for f in stack] == [("prog.py(1): <module>", 11),
+                                                       ("prog.py(4): waits", 6)]
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    report = run_command([sys.executable, "-m", "pytrace_cffi", "report", str(dump)],
+                         tmp_path, env, TIMEOUT)
+    lines = report.stdout.splitlines()
+    assert lines[1].startswith(f"prog.py (pid {facts_pid(dump)}) in waits (prog.py:6) for ")
+    assert [line.split()[0] for line in lines[2:]] == ["prog.py:11:", "prog.py:6:"]
+
+
+def facts_pid(dump):
+    return read_dump(dump)[0]["pid"]
+
+
 def test_a_signal_just_before_stop_is_dumped_by_stop(tmp_path):
     """stop() serves a dump asked for and not yet written (the signal came, its
     threads had not run): nothing asked for is lost."""
@@ -845,5 +880,5 @@ def test_an_exceptions_dump_holds_the_exception_and_where_it_was_raised(tmp_path
         assert frames == [("prog.py(1): <module>", 18)] + frames[-2:]
     report = run_command([sys.executable, "-m", "pytrace_cffi", "report", "--threads",
                           str(tmp_path / "dumps")], tmp_path, _env_own_tmp(tmp_path), TIMEOUT)
-    assert "raised RuntimeError: bad batch at step 7 in load (prog.py:4)" in report.stdout, \
+    assert "raised RuntimeError: bad batch at step 7 in load (prog.py:6)" in report.stdout, \
         report.stdout

@@ -22,14 +22,16 @@ NEXT = "torch/utils/data/dataloader.py(620): __next__"
 def write_dump(directory, pid, stacks, label=None, rank=None, reason="SIGUSR1",
                realtime_ns=1_790_000_000_000_000_000, names=None):
     """directory/proc-<pid>/dump.json; stacks: per thread, its (name, seconds open
-    or None) frames, outermost first; the first thread is the main one."""
+    or None[, current line]) frames, outermost first; the first thread is the
+    main one."""
     threads = []
     for index, stack in enumerate(stacks):
         threads.append({"native_id": pid + index,
                         "name": (names or ["MainThread", "worker"])[index],
-                        "stack": [{"name": name,
-                                   "since_ns": None if seconds is None else NOW - int(seconds * S)}
-                                  for name, seconds in stack]})
+                        "stack": [dict({"name": name, "since_ns": None if seconds is None
+                                        else NOW - int(seconds * S)},
+                                       **({"line": line[0]} if line else {}))
+                                  for name, seconds, *line in stack]})
     process_dir = directory / f"proc-{pid}"
     process_dir.mkdir(parents=True)
     (process_dir / "dump.json").write_text(json.dumps({
@@ -246,3 +248,21 @@ def test_del_and_the_c1_controls_are_shown_escaped_too(tmp_path):
     lines = text.splitlines()
     assert lines[0].endswith(" (SIGUSR1\\x85\xa0\xe9)")
     assert lines[1] == "rank \\x9d0;owned\\x9c\\x80 (pid 400) in evil\\x9b2J\\x7f for 2.0 s"
+
+
+def test_each_frame_shows_the_line_it_is_on(tmp_path):
+    """dump.json's "line" is where a frame is (its name's line is its function's
+    first): the report shows file:line of it, and threads in one function on
+    other lines are told apart (#30 item 1)."""
+    for rank, line in enumerate([33, 33, 35]):
+        write_dump(tmp_path, 100 + rank, [[(MAIN, 50.0, 12), (STEP, 4.0, line)]], rank=rank)
+    lines = report([str(tmp_path)]).splitlines()
+    assert lines[1:] == ["rank 2 in train_step (train.py:35) for 4.0 s",
+                         "    train.py:12: main        50.0 s",
+                         "    train.py:35: train_step  4.0 s",
+                         "ranks 0-1 in train_step (train.py:33) for 4.0 s",
+                         "    train.py:12: main        50.0 s",
+                         "    train.py:33: train_step  4.0 s"]
+    data = json.loads(report([str(tmp_path)], as_json=True))["dumps"][0]["groups"][1]
+    assert (data["innermost"], data["innermost_line"]) == (STEP, 33)
+    assert [(f["name"], f["line"]) for f in data["frames"]] == [(MAIN, 12), (STEP, 33)]

@@ -130,15 +130,16 @@ def _is_runpy(name):
 
 def merged_stack(frames, chain):
     """A thread's stack, outermost first, as [{"name", "since_ns"}]: its frames
-    (or, without them, the chain of open calls) with since_ns from the chain,
+    (or, without them, the chain of open calls) with since_ns from the chain
+    (a frame keeps its "line", the line it was on),
     matched from the innermost end (a recursion's frames keep their own times);
     a call of the chain no frame shows (a built-in) goes in where it ran."""
     if not isinstance(frames, list) or not frames:
         return [{"name": name, "since_ns": start} for name, start in chain]
     if all(isinstance(f, dict) and f.get("raised") for f in frames):
         return frames       # a traceback: the calls open now handle its exception
-    stack = [dict(f, name=f.get("name"), since_ns=f.get("since_ns")) for f in frames
-             if isinstance(f, dict)]        # (what else a frame says stays: its line)
+    stack = [dict(f, name=f.get("name"), since_ns=f.get("since_ns"), line=f.get("line"))
+             for f in frames if isinstance(f, dict)]    # (what else a frame says stays)
     position = len(stack)               # the chain's calls go inside of it
     for name, start in reversed(chain):
         match = next((q for q in range(position - 1, -1, -1) if stack[q]["name"] == name),

@@ -486,7 +486,8 @@ def _raised(exception, trim_paths, stacks):
 
 def _stacks(trim_paths):
     """Each Python thread's stack now, outermost first: its frames' functions,
-    named as the trace names them; the recorder's own thread left out."""
+    named as the trace names them, with the line each frame is on; the
+    recorder's own thread left out."""
     prefixes = path_prefixes() if trim_paths else ()
     threads = {t.ident: t for t in threading.enumerate()}
     out = []
@@ -494,15 +495,16 @@ def _stacks(trim_paths):
         thread = threads.get(ident)
         if thread is not None and thread.name.startswith(THREAD_NAME):
             continue
-        codes = []
+        frames = []
         while frame is not None:
-            codes.append(frame.f_code)
+            frames.append((frame.f_code, frame.f_lineno))
             frame = frame.f_back
-        codes.reverse()
+        frames.reverse()
         # as the trace leaves them out: ours (the dump's own frames, `run`'s) and
-        # the launcher's
-        codes = [code for code in codes if not hiding(code)]
-        stack = [{"name": name_for_source(code, prefixes), "since_ns": None} for code in codes]
+        # the launcher's. name: the function's key (its first line, as the trace
+        # names it, matched with the ring's calls); line: the line it is on
+        stack = [{"name": name_for_source(code, prefixes), "since_ns": None, "line": line}
+                 for code, line in frames if not hiding(code)]
         out.append({"native_id": getattr(thread, "native_id", None), "ident": ident,
                     "name": getattr(thread, "name", f"thread {ident}"), "stack": stack})
     return out
