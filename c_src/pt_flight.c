@@ -15,7 +15,10 @@
  * thread of the program may have held one at the clone.
  *
  * A C thread (pt_flight_arm) serves the triggers that Python may be unable to
- * serve: a signal (its handler only posts a semaphore) and a watchdog (no
+ * serve: a signal (its handler only posts a semaphore), a request file (`dump`
+ * writes it, pt_flight_watch_requests: looked for at each wake, every 250 ms
+ * at most, so that a request reaches this thread alone, never interrupting a
+ * call of the program as a signal does) and a watchdog (no
  * pt_flight_step for watchdog_ns, once a first step came: start-up is no stall). It asks Python first, by a byte on wake_fd (a
  * Python thread of the recorder reads it and dumps with names and stacks), and
  * when Python has not claimed the request within grace_ns (a thread stuck in C
@@ -343,6 +346,9 @@ static atomic_ullong pt_flight_claimed;       /* the newest request claimed */
 static atomic_int pt_flight_reasons[64];      /* request number % 64 -> PT_FLIGHT_* */
 static atomic_ullong pt_flight_c_dumps;       /* dumps this thread wrote */
 static struct sigaction pt_flight_previous;
+static char pt_flight_request_path[PT_FLIGHT_PATH];  /* "": no request file */
+#define PT_FLIGHT_NAME 128
+static char pt_flight_names[64][PT_FLIGHT_NAME];     /* request number % 64 -> its name */
 
 static int64_t
 pt_monotonic_ns(void)
@@ -417,9 +423,57 @@ pt_flight_ask(void)
     pt_flight_on_signal(0);
 }
 
-/* dumps_dir/<UTC yyyymmdd-hhmmss>-<pid>-hang into out. */
+/* The request file's dump directory name into name (PT_FLIGHT_NAME bytes; ""
+ * when it names none that is safe: letters, digits, '-' and '.', not first),
+ * the file removed: 1 when there was one. */
 static int
-pt_c_dump_dir(char *out, const char *why)
+pt_flight_take_request(char *name)
+{
+    name[0] = 0;
+    if (!pt_flight_request_path[0])
+        return 0;
+    int fd = open(pt_flight_request_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, name, PT_FLIGHT_NAME - 1);
+    close(fd);
+    unlink(pt_flight_request_path);
+    while (n > 0 && (name[n - 1] == '\n' || name[n - 1] == ' '))
+        n--;
+    int ok = n > 0 && name[0] != '.' && name[0] != '-';
+    for (ssize_t i = 0; ok && i < n; i++) {
+        char c = name[i];
+        ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+             c == '-' || c == '.';
+    }
+    name[ok ? n : 0] = 0;
+    return 1;
+}
+
+/* The request file this process's C thread looks for (before pt_flight_arm; ""
+ * or NULL: none): a stale one is removed. PT_ERR_ARG when too long. */
+int
+pt_flight_watch_requests(const char *path)
+{
+    if (path && strlen(path) >= sizeof pt_flight_request_path)
+        return PT_ERR_ARG;
+    strcpy(pt_flight_request_path, path ? path : "");
+    if (pt_flight_request_path[0])
+        unlink(pt_flight_request_path);
+    return PT_OK;
+}
+
+/* The dump directory name request number seq asked for ("": none). */
+const char *
+pt_flight_request_name(uint64_t seq)
+{
+    return pt_flight_names[seq % 64];
+}
+
+/* dumps_dir/<UTC yyyymmdd-hhmmss>-<why>-c/proc-<pid> into out, or
+ * dumps_dir/<name>/proc-<pid> when a request named the dump directory. */
+static int
+pt_c_dump_dir(char *out, const char *why, const char *requested)
 {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -458,7 +512,7 @@ pt_c_dump_dir(char *out, const char *why)
     }
     name[n] = 0;
     char job[PT_FLIGHT_PATH];
-    if (!pt_join(job, pt_flight.dumps_dir, name))
+    if (!pt_join(job, pt_flight.dumps_dir, requested && requested[0] ? requested : name))
         return 0;
     if (mkdir(job, 0755) != 0 && errno != EEXIST)
         return 0;
@@ -529,11 +583,21 @@ pt_say_c_dump(const char *dir, int clone, const char *why)
         pt_write_all(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 
-static void
-pt_flight_serve(int reason)
+static const char *
+pt_flight_why(int reason)
 {
-    uint64_t seq = atomic_fetch_add(&pt_flight_requested, 1) + 1;
+    return reason == PT_FLIGHT_WATCHDOG ? "watchdog" :
+           reason == PT_FLIGHT_REQUEST ? "request" : "signal";
+}
+
+static void
+pt_flight_serve(int reason, const char *name)
+{
+    /* (only this thread makes requests: the slot is written before its number) */
+    uint64_t seq = atomic_load(&pt_flight_requested) + 1;
+    snprintf(pt_flight_names[seq % 64], PT_FLIGHT_NAME, "%s", name ? name : "");
     atomic_store(&pt_flight_reasons[seq % 64], reason);
+    atomic_store(&pt_flight_requested, seq);
     if (pt_flight.wake_fd >= 0) {
         char byte = 1;
         ssize_t ignored = write(pt_flight.wake_fd, &byte, 1);
@@ -548,8 +612,8 @@ pt_flight_serve(int reason)
     if (atomic_load(&pt_flight_quit) || !pt_flight_claim(seq))
         return;             /* Python serves it (or we are stopping) */
     char dir[PT_FLIGHT_PATH];
-    const char *why = reason == PT_FLIGHT_WATCHDOG ? "watchdog" : "signal";
-    if (!pt_c_dump_dir(dir, why))
+    const char *why = pt_flight_why(reason);
+    if (!pt_c_dump_dir(dir, why, pt_flight_names[seq % 64]))
         return;
     static char dump_json[sizeof pt_flight.dump_json + 128];
     pt_c_dump_json(dump_json, sizeof dump_json, why);
@@ -583,7 +647,12 @@ pt_flight_main(void *unused)
             break;
         pt_flight_reap();
         if (atomic_exchange(&pt_flight_signalled, 0)) {
-            pt_flight_serve(PT_FLIGHT_SIGNAL);
+            pt_flight_serve(PT_FLIGHT_SIGNAL, NULL);
+            continue;
+        }
+        char requested[PT_FLIGHT_NAME];
+        if (pt_flight_take_request(requested)) {
+            pt_flight_serve(PT_FLIGHT_REQUEST, requested);
             continue;
         }
         int64_t progress = __atomic_load_n(&pt_flight_progress, __ATOMIC_RELAXED);
@@ -595,7 +664,7 @@ pt_flight_main(void *unused)
         if (pt_flight.watchdog_ns && last_step && !atomic_load(&pt_flight_stall_dumped) &&
             pt_monotonic_ns() - last_step > pt_flight.watchdog_ns) {
             atomic_store(&pt_flight_stall_dumped, 1);     /* once per stall */
-            pt_flight_serve(PT_FLIGHT_WATCHDOG);
+            pt_flight_serve(PT_FLIGHT_WATCHDOG, NULL);
         }
     }
     return NULL;
@@ -649,6 +718,17 @@ pt_flight_arm(pt_tracer *tracer, int signum, int wake_fd, int64_t watchdog_ns,
     return PT_OK;
 }
 
+/* 1 while the dump signal's handler is ours (or there is no dump signal); 0 once
+ * the program installed its own. */
+int
+pt_flight_signal_ours(void)
+{
+    struct sigaction now;
+    if (!pt_flight_armed || pt_flight.signum <= 0)
+        return 1;
+    return sigaction(pt_flight.signum, NULL, &now) != 0 || now.sa_handler == pt_flight_on_signal;
+}
+
 /* Stops the C thread and puts the signal's handler back (unless the program
  * replaced ours meanwhile). Call before the tracer is freed. */
 void
@@ -667,6 +747,9 @@ pt_flight_disarm(void)
     pthread_join(pt_flight_thread, NULL);
     sem_destroy(&pt_flight_wake);
     pt_flight_armed = 0;
+    if (pt_flight_request_path[0])
+        unlink(pt_flight_request_path);     /* a request that came too late */
+    pt_flight_request_path[0] = 0;
 }
 
 /* After pt_flight_disarm: what was asked for and not served (a signal the C
@@ -688,6 +771,7 @@ void
 pt_flight_after_fork(void)
 {
     pt_flight_armed = 0;
+    pt_flight_request_path[0] = 0;      /* the parent's, not this child's */
     pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;
     pt_children_lock = unlocked;
     memset(pt_children, 0, sizeof pt_children);

@@ -240,10 +240,13 @@ int pt_runtime_api(void *py_dict);
  * pt_flight_dump returns the clone's pid (> 0), PT_ERR_STATE when 16 dumps are
  * still being written, or -errno. pt_flight_arm starts the C thread that
  * serves a signal (signum, 0: none) and a watchdog (no pt_flight_step for
- * watchdog_ns, 0: none): it writes request numbers' bytes to wake_fd, and
+ * watchdog_ns, 0: none) and a request file (pt_flight_watch_requests, before
+ * arm: looked for every 250 ms at most, its content the dump directory's
+ * name, removed when seen): it writes request numbers' bytes to wake_fd, and
  * dumps itself into dumps_dir when no pt_flight_claim came within grace_ns. */
 #define PT_FLIGHT_SIGNAL 1
 #define PT_FLIGHT_WATCHDOG 2
+#define PT_FLIGHT_REQUEST 3
 int pt_set_max_age(pt_tracer *tracer, int64_t ticks);  /* ring by seconds, in ticks */
 int pt_set_note_sources(pt_tracer *tracer);     /* code keys' file:line for C's dumps */
 int pt_set_progress_region(pt_tracer *tracer, void *py_name);  /* its end is a step */
@@ -260,6 +263,9 @@ void pt_flight_ask(void);
 int pt_flight_claim(uint64_t seq);
 uint64_t pt_flight_request(void);
 int pt_flight_reason(uint64_t seq);
+int pt_flight_watch_requests(const char *path);
+const char *pt_flight_request_name(uint64_t seq);
+int pt_flight_signal_ours(void);  /* 0 once the program handles the dump signal */
 uint64_t pt_flight_c_dump_count(void);
 int64_t *pt_flight_progress_cell(void);  /* a counter Python bumps: progress */
 int pt_flight_unserved(void);     /* after disarm: the request left unserved */

@@ -621,7 +621,7 @@ def test_a_stuck_torchrun_job_dumps_every_rank_by_watchdog_request_and_sigterm(t
     assert ("torchrun", "watchdog") not in found          # it never steps: no stall
     for rank in ("rank 0", "rank 1"):
         assert len(found[(rank, "SIGTERM")]) == 1
-    request = os.path.dirname(found[("rank 0", "signal")][0])
+    request = os.path.dirname(found[("rank 0", "request")][0])
     stacks = {}
     for directory in process_dumps(request):
         facts = dump_facts(directory)
@@ -635,7 +635,7 @@ def test_a_stuck_torchrun_job_dumps_every_rank_by_watchdog_request_and_sigterm(t
     assert any(name.endswith(": all_reduce") for name in names[-3:]) and waited > 1.5
     from pytrace_cffi.hang_report import report
     text = report([request])
-    assert "rank 1 in time.sleep for " in text and "ddp_hang.py(7): load_batch" in text
+    assert "rank 1 in time.sleep for " in text and "ddp_hang.py:9: load_batch" in text
     assert "rank 0 in " in text and "all_reduce" in text
     for reason in ("watchdog", "SIGTERM"):
         for rank, expected in (("rank 1", "ddp_hang.py(7): load_batch"),
@@ -882,3 +882,80 @@ def test_an_exceptions_dump_holds_the_exception_and_where_it_was_raised(tmp_path
                           str(tmp_path / "dumps")], tmp_path, _env_own_tmp(tmp_path), TIMEOUT)
     assert "raised RuntimeError: bad batch at step 7 in load (prog.py:6)" in report.stdout, \
         report.stdout
+
+
+SLEEPS_IN_C = """
+import ctypes, sys, time
+import pytrace_cffi
+
+def sleeps_in_c(seconds):
+    began = time.monotonic()
+    left = getattr(ctypes, sys.argv[2])(None).sleep(seconds)
+    print("slept", left, time.monotonic() - began >= seconds, flush=True)
+
+pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1])
+print("ready", flush=True)
+sleeps_in_c(8)
+pytrace_cffi.stop()
+"""
+
+
+def _start(tmp_path, source, *args):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(source).lstrip("\n"))
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    proc = subprocess.Popen([sys.executable, str(script), *map(str, args)], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n", proc.stderr.read()
+    return proc, env
+
+
+@pytest.mark.parametrize("library, written_by", [("CDLL", "Python"), ("PyDLL", "C")])
+def test_dump_dir_asks_without_a_signal_and_a_c_sleep_goes_on(tmp_path, library, written_by):
+    """`dump DIR` of a process in a C sleep() (GIL released: Python dumps; held: C
+    does) dumps into DIR and the sleep goes on to its end: sleep() returns 0, no
+    second left, which a signal would have cut short (#30 item 2)."""
+    dumps = tmp_path / "dumps"
+    proc, env = _start(tmp_path, SLEEPS_IN_C, dumps, library)
+    with proc:
+        _wait_until_asleep(proc.pid)
+        asked = run_command([sys.executable, "-m", "pytrace_cffi", "dump", str(dumps)],
+                            tmp_path, env, TIMEOUT)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    assert proc.returncode == 0 and out == "slept 0 True\n", err
+    [dump] = process_dumps(dumps)
+    assert f"pid {proc.pid}: written: {dump}" in asked.stdout
+    facts = read_dump(dump)[0]
+    assert facts["written_by"] == written_by
+    assert (facts["reason"] if written_by == "Python" else facts["trigger"]) == "request"
+    if written_by == "Python":
+        stack = _main_thread(dump_facts(dump))["stack"]
+        assert [(f["name"], f.get("line")) for f in stack[:2]] == [
+            ("prog.py(1): <module>", 11), ("prog.py(4): sleeps_in_c", 6)]
+
+
+def test_dump_dir_dumps_a_process_whose_program_took_the_dump_signal(tmp_path):
+    """The program installs its own SIGUSR1 handler after start (Lightning's SLURM
+    requeue): said once, and `dump DIR` still dumps it, its handler never run."""
+    dumps = tmp_path / "dumps"
+    proc, env = _start(tmp_path, """
+        import signal, sys, time
+        import pytrace_cffi
+
+        pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1])
+        signal.signal(signal.SIGUSR1, lambda *_: print("PROGRAM'S HANDLER", flush=True))
+        print("ready", flush=True)
+        time.sleep(6)
+        pytrace_cffi.stop()
+        """, dumps)
+    with proc:
+        asked = run_command([sys.executable, "-m", "pytrace_cffi", "dump", str(dumps)],
+                            tmp_path, env, TIMEOUT)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    assert proc.returncode == 0 and out == "", err
+    assert err.count("the program installed its own handler of the dump signal SIGUSR1") == 1
+    [dump] = process_dumps(dumps)
+    assert read_dump(dump)[0]["reason"] == "request"

@@ -4,7 +4,11 @@ went. TARGET is a pid (its recorder keeps its entry of its dumps directory's
 .live/ registry open: /proc/PID/fd says where it dumps), a dumps directory
 (its .live/ registry lists the processes recording into it) or a job's trace
 directory (its processes' process.json say where they dump). Every process
-asked at once writes into one dump directory (the request file names it).
+asked at once writes into one dump directory (the request file names it). A process
+whose dumps directory is known is asked by a file, DUMPS_DIR/.requests/<pid>, that
+its recorder's C thread looks for: no signal, so no call of the program is cut short
+(a C sleep() returns early on one) and no handler of the program's runs; others (a
+pid whose dumps directory is not known) get the signal.
 Once every process's raw dump is whole, --format writes each dump directory as
 one trace beside its raw files (flight/formatted.py), -o all of them as one."""
 import json
@@ -23,8 +27,9 @@ def add_dump_parser(commands):
     dump = commands.add_parser(
         "dump", help="make running flight recorders dump (they go on recording)",
         description="Asks the processes recording with --flight-recorder to write a dump "
-                    "of their newest events and stacks, without stopping them: by signal "
-                    "(their --dump-signal). TARGET: a pid, a dumps directory (--dumps-dir: "
+                    "of their newest events and stacks, without stopping them nor "
+                    "interrupting them: by a request file each recorder looks for (a pid "
+                    "whose dumps directory is not known: by its --dump-signal). TARGET: a pid, a dumps directory (--dumps-dir: "
                     "every process recording into it) or a job's trace directory "
                     "(--processes-dir, start(output=DIR)). Read the dumps with "
                     "`python -m pytrace_cffi report DUMPDIR`, or export a DUMPDIR.")
@@ -57,7 +62,9 @@ def cmd_dump(args):
     name = dump_dir_name("request")
     for dumps_dir in {d for _, _, d in asked if d}:
         _write_request(dumps_dir, name)
-    for pid, signum, _ in asked:
+    for pid, signum, dumps_dir in asked:
+        if _ask_by_file(pid, dumps_dir, name) or not signum:
+            continue
         try:
             os.kill(pid, signum)
         except OSError as exc:
@@ -107,7 +114,10 @@ def _processes_of(target, signal_name):
     from ..flight.recorder import REGISTRY
     if target.isdigit():
         pid = int(target)
-        return [(pid, signal_number(signal_name or "SIGUSR1"), _dumps_dir_of_pid(pid))]
+        dumps_dir = _dumps_dir_of_pid(pid)
+        if dumps_dir is not None:
+            _live_recorder(dumps_dir, pid)      # (asked by file when it looks for one)
+        return [(pid, signal_number(signal_name or "SIGUSR1"), dumps_dir)]
     if not os.path.isdir(target):
         raise SystemExit(f"pytrace_cffi dump: {target!r} is neither a pid nor a directory")
     found = []
@@ -117,7 +127,7 @@ def _processes_of(target, signal_name):
         pid = entry[:-len(".json")] if entry.endswith(".json") else ""
         if pid.isdigit():
             signum = _live_recorder(os.path.abspath(target), int(pid))
-            if signum:
+            if signum is not None:
                 found.append((int(pid), signum, os.path.abspath(target)))
     for entry in sorted(os.listdir(target)):
         if entry.startswith("proc-"):
@@ -129,15 +139,16 @@ def _processes_of(target, signal_name):
                     and not os.path.exists(os.path.join(target, entry, "meta.json"))):
                 # process.json only says where to look: its recorder's own entry decides
                 signum = _live_recorder(flight["dumps_dir"], facts["pid"])
-                if signum:
+                if signum is not None:
                     found.append((facts["pid"], signum, flight["dumps_dir"]))
     return list({pid: (pid, s, d) for pid, s, d in found}.values())
 
 
 def _live_recorder(dumps_dir, pid):
     """The dump signal of pid's entry DUMPS_DIR/.live/<pid>.json when it is a live
-    recorder's of ours, else None (a line on stderr says why, unless the entry is
-    gone or names no signal). Anyone who can write there could name any process
+    recorder's of ours (0: it has none, and takes requests by file only; one that
+    takes them goes into _BY_FILE), else None (a line on stderr says why, unless
+    the entry is gone or names no signal). Anyone who can write there could name any process
     and signal, and a recorder killed by SIGKILL leaves its entry for the pid's
     next owner: so the entry must be our regular file, held open by pid itself
     (the recorder keeps it open), with a signal a recorder may dump on."""
@@ -156,14 +167,18 @@ def _live_recorder(dumps_dir, pid):
         return _skipped(path, f"owned by uid {st.st_uid}, not by you")
     if not isinstance(facts, dict) or facts.get("pid") != pid:
         return _skipped(path, "does not name the pid of its file name")
+    by_file = facts.get("requests") is True
     if facts.get("signal") == 0:
-        return None             # a recorder with no dump signal
-    try:
-        signum = signal_number(facts.get("signal"))
-    except (TypeError, ValueError) as exc:
-        return _skipped(path, f"its signal is not one a recorder dumps on ({exc})")
-    if not signum:
-        return _skipped(path, "its signal is not one a recorder dumps on")
+        if not by_file:
+            return None         # a recorder with no dump signal, nor requests
+        signum = 0
+    else:
+        try:
+            signum = signal_number(facts.get("signal"))
+        except (TypeError, ValueError) as exc:
+            return _skipped(path, f"its signal is not one a recorder dumps on ({exc})")
+        if not signum:
+            return _skipped(path, "its signal is not one a recorder dumps on")
     holds = _holds_open(pid, (st.st_dev, st.st_ino))
     if holds is None:
         return _skipped(path, f"pid {pid} is not running (an entry left by a killed "
@@ -174,7 +189,32 @@ def _live_recorder(dumps_dir, pid):
     if not holds:
         return _skipped(path, f"pid {pid} does not hold it open: not its recorder (an "
                               "entry left by a process that was killed?)")
+    if by_file:
+        _BY_FILE.add(pid)
     return signum
+
+
+_BY_FILE = set()        # pids whose live recorder looks for DUMPS_DIR/.requests/<pid>
+
+
+def _ask_by_file(pid, dumps_dir, name):
+    """Asks pid for a dump named name by its request file, when its live
+    recorder looks for one (_live_recorder checked it); whether it was asked so."""
+    from ..flight.recorder import REQUESTS
+    import tempfile
+    if not dumps_dir or pid not in _BY_FILE:
+        return False
+    path = os.path.join(dumps_dir, REQUESTS, str(pid))
+    try:        # a new file of ours (a fixed name could be a link planted there)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{pid}.")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(name)
+        os.replace(tmp, path)
+        return True
+    except OSError as exc:
+        print(f"pytrace_cffi: cannot write {path} ({exc.strerror}): pid {pid} is signalled",
+              file=sys.stderr)
+        return False
 
 
 def _holds_open(pid, file_id):

@@ -9,11 +9,14 @@ process.json, threads.json, and dump.json (why, when, and each thread's Python
 stack read from its frames at that moment: where it is, even once the ring has
 lost the calls' beginnings). dumps.py reads it back.
 
-Triggers, each dumping this process only (`python -m pytrace_cffi dump DIR`
-signals every process registered in DIR/.live/, and a request file there gives
-them one dump directory):
+Triggers, each dumping this process only:
+- a request: `python -m pytrace_cffi dump DIR` writes DIR/.requests/<pid> for
+  every process registered in DIR/.live/, naming their one dump directory; the
+  C thread of pt_flight.c looks for this process's every 250 ms at most. No
+  signal: a call of the program (a C sleep(), a wait) is never cut short, and a
+  handler of the program's (Lightning's SIGUSR1) never runs for it;
 - the dump signal (default SIGUSR1) and the watchdog (no step for N seconds),
-  both served by the C thread of pt_flight.c, which asks this module's thread
+  all three served by the C thread of pt_flight.c, which asks this module's thread
   first (a byte on a pipe) and dumps by itself, without names or stacks, when
   Python has not answered within GRACE_NS (a thread stuck in C holding the GIL);
 - an uncaught exception: sys.excepthook's audit event (whatever hook the program
@@ -44,6 +47,7 @@ from ..follow.session import FollowSession
 from ..options import DEFAULT_DUMPS_DIR, watchdog_spec
 
 REGISTRY = ".live"              # DUMPS_DIR/.live/<pid>.json: who can be asked
+REQUESTS = ".requests"          # DUMPS_DIR/.requests/<pid>: `dump`'s ask (the dump's name)
 REQUEST_FILE = ".request.json"  # `dump DIR`'s: the dump directory's name
 REQUEST_FRESH_S = 30
 GRACE_NS = 1_000_000_000        # Python's time to answer the C thread
@@ -103,6 +107,8 @@ class FlightRecorder:
         self._serving = threading.Event()   # set once its thread is left out of traces
         self._journaled = None
         self._sigterm_dumped = False
+        self._request_file = None
+        self._signal_taken_said = False
         # dump_format's: (process dump, place) to write, for a thread of its own
         self._to_format = []
         self._formatting = threading.Condition()
@@ -111,10 +117,12 @@ class FlightRecorder:
     # -- life ----------------------------------------------------------------
     def open(self):
         os.makedirs(os.path.join(self.dumps_dir, REGISTRY), exist_ok=True)
+        os.makedirs(os.path.join(self.dumps_dir, REQUESTS), exist_ok=True)
         if self.signum and signal.getsignal(self.signum) not in (signal.SIG_DFL, None):
             # the program's own handler stays: this process dumps by the other triggers
             _say(f"the dump signal {signal.Signals(self.signum).name} has a handler of the "
-                 "program's: not used for dumps here (--dump-signal picks another)")
+                 "program's: not used for dumps here (--dump-signal picks another; "
+                 "`python -m pytrace_cffi dump` asks without a signal)")
             self.signum = 0
         self._pipe = os.pipe()
         self._thread = threading.Thread(target=self._serve, name=THREAD_NAME, daemon=True)
@@ -133,6 +141,9 @@ class FlightRecorder:
                              f"{GRACE_NS / 1e9:g} s (a thread stuck in C holding the GIL?)",
                              "written_by": "C", "pid": os.getpid(), "host": _host(),
                              **_labels(facts), "threads": None})
+        self._request_file = os.path.join(self.dumps_dir, REQUESTS, str(os.getpid()))
+        if lib.pt_flight_watch_requests(os.fsencode(self._request_file)) != lib.PT_OK:
+            self._request_file = None
         status = lib.pt_flight_arm(self.session.ptr, self.signum, self._pipe[1],
                                    int((self.watchdog_s or 0) * 1e9), GRACE_NS,
                                    os.fsencode(self.dumps_dir),
@@ -143,8 +154,9 @@ class FlightRecorder:
                              "session of this process has one, or a path is too long")
         self._registered = os.path.join(self.dumps_dir, REGISTRY, f"{os.getpid()}.json")
         with open(self._registered, "w", encoding="utf-8") as f:
+            # requests: asked by DUMPS_DIR/.requests/<pid> (`dump` signals none)
             json.dump({"pid": os.getpid(), "signal": self.signum, "host": _host(),
-                       **_labels(facts)}, f)
+                       "requests": self._request_file is not None, **_labels(facts)}, f)
         # held open while recording: `dump PID` finds the dumps directory through
         # /proc/PID/fd (non-inheritable: not a child's)
         self._registry_fd = os.open(self._registered, os.O_RDONLY | os.O_CLOEXEC)
@@ -190,8 +202,7 @@ class FlightRecorder:
                 cls.__exit__ = original
         unserved = lib.pt_flight_unserved()
         if unserved:                # (the ring is whole still: stop() comes after)
-            self._dump_now(f"watchdog: no step for {self.watchdog_s:g} s"
-                           if unserved == lib.PT_FLIGHT_WATCHDOG else "signal", requested=True)
+            self._serve_request(lib.pt_flight_request(), unserved)
         lib.pt_flight_wait(5_000_000_000)
         if self._formatter is not None and self._formatter.is_alive():
             self.finish_formatting()
@@ -236,16 +247,36 @@ class FlightRecorder:
                 with self._lock:        # (a dump() of the program's journals too)
                     self._journal()
                 self._watch_torch_steps()
+                self._check_signal()
                 seq = lib.pt_flight_request()
                 if seq and lib.pt_flight_claim(seq):
-                    watchdog = lib.pt_flight_reason(seq) == lib.PT_FLIGHT_WATCHDOG
                     # (served even when stop() began meanwhile: claimed is ours)
-                    self._dump_now(f"watchdog: no step for {self.watchdog_s:g} s" if watchdog
-                                   else "signal", requested=True)
+                    self._serve_request(seq, lib.pt_flight_reason(seq))
         except Exception as exc:            # noqa: BLE001 - the program goes on
             _say(f"the flight recorder's thread stopped: {exc}")
         finally:
             lib.pt_own_thread_end()
+
+    def _serve_request(self, seq, reason):
+        """The dump the C thread asked for (request number seq, PT_FLIGHT_*)."""
+        if reason == lib.PT_FLIGHT_WATCHDOG:
+            self._dump_now(f"watchdog: no step for {self.watchdog_s:g} s", requested=True)
+        elif reason == lib.PT_FLIGHT_REQUEST:
+            name = ffi.string(lib.pt_flight_request_name(seq)).decode("ascii", "replace")
+            self._dump_now("request", requested=True, name=name or None)
+        else:
+            self._dump_now("signal", requested=True)
+
+    def _check_signal(self):
+        """Says once when the program took the dump signal over (its own handler,
+        installed after start: Lightning's SIGUSR1 on SLURM): the signal dumps no
+        more here; `dump` still does (it asks by a file)."""
+        if (self.signum and not self._signal_taken_said
+                and not lib.pt_flight_signal_ours()):
+            self._signal_taken_said = True
+            _say(f"the program installed its own handler of the dump signal "
+                 f"{signal.Signals(self.signum).name}: it no longer dumps here "
+                 "(`python -m pytrace_cffi dump` still does: it sends no signal)")
 
     def _journal(self):
         """Names what was first seen since the last time (keys.jsonl; the threads'
@@ -333,10 +364,10 @@ class FlightRecorder:
             return None         # (a forked child's copy of its parent's recorder)
         return self._dump_now(reason, path, requested, exception)
 
-    def _dump_now(self, reason, path=None, requested=False, exception=None):
+    def _dump_now(self, reason, path=None, requested=False, exception=None, name=None):
         try:
             with self._lock:
-                return self._dump(reason, path, requested, exception)
+                return self._dump(reason, path, requested, exception, name)
         except Exception as exc:            # noqa: BLE001 - the program goes on
             _say(f"the flight recorder could not dump ({exc.__class__.__name__}: {exc})")
             return None
@@ -355,7 +386,7 @@ class FlightRecorder:
                 continue
         raise OSError(f"no new dump directory for {name} in {self.dumps_dir}")
 
-    def _dump(self, reason, path, requested, exception=None):
+    def _dump(self, reason, path, requested, exception=None, name=None):
         when = time.time_ns()
         monotonic = time.monotonic_ns()
         stacks = _stacks(self.session.trim_paths)
@@ -368,7 +399,7 @@ class FlightRecorder:
         self._journal()                 # every thread and task lane seen so far named
         default_place = path is None
         if default_place:
-            name = ((requested and _requested_name(self.dumps_dir))
+            name = (name or (requested and _requested_name(self.dumps_dir))
                     or dump_dir_name(reason, when / 1e9))
             path = self._new_dump_dir(name)
         else:

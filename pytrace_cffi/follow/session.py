@@ -320,6 +320,7 @@ class FollowSession(Session):
         if self.flight is not None:     # for `dump JOBDIR`: where and how to ask it
             sidecar["flight"] = {"dumps_dir": self.flight.dumps_dir,
                                  "signal": self.flight.signum,
+                                 "requests": True,    # (DUMPS_DIR/.requests/<pid>)
                                  "dump_format": self.flight.dump_format}
         _write_json(os.path.join(self.process_dir, PROCESS_FILE), sidecar)
         self._key_names.sidecar = sidecar
