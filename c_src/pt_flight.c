@@ -345,6 +345,9 @@ static atomic_ullong pt_flight_requested;     /* requests made (their numbers) *
 static atomic_ullong pt_flight_claimed;       /* the newest request claimed */
 static atomic_int pt_flight_reasons[64];      /* request number % 64 -> PT_FLIGHT_* */
 static atomic_ullong pt_flight_c_dumps;       /* dumps this thread wrote */
+static atomic_int pt_flight_sigterm_watch;    /* SIGTERM's relay tells this thread */
+static atomic_int pt_flight_sigterm_pending;
+static atomic_int pt_flight_sigterm_served;   /* once: the relay re-sends it */
 static struct sigaction pt_flight_previous;
 static char pt_flight_request_path[PT_FLIGHT_PATH];  /* "": no request file */
 #define PT_FLIGHT_NAME 128
@@ -366,6 +369,28 @@ pt_flight_on_signal(int signum)
     atomic_store(&pt_flight_signalled, 1);
     sem_post(&pt_flight_wake);
     errno = saved;
+}
+
+/* SIGTERM came (pt_signals.c's relay, after Python's C handler): the main thread
+ * may be unable to run the Python handler (waiting in C with the GIL released),
+ * so this thread asks the recorder's Python thread too, once (PT_FLIGHT_SIGTERM).
+ * Async-signal-safe. */
+void
+pt_flight_on_sigterm(void)
+{
+    if (!atomic_load(&pt_flight_sigterm_watch))
+        return;
+    int saved = errno;
+    atomic_store(&pt_flight_sigterm_pending, 1);
+    sem_post(&pt_flight_wake);
+    errno = saved;
+}
+
+/* on: SIGTERM's relay tells this thread (while armed); off: no more. */
+void
+pt_flight_watch_sigterm(int on)
+{
+    atomic_store(&pt_flight_sigterm_watch, on && pt_flight_armed);
 }
 
 /* Progress Python counts without a call (a call would show in the trace): the
@@ -587,7 +612,8 @@ static const char *
 pt_flight_why(int reason)
 {
     return reason == PT_FLIGHT_WATCHDOG ? "watchdog" :
-           reason == PT_FLIGHT_REQUEST ? "request" : "signal";
+           reason == PT_FLIGHT_REQUEST ? "request" :
+           reason == PT_FLIGHT_SIGTERM ? "sigterm" : "signal";
 }
 
 static void
@@ -650,6 +676,11 @@ pt_flight_main(void *unused)
             pt_flight_serve(PT_FLIGHT_SIGNAL, NULL);
             continue;
         }
+        if (atomic_exchange(&pt_flight_sigterm_pending, 0) &&
+            !atomic_exchange(&pt_flight_sigterm_served, 1)) {
+            pt_flight_serve(PT_FLIGHT_SIGTERM, NULL);
+            continue;
+        }
         char requested[PT_FLIGHT_NAME];
         if (pt_flight_take_request(requested)) {
             pt_flight_serve(PT_FLIGHT_REQUEST, requested);
@@ -696,6 +727,8 @@ pt_flight_arm(pt_tracer *tracer, int signum, int wake_fd, int64_t watchdog_ns,
     atomic_store(&pt_flight_quit, 0);
     atomic_store(&pt_flight_signalled, 0);
     atomic_store(&pt_flight_stall_dumped, 0);
+    atomic_store(&pt_flight_sigterm_pending, 0);
+    atomic_store(&pt_flight_sigterm_served, 0);
     atomic_store(&pt_flight_last_step, 0);     /* the watchdog waits for a first step */
     if (sem_init(&pt_flight_wake, 0, 0) != 0)
         return PT_ERR_NOMEM;
@@ -742,6 +775,7 @@ pt_flight_disarm(void)
             now.sa_handler == pt_flight_on_signal)
             sigaction(pt_flight.signum, &pt_flight_previous, NULL);
     }
+    atomic_store(&pt_flight_sigterm_watch, 0);
     atomic_store(&pt_flight_quit, 1);
     sem_post(&pt_flight_wake);
     pthread_join(pt_flight_thread, NULL);
@@ -771,6 +805,7 @@ void
 pt_flight_after_fork(void)
 {
     pt_flight_armed = 0;
+    atomic_store(&pt_flight_sigterm_watch, 0);
     pt_flight_request_path[0] = 0;      /* the parent's, not this child's */
     pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;
     pt_children_lock = unlocked;

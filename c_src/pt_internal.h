@@ -299,6 +299,7 @@ typedef struct {
 
 void pt_flight_after_fork(void);    /* a forked child starts with no flight thread */
 void pt_sigterm_after_fork(void);    /* a forked child makes its own relay timer */
+void pt_flight_on_sigterm(void);     /* SIGTERM's relay: the flight thread serves it too */
 void pt_hooks_after_fork(void);      /* a forked child records nothing with its parent's tracer */
 
 /* pt_keys.c */

@@ -163,6 +163,9 @@ int pt_set_spill_hook(pt_tracer *tracer, void *py_hook);
  * elsewhere nothing); off: stops the re-sending. PT_ERR_STATE if no Python
  * handler is installed. */
 int pt_sigterm_guard(int on);
+/* The process dies of sig as without a handler (SIG_DFL, unblocked in the calling
+ * thread, sent to the process): from any thread. */
+int pt_die_of_signal(int sig);
 /* Calls py_callable(event, args) (a borrowed PyObject *, kept) from a C audit hook
  * for the audit events "os.exec", "subprocess.Popen", "os.posix_spawn" and
  * "os.spawn" only; no Python code runs for the others (pt_signals.c says why).
@@ -247,6 +250,7 @@ int pt_runtime_api(void *py_dict);
 #define PT_FLIGHT_SIGNAL 1
 #define PT_FLIGHT_WATCHDOG 2
 #define PT_FLIGHT_REQUEST 3
+#define PT_FLIGHT_SIGTERM 4       /* pt_flight_watch_sigterm: SIGTERM's relay told it */
 int pt_set_max_age(pt_tracer *tracer, int64_t ticks);  /* ring by seconds, in ticks */
 int pt_set_note_sources(pt_tracer *tracer);     /* code keys' file:line for C's dumps */
 int pt_set_progress_region(pt_tracer *tracer, void *py_name);  /* its end is a step */
@@ -266,6 +270,7 @@ int pt_flight_reason(uint64_t seq);
 int pt_flight_watch_requests(const char *path);
 const char *pt_flight_request_name(uint64_t seq);
 int pt_flight_signal_ours(void);  /* 0 once the program handles the dump signal */
+void pt_flight_watch_sigterm(int on);
 uint64_t pt_flight_c_dump_count(void);
 int64_t *pt_flight_progress_cell(void);  /* a counter Python bumps: progress */
 int pt_flight_unserved(void);     /* after disarm: the request left unserved */

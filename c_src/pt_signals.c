@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ======================================================================== */
 /* SIGTERM relay (processes.py)                                             */
@@ -33,6 +34,7 @@ pt_sigterm_relay(int sig)
     int saved = errno;
     if (pt_python_sigterm)
         pt_python_sigterm(sig);
+    pt_flight_on_sigterm();     /* the flight recorder's thread serves it too */
     if (pt_sigterm_timer_made) {
         struct itimerspec again = {{0, 200000000}, {0, 200000000}};
         timer_settime(pt_sigterm_timer, 0, &again, NULL);    /* async-signal-safe */
@@ -85,6 +87,26 @@ pt_sigterm_guard(int on)
     (void)on;
     return PT_OK;
 #endif
+}
+
+/* The process dies of sig as it would have without a handler, from any thread
+ * (Python's signal.signal is the main thread's only): its default action back,
+ * unblocked here, sent to the process. */
+int
+pt_die_of_signal(int sig)
+{
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(sig, &action, NULL) != 0)
+        return PT_ERR_STATE;
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, sig);
+    pthread_sigmask(SIG_UNBLOCK, &mask, NULL);
+    kill(getpid(), sig);
+    return PT_OK;
 }
 
 /* ======================================================================== */

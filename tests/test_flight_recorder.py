@@ -959,3 +959,54 @@ def test_dump_dir_dumps_a_process_whose_program_took_the_dump_signal(tmp_path):
     assert err.count("the program installed its own handler of the dump signal SIGUSR1") == 1
     [dump] = process_dumps(dumps)
     assert read_dump(dump)[0]["reason"] == "request"
+
+
+WAITS_IN_C = """
+import ctypes, sys, threading, time
+import pytrace_cffi
+
+libc = ctypes.CDLL(None)
+mutex = ctypes.create_string_buffer(64)     # zeroed: PTHREAD_MUTEX_INITIALIZER
+held = threading.Event()
+
+def holder():
+    libc.pthread_mutex_lock(mutex)
+    held.set()
+    time.sleep(30)
+    print("released", flush=True)
+    libc.pthread_mutex_unlock(mutex)
+
+def waits_in_c():
+    print("ready", flush=True)
+    libc.pthread_mutex_lock(mutex)          # GIL released; a signal does not end it
+
+threading.Thread(target=holder, daemon=True).start()
+held.wait()
+pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1])
+waits_in_c()
+print("waited", flush=True)
+"""
+
+
+def test_sigterm_while_the_main_thread_waits_in_c_dumps_and_kills(tmp_path):
+    """The main thread waits in C with the GIL released (a gloo wait, here a
+    mutex another thread holds for 30 s): the Python handler cannot run there,
+    the recorder's thread serves SIGTERM: dumps, and the process dies of it long
+    before the wait ends ("released" never printed) (#30 item 3)."""
+    dumps = tmp_path / "dumps"
+    proc, _ = _start(tmp_path, WAITS_IN_C, dumps)
+    with proc:
+        _wait_until_asleep(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == -signal.SIGTERM and out == "", err
+    deadline = time.monotonic() + 30        # (its clone, a process of its own, may lag)
+    while not [d for d in process_dumps(dumps) if os.path.exists(os.path.join(d, "done.json"))]:
+        assert time.monotonic() < deadline, err
+        time.sleep(0.05)
+    [dump] = process_dumps(dumps)
+    facts = dump_facts(dump)
+    assert facts["reason"] == "SIGTERM"
+    stack = _main_thread(facts)["stack"]
+    assert [(f["name"], f.get("line")) for f in stack[:2]] == [
+        ("prog.py(1): <module>", 22), ("prog.py(15): waits_in_c", 17)]

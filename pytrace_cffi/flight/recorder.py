@@ -23,7 +23,9 @@ Triggers, each dumping this process only:
   installs; C audit hook of follow/exits.py) and threading.excepthook, before
   the program's hook runs;
 - SIGTERM when the program has no handler of its own (follow/exits.py's), before
-  the process dies of it as it would have;
+  the process dies of it as it would have: by the main thread's handler, or,
+  when the main thread waits in C with the GIL released and cannot run it, by
+  this module's thread (told by the C thread: exits.sigterm_off_main);
 - pytrace_cffi.dump() from the program.
 """
 import atexit
@@ -166,6 +168,9 @@ class FlightRecorder:
             threading.excepthook = self._thread_exception
         if not self.session.follows_children:
             exits.handle_sigterm()      # (a followed one's exit paths have it)
+        # SIGTERM's relay (when ours) tells the C thread too: served off the main
+        # thread when that waits in C (exits.sigterm_off_main)
+        lib.pt_flight_watch_sigterm(1)
         if self.dump_format:            # (before the daemon threads writing them stop)
             atexit.register(self.finish_formatting)
 
@@ -201,7 +206,8 @@ class FlightRecorder:
             if cls.__dict__.get("__exit__") is ours:
                 cls.__exit__ = original
         unserved = lib.pt_flight_unserved()
-        if unserved:                # (the ring is whole still: stop() comes after)
+        if unserved and unserved != lib.PT_FLIGHT_SIGTERM:     # (its handler has it)
+            # (the ring is whole still: stop() comes after)
             self._serve_request(lib.pt_flight_request(), unserved)
         lib.pt_flight_wait(5_000_000_000)
         if self._formatter is not None and self._formatter.is_alive():
@@ -261,6 +267,8 @@ class FlightRecorder:
         """The dump the C thread asked for (request number seq, PT_FLIGHT_*)."""
         if reason == lib.PT_FLIGHT_WATCHDOG:
             self._dump_now(f"watchdog: no step for {self.watchdog_s:g} s", requested=True)
+        elif reason == lib.PT_FLIGHT_SIGTERM:
+            exits.sigterm_off_main(self)
         elif reason == lib.PT_FLIGHT_REQUEST:
             name = ffi.string(lib.pt_flight_request_name(seq)).decode("ascii", "replace")
             self._dump_now("request", requested=True, name=name or None)

@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from .. import _running
 from .._core import ffi, lib
@@ -46,6 +47,10 @@ _saving = 0                  # how many saves (of a trace, of OUT) are under way
 _terminate_after = False     # a SIGTERM came while saving: the process dies of it after
 _writing_out = False         # `run`'s OUT (or start()'s output) is being written here
 _said_waiting = False
+_sigterm_token = [True]      # popped by whoever serves a SIGTERM: the main thread's
+                             # handler or, when that cannot run, the flight recorder's
+                             # thread (sigterm_off_main)
+SIGTERM_MAIN_S = 0.25        # the main thread's time to run its handler first
 
 
 # -- the guards ---------------------------------------------------------------
@@ -73,12 +78,48 @@ def _on_sigterm(signum, frame):
             _said_waiting = True
             _say("SIGTERM: the process ends once the trace is written")
         return
+    if not _take_sigterm():
+        return                       # the flight recorder's thread serves it
     with saving():
         lib.pt_sigterm_guard(0)      # the relay's job is done: its timer stops
         flight_dump("on_sigterm")
         _write_window()
         finish_here()
         finish_owed_run()
+
+
+def _take_sigterm():
+    """Whether the caller is the one to serve the SIGTERM (list.pop is atomic:
+    no lock a signal handler could wait on)."""
+    try:
+        return _sigterm_token.pop()
+    except IndexError:
+        return False
+
+
+def sigterm_off_main(recorder):
+    """The flight recorder's thread, told of a SIGTERM by its C thread (the relay
+    of pt_signals.c), serves it when the main thread cannot: waiting in C with the
+    GIL released (a ctypes call, a gloo wait), it never runs the Python handler.
+    The main thread's handler gets SIGTERM_MAIN_S first; else the recorder dumps
+    and the process dies of SIGTERM as it would have, unless a save is under way
+    (its end does that). The trace of this process is not saved here: the dump
+    holds its ring."""
+    global _terminate_after
+    deadline = time.monotonic() + SIGTERM_MAIN_S
+    while not _terminate_after and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if _terminate_after or signal.getsignal(signal.SIGTERM) is not _on_sigterm:
+        return                       # the main thread's (or the program's) handler has it
+    if not _take_sigterm():
+        return
+    lib.pt_sigterm_guard(0)          # (its timer's signals would cut C calls short)
+    recorder.on_sigterm()
+    if _saving:                      # a save under way ends the process at its end
+        _terminate_after = True
+        return
+    lib.pt_flight_wait(2_000_000_000)   # its clone (a process of its own) finishes first
+    lib.pt_die_of_signal(signal.SIGTERM)
 
 
 class saving:
