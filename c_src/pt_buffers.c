@@ -162,6 +162,24 @@ pt_spill_give_up(pt_tracer *tracer)
     pt_handle_sync(tracer);
 }
 
+/* The spill hook's file failed and no other place took it (a full disk): recording
+ * stops, but the chunks not written stay in memory (the file stays open) for
+ * pt_spill_rest at stop, which may find room again (or a new place: see
+ * pt_spill_move); dropping them would lose all of a trace not spilled yet. */
+static void
+pt_spill_hold(pt_tracer *tracer)
+{
+    if (!tracer->hot_error) {
+        tracer->hot_error = PT_ERR_PYTHON;
+        pt_set_error(tracer, "writing spilled events failed (%s); recording stopped there: "
+                     "the events not written yet were kept in memory for the end",
+                     strerror(tracer->spill_errno ? tracer->spill_errno : EIO));
+    }
+    tracer->spill_held = 1;
+    tracer->flags |= PT_FLAG_NOOP;
+    pt_handle_sync(tracer);
+}
+
 /* Writes n events of thread to the spill file; on failure gives the file up and
  * returns 0, and the caller drops them instead. */
 static int
@@ -300,6 +318,10 @@ pt_spill_own_chunk(pt_tracer *tracer, pt_thread *thread)
             pt_release_head(tracer, thread, n, 1);
             return thread->cursor < thread->limit;
         }
+        if (tracer->spill && (attempt > 0 || tracer->spill_hook_busy)) {
+            pt_spill_hold(tracer);
+            return -1;
+        }
         if (attempt > 0 || tracer->spill_hook_busy || !tracer->spill) {
             pt_spill_give_up(tracer);
             pt_release_head(tracer, thread, n, 0);
@@ -389,6 +411,7 @@ done:
 int
 pt_spill_rest(pt_tracer *tracer)
 {
+    tracer->spill_held = 0;     /* the held chunks go now, or are dropped and counted */
     while (pt_evict_oldest(tracer))
         ;
     int rc = PT_OK;
@@ -469,6 +492,8 @@ pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
 {
     size_t bytes = thread->head ? PT_CHUNK_BYTES : PT_FIRST_CHUNK_BYTES;
     if (tracer->max_events) {
+        if (tracer->spill_held)     /* recording stopped: nothing evicted, nothing new */
+            return PT_ERR_STATE;
         uint64_t events = tracer->bounded_chunk_events;
         bytes = sizeof(pt_chunk) + events * sizeof(pt_event);
         if (thread->tail)

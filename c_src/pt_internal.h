@@ -126,6 +126,7 @@ struct pt_tracer {
     uint64_t spilled_events;
     uint64_t spill_bytes;         /* the spill file's length in whole blocks */
     int spill_errno;              /* why the last block failed to go in (0: it did) */
+    int spill_held;               /* recording stopped, chunks kept for pt_spill_rest */
     /* pt_set_spill_hook: each full chunk goes to the spill file at once (a killed
      * process loses at most one chunk per thread), after spill_hook() has run */
     PyObject *spill_hook;

@@ -72,6 +72,10 @@ def finish_spill(session):
     from ._stopped import session_facts
     keep_spill_file(session)
     check(lib.pt_spill_rest(session.ptr), session.ptr, "spilling")
+    failed = lib.pt_spill_errno(session.ptr)    # the last block: held ones dropped
+    if failed:
+        note_spill_problem(session, "the events still in memory at the end could not be "
+                                    f"written either ({os.strerror(failed)}): they are lost")
     facts = session_facts(session)
     finish_live = getattr(session, "finish_live", None)
     if finish_live is not None:

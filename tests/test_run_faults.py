@@ -379,3 +379,94 @@ def test_a_program_blocking_sigterm_keeps_it_pending_as_untraced(tmp_path, flags
     assert proc.returncode == 0 and proc.stdout == "went on\n", proc.stderr
     assert "SIGTERM" not in proc.stderr and "no window was traced" not in proc.stderr
     assert sum(1 for call in pytrace_cffi.load(out) if call.name.endswith(": work")) == 4000
+
+
+# -- a disk that fills before the first spill (#33 item 6) ------------------------
+
+# Fills the disk holding path (argv[1]) after `before` calls of leaf, before the
+# first spill (an eighth of 1 << 20 events: ~65k calls), then calls on; with
+# argv[2] "free" it removes its file before it ends. It prints its own counts.
+FILLS_THE_DISK = """
+    import os, sys
+    def leaf(i):
+        return i
+    calls = 0
+    for i in range(57_000):
+        leaf(i)
+        calls += 1
+    before = calls
+    try:
+        with open(sys.argv[1], "wb") as f:
+            while True:
+                f.write(b"x" * 65536)
+    except OSError:
+        pass
+    for i in range(20_000):
+        leaf(i)
+        calls += 1
+    if sys.argv[2] == "free":
+        os.unlink(sys.argv[1])
+    print(before, calls)
+    sys.exit(3)
+"""
+
+
+def _fills(tmp_path, out, big, free, tmpdir, cwd):
+    (tmp_path / "prog.py").write_text(textwrap.dedent(FILLS_THE_DISK))
+    return run_command([sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out),
+                        str(tmp_path / "prog.py"), str(big), free], cwd,
+                       _env(TMPDIR=str(tmpdir)), TIMEOUT)
+
+
+@pytest.mark.parametrize("out_name", ["out.pftrace", "out.json"])
+def test_a_disk_full_before_the_first_spill_keeps_the_events_in_memory(tmp_path, out_name):
+    """OUT, the current directory and TMPDIR on one 5 MB disk the program fills
+    before the first spill (and empties at its end): recording stops there, the
+    events not written are kept in memory and written at the end; OUT is written
+    (the .pftrace), or, too big for the disk (the .json), the printed command
+    writes it once there is room. The events used to be dropped: events.bin held
+    its header only and no process could be read."""
+    with small_disk(tmp_path / "disk", "5m") as disk:
+        (disk / "tmp").mkdir()
+        out = disk / out_name
+        proc = _fills(tmp_path, out, disk / "big", "free", disk / "tmp", disk)
+        assert proc.returncode == 3, proc.stderr
+        assert "Traceback" not in proc.stderr
+        before, total = map(int, proc.stdout.split())
+        assert "recording stopped there: the events not written yet were kept in memory" \
+            in proc.stderr
+        if not out.exists():
+            match = re.search(r"the per-process traces stay in (\S+) \(write them later with: "
+                              r"(python -m pytrace_cffi export \S+ -o \S+)\)", proc.stderr)
+            assert match and out_name == "out.json", proc.stderr
+            subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+            finish = run_command(match.group(2).replace("python", sys.executable, 1).split(),
+                                 tmp_path, _env(), TIMEOUT)
+            assert finish.returncode == 0, finish.stderr
+        trace = pytrace_cffi.load(out) if out_name.endswith(".pftrace") else \
+            pytrace_cffi.load(_saved(tmp_path, out))
+        assert before <= leaf_calls(trace) < total      # up to the first spill
+        assert_nested(trace)
+
+
+@pytest.mark.parametrize("out_name", ["out.pftrace", "out.json"])
+def test_a_full_disk_of_out_and_tmpdir_continues_the_spill_in_the_current_directory(
+        tmp_path, out_name):
+    """OUT and TMPDIR on one disk the program fills for good before the first
+    spill, the current directory on another: the spill goes on in the current
+    directory (the documented fallback), and OUT's fallback there holds every
+    call. Recording used to fail there, the trace lost."""
+    with small_disk(tmp_path / "disk", "5m") as disk, \
+            small_disk(tmp_path / "cwd", "32m") as cwd:
+        (disk / "tmp").mkdir()
+        out = disk / out_name
+        proc = _fills(tmp_path, out, disk / "big", "keep", disk / "tmp", cwd)
+        assert proc.returncode == 3, proc.stderr
+        assert "Traceback" not in proc.stderr and not out.exists()
+        [fallback] = re.findall(r"saved it to '(\S+)' instead", proc.stderr)
+        assert os.path.dirname(fallback) == str(cwd), proc.stderr
+        trace = pytrace_cffi.load(fallback) if out_name.endswith(".pftrace") else \
+            pytrace_cffi.load(_saved(tmp_path, fallback))
+        assert leaf_calls(trace) == int(proc.stdout.split()[1]) == 77_000
+        assert sorted(os.listdir(cwd)) == [os.path.basename(fallback)]
+        assert os.listdir(disk / "tmp") == []

@@ -19,7 +19,7 @@ from .._progress import counted
 from ..errors import TraceFormatError, TraceWarning
 from ..readers.saved import load
 from .identity import (FINISH_FILE, JOB_FILE, RUN_DONE_FILE, STARTING_AT_FINISH, _process_facts,
-                       _say, _write_json, handed_over, overflow_dir)
+                       _say, _write_json, handed_over, overflow_dirs)
 from .jobs import NOT_READ_WHOLE, process_directories, status, unfollowed, unfollowed_lines
 from .join import join, joined_trace
 
@@ -110,7 +110,8 @@ def finish_run(job_dir, path, write, export, keep=False, interrupted=False):
 
     First RUN_DONE_FILE goes into job_dir: a process of the job that outlives the
     run stops recording at its next spill. The per-process traces are in job_dir
-    and, when its file system filled up, in overflow_dir(job_dir) beside OUT.
+    and, when its file system filled up, in overflow_dirs(job_dir) (beside OUT, else
+    in the current directory).
     They are removed afterwards, unless keep (the user's --processes-dir), OUT
     could not be written (a Ctrl-C while writing, or interrupted: one came while
     this process's trace was saved), or a process is still running or could not
@@ -220,7 +221,7 @@ def _job_places(job_dir):
     overflow beside OUT when a process moved there (see _KeyNames; made for a move
     that failed, it is removed empty)."""
     places = []
-    for place in (job_dir, overflow_dir(job_dir)):
+    for place in (job_dir, *overflow_dirs(job_dir)):
         try:
             if place and any(name.startswith("proc-") for name in os.listdir(place)):
                 places.append(place)

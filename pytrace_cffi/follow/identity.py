@@ -39,6 +39,8 @@ _armed = None              # (job dir, options): a forkserver, untraced, whose f
 # when their own place fills up (see _KeyNames.keep_place).
 _run_pid = None
 _spill_beside = None
+# then in `run`'s current directory (the documented fallback of a failed write)
+_spill_fallback = None
 
 
 # -- which process is this -------------------------------------------------
@@ -243,6 +245,19 @@ def overflow_dir(job_dir):
     return os.path.join(_spill_beside, name + ".overflow")
 
 
+def overflow_dirs(job_dir):
+    """Every place a `run` job's per-process traces may continue, in order:
+    overflow_dir beside OUT, then the same name in `run`'s current directory
+    (when OUT's file system is full too); empty outside `run`."""
+    beside = overflow_dir(job_dir)
+    if beside is None:
+        return []
+    places = [beside]
+    if _spill_fallback is not None and _spill_fallback != _spill_beside:
+        places.append(os.path.join(_spill_fallback, os.path.basename(beside)))
+    return places
+
+
 def _run_over(job_dir):
     """Why this process of a `run` job should stop recording: `run` wrote OUT
     (RUN_DONE_FILE in the job directory) or ended; None while it goes on."""
@@ -257,10 +272,13 @@ def _run_over(job_dir):
 
 def _join_run(config):
     """Takes the `run` facts of PYTRACE_CFFI_FOLLOW's config (see _run_pid)."""
-    global _run_pid, _spill_beside
+    global _run_pid, _spill_beside, _spill_fallback
     run_pid, beside = config.get("run_pid"), config.get("spill_beside")
+    fallback = config.get("spill_fallback")
     _run_pid = run_pid if isinstance(run_pid, int) and not isinstance(run_pid, bool) else None
     _spill_beside = beside if isinstance(beside, str) and os.path.isabs(beside) else None
+    _spill_fallback = fallback if isinstance(fallback, str) and os.path.isabs(fallback) \
+        else None
 
 
 
@@ -268,9 +286,13 @@ def run_here(output):
     """This process runs `run` (its window writing output): its job's processes
     stop recording once it has finished or ended, and their traces continue
     beside output when their own place fills up."""
-    global _run_pid, _spill_beside
+    global _run_pid, _spill_beside, _spill_fallback
     _run_pid = os.getpid()
     _spill_beside = os.path.dirname(os.path.abspath(output.rstrip(os.sep)))
+    try:
+        _spill_fallback = os.getcwd()
+    except OSError:
+        _spill_fallback = None
 
 
 def following(session):

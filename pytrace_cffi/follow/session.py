@@ -28,7 +28,7 @@ from .exits import finish_here, install_exit_paths, restore_exit_paths
 from .identity import (BOOT_DIR, DEFAULT_MAX_EVENTS, ENV, FINISH_FILE, JOB_FILE, KEYS_FILE,
                        LAUNCHED_FILE, PROCESS_FILE, RUN_DONE_FILE, UNFOLLOWED_FILE,
                        _command_line, _new_process_dir, _run_over, _say, _write_json,
-                       overflow_dir, process_facts)
+                       overflow_dir, overflow_dirs, process_facts)
 
 class _KeyNames:
     """The spill hook: appends the names of keys seen since the last spill to
@@ -70,9 +70,12 @@ class _KeyNames:
             try:
                 self._write_new()
             except OSError:
-                if not self._move_elsewhere():
-                    raise
-                self._write_new()
+                # Nowhere else either: the block's write fails too and the C side
+                # keeps the events in memory (recording stops); meta.json names
+                # them at stop.
+                if self._move_elsewhere():
+                    with contextlib.suppress(OSError):
+                        self._write_new()
             if self.live is not None:
                 self.live.before_spill()
 
@@ -103,7 +106,15 @@ class _KeyNames:
         line = (json.dumps(record) + "\n").encode("utf-8")
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line)
+            before = os.fstat(fd).st_size
+            try:
+                if os.write(fd, line) != len(line):
+                    raise OSError(28, os.strerror(28))
+            except OSError:
+                # a line cut short would spoil the ones after it (recover reads them)
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, before)
+                raise
         finally:
             os.close(fd)
         self.keys_written += len(sources)
@@ -123,6 +134,8 @@ class _KeyNames:
             over = _run_over(self.job_dir)
             if over and self.stopped_because is None and not stopped:
                 self._stop_soon(over)
+            if stopped:
+                self._nowhere_else = False      # a last try: room may have been made
             if not os.path.isdir(self.directory):
                 if not over:
                     self._relink()
@@ -146,23 +159,30 @@ class _KeyNames:
         """Whether the file system of the process directory has less room than it
         should keep for the program (a tenth of it, at most 64 MiB) and two spills,
         while _spill_beside could take the spill."""
-        if identity._spill_beside is None or self._nowhere_else:
+        if not overflow_dirs(self.job_dir) or self._nowhere_else:
             return False
         return _free_bytes(self.directory) < _reserve(self.directory) + 2 * self.chunk_bytes
 
     def _move_elsewhere(self):
-        """Moves the spill into the job's directory beside OUT (overflow_dir), when
-        that is on another file system with room for it. Returns whether it did."""
-        beside = overflow_dir(self.job_dir)
-        if beside is None or self._nowhere_else or _within(self.directory, beside):
+        """Moves the spill into the job's directory beside OUT, else into the one
+        in `run`'s current directory (overflow_dirs), the first on another file
+        system with room for it. Returns whether it did."""
+        if self._nowhere_else:
             return False
+        for beside in overflow_dirs(self.job_dir):
+            if not _within(self.directory, beside) and self._room_in(beside):
+                return self._move_beside(beside)
+        self._nowhere_else = True
+        return False
+
+    def _room_in(self, beside):
         existing = beside
         while not os.path.exists(existing):
             existing = os.path.dirname(existing)
         needed = lib.pt_spill_bytes(self.ptr) + _reserve(existing) + 2 * self.chunk_bytes
-        if _same_device(existing, self.directory) or _free_bytes(existing) < needed:
-            self._nowhere_else = True
-            return False
+        return not _same_device(existing, self.directory) and _free_bytes(existing) >= needed
+
+    def _move_beside(self, beside):
         os.makedirs(beside, exist_ok=True)
         try:                        # its own name there: finish_run counts it once
             place = os.path.join(beside, os.path.basename(self.directory))
@@ -352,6 +372,7 @@ class FollowSession(Session):
                              "package": os.path.dirname(os.path.dirname(BOOT_DIR)),
                              "run_pid": identity._run_pid,
                              "spill_beside": identity._spill_beside,
+                             "spill_fallback": identity._spill_fallback,
                              "live": live.requested_compress()})
         self._saved_env = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
         os.environ[ENV] = config
