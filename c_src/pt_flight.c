@@ -6,11 +6,12 @@
  * clone holds the ring as it was at that instant, whatever the program's threads
  * do next, so the program pays for the clone only, never for the writing; and a
  * clone that crashes on a half-linked chunk loses its dump, never the program.
- * The clone writes events.bin (the spill file's format: a header, then one block
- * per chunk), threads.json (each thread's index, ident and OS id) and copies
- * keys.jsonl, process.json and journal.json from the journal directory (the
- * names the spill hook and the recorder's thread wrote, follow/session.py and
- * flight/recorder.py): the directory is then a process directory that
+ * The clone writes dump.json, copies process.json, keys.jsonl and journal.json
+ * from the journal directory (the names the spill hook and the recorder's thread
+ * wrote, follow/session.py and flight/recorder.py), writes threads.json (each
+ * thread's index, ident and OS id) and, last, events.bin (the spill file's
+ * format: a header, then one block per chunk): on a disk that fills, the stacks
+ * outlive the big ring. The directory is then a process directory that
  * follow/recover.py reads. The clone calls no malloc and takes no lock: another
  * thread of the program may have held one at the clone.
  *
@@ -133,7 +134,17 @@ pt_write_events(pt_tracer *tracer, const char *path)
                  pt_write_all(fd, c->events, n * sizeof(pt_event));
         }
     }
-    return close(fd) == 0 && ok;
+    if (!ok) {
+        /* A ring cut short would show the calls it lost the ends of as open
+         * (wrong stacks): none is kept, the room given back. */
+        int err = errno;
+        if (ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0)
+            pt_write_all(fd, header, sizeof header);
+        close(fd);
+        errno = err;
+        return 0;
+    }
+    return close(fd) == 0;
 }
 
 /* threads.json: [{"index": i, "ident": n, "native_id": n, "dropped": n}, ...] */
@@ -212,20 +223,24 @@ pt_write_sources(pt_tracer *tracer, const char *dir)
     return close(fd) == 0 && ok;
 }
 
-/* Everything the clone writes into dir; done.json last: the dump is whole. */
+/* Everything the clone writes into dir: the small files first (on a disk that
+ * fills, the stacks of dump.json outlive the big ring), done.json last: the
+ * dump is whole. Returns 0, or the errno of the first failure. */
 static int
 pt_write_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
               const char *dump_json)
 {
     char path[PT_FLIGHT_PATH];
-    int ok = pt_join(path, dir, "events.bin") && pt_write_events(tracer, path) &&
-             pt_join(path, dir, "threads.json") && pt_write_threads(tracer, path) &&
-             pt_copy_named(journal_dir, dir, "keys.jsonl") &&
+    errno = 0;
+    int ok = (!dump_json || pt_write_file(dir, "dump.json", dump_json)) &&
              pt_copy_named(journal_dir, dir, "process.json") &&
+             pt_copy_named(journal_dir, dir, "keys.jsonl") &&
              pt_copy_named(journal_dir, dir, "journal.json") &&
-             (!dump_json || pt_write_file(dir, "dump.json", dump_json)) &&
-             pt_write_sources(tracer, dir);
-    return ok && pt_write_file(dir, "done.json", "{\"whole\": true}\n");
+             pt_join(path, dir, "threads.json") && pt_write_threads(tracer, path) &&
+             pt_write_sources(tracer, dir) &&
+             pt_join(path, dir, "events.bin") && pt_write_events(tracer, path) &&
+             pt_write_file(dir, "done.json", "{\"whole\": true}\n");
+    return ok ? 0 : errno > 0 && errno < 256 ? errno : EIO;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -234,6 +249,11 @@ pt_write_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
 
 static pid_t pt_children[PT_FLIGHT_CHILDREN];
 static pthread_mutex_t pt_children_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The clones reaped last, with their exit codes (0, or an errno: pt_write_dump),
+ * for pt_flight_status: a dump that failed is said so. */
+#define PT_FLIGHT_ENDED 64
+static struct { pid_t pid; int code; } pt_ended[PT_FLIGHT_ENDED];
+static int pt_ended_next;
 
 /* Reaps the dump clones that have ended. Returns how many still run. */
 int
@@ -244,9 +264,15 @@ pt_flight_reap(void)
     for (int i = 0; i < PT_FLIGHT_CHILDREN; i++) {
         if (!pt_children[i])
             continue;
-        pid_t done = waitpid(pt_children[i], NULL, WNOHANG | __WCLONE);
-        if (done == pt_children[i] || (done < 0 && errno == ECHILD))
+        int status = 0;
+        pid_t done = waitpid(pt_children[i], &status, WNOHANG | __WCLONE);
+        if (done == pt_children[i] || (done < 0 && errno == ECHILD)) {
+            pt_ended[pt_ended_next].pid = pt_children[i];
+            pt_ended[pt_ended_next].code = done < 0 ? -2 : WIFEXITED(status)
+                ? WEXITSTATUS(status) : -3;       /* -3: killed, -2: not known */
+            pt_ended_next = (pt_ended_next + 1) % PT_FLIGHT_ENDED;
             pt_children[i] = 0;
+        }
         else
             running++;
     }
@@ -293,14 +319,31 @@ pt_flight_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
             dup2(null, 2);
         }
         signal(SIGINT, SIG_IGN);    /* a Ctrl-C meant for the program */
-        int ok = pt_write_dump(tracer, dir, journal_dir, dump_json);
-        syscall(SYS_exit_group, ok ? 0 : 1);
+        syscall(SYS_exit_group, pt_write_dump(tracer, dir, journal_dir, dump_json));
         for (;;)
             ;
     }
     if (!pt_note_child((pid_t)pid))
         waitpid((pid_t)pid, NULL, __WCLONE);    /* (cannot happen: reaped above) */
     return (int)pid;
+}
+
+/* The dump clone pid's end: -1 while it runs, 0 when it wrote its dump whole,
+ * an errno when writing failed, -3 when it was killed, -2 when not known. */
+int
+pt_flight_status(int pid)
+{
+    pt_flight_reap();
+    int code = -2;
+    pthread_mutex_lock(&pt_children_lock);
+    for (int i = 0; i < PT_FLIGHT_CHILDREN; i++)
+        if (pt_children[i] == pid)
+            code = -1;
+    for (int i = 0; i < PT_FLIGHT_ENDED && code == -2; i++)
+        if (pt_ended[i].pid == pid)
+            code = pt_ended[i].code;
+    pthread_mutex_unlock(&pt_children_lock);
+    return code;
 }
 
 /* Waits up to timeout_ns for the dump clones to end; returns how many still run. */

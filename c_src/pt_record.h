@@ -257,6 +257,7 @@ int pt_set_progress_region(pt_tracer *tracer, void *py_name);  /* its end is a s
 int pt_flight_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
                    const char *dump_json);
 int pt_flight_reap(void);
+int pt_flight_status(int pid);      /* -1 running, 0 whole, an errno, -2/-3 */
 int pt_flight_wait(int64_t timeout_ns);
 int pt_flight_arm(pt_tracer *tracer, int signum, int wake_fd, int64_t watchdog_ns,
                   int64_t grace_ns, const char *dumps_dir, const char *journal_dir,

@@ -492,6 +492,11 @@ def format_report(dump, groups, thread_groups=None):
     for path, problem in dump.problems:
         lines.append(f"not read: {problem}" if problem.startswith(path) else
                      f"not read: {path}: {problem}")
+    for process in dump.processes:
+        if _cut_short(process.directory):
+            lines.append(f"cut short: {process.directory}: its dump was not finished (no "
+                         "done.json): its stacks come from dump.json, the ring's events "
+                         "may be missing")
     return "\n".join(_CONTROL.sub(_escaped, line) for line in lines)
 
 
@@ -503,6 +508,13 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 def _escaped(match):
     return f"\\x{ord(match.group()):02x}"
+
+
+def _cut_short(directory):
+    """Whether a recorder's dump (it has process.json) lacks done.json, its last
+    file: its writer failed (a full disk, a kill) or is still writing."""
+    return (os.path.exists(os.path.join(directory, "process.json"))
+            and not os.path.exists(os.path.join(directory, "done.json")))
 
 
 def _title(dump):

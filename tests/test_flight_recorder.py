@@ -6,6 +6,7 @@ Expected call counts are literals (FIB_CALLS: fib(n) makes 2 * F(n + 1) - 1 call
 or come from the test program's own structure."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi.flight.dumps import dump_facts, process_dumps, read_dump
 
+from helpers import small_disk
 from test_children import ROOT, TIMEOUT, _env_own_tmp, run_command
 
 FIB_CALLS = {12: 465, 14: 1219, 15: 1973}      # calls of fib(n), fib included
@@ -1010,3 +1012,89 @@ def test_sigterm_while_the_main_thread_waits_in_c_dumps_and_kills(tmp_path):
     stack = _main_thread(facts)["stack"]
     assert [(f["name"], f.get("line")) for f in stack[:2]] == [
         ("prog.py(1): <module>", 22), ("prog.py(15): waits_in_c", 17)]
+
+
+# -- a dump onto a full disk (#33 item 7) -------------------------------------------
+
+FULL_DISK = """
+import os, signal, sys, time
+import pytrace_cffi
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+def wait_here(dumps, count):
+    deadline = time.monotonic() + 30
+    while len(dumps) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+pytrace_cffi.start(flight_recorder="4M", dumps_dir=sys.argv[1])
+fib(24)                     # a ring of ~2.4 MB: more than the disk holds
+if sys.argv[2] == "signal":
+    os.kill(os.getpid(), signal.SIGUSR1)
+else:
+    print("registered", flush=True)
+wait_here(pytrace_cffi._running.session.flight.dumps, int(sys.argv[3]))
+pytrace_cffi.stop()
+print("done")
+"""
+
+
+def test_a_dump_on_a_full_disk_says_it_failed_and_keeps_the_stacks(tmp_path):
+    """The dumps directory on a 1 MB disk, the ring bigger: the dump is said to
+    have failed, not announced as written; dump.json (the stacks) was written
+    before the ring and is kept, and `report` reads it, saying it was cut short.
+    (events.bin used to go first: nothing of the stacks was kept, and the line
+    said "-> DIR" as if written.)"""
+    with small_disk(tmp_path / "dumps", "1m") as dumps:
+        proc = _run(tmp_path, FULL_DISK, dumps, "signal", 1)
+        assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr
+        assert "flight recorder dump (signal) ->" not in proc.stderr
+        match = re.search(r"flight recorder dump \(signal\) into (\S+) failed \(No space left "
+                          r"on device\): its threads' stacks \(dump\.json\) were kept, not "
+                          r"the ring's events \(events\.bin\)", proc.stderr)
+        assert match, proc.stderr
+        process_dump = match.group(1)
+        assert not os.path.exists(os.path.join(process_dump, "done.json"))
+        with open(os.path.join(process_dump, "dump.json"), encoding="utf-8") as f:
+            facts = json.load(f)
+        assert _stack_names(_main_thread(facts))[-1].endswith("wait_here")
+        report = subprocess.run([sys.executable, "-m", "pytrace_cffi", "report", str(dumps)],
+                                cwd=tmp_path, env=_env_own_tmp(tmp_path),
+                                capture_output=True, text=True, timeout=TIMEOUT)
+        assert report.returncode == 0, report.stderr
+        assert "in wait_here" in report.stdout
+        assert f"cut short: {process_dump}: its dump was not finished" in report.stdout
+
+
+def test_a_request_that_cannot_be_rewritten_is_not_taken_again(tmp_path):
+    """`dump DIR` twice, the disk full before the second: its request file cannot
+    be rewritten, and the process names its own dump instead of taking the first
+    request's name again (it used to dump into NAME-2 of the stale request)."""
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    (tmp_path / "prog.py").write_text(textwrap.dedent(FULL_DISK).lstrip("\n"))
+    with small_disk(tmp_path / "dumps", "8m") as dumps, \
+            subprocess.Popen([sys.executable, str(tmp_path / "prog.py"), str(dumps), "cli",
+                              "2"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) as program:
+        assert program.stdout.readline() == "registered\n"
+        ask = [sys.executable, "-m", "pytrace_cffi", "dump", str(dumps), "--wait", "10"]
+        first = subprocess.run(ask, cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=TIMEOUT)
+        assert first.returncode == 0, first.stderr
+        first_name = re.search(r": written: (\S+)", first.stdout).group(1).split(os.sep)[-2]
+        with open(dumps / "filler", "wb") as f:         # the disk full
+            with pytest.raises(OSError):
+                while True:
+                    f.write(b"x" * 65536)
+        second = subprocess.run(ask[:-1] + ["2"], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=TIMEOUT)
+        assert "each process names its own dump" in second.stderr, second.stderr
+        out, err = program.communicate(timeout=TIMEOUT)
+    assert out == "done\n", err
+    said = re.findall(r"flight recorder dump \(signal\) (?:-> |into )(\S+)", err)
+    assert len(said) == 2, err
+    assert said[0].split(os.sep)[-2] == first_name
+    assert not said[1].split(os.sep)[-2].startswith(first_name), err
+    assert said[1].split(os.sep)[-2].endswith("-signal"), err

@@ -115,6 +115,10 @@ class FlightRecorder:
         self._to_format = []
         self._formatting = threading.Condition()
         self._formatter = None
+        self._unannounced = []      # (clone pid, path, reason): dumps still being written
+        self._announcing = threading.Lock()
+        self._pid = os.getpid()     # (a forked child's copy announces nothing)
+        self._requests_served = set()       # (name, time) of `dump DIR` requests taken
 
     # -- life ----------------------------------------------------------------
     def open(self):
@@ -171,8 +175,8 @@ class FlightRecorder:
         # SIGTERM's relay (when ours) tells the C thread too: served off the main
         # thread when that waits in C (exits.sigterm_off_main)
         lib.pt_flight_watch_sigterm(1)
-        if self.dump_format:            # (before the daemon threads writing them stop)
-            atexit.register(self.finish_formatting)
+        # (before the daemon threads writing them stop; announce: a dump's outcome)
+        atexit.register(self.finish_formatting)
 
     def close(self):
         """At stop: the threads end, the hooks go, a dump asked for and not yet
@@ -209,10 +213,10 @@ class FlightRecorder:
         if unserved and unserved != lib.PT_FLIGHT_SIGTERM:     # (its handler has it)
             # (the ring is whole still: stop() comes after)
             self._serve_request(lib.pt_flight_request(), unserved)
-        lib.pt_flight_wait(5_000_000_000)
+        self.announce(wait_s=5)
+        atexit.unregister(self.finish_formatting)
         if self._formatter is not None and self._formatter.is_alive():
             self.finish_formatting()
-            atexit.unregister(self.finish_formatting)
             with self._formatting:
                 self._to_format.append(None)        # its end
                 self._formatting.notify_all()
@@ -254,6 +258,7 @@ class FlightRecorder:
                     self._journal()
                 self._watch_torch_steps()
                 self._check_signal()
+                self.announce()
                 seq = lib.pt_flight_request()
                 if seq and lib.pt_flight_claim(seq):
                     # (served even when stop() began meanwhile: claimed is ours)
@@ -407,7 +412,7 @@ class FlightRecorder:
         self._journal()                 # every thread and task lane seen so far named
         default_place = path is None
         if default_place:
-            name = (name or (requested and _requested_name(self.dumps_dir))
+            name = (name or (requested and self._request_name())
                     or dump_dir_name(reason, when / 1e9))
             path = self._new_dump_dir(name)
         else:
@@ -422,13 +427,24 @@ class FlightRecorder:
         if pid <= 0:
             raise OSError(-pid if pid < 0 else 0, "no process could be cloned to write it")
         self.dumps.append(path)
-        _say(f"flight recorder dump ({reason}) -> {path}")
+        # said once the clone has ended (announce): it may fail (a full disk)
+        with self._announcing:
+            self._unannounced.append((pid, path, reason))
         if self._formatter is not None:
             with self._formatting:
                 self._to_format.append((path, os.path.dirname(path) if default_place
                                         else path))
                 self._formatting.notify_all()
         return path
+
+    def _request_name(self):
+        """The name `dump DIR`'s request file gives, once per request: a request
+        that could not be rewritten (a full disk) is not the next one's."""
+        request = _requested_name(self.dumps_dir)
+        if request is None or request in self._requests_served:
+            return None
+        self._requests_served.add(request)
+        return request[0]
 
     # -- the dump as one trace (formatted.py) ---------------------------------
     def _format_dumps(self, started):
@@ -465,9 +481,31 @@ class FlightRecorder:
             _say(f"the dump in {place} could not be written as {self.dump_format} "
                  f"({exc.__class__.__name__}: {exc}); its raw files are whole")
 
+    def announce(self, wait_s=0):
+        """Says how each dump whose clone has ended (waiting up to wait_s for
+        them) went: written, or failed and what it kept. Never raises."""
+        if os.getpid() != self._pid or not self._unannounced:
+            return
+        if wait_s:
+            lib.pt_flight_wait(int(wait_s * 1e9))
+        with self._announcing:
+            ended = [(lib.pt_flight_status(pid), pid, path, reason)
+                     for pid, path, reason in self._unannounced]
+            ended = [e for e in ended if e[0] != -1 or wait_s]
+            self._unannounced = [u for u in self._unannounced
+                                 if u[0] not in {pid for _, pid, _, _ in ended}]
+        for code, _, path, reason in ended:
+            if code == 0:
+                _say(f"flight recorder dump ({reason}) -> {path}")
+            else:
+                _say(f"flight recorder dump ({reason}) into {path} failed "
+                     f"({_failure(code)}): {_kept(path)}")
+
     def finish_formatting(self, timeout=FORMAT_WAIT_S):
         """Waits (up to timeout) for the dumps still to be written in dump_format:
-        at close, at exit, before SIGTERM ends the process."""
+        at close, at exit, before SIGTERM ends the process; says how the dumps
+        went first (announce)."""
+        self.announce(wait_s=min(timeout, 5))
         # (not alive in a forked child: its lock may have been held at the fork)
         if (self._formatter is None or not self._formatter.is_alive()
                 or threading.current_thread() is self._formatter):
@@ -490,6 +528,29 @@ def _whole(process_dump, seconds):
         if lib.pt_flight_wait(50_000_000) == 0:    # every clone ended
             return os.path.exists(done)
     return True
+
+
+def _failure(code):
+    if code == -1:
+        return "still being written as the process went on"
+    if code == -3:
+        return "its writer was killed"
+    return os.strerror(code) if code > 0 else "how is not known"
+
+
+def _kept(path):
+    """What a failed dump's directory holds, in words (the stacks are written
+    first, the ring last: pt_flight.c)."""
+    try:
+        with open(os.path.join(path, DUMP_FILE), encoding="utf-8") as f:
+            json.load(f)
+        stacks = True
+    except (OSError, ValueError):
+        stacks = False
+    if not stacks:
+        return "nothing of it was kept"
+    # (a ring cut short is emptied by the clone: it would show wrong open calls)
+    return "its threads' stacks (dump.json) were kept, not the ring's events (events.bin)"
 
 
 def _labels(facts):
@@ -550,13 +611,14 @@ def _stacks(trim_paths):
 
 
 def _requested_name(dumps_dir):
-    """The dump directory `dump DIR` asked for, when its request is fresh."""
+    """(name, time) of the dump directory `dump DIR` asked for, when its request
+    is fresh; else None."""
     from ..errors import TraceFormatError
     try:        # (a FIFO or a link there must not hold up or misdirect the dump)
         request = _read_json_file(os.path.join(dumps_dir, REQUEST_FILE))
         if time.time() - request["time"] < REQUEST_FRESH_S and re.fullmatch(
                 r"[0-9A-Za-z.-]+", request["name"]):
-            return request["name"]
+            return request["name"], request["time"]
     except (OSError, TraceFormatError, ValueError, KeyError, TypeError, OverflowError):
         pass
     return None
