@@ -495,11 +495,17 @@ class FlightRecorder:
             self._unannounced = [u for u in self._unannounced
                                  if u[0] not in {pid for _, pid, _, _ in ended}]
         for code, _, path, reason in ended:
-            if code == 0:
-                _say(f"flight recorder dump ({reason}) -> {path}")
-            else:
-                _say(f"flight recorder dump ({reason}) into {path} failed "
-                     f"({_failure(code)}): {_kept(path)}")
+            if code == -2:              # (its end not known here: done.json says)
+                code = 0 if os.path.exists(os.path.join(path, DONE_FILE)) else -4
+            with contextlib.suppress(Exception):    # (a closed stderr)
+                if code == 0:
+                    _say(f"flight recorder dump ({reason}) -> {path}")
+                elif code == -1:
+                    _say(f"flight recorder dump ({reason}) -> {path} (still being "
+                         f"written as this process goes: whole once {DONE_FILE} is there)")
+                else:
+                    _say(f"flight recorder dump ({reason}) into {path} failed "
+                         f"({_failure(code)}): {_kept(path)}")
 
     def finish_formatting(self, timeout=FORMAT_WAIT_S):
         """Waits (up to timeout) for the dumps still to be written in dump_format:
@@ -531,11 +537,9 @@ def _whole(process_dump, seconds):
 
 
 def _failure(code):
-    if code == -1:
-        return "still being written as the process went on"
     if code == -3:
         return "its writer was killed"
-    return os.strerror(code) if code > 0 else "how is not known"
+    return os.strerror(code) if code > 0 else f"no {DONE_FILE}"
 
 
 def _kept(path):
