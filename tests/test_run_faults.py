@@ -470,3 +470,23 @@ def test_a_full_disk_of_out_and_tmpdir_continues_the_spill_in_the_current_direct
         assert leaf_calls(trace) == int(proc.stdout.split()[1]) == 77_000
         assert sorted(os.listdir(cwd)) == [os.path.basename(fallback)]
         assert os.listdir(disk / "tmp") == []
+
+
+def test_a_disk_full_to_the_end_says_the_trace_is_lost_not_a_command(tmp_path):
+    """OUT, the current directory and TMPDIR on one disk the program fills for
+    good before the first spill: nothing recorded can be kept anywhere; `run`
+    says the trace is lost, instead of printing a command that cannot work (it
+    used to: "no process could be read" when it was tried)."""
+    with small_disk(tmp_path / "disk", "5m") as disk:
+        (disk / "tmp").mkdir()
+        out = disk / "out.pftrace"
+        proc = _fills(tmp_path, out, disk / "big", "keep", disk / "tmp", disk)
+        assert proc.returncode == 3, proc.stderr
+        assert proc.stdout == "57000 77000\n"
+        assert "Traceback" not in proc.stderr and not out.exists()
+        assert "the events still in memory at the end could not be written either (No " \
+               "space left on device): they are lost" in proc.stderr
+        assert re.search(r"the trace is lost: no process of the job kept any events \(.*\); "
+                         + re.escape(f"{out} is not written"), proc.stderr), proc.stderr
+        assert "write them later with" not in proc.stderr
+        assert os.listdir(disk / "tmp") == []

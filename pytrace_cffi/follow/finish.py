@@ -153,6 +153,14 @@ def finish_run(job_dir, path, write, export, keep=False, interrupted=False):
     elif interrupted:
         _say(f"interrupted while writing {path}: the per-process traces stay in {shown} "
              f"(finish it with: {_progress.finish_command(places, path)})")
+    elif not written and results and all(_kept_nothing(r) for r in results):
+        # (every place was full to the end): no command could write OUT from them
+        notes = "; ".join(sorted({r.note for r in results if r.note}))
+        _say(f"the trace is lost: no process of the job kept any events"
+             + (f" ({notes})" if notes else "") + f"; {path} is not written")
+        import shutil
+        for place in {job_dir, *places}:
+            shutil.rmtree(place, ignore_errors=True)
     elif not written:
         _say(f"the per-process traces stay in {shown} (write them later with: "
              f"{_progress.finish_command(places, path)})")
@@ -201,6 +209,13 @@ def _write_job(results, inputs, path, write, export):
          f"{_progress.written_note(path, started)}")
     _progress.suggest_smaller(path)
     return path
+
+
+def _kept_nothing(result):
+    """Whether a process's trace holds no event and never will: lost, or this
+    process's own (stopped: its trace could not be completed)."""
+    return not result.calls and (result.state == "lost" or (
+        result.state == "running" and result.pid == os.getpid()))
 
 
 def _state_text(result):
