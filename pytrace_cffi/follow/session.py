@@ -129,7 +129,7 @@ class _KeyNames:
         without bound into a directory nobody reads); a process directory
         removed while the job runs is made again, with everything the open
         files held; a place running short of room, or whose last block failed
-        (pt_spill_errno), is left for _spill_beside. Never raises."""
+        (pt_spill_errno), is left for overflow_dirs. Never raises."""
         try:
             over = _run_over(self.job_dir)
             if over and self.stopped_because is None and not stopped:
@@ -158,7 +158,7 @@ class _KeyNames:
     def _short_of_room(self):
         """Whether the file system of the process directory has less room than it
         should keep for the program (a tenth of it, at most 64 MiB) and two spills,
-        while _spill_beside could take the spill."""
+        while a place of overflow_dirs could take the spill."""
         if not overflow_dirs(self.job_dir) or self._nowhere_else:
             return False
         return _free_bytes(self.directory) < _reserve(self.directory) + 2 * self.chunk_bytes
