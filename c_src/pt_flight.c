@@ -775,7 +775,15 @@ pt_flight_arm(pt_tracer *tracer, int signum, int wake_fd, int64_t watchdog_ns,
     atomic_store(&pt_flight_last_step, 0);     /* the watchdog waits for a first step */
     if (sem_init(&pt_flight_wake, 0, 0) != 0)
         return PT_ERR_NOMEM;
-    if (pthread_create(&pt_flight_thread, NULL, pt_flight_main, NULL) != 0) {
+    /* Born with every signal blocked (blocking them first thing is too late: until
+     * it runs, a busy machine may hand it the program's SIGTERM, which the
+     * program's own threads block). */
+    sigset_t all, before;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &before);
+    int failed = pthread_create(&pt_flight_thread, NULL, pt_flight_main, NULL) != 0;
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    if (failed) {
         sem_destroy(&pt_flight_wake);
         return PT_ERR_NOMEM;
     }
