@@ -124,8 +124,8 @@ def _processes_of(target, signal_name):
     registry = os.path.join(target, REGISTRY)
     for entry in (sorted(os.listdir(registry)) if os.path.isdir(registry)
                   and not os.path.islink(registry) else ()):
-        pid = entry[:-len(".json")] if entry.endswith(".json") else ""
-        if pid.isdigit():
+        pid, _, kind = entry.partition(".")     # the registry's <pid>.json entries
+        if pid.isdigit() and kind == "json":
             signum = _live_recorder(os.path.abspath(target), int(pid))
             if signum is not None:
                 found.append((int(pid), signum, os.path.abspath(target)))

@@ -412,8 +412,8 @@ class FlightRecorder:
         self._journal()                 # every thread and task lane seen so far named
         default_place = path is None
         if default_place:
-            name = (name or (requested and self._request_name())
-                    or dump_dir_name(reason, when / 1e9))
+            asked = requested and self._request_name()      # (taken once, either way)
+            name = name or asked or dump_dir_name(reason, when / 1e9)
             path = self._new_dump_dir(name)
         else:
             os.makedirs(path, exist_ok=True)

@@ -156,7 +156,7 @@ def finish_run(job_dir, path, write, export, keep=False, interrupted=False):
     elif not written and results and all(_kept_nothing(r) for r in results):
         # (every place was full to the end): no command could write OUT from them
         notes = "; ".join(sorted({r.note for r in results if r.note}))
-        _say(f"the trace is lost: no process of the job kept any events"
+        _say("the trace is lost: no process of the job kept any events"
              + (f" ({notes})" if notes else "") + f"; {path} is not written")
         import shutil
         for place in {job_dir, *places}:
