@@ -164,6 +164,43 @@ def test_the_ring_keeps_the_newest_events_only(tmp_path):
     assert "pytrace_cffi-flight-" not in "".join(os.listdir(tmp_path / "tmp"))
 
 
+def test_a_small_ring_runs_none_of_our_python_on_the_programs_thread(tmp_path):
+    """A ring's chunks fill and go without a Python call of ours on the program's
+    thread: its spill hook ran at each chunk, and its calls into C (cffi lets the
+    GIL go and takes it back) kept a thread waiting for the GIL from asking for it,
+    for seconds with small rings (#33 item 11; benchmarks/gil_gaps.py). Its keys
+    are still named, by the recorder's thread and before a dump."""
+    proc = _run(tmp_path, """
+        import sys, threading
+        import pytrace_cffi
+        from pytrace_cffi.follow import session
+
+        calls = []
+        for name in ("__call__", "_write_new"):
+            def counted(self, _original=getattr(session._KeyNames, name), _name=name):
+                if threading.current_thread() is threading.main_thread():
+                    calls.append(_name)
+                return _original(self)
+            setattr(session._KeyNames, name, counted)
+
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+        pytrace_cffi.start(flight_recorder="512k", dumps_dir=sys.argv[1])
+        for _ in range(40):
+            fib(15)
+        during = len(calls)
+        print("DUMP", pytrace_cffi.dump(reason="named"))
+        trace = pytrace_cffi.stop()
+        print("CALLS", during, trace.dropped_events)
+        """, tmp_path / "dumps")
+    assert proc.returncode == 0, proc.stderr
+    during, dropped = map(int, proc.stdout.split("CALLS ", 1)[1].split())
+    assert during == 0 and dropped > 20 * FIB_CALLS[15]     # (chunks went: a ring's)
+    facts, trace = read_dump(proc.stdout.split("DUMP ", 1)[1].split()[0])
+    assert _fib_calls(trace) > 1000
+
+
 def test_an_uncaught_exception_dumps_before_the_programs_own_hook(tmp_path):
     source = """
         import sys

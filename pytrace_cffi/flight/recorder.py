@@ -3,8 +3,9 @@ dumped while the program goes on.
 
 A dump is one directory per process, DUMPS_DIR/<UTC time>-<reason>/proc-<pid>/,
 written by a clone of the process (c_src/pt_flight.c: the program pays for the
-clone only): the ring's events as events.bin, the names of the keys the spill
-hook journals (keys.jsonl, written at each chunk and just before a dump here),
+clone only): the ring's events as events.bin, the names of the keys this
+module's thread journals (keys.jsonl, written every JOURNAL_S and just before a
+dump here; the ring has no spill hook: see follow/session.py),
 process.json, threads.json, and dump.json (why, when, and each thread's Python
 stack read from its frames at that moment: where it is, even once the ring has
 lost the calls' beginnings). dumps.py reads it back.

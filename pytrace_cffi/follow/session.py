@@ -53,18 +53,12 @@ class _KeyNames:
         # not cut short by a stop. Reentrant: a SIGTERM handler may stop from here.
         self.lock = threading.RLock()
         self.live = None                    # the LiveEncoder of run -o OUT.pftrace
-        self.ring = False                   # the flight recorder's: no spill to keep
 
     @property
     def path(self):
         return os.path.join(self.directory, KEYS_FILE)
 
     def __call__(self):
-        if self.ring:           # the flight recorder: names only, for its dumps
-            with self.lock:
-                with contextlib.suppress(OSError):
-                    self._write_new()
-            return
         with self.lock:
             self.keep_place()
             try:
@@ -317,9 +311,14 @@ class FollowSession(Session):
         chunk_bytes = min(max(options["max_events"] or 0, 4096), 2 << 20) + 64
         self._key_names = _KeyNames(self.ptr, self.process_dir, self.trim_paths, self.watcher,
                                     self.job_dir, chunk_bytes)
-        self._key_names.ring = bool(self.ring)
-        check(lib.pt_set_spill_hook(self.ptr, ffi.cast("void *", id(self._key_names))),
-              self.ptr, "spill hook")
+        if not self.ring:
+            # A ring has no spill: its keys are journaled by the recorder's thread
+            # (and C notes each key's source for its own dumps). As its spill hook,
+            # run at each chunk, cffi's calls let the GIL go and take it back at
+            # once, so often that a thread waiting for it never asks for it: waits
+            # of seconds with small rings (#33 item 11, benchmarks/gil_gaps.py).
+            check(lib.pt_set_spill_hook(self.ptr, ffi.cast("void *", id(self._key_names))),
+                  self.ptr, "spill hook")
         self.flight = None
         if self.ring:
             self.flight = self.recorder(self, options["dumps_dir"], options["dump_signal"],
