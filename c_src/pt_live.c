@@ -533,6 +533,19 @@ pt_live_advance(pt_live *e, uint64_t committed)
     pthread_mutex_unlock(&e->lock);
 }
 
+uint64_t
+pt_live_backlog(pt_live *e)
+{
+    if (e->pid != getpid())
+        return 0;   /* a forked child's copy: its lock is the parent's */
+    pthread_mutex_lock(&e->lock);
+    uint64_t committed = e->committed;
+    pthread_mutex_unlock(&e->lock);
+    /* (pos moves on the encoder's thread, unlocked: read whole, maybe a block old) */
+    uint64_t pos = __atomic_load_n(&e->pos, __ATOMIC_RELAXED);
+    return committed > pos ? committed - pos : 0;
+}
+
 int
 pt_live_finish(pt_live *e, uint64_t committed, int64_t stop_ticks, pt_live_result *out)
 {

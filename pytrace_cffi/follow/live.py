@@ -18,7 +18,7 @@ nanosecond. PYTRACE_CFFI_LIVE=0 turns it off.
 import json
 import os
 
-from .. import _clock
+from .. import _clock, _progress
 from .._core import ffi, lib
 from .._own_threads import keep_forks_quiet
 
@@ -180,8 +180,14 @@ class LiveEncoder:
                       list(facts["hidden"][n:]))
             self._give()
             result = ffi.new("pt_live_result *")
-            status = lib.pt_live_finish(self.c, lib.pt_spill_bytes(self.ptr),
-                                        facts["clock"]["stop_ticks"], result)
+            # The encoder runs niced: on a busy machine it may be seconds behind.
+            c = self.c
+            with _progress.said_if_slow(
+                    lambda left: f"pytrace_cffi: stopping: encoding the last "
+                                 f"{_progress.size_text(left)} of events for the .pftrace ...",
+                    lambda: lib.pt_live_backlog(c)):
+                status = lib.pt_live_finish(self.c, lib.pt_spill_bytes(self.ptr),
+                                            facts["clock"]["stop_ticks"], result)
             reason = (_why_not_whole(result, self, facts) if status == lib.PT_OK
                       else "the encoder is not this process's (a forked child)")
             self.abandon(reason or "finished")
