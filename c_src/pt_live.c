@@ -71,6 +71,7 @@ struct pt_live {
     uint64_t committed;             /* events.bin's length in whole blocks */
     int finishing;
     int abandon;                    /* pt_live_free while it runs: stop, write nothing more */
+    int hand_over;                  /* pt_live_finish: the thread stops between blocks */
     int done;
     int64_t stop_ticks;
     pt_live_blob staged_events, staged_interned;
@@ -463,16 +464,13 @@ pt_live_end(pt_live *e)
     return PT_OK;
 }
 
-static void *
-pt_live_main(void *arg)
+/* The encoder's loop: on its own thread (own: niced) until pt_live_finish hands
+ * the rest over (the thread returns between two blocks), then on the finishing
+ * caller's thread, at the program's priority: on a busy machine the niced thread
+ * took seconds for the last blocks while the user waited (#33 item 10). */
+static void
+pt_live_loop(pt_live *e, int own)
 {
-    pt_live *e = arg;
-    pt_own_os_thread_name();
-#if defined(__linux__)
-    /* The program's threads come first: where they need every core, blocks wait
-     * on disk and the end does them (a thread's own nice value on Linux). */
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PT_LIVE_NICE);
-#endif
     pthread_mutex_lock(&e->lock);
     for (;;) {
         while (e->committed <= e->pos && !e->finishing && !e->abandon)
@@ -482,11 +480,14 @@ pt_live_main(void *arg)
             pthread_cond_broadcast(&e->wake);
             break;
         }
+        if (own && e->hand_over)
+            break;
         uint64_t committed = e->committed;
         int finishing = e->finishing;
         int rc = pt_live_take_keys(e);
         pthread_mutex_unlock(&e->lock);
-        while (rc == PT_OK && !e->stale && e->pos < committed)
+        while (rc == PT_OK && !e->stale && e->pos < committed &&
+               !(own && __atomic_load_n(&e->hand_over, __ATOMIC_RELAXED)))
             rc = pt_live_block(e);
         if (rc == PT_OK && !e->stale && finishing && e->pos >= committed)
             rc = pt_live_end(e);
@@ -499,6 +500,19 @@ pt_live_main(void *arg)
         }
     }
     pthread_mutex_unlock(&e->lock);
+}
+
+static void *
+pt_live_main(void *arg)
+{
+    pt_live *e = arg;
+    pt_own_os_thread_name();
+#if defined(__linux__)
+    /* The program's threads come first: where they need every core, blocks wait
+     * on disk and the end does them (a thread's own nice value on Linux). */
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PT_LIVE_NICE);
+#endif
+    pt_live_loop(e, 1);
     return NULL;
 }
 
@@ -556,12 +570,13 @@ pt_live_finish(pt_live *e, uint64_t committed, int64_t stop_ticks, pt_live_resul
         e->committed = committed;
     e->stop_ticks = stop_ticks;
     e->finishing = 1;
+    __atomic_store_n(&e->hand_over, 1, __ATOMIC_RELAXED);
     pthread_cond_signal(&e->wake);
-    while (!e->done)
-        pthread_cond_wait(&e->wake, &e->lock);
     pthread_mutex_unlock(&e->lock);
     pthread_join(e->thread, NULL);
     e->started = 0;
+    if (!e->done)                   /* (its own lock: a pt_live_backlog meanwhile) */
+        pt_live_loop(e, 0);
     out->status = e->status;
     out->stale = e->stale;
     out->error_number = e->error_number;
