@@ -287,9 +287,9 @@ int pt_live_add_keys(pt_live *e, const char *events, const uint32_t *event_offse
                      const uint8_t *hidden, uint32_t n);
 int pt_live_start(pt_live *e);
 void pt_live_advance(pt_live *e, uint64_t committed);
-/* Bytes of events.bin given to the encoder (pt_live_advance) and not yet encoded:
- * what the end still waits for, said on the console when it is long. */
-uint64_t pt_live_backlog(pt_live *e);
+/* Bytes of events.bin up to committed (its length in whole blocks) not yet
+ * encoded: what pt_live_finish will wait for, said on the console when long. */
+uint64_t pt_live_backlog(pt_live *e, uint64_t committed);
 int pt_live_finish(pt_live *e, uint64_t committed, int64_t stop_ticks, pt_live_result *out);
 void pt_live_free(pt_live *e);
 

@@ -548,13 +548,10 @@ pt_live_advance(pt_live *e, uint64_t committed)
 }
 
 uint64_t
-pt_live_backlog(pt_live *e)
+pt_live_backlog(pt_live *e, uint64_t committed)
 {
     if (e->pid != getpid())
-        return 0;   /* a forked child's copy: its lock is the parent's */
-    pthread_mutex_lock(&e->lock);
-    uint64_t committed = e->committed;
-    pthread_mutex_unlock(&e->lock);
+        return 0;   /* a forked child's copy: its thread is the parent's */
     /* (pos moves on the encoder's thread, unlocked: read whole, maybe a block old) */
     uint64_t pos = __atomic_load_n(&e->pos, __ATOMIC_RELAXED);
     return committed > pos ? committed - pos : 0;

@@ -52,51 +52,6 @@ def _is_terminal(stream):
         return False
 
 
-# -- a stop that takes seconds: said, not silent ------------------------------------
-
-SLOW_S = 1.0
-
-
-class said_if_slow:
-    """``with said_if_slow(text, left):`` says text() in one line (any stderr) when
-    the block is still running after SLOW_S, so that seconds before `run`'s
-    "writing" line do not pass silently; a quicker block says nothing. left()
-    (what remains, in bytes) then drives a terminal-only percentage. The block
-    must let the GIL go (a C wait): the line comes from a thread of ours."""
-
-    def __init__(self, text, left, stream=None):
-        import threading
-        self._text, self._left = text, left
-        self._stream = sys.stderr if stream is None else stream
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="pytrace_cffi: stopping",
-                                        daemon=True)
-
-    def _watch(self):
-        from ._core import lib
-        from ._own_threads import own_thread_begin
-        own_thread_begin()
-        try:
-            if self._done.wait(SLOW_S):
-                return
-            first = self._left()
-            _say(self._text(first), self._stream)
-            with Progress("stopping", first, self._stream) as progress:
-                while not self._done.wait(0.25):
-                    progress.advance(first - self._left() - progress._done)
-        finally:
-            lib.pt_own_thread_end()
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info):
-        self._done.set()
-        self._thread.join()
-        return False
-
-
 # -- `run` writing OUT: said in a line when it starts and one when it ends ---------
 
 def announce_writing(path, stream=None):

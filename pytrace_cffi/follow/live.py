@@ -34,6 +34,7 @@ MAX_THREADS = lib.PT_LIVE_MAX_THREADS
 PARTS_DIR = "live"
 CALIBRATION_NS = 200_000_000
 NOT_STARTED = "the program ended before the encoder started"
+SAY_BACKLOG_BYTES = 32 << 20    # left to encode at stop: about a second or more
 
 _requested = {"compress": None}
 
@@ -180,14 +181,16 @@ class LiveEncoder:
                       list(facts["hidden"][n:]))
             self._give()
             result = ffi.new("pt_live_result *")
-            # The encoder runs niced: on a busy machine it may be seconds behind.
-            c = self.c
-            with _progress.said_if_slow(
-                    lambda left: f"pytrace_cffi: stopping: encoding the last "
-                                 f"{_progress.size_text(left)} of events for the .pftrace ...",
-                    lambda: lib.pt_live_backlog(c)):
-                status = lib.pt_live_finish(self.c, lib.pt_spill_bytes(self.ptr),
-                                            facts["clock"]["stop_ticks"], result)
+            committed = lib.pt_spill_bytes(self.ptr)
+            left = lib.pt_live_backlog(self.c, committed)
+            # The encoder runs niced: on a busy machine it falls behind, and its
+            # last blocks took seconds before the "writing" line. Said by size, up
+            # front: `run` ends at the interpreter's exit, where no thread starts.
+            if left >= SAY_BACKLOG_BYTES:
+                _progress._say(f"pytrace_cffi: stopping: encoding the last "
+                               f"{_progress.size_text(left)} of events for the .pftrace ...")
+            status = lib.pt_live_finish(self.c, committed, facts["clock"]["stop_ticks"],
+                                        result)
             reason = (_why_not_whole(result, self, facts) if status == lib.PT_OK
                       else "the encoder is not this process's (a forked child)")
             self.abandon(reason or "finished")
