@@ -439,3 +439,31 @@ def test_a_host_that_is_no_text_is_left_out_not_raised(killed_job, traces, tmp_p
         proc_run = cli(*args)
         assert proc_run.returncode == 0 and "Traceback" not in proc_run.stderr, (
             args, proc_run.stderr)
+
+
+@pytest.mark.parametrize("planted", ["live.json", "live/thread-0"])
+def test_a_fifo_in_a_jobs_live_encoding_is_encoded_whole_not_waited_on(tmp_path, planted):
+    """A job directory whose live.json, or a thread's live part, is a FIFO: `export`
+    neither hangs on it nor copies it, and writes the trace from the whole trace
+    (#33 item 3: live.json was read with plain open())."""
+    prog = tmp_path / "prog.py"
+    prog.write_text("import time\ndef leaf(i):\n    return i\nfor i in range(3000):\n"
+                    "    leaf(i)\n    if i % 100 == 0:\n        time.sleep(0.01)\n")
+    run = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "--processes-dir",
+                          str(tmp_path / "job"), "-o", str(tmp_path / "first.pftrace"),
+                          "--max-events", "4096", "--spill", str(prog)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    [live] = (tmp_path / "job").glob("proc-*/live.json")
+    assert json.loads(live.read_text())["complete"] is True     # its parts are used
+    [proc] = [d for d in (tmp_path / "job").iterdir() if d.name.startswith("proc-")]
+    target = proc / planted
+    if target.exists():
+        target.unlink()
+    target.parent.mkdir(exist_ok=True)
+    os.mkfifo(target)
+    again = cli("export", tmp_path / "job", "-o", tmp_path / "again.pftrace", timeout=60)
+    assert again.returncode == 0, again.stderr
+    calls = [c for c in pytrace_cffi.load(tmp_path / "again.pftrace")
+             if c.name.endswith(": leaf")]
+    assert len(calls) == 3000

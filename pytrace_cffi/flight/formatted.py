@@ -110,12 +110,12 @@ def _locked(place):
 
 def _holds(place, target, names):
     """Whether target, written already, holds every process of names."""
-    try:
-        with open(os.path.join(place, FORMATTED_FILE), encoding="utf-8") as f:
-            note = json.load(f)
+    from ..follow.identity import _read_json_file
+    try:        # (a FIFO or a link planted there must not hold up the recorder)
+        note = _read_json_file(os.path.join(place, FORMATTED_FILE))
         return (os.path.exists(target) and note.get("path") == os.path.basename(
             target.rstrip(os.sep)) and set(names) <= set(note.get("processes", ())))
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (OSError, TraceFormatError, ValueError, TypeError, AttributeError):
         return False
 
 

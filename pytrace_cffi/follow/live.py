@@ -17,9 +17,11 @@ nanosecond. PYTRACE_CFFI_LIVE=0 turns it off.
 """
 import json
 import os
+import stat
 
 from .. import _clock, _progress
 from .._core import ffi, lib
+from ..errors import TraceFormatError
 from .._own_threads import keep_forks_quiet
 
 LIVE_FILE = "live.json"
@@ -240,11 +242,7 @@ def stop_words(status, error_number=0):
 def why_not_encoded(directory):
     """Why the encoder's parts in directory were not used, for a line on the
     console, or None (they were, it never ran, or the run was too short for it)."""
-    try:
-        with open(os.path.join(directory, LIVE_FILE), encoding="utf-8") as f:
-            info = json.load(f)
-    except (OSError, ValueError):
-        return None
+    info = _live_info(directory)
     reason = info.get("reason") if isinstance(info, dict) else None
     if not isinstance(reason, str) or reason == NOT_STARTED:
         return None
@@ -256,11 +254,7 @@ def live_parts(directory, trace, used_sequences=None):
     path, its sequence id, its clock's start) when directory's live.json says its
     parts hold trace whole (and, given used_sequences, their sequences are not in
     it: they are added), else None."""
-    try:
-        with open(os.path.join(directory, LIVE_FILE), encoding="utf-8") as f:
-            info = json.load(f)
-    except (OSError, ValueError):
-        return None
+    info = _live_info(directory)
     if (not isinstance(info, dict) or info.get("complete") is not True
             or info.get("threads") != len(trace.threads) or info.get("keys") != len(trace.names)):
         return None
@@ -273,5 +267,25 @@ def live_parts(directory, trace, used_sequences=None):
             return None
         used_sequences.update(ids)
     prefix = part_prefix(directory)
-    return [(prefix + str(index), ids[index], trace.start_ns)
-            for index in range(len(trace.threads))]
+    parts = [(prefix + str(index), ids[index], trace.start_ns)
+             for index in range(len(trace.threads))]
+    for path, _, _ in parts:        # (a FIFO or a link planted there: encoded whole)
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                return None
+        except FileNotFoundError:
+            pass                    # a thread that made no call
+        except OSError:
+            return None
+    return parts
+
+
+def _live_info(directory):
+    """live.json's object, or None: read as the job's other small files are (a
+    regular file, not through a link, bounded: a FIFO there held up export)."""
+    from .identity import _read_json_file
+    try:
+        info = _read_json_file(os.path.join(directory, LIVE_FILE))
+    except (OSError, TraceFormatError):
+        return None
+    return info if isinstance(info, dict) else None

@@ -336,8 +336,9 @@ class Part:
 
     def copy_to(self, out):
         import shutil
-        try:
-            part = open(self.path, "rb")
+        from ..readers.safe_read import open_binary
+        try:        # (a regular file, not through a link: see follow/live.live_parts)
+            part, _ = open_binary(self.path)
         except FileNotFoundError:
             return                  # a thread that made no call
         with part:
