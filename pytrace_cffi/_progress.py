@@ -128,8 +128,9 @@ def _say(text, stream=None):
     except (OSError, ValueError):       # a closed or broken stderr: nothing to say it on
         pass
 def counted(n, noun):
-    """"1 thread", "2 threads", "0 calls": a count as the lines we print say it
-    (noun a regular English noun: calls, threads, processes, events)."""
+    """"1 thread", "2 threads", "12,505,385 calls": a count as the lines we print
+    say it, with thousands separators (noun a regular English noun: calls,
+    threads, processes, events)."""
     if n == 1:
         return f"1 {noun}"
-    return f"{n} {noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{n} {noun}s"
+    return f"{n:,} {noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{n:,} {noun}s"

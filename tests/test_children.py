@@ -884,7 +884,7 @@ def test_run_to_a_directory_writes_the_whole_job(tmp_path):
                         for _, slices, n in trace.thread_slices() for i in range(n))
     assert proc.stderr.splitlines()[0] == f"pytrace_cffi: writing {out} ..."
     assert proc.stderr.splitlines()[1].startswith(
-        f"pytrace_cffi: 2 processes, {len(trace) - open_at_start} calls -> {out} (")
+        f"pytrace_cffi: 2 processes, {len(trace) - open_at_start:,} calls -> {out} (")
     assert "stay in" not in proc.stderr
     assert os.listdir(tmp_path / "tmp") == []
 
@@ -967,7 +967,7 @@ def test_forked_workers_continue_the_parents_frames_without_counting_them(tmp_pa
                         str(job)], tmp_path, _env(), TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith(f"{job}: {meta['calls']} calls in 3 processes")
+    assert lines[0].startswith(f"{job}: {meta['calls']:,} calls in 3 processes")
     assert [line.split()[0] for line in lines if line.endswith(": unique_main")] == ["1"]
     assert sum("(and 2 frames running at its start)" in line for line in lines) == 2
 

@@ -135,7 +135,7 @@ def test_run_to_html_writes_the_whole_job(tmp_path):
     assert len(meta["threads"]) == 2 and "python -c" in text     # the child's label
     lines = proc.stderr.splitlines()
     assert lines[0] == f"pytrace_cffi: writing {out} ..."
-    assert re.fullmatch(rf"pytrace_cffi: 2 processes, \d+ calls -> {re.escape(str(out))} "
+    assert re.fullmatch(rf"pytrace_cffi: 2 processes, \d{{1,3}}(,\d{{3}})* calls -> {re.escape(str(out))} "
                         rf"\(\d+\.\d [kM]B, \d+\.\d\d s\)", lines[1]), lines[1]
     assert len(lines) == 4 and "stay in" not in proc.stderr
     assert not left_in_tmp(tmp_path, "out.html")          # written: the per-process traces went
@@ -174,7 +174,7 @@ def test_a_single_process_run_is_unchanged(tmp_path, name):
     proc = run_cli(tmp_path, "def unique_only(): pass\nunique_only()\n", "-o", out)
     [start, line] = proc.stderr.splitlines()
     assert start == f"pytrace_cffi: writing {out} ..."
-    assert re.fullmatch(rf"pytrace_cffi: \d+ calls on 1 thread -> {re.escape(str(out))} "
+    assert re.fullmatch(rf"pytrace_cffi: \d{{1,3}}(,\d{{3}})* calls on 1 thread -> {re.escape(str(out))} "
                         rf"\(\d+(\.\d [kM]B| bytes), \d+\.\d\d s\)", line), line
     assert out.exists() and not left_in_tmp(tmp_path, name)
 

@@ -150,7 +150,7 @@ def test_export_converts_between_all_formats(tmp_path, saved):
     for source, out in steps:
         proc = run_cli(tmp_path, "export", source, "-o", out)
         assert proc.returncode == 0, proc.stderr
-        assert f"{len(original)} calls on 2 threads -> {out}" in proc.stderr
+        assert f"{len(original):,} calls on 2 threads -> {out}" in proc.stderr
     assert list(pytrace_cffi.load(tmp_path / "c_dir")) == list(original)
     page = (tmp_path / "d.html").read_text(encoding="utf-8")
     data = re.search(r'id="pt-meta">(.*?)</script>', page, re.S).group(1)

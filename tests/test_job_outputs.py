@@ -395,9 +395,9 @@ def test_summary_per_process_and_across_all(job, tmp_path):
     job_dir, expected, root_pid, labels = job
     results = {r.pid: r for r in processes.status(job_dir) if r.pid in labels}
     out = cli("summary", job_dir, "--limit", "0", cwd=tmp_path).stdout
-    assert f"{sum(r.calls for r in results.values())} calls in {len(labels)} processes" in out
+    assert f"{sum(r.calls for r in results.values()):,} calls in {len(labels)} processes" in out
     for pid, r in results.items():
-        assert re.search(rf"^  pid {pid} \({re.escape(r.label)}\): {r.calls} calls? on \d+ "
+        assert re.search(rf"^  pid {pid} \({re.escape(r.label)}\): {r.calls:,} calls? on \d+ "
                          rf"threads?", out, re.M), out
     assert re.search(rf"^ +{TASKS} .*: unique_task$", out, re.M)
     per = cli("summary", job_dir, "--limit", "0", "--per-process", "--sort", "name",
@@ -651,8 +651,8 @@ def test_export_counts_the_calls_as_summary_does(job, tmp_path):
     job_dir, expected, root_pid, labels = job
     total = sum(r.calls for r in processes.status(job_dir) if r.pid in labels)
     run = cli("export", job_dir, "-o", tmp_path / "job.pftrace", cwd=tmp_path)
-    assert f"pytrace_cffi: {total} calls on " in run.stderr, run.stderr
+    assert f"pytrace_cffi: {total:,} calls on " in run.stderr, run.stderr
     summary = cli("summary", tmp_path / "job.pftrace", "--limit", "1", cwd=tmp_path)
-    assert f": {total} calls in {len(labels)} processes" in summary.stdout
+    assert f": {total:,} calls in {len(labels)} processes" in summary.stdout
     again = cli("export", tmp_path / "job.pftrace", "-o", tmp_path / "job.html", cwd=tmp_path)
-    assert f"pytrace_cffi: {total} calls on " in again.stderr, again.stderr
+    assert f"pytrace_cffi: {total:,} calls on " in again.stderr, again.stderr

@@ -190,7 +190,7 @@ def test_writing_out_is_said_when_it_starts_and_ends(tmp_path):
     assert start == f"pytrace_cffi: writing {out} ..."
     size = os.path.getsize(out)
     shown = f"{size} bytes" if size < 1000 else f"{size / 1000:.1f} kB"
-    assert re.fullmatch(rf"pytrace_cffi: \d+ calls on 1 thread -> {re.escape(str(out))} "
+    assert re.fullmatch(rf"pytrace_cffi: \d{{1,3}}(,\d{{3}})* calls on 1 thread -> {re.escape(str(out))} "
                         rf"\({re.escape(shown)}, \d+\.\d\d s\)", end), end
 
 
@@ -231,7 +231,7 @@ def test_a_long_end_of_the_encoder_is_said_before_writing(tmp_path):
                          r"for the \.pftrace \.\.\.", lines[0])
     assert match and 64 <= float(match.group(1)) < 70, proc.stderr
     assert lines[1] == f"pytrace_cffi: writing {out} ..."
-    assert re.fullmatch(rf"pytrace_cffi: \d+ calls on 1 thread -> {re.escape(str(out))} .*",
+    assert re.fullmatch(rf"pytrace_cffi: \d{{1,3}}(,\d{{3}})* calls on 1 thread -> {re.escape(str(out))} .*",
                         lines[2]), proc.stderr
     assert leaf_calls(pytrace_cffi.load(out)) == 4_000_000
 
@@ -270,7 +270,7 @@ def test_a_child_that_outlives_the_run_stops_recording(tmp_path):
         assert proc.returncode == 0, proc.stderr
         line = next((line for line in proc.stderr.splitlines() if f"pid {child} " in line),
                     "")
-        assert re.search(r": running, \d+ calls .*\[(\S+)\]$", line), proc.stderr
+        assert re.search(r": running, \d{1,3}(,\d{3})* calls .*\[(\S+)\]$", line), proc.stderr
         directory = re.search(r"\[(\S+)\]$", line).group(1)
         assert f"the per-process traces stay in {os.path.dirname(directory)}" in proc.stderr
         meta = os.path.join(directory, "meta.json")
