@@ -119,7 +119,10 @@ def test_collected_and_uncollectable_are_each_their_own_number(tmp_path,
             legacy.me = None
         del kept
     (info,) = seen
-    assert info["uncollectable"] == 2 and info["collected"] >= 3
+    # 2 uncollectable cycles (3.9 also counts each one's __dict__: 4), 3 collected:
+    # each number non-zero and not the other's
+    assert info["uncollectable"] in (2, 4) and info["collected"] >= 3
+    assert info["collected"] != info["uncollectable"]
     assert info["collected"] + info["uncollectable"] == found
     assert region_args(trace, tmp_path / "t.json") == [info]
 
