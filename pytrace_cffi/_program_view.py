@@ -17,8 +17,7 @@ import sys
 
 _bootstrap = sys.modules["_frozen_importlib"]
 _external = sys.modules["_frozen_importlib_external"]
-_PYTHON_LOADERS = (_external.SourceFileLoader, _external.SourcelessFileLoader,
-                   _bootstrap.FrozenImporter)
+_PYTHON_LOADERS = (_external.SourceFileLoader, _external.SourcelessFileLoader)
 _ONE_OBJECT = ("threading",)
 # Never hidden: warnings.catch_warnings (ours at the end, the stdlib's anywhere)
 # reads sys.modules["warnings"], and our hook of _showwarnmsg lives in it. Python
@@ -51,12 +50,25 @@ def hide_from_program(through_runpy):
         launcher_end = names.index("runpy") + 1
         if "pytrace_cffi" not in names[start:launcher_end]:     # runpy ran us
             keep.update(names[start:launcher_end])
-    for name in names[start:]:
-        if name in keep:
+    _hide(names[start:], keep)
+
+
+def hide_imports_since(before):
+    """A followed child's bootstrap (_boot/sitecustomize.py): what it imported
+    leaves sys.modules as in hide_from_program; before: the names there already
+    (python's start-up, and the sitecustomize ours shadows)."""
+    names = list(sys.modules)
+    keep = set(before) | set(_STAYS) | {"sitecustomize"}
+    _hide([name for name in names if name not in keep], keep)
+
+
+def _hide(names, keep):
+    for name in names:
+        if name in keep or name not in sys.modules:
             continue
         module = sys.modules.pop(name)
         spec = getattr(module, "__spec__", None)
-        if isinstance(getattr(spec, "loader", None), _PYTHON_LOADERS) and not (
+        if _of_python(getattr(spec, "loader", None)) and not (
                 name in _ONE_OBJECT or name.partition(".")[0] == "pytrace_cffi"):
             _dropped.append(module)
         else:
@@ -67,6 +79,12 @@ def hide_from_program(through_runpy):
             delattr(sys.modules[parent], child)     # as the program's import finds it
     if _kept_aside and _give_back not in sys.meta_path:
         sys.meta_path.insert(0, _give_back)
+
+
+def _of_python(loader):
+    """Whether a module's loader ran Python code for it (a frozen module's loader
+    is the FrozenImporter class itself, not an instance of it)."""
+    return loader is _bootstrap.FrozenImporter or isinstance(loader, _PYTHON_LOADERS)
 
 
 class _GiveBack:

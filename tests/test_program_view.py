@@ -85,3 +85,41 @@ def test_the_programs_own_imports_are_traced(tmp_path, options):
     if options:         # its tasks still go on lanes of their own
         names = {thread.name for thread in trace.threads}
         assert any(name.startswith("task ") for name in names), names
+
+
+CHILD_PRINTS_MODULES = """\
+import subprocess, sys
+import multiprocessing as mp
+
+def spawned(queue):
+    queue.put(sorted(sys.modules))
+
+if __name__ == "__main__":
+    subprocess.run([sys.executable, "-c", "import sys; print(sorted(sys.modules))"], check=True)
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=spawned, args=(queue,))
+    child.start()
+    print(queue.get())
+    child.join()
+"""
+
+
+def test_a_followed_child_sees_the_modules_python_gives_it(tmp_path):
+    """A child of the program (subprocess, a multiprocessing spawn child), traced by
+    our bootstrap: it sees python's sys.modules but for our sitecustomize (and
+    warnings, as the program), not the ~50 modules the bootstrap imported."""
+    (tmp_path / "prog.py").write_text(CHILD_PRINTS_MODULES)
+
+    def children(command):
+        proc = subprocess.run(command, cwd=tmp_path, env=environment(), capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return [set(eval(line)) for line in proc.stdout.splitlines()]  # noqa: S307
+    expected = children([sys.executable, "prog.py"])
+    seen = children([sys.executable, "-m", "pytrace_cffi", "run", "-o", "out.pftrace",
+                     "prog.py"])
+    for child, python in zip(seen, expected):
+        assert sorted(child - python - ALLOWED_EXTRA - {"sitecustomize"}) == []
+        assert sorted(python - child) == []
+    assert len(seen) == len(expected) == 2

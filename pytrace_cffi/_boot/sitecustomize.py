@@ -10,6 +10,7 @@ the program runs untraced."""
 def _pytrace_cffi_boot():
     import os
     import sys
+    before = set(sys.modules)       # what the program sees (see _program_view.py)
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         import importlib.machinery
@@ -19,7 +20,9 @@ def _pytrace_cffi_boot():
         if spec is not None and spec.loader is not None:
             module = importlib.util.module_from_spec(spec)
             sys.modules["sitecustomize"] = module
+            shadowed = set(sys.modules)
             spec.loader.exec_module(module)
+            before |= set(sys.modules) - shadowed       # the shadowed one's imports
     except Exception as exc:        # noqa: BLE001 - as site.py would report it
         print(f"pytrace_cffi: error in the sitecustomize after ours: {exc!r}", file=sys.stderr)
     if not os.environ.get("PYTRACE_CFFI_FOLLOW"):
@@ -32,6 +35,8 @@ def _pytrace_cffi_boot():
             sys.path.append(json.loads(os.environ["PYTRACE_CFFI_FOLLOW"])["package"])
             import pytrace_cffi.follow.boot as boot
         boot.start_from_environment()
+        from pytrace_cffi._program_view import hide_imports_since
+        hide_imports_since(before)
     except Exception as exc:        # noqa: BLE001 - never break the child
         print(f"pytrace_cffi: not tracing pid {os.getpid()} ({exc!r})", file=sys.stderr)
 

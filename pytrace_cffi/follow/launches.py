@@ -9,6 +9,8 @@ util.spawnv_passfds is wrapped once multiprocessing.util is imported.
 import json
 import os
 import sys
+# (at import: imported later, while the program runs, it would show in its sys.modules)
+from importlib.machinery import PathFinder
 
 from .. import _running
 from .._hiding import hide_alone
@@ -129,7 +131,6 @@ class _UtilFinder:
 
 
 def _next_finder(finder):
-    from importlib.machinery import PathFinder
     try:
         following = sys.meta_path[sys.meta_path.index(finder) + 1:]
     except ValueError:
@@ -151,7 +152,6 @@ def _watch_spawn():
         return
     if _util_finder in sys.meta_path:
         return
-    from importlib.machinery import PathFinder
     position = next((i for i, f in enumerate(sys.meta_path) if f is PathFinder),
                     len(sys.meta_path))
     sys.meta_path.insert(position, _util_finder)
