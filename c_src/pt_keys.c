@@ -488,9 +488,40 @@ pt_set_watch(pt_tracer *tracer, void *py_tuple)
     return rc;
 }
 
+/* Whether a text names something private: it or a dotted part of it starts
+ * with "_" (torch._C.TensorBase, _frozen_importlib._List). */
+static int
+pt_is_private_text(PyObject *text)
+{
+    if (!text || !PyUnicode_Check(text))
+        return 0;
+    PyObject *dot_under = PyUnicode_FromString("._");
+    int private = PyUnicode_GetLength(text) > 0 && PyUnicode_ReadChar(text, 0) == '_';
+    if (!private && dot_under)
+        private = PyUnicode_Find(text, dot_under, 0, PyUnicode_GetLength(text), 1) >= 0;
+    Py_XDECREF(dot_under);
+    PyErr_Clear();
+    return private;
+}
+
+/* Whether cls is private by its module or its qualified name: a method it
+ * defines is then named after the public type it was called on (torch.Tensor.sum,
+ * not torch._C.TensorBase.sum). */
+static int
+pt_is_private_class(PyObject *cls)
+{
+    PyObject *module = PyObject_GetAttrString(cls, "__module__");
+    PyObject *qualname = PyObject_GetAttrString(cls, "__qualname__");
+    PyErr_Clear();
+    int private = pt_is_private_text(module) || pt_is_private_text(qualname);
+    Py_XDECREF(module);
+    Py_XDECREF(qualname);
+    return private;
+}
+
 /* Borrowed: the first class of type's MRO whose own dictionary holds name as a
- * built-in method (a method or slot wrapper descriptor), else type. Looks at the
- * classes' dictionaries only, so no user code runs. */
+ * built-in method (a method or slot wrapper descriptor) and is no private class,
+ * else type. Looks at the classes' dictionaries only, so no user code runs. */
 static PyObject *
 pt_defining_class(PyTypeObject *type, PyObject *name)
 {
@@ -509,7 +540,7 @@ pt_defining_class(PyTypeObject *type, PyObject *name)
             int builtin = Py_TYPE(entry) == &PyMethodDescr_Type ||
                           Py_TYPE(entry) == &PyWrapperDescr_Type;
             Py_DECREF(entry);
-            if (builtin)
+            if (builtin && !pt_is_private_class(cls))
                 found = cls;
             break;          /* the first class defining name decides */
         }

@@ -100,12 +100,19 @@ _BUILTIN_METHODS = (types.MethodDescriptorType, types.WrapperDescriptorType)
 
 def defining_class(cls, name):
     """The first class of cls's MRO whose own __dict__ holds name, when it holds
-    it as a built-in method there; else cls (as pt_keys.c's pt_defining_class)."""
+    it as a built-in method there and is no private class (its module or name
+    has a part starting with "_": torch.Tensor.sum, not torch._C.TensorBase.sum);
+    else cls (as pt_keys.c's pt_defining_class)."""
     for base in cls.__mro__:
         entry = vars(base).get(name)
         if entry is not None:
-            return base if isinstance(entry, _BUILTIN_METHODS) else cls
+            return base if isinstance(entry, _BUILTIN_METHODS) and not _private(base) else cls
     return cls
+
+
+def _private(cls):
+    return any(isinstance(text, str) and (text.startswith("_") or "._" in text)
+               for text in (getattr(cls, "__module__", None), getattr(cls, "__qualname__", None)))
 
 
 def builtin_name(owner, name):

@@ -102,6 +102,15 @@ def test_builtin_names_of_common_callables(shared_dispatch_ext):
     assert builtin_function_name(collections.OrderedDict().get) == "dict.get"
     assert builtin_function_name(collections.OrderedDict().move_to_end) == (
         "collections.OrderedDict.move_to_end")
+
+    class Buffer(io.StringIO):  # defined by a private class (_io's): the type called on,
+        pass                    # as torch.Tensor.sum rather than torch._C.TensorBase.sum
+    assert builtin_function_name(Buffer().write).endswith("<locals>.Buffer.write")
+    with pytrace_cffi.trace() as t:
+        Stack().append(1)
+        Buffer().write("x")
+    names = {c.name for c in t.trace if c.kind == "c"}
+    assert "list.append" in names and any(n.endswith("<locals>.Buffer.write") for n in names)
     assert builtin_function_name(io.StringIO().write) == "_io.StringIO.write"
     assert builtin_function_name(dict.fromkeys) == "dict.fromkeys"
     assert builtin_function_name(str.maketrans) == "maketrans"        # no self
