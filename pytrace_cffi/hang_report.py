@@ -202,7 +202,24 @@ def read_dump(directory, process_dirs=None):
         except TraceFormatError as exc:
             problems.append((process_dir, str(exc)))
     processes.sort(key=_process_order)
-    return Dump(directory, processes, problems)
+    return Dump(directory, _on_one_clock(processes), problems)
+
+
+ONE_MOMENT_NS = 5_000_000_000       # dumps of one request are this close at most
+
+
+def _on_one_clock(processes):
+    """The processes of one host dumped within ONE_MOMENT_NS of each other (one
+    request: each process's recorder takes it within 250 ms) measured against the
+    latest of their dumps, so that "for N s" compares across them: a call begun
+    earlier has run longer, whichever process dumped first."""
+    latest = {}
+    for process in processes:
+        latest[process.host] = max(latest.get(process.host, process.monotonic_ns),
+                                   process.monotonic_ns)
+    return [process._replace(monotonic_ns=latest[process.host])
+            if 0 < latest[process.host] - process.monotonic_ns <= ONE_MOMENT_NS else process
+            for process in processes]
 
 
 def _process_order(process):

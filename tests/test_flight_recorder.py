@@ -741,7 +741,7 @@ def test_a_dataloader_worker_stuck_on_a_sample_is_named_first(tmp_path):
     assert lines[0].split(": ", 1)[1].startswith("3 processes dumped")
     assert lines[1].startswith("DataLoader worker 0 (pid ") and " in time.sleep for " in lines[1]
     first_group = lines[1:lines.index(next(l for l in lines[2:] if not l.startswith(" ")))]
-    assert "    dl_hang.py(10): __getitem__" in [l.rsplit("  ", 1)[0].rstrip()
+    assert "    dl_hang.py:12: __getitem__" in [l.rsplit("  ", 1)[0].rstrip()
                                                  for l in first_group]
 
 
