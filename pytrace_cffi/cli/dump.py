@@ -11,6 +11,7 @@ its recorder's C thread looks for: no signal, so no call of the program is cut s
 pid whose dumps directory is not known) get the signal.
 Once every process's raw dump is whole, --format writes each dump directory as
 one trace beside its raw files (flight/formatted.py), -o all of them as one."""
+import contextlib
 import json
 import os
 import sys
@@ -201,15 +202,11 @@ def _ask_by_file(pid, dumps_dir, name):
     """Asks pid for a dump named name by its request file, when its live
     recorder looks for one (_live_recorder checked it); whether it was asked so."""
     from ..flight.recorder import REQUESTS
-    import tempfile
     if not dumps_dir or pid not in _BY_FILE:
         return False
     path = os.path.join(dumps_dir, REQUESTS, str(pid))
-    try:        # a new file of ours (a fixed name could be a link planted there)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{pid}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(name)
-        os.replace(tmp, path)
+    try:
+        _replace_with(path, name)
         return True
     except OSError as exc:
         print(f"pytrace_cffi: cannot write {path} ({exc.strerror}): pid {pid} is signalled",
@@ -260,15 +257,28 @@ def _dumps_dir_of_pid(pid):
     return None
 
 
+def _replace_with(path, text):
+    """path becomes a new file of ours holding text (written beside it, renamed
+    over it: a fixed temporary name could be a link planted there); OSError when
+    it cannot, and the new file is gone then."""
+    import tempfile
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path),
+                               prefix="." + os.path.basename(path) + ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def _write_request(dumps_dir, name):
     from ..flight.recorder import REQUEST_FILE
-    import tempfile
     path = os.path.join(dumps_dir, REQUEST_FILE)
-    try:        # a new file of ours (a fixed name could be a link planted there)
-        fd, tmp = tempfile.mkstemp(dir=dumps_dir, prefix=REQUEST_FILE + ".")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"name": name, "time": time.time()}, f)
-        os.replace(tmp, path)
+    try:
+        _replace_with(path, json.dumps({"name": name, "time": time.time()}))
     except OSError as exc:
         print(f"pytrace_cffi: cannot write {path} ({exc.strerror}): each process names "
               "its own dump", file=sys.stderr)
