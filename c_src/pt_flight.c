@@ -696,10 +696,7 @@ static void *
 pt_flight_main(void *unused)
 {
     (void)unused;
-    pt_own_os_thread_name();
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);     /* the program's signals are not ours */
+    pt_own_os_thread_name();    /* (born with the program's signals blocked) */
     int64_t period = 250 * 1000 * 1000;
     if (pt_flight.watchdog_ns && pt_flight.watchdog_ns / 4 < period)
         period = pt_flight.watchdog_ns / 4 > 10 * 1000 * 1000 ? pt_flight.watchdog_ns / 4
@@ -775,15 +772,7 @@ pt_flight_arm(pt_tracer *tracer, int signum, int wake_fd, int64_t watchdog_ns,
     atomic_store(&pt_flight_last_step, 0);     /* the watchdog waits for a first step */
     if (sem_init(&pt_flight_wake, 0, 0) != 0)
         return PT_ERR_NOMEM;
-    /* Born with every signal blocked (blocking them first thing is too late: until
-     * it runs, a busy machine may hand it the program's SIGTERM, which the
-     * program's own threads block). */
-    sigset_t all, before;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &before);
-    int failed = pthread_create(&pt_flight_thread, NULL, pt_flight_main, NULL) != 0;
-    pthread_sigmask(SIG_SETMASK, &before, NULL);
-    if (failed) {
+    if (pt_own_thread_create(&pt_flight_thread, pt_flight_main, NULL) != 0) {
         sem_destroy(&pt_flight_wake);
         return PT_ERR_NOMEM;
     }

@@ -12,6 +12,7 @@
 #include "pt_cpython.h"
 #include "pt_export.h"     /* with pt_read.h and pt_record.h: the interface */
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #define PT_FIRST_CHUNK_BYTES (64u << 10)  /* a thread's first chunk: small threads stay small */
@@ -229,6 +230,8 @@ int pt_is_own_tstate(uint64_t tstate_id);
  * _own_threads.py looks for it in /proc/self/task/TID/comm). */
 #define PT_OWN_OS_NAME "pytrace_cffi"
 void pt_own_os_thread_name(void);
+/* pthread_create of a thread of ours, born with every signal blocked (pt_own.c). */
+int pt_own_thread_create(pthread_t *thread, void *(*main)(void *), void *arg);
 pt_thread *pt_thread_for_reading(pt_tracer *tracer, int index);
 pt_thread *pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
                          uint64_t native_id, int64_t base_ticks);

@@ -26,7 +26,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -521,14 +520,7 @@ pt_live_start(pt_live *e)
 {
     if (e->started)
         return PT_ERR_STATE;
-    /* Born with every signal blocked: the program's signals go to its own threads,
-     * as untraced (one that blocks SIGTERM keeps it pending, not delivered here). */
-    sigset_t all, before;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &before);
-    int failed = pthread_create(&e->thread, NULL, pt_live_main, e) != 0;
-    pthread_sigmask(SIG_SETMASK, &before, NULL);
-    if (failed)
+    if (pt_own_thread_create(&e->thread, pt_live_main, e) != 0)
         return PT_ERR_NOMEM;
     e->started = 1;
     return PT_OK;

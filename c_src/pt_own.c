@@ -16,6 +16,9 @@
  */
 #include "pt_internal.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #if defined(__linux__)
 #include <sys/prctl.h>
 #endif
@@ -31,6 +34,21 @@ pt_is_own_tstate(uint64_t tstate_id)
         if (pt_own_tstates[i] == tstate_id && tstate_id)
             return 1;
     return 0;
+}
+
+/* A C thread of ours, born with every signal blocked: the program's signals go to
+ * its own threads, as untraced (blocking them first thing would be too late:
+ * until it runs, a busy machine may hand it one the program's threads block).
+ * 0 when it started, as pthread_create. */
+int
+pt_own_thread_create(pthread_t *thread, void *(*main)(void *), void *arg)
+{
+    sigset_t all, before;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &before);
+    int rc = pthread_create(thread, NULL, main, arg);
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    return rc;
 }
 
 void
