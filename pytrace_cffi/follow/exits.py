@@ -119,7 +119,7 @@ def sigterm_off_main(recorder):
         _terminate_after = True
         return
     lib.pt_flight_wait(2_000_000_000)   # its clone (a process of its own) finishes first
-    lib.pt_die_of_signal(signal.SIGTERM)
+    die_of_sigterm()
 
 
 class saving:
@@ -173,8 +173,9 @@ def _restore_default_sigterm():
 
 
 def die_of_sigterm():
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
+    """The process dies of SIGTERM as it would have untraced (from any thread:
+    pt_signals.c sets the default action, unblocks it here and sends it)."""
+    lib.pt_die_of_signal(signal.SIGTERM)
 
 
 _popen = threading.local()
