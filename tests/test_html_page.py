@@ -358,7 +358,9 @@ _ERROR_PROBE = """<script>
         facts: document.getElementById("facts").textContent,
         rows: document.querySelectorAll("#summary tbody tr").length,
         steps: document.getElementById("steps-panel").hidden ? null :
-          document.querySelectorAll("#steps tbody tr").length}), "*");
+          document.querySelectorAll("#steps tbody tr").length,
+        straggler: document.getElementById("straggler-section").hidden ? null :
+          document.getElementById("straggler-text").textContent}), "*");
     }, 0));
   });
 })();
@@ -494,6 +496,11 @@ def test_the_page_runs_without_a_javascript_error(page_runs, name):
 
 def test_the_steps_table_shows_only_for_ranks_with_steps(page_runs):
     assert page_runs["steps"]["steps"] == STEPS_SHOWN
+    # its ranks' steps (the first skipped), the one with most time outside collectives
+    assert re.fullmatch(r"rank \d: [\d.]+ ms outside collectives against [\d.]+ ms for the "
+                        r"median of the others: it waits least", page_runs["steps"]["straggler"])
+    assert [name for name, found in page_runs.items() if found.get("straggler") is not None] \
+        == ["steps"]
     assert [name for name, found in page_runs.items() if found.get("steps") is not None] \
         == ["steps"]
 

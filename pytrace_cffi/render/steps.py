@@ -38,6 +38,7 @@ from collections import Counter, defaultdict, namedtuple
 from .._core import ffi
 from .._progress import counted
 from ..annotations import STEP_MARK
+from .stragglers import find_stragglers, scan_calls
 from .summary import Summarizer
 from .walk import batches
 
@@ -47,8 +48,6 @@ OPTIMIZER_STEP_NAME = re.compile(r"Optimizer\.step#.+\.step")      # _torch.py's
 PROFILER_STEP_NAME = re.compile(r"ProfilerStep#\d+")
 RANK_LABEL = re.compile(r"rank (\d+)")
 TOP_DIFFERENCES = 10
-KEY_WORD = 4                # a pt_slice's key, in uint32 words from its start
-SLICE_WORDS = 10            # a pt_slice is 40 bytes
 
 ProcessSteps = namedtuple("ProcessSteps", "pid label rank rule thread windows")
 ProcessSteps.__doc__ = """One process's steps: rule (a RULES key), the index of its
@@ -57,10 +56,11 @@ StepRow = namedtuple("StepRow", "step durations slowest median")
 StepRow.__doc__ = """A step: durations per column (ns, None where a process has no
 such step), the slowest column and the median column (None with under two)."""
 Difference = namedtuple("Difference", "name slowest_ns median_ns")
-StepsTable = namedtuple("StepsTable", "columns rows differences compared")
+StepsTable = namedtuple("StepsTable", "columns rows differences compared stragglers")
 StepsTable.__doc__ = """columns: ProcessSteps, one per column; rows: StepRows;
 differences: the top Differences by size, over the `compared` steps that had a
-median rank."""
+median rank; stragglers: the ranks' time outside collectives and the straggler's
+functions (stragglers.Stragglers; None with under two columns)."""
 
 
 def _processes(trace):
@@ -90,32 +90,6 @@ def _step_keys(trace):
     return optimizer, profiler
 
 
-def _scan_thread(trace, index, keys):
-    """(the start of the thread's first call or None, [(start, end, key)] of its
-    calls whose key is in keys). Without keys only the first batch is read."""
-    first, found = None, []
-    for slices, n, _ in batches(trace, index):
-        if not n:
-            continue
-        if first is None:
-            first = slices[0].start
-        if not keys:
-            break
-        # the batch's keys as a list, searched in C; most batches hold none
-        words = memoryview(ffi.buffer(slices, n * SLICE_WORDS * 4)).cast("I")
-        batch_keys = words[KEY_WORD::SLICE_WORDS].tolist()
-        for key in keys.intersection(batch_keys):
-            at = batch_keys.index(key)
-            while True:
-                found.append((slices[at].start, slices[at].end, key))
-                try:
-                    at = batch_keys.index(key, at + 1)
-                except ValueError:
-                    break
-    found.sort(key=lambda call: (call[0], -call[1]))     # an enclosing call first
-    return first, found
-
-
 def _ends_to_windows(first_start, ends):
     windows, start = [], first_start
     for end in ends:
@@ -142,7 +116,7 @@ def find_steps(trace):
         marked = [index for index in threads if marks.get(index)]
         if marked:
             thread = max(marked, key=lambda index: len(marks[index]))
-            first, _ = _scan_thread(trace, thread, None)
+            first, _ = scan_calls(trace, thread, None)
             ends = sorted(marks[thread])
             found.append(ProcessSteps(pid, label, rank, "marks", thread,
                                       _ends_to_windows(first if first is not None
@@ -150,7 +124,7 @@ def find_steps(trace):
             continue
         if not (optimizer_keys or profiler_keys):
             continue
-        scanned = {index: _scan_thread(trace, index, optimizer_keys | profiler_keys)
+        scanned = {index: scan_calls(trace, index, optimizer_keys | profiler_keys)
                    for index in threads}
         steps = _optimizer_steps(trace, scanned, optimizer_keys)
         if steps is not None:
@@ -200,7 +174,8 @@ def steps_table(trace, top=TOP_DIFFERENCES):
         rows.append(StepRow(number + 1, durations, present[-1][1], median))
     differences = _differences(trace, columns, rows, top)
     return StepsTable(columns, rows, differences,
-                      sum(1 for row in rows if row.median is not None))
+                      sum(1 for row in rows if row.median is not None),
+                      find_stragglers(trace, columns, rows, column_title, top))
 
 
 SLOWEST, MEDIAN = 0, 1          # the two groups of windows _differences sums
@@ -295,7 +270,58 @@ def format_steps(table):
     lines += _table_lines(["difference", "slowest", "median", "function"], cells, left=(3,))
     if not cells:
         lines.append("(no difference)")
+    lines += _straggler_lines(table.stragglers, titles)
     return "\n".join(lines)
+
+
+def step_ranges(numbers):
+    """[2, 4, 5, 6] -> "2, 4-6"."""
+    parts, at = [], 0
+    while at < len(numbers):
+        end = at
+        while end + 1 < len(numbers) and numbers[end + 1] == numbers[end] + 1:
+            end += 1
+        parts.append(str(numbers[at]) if end == at else f"{numbers[at]}-{numbers[end]}")
+        at = end + 1
+    return ", ".join(parts)
+
+
+def _straggler_lines(found, titles):
+    """The ranks' time outside collectives over the counted steps, the straggler
+    and the functions whose self time outside collectives differs most."""
+    lines = [""]
+    if found.skipped:
+        lines.append("skipped (warm-up): " + "; ".join(
+            f"step {step} ({why})" for step, why in found.skipped))
+    if not found.counted:
+        lines.append("stragglers: no step left to compare")
+        return lines
+    steps = (f"step{'s' if len(found.counted) > 1 else ''} {step_ranges(found.counted)}")
+    what = ("torch.distributed's collectives and waits"
+            + ("; DDP's backward, which waits for its all-reduce" if found.ddp else ""))
+    if not found.collectives:
+        lines.append("no collective call in the trace (torch.distributed's all_reduce, "
+                     "barrier, ...): time outside collectives is the steps' whole time")
+    lines.append(f"time outside and inside collectives ({what}), over {steps} (ms):")
+    cells = [[titles[column], _ms(found.outside[column]), _ms(found.inside[column]),
+              "straggler" if column == found.straggler else ""]
+             for column in range(len(titles))]
+    lines += _table_lines(["column", "outside", "inside", ""], cells, left=(0, 3))
+    name = titles[found.straggler]
+    lines.append("")
+    lines.append(f"straggler: {name}, {_ms(found.outside[found.straggler])} ms outside "
+                 f"collectives against {_ms(found.others_ns)} ms for the median of the "
+                 f"others: it waits least")
+    lines.append(f"self time outside collectives, {name} less the median of the others, "
+                 f"over {steps} (ms):")
+    cells = [[f"{(mine - others) / 1e6:+.3f}", _ms(mine), _ms(others), function
+              + (f" (called from {found.callers[function][0]})"
+                 if function in found.callers else "")]
+             for function, mine, others in found.differences]
+    lines += _table_lines(["difference", name, "others", "function"], cells, left=(3,))
+    if not cells:
+        lines.append("(no difference)")
+    return lines
 
 
 def steps_data(table):
@@ -307,4 +333,18 @@ def steps_data(table):
             "columns": [column_title(steps) for steps in table.columns],
             "rows": [[row.step, row.durations, row.slowest, row.median] for row in table.rows],
             "compared": table.compared,
-            "differences": [[d.name, d.slowest_ns, d.median_ns] for d in table.differences]}
+            "differences": [[d.name, d.slowest_ns, d.median_ns] for d in table.differences],
+            "stragglers": _stragglers_data(table.stragglers)}
+
+
+def _stragglers_data(found):
+    """Per column ns outside and inside collectives over the counted steps, the
+    straggler (a column index), the skipped steps and why, and per function the
+    straggler's self time outside collectives, the others' median and its
+    straggler's main caller (or None)."""
+    return {"counted": found.counted, "skipped": [list(s) for s in found.skipped],
+            "outside": found.outside, "inside": found.inside,
+            "straggler": found.straggler, "others": found.others_ns,
+            "collectives": found.collectives, "ddp": found.ddp,
+            "differences": [[name, mine, others, found.callers.get(name, (None,))[0]]
+                            for name, mine, others in found.differences]}

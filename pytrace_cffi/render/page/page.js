@@ -640,6 +640,32 @@
       tr.insertCell().textContent = ms(medianNs);
       tr.addEventListener("click", () => highlight(name === highlightedName ? null : name));
     }
+    // The rank that waits least in collectives, and its functions' self time
+    // outside them against the other ranks' median (summary --steps says the same).
+    const found = steps.stragglers;
+    if (found && found.counted.length) {
+      const title = steps.columns[found.straggler];
+      const skipped = found.skipped.map(([step, why]) => `step ${step} (${why})`).join("; ");
+      document.getElementById("straggler-note").textContent =
+        `time outside collectives, over ${count(found.counted.length, "step")}` +
+        (skipped ? `; skipped: ${skipped}` : "") + "; ms";
+      document.getElementById("straggler-text").textContent =
+        `${title}: ${ms(found.outside[found.straggler])} ms outside collectives against ` +
+        `${ms(found.others)} ms for the median of the others: it waits least`;
+      const rows = document.querySelector("#straggler tbody");
+      for (const [name, mineNs, othersNs, caller] of found.differences) {
+        const tr = rows.insertRow();
+        const cell = tr.insertCell();
+        cell.textContent = caller === null ? name : `${name} (called from ${caller})`;
+        cell.title = cell.textContent;
+        const difference = (mineNs - othersNs) / 1e6;
+        tr.insertCell().textContent = (difference >= 0 ? "+" : "") + difference.toFixed(3);
+        tr.insertCell().textContent = ms(mineNs);
+        tr.insertCell().textContent = ms(othersNs);
+        tr.addEventListener("click", () => highlight(name === highlightedName ? null : name));
+      }
+      document.getElementById("straggler-section").hidden = false;
+    }
     document.getElementById("steps-panel").hidden = false;
   }
 
