@@ -13,12 +13,17 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
+import pytrace_cffi
+
 from pytrace_cffi.reading import read_trace
 from pytrace_cffi.render.steps import steps_data, steps_table
-from pytrace_cffi.render.stragglers import COLLECTIVE_NAMES, IMPORT_NAME
+from pytrace_cffi.render.steps import ProcessSteps, StepRow
+from pytrace_cffi.render.stragglers import COLLECTIVE_NAMES, IMPORT_NAME, find_stragglers
+from pytrace_cffi.render.walk import batches
 
 from test_children import TIMEOUT, _env_own_tmp, run_command
 from test_children_run import run_cli
@@ -154,6 +159,47 @@ def test_collectives_and_imports_by_name():
     assert IMPORT_NAME.fullmatch("<frozen importlib._bootstrap>(1165): _find_and_load")
     assert not IMPORT_NAME.fullmatch("<frozen importlib._bootstrap>(1120): "
                                      "_find_and_load_unlocked")
+
+
+def _hot():
+    pass
+
+
+def _outer(extra):
+    for _ in range(40_000):
+        _hot()
+    if extra:
+        time.sleep(extra)
+
+
+def _step(extra):
+    _outer(extra)
+
+
+def test_a_caller_batches_before_its_callee_is_named():
+    """time.sleep's caller began 40,000 calls earlier, in an earlier batch of the
+    thread's calls: two columns made of one thread's steps (the second column's
+    sleep 30 ms), the first of each skipped."""
+    with pytrace_cffi.trace() as t:
+        for extra in (0, 0, 0.03, 0.03):
+            _step(extra)
+    trace = t.trace
+    [thread] = [i for i, th in enumerate(trace.threads) if th.name == "MainThread"]
+    calls = [c for c in trace if not c.name.endswith(": _hot")]
+    steps = sorted((c.start_ns, c.end_ns) for c in calls if c.name.endswith(": _step"))
+    sleeps = [c for c in calls if c.name == "time.sleep"]
+    by_id = {c.id: c for c in calls}
+    [outer] = {by_id[c.parent].name for c in sleeps}
+    columns = [ProcessSteps(1, "rank 0", 0, "marks", thread, steps[:2]),
+               ProcessSteps(1, "rank 1", 1, "marks", thread, steps[2:])]
+    assert len(list(batches(trace, thread))) > 2
+    rows = [StepRow(n, [steps[n - 1][1] - steps[n - 1][0], steps[n + 1][1] - steps[n + 1][0]],
+                    1, 0) for n in (1, 2)]
+    found = find_stragglers(trace, columns, rows, lambda c: c.label)
+    assert found.counted == [2] and found.straggler == 1 and not found.collectives
+    name, mine, others = found.differences[0]
+    assert name == "time.sleep" and others == 0 and 0.03e9 <= mine < 0.1e9
+    assert found.callers["time.sleep"] == (outer, 1.0)
 
 
 DDP = """

@@ -270,7 +270,8 @@ def format_steps(table):
     lines += _table_lines(["difference", "slowest", "median", "function"], cells, left=(3,))
     if not cells:
         lines.append("(no difference)")
-    lines += _straggler_lines(table.stragglers, titles)
+    lines += _straggler_lines(table.stragglers, titles,
+                              "rank" if table.columns[0].rank is not None else "process")
     return "\n".join(lines)
 
 
@@ -286,7 +287,7 @@ def step_ranges(numbers):
     return ", ".join(parts)
 
 
-def _straggler_lines(found, titles):
+def _straggler_lines(found, titles, kind):
     """The ranks' time outside collectives over the counted steps, the straggler
     and the functions whose self time outside collectives differs most."""
     lines = [""]
@@ -306,12 +307,14 @@ def _straggler_lines(found, titles):
     cells = [[titles[column], _ms(found.outside[column]), _ms(found.inside[column]),
               "straggler" if column == found.straggler else ""]
              for column in range(len(titles))]
-    lines += _table_lines(["column", "outside", "inside", ""], cells, left=(0, 3))
+    lines += _table_lines([kind, "outside", "inside", ""],
+                          cells, left=(0, 3))
     name = titles[found.straggler]
     lines.append("")
     lines.append(f"straggler: {name}, {_ms(found.outside[found.straggler])} ms outside "
                  f"collectives against {_ms(found.others_ns)} ms for the median of the "
-                 f"others: it waits least")
+                 f"others: "
+                 + ("it waits least" if found.collectives else "its steps are longest"))
     lines.append(f"self time outside collectives, {name} less the median of the others, "
                  f"over {steps} (ms):")
     cells = [[f"{(mine - others) / 1e6:+.3f}", _ms(mine), _ms(others), function

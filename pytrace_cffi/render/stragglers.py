@@ -17,8 +17,10 @@ quarter or more of importing (IMPORT_SHARE), and steps not every rank has. Over
 the steps left (counted), the rank with the most time outside collectives is
 the straggler; then, per function, its self time outside collectives less the
 median of the other ranks' (the C summarizer over the counted steps less the
-collectives' calls), and for the largest, the function that called it most on
-the straggler (time.sleep is named with its caller, load_batch).
+collectives' calls), and for the first three that the straggler spends more in
+(by at least 5% of its excess time outside collectives), the function that
+called it most on the straggler (time.sleep is named with its caller,
+load_batch): a walk in Python over those functions' calls.
 """
 import re
 from bisect import bisect_right
@@ -33,6 +35,8 @@ PARENT_WORD = 6             # its parent's index (int64, -1 for none)
 SLICE_WORDS = 10            # a pt_slice is 40 bytes
 IMPORT_SHARE = 0.25         # a step this much spent importing on some rank is skipped
 TOP_DIFFERENCES = 10
+CALLERS = 3                 # the first differences named with their caller, when they are
+CALLER_SHARE = 0.05         # at least this share of the straggler's excess time outside
 
 _PYTHON_COLLECTIVES = (
     "all_reduce|all_reduce_coalesced|all_gather|all_gather_into_tensor|all_gather_coalesced"
@@ -195,8 +199,10 @@ def find_stragglers(trace, columns, rows, title, top=TOP_DIFFERENCES):
     differences, callers = [], {}
     if counted:
         differences = _differences(trace, columns, kept, straggler, top)
+        excess = outside[straggler] - others[(len(others) - 1) // 2]
         callers = _callers(trace, columns[straggler].thread, kept[straggler],
-                           {d[0] for d in differences if d[1] > d[2]})
+                           {name for name, mine, median in differences[:CALLERS]
+                            if mine - median >= CALLER_SHARE * excess > 0})
     return Stragglers(counted, skipped, outside, inside, straggler,
                       others[(len(others) - 1) // 2], bool(collective), differences,
                       callers, ddp)
@@ -241,27 +247,36 @@ def _callers(trace, index, windows, names):
     if not keys:
         return {}
     starts = [low for low, _ in windows]
-    time = {}                    # (key, parent index) -> ns in windows
-    for slices, n, _ in batches(trace, index):
+    time = {}                    # (key, ("key", caller's key) or ("index", its index)) -> ns
+    wanted = set()               # callers' indices before their callee's batch
+    for slices, n, first_index in batches(trace, index):
         if not n:
             continue
         words = memoryview(ffi.buffer(slices, n * SLICE_WORDS * 4)).cast("q")
         for at, key in _positions(slices, n, keys):
             ns = _overlap((slices[at].start, slices[at].end), windows, starts)
-            if ns:
-                parent = words[at * SLICE_WORDS // 2 + PARENT_WORD // 2]
-                time[key, parent] = time.get((key, parent), 0) + ns
-    wanted = {parent for _, parent in time if parent >= 0}
+            if not ns:
+                continue
+            parent = words[at * SLICE_WORDS // 2 + PARENT_WORD // 2]
+            if parent >= first_index:            # most callers: in the same batch
+                caller = ("key", slices[parent - first_index].key)
+            else:
+                caller = ("index", parent)
+                if parent >= 0:
+                    wanted.add(parent)
+            time[key, caller] = time.get((key, caller), 0) + ns
     parent_key = {}
-    for slices, n, first_index in batches(trace, index):
+    for slices, n, first_index in (batches(trace, index) if wanted else ()):
         for parent in [p for p in wanted if first_index <= p < first_index + n]:
             parent_key[parent] = slices[parent - first_index].key
             wanted.discard(parent)
         if not wanted:
             break
     by_name = {}                 # name -> caller name -> ns
-    for (key, parent), ns in time.items():
-        caller = trace.names[parent_key[parent]] if parent in parent_key else None
+    for (key, (kind, value)), ns in time.items():
+        if kind == "index":
+            value = parent_key.get(value)
+        caller = trace.names[value] if value is not None else None
         mine = by_name.setdefault(trace.names[key], {})
         mine[caller] = mine.get(caller, 0) + ns
     found = {}

@@ -651,7 +651,8 @@
         (skipped ? `; skipped: ${skipped}` : "") + "; ms";
       document.getElementById("straggler-text").textContent =
         `${title}: ${ms(found.outside[found.straggler])} ms outside collectives against ` +
-        `${ms(found.others)} ms for the median of the others: it waits least`;
+        `${ms(found.others)} ms for the median of the others: ` +
+        (found.collectives ? "it waits least" : "its steps are longest");
       const rows = document.querySelector("#straggler tbody");
       for (const [name, mineNs, othersNs, caller] of found.differences) {
         const tr = rows.insertRow();
