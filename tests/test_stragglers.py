@@ -98,14 +98,16 @@ def test_the_rank_that_waits_least_is_named_with_its_function(job):
     assert found.skipped[0][1] == "the first, holding start-up"
     assert re.fullmatch(rf"imports took \d+% of rank {IMPORT_RANK}'s step", found.skipped[1][1])
     assert found.straggler == SLOW_RANK
-    extra = len(COUNTED) * EXTRA_S * 1e9              # 120 ms
-    assert 0.85 * extra < found.outside[SLOW_RANK] - found.others_ns < 1.5 * extra
+    # 120 ms; as low as 0.6x where other processes hold the CPU (the others then
+    # wait less: their own work and sleeps took longer)
+    extra = len(COUNTED) * EXTRA_S * 1e9
+    assert 0.6 * extra < found.outside[SLOW_RANK] - found.others_ns < 1.5 * extra
     # the others wait for it: about as long inside collectives as it takes more
     for rank in set(range(RANKS)) - {SLOW_RANK}:
-        assert found.inside[rank] > 0.85 * extra > found.inside[SLOW_RANK]
+        assert found.inside[rank] > 0.6 * extra > found.inside[SLOW_RANK]
     name, mine, others = found.differences[0]
     assert name == "time.sleep"
-    assert 0.85 * extra < mine - others < 1.5 * extra
+    assert 0.6 * extra < mine - others < 1.5 * extra
     caller, share = found.callers["time.sleep"]
     assert caller == LOAD_BATCH and share > 0.99
     # the polling inside all_reduce (time.sleep, posix.listdir) is no work: left out
@@ -133,7 +135,7 @@ def test_summary_steps_says_so(job):
               ["difference", "rank", "1", "others", "function"])
     first = lines[at + 2]
     assert first.endswith(f"  time.sleep (called from {LOAD_BATCH})")
-    assert 0.85 * 120 < float(first.split()[0]) < 1.5 * 120
+    assert 0.6 * 120 < float(first.split()[0]) < 1.5 * 120
 
 
 def test_collectives_and_imports_by_name():
@@ -252,4 +254,4 @@ def test_a_torchrun_ddp_straggler(tmp_path):
     first = lines[at + 2]
     load_batch = 1 + textwrap.dedent(DDP).splitlines().index("def load_batch(rank):")
     assert first.endswith(f"  time.sleep (called from prog.py({load_batch}): load_batch)")
-    assert 0.85 * 250 < float(first.split()[0]) < 1.5 * 250        # 5 steps x 50 ms
+    assert 0.6 * 250 < float(first.split()[0]) < 1.5 * 250        # 5 steps x 50 ms
