@@ -101,11 +101,18 @@ class _GiveBack:
         # by one, each would be set on the package, over a name the package
         # defines itself (pytrace_cffi._stopped, the module, over _stopped, the
         # function).
+        # Another thread may give back modules meanwhile (an import of its own):
+        # the names are listed at once (list() of a dict holds the GIL) and each
+        # taken once, by whichever thread comes first.
         prefix = spec.name + "."
-        for name in [name for name in _kept_aside if name.startswith(prefix)]:
-            sys.modules[name] = _kept_aside.pop(name)
-            _specs.pop(name, None)
-        return _kept_aside.pop(spec.name)
+        for name in [name for name in list(_kept_aside) if name.startswith(prefix)]:
+            module = _kept_aside.pop(name, None)
+            if module is not None:
+                sys.modules[name] = module
+                _specs.pop(name, None)
+        module = _kept_aside.pop(spec.name, None)
+        # (None: given back by its package's import in another thread, into sys.modules)
+        return module if module is not None else sys.modules[spec.name]
 
     def exec_module(self, module):
         spec = _specs.pop(getattr(module, "__name__", None), None)

@@ -123,3 +123,46 @@ def test_a_followed_child_sees_the_modules_python_gives_it(tmp_path):
         assert sorted(child - python - ALLOWED_EXTRA - {"sitecustomize"}) == []
         assert sorted(python - child) == []
     assert len(seen) == len(expected) == 2
+
+
+GIVE_BACK_IN_TWO_THREADS = """
+import sys, threading, types
+from pytrace_cffi import _program_view as view
+
+sys.setswitchinterval(1e-6)         # a thread switch between any two bytecodes
+PACKAGES, SUBMODULES = 30, 30
+for thread in range(2):
+    for i in range(PACKAGES):
+        name = f"fake{thread}_{i}"
+        view._kept_aside[name] = types.ModuleType(name)
+        for k in range(SUBMODULES):
+            view._kept_aside[f"{name}.sub{k}"] = types.ModuleType(f"{name}.sub{k}")
+errors = []
+
+def give_back(thread):
+    try:
+        for i in range(PACKAGES):
+            name = f"fake{thread}_{i}"
+            module = view._give_back.create_module(view._bootstrap.ModuleSpec(
+                name, view._give_back))
+            assert module.__name__ == name and f"{name}.sub0" in sys.modules
+    except Exception as exc:
+        errors.append(repr(exc))
+
+threads = [threading.Thread(target=give_back, args=(t,)) for t in range(2)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(errors, len(view._kept_aside))
+"""
+
+
+def test_modules_kept_aside_are_given_back_to_two_threads_at_once(tmp_path):
+    """Two threads importing modules kept aside at once (a torchrun rank's `import
+    torch` and a thread of ours, intermittently: 'dictionary changed size during
+    iteration' in create_module, the rank's import failed)."""
+    proc = subprocess.run([sys.executable, "-c", GIVE_BACK_IN_TWO_THREADS], cwd=tmp_path,
+                          env=environment(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["[]", "0"]
