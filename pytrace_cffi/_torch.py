@@ -135,8 +135,13 @@ class TorchWatcher:
     """Names module calls and optimizer steps as torch.profiler does, and keeps
     their parameter metadata when record_params is set."""
 
-    def __init__(self, record_params=False, steps_kept=None):
+    def __init__(self, record_params=False, steps_kept=None, collectives=False):
         self.record_params = record_params
+        # the flight recorder's: torch.distributed's collective calls (_collectives.py)
+        self.collectives = None
+        if collectives:
+            from ._collectives import CollectiveLog
+            self.collectives = CollectiveLog()
         self.steps_kept = steps_kept    # record_params' steps kept (None: all)
         self.tags = [None]              # tag -> {"kind", "name", ...}; 0 means none
         self.modules = []               # params.json "modules"
@@ -169,13 +174,20 @@ class TorchWatcher:
             restore()
 
     def watch_spec(self):
-        return (set(WATCHED_NAMES), self.classify, self.tag)
+        names = set(WATCHED_NAMES)
+        if self.collectives is not None:
+            from ._collectives import COLLECTIVES
+            names |= COLLECTIVES
+        return (names, self.classify, self.tag)
 
     def classify(self, code):
         if self._restore_fast is None and FAST_MODULE in sys.modules:
             self.begin()        # torch imported after start: the first watched code after
         if is_fast_region_code(code):
             return 1
+        if self.collectives is not None and code.co_name not in WATCHED_NAMES:
+            from ._collectives import is_collective_code
+            return int(is_collective_code(code))
         if code is _torch_code("torch.nn.modules.module", "Module", "_wrapped_call_impl"):
             return 1
         if code is _torch_code("torch.optim.optimizer", "Optimizer", "_optimizer_step_code"):
@@ -188,6 +200,9 @@ class TorchWatcher:
 
     def tag(self, frame):
         name = frame.f_code.co_name
+        if name not in WATCHED_NAMES:       # a collective (classify said so): noted only
+            self.collectives.on_call(frame)
+            return 0
         if name == "__exit__":          # needs no locals (f_locals builds a dict on 3.9-3.12)
             if not self._region_exit_tag:
                 self._region_exit_tag = len(self.tags)

@@ -117,7 +117,8 @@ class Session:
             # a ring (max_events, flight recorder) keeps the newest steps' parameters
             self.watcher = TorchWatcher(record_params=o["record_params"],
                                         steps_kept=STEPS_KEPT_IN_A_RING
-                                        if max_events is not None else None)
+                                        if max_events is not None else None,
+                                        collectives=o["flight_recorder"] not in (None, False))
             spec = self.watcher.watch_spec()
             check(lib.pt_set_watch(self.ptr, ffi.cast("void *", id(spec))), self.ptr, "watch")
         self.exception_log = None

@@ -419,10 +419,12 @@ class FlightRecorder:
         else:
             os.makedirs(path, exist_ok=True)
         facts = process_facts()
+        collectives = _collectives(self.session)
         text = json.dumps({"version": 1, "reason": reason, "written_by": "Python",
                            "pid": os.getpid(), "host": _host(), **_labels(facts),
                            "realtime_ns": when, "monotonic_ns": monotonic,
-                           "threads": stacks, **({"exception": raised} if raised else {})})
+                           "threads": stacks, **({"exception": raised} if raised else {}),
+                           **({"collectives": collectives} if collectives else {})})
         pid = lib.pt_flight_dump(self.session.ptr, os.fsencode(path),
                                  os.fsencode(self.session.process_dir), text.encode())
         if pid <= 0:
@@ -556,6 +558,19 @@ def _kept(path):
         return "nothing of it was kept"
     # (a ring cut short is emptied by the clone: it would show wrong open calls)
     return "its threads' stacks (dump.json) were kept, not the ring's events (events.bin)"
+
+
+def _collectives(session):
+    """dump.json's "collectives" (torch.distributed's, when the program uses it)."""
+    if "torch.distributed" not in sys.modules:
+        return None
+    from .._collectives import dump_field
+    try:                    # (never the dump's failure)
+        field = dump_field(getattr(getattr(session, "watcher", None), "collectives", None))
+        json.dumps(field)
+        return field
+    except Exception as exc:            # noqa: BLE001
+        return {"problems": [f"collectives: {exc.__class__.__name__}: {exc}"[:200]]}
 
 
 def _labels(facts):

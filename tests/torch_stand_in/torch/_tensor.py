@@ -52,6 +52,9 @@ class Tensor:
             n *= size
         return n
 
+    def element_size(self):
+        return 4                        # float32
+
     def __repr__(self):
         return f"tensor(shape={list(self.shape)})"
 

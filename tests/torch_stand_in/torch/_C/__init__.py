@@ -1,2 +1,2 @@
-from . import _profiler  # noqa: F401
-__all__ = ["_profiler"]  # re-exports, as torch's
+from . import _distributed_c10d, _profiler  # noqa: F401
+__all__ = ["_distributed_c10d", "_profiler"]  # re-exports, as torch's

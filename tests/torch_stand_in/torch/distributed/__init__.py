@@ -1,10 +1,11 @@
-"""The stand-in's torch.distributed: a process group of the processes that share
-$STAND_IN_DIST_DIR (a directory), whose collectives wait for every rank as
-gloo's do (distributed_c10d.py). Enough for a job of ranks whose steps end
-together, as under DDP (tests/test_stragglers.py)."""
-from .distributed_c10d import (
-    all_reduce, barrier, destroy_process_group, get_rank, get_world_size,
-    init_process_group)
+"""The stand-in's torch.distributed (distributed_c10d.py): process groups with
+torch's names and sequence counts, and collectives that wait for every rank of a
+job as gloo's do when $STAND_IN_DIST_DIR names a directory the ranks share
+(tests/test_stragglers.py), or in one process for a group's `gate`
+(tests/test_collectives.py)."""
+from .distributed_c10d import (  # noqa: F401
+    all_reduce, barrier, broadcast, destroy_process_group, get_rank, get_world_size,
+    init_process_group, is_initialized, new_group)
 
-__all__ = ["all_reduce", "barrier", "destroy_process_group", "get_rank", "get_world_size",
-           "init_process_group"]
+__all__ = ["all_reduce", "barrier", "broadcast", "destroy_process_group", "get_rank",
+           "get_world_size", "init_process_group", "is_initialized", "new_group"]
