@@ -68,11 +68,12 @@ Frame.__doc__ = """A frame: its function's name (as traces name it), the monoton
 its call began (or None) and the line it is on (None when not known)."""
 ThreadStack = namedtuple("ThreadStack", "native_id name frames")
 ProcessDump = namedtuple("ProcessDump", "directory pid label rank worker_id host reason "
-                                        "realtime_ns monotonic_ns threads exception",
-                         defaults=(None,))
+                                        "realtime_ns monotonic_ns threads exception "
+                                        "collectives", defaults=(None, None))
 ProcessDump.__doc__ = """One process's dump.json: threads are ThreadStacks, each frame
 a Frame (outermost first); rank and worker_id None when the process has none;
-exception the Raised a thread of it died of (its stack: the traceback), or None."""
+exception the Raised a thread of it died of (its stack: the traceback), or None;
+collectives dump.json's "collectives" as it is (flight/collectives.py reads it)."""
 Raised = namedtuple("Raised", "type message native_id")
 Dump = namedtuple("Dump", "directory processes problems")
 Dump.__doc__ = """A DUMPDIR: its ProcessDumps (by rank, then label, then pid) and the
@@ -259,7 +260,7 @@ def read_process_dump(directory):
         realtime_ns=_field(data, "realtime_ns", int, path, optional=True),
         monotonic_ns=_field(data, "monotonic_ns", int, path),
         threads=[_thread(entry, path) for entry in threads],
-        exception=_raised(data, path))
+        exception=_raised(data, path), collectives=data.get("collectives"))
 
 
 def _raised(data, path):
@@ -506,6 +507,8 @@ def format_report(dump, groups, thread_groups=None):
         for group in thread_groups:
             lines.append(headline(group, thread_names=True))
             lines.extend(_frame_lines(group))
+    from .flight.collectives import section_lines       # (torch.distributed's)
+    lines.extend(section_lines(dump.processes))
     for path, problem in dump.problems:
         lines.append(f"not read: {problem}" if problem.startswith(path) else
                      f"not read: {path}: {problem}")
@@ -576,6 +579,9 @@ def report_data(dump, groups, thread_groups=None):
         "groups": [group_data(group) for group in groups],
         "not_read": [{"path": path, "problem": problem} for path, problem in dump.problems],
     }
+    if any(p.collectives for p in dump.processes):
+        from .flight.collectives import section_data
+        data["collectives"] = section_data(dump.processes)
     if thread_groups is not None:
         data["other_threads"] = [group_data(group, True) for group in thread_groups]
     return data
