@@ -61,7 +61,9 @@ def is_collective_code(code):
 
 
 class CollectiveLog:
-    """The collectives this process called, newest CALLS_KEPT (see the module's doc)."""
+    """The collectives this process called, newest CALLS_KEPT (see the module's
+    doc): each as the raw facts read at its call (_raw_call), made words at a dump
+    (described)."""
 
     def __init__(self):
         self.calls = collections.deque(maxlen=CALLS_KEPT)
@@ -69,27 +71,69 @@ class CollectiveLog:
     def on_call(self, frame):
         """A call of a watched collective, its frame current: noted. Never raises."""
         try:
-            kind = frame.f_code.co_name
-            arguments = frame.f_locals
-            group, seq = _group_and_count(arguments.get("group"))
-            self.calls.append(dict(
-                kind=kind, group=group, seq=None if seq is None else seq + 1,
-                native_id=threading.get_native_id(), monotonic_ns=time.monotonic_ns(),
-                **_inputs(arguments)))
+            self.calls.append(_raw_call(frame, 1))
         except Exception:           # noqa: BLE001 - the program's call goes on
             pass
 
 
-def _group_and_count(group):
-    """(the group's name, torch's count of collectives issued in it) of a
-    collective's `group` argument (None: the default group); None where unknown."""
-    c10d = sys.modules.get(C10D)
-    if group is None and c10d is not None:
+def _raw_call(frame, ahead):
+    """(kind, group name, seq, native id, monotonic ns, raw input) of a
+    collective's frame, read as cheaply as can be (the call waits for it): seq is
+    torch's count plus ahead (1 as the call begins: torch counts it as it issues
+    it); the input's shapes and dtype stay objects until a dump (_described)."""
+    arguments = frame.f_locals
+    group = arguments.get("group")
+    if group is None:
+        c10d = sys.modules.get(C10D)
         try:
             group = c10d._get_default_group()
         except Exception:           # noqa: BLE001 - not initialised
-            return None, None
-    return _name(group), _count(group)
+            group = None
+    seq = _count(group)
+    return (frame.f_code.co_name, _name(group), None if seq is None else seq + ahead,
+            threading.get_native_id(), time.monotonic_ns(), _raw_input(arguments))
+
+
+def _raw_input(arguments):
+    """(shapes, how many more, dtype, elements) of the first of INPUTS present,
+    elements None when not counted; None when it holds no tensor."""
+    for name in INPUTS:
+        value = arguments.get(name)
+        if value is None:
+            continue
+        if hasattr(value, "shape"):         # one tensor: the common case, kept cheap
+            try:
+                return (value.shape,), 0, getattr(value, "dtype", None), value.numel()
+            except Exception:       # noqa: BLE001 - not a torch tensor after all
+                return (value.shape,), 0, getattr(value, "dtype", None), None
+        tensors = value[:1000] if isinstance(value, (list, tuple)) else (value,)
+        tensors = [t for t in tensors if hasattr(t, "shape")]
+        if not tensors:
+            return None
+        try:
+            elements = sum(t.numel() for t in tensors)
+        except Exception:           # noqa: BLE001 - not a torch tensor after all
+            elements = None
+        return (tuple(t.shape for t in tensors[:SHAPES_KEPT]),
+                max(0, len(tensors) - SHAPES_KEPT), getattr(tensors[0], "dtype", None),
+                elements)
+    return None
+
+
+def _described(raw):
+    """A raw call (_raw_call) as dump.json says it."""
+    kind, group, seq, native_id, monotonic_ns, raw_input = raw
+    call = {"kind": kind, "group": group, "seq": seq, "native_id": native_id,
+            "monotonic_ns": monotonic_ns}
+    if raw_input is not None:
+        shapes, more, dtype, elements = raw_input
+        width = getattr(dtype, "itemsize", None)
+        call.update(shapes=[[int(n) for n in shape][:16] for shape in shapes],
+                    more_shapes=more, dtype=None if dtype is None
+                    else _text(str(dtype).replace("torch.", "")),
+                    bytes=elements * width if isinstance(elements, int)
+                    and isinstance(width, int) else None)
+    return call
 
 
 def _name(group):
@@ -105,30 +149,6 @@ def _count(group):
         return count if isinstance(count, int) else None
     except Exception:               # noqa: BLE001
         return None
-
-
-def _inputs(arguments):
-    """{"shapes", "dtype", "bytes"} of a collective's input (INPUTS), {} when none."""
-    for name in INPUTS:
-        value = arguments.get(name)
-        if value is None:
-            continue
-        tensors = list(value[:1000]) if isinstance(value, (list, tuple)) else [value]
-        tensors = [t for t in tensors if hasattr(t, "shape")]
-        if not tensors:
-            return {}
-        total = 0
-        for tensor in tensors:
-            try:
-                total += int(tensor.numel()) * int(tensor.element_size())
-            except Exception:       # noqa: BLE001 - not a torch tensor after all
-                total = None
-                break
-        shapes = [list(t.shape)[:16] for t in tensors[:SHAPES_KEPT]]
-        return {"shapes": shapes, "more_shapes": max(0, len(tensors) - SHAPES_KEPT),
-                "dtype": _text(str(getattr(tensors[0], "dtype", "")).replace("torch.", "")),
-                "bytes": total}
-    return {}
 
 
 def _text(value):
@@ -152,7 +172,7 @@ def dump_field(log, frames=None):
         field = {"rank": c10d.get_rank(), "world_size": c10d.get_world_size()}
     except Exception as exc:        # noqa: BLE001 - a torch API failing is a line
         return {"problems": [_problem("torch.distributed's rank", exc)]}
-    calls = list(log.calls) if log is not None else []     # (one snapshot: C copies it)
+    calls = [_described(raw) for raw in (list(log.calls) if log is not None else ())]
     field["groups"] = _groups(c10d, problems)
     field["waiting"] = _waiting(calls, frames, problems)
     field["calls"] = calls
@@ -196,16 +216,14 @@ def _waiting(calls, frames, problems):
                 continue
             thread = threads.get(ident)
             native_id = getattr(thread, "native_id", None)
-            kind = frame.f_code.co_name
-            arguments = frame.f_locals
-            group, seq = _group_and_count(arguments.get("group"))
-            noted = _noted(calls, native_id, kind, group)
-            if noted is not None and noted["seq"] is not None and (seq is None
-                                                                   or noted["seq"] > seq):
-                seq = noted["seq"]          # (not issued yet: torch has not counted it)
-            waiting.append(dict(kind=kind, group=group, seq=seq, native_id=native_id,
-                                thread=_text(getattr(thread, "name", None)),
-                                **_inputs(arguments)))
+            call = _described(_raw_call(frame, 0))
+            call.update(native_id=native_id, thread=_text(getattr(thread, "name", None)))
+            del call["monotonic_ns"]
+            noted = _noted(calls, native_id, call["kind"], call["group"])
+            if noted is not None and noted["seq"] is not None and (
+                    call["seq"] is None or noted["seq"] > call["seq"]):
+                call["seq"] = noted["seq"]  # (not issued yet: torch has not counted it)
+            waiting.append(call)
         return waiting
     except Exception as exc:        # noqa: BLE001
         problems.append(_problem("the collectives threads are in", exc))

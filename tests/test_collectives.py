@@ -230,6 +230,35 @@ def test_torchs_own_flight_recorder_is_read_and_its_failures_are_a_line(tmp_path
         assert field["torch_flight_recorder"] == {"off": expected}
 
 
+class _DType:
+    itemsize = 2
+
+    def __str__(self):
+        return "torch.bfloat16"
+
+
+class _Tensor:
+    dtype = _DType()
+
+    def __init__(self, *shape):
+        self.shape = shape
+
+    def numel(self):
+        return self.shape[0] * self.shape[1]
+
+
+def test_a_list_input_is_counted_whole_and_its_shapes_cut_at_eight():
+    from pytrace_cffi._collectives import _described, _raw_input
+    tensors = [_Tensor(n, 3) for n in range(1, 11)]         # 55 x 3 elements
+    raw = ("reduce_scatter", "0", 4, 9, 10, _raw_input({"output": None,
+                                                        "input_list": tensors}))
+    assert _described(raw) == {
+        "kind": "reduce_scatter", "group": "0", "seq": 4, "native_id": 9,
+        "monotonic_ns": 10, "shapes": [[n, 3] for n in range(1, 9)], "more_shapes": 2,
+        "dtype": "bfloat16", "bytes": 330}
+    assert _raw_input({"object_list": [1, 2]}) is None
+
+
 # -- a 2-rank gloo job (torch) ---------------------------------------------------------
 
 GLOO_JOB = """

@@ -4,8 +4,9 @@ the result a gradient of ones (accumulated), standing in for autograd."""
 
 
 class _DType:
-    def __init__(self, name):
+    def __init__(self, name, itemsize):
         self.name = name
+        self.itemsize = itemsize
 
     def __str__(self):
         return f"torch.{self.name}"
@@ -21,7 +22,7 @@ class _Device:
         return self.type
 
 
-float32 = _DType("float32")
+float32 = _DType("float32", 4)
 _CPU = _Device("cpu")
 
 
@@ -51,9 +52,6 @@ class Tensor:
         for size in self.shape:
             n *= size
         return n
-
-    def element_size(self):
-        return 4                        # float32
 
     def __repr__(self):
         return f"tensor(shape={list(self.shape)})"
