@@ -1,4 +1,4 @@
-"""Command line: ``python -m pytrace_cffi run|summary|export|merge|report ...``."""
+"""Command line: ``python -m pytrace_cffi run|summary|export|merge|report|dump|attach ...``."""
 import argparse
 import atexit
 import importlib
@@ -10,6 +10,7 @@ from . import _set_step_hook, formats, options as start_options
 from ._files import new_directory
 from ._progress import counted
 from ._program_view import hide_from_program
+from .cli.attach import add_attach_parser, cmd_attach
 from .cli.dump import add_dump_parser, cmd_dump
 from .cli.program import main_module, split_run
 from .cli.steps import OptimizerSteps, ScheduledWindows, parse_schedule
@@ -138,6 +139,7 @@ def _parser():
                        help=f"where to write the merged trace: {formats.suffixes_text()} "
                             "(with torch.profiler's: .json, .json.gz or .pftrace)")
     add_dump_parser(commands)
+    add_attach_parser(commands)
 
     report = commands.add_parser(
         "report", help="where each process of a job is stuck, from flight-recorder dumps",
@@ -579,8 +581,13 @@ def _cmd_report(args):
     return 0
 
 
+def _cmd_attach(args):
+    return cmd_attach(args, _check_output)
+
+
 COMMANDS = {"summary": _cmd_summary, "export": _cmd_export,      # run: see main()
-            "merge": _cmd_merge, "dump": _cmd_dump, "report": _cmd_report}
+            "merge": _cmd_merge, "dump": _cmd_dump, "report": _cmd_report,
+            "attach": _cmd_attach}
 
 
 def main(argv=None):
