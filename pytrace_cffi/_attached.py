@@ -57,6 +57,9 @@ def _begin(directory, token, script_code):
         _remove(os.path.join(directory, "stop"))        # a request left from before
         hide_launcher_frames([script_code])     # the attach script's own frame
         attached.watch()        # its thread is ours before tracing starts: left out
+        if request["options"].get("flight_recorder"):
+            from .flight import recorder        # its lines go to the attacher, at the end
+            recorder.say_to = attached.notes.append
         try:
             start(**dict(request["options"], output=request["output"]))
         except BaseException:
@@ -78,6 +81,7 @@ class _Attached:
         duration = request.get("duration")
         self.deadline = None if duration is None else time.monotonic() + float(duration)
         self.ended = False
+        self.notes = []         # the flight recorder's lines meanwhile
         self.registered, self.go = threading.Event(), threading.Event()
 
     def watch(self):
@@ -123,7 +127,10 @@ class _Attached:
                         facts["state"] = "failed"
                 except BaseException as exc:     # noqa: B902 - said to the attacher
                     facts.update(state="failed", why=f"{why}; {type(exc).__name__}: {exc}")
-        facts["lines"] = "".join(lines).splitlines()
+        if self.notes:
+            from .flight import recorder
+            recorder.say_to = None
+        facts["lines"] = self.notes + "".join(lines).splitlines()
         _remove(os.path.join(self.directory, "session.json"))
         _write_json(self.status, facts)
 
@@ -145,6 +152,17 @@ def _at_exit():
     attached = _current
     if attached is not None:
         attached.end("the process exited")
+
+
+def _forked_child():
+    """A fork's child is not the attached process: its session is dropped at the
+    fork (pytrace_cffi's own fork hook), and its exit must not answer for the parent."""
+    global _current, _lock
+    _current, _lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked_child)
 
 
 class _CaughtStderr:

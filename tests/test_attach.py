@@ -151,6 +151,69 @@ def test_attach_for_a_duration_while_requests_flow(server, tmp_path):
 
 
 @needs_remote_exec
+def test_attach_a_flight_recorder_then_dump_it(server, tmp_path):
+    out = tmp_path / "ring.pftrace"
+    started = attach(server.pid, "--flight-recorder", "-o", out)
+    assert started.returncode == 0, started.stderr
+    server.ask(6)
+    dumped = subprocess.run([sys.executable, "-m", "pytrace_cffi", "dump", str(server.pid)],
+                            capture_output=True, text=True, timeout=60,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+    assert dumped.returncode == 0, dumped.stdout + dumped.stderr
+    assert str(tmp_path / "ring-dumps") in dumped.stdout       # beside OUT, as run's
+    server.ask(7)
+    stopped = attach(server.pid, "--stop")
+    assert stopped.returncode == 0
+    # the recorder's line on its dump: said by attach, not on the program's stderr
+    assert "flight recorder dump (request) -> " in stopped.stderr
+    assert server.finish() == (3, "path True\n", "")
+    assert len(calls_named(pytrace_cffi.load(str(out)), "handle")) == 2
+    dump_dirs = [d for d in os.listdir(tmp_path / "ring-dumps") if not d.startswith(".")]
+    assert len(dump_dirs) == 1
+    assert len(calls_named(pytrace_cffi.load(str(tmp_path / "ring-dumps" / dump_dirs[0])),
+                           "handle")) == 1
+
+
+@needs_remote_exec
+def test_a_fork_of_the_attached_process_leaves_its_trace_alone(tmp_path):
+    prog = tmp_path / "forker.py"
+    prog.write_text(textwrap.dedent("""
+        import os, select, sys
+        def child_work():
+            return 1
+        print("ready", flush=True)
+        while not select.select([sys.stdin], [], [], 0.05)[0]:
+            pass
+        sys.stdin.readline()
+        pid = os.fork()
+        if pid == 0:
+            child_work()
+            sys.exit(0)                 # its exit runs the atexit handlers
+        os.waitpid(pid, 0)
+        print("forked", flush=True)
+        sys.stdin.readline()
+    """))
+    proc = subprocess.Popen([sys.executable, str(prog)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        out = tmp_path / "parent.json"
+        assert attach(proc.pid, "-o", out).returncode == 0
+        proc.stdin.write("fork\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "forked\n"
+        stopped = attach(proc.pid, "--stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert f"-> {out}" in stopped.stderr
+        rest, err = proc.communicate("end\n", timeout=30)
+        assert (proc.returncode, rest, err) == (0, "", "")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@needs_remote_exec
 def test_attach_twice_is_refused_and_the_first_goes_on(server, tmp_path):
     assert attach(server.pid, "-o", tmp_path / "first.json").returncode == 0
     second = attach(server.pid, "-o", tmp_path / "second.json")

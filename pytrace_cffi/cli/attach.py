@@ -147,8 +147,14 @@ def cmd_attach(args, check_output):
               file=sys.stderr)
         if args.duration is None:
             return 0
-        facts = _wait_status(args.pid, status, ("written", "failed"),
-                             args.duration + args.wait)
+        try:
+            facts = _wait_status(args.pid, status, ("written", "failed"),
+                                 args.duration + args.wait)
+        except KeyboardInterrupt:
+            print(f"pytrace_cffi attach: interrupted; pid {args.pid} goes on tracing for its "
+                  f"--duration, then writes {output} (or: attach {args.pid} --stop)",
+                  file=sys.stderr)
+            return 130
         return _said(args.pid, facts, output, status)
     finally:
         if script is not None:

@@ -644,8 +644,16 @@ def _requested_name(dumps_dir):
     return None
 
 
+say_to = None       # a callable that takes each line instead of stderr (_attached.py:
+                    # an attached process's stderr is the program's alone)
+
+
 def _say(text):
-    print(f"pytrace_cffi: pid {os.getpid()}: {text}", file=sys.stderr)
+    line = f"pytrace_cffi: pid {os.getpid()}: {text}"
+    if say_to is not None:
+        say_to(line)
+    else:
+        print(line, file=sys.stderr)
 
 
 FollowSession.recorder = FlightRecorder        # ring sessions make theirs (see there)
