@@ -312,6 +312,27 @@ def test_another_minor_version_is_refused(tmp_path):
 
 
 @needs_remote_exec
+def test_a_target_before_3_14_is_told_apart(tmp_path):
+    import shutil
+    older = next((v for v in ("3.13", "3.12", "3.11", "3.10", "3.9") if shutil.which(
+        f"python{v}") and subprocess.run([f"python{v}", "-c", ""], capture_output=True)
+        .returncode == 0), None)
+    if older is None:
+        pytest.skip("needs a CPython 3.9-3.13 on PATH")
+    proc = subprocess.Popen([f"python{older}", "-c", "import time\nprint('ready', flush=True)"
+                             "\nwhile True: time.sleep(0.01)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        result = attach(proc.pid, "-o", tmp_path / "x.json")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert result.returncode != 0
+    assert f"it runs Python {older}, and attach needs 3.14+ in the target" in result.stderr
+    assert "pytrace_cffi run" in result.stderr
+
+
+@needs_remote_exec
 @pytest.mark.parametrize("how", [("-X", "disable-remote-debug"),
                                  {"PYTHON_DISABLE_REMOTE_DEBUG": "1"}])
 def test_remote_debugging_disabled_is_refused(tmp_path, how):

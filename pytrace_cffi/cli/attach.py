@@ -203,14 +203,29 @@ def _said(pid, facts, output, status):
     return 0
 
 
+_OLDER = ("A process on 3.9-3.13 cannot be attached to: start it under `python -m "
+          "pytrace_cffi run` (add --flight-recorder to dump it on demand with "
+          "`python -m pytrace_cffi dump PID`), or call pytrace_cffi.start() in it")
+
+
 def _usable_here():
     if sys.version_info < REMOTE_EXEC_VERSION or not hasattr(sys, "remote_exec"):
         raise SystemExit(
             "pytrace_cffi attach: needs CPython 3.14+ (sys.remote_exec, PEP 768) here and in "
-            f"the target, of the same minor version; this is {sys.version.split()[0]}. A "
-            "process on 3.9-3.13 cannot be attached to: start it under `python -m "
-            "pytrace_cffi run` (add --flight-recorder to dump it on demand with "
-            "`python -m pytrace_cffi dump PID`), or call pytrace_cffi.start() in it")
+            f"the target, of the same minor version; this is {sys.version.split()[0]}. "
+            + _OLDER)
+
+
+def _python_version_of(pid):
+    """(major, minor) of the python binary or libpython pid has mapped, or None."""
+    import re
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 20)
+    except OSError:
+        return None
+    found = re.search(r"/(?:lib)?python(\d)\.(\d+)(?:\.so|\S*$)", text, re.M)
+    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
 def _target_usable(pid):
@@ -258,7 +273,14 @@ def _remote_exec(pid, script):
             why = (f"{text}: run attach with the target's own Python version "
                    f"(python{theirs[0]} -m pytrace_cffi attach ...)")
         elif "PyRuntime" in text:
+            theirs = _python_version_of(pid)
             why = f"it is not a CPython {sys.version_info[0]}.{sys.version_info[1]} process"
+            if theirs is not None and theirs < REMOTE_EXEC_VERSION:
+                why = (f"it runs Python {theirs[0]}.{theirs[1]}, and attach needs 3.14+ in the "
+                       "target (sys.remote_exec). " + _OLDER)
+            elif theirs is not None:
+                why += (f" (it looks like Python {theirs[0]}.{theirs[1]}: run attach with "
+                        f"python{theirs[0]}.{theirs[1]})")
         else:
             why = text
         raise SystemExit(f"pytrace_cffi attach: cannot attach to pid {pid}: {why}") from None
