@@ -44,9 +44,14 @@ def _begin(directory, token, script_code):
     global _current
     request = _read_json(os.path.join(directory, f"request-{token}.json"))
     if os.path.exists(os.path.join(directory, f"cancel-{token}")):
+        # the attacher gave up waiting, and left its files for us: nobody reads a status
         for name in (f"cancel-{token}", f"request-{token}.json", f"attach-{token}.py"):
-            _remove(os.path.join(directory, name))      # (the attacher left them for us)
-        return "the attacher gave up waiting before this process ran the attach script"
+            _remove(os.path.join(directory, name))
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass
+        return None
     from . import _running, start
     from ._hiding import hide_launcher_frames
     with _lock:

@@ -360,6 +360,8 @@ def test_a_target_blocked_in_c_is_said_and_cancelled(tmp_path):
     assert "blocked in C code" in result.stderr and "cancelled" in result.stderr
     assert (proc.returncode, out, err) == (0, "woke\n", "")
     assert not (tmp_path / "x.json").exists()
+    from pytrace_cffi.cli.attach import attach_dir
+    assert not os.path.exists(attach_dir(proc.pid))       # nothing left behind
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14+ attaches")

@@ -160,6 +160,10 @@ def cmd_attach(args, check_output):
         if script is not None:
             for path in (script, request, os.path.join(directory, f"cancel-{token}")):
                 _remove(path)
+        try:
+            os.rmdir(directory)         # (when nothing is left in it: no session)
+        except OSError:
+            pass
 
 
 def _stop(args):
