@@ -41,9 +41,6 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# benchmarks/compression.py would shadow 3.14+'s standard `compression` package
-# (which gzip imports on 3.15): this directory is not needed on the path
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 ROOT = os.path.dirname(HERE)
 WORKLOADS_DIR = os.environ.get("PYTRACE_WORKLOADS") or os.path.join(
     ROOT, "..", "shared", "workloads")

@@ -151,3 +151,15 @@ def test_ci_run_stops_when_a_tool_cannot_be_installed_in_ci(tmp_path, ci):
             assert f"   {tool} is not installed (Debian: {package}): its tests will skip" \
                 in proc.stdout
         assert proc.stdout.endswith("went on\n")
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="sys.stdlib_module_names is 3.10+")
+def test_no_script_directory_shadows_a_standard_module():
+    """A script run from benchmarks/, tests/ or examples/ has its directory first on
+    sys.path: a file there named as a standard module (3.14 added `compression`,
+    which gzip imports on 3.15) hides it from everything the script imports."""
+    root = os.path.dirname(HERE)
+    shadows = [f"{folder}/{name}" for folder in ("benchmarks", "tests", "examples")
+               for name in sorted(os.listdir(os.path.join(root, folder)))
+               if name.endswith(".py") and name[:-3] in sys.stdlib_module_names]
+    assert not shadows, f"named as standard modules of Python {sys.version[:4]}: {shadows}"

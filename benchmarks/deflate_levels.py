@@ -3,7 +3,7 @@
 libdeflate (c_src/pt_deflate.c), on real .pftrace bodies (issue 22, item 2). Run by
 hand; not a test:
 
-    python benchmarks/compression.py [--rounds 7] [--repeat 4]
+    python benchmarks/deflate_levels.py [--rounds 7] [--repeat 4]
                                      [--zlib 1,3,6] [--libdeflate 1,2,3,4,6]
 
 For each workload (fib and builtins_mix from the shared workloads, see
