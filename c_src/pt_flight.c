@@ -6,12 +6,13 @@
  * clone holds the ring as it was at that instant, whatever the program's threads
  * do next, so the program pays for the clone only, never for the writing; and a
  * clone that crashes on a half-linked chunk loses its dump, never the program.
- * The clone writes dump.json, copies process.json, keys.jsonl and journal.json
- * from the journal directory (the names the spill hook and the recorder's thread
- * wrote, follow/session.py and flight/recorder.py), writes threads.json (each
- * thread's index, ident and OS id) and, last, events.bin (the spill file's
- * format: a header, then one block per chunk): on a disk that fills, the stacks
- * outlive the big ring. The directory is then a process directory that
+ * The clone writes dump.json, copies process.json and journal.json from the
+ * journal directory (the names the recorder's thread wrote, flight/recorder.py),
+ * writes threads.json (each thread's index, ident and OS id), then the ring's
+ * files (pt_flight_files.c: stacks.tsv, the open calls; keys.jsonl and
+ * key_sources.tsv, the names of the keys written; last events.bin, compressed):
+ * on a disk that fills, the stacks outlive the big ring. The directory is then a
+ * process directory that
  * follow/recover.py reads. The clone calls no malloc and takes no lock: another
  * thread of the program may have held one at the clone.
  *
@@ -28,6 +29,7 @@
  */
 #define _GNU_SOURCE
 #include "pt_internal.h"
+#include "pt_flight_files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -109,44 +111,6 @@ pt_write_text(int fd, const char *text)
     return pt_write_all(fd, text, strlen(text));
 }
 
-/* The events of every thread, oldest chunk first, as spill blocks. A chunk a
- * thread was linking at the clone is taken as far as the links say. */
-static int
-pt_write_events(pt_tracer *tracer, const char *path)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return 0;
-    static const char header[16] = "PTEVENTS\1\0\0\0\x08\0\0\0";
-    int ok = pt_write_all(fd, header, sizeof header);
-    for (pt_thread *t = tracer->threads; ok && t; t = t->next) {
-        for (pt_chunk *c = t->head; ok && c; c = c == t->tail ? NULL : c->next) {
-            uint64_t n = c->used;
-            if (c == t->tail) {
-                if (t->cursor < c->events || t->cursor > c->events + c->capacity)
-                    break;
-                n = (uint64_t)(t->cursor - c->events);
-            }
-            if (!n || n > c->capacity)
-                continue;
-            pt_spill_block block = {(uint32_t)t->index, 0, n, c->base_ticks};
-            ok = pt_write_all(fd, &block, sizeof block) &&
-                 pt_write_all(fd, c->events, n * sizeof(pt_event));
-        }
-    }
-    if (!ok) {
-        /* A ring cut short would show the calls it lost the ends of as open
-         * (wrong stacks): none is kept, the room given back. */
-        int err = errno;
-        if (ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0)
-            pt_write_all(fd, header, sizeof header);
-        close(fd);
-        errno = err;
-        return 0;
-    }
-    return close(fd) == 0;
-}
-
 /* threads.json: [{"index": i, "ident": n, "native_id": n, "dropped": n}, ...] */
 static int
 pt_write_threads(pt_tracer *tracer, const char *path)
@@ -206,23 +170,6 @@ pt_write_file(const char *dir, const char *name, const char *text)
     return close(fd) == 0 && ok;
 }
 
-/* key_sources.tsv: the code keys' files, lines and names (pt_note_source). */
-static int
-pt_write_sources(pt_tracer *tracer, const char *dir)
-{
-    char path[PT_FLIGHT_PATH];
-    if (!tracer->note_sources || !tracer->source_text)
-        return 1;
-    if (!pt_join(path, dir, "key_sources.tsv"))
-        return 0;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return 0;
-    size_t n = tracer->source_len <= tracer->source_cap ? tracer->source_len : 0;
-    int ok = pt_write_all(fd, tracer->source_text, n);
-    return close(fd) == 0 && ok;
-}
-
 /* Everything the clone writes into dir: the small files first (on a disk that
  * fills, the stacks of dump.json outlive the big ring), done.json last: the
  * dump is whole. Returns 0, or the errno of the first failure. */
@@ -234,11 +181,9 @@ pt_write_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
     errno = 0;
     int ok = (!dump_json || pt_write_file(dir, "dump.json", dump_json)) &&
              pt_copy_named(journal_dir, dir, "process.json") &&
-             pt_copy_named(journal_dir, dir, "keys.jsonl") &&
              pt_copy_named(journal_dir, dir, "journal.json") &&
              pt_join(path, dir, "threads.json") && pt_write_threads(tracer, path) &&
-             pt_write_sources(tracer, dir) &&
-             pt_join(path, dir, "events.bin") && pt_write_events(tracer, path) &&
+             pt_flight_write_ring(tracer, dir, journal_dir) &&
              pt_write_file(dir, "done.json", "{\"whole\": true}\n");
     return ok ? 0 : errno > 0 && errno < 256 ? errno : EIO;
 }

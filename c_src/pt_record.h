@@ -275,5 +275,9 @@ void pt_flight_watch_sigterm(int on);
 uint64_t pt_flight_c_dump_count(void);
 int64_t *pt_flight_progress_cell(void);  /* a counter Python bumps: progress */
 int pt_flight_unserved(void);     /* after disarm: the request left unserved */
+/* How the clones write the ring (pt_flight_files.c): compress (events.bin
+ * deflated; PT_ERR_NOMEM when its buffers cannot be made: then not), and
+ * window_ticks (> 0: only the chunks ending within the last window_ticks). */
+int pt_flight_set_dump_options(int compress, int64_t window_ticks);
 
 #endif /* PT_RECORD_H */

@@ -255,6 +255,8 @@ def start(**options):
         formats.DUMP_FORMATS): with the flight recorder, each dump Python writes
         is also written as one trace, DUMPDIR/trace.<suffix> (trace/ for "dir"),
         once its raw files are whole (a dump only C could write stays raw).
+        "stacks": no trace file, and each dump keeps the stacks and only the
+        ring's last dump_window seconds (default 30).
       dump_signal (name or number, default SIGUSR1; 0: none): the signal that
         dumps the flight recorder (`python -m pytrace_cffi dump PID|DIR` sends it).
       watchdog (seconds, or "SECONDS:REGION"): with the flight recorder, dump

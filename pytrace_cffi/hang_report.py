@@ -278,7 +278,8 @@ def _completed(directory):
     """dump.json with its stacks completed from the dump's ring (when each call
     began, the built-in calls frames do not show; a dump C wrote has only the
     ring): flight/dumps.py. None when the ring cannot be read: dump.json alone."""
-    if not os.path.exists(os.path.join(directory, "events.bin")):
+    if not any(os.path.exists(os.path.join(directory, name))
+               for name in ("stacks.tsv", "events.bin")):
         return None
     from .flight.dumps import dump_facts
     try:

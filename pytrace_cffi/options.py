@@ -32,6 +32,12 @@ flag     run's flag for it, or None when run does not offer it (noop; output is
 negated  the flag sets the option to False (--no-modules: with_modules=False)
 """
 
+# dump_format "stacks": the raw dumps themselves are small (the stacks, the ring's
+# newest dump_window seconds), and no trace file is written beside them.
+STACKS_DUMP_FORMAT = "stacks"
+DEFAULT_DUMP_WINDOW_S = 30.0
+
+
 OPTIONS = (
     Option("c_calls", "bool", True, "record Python functions only, not built-in calls",
            "--no-c-calls", True, None, 0),
@@ -81,7 +87,11 @@ OPTIONS = (
            + ", ".join(DUMP_FORMATS) + "; 'dir': a saved-trace directory) inside its "
            "dump directory, trace.<FMT>, once its raw files are whole (not when only C "
            "could write the dump: then the raw directory alone, which load and export "
-           "read)", "--dump-format", False, "FMT", 12),
+           "read); or 'stacks': each dump's raw files hold the threads' stacks and only "
+           "the last --dump-window seconds of the ring", "--dump-format", False, "FMT", 12),
+    Option("dump_window", "seconds", None,
+           "with --dump-format stacks: the seconds of the ring's newest events each dump "
+           f"keeps (default {DEFAULT_DUMP_WINDOW_S:g})", "--dump-window", False, "SECONDS", 12),
     Option("dump_signal", "signal", None,
            "the signal that dumps the flight recorder (default SIGUSR1; 0 or 'none': none)",
            "--dump-signal", False, "SIG", 12),
@@ -300,9 +310,21 @@ def _dump_format(name, value, values):
         if not isinstance(value, str):
             raise TypeError(f"{name} must be a format's name, not {type(value).__name__}")
         text = value.strip().lower().lstrip(".")
-        if text not in DUMP_FORMATS:
-            raise ValueError(f"{name} must be one of {', '.join(DUMP_FORMATS)}, not {value!r}")
+        if text not in DUMP_FORMATS + (STACKS_DUMP_FORMAT,):
+            raise ValueError(f"{name} must be one of {', '.join(DUMP_FORMATS)} or "
+                             f"{STACKS_DUMP_FORMAT}, not {value!r}")
         value = text
+    return value
+
+
+def _seconds(name, value, values):
+    if value is not None:
+        if str(values.get("dump_format") or "").strip().lower() != STACKS_DUMP_FORMAT:
+            raise ValueError(f"{name} goes with dump_format={STACKS_DUMP_FORMAT!r}")
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise TypeError(f"{name} must be a number of seconds")
+        if not 0 < value < 1e9:
+            raise ValueError(f"{name} must be more than 0 seconds, not {value}")
     return value
 
 
@@ -377,6 +399,7 @@ def _milliseconds(name, value, values):
 
 _CHECKS = {"count": _count, "path": _path, "microseconds": _microseconds, "globs": _globs,
            "flight": _flight, "dumps": _dumps, "dump_format": _dump_format, "signal": _signal,
+           "seconds": _seconds,
            "watchdog": _watchdog, "milliseconds": _milliseconds}
 
 
@@ -425,4 +448,5 @@ def _positive(text):
 
 
 _CLI_TYPES = {"count": _positive, "microseconds": float, "dumps": str, "dump_format": str,
+              "seconds": float,
               "signal": str, "watchdog": str, "milliseconds": float}

@@ -287,7 +287,7 @@ def test_the_processes_of_a_job_dumped_together_make_one_formatted_trace(tmp_pat
 @pytest.mark.parametrize("options, error", [
     ({"flight_recorder": True, "dump_format": "xml"},
      "dump_format must be one of json, json.gz, pftrace, html, speedscope, folded, pprof, "
-     "dir, not 'xml'"),
+     "dir or stacks, not 'xml'"),
     ({"dump_format": "pftrace"}, "dump_format goes with flight_recorder"),
 ])
 def test_a_bad_dump_format_is_refused_before_anything_starts(options, error):

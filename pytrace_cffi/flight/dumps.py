@@ -19,6 +19,7 @@ import os
 from ..errors import TraceFormatError
 from ..follow.identity import _read_json_file
 from ..follow.recover import recover
+from .stacks import stack_chains
 
 DUMP_FILE = "dump.json"
 DONE_FILE = "done.json"
@@ -69,24 +70,34 @@ def read_dump(directory):
 
 
 def dump_facts(directory):
-    """dump.json's facts with every thread's stack completed from the ring (see
-    the module's docstring); monotonic_ns, when C wrote the dump, is the ring's
-    last event."""
-    facts, trace = read_dump(directory)
-    chains = open_chains(trace)
-    if not isinstance(facts.get("monotonic_ns"), int):
-        facts["monotonic_ns"] = trace.stop_ns
+    """dump.json's facts with every thread's stack completed from the calls open
+    at the dump (see the module's docstring): from its stacks.tsv (stacks.py),
+    else from its ring; monotonic_ns, when C wrote the dump without it, is the
+    ring's last event."""
+    facts = _read_json_file(os.path.join(directory, DUMP_FILE))
+    quick = stack_chains(directory) if isinstance(facts, dict) and isinstance(
+        facts.get("monotonic_ns"), int) else None
+    if quick is None:
+        facts, trace = read_dump(directory)
+        chains = open_chains(trace)
+        if not isinstance(facts.get("monotonic_ns"), int):
+            facts["monotonic_ns"] = trace.stop_ns
+        ring_threads = [{"index": t.index, "native_id": t.native_id, "name": t.name}
+                        for t in trace.threads]
+    else:
+        ring_threads, chains = quick
+        facts["whole"] = os.path.isfile(os.path.join(directory, DONE_FILE))
     threads = facts.get("threads")
     by_id = {}
     if isinstance(threads, list):
         by_id = {t.get("native_id"): t for t in threads if isinstance(t, dict)}
     completed = []
-    for thread in trace.threads:
-        known = by_id.pop(thread.native_id, None)
+    for thread in ring_threads:
+        known = by_id.pop(thread["native_id"], None)
         frames = known.get("stack") if known else None
-        completed.append({"native_id": thread.native_id, "name": thread.name,
+        completed.append({"native_id": thread["native_id"], "name": thread["name"],
                           "stack": without_launcher(
-                              merged_stack(frames, chains.get(thread.index, [])))})
+                              merged_stack(frames, chains.get(thread["index"], [])))})
     for known in by_id.values():        # a thread the ring holds nothing of
         completed.append(dict(known, stack=without_launcher(
             merged_stack(known.get("stack"), []))))

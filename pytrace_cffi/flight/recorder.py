@@ -47,7 +47,8 @@ from .._names import name_for_source, path_inputs, path_prefixes
 from ..follow import exits
 from ..follow.identity import _host, _read_json_file, process_facts
 from ..follow.session import FollowSession
-from ..options import DEFAULT_DUMPS_DIR, watchdog_spec
+from ..options import (DEFAULT_DUMPS_DIR, DEFAULT_DUMP_WINDOW_S, STACKS_DUMP_FORMAT,
+                       watchdog_spec)
 
 REGISTRY = ".live"              # DUMPS_DIR/.live/<pid>.json: who can be asked
 REQUESTS = ".requests"          # DUMPS_DIR/.requests/<pid>: `dump`'s ask (the dump's name)
@@ -70,6 +71,7 @@ def _resolved_options(options):
     return dict(options, dumps_dir=os.path.abspath(options.get("dumps_dir")
                                                     or DEFAULT_DUMPS_DIR),
                 dump_format=options.get("dump_format"),
+                dump_window=options.get("dump_window"),
                 dump_signal=(int(signal.SIGUSR1) if options.get("dump_signal") is None
                              else options["dump_signal"]),
                 watchdog=options.get("watchdog"))
@@ -88,9 +90,15 @@ class FlightRecorder:
 
     resolved_options = staticmethod(_resolved_options)
 
-    def __init__(self, session, dumps_dir, signum, watchdog, dump_format=None):
+    def __init__(self, session, dumps_dir, signum, watchdog, dump_format=None,
+                 dump_window=None):
         self.session = session
         self.dumps_dir = os.path.abspath(dumps_dir)
+        # "stacks": the raw dumps keep the stacks and the ring's last window_s only
+        self.window_s = None
+        if dump_format == STACKS_DUMP_FORMAT:
+            self.window_s = dump_window or DEFAULT_DUMP_WINDOW_S
+            dump_format = None
         self.dump_format = dump_format      # also written as one trace: formatted.py
         self.signum = signum
         self.watchdog_s, region = watchdog_spec(watchdog) if watchdog else (None, None)
@@ -148,6 +156,7 @@ class FlightRecorder:
                              f"{GRACE_NS / 1e9:g} s (a thread stuck in C holding the GIL?)",
                              "written_by": "C", "pid": os.getpid(), "host": _host(),
                              **_labels(facts), "threads": None})
+        self._set_dump_options()
         self._request_file = os.path.join(self.dumps_dir, REQUESTS, str(os.getpid()))
         if lib.pt_flight_watch_requests(os.fsencode(self._request_file)) != lib.PT_OK:
             self._request_file = None
@@ -178,6 +187,19 @@ class FlightRecorder:
         lib.pt_flight_watch_sigterm(1)
         # (before the daemon threads writing them stop; announce: a dump's outcome)
         atexit.register(self.finish_formatting)
+
+    def _set_dump_options(self):
+        """How the clones write the ring (pt_flight_files.c): events.bin compressed,
+        and only the last window_s of it with dump_format "stacks"."""
+        from .. import _clock
+        window_ticks = 0
+        if self.window_s:
+            ns_per_tick = _clock.ns_per_tick() if _clock.USE_TSC else 1.0
+            window_ticks = max(1, int(self.window_s * 1e9 / ns_per_tick))
+        if lib.pt_flight_set_dump_options(1, window_ticks) != lib.PT_OK:
+            lib.pt_flight_set_dump_options(0, window_ticks)
+            _say("no memory for compressing the flight recorder's dumps: they are written "
+                 "uncompressed")
 
     def close(self):
         """At stop: the threads end, the hooks go, a dump asked for and not yet

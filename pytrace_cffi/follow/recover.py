@@ -2,10 +2,12 @@
 still running: its Trace from process.json, keys.jsonl and events.bin's
 complete blocks, losing at most one chunk per thread."""
 import os
+import weakref
 
 from .. import _clock
 from .._core import ffi, lib
 from .._torch import TAG_KINDS
+from ..readers import packed_events
 from ..readers.safe_read import read_bounded
 from ..readers.saved import BLOCK_READ_EVENTS, HeldFile as _HeldFile, load_parts as _load_parts
 from ..saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, FORMAT_NAME,
@@ -43,6 +45,22 @@ def _recover(directory, facts):
     path = os.path.join(directory, "events.bin")
     if not os.path.lexists(path):
         raise _NothingSpilled(f"{path}: nothing was spilled (no such file)")
+    events_dir = directory
+    if packed_events.is_packed(path):       # a flight recorder's dump: inflated aside
+        events_dir = packed_events.inflated_directory(path)
+        try:
+            trace, damage = _recover_events(directory, facts, records, damage, events_dir)
+        except BaseException:
+            packed_events.remove(events_dir)
+            raise
+        weakref.finalize(trace, packed_events.remove, events_dir)
+        return trace, damage
+    return _recover_events(directory, facts, records, damage, events_dir)
+
+
+def _recover_events(directory, facts, records, damage, events_dir):
+    """_recover's Trace of directory, its events.bin in events_dir."""
+    path = os.path.join(events_dir, "events.bin")
     events_file = _HeldFile(path)
     if events_file.size < EVENTS_HEADER.size:
         raise _NothingSpilled(f"{path}: nothing was spilled")
@@ -84,7 +102,7 @@ def _recover(directory, facts):
             "events": {"file": "events.bin", "tick0": tick0, "ns0": start_ns,
                        "ns_per_tick": float(ns_per_tick), "stop_ticks": end_ticks,
                        "min_duration_ns": 0, "length": blocks.length}}
-    return _load_parts(directory, meta, names, {"modules": [], "optimizer_steps": []}), damage
+    return _load_parts(events_dir, meta, names, {"modules": [], "optimizer_steps": []}), damage
 
 
 def _name_dumped_threads(directory, thread_list):
@@ -275,12 +293,13 @@ MAX_KEY_SOURCES_BYTES = 64 << 20
 JOURNAL_FILE = "journal.json"       # a flight recorder's (flight/recorder.py)
 
 
-def _key_sources(directory):
+def _key_sources(directory, name="key_sources.tsv", files=None):
     """A flight recorder dump's key_sources.tsv (written by C, pt_keys.c): key ->
     "file(line): name" of the code keys (the file trimmed as the process trimmed
     its paths: journal.json) and the names of the built-ins, for those keys.jsonl
-    does not name."""
-    path = os.path.join(directory, "key_sources.tsv")
+    does not name. files: a dict given is filled with key -> the code's file,
+    untrimmed."""
+    path = os.path.join(directory, name)
     try:        # (a FIFO, a link out of the dump, a huge file: their names are lost)
         data = read_bounded(path, MAX_KEY_SOURCES_BYTES)
     except (OSError, TraceFormatError):
@@ -295,6 +314,8 @@ def _key_sources(directory):
         fields = line.split("\t")
         if len(fields) == 4 and fields[0].isdigit():
             sources[int(fields[0])] = f"{trim_path(fields[1], prefixes)}({fields[2]}): {fields[3]}"
+            if files is not None:
+                files[int(fields[0])] = fields[1]
         elif len(fields) == 2 and fields[0].isdigit():     # a built-in's
             sources[int(fields[0])] = fields[1]
     return sources

@@ -30,6 +30,9 @@ from .identity import (BOOT_DIR, DEFAULT_MAX_EVENTS, ENV, FINISH_FILE, JOB_FILE,
                        _command_line, _new_process_dir, _run_over, _say, _write_json,
                        overflow_dir, overflow_dirs, process_facts)
 
+KEYS_PER_LINE = 256          # keys.jsonl: at most so many keys named per line
+
+
 class _KeyNames:
     """The spill hook: appends the names of keys seen since the last spill to
     keys.jsonl, so a killed process's events can still be named; and keeps the
@@ -89,15 +92,24 @@ class _KeyNames:
         lib.pt_key_flags(self.ptr, flags, len(flags))
         hides = [key_hiding(source, flags[self.keys_written + i] & lib.PT_KEY_SKIPPED)
                  for i, source in enumerate(sources)]
-        record = {"first": self.keys_written,
-                  # the first record also holds the clock's start, for recover()
-                  **({"start_ns": lib.pt_start_ns(self.ptr),
-                      "tick0": lib.pt_start_ticks(self.ptr)} if not self.keys_written else {}),
-                  "keys": [[str(hash_id(name)), _kind(source), hide]
-                           for name, source, hide in zip(names, sources, hides)],
-                  "names": {str(hash_id(name)): name for name in names},
-                  "tags_first": self.tags_written, "tags": list(tags[self.tags_written:])}
-        line = (json.dumps(record) + "\n").encode("utf-8")
+        entries = [[str(hash_id(name)), _kind(source), hide]
+                   for name, source, hide in zip(names, sources, hides)]
+        lines = []
+        # KEYS_PER_LINE keys a line at most: a flight recorder's dump keeps only
+        # the lines naming a key its events use (pt_flight_files.c)
+        for at in range(0, max(1, len(entries)), KEYS_PER_LINE):
+            first = self.keys_written + at
+            record = {"first": first,
+                      # the first record also holds the clock's start, for recover()
+                      **({"start_ns": lib.pt_start_ns(self.ptr),
+                          "tick0": lib.pt_start_ticks(self.ptr)} if not first else {}),
+                      "keys": entries[at:at + KEYS_PER_LINE],
+                      "names": {entry[0]: name for entry, name in
+                                zip(entries[at:at + KEYS_PER_LINE], names[at:])},
+                      "tags_first": self.tags_written,
+                      "tags": list(tags[self.tags_written:]) if not at else []}
+            lines.append(json.dumps(record) + "\n")
+        line = "".join(lines).encode("utf-8")
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             before = os.fstat(fd).st_size
@@ -322,7 +334,8 @@ class FollowSession(Session):
         self.flight = None
         if self.ring:
             self.flight = self.recorder(self, options["dumps_dir"], options["dump_signal"],
-                                        options["watchdog"], options.get("dump_format"))
+                                        options["watchdog"], options.get("dump_format"),
+                                        options.get("dump_window"))
         if live.requested() and not self.ring:
             self._key_names.live = live.LiveEncoder(self.ptr, self.process_dir,
                                                     self.min_duration_ns)

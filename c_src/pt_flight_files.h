@@ -1,0 +1,13 @@
+/* pt_flight_files.h - the ring's files of a flight recorder dump (pt_flight_files.c),
+ * written by pt_flight.c's clone. */
+#ifndef PT_FLIGHT_FILES_H
+#define PT_FLIGHT_FILES_H
+
+#define PT_FLIGHT_FILES_PATH 4096
+
+/* stacks.tsv, keys.jsonl (from journal_dir's), key_sources.tsv,
+ * stack_sources.tsv and events.bin into dir; 0 (errno set) on failure. In the
+ * clone only: syscalls, no malloc, no lock. */
+int pt_flight_write_ring(pt_tracer *tracer, const char *dir, const char *journal_dir);
+
+#endif /* PT_FLIGHT_FILES_H */

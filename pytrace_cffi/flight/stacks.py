@@ -1,0 +1,88 @@
+"""The calls open at a dump, from its stacks.tsv: what `report` reads of a
+dump, never its ring.
+
+The dump's clone walks the ring in C (c_src/pt_flight_files.c) and writes, per
+thread, the calls open at the end of it, outermost first, with the clock ticks
+each began; stack_sources.tsv names their keys (key_sources.tsv's lines). So a
+report of 1,000 processes reads a few KiB of each, not its events.bin (tens of
+MiB, compressed). A dump written before stacks.tsv existed has none:
+stack_chains returns None and the ring is walked (dumps.open_chains).
+
+Our own frames are left out as traces leave them out (pytrace_cffi's code, with
+a built-in it calls right inside), by the file of their code; runpy's by
+dumps.without_launcher.
+"""
+import os
+
+from .. import _clock
+from .._hiding import _is_own_file
+from ..errors import TraceFormatError
+from ..follow.identity import _process_facts
+from ..follow.recover import MAX_THREADS, _json_or_none, _key_sources, _name_dumped_threads
+from ..readers.safe_read import read_bounded
+
+STACKS_FILE = "stacks.tsv"
+STACK_SOURCES_FILE = "stack_sources.tsv"
+MAX_STACKS_BYTES = 64 << 20     # 1,024 open calls of each thread, a line each
+
+
+def stack_chains(directory):
+    """(the threads, as [{"index", "native_id", "name"}], thread index -> its
+    calls open at the dump, outermost first, as (name, start ns)) of a process
+    dump's stacks.tsv; None when it has none (a dump written before it was, or
+    one cut short before it). TraceFormatError when it is damaged."""
+    path = os.path.join(directory, STACKS_FILE)
+    try:
+        text = read_bounded(path, MAX_STACKS_BYTES).decode("ascii")
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError:
+        raise TraceFormatError(f"{path}: not the text of a stacks file") from None
+    facts = _process_facts(directory)[0]
+    if facts.get("clock_name") not in ("tsc", "monotonic"):
+        raise TraceFormatError(f"{directory}: process.json lacks clock_name")
+    ns_per_tick = _clock.ns_per_tick() if facts["clock_name"] == "tsc" else 1.0
+    lines = text.splitlines()
+    if not lines or lines[-1] != "end":
+        raise TraceFormatError(f"{path}: cut short (no end line)")
+    clock, opened = None, {}
+    for number, line in enumerate(lines[:-1], 1):
+        fields = line.split("\t")
+        try:
+            if fields[0] == "clock" and len(fields) == 3:
+                clock = int(fields[1]), int(fields[2])
+            elif fields[0] == "open" and len(fields) == 6 and fields[3] in ("p", "c"):
+                index = int(fields[1])
+                if not 0 <= index < MAX_THREADS:
+                    raise ValueError
+                opened.setdefault(index, []).append((fields[3] == "c", int(fields[4]),
+                                                     int(fields[5])))
+            elif fields[0] != "deeper":
+                raise ValueError
+        except ValueError:
+            raise TraceFormatError(f"{path} line {number} is not one of a stacks file: "
+                                   f"{line[:80]!r}") from None
+    if clock is None:
+        raise TraceFormatError(f"{path}: no clock line")
+    tick0, start_ns = clock
+    files = {}
+    names = _key_sources(directory, STACK_SOURCES_FILE, files)
+    known = _json_or_none(os.path.join(directory, "threads.json"))
+    indexes = set(opened)
+    if isinstance(known, list):
+        indexes.update(t["index"] for t in known if isinstance(t, dict)
+                       and type(t.get("index")) is int and 0 <= t["index"] < MAX_THREADS)
+    threads = [{"index": i, "native_id": i + 1, "ident": i + 1, "name": f"thread {i}"}
+               for i in range(max(indexes, default=-1) + 1)]
+    _name_dumped_threads(directory, threads)
+    chains = {}
+    for index, calls in opened.items():
+        chain, own = [], False
+        for is_c, key, ticks in calls:
+            left_out = _is_own_file(files[key]) if key in files else is_c and own
+            own = left_out
+            if not left_out:
+                chain.append((names.get(key) or f"<unnamed key {key}>",
+                              start_ns + int((ticks - tick0) * ns_per_tick)))
+        chains[index] = chain
+    return [t for t in threads if t["index"] in indexes], chains
