@@ -20,7 +20,8 @@
  *    ring's events of the window's last ticks (each thread's from its first
  *    event in the window on; the calls open before it are in stacks.tsv).
  * The clone calls no malloc and takes no lock: the deflater and its buffers are
- * made before (pt_flight_set_dump_options), a key bitmap is mmap'ed. When any of
+ * made before (pt_flight_set_dump_options), a key bitmap and keys.jsonl's copy
+ * are mmap'ed (anonymous). When any of
  * that is missing, the dump is written as before (uncompressed, whole names).
  */
 #define _GNU_SOURCE
@@ -368,17 +369,27 @@ pt_write_keys(pt_tracer *tracer, const char *journal_dir, const char *dir)
         close(in);
         return 0;
     }
-    const char *text = NULL;
-    if (st.st_size > 0) {
-        void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, in, 0);
+    /* read, not mapped: the journal may truncate a line it failed to append (a
+     * mapped page past the end would kill the clone) */
+    char *text = NULL;
+    size_t size = (size_t)st.st_size, n = 0;
+    if (size > 0) {
+        void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         text = map == MAP_FAILED ? NULL : map;
+        while (text && n < size) {
+            ssize_t got = read(in, text + n, size - n);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got <= 0)
+                break;
+            n += (size_t)got;
+        }
     }
     close(in);
-    if (st.st_size > 0 && !text)
+    if (size > 0 && !text)
         return 0;
     int out = pt_open_in(dir, "keys.jsonl", path);
     int ok = out >= 0;
-    size_t n = (size_t)st.st_size;
     static const char first_field[] = "{\"first\": ", tags_field[] = "\"tags\": [";
     for (size_t at = 0; ok && at < n;) {
         const char *end = memchr(text + at, '\n', n - at);
@@ -403,7 +414,7 @@ pt_write_keys(pt_tracer *tracer, const char *journal_dir, const char *dir)
         at += len;
     }
     if (text)
-        munmap((void *)text, n);
+        munmap(text, size);
     return (out < 0 || close(out) == 0) && ok;
 }
 
