@@ -8,6 +8,18 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)          # so tests can import the workloads package
 
+# Run from the repository (after `python build_ffi.py`), the tests import the source
+# tree; the programs they start (`python -m pytrace_cffi ...`) must find it too.
+# Under run_all.sh the installed wheel is imported and nothing changes here.
+_ROOT = os.path.dirname(HERE)
+if os.path.abspath(os.getcwd()) == _ROOT or _ROOT in map(os.path.abspath, sys.path[1:]):
+    import importlib.util
+    _spec = importlib.util.find_spec("pytrace_cffi")
+    if _spec is not None and os.path.dirname(os.path.dirname(_spec.origin)) == _ROOT:
+        _paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if _ROOT not in _paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([_ROOT] + _paths)
+
 
 # Tests of bounded memory on traces of millions of calls (tens of seconds each)
 # measure the C walk and the writers, which no interpreter changes: tests/run_all.sh
