@@ -534,3 +534,73 @@ def test_a_million_call_page_stays_small(tmp_path):
     assert meta["reduced"]["shown"] == sum(len(f) for f in embedded(text, "pt-slices")) // 6
     summary = {row[0].rsplit(": ", 1)[-1]: row[1] for row in meta["summary"]["rows"]}
     assert summary["tiny"] == 1_500_000
+
+
+ASYNC_LANES = """
+import asyncio
+
+async def task(i):
+    for _ in range(3):
+        await asyncio.sleep(0)
+        sorted(range(i % 7))
+
+async def main():
+    await asyncio.gather(*(task(i) for i in range(40)))
+"""
+
+
+@pytest.fixture(scope="module")
+def lanes_pftrace(tmp_path_factory):
+    """A .pftrace of 40 asyncio task lanes (log_async), read back streamed."""
+    namespace = {}
+    exec(compile(ASYNC_LANES, "lanes_program.py", "exec"), namespace)
+    import asyncio
+    with pytrace_cffi.trace(log_async=True) as t:
+        asyncio.run(namespace["main"]())
+    path = tmp_path_factory.mktemp("lanes") / "lanes.pftrace"
+    t.trace.export_perfetto(str(path))
+    return path
+
+
+def walks_of(trace):
+    """A list that counts the thread walks of trace's streams (one per thread read)."""
+    walked = []
+    slices = trace._streams.slices
+    trace._streams.slices = lambda index: (walked.append(index), slices(index))[1]
+    return walked
+
+
+# budget: None (not reduced), or the calls / this (2: the first candidate; 3, 4:
+# fewer top levels, a higher threshold; 10: the first candidate's calls are more
+# than KEPT_BUDGET budgets)
+@pytest.mark.parametrize("divisor", [None, 2, 3, 4, 10])
+def test_a_streamed_page_walks_each_thread_once_within_its_budget(lanes_pftrace, tmp_path,
+                                                                  divisor):
+    """The survey keeps what the page's arrays need (the slices, or the calls the
+    first candidate keeps: a superset of any later one's), up to KEPT_BUDGET times
+    the budget: the arrays do not read the .pftrace again. Past that they walk
+    again. Either way the page keeps exactly what the rule keeps."""
+    from pytrace_cffi.reading import read_trace
+    trace = read_trace(str(lanes_pftrace))
+    assert len(trace.threads) > 40 and not trace.slices_built()
+    walked = walks_of(trace)
+    with_calls = [i for i, (_, n, _, _) in enumerate(trace.thread_counts()) if n]
+    if divisor is None:
+        write_html(trace, tmp_path / "page.html")
+        flats = embedded((tmp_path / "page.html").read_text(encoding="utf-8"), "pt-slices")
+        assert sum(len(f) for f in flats) == 4 * len(trace)
+        walks_twice = False
+    else:
+        budget = len(trace) // divisor
+        # the first candidate's calls, by the test's own rule, against the bound
+        whole = read_trace(str(lanes_pftrace))
+        first_min_ns = -(-(whole.stop_ns - whole.start_ns) // html_module.REDUCED_WIDTH_PX)
+        superset = sum(len(kept) for kept, _ in kept_by_rule(
+            whole, first_min_ns, html_module.TOP_LEVELS))
+        walks_twice = superset > html_module.KEPT_BUDGET * budget
+        assert walks_twice == (divisor == 10)
+        write_html(trace, tmp_path / "page.html", call_budget=budget)
+        before = list(walked)
+        check_reduced_page(read_trace(str(lanes_pftrace)), budget, tmp_path / "page.html")
+        assert walked == before         # check_reduced_page read its own copy
+    assert sorted(walked) == sorted(with_calls * (2 if walks_twice else 1))

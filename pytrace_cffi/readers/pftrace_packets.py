@@ -59,12 +59,22 @@ def parse(data):
     out = {}
     pos, end = 0, len(data)
     while pos < end:
-        tag, pos = varint(data, pos, end)
+        tag = data[pos]             # one byte, most often: read here, not by varint()
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = varint(data, pos, end)
         number, wire = tag >> 3, tag & 7
         if wire == 0:
-            value, pos = varint(data, pos, end)
+            if pos < end and data[pos] < 0x80:
+                value, pos = data[pos], pos + 1
+            else:
+                value, pos = varint(data, pos, end)
         elif wire == 2:
-            size, pos = varint(data, pos, end)
+            if pos < end and data[pos] < 0x80:
+                size, pos = data[pos], pos + 1
+            else:
+                size, pos = varint(data, pos, end)
             if size > end - pos:
                 raise Bad("a field runs past its message")
             value, pos = bytes(data[pos:pos + size]), pos + size

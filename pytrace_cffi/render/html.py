@@ -19,7 +19,8 @@ chosen in C; the threshold rises until the kept calls fit the budget. The page
 streams from the trace's calls (walk.thread_batches) in two passes and never
 holds a slice table: the first sums the summary and counts, per candidate
 threshold, the calls it would keep (pt_reducer_count), the second keeps the chosen
-ones (pt_reducer_keep). Then each call also carries how many calls were left out before it (so
+ones (pt_reducer_keep); when the first candidate's calls fit KEPT_BUDGET budgets,
+the first pass keeps them and the second is not made (_Kept). Then each call also carries how many calls were left out before it (so
 ids stay those of the full trace) and its self time over all its callees. The page
 says what was left out and how to see everything; the summary table always counts
 every call.
@@ -36,6 +37,7 @@ import functools
 import html
 import os
 import re
+import struct
 from collections import namedtuple
 from importlib import resources
 
@@ -49,6 +51,7 @@ from .page_stacks import (FLAME_NODE_BUDGET, StackShape, flame_data, import_fram
 from .stacks import StackAggregator
 from .walk import thread_batches
 from .steps import steps_data, steps_table
+from ..saved_format import SLICE_RECORD
 from .summary import (SORT_KEYS, Summarizer, SummaryRow, _process_title, process_totals,
                       slice_records)
 
@@ -61,6 +64,12 @@ KIND_LETTERS = {"python": "p", "c": "c", "annotation": "a"}
 CALL_BUDGET = 200_000        # more calls than this: the page shows a reduced timeline
 REDUCED_WIDTH_PX = 4000      # a call this fraction of the trace's span is a pixel wide
 TOP_LEVELS = 2               # depths always kept whole, while they fit the budget
+KEPT_BUDGET = 2              # the survey keeps up to this many times the budget (_Kept)
+
+# c_src/pt_export.h's pt_reduced: start, end, index, self_ns, key, depth
+REDUCED_RECORD = struct.Struct("=qqQqII")
+if REDUCED_RECORD.size != ffi.sizeof("pt_reduced"):
+    raise ImportError("render/html.py's REDUCED_RECORD does not match c_src's pt_reduced")
 
 Reduction = namedtuple("Reduction", "min_ns top_levels shown calls budget")
 Reduction.__doc__ = """What a reduced page keeps: calls lasting at least min_ns or at
@@ -91,12 +100,12 @@ def _check(status):
         raise TraceFormatError("a call's parent is not an enclosing call")
 
 
-Survey = namedtuple("Survey", "reduction rows process_rows calls open_at_start stacks")
+Survey = namedtuple("Survey", "reduction rows process_rows calls open_at_start stacks kept")
 Survey.__doc__ = """calls: as the summary counts them (frames open at start are none);
 open_at_start: per thread, how many of its first calls were running when tracing
 began (seeded before any call, they come first); stacks: the calls aggregated
 per distinct stack (a stacks.StackAggregator), for the flame graph and the
-imports row."""
+imports row; kept: the page's arrays taken in the same pass (a _Kept) or None."""
 
 
 def _survey(trace, call_budget):
@@ -118,7 +127,7 @@ def _survey(trace, call_budget):
         per_process = Summarizer(trace.names)
         process_tables = []
     calls = len(trace)
-    counter = None
+    counter = buckets = None
     if calls > call_budget:
         span = max(1, trace.stop_ns - trace.start_ns)
         base = max(1, -(-span // REDUCED_WIDTH_PX))
@@ -128,8 +137,10 @@ def _survey(trace, call_budget):
         buckets = ffi.new("uint64_t[]", (TOP_LEVELS + 1) * lib.PT_REDUCE_BUCKETS)
     open_at_start = []
     stacks = StackAggregator(trace)
+    kept = _Kept(trace, calls, call_budget, counter)
     for thread, batches in thread_batches(trace):
         stacks.begin_thread()
+        kept.begin_thread()
         if per_process is not None:
             title = _process_title(trace, trace.thread_pid(thread))
             if not process_tables or process_tables[-1][0] != title:
@@ -144,6 +155,8 @@ def _survey(trace, call_budget):
                 per_process.add(thread, slices, n, first_index, process_tables[-1][1])
             if counter is not None:
                 _check(lib.pt_reducer_count(counter, slices, n, first_index, buckets))
+            kept.add(slices, n, first_index, buckets)
+        kept.end_thread()
         summarizer.end_thread()
         stacks.end_thread()
         if per_process is not None:
@@ -171,7 +184,64 @@ def _survey(trace, call_budget):
                 top_levels -= 1
             else:
                 doublings += 1
-    return Survey(reduction, rows, process_rows, summarizer.calls, open_at_start, stacks)
+    return Survey(reduction, rows, process_rows, summarizer.calls, open_at_start, stacks,
+                  kept.result())
+
+
+class _Kept:
+    """What the page's arrays need, taken in the survey's pass when the trace
+    streams (so the arrays do not walk every call again: a trace of a thousand
+    task lanes read back from a .pftrace parses each lane's packets per walk):
+    every slice of a page that is not reduced, or the calls a reduced page keeps
+    at its first candidate (pt_reducer_keep at the first min_ns and TOP_LEVELS),
+    which hold those of every later candidate (_reduced_text picks the chosen
+    one's). Bounded: as raw records, at most KEPT_BUDGET times call_budget of
+    them (40 bytes each); past that the arrays walk again, as without it."""
+
+    def __init__(self, trace, calls, call_budget, counter):
+        self.on = (getattr(trace, "_streams", None) is not None and not trace.slices_built())
+        self.budget, self.counter, self.keeper = call_budget, counter, None
+        self.threads = []           # per thread: (records as bytes, its slices)
+        if self.on and counter is not None:
+            span = max(1, trace.stop_ns - trace.start_ns)
+            self.keeper = ffi.gc(lib.pt_reducer_new(max(1, -(-span // REDUCED_WIDTH_PX)),
+                                                    TOP_LEVELS), lib.pt_reducer_free)
+            if self.keeper == ffi.NULL:
+                raise MemoryError("out of memory while reducing the trace for the HTML page")
+            self.out = ffi.new("pt_reduced **")
+        self.on = self.on and calls > 0
+
+    def begin_thread(self):
+        if self.on:
+            self.parts, self.slices = [], 0
+
+    def add(self, slices, n, first_index, buckets):
+        if not self.on:
+            return
+        self.slices = first_index + n
+        if self.keeper is None:
+            self.parts.append(bytes(ffi.buffer(slices, n * SLICE_RECORD.size)))
+            return
+        _check(lib.pt_reducer_keep(self.keeper, slices, n, first_index))
+        every = lib.PT_REDUCE_BUCKETS   # kept at the first candidate so far, all threads
+        if sum(buckets[TOP_LEVELS * every + b] for b in range(1, every)) > \
+                KEPT_BUDGET * self.budget:
+            self.drop()
+
+    def end_thread(self):
+        if not self.on:
+            return
+        if self.keeper is not None:
+            lib.pt_reducer_end_thread(self.keeper)
+            count = lib.pt_reducer_take(self.keeper, self.out)
+            self.parts = [bytes(ffi.buffer(self.out[0], count * REDUCED_RECORD.size))]
+        self.threads.append((b"".join(self.parts), self.slices))
+
+    def drop(self):
+        self.on, self.keeper, self.threads = False, None, None
+
+    def result(self):
+        return self.threads if self.on else None
 
 
 def _leading_open_at_start(slices, n):
@@ -336,8 +406,23 @@ def _summed_rows(tables):
             for name, (calls, total_ns, self_ns) in sums.items()]
 
 
-def _slice_arrays(trace, progress):
-    """The per-thread flat arrays, as a JSON array of arrays, in pieces."""
+def _slice_arrays(trace, progress, kept=None):
+    """The per-thread flat arrays, as a JSON array of arrays, in pieces (from
+    kept, the survey's copy of every slice, when it took one)."""
+    if kept is not None:
+        yield "["
+        for number, (records, count) in enumerate(kept):
+            yield "[" if number == 0 else ",["
+            previous_start, parts = trace.start_ns, []
+            for start, end, key, _flags, _parent, _tag, depth in SLICE_RECORD.iter_unpack(
+                    records):
+                parts.append(f"{start - previous_start},{end - start},{key},{depth}")
+                previous_start = start
+            yield ",".join(parts)
+            progress.advance(count)
+            yield "]"
+        yield "]"
+        return
     yield "["
     for number, (_, batches) in enumerate(thread_batches(trace)):
         yield "[" if number == 0 else ",["
@@ -359,18 +444,32 @@ def _slice_arrays(trace, progress):
     yield "]"
 
 
-def _reduced_arrays(trace, reduction, progress):
+def _reduced_arrays(trace, reduction, progress, kept=None):
     """The per-thread flat arrays of a reduced page: per kept call its start after
     the previous kept call's, duration, key, depth, the number of calls left out
     since the previous kept one, and its self time over all its callees. Streamed:
     a reducer keeps each thread's chosen calls (pt_reducer_keep) as its slices
-    go by, so only the kept calls are ever held."""
+    go by, so only the kept calls are ever held; or from kept, the survey's
+    (_Kept), when it took them."""
+    shown = 0
+    if kept is not None:
+        yield "["
+        for number, (records, count) in enumerate(kept):
+            text, taken = _reduced_text(records, len(records) // REDUCED_RECORD.size,
+                                        trace.start_ns, reduction)
+            yield ("[" if number == 0 else ",[") + text + "]"
+            shown += taken
+            progress.advance(count)
+        yield "]"
+        if shown != reduction.shown:
+            raise TraceError(f"the HTML page kept {shown} calls where its survey counted "
+                             f"{reduction.shown}")
+        return
     reducer = ffi.gc(lib.pt_reducer_new(reduction.min_ns, reduction.top_levels),
                      lib.pt_reducer_free)
     if reducer == ffi.NULL:
         raise MemoryError("out of memory while reducing the trace for the HTML page")
     kept = ffi.new("pt_reduced **")
-    shown = 0
     yield "["
     for number, (_, batches) in enumerate(thread_batches(trace)):
         yield "[" if number == 0 else ",["
@@ -381,20 +480,42 @@ def _reduced_arrays(trace, reduction, progress):
         lib.pt_reducer_end_thread(reducer)
         count = lib.pt_reducer_take(reducer, kept)
         shown += count
-        previous_start, previous_index = trace.start_ns, -1
-        parts = []
-        for position in range(count):
-            k = kept[0][position]
-            parts.append(f"{k.start - previous_start},{k.end - k.start},{k.key},{k.depth},"
-                         f"{k.index - previous_index - 1},{k.self_ns}")
-            previous_start, previous_index = k.start, k.index
-        yield ",".join(parts)
+        yield _reduced_text(kept[0], count, trace.start_ns)[0]
         progress.advance(n)
         yield "]"
     yield "]"
     if shown != reduction.shown:
         raise TraceError(f"the HTML page kept {shown} calls where its survey counted "
                          f"{reduction.shown}")
+
+
+def _reduced_text(kept, count, start_ns, reduction=None):
+    """(the page's numbers, how many calls) of a thread's kept calls (count
+    pt_reduced from kept, or their bytes), read as tuples (REDUCED_RECORD) rather
+    than cffi structs: ~3x faster for a page of many lanes, whose kept top levels
+    are most of its calls. With reduction, only the calls it keeps (kept: a
+    superset that holds each one's parent): at a depth under its top_levels, or
+    lasting min_ns or more under a parent it keeps, as pt_reducer_keep keeps them."""
+    if count == 0:
+        return "", 0
+    previous_start, previous_index = start_ns, -1
+    parts = []
+    records = kept if isinstance(kept, bytes) else ffi.buffer(kept, count * REDUCED_RECORD.size)
+    if reduction is not None:
+        min_ns, top_levels = reduction.min_ns, reduction.top_levels
+        taken_at = []           # per depth: whether the latest call there is taken
+    for start, end, index, self_ns, key, depth in REDUCED_RECORD.iter_unpack(records):
+        if reduction is not None:
+            take = depth < top_levels or (end - start >= min_ns and
+                                          (depth == 0 or taken_at[depth - 1]))
+            del taken_at[depth:]
+            taken_at.append(take)
+            if not take:
+                continue
+        parts.append(f"{start - previous_start},{end - start},{key},{depth},"
+                     f"{index - previous_index - 1},{self_ns}")
+        previous_start, previous_index = start, index
+    return ",".join(parts), len(parts)
 
 
 def _chunks(trace, title, survey, progress):
@@ -405,9 +526,9 @@ def _chunks(trace, title, survey, progress):
     yield f'<script type="application/json" id="pt-meta">{_script_json(meta)}'
     yield '</script>\n<script type="application/json" id="pt-slices">'
     if reduction is None:
-        yield from _slice_arrays(trace, progress)
+        yield from _slice_arrays(trace, progress, survey.kept)
     else:
-        yield from _reduced_arrays(trace, reduction, progress)
+        yield from _reduced_arrays(trace, reduction, progress, survey.kept)
     yield "</script>" + tail
 
 
