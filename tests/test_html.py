@@ -449,14 +449,16 @@ def test_reduced_page_details_give_the_full_traces_ids(chromium, busy_trace, red
             if calls[index].end_ns - calls[index].start_ns > span / 20]
     skipped, call = max(wide, key=lambda pair: pair[0])
     assert skipped > 0
-    depth, parent = 0, call.parent
+    depth, parent, row = 0, call.parent, 0
     while parent is not None:
+        # traced under pytest: pluggy's frames above are hidden (the per-test view)
+        row += "pluggy/" not in calls[parent].name
         depth, parent = depth + 1, calls[parent].parent
     x = ((call.start_ns + call.end_ns) / 2 - meta["start_ns"]) / span
     click = f"""<script>
       const canvas = document.getElementById("canvas"), box = canvas.getBoundingClientRect();
       const at = {{clientX: box.left + box.width * {x}, clientY: box.top + 24 + 20 +
-                   16 * {depth} + 8, bubbles: true}};
+                   16 * {row} + 8, bubbles: true}};
       canvas.dispatchEvent(new MouseEvent("mousedown", at));
       canvas.dispatchEvent(new MouseEvent("mouseup", at));
     </script>"""

@@ -22,15 +22,17 @@ from pytrace_cffi.reading import read_trace
 from pytrace_cffi.trace import Mark
 from helpers import CHROMIUM_INSTALL, missing_tool
 from test_html import install_chromium, run_chromium
+from test_html_views import pytest_like_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 GOLDEN = os.path.join(HERE, "data", "golden")
 PAGE_FILES = (html_module.PAGE_SKELETON, html_module.PAGE_STYLE, html_module.PAGE_SCRIPT,
-              html_module.PAGE_FLAME_SCRIPT)
+              html_module.PAGE_FLAME_SCRIPT, html_module.PAGE_VIEWS_SCRIPT)
 # Each script, and the text whose brace a planted syntax error doubles.
 SCRIPTS = ((html_module.PAGE_SCRIPT, "(function () {"),
-           (html_module.PAGE_FLAME_SCRIPT, "function ptFlameGraph(env) {"))
+           (html_module.PAGE_FLAME_SCRIPT, "function ptFlameGraph(env) {"),
+           (html_module.PAGE_VIEWS_SCRIPT, "function ptViews(env) {"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -335,6 +337,20 @@ _ERROR_PROBE = """<script>
       frames("wheel", 50, 20, {deltaY: -2, deltaMode: 1});
       for (let i = 0; i < 4; i++) document.getElementById("flame-back").click();
     }
+    for (const tr of document.querySelectorAll("#tests tbody tr")) tr.click();
+    for (const th of document.querySelectorAll("#tests th")) th.click();
+    for (const id of ["hide-pluggy", "fold-timeline-imports"]) {   // off, on, off, on
+      const toggle = document.getElementById(id);
+      for (let i = 0; i < 4; i++) {
+        toggle.click();
+        for (let y = box.height - 3; y > 0; y -= 9) {   // a folded import unfolds
+          for (const x of xs) {
+            mouse("mousedown", x, y);
+            mouse("mouseup", x, y);
+          }
+        }
+      }
+    }
     const foldImports = document.getElementById("fold-imports");
     foldImports.click();
     for (const tr of Array.from(document.querySelectorAll("#summary tbody tr")).slice(0, 3)) {
@@ -430,6 +446,7 @@ PAGES = {
     "reduced": (lambda: read_trace(os.path.join(GOLDEN, "threads")), 20),
     "nothing": (nothing_traced, html_module.CALL_BUDGET),
     "steps": (job_of_ranks_with_steps, html_module.CALL_BUDGET),
+    "pytest": (lambda: pytest_like_trace(imports=True), html_module.CALL_BUDGET),
 }
 
 # name -> (page it is a copy of, text of the script, planted in its place): the

@@ -25,10 +25,14 @@ ids stay those of the full trace) and its self time over all its callees. The pa
 says what was left out and how to see everything; the summary table always counts
 every call.
 
-Below the timeline, a flame graph of the chosen thread or process, from the calls
+Under the timeline (imports folded in it by default, page/views.js), the details
+and the top-functions table (on the first screen), then a flame graph of the chosen
+thread or process, from the calls
 aggregated per distinct stack in the survey's own pass (bounded: page_stacks.py);
 the summary table can fold the import machinery into one "imports" row; a job
 with ranks (torchrun's) opens on them, the launcher's processes folded (job_order).
+A pytest run gets a Tests table and pluggy's frames hidden (page_tests.py: the tests
+found in the survey's pass, by name).
 
 The page's skeleton, stylesheet and scripts are files in render/page/ (package
 data, read with importlib.resources), inlined into each page.
@@ -48,6 +52,7 @@ from .._progress import Progress
 from ..errors import TraceError, TraceFormatError
 from .page_stacks import (FLAME_NODE_BUDGET, StackShape, flame_data, import_frames,
                           import_rows)
+from .page_tests import Tests
 from .stacks import StackAggregator
 from .walk import thread_batches
 from .steps import steps_data, steps_table
@@ -100,12 +105,14 @@ def _check(status):
         raise TraceFormatError("a call's parent is not an enclosing call")
 
 
-Survey = namedtuple("Survey", "reduction rows process_rows calls open_at_start stacks kept")
+Survey = namedtuple("Survey", "reduction rows process_rows calls open_at_start stacks kept "
+                               "tests")
 Survey.__doc__ = """calls: as the summary counts them (frames open at start are none);
 open_at_start: per thread, how many of its first calls were running when tracing
 began (seeded before any call, they come first); stacks: the calls aggregated
 per distinct stack (a stacks.StackAggregator), for the flame graph and the
-imports row; kept: the page's arrays taken in the same pass (a _Kept) or None."""
+imports row; kept: the page's arrays taken in the same pass (a _Kept) or None;
+tests: a pytest run's tests (page_tests.Tests)."""
 
 
 def _survey(trace, call_budget):
@@ -138,9 +145,11 @@ def _survey(trace, call_budget):
     open_at_start = []
     stacks = StackAggregator(trace)
     kept = _Kept(trace, calls, call_budget, counter)
+    tests = Tests(trace.names, trace.key_kinds, trace.start_ns)
     for thread, batches in thread_batches(trace):
         stacks.begin_thread()
         kept.begin_thread()
+        tests.begin_thread()
         if per_process is not None:
             title = _process_title(trace, trace.thread_pid(thread))
             if not process_tables or process_tables[-1][0] != title:
@@ -156,7 +165,9 @@ def _survey(trace, call_budget):
             if counter is not None:
                 _check(lib.pt_reducer_count(counter, slices, n, first_index, buckets))
             kept.add(slices, n, first_index, buckets)
+            tests.add(slices, n, first_index)
         kept.end_thread()
+        tests.end_thread()
         summarizer.end_thread()
         stacks.end_thread()
         if per_process is not None:
@@ -185,7 +196,7 @@ def _survey(trace, call_budget):
             else:
                 doublings += 1
     return Survey(reduction, rows, process_rows, summarizer.calls, open_at_start, stacks,
-                  kept.result())
+                  kept.result(), tests)
 
 
 class _Kept:
@@ -271,7 +282,8 @@ def _script_json(data):
 
 def _summary_rows(rows, folded_names=frozenset()):
     """The page's rows: the top ones by each sort, and the top ones by each sort
-    among those not in folded_names (so the table stays full with them folded)."""
+    among those not in folded_names (so the table stays full with them folded:
+    the import machinery's, pluggy's in a pytest run)."""
     chosen = {}
     for candidates in (rows, [row for row in rows if row.name not in folded_names]):
         for sort in SUMMARY_SORTS:
@@ -354,6 +366,9 @@ def _meta(trace, title, survey):
         "reduced": None if reduction is None else reduction._asdict(),
     }
     import_names, import_per_thread = _stack_meta(trace, survey, meta)
+    meta["tests"] = survey.tests.meta(trace.names)
+    if meta["tests"] is not None:   # the table stays full with pluggy's rows hidden too
+        import_names = import_names | {trace.names[key] for key in meta["tests"]["pluggy"]}
     meta["summary"] = _summary_rows(survey.rows, import_names)
     if trace.processes:
         # A trace of several processes: lanes grouped by process, each group headed
@@ -535,11 +550,13 @@ def _chunks(trace, title, survey, progress):
 # The page's own files, package data beside this module (render/page/, shipped by
 # pyproject.toml's package-data and MANIFEST.in): the skeleton with its
 # placeholders, the stylesheet and the scripts (the flame graph's, which defines
-# ptFlameGraph, then the page's, which calls it), inlined so the page stays one file.
+# ptFlameGraph, the views', which defines ptViews and ptTestsTable, then the
+# page's, which calls them), inlined so the page stays one file.
 # Files, not Python strings, so tests can parse them (tests/test_html_page.py).
 PAGE_DIRECTORY = "page"
 PAGE_SKELETON, PAGE_STYLE, PAGE_SCRIPT = "page.html", "page.css", "page.js"
 PAGE_FLAME_SCRIPT = "flame.js"
+PAGE_VIEWS_SCRIPT = "views.js"
 
 
 def _page_file(name):
@@ -568,4 +585,5 @@ def _page_template():
         raise ValueError(f"{PAGE_DIRECTORY}/{PAGE_SKELETON}: $STYLE goes before $DATA, "
                          "$SCRIPT after it")
     return (head.replace("$STYLE", _page_file(PAGE_STYLE)),
-            tail.replace("$SCRIPT", _page_file(PAGE_FLAME_SCRIPT) + _page_file(PAGE_SCRIPT)))
+            tail.replace("$SCRIPT", _page_file(PAGE_FLAME_SCRIPT) + _page_file(PAGE_VIEWS_SCRIPT)
+                         + _page_file(PAGE_SCRIPT)))

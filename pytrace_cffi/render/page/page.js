@@ -73,6 +73,11 @@
     threads.push(thread);
   });
   traceEnd = Math.max(traceEnd, 1);
+  // Imports folded, pluggy hidden (views.js): rows, levels and the time warp;
+  // view.start and view.end are display ns (views.toX of real ns).
+  const views = ptViews({ meta, names, labels, threads, traceEnd, count, formatNs });
+  let shownEnd = views.toX(traceEnd);
+  const FOLD_COLOR = "hsl(210,13%,72%)";
 
   // A trace of several processes: the threads of a process form a group, headed
   // by the process's label, laid out in the order of meta.processes (a torchrun
@@ -118,7 +123,7 @@
 
   // The view it opens on (and Reset returns to): the whole trace, or in a job whose
   // launcher starts folded, the time of the lanes shown (a torchrun job's ranks).
-  const home = { start: 0, end: traceEnd };
+  const home = { start: 0, end: shownEnd };
   if (groups.some(g => g.process.folded)) {
     let first = Infinity, last = -Infinity;
     for (const thread of threads) {
@@ -127,9 +132,10 @@
       for (const ends of thread.levelEnds) last = Math.max(last, ends[ends.length - 1] || 0);
     }
     if (first < last) {
+      first = views.toX(first); last = views.toX(last);
       const pad = (last - first) * 0.02;
       home.start = Math.max(0, first - pad);
-      home.end = Math.min(traceEnd, last + pad);
+      home.end = Math.min(shownEnd, last + pad);
     }
   }
   const view = { start: home.start, end: home.end, scroll: 0 };
@@ -168,9 +174,9 @@
   }
 
   function clampView() {
-    let span = Math.max(MIN_SPAN_NS, Math.min(view.end - view.start, traceEnd * 1.1));
-    const slack = traceEnd * 0.05;
-    view.start = Math.min(Math.max(view.start, -slack), traceEnd + slack - span);
+    let span = Math.max(MIN_SPAN_NS, Math.min(view.end - view.start, shownEnd * 1.1));
+    const slack = shownEnd * 0.05;
+    view.start = Math.min(Math.max(view.start, -slack), shownEnd + slack - span);
     view.end = view.start + span;
     view.scroll = Math.min(Math.max(view.scroll, 0), Math.max(0, contentHeight - height));
   }
@@ -190,13 +196,29 @@
     ctx.fillRect(0, 0, width, AXIS);
     ctx.font = "11px system-ui, sans-serif";
     ctx.textBaseline = "middle";
-    for (let t = Math.ceil(view.start / step) * step; t <= view.end; t += step) {
-      const x = Math.round((t - view.start) / nsPerPx) + 0.5;
+    // Ticks at real times; in folded imports' stretches a grey band instead.
+    const bands = views.bands().filter(([a, b]) => b >= view.start && a <= view.end);
+    for (const [a, b] of bands) {
+      ctx.fillStyle = FOLD_COLOR;
+      const x0 = (a - view.start) / nsPerPx, x1 = (b - view.start) / nsPerPx;
+      ctx.fillRect(x0, 0, Math.max(1, x1 - x0), AXIS - 1);
+    }
+    let lastLabel = -Infinity;
+    const last = views.fromX(view.end);
+    for (let t = Math.ceil(views.fromX(view.start) / step) * step; t <= last; t += step) {
+      const shown = views.toX(t);
+      if (bands.some(([a, b]) => shown > a && shown < b)) {      // skip the fold
+        t = Math.floor(views.fromX(bands.find(([a, b]) => shown > a && shown < b)[1]) / step) * step;
+        continue;
+      }
+      const x = Math.round((shown - view.start) / nsPerPx) + 0.5;
       ctx.fillStyle = "rgba(208,215,222,0.6)";
       ctx.fillRect(x, AXIS, 1, height - AXIS);
       ctx.fillStyle = "#57606a";
       ctx.fillRect(x, AXIS - 6, 1, 6);
+      if (x - lastLabel < 60) continue;
       ctx.fillText((t / unit[0]).toFixed(decimals) + " " + unit[1], x + 4, AXIS / 2);
+      lastLabel = x;
     }
     ctx.fillStyle = "#d0d7de";
     ctx.fillRect(0, AXIS - 1, width, 1);
@@ -207,27 +229,29 @@
   function drawLevel(thread, d, y, nsPerPx, charWidth) {
     const level = thread.levels[d], ends = thread.levelEnds[d];
     const { start, end, key } = thread;
-    let k = lowerBound(ends, view.start), nextFreeX = -Infinity;
+    const { toX, fromX } = views, last = fromX(view.end);
+    let k = lowerBound(ends, fromX(view.start)), nextFreeX = -Infinity;
     while (k < level.length) {
       const i = level[k];
-      if (start[i] > view.end) break;
-      const x0 = (start[i] - view.start) / nsPerPx, x1 = (end[i] - view.start) / nsPerPx;
+      if (start[i] > last) break;
+      const x0 = (toX(start[i]) - view.start) / nsPerPx, x1 = (toX(end[i]) - view.start) / nsPerPx;
+      const folded = views.isFolded(thread, i);
       const faded = highlightKeys !== null && !highlightKeys[key[i]];
       ctx.globalAlpha = faded ? 0.2 : 1;
-      ctx.fillStyle = colors[key[i]];
+      ctx.fillStyle = folded ? FOLD_COLOR : colors[key[i]];
       if (x1 - x0 < 1) {
         if (x0 >= nextFreeX) {
           ctx.fillRect(Math.floor(x0), y, 1, ROW - 1);
           nextFreeX = Math.floor(x0) + 1;
         }
-        k = Math.max(k + 1, lowerBound(ends, view.start + nextFreeX * nsPerPx));
+        k = Math.max(k + 1, lowerBound(ends, fromX(view.start + nextFreeX * nsPerPx)));
         continue;
       }
       const left = Math.max(x0, -1), right = Math.min(x1, width + 1);
       ctx.fillRect(left, y, right - left - (x1 - x0 > 3 ? 1 : 0), ROW - 1);
       const room = right - left - 6;
       if (room > charWidth * 3) {
-        let text = labels[key[i]];
+        let text = folded ? thread.rootAt.get(i).label : labels[key[i]];
         const fits = Math.floor(room / charWidth);
         if (text.length > fits) text = text.slice(0, fits - 1) + "\u2026";
         ctx.fillStyle = "#1f2328";
@@ -242,9 +266,10 @@
   function drawSelection(nsPerPx) {
     if (selected === null || selected.thread.folded) return;
     const { thread, index } = selected;
-    const x0 = (thread.start[index] - view.start) / nsPerPx;
-    const x1 = (thread.end[index] - view.start) / nsPerPx;
-    const y = thread.top + LANE_HEAD + thread.depth[index] * ROW;
+    if (thread.row[index] < 0) return;
+    const x0 = (views.toX(thread.start[index]) - view.start) / nsPerPx;
+    const x1 = (views.toX(thread.end[index]) - view.start) / nsPerPx;
+    const y = thread.top + LANE_HEAD + thread.row[index] * ROW;
     ctx.strokeStyle = "#0969da";
     ctx.lineWidth = 2;
     ctx.strokeRect(Math.max(x0, -2), y, Math.max(2, Math.min(x1, width + 2) - Math.max(x0, -2)),
@@ -335,10 +360,11 @@
     for (const thread of threads) {
       const d = Math.floor((contentY - thread.top - LANE_HEAD) / ROW);
       if (d < 0 || d >= rowsShown(thread)) continue;
-      const time = view.start + x * nsPerPx, tolerance = 2 * nsPerPx;
-      const k = lowerBound(thread.levelEnds[d], time - tolerance);
+      const shown = view.start + x * nsPerPx;
+      const k = lowerBound(thread.levelEnds[d], views.fromX(shown - 2 * nsPerPx));
       const index = thread.levels[d][k];
-      if (k < thread.levels[d].length && thread.start[index] <= time + tolerance) {
+      if (k < thread.levels[d].length &&
+          thread.start[index] <= views.fromX(shown + 2 * nsPerPx)) {
         return { thread, index };
       }
       return null;
@@ -362,7 +388,7 @@
     const { thread, index } = hit;
     const k = thread.key[index], parent = thread.parent[index];
     const rows = [
-      ["Name", names[k]],
+      ["Name", views.callName(thread, index)],
       ["Kind", KIND_NAMES[meta.kinds[k]]],
       ["Thread", `${thread.info.name} (tid ${thread.info.tid})`],
       ...(meta.processes ? [["Process", processTitle(thread.info.pid)]] : []),
@@ -391,10 +417,10 @@
   }
 
   function zoomTo(hit) {
-    const span = hit.thread.end[hit.index] - hit.thread.start[hit.index];
-    const pad = Math.max(span * 0.1, MIN_SPAN_NS);
-    view.start = hit.thread.start[hit.index] - pad;
-    view.end = hit.thread.end[hit.index] + pad;
+    const from = views.toX(hit.thread.start[hit.index]), to = views.toX(hit.thread.end[hit.index]);
+    const pad = Math.max((to - from) * 0.1, MIN_SPAN_NS);
+    view.start = from - pad;
+    view.end = to + pad;
     clampView();
     redraw();
   }
@@ -451,6 +477,11 @@
         resize();
       } else {
         selected = callAt(event.offsetX, event.offsetY);
+        if (selected !== null && views.isFolded(selected.thread, selected.index)) {
+          views.unfold(selected.thread, selected.index);    // the block opens
+          rewarp();
+          zoomTo(selected);
+        }
         showDetails(selected);
         redraw();
       }
@@ -466,7 +497,7 @@
     const hit = drag === null ? callAt(event.offsetX, event.offsetY) : null;
     if (hit === null) { tooltip.style.display = "none"; return; }
     const duration = hit.thread.end[hit.index] - hit.thread.start[hit.index];
-    tooltip.textContent = `${names[hit.thread.key[hit.index]]}  \u2014  ${formatNs(duration)}`;
+    tooltip.textContent = `${views.callName(hit.thread, hit.index)}  \u2014  ${formatNs(duration)}`;
     tooltip.style.display = "block";
     tooltip.style.left = Math.min(event.offsetX + 12, Math.max(0, width - 400)) + "px";
     tooltip.style.top = (event.offsetY + 16) + "px";
@@ -487,9 +518,13 @@
   const IMPORTS_ROW = "imports (the import machinery as one row)";
   const importNames = new Set(meta.imports ? meta.imports.keys.map(k => names[k]) : []);
   let importsRow = meta.imports ? meta.imports.row : null, importsFolded = false;
+  // A pytest run with pluggy's plumbing hidden: its functions leave the table too.
+  const pluggyNames = new Set(meta.tests ? meta.tests.pluggy.map(k => names[k]) : []);
   function rowsShownInSummary() {
-    if (!importsFolded || importsRow === null) return summaryRows;
-    const rows = summaryRows.filter(row => !importNames.has(row[0]));
+    const shown = views.state.hidePluggy ? summaryRows.filter(row => !pluggyNames.has(row[0])) :
+      summaryRows;
+    if (!importsFolded || importsRow === null) return shown;
+    const rows = shown.filter(row => !importNames.has(row[0]));
     if (importsRow[0] > 0 || importsRow[1] > 0) rows.push([IMPORTS_ROW, ...importsRow]);
     return rows;
   }
@@ -542,6 +577,10 @@
     let text = (shown < functions ? `${shown} of ${count(functions, "function")}` :
       count(functions, "function")) +
       "; total counts recursion once, self excludes callees; click a row to highlight it";
+    if (views.state.hidePluggy && pluggyNames.size) {
+      text += `; pluggy's ${count(pluggyNames.size, "function")} hidden (untick ` +
+        `"Hide pluggy's plumbing" to list them)`;
+    }
     if (importsFolded) {
       text += `; "imports" is the import machinery (${count(importNames.size, "function")}: ` +
         "importlib's _find_and_load and its kin, __import__, and the built-ins only they " +
@@ -703,6 +742,52 @@
       `every call, write the trace as .pftrace (-o trace.pftrace with run or export, ` +
       `or Trace.export_perfetto) and open it in ui.perfetto.dev.`;
     notice.hidden = false;
+  }
+  // After folding or unfolding: the same real times in view, the lanes laid out.
+  function rewarp() {
+    const from = views.fromX(view.start), to = views.fromX(view.end);
+    shownEnd = views.toX(traceEnd);
+    home.start = 0; home.end = shownEnd;
+    view.start = views.toX(from); view.end = views.toX(to);
+    const note = document.getElementById("fold-note");
+    note.textContent = views.note();
+    note.hidden = note.textContent === "";
+    layout();
+    resize();
+  }
+  function option(id, on, change) {
+    const box = document.getElementById(id);
+    box.checked = on;
+    box.parentElement.hidden = false;
+    box.addEventListener("change", () => { change(box.checked); rewarp(); });
+  }
+  if (views.roots > 0) option("fold-timeline-imports", true, on => views.setFoldImports(on));
+  if (views.state.hidePluggy) {
+    option("hide-pluggy", true, on => {
+      views.setHidePluggy(on);
+      noteSummary();
+      renderSummary(summarySort);
+    });
+  }
+  // A pytest run's tests: a click zooms the timeline to the test and selects it.
+  ptTestsTable({ meta, names, count, formatNs, open(t, index, start, end) {
+    const thread = threads[t];
+    if (thread.folded) { thread.folded = false; layout(); resize(); }
+    const found = lowerBound(thread.id, index);
+    const hit = found < thread.n && thread.id[found] === index ? { thread, index: found } : null;
+    if (hit !== null) { selected = hit; showDetails(hit); zoomTo(hit); }
+    else {
+      view.start = views.toX(start); view.end = views.toX(end);
+      clampView();
+    }
+    view.scroll = Math.max(0, thread.top - AXIS);
+    clampView();
+    redraw();
+  } });
+  {
+    const note = document.getElementById("fold-note");
+    note.textContent = views.note();
+    note.hidden = note.textContent === "";
   }
   const flameGraph = ptFlameGraph({ meta, names, labels, colors, formatNs, count,
                                     highlighted: () => highlightKeys });
