@@ -173,9 +173,15 @@ function ptViews(env) {
       `${names[thread.key[index]]}; click to unfold)` : names[thread.key[index]];
   }
   function note() {
-    if (!state.foldImports || folded === 0) {
-      return rootCount > 0 && !state.foldImports ?
+    if (!state.foldImports) {
+      return rootCount > 0 ?
         `${count(rootCount, "import")} shown whole (tick "Fold imports" to fold them).` : "";
+    }
+    if (foldedBlocks === 0) return "";
+    if (scale === 1) {
+      return `Imports folded: ${count(foldedBlocks, "block")}, each at its real width ` +
+        `(${folded > 0 ? "already narrow" : "other threads ran meanwhile"}); click a ` +
+        `block to unfold it, or untick "Fold imports". Nothing is left out.`;
     }
     const share = Math.round(100 * folded * scale / (traceEnd - folded + folded * scale));
     return `Imports folded: ${count(foldedBlocks, "block")}, ${formatNs(folded)} of ` +
