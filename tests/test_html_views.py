@@ -98,6 +98,7 @@ PROBE = """<script>
         first.click();
         const rows = document.querySelectorAll("#details tr");
         out.clicked = rows.length ? rows[0].cells[1].textContent : null;
+        out.flamePath = document.getElementById("flame-path").textContent;
       }
       const fold = document.getElementById("fold-timeline-imports");
       out.foldShown = !fold.parentElement.hidden;
@@ -205,7 +206,7 @@ def test_a_pytest_run_lists_each_test_by_name(pytest_run):
     assert all(re.fullmatch(r"[\d.]+ (ns|\u00b5s|ms|s)", cell) for row in found["tests"]
                for cell in row[2:])
     # a test's row opens its call: the item's runtestprotocol, selected
-    assert found["clicked"].endswith(": runtestprotocol")
+    assert found["clicked"] and found["clicked"].endswith(": runtestprotocol"), found
     meta = embedded(page.read_text(encoding="utf-8"), "pt-meta")
     pluggy = {meta["names"][key] for key in meta["tests"]["pluggy"]}
     assert any(name.endswith(": _multicall") for name in pluggy)
@@ -249,6 +250,21 @@ def pytest_like_trace(imports=False):
                  slices=[(slices, len(calls))], start_ns=1000, stop_ns=first + 2000,
                  pid=1, python_version="3", backend="test", clock="monotonic",
                  params={"modules": [], "optimizer_steps": []})
+
+
+def test_a_test_s_row_opens_its_function_in_the_flame_graph(chromium, tmp_path_factory):
+    """Its subtree, every call counted (the timeline may be reduced); a test too
+    short for the flame graph's budget (the tiny ones above, in a run of 2M calls)
+    leaves the flame graph as it was."""
+    page = tmp_path_factory.mktemp("flame") / "page.html"
+    html_module.write_html(pytest_like_trace(imports=True), page)
+    found = probe(chromium, tmp_path_factory, page)
+    assert found["errors"] == []
+    assert found["clicked"].endswith(": runtestprotocol")
+    # (the flame graph keeps pluggy's frames: it merges stacks, it does not hide)
+    assert found["flamePath"] == ("MainThread (tid 7) \u203a <module> \u203a runtestprotocol "
+                                  "\u203a __call__ \u203a _multicall \u203a "
+                                  "pytest_pyfunc_call \u203a test_one")
 
 
 def test_the_page_names_a_test_by_its_function_not_pytest_s(tmp_path):

@@ -275,5 +275,23 @@ function ptFlameGraph(env) {
   } else {
     choose(firstChoice);
   }
-  return { redraw };
+  // Opens thread t's own view focused on its busiest frame named `name` (a test's
+  // function: its subtree, every call counted); false when it is not there.
+  function focusName(t, name) {
+    const i = choices.findIndex(choice => choice.threads.length === 1 && choice.threads[0] === t);
+    if (i < 0) return false;
+    choose(i);
+    let best = -1;
+    for (let node = 1; node < view.key.length; node++) {
+      if (names[view.key[node]] === name && (best < 0 || view.total[node] > view.total[best])) {
+        best = node;
+      }
+    }
+    if (best < 0) return false;
+    history.push(0);
+    focus = best;
+    resize();
+    return true;
+  }
+  return { redraw, focusName };
 }

@@ -770,8 +770,9 @@
     });
   }
   // A pytest run's tests: a click zooms the timeline to the test and selects it.
-  ptTestsTable({ meta, names, count, formatNs, open(t, index, start, end) {
+  ptTestsTable({ meta, names, count, formatNs, open(t, index, start, end, key) {
     const thread = threads[t];
+    if (key !== null) flameGraph.focusName(t, names[key]);     // every call, unreduced
     if (thread.folded) { thread.folded = false; layout(); resize(); }
     const found = lowerBound(thread.id, index);
     const hit = found < thread.n && thread.id[found] === index ? { thread, index: found } : null;

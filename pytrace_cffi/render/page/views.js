@@ -220,7 +220,7 @@ function ptViews(env) {
 
 // A pytest run's tests (meta.tests, render/page_tests.py): one row each, its
 // function and file:line, its whole time and its test function's; a click
-// shows the test's calls (env.open(thread, index, start, end)).
+// shows the test's calls (env.open(thread, index, start, end, the function's key)).
 function ptTestsTable(env) {
   const { meta, names, count, formatNs, open } = env;
   const tests = meta.tests;
@@ -238,7 +238,7 @@ function ptTestsTable(env) {
       seen.set(key, runs);
       if (runs > 1) name += ` [run ${runs}]`;
     }
-    return { order, thread, index, start, end, name, where, testNs };
+    return { order, thread, index, start, end, key, name, where, testNs };
   });
   const body = document.querySelector("#tests tbody");
   let sort = "order";
@@ -257,7 +257,7 @@ function ptTestsTable(env) {
       tr.insertCell().textContent = test.testNs ? formatNs(test.testNs) : "-";
       tr.addEventListener("click", () => {
         for (const other of body.rows) other.classList.toggle("highlighted", other === tr);
-        open(test.thread, test.index, test.start, test.end);
+        open(test.thread, test.index, test.start, test.end, test.key);
       });
     }
   }
@@ -267,6 +267,6 @@ function ptTestsTable(env) {
   document.getElementById("tests-note").textContent =
     `${count(rows.length, "test")}` + (tests.more ? ` (and ${tests.more} more not listed)` : "") +
     "; time: setup, call and teardown; function: the test function alone; click one to " +
-    "see its calls";
+    "see its calls in the timeline, and its function's subtree in the flame graph below";
   render();
 }
