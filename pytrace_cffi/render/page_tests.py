@@ -18,7 +18,15 @@ are listed; the page says how many more ran.
 """
 import re
 
-from .summary import slice_records
+from .._core import ffi
+from ..saved_format import SLICE_RECORD
+
+# a pt_slice as SLICE_RECORD reads it (=qqIIqII): its key is 32-bit word 4, its
+# parent 64-bit word 3
+KEY_WORD, PARENT_WORD = 4, 3
+if SLICE_RECORD.format.lstrip("=<") != "qqIIqII":
+    raise ImportError("render/page_tests.py reads keys and parents from SLICE_RECORD's "
+                      "layout, which changed")
 
 MAX_TESTS = 5000
 # names as the trace gives them: a path (often shortened to its package) and line
@@ -57,11 +65,24 @@ class Tests:
         self.caller_index = set()   # indices of the current test's callers
 
     def add(self, slices, n, first_index):
-        if not self.on:
+        if not self.on or n == 0:
             return
         protocol, callers = self.protocol, self.callers
-        for offset, (start, end, key, _flags, parent, _tag, _depth) in enumerate(
-                slice_records(slices, n)):
+        records = memoryview(ffi.buffer(slices, n * SLICE_RECORD.size))
+        # Only the records whose key is watched, or whose parent is a caller, are
+        # read whole: keys and parents picked out of the raw records first.
+        keys = records.cast("I")[KEY_WORD::SLICE_RECORD.size // 4]
+        watched = protocol | callers
+        at = [offset for offset, key in enumerate(keys) if key in watched]
+        calling = self.caller_index | {first_index + offset for offset in at
+                                       if keys[offset] in callers}
+        if calling:
+            parents = records.cast("q")[PARENT_WORD::SLICE_RECORD.size // 8]
+            at = sorted(set(at).union(offset for offset, parent in enumerate(parents)
+                                      if parent in calling))
+        for offset in at:
+            start, end, key, _flags, parent, _tag, _depth = SLICE_RECORD.unpack_from(
+                records, offset * SLICE_RECORD.size)
             if key in protocol:
                 if self.open is not None and start < self.open[3]:
                     continue        # one inside another (a plugin running an item)
