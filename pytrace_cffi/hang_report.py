@@ -33,12 +33,11 @@ import time
 from collections import Counter, namedtuple
 
 from .errors import TraceFormatError
-from .options import default_dumps_dir
+from .flight.places import holders, looked_in
 from .readers.safe_read import read_bounded
 
 DUMP_FILE = "dump.json"
 DUMP_VERSION = 1
-DUMPS_SUBDIRECTORY = "dumps"      # <job or trace dir>/dumps/<DUMPDIR>/
 MAX_DUMP_BYTES = 64 << 20         # a stack per thread: a file beyond this is not a dump
 BEFORE_WINDOW = "since before the recorded window"
 NAMED_MEMBERS = 8                 # members named in a group's text line beyond its ranks
@@ -112,37 +111,25 @@ def is_dump_directory(path):
 
 def dump_directories(path, every=False):
     """The DUMPDIRs path names: itself (a DUMPDIR, or one process's dump), else
-    the DUMPDIRs inside it or inside its dumps/ (a job's or trace's directory),
-    or in the dumps directory beside it (OUT-dumps/ for `run -o OUT`), the newest
-    only unless every, oldest first. TraceFormatError when none."""
+    the DUMPDIRs in every place its dumps may be (flight/places.py: inside it,
+    its dumps/, the dumps directory beside it, OUT-dumps/ for `run -o OUT`, and
+    where a job directory's processes say they dump), the newest only unless
+    every, oldest first. TraceFormatError, saying where it looked, when none."""
     if _is_process_dump(path) or is_dump_directory(path):
         return [path]
-    for holder in _holders(path):
-        found = [os.path.join(holder, name) for name in sorted(os.listdir(holder))
-                 if not os.path.islink(os.path.join(holder, name))
-                 and is_dump_directory(os.path.join(holder, name))]
-        if found:
-            found.sort(key=_dumped_at)
-            return found if every else found[-1:]
-    raise _no_dump(path)
-
-
-def _holders(path):
-    """The directories that may hold path's DUMPDIRs: path, its dumps/, and the
-    dumps directory beside it (OUT-dumps/ of `run -o OUT`); TraceFormatError when
-    none exists."""
-    holders = [d for d in (path, os.path.join(path, DUMPS_SUBDIRECTORY),
-                           default_dumps_dir(path)) if os.path.isdir(d)]
-    if not holders:
-        raise TraceFormatError(f"{path}: neither a directory nor beside one of dumps "
-                               f"({default_dumps_dir(path)})")
-    return holders
+    found = [os.path.join(holder, name) for holder in holders(path)
+             for name in sorted(os.listdir(holder))
+             if not os.path.islink(os.path.join(holder, name))
+             and is_dump_directory(os.path.join(holder, name))]
+    if not found:
+        raise _no_dump(path)
+    found.sort(key=_dumped_at)
+    return found if every else found[-1:]
 
 
 def _no_dump(path):
-    return TraceFormatError(f"{path}: holds no dump (no proc-*/{DUMP_FILE} in it, in a "
-                            f"directory inside it, in its {DUMPS_SUBDIRECTORY}/ or in "
-                            f"{default_dumps_dir(path)})")
+    return TraceFormatError(f"{path}: holds no dump (no proc-*/{DUMP_FILE} in a directory "
+                            f"of: {looked_in(path)})")
 
 
 def _dumped_at(directory, single=False):
@@ -165,24 +152,27 @@ def _dumped_at(directory, single=False):
 
 
 def newest_per_process(path):
-    """(the directory holding path's DUMPDIRs, each process's newest dump in them):
-    a job's processes dump at their own times (each its watchdog, its SIGTERM),
-    and the picture of the job is every process's latest. TraceFormatError when
+    """(where the dumps are: path, or the one place holding them, each process's
+    newest dump): a job's processes dump at their own times (each its watchdog,
+    its SIGTERM), and the picture of the job is every process's latest, found in
+    every place its dumps may be (see dump_directories). TraceFormatError when
     path holds no dump."""
-    for holder in _holders(path):
-        newest = {}
+    newest, places = {}, set()
+    for holder in holders(path):
         for name in os.listdir(holder):
             if os.path.islink(os.path.join(holder, name)):
                 continue            # (may lead out of the directory)
             for process_dir in _process_dirs(os.path.join(holder, name)):
                 if _is_process_dump(process_dir):
+                    places.add(holder)
                     when = _dumped_at(process_dir, single=True)
                     pid = os.path.basename(process_dir)
                     if pid not in newest or newest[pid][0] < when:
                         newest[pid] = (when, process_dir)
-        if newest:
-            return holder, sorted(process_dir for _, process_dir in newest.values())
-    raise _no_dump(path)
+    if not newest:
+        raise _no_dump(path)
+    return (places.pop() if len(places) == 1 else path,
+            sorted(process_dir for _, process_dir in newest.values()))
 
 
 def read_dump(directory, process_dirs=None):

@@ -159,6 +159,44 @@ def test_a_directory_of_dumps_gives_each_processs_newest_or_all(tmp_path):
         dump_directories(str(dumps / "not-a-dump"))
 
 
+def _job_process(job, pid, dumps_dir):
+    """job/proc-<pid>/process.json as a flight recorder's process writes it."""
+    (job / f"proc-{pid}").mkdir(parents=True)
+    (job / f"proc-{pid}" / "process.json").write_text(json.dumps(
+        {"pid": pid, "flight": {"dumps_dir": str(dumps_dir), "signal": 10}}))
+
+
+def test_a_job_directory_finds_its_dumps_wherever_its_processes_dumped(tmp_path):
+    """`run --processes-dir job -o out.pftrace` dumps beside OUT (out-dumps/), or
+    where --dumps-dir says: `report job` looks where its processes' process.json
+    say they dump, every place together (#30 item 4), and says where it looked
+    when there is nothing."""
+    job = tmp_path / "job"
+    beside_out, elsewhere = tmp_path / "out-dumps", tmp_path / "else" / "dumps"
+    _job_process(job, 100, beside_out)
+    _job_process(job, 101, beside_out)
+    _job_process(job, 102, elsewhere)
+    (job / "proc-103").mkdir()
+    (job / "proc-103" / "process.json").write_text('{"flight": {"dumps_dir": "rel"}}')
+    with pytest.raises(TraceFormatError) as no_dump:
+        report([str(job)])
+    for place in (job, job / "dumps", tmp_path / "job-dumps", beside_out, elsewhere):
+        assert f"{place} (" in str(no_dump.value)
+    assert "rel (" not in str(no_dump.value)        # (not an absolute path: not looked in)
+    write_dump(beside_out / "20261129-041233-request", 100, [[(MAIN, 2.0)]], rank=0)
+    write_dump(beside_out / "20261129-041233-request", 101, [[(MAIN, 2.0)]], rank=1)
+    write_dump(elsewhere / "20261129-041234-watchdog", 102, [[(STEP, 7.0)]], rank=2,
+               realtime_ns=1_790_000_001_000_000_000)
+    lines = report([str(job)]).splitlines()
+    assert lines[0].startswith(f"{job}: 3 processes dumped at ")
+    assert lines[1:] == ["rank 2 in train_step (train.py:30) for 7.0 s",
+                         "    train.py(30): train_step  7.0 s",
+                         "ranks 0-1 in main (train.py:10) for 2.0 s",
+                         "    train.py(10): main  2.0 s"]
+    assert [d.rsplit("/", 1)[1] for d in dump_directories(str(job), every=True)] == [
+        "20261129-041233-request", "20261129-041234-watchdog"]
+
+
 def test_one_process_dump_directory(tmp_path):
     process_dir = write_dump(tmp_path, 42, [[(MAIN, 5.0)]], label="python")
     lines = report([str(process_dir)]).splitlines()
