@@ -175,7 +175,7 @@ pt_write_file(const char *dir, const char *name, const char *text)
  * dump is whole. Returns 0, or the errno of the first failure. */
 static int
 pt_write_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
-              const char *dump_json)
+              const char *dump_json, int64_t until_ticks)
 {
     char path[PT_FLIGHT_PATH];
     errno = 0;
@@ -183,7 +183,7 @@ pt_write_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
              pt_copy_named(journal_dir, dir, "process.json") &&
              pt_copy_named(journal_dir, dir, "journal.json") &&
              pt_join(path, dir, "threads.json") && pt_write_threads(tracer, path) &&
-             pt_flight_write_ring(tracer, dir, journal_dir) &&
+             pt_flight_write_ring(tracer, dir, journal_dir, until_ticks) &&
              pt_write_file(dir, "done.json", "{\"whole\": true}\n");
     return ok ? 0 : errno > 0 && errno < 256 ? errno : EIO;
 }
@@ -245,7 +245,7 @@ pt_note_child(pid_t pid)
  * (the clone reads its own copy). */
 int
 pt_flight_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
-               const char *dump_json)
+               const char *dump_json, int64_t until_ticks)
 {
     if (pt_flight_reap() >= PT_FLIGHT_CHILDREN)
         return PT_ERR_STATE;
@@ -264,13 +264,30 @@ pt_flight_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
             dup2(null, 2);
         }
         signal(SIGINT, SIG_IGN);    /* a Ctrl-C meant for the program */
-        syscall(SYS_exit_group, pt_write_dump(tracer, dir, journal_dir, dump_json));
+        syscall(SYS_exit_group, pt_write_dump(tracer, dir, journal_dir, dump_json,
+                                                   until_ticks));
         for (;;)
             ;
     }
     if (!pt_note_child((pid_t)pid))
         waitpid((pid_t)pid, NULL, __WCLONE);    /* (cannot happen: reaped above) */
     return (int)pid;
+}
+
+int
+pt_flight_frames(pt_tracer *tracer, void *py_frames, void *py_out, int64_t *ticks)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    /* (sys._current_frames runs no Python code: no other thread runs until the
+     * GIL is released below) */
+    PyObject *frames = PyObject_CallObject((PyObject *)py_frames, NULL);
+    *ticks = pt_ticks(tracer);
+    int ok = frames != NULL && PyList_Append((PyObject *)py_out, frames) == 0;
+    Py_XDECREF(frames);
+    if (!ok)
+        PyErr_Clear();
+    PyGILState_Release(gil);
+    return ok ? PT_OK : PT_ERR_STATE;
 }
 
 /* The dump clone pid's end: -1 while it runs, 0 when it wrote its dump whole,
@@ -631,7 +648,7 @@ pt_flight_serve(int reason, const char *name)
         return;
     static char dump_json[sizeof pt_flight.dump_json + 128];
     pt_c_dump_json(dump_json, sizeof dump_json, why);
-    int clone = pt_flight_dump(pt_flight.tracer, dir, pt_flight.journal_dir, dump_json);
+    int clone = pt_flight_dump(pt_flight.tracer, dir, pt_flight.journal_dir, dump_json, 0);
     if (clone > 0)
         atomic_fetch_add(&pt_flight_c_dumps, 1);
     pt_say_c_dump(dir, clone, why);

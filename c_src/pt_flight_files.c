@@ -169,12 +169,13 @@ static struct { uint32_t key_kind; int64_t ticks; } pt_open[PT_FLIGHT_DEPTH];
 static uint32_t pt_open_keys[PT_FLIGHT_OPEN_KEYS];
 static uint32_t pt_n_open_keys;
 
-/* Thread t's calls open at the end of its ring into pt_open (the outermost
- * PT_FLIGHT_DEPTH); returns how many are open in all. A return ends the
+/* Thread t's calls open at the end of its ring (until_ticks, not 0: at that
+ * instant, the dump's frames': a thread's events are in time order) into pt_open
+ * (the outermost PT_FLIGHT_DEPTH); returns how many are open in all. A return ends the
  * innermost open call of its key and kind, and those inside it (as the walk
  * does: pt_walk.c); a return whose call the ring lost ends nothing. */
 static uint64_t
-pt_open_calls(const pt_thread *t)
+pt_open_calls(const pt_thread *t, int64_t until_ticks)
 {
     uint64_t depth = 0;
     PT_EACH_CHUNK(t, c) {
@@ -186,6 +187,8 @@ pt_open_calls(const pt_thread *t)
             if (kind == PT_EV_TIME)
                 delta |= (uint64_t)(kk >> PT_KEY_SHIFT) << 32;
             ticks += (int64_t)delta;
+            if (until_ticks && ticks > until_ticks)
+                return depth;
             if (kind == PT_EV_PY_CALL || kind == PT_EV_C_CALL || kind == PT_EV_PY_SEED) {
                 if (depth < PT_FLIGHT_DEPTH) {
                     pt_open[depth].key_kind = kk;
@@ -224,11 +227,12 @@ pt_note_open_key(uint32_t key)
 }
 
 /* stacks.tsv: "clock<TAB>start ticks<TAB>start ns", then per open call
- * "open<TAB>thread index<TAB>depth<TAB>p|c<TAB>key<TAB>ticks", outermost first,
+ * "open<TAB>thread index<TAB>depth<TAB>p|c|s<TAB>key<TAB>ticks", outermost first
+ * (s: a Python call running when recording began, its ticks the trace's start),
  * and "deeper<TAB>thread index<TAB>n" when n more are open than were kept;
  * "end" last. */
 static int
-pt_write_stacks(pt_tracer *tracer, const char *dir)
+pt_write_stacks(pt_tracer *tracer, const char *dir, int64_t until_ticks)
 {
     char path[PT_FLIGHT_FILES_PATH];
     int fd = pt_open_in(dir, "stacks.tsv", path);
@@ -238,14 +242,15 @@ pt_write_stacks(pt_tracer *tracer, const char *dir)
     int ok = pt_put(fd, "clock\t", 6) && pt_put_number(fd, tracer->start_ticks) &&
              pt_put(fd, "\t", 1) && pt_put_number(fd, tracer->start_ns) && pt_put(fd, "\n", 1);
     for (pt_thread *t = tracer->threads; ok && t; t = t->next) {
-        uint64_t depth = pt_open_calls(t);
+        uint64_t depth = pt_open_calls(t, until_ticks);
         uint64_t kept = depth < PT_FLIGHT_DEPTH ? depth : PT_FLIGHT_DEPTH;
         for (uint64_t d = 0; ok && d < kept; d++) {
             uint32_t kk = pt_open[d].key_kind;
             pt_note_open_key(kk >> PT_KEY_SHIFT);
             ok = pt_put(fd, "open\t", 5) && pt_put_number(fd, t->index) &&
                  pt_put(fd, "\t", 1) && pt_put_number(fd, (int64_t)d) &&
-                 pt_put(fd, (kk & PT_KIND_MASK) == PT_EV_C_CALL ? "\tc\t" : "\tp\t", 3) &&
+                 pt_put(fd, (kk & PT_KIND_MASK) == PT_EV_C_CALL ? "\tc\t"
+                            : (kk & PT_KIND_MASK) == PT_EV_PY_SEED ? "\ts\t" : "\tp\t", 3) &&
                  pt_put_number(fd, kk >> PT_KEY_SHIFT) && pt_put(fd, "\t", 1) &&
                  pt_put_number(fd, pt_open[d].ticks) && pt_put(fd, "\n", 1);
         }
@@ -500,10 +505,11 @@ pt_write_ring(pt_tracer *tracer, const char *dir, int64_t cutoff)
 }
 
 int
-pt_flight_write_ring(pt_tracer *tracer, const char *dir, const char *journal_dir)
+pt_flight_write_ring(pt_tracer *tracer, const char *dir, const char *journal_dir,
+                     int64_t until_ticks)
 {
     int64_t cutoff = pt_window_ticks ? pt_ticks(tracer) - pt_window_ticks : 0;
-    if (!pt_write_stacks(tracer, dir))
+    if (!pt_write_stacks(tracer, dir, until_ticks))
         return 0;
     pt_mark_named(tracer, cutoff);
     return pt_write_keys(tracer, journal_dir, dir) && pt_write_sources_of(tracer, dir) &&

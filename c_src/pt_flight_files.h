@@ -5,9 +5,10 @@
 
 #define PT_FLIGHT_FILES_PATH 4096
 
-/* stacks.tsv, keys.jsonl (from journal_dir's), key_sources.tsv,
- * stack_sources.tsv and events.bin into dir; 0 (errno set) on failure. In the
+/* stacks.tsv (the calls open at until_ticks, 0: at the ring's end), keys.jsonl
+ * (from journal_dir's), key_sources.tsv, stack_sources.tsv and events.bin into dir; 0 (errno set) on failure. In the
  * clone only: syscalls, no malloc, no lock. */
-int pt_flight_write_ring(pt_tracer *tracer, const char *dir, const char *journal_dir);
+int pt_flight_write_ring(pt_tracer *tracer, const char *dir, const char *journal_dir,
+                         int64_t until_ticks);
 
 #endif /* PT_FLIGHT_FILES_H */

@@ -254,8 +254,17 @@ int pt_runtime_api(void *py_dict);
 int pt_set_max_age(pt_tracer *tracer, int64_t ticks);  /* ring by seconds, in ticks */
 int pt_set_note_sources(pt_tracer *tracer);     /* code keys' file:line for C's dumps */
 int pt_set_progress_region(pt_tracer *tracer, void *py_name);  /* its end is a step */
+/* until_ticks: stacks.tsv holds the calls open then (pt_flight_frames' ticks:
+ * the frames' instant), 0: at the clone. */
 int pt_flight_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
-                   const char *dump_json);
+                   const char *dump_json, int64_t until_ticks);
+/* The threads' frames and the ring at one instant: calls py_frames (the
+ * callable sys._current_frames) with the GIL held, appends its result to the
+ * list py_out, and puts the event clock's reading taken with it (that same
+ * hold: no traced thread records an event meanwhile) in *ticks: the ring's
+ * events up to *ticks are the ones the frames saw. PT_ERR_STATE when the call
+ * failed. */
+int pt_flight_frames(pt_tracer *tracer, void *py_frames, void *py_out, int64_t *ticks);
 int pt_flight_reap(void);
 int pt_flight_status(int pid);      /* -1 running, 0 whole, an errno, -2/-3 */
 int pt_flight_wait(int64_t timeout_ns);

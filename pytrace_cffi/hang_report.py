@@ -40,6 +40,7 @@ DUMP_FILE = "dump.json"
 DUMP_VERSION = 1
 MAX_DUMP_BYTES = 64 << 20         # a stack per thread: a file beyond this is not a dump
 BEFORE_WINDOW = "since before the recorded window"
+NOT_SEEN = "start not in the ring"      # a frame inside one whose start the ring has
 NAMED_MEMBERS = 8                 # members named in a group's text line beyond its ranks
 
 # Built-ins a thread waits in, named as traces name them.
@@ -62,10 +63,14 @@ IDLE_FUNCTIONS = frozenset({
 })
 PYTHON_NAME = re.compile(r"^(?P<path>.*)\((?P<line>\d+)\): (?P<function>.+)$", re.S)
 
-Frame = namedtuple("Frame", "name since_ns line", defaults=(None,))
+Frame = namedtuple("Frame", "name since_ns line start_seen", defaults=(None, True))
 Frame.__doc__ = """A frame: its function's name (as traces name it), the monotonic ns
-its call began (or None) and the line it is on (None when not known)."""
-ThreadStack = namedtuple("ThreadStack", "native_id name frames")
+its call began (or None), the line it is on (None when not known), and False in
+start_seen when its start is not in the ring although the ring reaches back to
+it (flight/dumps.py: the frames and the ring disagree): not before the window."""
+ThreadStack = namedtuple("ThreadStack", "native_id name frames ring_only", defaults=((),))
+ThreadStack.__doc__ = """A thread: ring_only the Python calls its ring holds open that
+its frames, read at the same instant, do not show (left out of frames)."""
 ProcessDump = namedtuple("ProcessDump", "directory pid label rank worker_id host reason "
                                         "realtime_ns monotonic_ns threads exception "
                                         "collectives", defaults=(None, None))
@@ -300,10 +305,13 @@ def _thread(entry, path):
             raise TraceFormatError(f"{path}: a frame is {frame!r}, not an object")
         frames.append(Frame(_field(frame, "name", str, path),
                             _field(frame, "since_ns", int, path, optional=True),
-                            _field(frame, "line", int, path, optional=True)))
+                            _field(frame, "line", int, path, optional=True),
+                            frame.get("start_seen") is not False))
+    ring_only = entry.get("ring_only")
     return ThreadStack(_field(entry, "native_id", int, path, optional=True),
                        _field(entry, "name", str, path, optional=True) or "?",
-                       tuple(frames))
+                       tuple(frames), tuple(name for name in ring_only if isinstance(name, str))
+                       if isinstance(ring_only, list) else ())
 
 
 # -- grouping --------------------------------------------------------------------
@@ -333,8 +341,10 @@ def is_idle(thread):
 
 
 def _seconds(process, frame):
+    """Seconds frame has been open; None when it began before the window,
+    NOT_SEEN when its start is not in the ring that reaches back to it."""
     if frame.since_ns is None:
-        return None
+        return None if frame.start_seen else NOT_SEEN
     return max(0, process.monotonic_ns - frame.since_ns) / 1e9
 
 
@@ -369,7 +379,8 @@ def group_stacks(dump, frames=0, other_threads=False):
 
 
 def _longest(group):
-    return max((m.seconds for m in group.members if m.seconds is not None), default=-1.0)
+    return max((m.seconds for m in group.members if isinstance(m.seconds, float)),
+               default=-1.0)
 
 
 # -- words -----------------------------------------------------------------------
@@ -432,14 +443,17 @@ def _line(group, depth):
 def duration_text(values):
     """How long, over members: "42.1 s", "41.2-41.9 s", BEFORE_WINDOW, or a range
     with how many began before the window."""
-    known = [v for v in values if v is not None]
-    unknown = len(values) - len(known)
+    known = [v for v in values if isinstance(v, float)]
+    unknown = values.count(None)
+    not_seen = values.count(NOT_SEEN)
     if not known:
-        return BEFORE_WINDOW
+        return BEFORE_WINDOW if unknown or not not_seen else NOT_SEEN
     low, high = min(known), max(known)
     text = f"{low:.1f} s" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f} s"
     if unknown:
         text += f" ({unknown} {BEFORE_WINDOW})"
+    if not_seen:
+        text += f" ({not_seen}: {NOT_SEEN})"
     return text
 
 
@@ -466,7 +480,8 @@ def headline(group, thread_names=False):
                 + (f" (and {others} other exception{'s' if others > 1 else ''})"
                    if others else ""))
     duration = duration_text([m.seconds for m in group.members])
-    when = duration if duration.startswith(BEFORE_WINDOW) else f"for {duration}"
+    when = (f"({duration})" if duration == NOT_SEEN else duration
+            if duration.startswith(BEFORE_WINDOW) else f"for {duration}")
     return (f"{who(group.members, thread_names)} in "
             f"{short_name(group.frames[-1], _line(group, innermost))} {when}")
 
@@ -500,6 +515,7 @@ def format_report(dump, groups, thread_groups=None):
             lines.extend(_frame_lines(group))
     from .flight.collectives import section_lines       # (torch.distributed's)
     lines.extend(section_lines(dump.processes))
+    lines.extend(_disagreements(dump))
     for path, problem in dump.problems:
         lines.append(f"not read: {problem}" if problem.startswith(path) else
                      f"not read: {path}: {problem}")
@@ -509,6 +525,16 @@ def format_report(dump, groups, thread_groups=None):
                          "done.json): its stacks come from dump.json, the ring's events "
                          "may be missing")
     return "\n".join(_CONTROL.sub(_escaped, line) for line in lines)
+
+
+def _disagreements(dump):
+    """A line per thread whose ring holds Python calls open that its frames, read
+    at the same instant, do not show (flight/dumps.py): never made into a stack
+    (it would be one no thread had), said apart."""
+    return [f"note: {process.label} (pid {process.pid}), thread {thread.name!r}: the "
+            f"ring holds {', '.join(thread.ring_only)} open, which its Python frames do "
+            "not show: the stack above is its frames' (with the ring's built-in calls)"
+            for process in dump.processes for thread in process.threads if thread.ring_only]
 
 
 # A dump's labels, reasons and names are the dumped program's (or a hostile
@@ -553,12 +579,12 @@ def report_data(dump, groups, thread_groups=None):
             "members": [{"pid": m.process.pid, "label": m.process.label,
                          "rank": m.process.rank, "host": m.process.host,
                          "thread": m.thread.name, "native_id": m.thread.native_id,
-                         "seconds": m.seconds,
+                         "seconds": _number(m.seconds),
                          "raised": _raised_in(m) and {"type": _raised_in(m).type,
                                                       "message": _raised_in(m).message}}
                         for m in group.members],
             "frames": [{"name": name, "line": _line(group, depth),
-                        "seconds": _frame_seconds(group, depth)}
+                        "seconds": [_number(v) for v in _frame_seconds(group, depth)]}
                        for depth, name in enumerate(group.frames)],
         }
     data = {
@@ -576,6 +602,10 @@ def report_data(dump, groups, thread_groups=None):
     if thread_groups is not None:
         data["other_threads"] = [group_data(group, True) for group in thread_groups]
     return data
+
+
+def _number(seconds):
+    return seconds if isinstance(seconds, float) else None
 
 
 def report(paths, every=False, frames=0, threads=False, as_json=False):

@@ -15,6 +15,7 @@ its stacks are the open calls the ring holds. runpy's frames below the program
 (`python -m MODULE`) are left out of the stacks.
 """
 import os
+import re
 
 from ..errors import TraceFormatError
 from ..follow.identity import _read_json_file
@@ -25,6 +26,8 @@ DUMP_FILE = "dump.json"
 DONE_FILE = "done.json"
 PROCESS_PREFIX = "proc-"
 OPEN_AT_STOP = 4            # pt_slice flags: PT_SLICE_OPEN_AT_STOP
+SEEDED = 2                  # PT_SLICE_SEEDED: running when the trace began
+PYTHON_NAME = re.compile(r"^.*\(\d+\): .+$", re.S)     # (as hang_report's)
 
 
 def process_dumps(path):
@@ -71,15 +74,16 @@ def read_dump(directory):
 
 def dump_facts(directory):
     """dump.json's facts with every thread's stack completed from the calls open
-    at the dump (see the module's docstring): from its stacks.tsv (stacks.py),
-    else from its ring; monotonic_ns, when C wrote the dump without it, is the
-    ring's last event."""
+    at the dump's frames' instant (see the module's docstring): from its
+    stacks.tsv (stacks.py; the clone cut it at dump.json's frames_ticks), else
+    from its ring; monotonic_ns, when C wrote the dump without it, is the ring's
+    last event."""
     facts = _read_json_file(os.path.join(directory, DUMP_FILE))
     quick = stack_chains(directory) if isinstance(facts, dict) and isinstance(
         facts.get("monotonic_ns"), int) else None
     if quick is None:
         facts, trace = read_dump(directory)
-        chains = open_chains(trace)
+        chains = open_chains(trace, frames_instant(trace, facts.get("frames_ticks")))
         if not isinstance(facts.get("monotonic_ns"), int):
             facts["monotonic_ns"] = trace.stop_ns
         ring_threads = [{"index": t.index, "native_id": t.native_id, "name": t.name}
@@ -95,29 +99,48 @@ def dump_facts(directory):
     for thread in ring_threads:
         known = by_id.pop(thread["native_id"], None)
         frames = known.get("stack") if known else None
+        stack, ring_only = merged_stack(frames, chains.get(thread["index"], []))
         completed.append({"native_id": thread["native_id"], "name": thread["name"],
-                          "stack": without_launcher(
-                              merged_stack(frames, chains.get(thread["index"], [])))})
+                          "stack": without_launcher(stack),
+                          **({"ring_only": ring_only} if ring_only else {})})
     for known in by_id.values():        # a thread the ring holds nothing of
         completed.append(dict(known, stack=without_launcher(
-            merged_stack(known.get("stack"), []))))
+            merged_stack(known.get("stack"), [])[0])))
     facts["threads"] = completed
     return facts
 
 
-def open_chains(trace):
-    """Thread index -> its calls open at the end of the trace, outermost first,
-    as (name, start ns)."""
+def frames_instant(trace, ticks):
+    """The ns on trace's timeline of dump.json's frames_ticks (the event clock's
+    reading taken with the frames, in one hold of the GIL: recorder.py), as the
+    trace's times are made from ticks (pt_walk.c); None when unknown (a dump of
+    before, or C's)."""
+    clock = getattr(getattr(trace, "_streams", None), "clock", None)
+    if type(ticks) is not int or not -1 << 62 < ticks < 1 << 62 or not clock:
+        return None
+    return clock["ns0"] + int(float(ticks - clock["tick0"]) * clock["ns_per_tick"])
+
+
+def open_chains(trace, at_ns=None):
+    """Thread index -> its calls open at the end of the trace (at_ns: at that
+    instant, the frames' own: a call begun after it is left out, one ended
+    after it was open), outermost first, as (name, start ns)."""
     from ..render.walk import thread_batches
     chains = {}
     for thread, batches in thread_batches(trace):
         open_calls = []
         for slices, n, _ in batches:
             for i in range(n):
-                if slices[i].flags & OPEN_AT_STOP:
-                    open_calls.append((slices[i].depth, trace.names[slices[i].key],
-                                       slices[i].start))
-        open_calls.sort()
+                call = slices[i]
+                if at_ns is None:
+                    open_then = call.flags & OPEN_AT_STOP
+                else:
+                    open_then = call.start <= at_ns and (call.flags & OPEN_AT_STOP
+                                                         or call.end > at_ns)
+                if open_then:       # (a call running when recording began: since before)
+                    open_calls.append((call.depth, trace.names[call.key],
+                                       None if call.flags & SEEDED else call.start))
+        open_calls.sort(key=lambda call: call[0])
         chains[thread.index] = [(name, start) for _, name, start in open_calls]
     return chains
 
@@ -144,20 +167,38 @@ def merged_stack(frames, chain):
     (or, without them, the chain of open calls) with since_ns from the chain
     (a frame keeps its "line", the line it was on),
     matched from the innermost end (a recursion's frames keep their own times);
-    a call of the chain no frame shows (a built-in) goes in where it ran."""
+    a built-in call of the chain no frame shows goes in where it ran. Frames and
+    chain are of one instant (frames_instant), so they agree; where they do
+    not, neither is made up from the other: a Python call of the chain no frame
+    shows is left out (ring_only), and a frame the chain has no start for
+    inside one it has (its start cannot be before the window) gets
+    "start_seen": false. Returns (stack, ring_only names, innermost first)."""
     if not isinstance(frames, list) or not frames:
-        return [{"name": name, "since_ns": start} for name, start in chain]
+        return [{"name": name, "since_ns": start} for name, start in chain], []
     if all(isinstance(f, dict) and f.get("raised") for f in frames):
-        return frames       # a traceback: the calls open now handle its exception
+        return frames, []   # a traceback: the calls open now handle its exception
     stack = [dict(f, name=f.get("name"), since_ns=f.get("since_ns"), line=f.get("line"))
              for f in frames if isinstance(f, dict)]    # (what else a frame says stays)
     position = len(stack)               # the chain's calls go inside of it
+    matched, ring_only = [], []
     for name, start in reversed(chain):
         match = next((q for q in range(position - 1, -1, -1) if stack[q]["name"] == name),
                      None)
-        if match is None:
+        if match is None and _is_python(name):
+            ring_only.append(name)      # (the frames would show it)
+        elif match is None:
             stack.insert(position, {"name": name, "since_ns": start})
+            matched = [q + 1 if q >= position else q for q in matched]
         else:
             stack[match]["since_ns"] = start
+            matched.append(match)
             position = match
-    return stack
+    for q in range(min(matched, default=len(stack)) + 1, len(stack)):
+        if q not in matched and "line" in stack[q]:         # a frame's (not inserted)
+            stack[q]["start_seen"] = False
+    return stack, ring_only
+
+
+def _is_python(name):
+    """Whether a call's name is a Python function's (file(first line): name)."""
+    return isinstance(name, str) and bool(PYTHON_NAME.match(name))

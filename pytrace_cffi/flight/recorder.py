@@ -425,7 +425,8 @@ class FlightRecorder:
     def _dump(self, reason, path, requested, exception=None, name=None):
         when = time.time_ns()
         monotonic = time.monotonic_ns()
-        stacks = _stacks(self.session.trim_paths)
+        frames, frames_ticks = _current_frames(self.session)
+        stacks = _stacks(self.session.trim_paths, frames)
         raised = None
         if exception is not None:       # its frames are gone: its traceback has them
             raised = _raised(exception, self.session.trim_paths, stacks)
@@ -445,10 +446,12 @@ class FlightRecorder:
         text = json.dumps({"version": 1, "reason": reason, "written_by": "Python",
                            "pid": os.getpid(), "host": _host(), **_labels(facts),
                            "realtime_ns": when, "monotonic_ns": monotonic,
-                           "threads": stacks, **({"exception": raised} if raised else {}),
+                           "frames_ticks": frames_ticks, "threads": stacks,
+                           **({"exception": raised} if raised else {}),
                            **({"collectives": collectives} if collectives else {})})
         pid = lib.pt_flight_dump(self.session.ptr, os.fsencode(path),
-                                 os.fsencode(self.session.process_dir), text.encode())
+                                 os.fsencode(self.session.process_dir), text.encode(),
+                                 frames_ticks or 0)
         if pid <= 0:
             raise OSError(-pid if pid < 0 else 0, "no process could be cloned to write it")
         self.dumps.append(path)
@@ -626,14 +629,28 @@ def _raised(exception, trim_paths, stacks):
             "message": message[:2000], "native_id": native_id}
 
 
-def _stacks(trim_paths):
-    """Each Python thread's stack now, outermost first: its frames' functions,
-    named as the trace names them, with the line each frame is on; the
-    recorder's own thread left out."""
+def _current_frames(session):
+    """(sys._current_frames(), the event clock's ticks then), in one hold of the
+    GIL (pt_flight_frames): the clone's stacks.tsv holds the calls open at those
+    ticks, whatever the threads do meanwhile. (frames, None) when that fails."""
+    out = []
+    ticks = ffi.new("int64_t *")
+    if lib.pt_flight_frames(session.ptr, ffi.cast("void *", id(sys._current_frames)),
+                            ffi.cast("void *", id(out)), ticks) == lib.PT_OK and out:
+        return out[0], ticks[0]
+    return sys._current_frames(), None
+
+
+def _stacks(trim_paths, current_frames):
+    """Each Python thread's stack, outermost first, from current_frames (of
+    sys._current_frames): its frames' functions, named as the trace names them,
+    with the line each frame is on; the recorder's own thread left out. (A frame
+    goes on running after the snapshot; its f_back does not change, its line may
+    have moved on.)"""
     prefixes = path_prefixes() if trim_paths else ()
     threads = {t.ident: t for t in threading.enumerate()}
     out = []
-    for ident, frame in sys._current_frames().items():
+    for ident, frame in current_frames.items():
         thread = threads.get(ident)
         if thread is not None and thread.name.startswith(THREAD_NAME):
             continue

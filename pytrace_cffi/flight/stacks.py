@@ -28,7 +28,8 @@ MAX_STACKS_BYTES = 64 << 20     # 1,024 open calls of each thread, a line each
 
 def stack_chains(directory):
     """(the threads, as [{"index", "native_id", "name"}], thread index -> its
-    calls open at the dump, outermost first, as (name, start ns)) of a process
+    calls open at the dump (at its frames' instant), outermost first, as (name,
+    start ns, None for a call running when recording began)) of a process
     dump's stacks.tsv; None when it has none (a dump written before it was, or
     one cut short before it). TraceFormatError when it is damaged."""
     path = os.path.join(directory, STACKS_FILE)
@@ -51,11 +52,11 @@ def stack_chains(directory):
         try:
             if fields[0] == "clock" and len(fields) == 3:
                 clock = int(fields[1]), int(fields[2])
-            elif fields[0] == "open" and len(fields) == 6 and fields[3] in ("p", "c"):
+            elif fields[0] == "open" and len(fields) == 6 and fields[3] in ("p", "c", "s"):
                 index = int(fields[1])
                 if not 0 <= index < MAX_THREADS:
                     raise ValueError
-                opened.setdefault(index, []).append((fields[3] == "c", int(fields[4]),
+                opened.setdefault(index, []).append((fields[3], int(fields[4]),
                                                      int(fields[5])))
             elif fields[0] != "deeper":
                 raise ValueError
@@ -78,11 +79,11 @@ def stack_chains(directory):
     chains = {}
     for index, calls in opened.items():
         chain, own = [], False
-        for is_c, key, ticks in calls:
-            left_out = _is_own_file(files[key]) if key in files else is_c and own
+        for kind, key, ticks in calls:
+            left_out = _is_own_file(files[key]) if key in files else kind == "c" and own
             own = left_out
-            if not left_out:
-                chain.append((names.get(key) or f"<unnamed key {key}>",
-                              start_ns + int((ticks - tick0) * ns_per_tick)))
+            if not left_out:        # (s: running when recording began: since before)
+                chain.append((names.get(key) or f"<unnamed key {key}>", None if kind == "s"
+                              else start_ns + int((ticks - tick0) * ns_per_tick)))
         chains[index] = chain
     return [t for t in threads if t["index"] in indexes], chains

@@ -1,0 +1,162 @@
+"""Hangs as a user meets them (#30): a dump's stacks and ring taken at one instant,
+SIGTERM of a process stuck in C holding the GIL, and the issue's end-to-end
+check: a 2-rank job stuck in C sleep() dumped by `dump DIR`, reported by
+`report`, and killed by SIGTERM. Expected names and lines are the test
+programs' own (their line numbers as written below)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from pytrace_cffi.flight.dumps import dump_facts, merged_stack, process_dumps, read_dump
+from pytrace_cffi.hang_report import report
+
+from test_children import ROOT, TIMEOUT, _env_own_tmp, run_command
+
+
+def _write(tmp_path, name, source):
+    path = tmp_path / name
+    # no blank first line: a module's first line is then 1 on every Python
+    path.write_text(textwrap.dedent(source).lstrip("\n"))
+    return path
+
+
+def _env(tmp_path):
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    return env
+
+
+def _whole(dumps, count, deadline_s=30):
+    """The process dumps of dumps once count of them are whole (done.json)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        found = [d for d in process_dumps(dumps) if os.path.exists(os.path.join(d, "done.json"))]
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+# -- frames and ring from one instant (#30 item 7) -----------------------------------
+
+MOVES_ON = """
+import json, sys, threading, time
+import pytrace_cffi
+from pytrace_cffi.flight.dumps import dump_facts
+
+go, in_second = threading.Event(), threading.Event()
+
+def first():
+    go.wait()
+
+def second():
+    in_second.set()
+    time.sleep(30)
+
+def worker():
+    first()
+    second()
+
+pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1])
+threading.Thread(target=worker, name="mover", daemon=True).start()
+def in_first():
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if frame.f_code.co_name == "first":
+                return True
+            frame = frame.f_back
+    return False
+
+while not in_first():
+    time.sleep(0.01)
+recorder = pytrace_cffi._running.session.flight
+journal = recorder._journal
+
+def moved_on():
+    # after the frames were read, before the ring is cloned: the thread leaves
+    # first() and is in second() by the clone
+    go.set()
+    in_second.wait()
+    time.sleep(0.05)
+    journal()
+
+recorder._journal = moved_on
+where = pytrace_cffi.dump(reason="now")
+recorder._journal = journal
+recorder.finish_formatting()
+pytrace_cffi.stop()
+for _ in range(600):
+    try:
+        facts = dump_facts(where)
+        break
+    except Exception:
+        time.sleep(0.05)
+mover = next(t for t in facts["threads"] if t["name"] == "mover")
+print(json.dumps([[f["name"].split(": ")[-1], f.get("line"), f.get("since_ns") is not None]
+                  for f in mover["stack"]]))
+"""
+
+
+def test_a_dumps_stacks_and_ring_are_of_one_instant(tmp_path):
+    """A thread goes on between the moment its frames are read and the ring's
+    clone: its stack is what it was at the frames' instant, each call with the
+    time it began (not "since before the recorded window", which it was not),
+    and no call of after that instant (second, time.sleep) is mixed into it."""
+    dumps = tmp_path / "dumps"
+    _write(tmp_path, "prog.py", MOVES_ON)
+    proc = run_command([sys.executable, str(tmp_path / "prog.py"), str(dumps)], tmp_path,
+                       _env(tmp_path), 60)
+    assert proc.returncode == 0, proc.stderr
+    stack = json.loads(proc.stdout)
+    names = [name for name, _, _ in stack]
+    assert names[names.index("worker"):names.index("worker") + 3] == [
+        "worker", "first", "wait"], stack
+    assert "second" not in names and "time.sleep" not in names, stack
+    assert [s for name, line, s in stack if name in ("worker", "first")] == [True, True]
+    assert [line for name, line, _ in stack if name in ("worker", "first")] == [15, 8]
+
+
+def test_frames_and_ring_that_disagree_are_never_made_one_stack():
+    """Where a stack's frames and its ring's open calls still disagree, neither is
+    made up from the other: a Python call only the ring holds is left out (named
+    apart), a frame without a start inside one with a start is not "before the
+    recorded window" (the ring reaches back to it), a built-in only the ring
+    shows goes in where it ran, and a call running since recording began is."""
+    frames = [{"name": "a.py(1): outer", "since_ns": None, "line": 3},
+              {"name": "a.py(5): middle", "since_ns": None, "line": 7},
+              {"name": "a.py(9): inner", "since_ns": None, "line": 11}]
+    chain = [("a.py(1): outer", None), ("a.py(9): inner", 30),
+             ("c10d.py(40): wrapper", 40), ("time.sleep", 50)]
+    stack, ring_only = merged_stack(frames, chain)
+    assert stack == [{"name": "a.py(1): outer", "since_ns": None, "line": 3},
+                     {"name": "a.py(5): middle", "since_ns": None, "line": 7,
+                      "start_seen": False},
+                     {"name": "a.py(9): inner", "since_ns": 30, "line": 11},
+                     {"name": "time.sleep", "since_ns": 50}]
+    assert ring_only == ["c10d.py(40): wrapper"]
+    # the ring reaching back to no frame: every frame's start is before the window
+    stack, ring_only = merged_stack(frames, [("time.sleep", 50)])
+    assert [f.get("start_seen", True) for f in stack] == [True, True, True, True]
+
+
+def test_report_says_which_part_of_a_stack_is_from_which_source(tmp_path):
+    process_dir = tmp_path / "proc-42"
+    process_dir.mkdir()
+    (process_dir / "dump.json").write_text(json.dumps({
+        "version": 1, "reason": "request", "pid": 42, "label": "rank 0", "rank": 0,
+        "host": "vm", "monotonic_ns": 9_000_000_000, "threads": [{
+            "native_id": 42, "name": "MainThread",
+            "ring_only": ["c10d.py(40): wrapper"],
+            "stack": [{"name": "a.py(1): outer", "since_ns": 1_000_000_000, "line": 3},
+                      {"name": "a.py(5): middle", "since_ns": None, "line": 7,
+                       "start_seen": False}]}]}))
+    assert report([str(process_dir)]).splitlines()[1:] == [
+        "rank 0 in middle (a.py:7) (start not in the ring)",
+        "    a.py:3: outer   8.0 s",
+        "    a.py:7: middle  start not in the ring",
+        "note: rank 0 (pid 42), thread 'MainThread': the ring holds c10d.py(40): wrapper "
+        "open, which its Python frames do not show: the stack above is its frames' (with "
+        "the ring's built-in calls)"]
