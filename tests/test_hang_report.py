@@ -174,6 +174,7 @@ def test_a_job_directory_finds_its_dumps_wherever_its_processes_dumped(tmp_path)
     job = tmp_path / "job"
     beside_out, elsewhere = tmp_path / "out-dumps", tmp_path / "else" / "dumps"
     _job_process(job, 100, beside_out)
+    (job / "job.json").write_text('{"root_pid": 100}')
     _job_process(job, 101, beside_out)
     _job_process(job, 102, elsewhere)
     (job / "proc-103").mkdir()

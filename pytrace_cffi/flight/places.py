@@ -16,7 +16,7 @@ looked in.
 import os
 
 from ..errors import TraceFormatError
-from ..follow.identity import _read_json_file
+from ..follow.identity import JOB_FILE, _read_json_file
 from ..options import default_dumps_dir
 
 DUMPS_SUBDIRECTORY = "dumps"        # <job or trace dir>/dumps/<DUMPDIR>/
@@ -43,7 +43,10 @@ def candidates(path):
 
 def job_dumps_dirs(path):
     """The dumps directories the processes of job directory path record into, as
-    their proc-*/process.json say (sorted; none when path is not a job's)."""
+    their proc-*/process.json say (sorted; none when path is not a job's: it has
+    no job.json, as a dump directory, whose proc-* hold copies of process.json)."""
+    if not os.path.isfile(os.path.join(path, JOB_FILE)):
+        return []
     try:
         names = sorted(name for name in os.listdir(path) if name.startswith("proc-"))
     except OSError:
