@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #define PT_FLIGHT_PATH 4096
+#define PT_SIGTERM_GRACE_NS (500 * 1000 * 1000)  /* Python's time to claim a SIGTERM */
 #define PT_FLIGHT_CHILDREN 16
 
 /* ------------------------------------------------------------------------ */
@@ -634,7 +635,11 @@ pt_flight_serve(int reason, const char *name)
         ssize_t ignored = write(pt_flight.wake_fd, &byte, 1);
         (void)ignored;
     }
-    int64_t until = pt_monotonic_ns() + pt_flight.grace_ns;
+    /* SIGTERM kills at once untraced: Python's thread, when it can run at all,
+     * claims it at once (then gives the main thread its 0.25 s). */
+    int64_t grace = reason == PT_FLIGHT_SIGTERM && pt_flight.grace_ns > PT_SIGTERM_GRACE_NS
+                    ? PT_SIGTERM_GRACE_NS : pt_flight.grace_ns;
+    int64_t until = pt_monotonic_ns() + grace;
     while (atomic_load(&pt_flight_claimed) < seq && pt_monotonic_ns() < until &&
            !atomic_load(&pt_flight_quit)) {
         struct timespec pause = {0, 10 * 1000 * 1000};
@@ -652,6 +657,13 @@ pt_flight_serve(int reason, const char *name)
     if (clone > 0)
         atomic_fetch_add(&pt_flight_c_dumps, 1);
     pt_say_c_dump(dir, clone, why);
+    /* A thread holds the GIL in C (a deadlock holding it never ends): untraced,
+     * SIGTERM would have killed the process at once; only the recorder's handler
+     * (it dumps, then dies of it) keeps it alive. Its dump written (or failed:
+     * said above), the process dies of SIGTERM now, as it would have; its own
+     * trace is not saved (the dump holds its ring). */
+    if (reason == PT_FLIGHT_SIGTERM)
+        pt_die_of_signal(SIGTERM);
 }
 
 static void *

@@ -11,10 +11,10 @@ import sys
 import textwrap
 import time
 
-from pytrace_cffi.flight.dumps import dump_facts, merged_stack, process_dumps, read_dump
+from pytrace_cffi.flight.dumps import merged_stack, process_dumps, read_dump
 from pytrace_cffi.hang_report import report
 
-from test_children import ROOT, TIMEOUT, _env_own_tmp, run_command
+from test_children import ROOT, _env_own_tmp, run_command
 
 
 def _write(tmp_path, name, source):
@@ -160,3 +160,56 @@ def test_report_says_which_part_of_a_stack_is_from_which_source(tmp_path):
         "note: rank 0 (pid 42), thread 'MainThread': the ring holds c10d.py(40): wrapper "
         "open, which its Python frames do not show: the stack above is its frames' (with "
         "the ring's built-in calls)"]
+
+
+# -- SIGTERM of a process deadlocked in C holding the GIL ----------------------------
+
+DEADLOCKED = """
+import ctypes, sys, threading, time
+import pytrace_cffi
+
+libc = ctypes.CDLL(None)
+mutex = ctypes.create_string_buffer(64)     # zeroed: PTHREAD_MUTEX_INITIALIZER
+held = threading.Event()
+
+def holder():
+    libc.pthread_mutex_lock(mutex)
+    held.set()
+    time.sleep(1)                           # then needs the GIL: never again
+    libc.pthread_mutex_unlock(mutex)
+
+def locks_holding_the_gil():
+    print("ready", flush=True)
+    ctypes.PyDLL(None).pthread_mutex_lock(mutex)
+
+pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1])
+threading.Thread(target=holder, daemon=True).start()
+held.wait()
+locks_holding_the_gil()
+print("never", flush=True)
+"""
+
+
+def test_sigterm_of_a_process_deadlocked_holding_the_gil_dumps_and_kills(tmp_path):
+    """The main thread waits on a mutex in C holding the GIL; the mutex's holder
+    needs the GIL to let it go: a deadlock no Python code can leave, which
+    SIGTERM kills at once untraced. Only C can dump it; then the process dies of
+    SIGTERM, as it would have (it lived on for good before)."""
+    dumps = tmp_path / "dumps"
+    _write(tmp_path, "prog.py", DEADLOCKED)
+    with subprocess.Popen([sys.executable, str(tmp_path / "prog.py"), str(dumps)],
+                          cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout.readline() == "ready\n"
+            time.sleep(0.5)     # (the main thread holds the GIL, deadlocked or not yet)
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+    assert proc.returncode == -signal.SIGTERM and out == "", err
+    [dump] = _whole(dumps, 1)
+    facts = read_dump(dump)[0]
+    assert (facts["written_by"], facts["trigger"]) == ("C", "sigterm")
+    assert "-sigterm-c" in dump and f"-> {dump}" in err
+

@@ -153,7 +153,8 @@ class FlightRecorder:
         self._watch_torch_steps()   # (torch imported before start: its steps count at once)
         facts = process_facts()
         c_dump = json.dumps({"version": 1, "reason": "hang: Python did not answer within "
-                             f"{GRACE_NS / 1e9:g} s (a thread stuck in C holding the GIL?)",
+                             f"{GRACE_NS / 1e9:g} s (0.5 s for SIGTERM): a thread stuck in C "
+                             "holding the GIL?",
                              "written_by": "C", "pid": os.getpid(), "host": _host(),
                              **_labels(facts), "threads": None})
         self._set_dump_options()
