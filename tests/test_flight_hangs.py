@@ -14,7 +14,7 @@ import time
 from pytrace_cffi.flight.dumps import merged_stack, process_dumps, read_dump
 from pytrace_cffi.hang_report import report
 
-from test_children import ROOT, _env_own_tmp, run_command
+from test_children import ROOT, TIMEOUT, _env_own_tmp, run_command
 
 
 def _write(tmp_path, name, source):
@@ -213,3 +213,93 @@ def test_sigterm_of_a_process_deadlocked_holding_the_gil_dumps_and_kills(tmp_pat
     assert (facts["written_by"], facts["trigger"]) == ("C", "sigterm")
     assert "-sigterm-c" in dump and f"-> {dump}" in err
 
+
+# -- the issue's end-to-end check (#30: "done when") ---------------------------------
+
+JOB = """
+import ctypes, os, subprocess, sys
+
+def stuck_released(seconds):
+    print("rank 0 asleep", os.getpid(), flush=True)
+    return ctypes.CDLL(None).sleep(seconds)          # the GIL released
+
+def stuck_holding(seconds):
+    print("rank 1 asleep", os.getpid(), flush=True)
+    return ctypes.PyDLL(None).sleep(seconds)         # the GIL held
+
+if len(sys.argv) > 1:
+    rank = int(sys.argv[1])
+    left = (stuck_holding if rank else stuck_released)(60)
+    print(f"rank {rank} woke, {left} s left", flush=True)
+else:
+    ranks = [subprocess.Popen([sys.executable, __file__, str(rank)],
+                              env=dict(os.environ, RANK=str(rank), WORLD_SIZE="2"))
+             for rank in range(2)]
+    print("codes", [rank.wait() for rank in ranks], flush=True)
+"""
+
+
+def _asleep(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "S"
+
+
+def test_a_two_rank_job_stuck_in_c_is_dumped_reported_and_killed(tmp_path):
+    """Two ranks of `run --flight-recorder --processes-dir job -o out.pftrace`
+    sleep in C, rank 0 with the GIL released, rank 1 holding it. `dump
+    out-dumps` dumps both into that directory (rank 1's by C) and they sleep on;
+    `report job` (the job's directory: its processes dump beside OUT) names
+    each rank's function and how long it has been there, rank 0's current line
+    too (C's dump has no frames: rank 1's function by its first line); SIGTERM
+    then dumps each and each dies of it. (How fast: benchmarks/flight_hang.py.)"""
+    job, dumps = tmp_path / "job", tmp_path / "out-dumps"
+    _write(tmp_path, "job.py", JOB)
+    env = _env(tmp_path)
+    with subprocess.Popen([sys.executable, "-m", "pytrace_cffi", "run", "--flight-recorder",
+                           "--processes-dir", str(job), "-o", str(tmp_path / "out.pftrace"),
+                           str(tmp_path / "job.py")], cwd=tmp_path, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as run:
+        try:
+            pids = {}
+            while len(pids) < 2:
+                line = run.stdout.readline()
+                assert line, run.stderr.read()
+                _, rank, _, pid = line.split()
+                pids[int(rank)] = int(pid)
+            deadline = time.monotonic() + 30
+            while not all(_asleep(pid) for pid in pids.values()):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            asked = run_command([sys.executable, "-m", "pytrace_cffi", "dump", str(dumps)],
+                                tmp_path, env, TIMEOUT)
+            assert asked.returncode == 0, asked.stdout + asked.stderr
+            written = sorted(_whole(dumps, 3))      # the job's process and its two ranks
+            assert len(written) == 3 and all(_asleep(pid) for pid in pids.values())
+            text = run_command([sys.executable, "-m", "pytrace_cffi", "report", str(job)],
+                               tmp_path, env, TIMEOUT).stdout
+            for pid in pids.values():
+                os.kill(pid, signal.SIGTERM)
+            out, err = run.communicate(timeout=TIMEOUT)
+        finally:
+            if run.returncode is None:
+                os.killpg(run.pid, signal.SIGKILL)
+    lines = text.splitlines()
+    assert lines[0].startswith(f"{dumps}: 3 processes dumped at "), text
+    rank0 = next(line for line in lines if line.startswith("rank 0 in "))
+    rank1 = next(line for line in lines if line.startswith("rank 1 in "))
+    assert rank0.startswith("rank 0 in stuck_released (job.py:5) for "), text
+    assert rank1.startswith("rank 1 in stuck_holding (job.py:7) for "), text
+    for line in (rank0, rank1):
+        assert float(line.split(" for ")[1].split(" s")[0]) > 0, text
+    assert "woke" not in out and "codes [-15, -15]" in out, out + err
+    by_rank = {}
+    deadline = time.monotonic() + 30        # (the SIGTERM dumps' clones may lag)
+    while len(list(dumps.glob("*/proc-*/done.json"))) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for directory in dumps.glob("*/proc-*"):
+        facts = read_dump(str(directory))[0]
+        by_rank.setdefault(facts.get("rank"), []).append(
+            facts.get("trigger") or facts["reason"])
+    assert sorted(by_rank[0]) == ["SIGTERM", "request"]
+    assert sorted(by_rank[1]) == ["SIGTERM", "request"]
