@@ -220,11 +220,11 @@ JOB = """
 import ctypes, os, subprocess, sys
 
 def stuck_released(seconds):
-    print("rank 0 asleep", os.getpid(), flush=True)
+    os.write(1, f"rank 0 asleep {os.getpid()}\\n".encode())    # (one write: ranks share it)
     return ctypes.CDLL(None).sleep(seconds)          # the GIL released
 
 def stuck_holding(seconds):
-    print("rank 1 asleep", os.getpid(), flush=True)
+    os.write(1, f"rank 1 asleep {os.getpid()}\\n".encode())    # (one write: ranks share it)
     return ctypes.PyDLL(None).sleep(seconds)         # the GIL held
 
 if len(sys.argv) > 1:
