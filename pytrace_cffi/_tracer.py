@@ -26,17 +26,28 @@ def profile_unwraps_bound_builtins(version_info=sys.version_info):
     reports calling a bound method object whose function is a built-in
     (types.MethodType(len, x)(), every pybind11 class method) as a c_call of that
     built-in. CPython gh-122029 made its legacy shim look inside such methods in
-    3.12.5 and 3.13.0rc1; 3.12.0-3.12.4 report only their c_return, and 3.14
-    dropped the shim's unwrapping (gh-130898: CALL sees the function itself). On
-    3.9-3.11 the profile backend sees what sys.setprofile sees: nothing to do."""
+    3.12.5 and 3.13.0rc1; 3.12.0-3.12.4 report only their c_return. From 3.14 the
+    CALL event itself passes the function and its self (seen on 3.14.10 and
+    3.15.2), so the shim reports it with nothing to unwrap. On 3.9-3.11 the
+    profile backend sees what sys.setprofile sees: nothing to do."""
     if tuple(version_info[:2]) == (3, 12):
         return tuple(version_info[:3]) >= (3, 12, 5)
     if tuple(version_info[:2]) == (3, 13):
         return tuple(version_info[:4]) >= (3, 13, 0, "candidate")
-    return False
+    return tuple(version_info[:2]) >= (3, 14)
+
+
+def monitoring_unwraps_bound_builtins(version_info=sys.version_info):
+    """Whether the sys.monitoring backend must look inside a bound method of a
+    built-in itself to report it as sys.setprofile does: 3.12.5+ and 3.13, whose
+    CALL passes the method object (3.14's passes the function)."""
+    return (3, 12) <= tuple(version_info[:2]) < (3, 14) and \
+        profile_unwraps_bound_builtins(version_info)
+
+
 # This interpreter's answer, asked once (every Session needs it).
 _UNWRAP_FLAG = (lib.PT_FLAG_UNWRAP_METHODS
-                if USE_MONITORING and profile_unwraps_bound_builtins() else 0)
+                if USE_MONITORING and monitoring_unwraps_bound_builtins() else 0)
 # record_params' optimizer steps a ring keeps (their metadata, newest first out)
 STEPS_KEPT_IN_A_RING = 64
 MONITORING_TOOL_NAME = "pytrace_cffi"

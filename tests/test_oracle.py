@@ -75,7 +75,8 @@ def test_bound_builtin_unwrapping_matches_this_interpreter():
     where this interpreter's sys.setprofile does (decided from the version at
     tracer creation): checked against sys.setprofile itself."""
     import types
-    from pytrace_cffi._tracer import USE_MONITORING, profile_unwraps_bound_builtins
+    from pytrace_cffi._tracer import (USE_MONITORING, monitoring_unwraps_bound_builtins,
+                                      profile_unwraps_bound_builtins)
     reported = []
 
     def hook(frame, event, arg):
@@ -93,7 +94,15 @@ def test_bound_builtin_unwrapping_matches_this_interpreter():
     assert profile_unwraps_bound_builtins((3, 12, 5, "final", 0)) is True
     assert profile_unwraps_bound_builtins((3, 13, 0, "beta", 4)) is False
     assert profile_unwraps_bound_builtins((3, 13, 0, "candidate", 1)) is True
-    assert profile_unwraps_bound_builtins((3, 14, 0, "final", 0)) is False
+    # 3.14's CALL passes the bound method's function and self: reported, with no
+    # unwrapping left to the backend (sys.setprofile on 3.14.10 and 3.15.2 says so)
+    assert profile_unwraps_bound_builtins((3, 14, 0, "final", 0)) is True
+    assert profile_unwraps_bound_builtins((3, 15, 2, "final", 0)) is True
+    assert monitoring_unwraps_bound_builtins((3, 12, 5, "final", 0)) is True
+    assert monitoring_unwraps_bound_builtins((3, 13, 1, "final", 0)) is True
+    assert monitoring_unwraps_bound_builtins((3, 12, 4, "final", 0)) is False
+    assert monitoring_unwraps_bound_builtins((3, 14, 0, "final", 0)) is False
+    assert monitoring_unwraps_bound_builtins((3, 11, 9, "final", 0)) is False
 
 
 NAPS = (0.005, 0.04, 0.01)          # seconds; the longest shows a 1% clock-rate error
