@@ -66,12 +66,16 @@ def run_command(command, cwd, env, timeout):
 
 
 def counts(job_dir, marker="unique_"):
-    """{pid: (label, state, Counter of function names containing marker)}."""
+    """{pid: (label, state, Counter of function names starting with marker)}: the
+    test's own functions (3.14's stdlib has annotationlib's create_unique_name,
+    which a pool's import of traceback runs)."""
     out = {}
     for result in processes.status(job_dir):
         trace, facts, state, _ = processes.read_process(result.directory)
-        names = collections.Counter(call.name.rsplit(": ", 1)[-1] for call in trace or ()
-                                    if marker in call.name and (not marker or call.kind == "python"))
+        names = collections.Counter(
+            name for name, kind in ((call.name.rsplit(": ", 1)[-1], call.kind)
+                                    for call in trace or ())
+            if name.startswith(marker) and (not marker or kind == "python"))
         key = result.pid if result.pid not in out else os.path.basename(result.directory)
         out[key] = (result.label, state, names)
     return out
