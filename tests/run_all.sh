@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Builds the abi3 wheel once, then runs the test suite under every CPython 3.9-3.13
-# found (pyenv's, or python3.X on PATH), each in its own venv under .venvs/.
-# Missing interpreters are skipped; any failing one fails the run.
+# Builds the abi3 wheel once, then runs the test suite under every CPython 3.9-3.15
+# found (pyenv's, or python3.X on PATH: 3.14 and 3.15 from Debian sid, see
+# .ci/sid_pythons.sh), each in its own venv under .venvs/.
+# Missing interpreters are skipped with a line, except in CI ($CI set), where a
+# missing 3.14 or 3.15 fails the run (.ci/run installs them); any failing one fails.
 # Extra arguments go to pytest, e.g.: bash tests/run_all.sh -k oracle
+# PYTRACE_VERSIONS="3.14 3.15" runs those interpreters only.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 BUILD_PYTHON="${PYTHON:-python3}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+ALL_VERSIONS="3.9 3.10 3.11 3.12 3.13 3.14 3.15"
+VERSIONS="${PYTRACE_VERSIONS:-$ALL_VERSIONS}"
+REQUIRED_IN_CI="3.14 3.15"     # installed by .ci/run (.ci/sid_pythons.sh) where CI runs
 
 echo "== building the wheel once with $($BUILD_PYTHON --version)"
 rm -rf dist
@@ -27,7 +33,7 @@ find_python() {
 # The big tests (conftest.py: millions of calls, bounded memory) run under one
 # interpreter: 3.12 when present, else the newest found.
 big_on=""
-for v in 3.9 3.10 3.11 3.12 3.13; do
+for v in $VERSIONS; do
     [ -n "$(find_python "$v")" ] && big_on="$v"
     [ "$big_on" = "3.12" ] && break
 done
@@ -36,10 +42,18 @@ echo "   the big tests run under Python $PYTRACE_BIG_TESTS_ON"
 
 passed=0; failed=0; skipped=0; ran=0; bad_versions=""
 RUN_DIR="$(mktemp -d)"      # run from outside the tree so the installed wheel is tested
-for v in 3.9 3.10 3.11 3.12 3.13; do
+for v in $VERSIONS; do
     py="$(find_python "$v")"
-    if [ -z "$py" ]; then echo "== Python $v: not installed, skipped"; continue; fi
+    if [ -z "$py" ]; then
+        if [ -n "${CI:-}" ] && [[ " $REQUIRED_IN_CI " == *" $v "* ]]; then
+            echo "== Python $v: not installed: in CI it must run (.ci/sid_pythons.sh)"
+            bad_versions+=" $v(missing)"
+            continue
+        fi
+        echo "== Python $v: not installed, skipped"; continue
+    fi
     echo "== Python $v ($py)"
+    started=$(date +%s)
     venv="$ROOT/.venvs/$v"
     [ -x "$venv/bin/python" ] || "$py" -m venv "$venv" || { bad_versions+=" $v(venv)"; continue; }
     "$venv/bin/python" -m pip install -q "cffi>=1.15" "pytest>=7" "hypothesis>=6" pyflakes \
@@ -91,10 +105,11 @@ for v in 3.9 3.10 3.11 3.12 3.13; do
         esac
     done
     [ "$status" -eq 0 ] || bad_versions+=" $v"
+    echo "   Python $v: the suite took $(( $(date +%s) - started )) s"
 done
 rm -rf "$RUN_DIR"
 
-if [ "$ran" -eq 0 ]; then echo "no Python 3.9-3.13 interpreter found"; exit 1; fi
+if [ "$ran" -eq 0 ]; then echo "no Python interpreter of $VERSIONS found"; exit 1; fi
 if [ -n "$bad_versions" ]; then echo "failing interpreters:$bad_versions"; fi
 echo "total: $passed passed, $failed failed, $skipped skipped"
 [ -z "$bad_versions" ]

@@ -163,3 +163,40 @@ def test_no_script_directory_shadows_a_standard_module():
                for name in sorted(os.listdir(os.path.join(root, folder)))
                if name.endswith(".py") and name[:-3] in sys.stdlib_module_names]
     assert not shadows, f"named as standard modules of Python {sys.version[:4]}: {shadows}"
+
+
+def test_run_all_covers_3_9_to_3_15_and_ci_needs_3_14_and_3_15():
+    """tests/run_all.sh runs every CPython 3.9-3.15 it finds; a missing one is
+    skipped with a line, except 3.14 and 3.15 in CI (.ci/run installs them from
+    Debian sid: .ci/sid_pythons.sh), which fail the run."""
+    with open(os.path.join(HERE, "run_all.sh"), encoding="utf-8") as f:
+        text = f.read()
+    assert 'ALL_VERSIONS="3.9 3.10 3.11 3.12 3.13 3.14 3.15"' in text
+    assert 'REQUIRED_IN_CI="3.14 3.15"' in text
+    missing = text.split('if [ -z "$py" ]; then', 1)[1].split("\n    fi\n", 1)[0]
+    assert 'if [ -n "${CI:-}" ]' in missing and 'bad_versions+=" $v(missing)"' in missing
+    assert 'echo "== Python $v: not installed, skipped"' in missing
+    with open(os.path.join(os.path.dirname(HERE), ".ci", "run"), encoding="utf-8") as f:
+        ci = f.read()
+    assert ci.index("bash .ci/sid_pythons.sh") < ci.index("\nbash tests/run_all.sh")
+
+
+def test_sid_pythons_says_one_line_and_does_nothing_when_not_root(tmp_path):
+    """.ci/sid_pythons.sh needs root and apt-get; elsewhere one line, exit 0, and
+    nothing written (no chroot, no wrapper)."""
+    script = os.path.join(os.path.dirname(HERE), ".ci", "sid_pythons.sh")
+    if not os.path.exists(script):
+        pytest.skip("the project's sources are not beside the tests")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("apt-get", "exit 100"), ("id", "echo 1000")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "SID_DIR": str(tmp_path / "sid"), "SID_WRAPPER_DIR": str(tmp_path / "wrappers")}
+    proc = subprocess.run([shutil.which("bash"), script], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == ("   sid's Python 3.14 3.15: not root with apt-get here, "
+                           "not installed\n")
+    assert sorted(os.listdir(tmp_path)) == ["bin"]
