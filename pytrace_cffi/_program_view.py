@@ -21,8 +21,10 @@ _PYTHON_LOADERS = (_external.SourceFileLoader, _external.SourcelessFileLoader)
 _ONE_OBJECT = ("threading",)
 # Never hidden: warnings.catch_warnings (ours at the end, the stdlib's anywhere)
 # reads sys.modules["warnings"], and our hook of _showwarnmsg lives in it. Python
-# 3.9 and 3.12+ import it only when first needed (docs/CLI.md says so).
-_STAYS = ("warnings",)
+# 3.9 and 3.12+ import it only when first needed (docs/CLI.md says so). 3.14's
+# warnings is _py_warnings' code, which stays with it, and so do the modules
+# these hold (_py_warnings imports _contextvars): see _staying.
+_STAYS = ("warnings", "_py_warnings")
 
 _kept_aside = {}        # name -> module, given back by _GiveBack on its next import
 _dropped = []           # the dropped modules stay alive for the code that holds them
@@ -45,7 +47,7 @@ def hide_from_program(through_runpy):
     (python -m pytrace_cffi) loaded it."""
     names = list(sys.modules)
     start = _startup_end(names)
-    keep = set(names[:start]) | set(_STAYS)
+    keep = set(names[:start]) | _staying()
     if through_runpy and "runpy" in names[start:]:
         launcher_end = names.index("runpy") + 1
         if "pytrace_cffi" not in names[start:launcher_end]:     # runpy ran us
@@ -58,8 +60,20 @@ def hide_imports_since(before):
     leaves sys.modules as in hide_from_program; before: the names there already
     (python's start-up, and the sitecustomize ours shadows)."""
     names = list(sys.modules)
-    keep = set(before) | set(_STAYS) | {"sitecustomize"}
+    keep = set(before) | _staying() | {"sitecustomize"}
     _hide([name for name in names if name not in keep], keep)
+
+
+def _staying():
+    """The _STAYS modules loaded, and the modules they hold as globals (under
+    their own name in sys.modules): python's import of them brings those too."""
+    stay = set(_STAYS)
+    for name in _STAYS:
+        module = sys.modules.get(name)
+        for value in list(vars(module).values()) if module is not None else ():
+            if isinstance(value, type(sys)) and sys.modules.get(value.__name__) is value:
+                stay.add(value.__name__)
+    return stay
 
 
 def _hide(names, keep):
@@ -104,15 +118,19 @@ class _GiveBack:
         # Another thread may give back modules meanwhile (an import of its own):
         # the names are listed at once (list() of a dict holds the GIL) and each
         # taken once, by whichever thread comes first.
+        # Re-entered when our hook runs Python code in between (a --spill of the
+        # trace at an event here imports what it needs): over a copy, and what a
+        # nested call gave back already is taken from sys.modules.
         prefix = spec.name + "."
         for name in [name for name in list(_kept_aside) if name.startswith(prefix)]:
             module = _kept_aside.pop(name, None)
             if module is not None:
                 sys.modules[name] = module
-                _specs.pop(name, None)
+            _specs.pop(name, None)
         module = _kept_aside.pop(spec.name, None)
-        # (None: given back by its package's import in another thread, into sys.modules)
-        return module if module is not None else sys.modules[spec.name]
+        # (None: given back by its package's import in another thread, or by a nested
+        # call, into sys.modules)
+        return module if module is not None else sys.modules.get(spec.name)
 
     def exec_module(self, module):
         spec = _specs.pop(getattr(module, "__name__", None), None)

@@ -14,8 +14,11 @@ from pytrace_cffi.reading import read_trace
 
 PRINT_MODULES = "import sys\nprint(sorted(sys.modules))\n"
 # What the program may see beyond python's list (docs/CLI.md, "What the program
-# sees"): warnings, which 3.9 and 3.12+ import only when first needed.
-ALLOWED_EXTRA = {"warnings"}
+# sees"): warnings, which 3.9 and 3.12+ import only when first needed; on 3.14+
+# with the modules its import brings (its code is _py_warnings', which imports
+# _contextvars).
+ALLOWED_EXTRA = {"warnings"} | ({"_py_warnings", "_contextvars"}
+                                if sys.version_info >= (3, 14) else set())
 
 # python -S: nothing but the interpreter's start-up (site imports much of what
 # we import, hiding differences); cffi's directory then goes on PYTHONPATH.
