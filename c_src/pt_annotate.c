@@ -136,6 +136,17 @@ typedef struct {
 /* Python's record_function wrapper factory: decorate(region, function). */
 static PyObject *pt_region_decorate;
 
+/* The type's __enter__ descriptor (set with the type, kept while it lives). */
+static PyObject *pt_region_enter_descr;
+static PyObject *pt_region_enter(PyObject *op, PyObject *unused);
+
+int
+pt_is_region_enter(const void *implementation)
+{
+    return implementation && (implementation == (const void *)pt_region_enter_descr ||
+                              implementation == (const void *)pt_region_enter);
+}
+
 /* Returns a new reference: a region named `name`, its args checked. */
 static PyObject *
 pt_region_create(PyTypeObject *type, PyObject *name, PyObject *region_args)
@@ -274,7 +285,7 @@ pt_region_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
             PyUnicode_Compare(self->name, tracer->progress_region) == 0)
             pt_flight_step();       /* the watchdog's named region made progress */
     }
-    Py_INCREF(Py_False);
+    Py_IncRef(Py_False);            /* (3.14: see PT_RETURN_NONE) */
     return Py_False;                /* never swallows the exception */
 }
 
@@ -720,6 +731,12 @@ pt_annotation_api(void *py_dict)
     }
     if (!pt_region_type)
         pt_region_type = PyType_FromSpec(&pt_region_spec);
+    if (pt_region_type && !pt_region_enter_descr) {
+        /* the descriptor itself (a type's method descriptor gets as itself) */
+        pt_region_enter_descr = PyObject_GetAttrString(pt_region_type, "__enter__");
+        if (!pt_region_enter_descr)
+            PyErr_Clear();
+    }
     if (!pt_stack_type)
         pt_stack_type = PyType_FromSpec(&pt_stack_spec);
     if (!PyDict_Check(dict) || !pt_region_type || !pt_stack_type ||

@@ -1,7 +1,7 @@
 /* pt_cpython.h - the CPython surface pytrace_cffi's C core compiles against.
  *
  * Everything is built with Py_LIMITED_API=0x03090000 (set by build_ffi.py) so one
- * abi3 module loads on CPython 3.9-3.13. The few functions below are public,
+ * abi3 module loads on CPython 3.9-3.15. The few functions below are public,
  * exported by libpython on every one of those versions, but the limited API does
  * not declare them: they are profiler plumbing (installing a profile function,
  * walking frames and thread states). We declare their prototypes here, and only
@@ -17,8 +17,17 @@
  * `return Py_None` whatever Py_LIMITED_API says (None is immortal from 3.12 on),
  * so a module built with them took a reference it never had on 3.9-3.11, each
  * call, until None was deallocated. Code that runs on 3.9-3.11 returns None with
- * this; the sys.monitoring callbacks (3.12+ only) keep Py_RETURN_NONE. */
-#define PT_RETURN_NONE do { Py_INCREF(Py_None); return Py_None; } while (0)
+ * this. Py_IncRef, not Py_INCREF: 3.9's limited API makes Py_INCREF add to
+ * ob_refcnt in place, which 3.12 and 3.13 take back at the caller's decref (an
+ * immortal's count sits at 2**32 - 1, one more reads as mortal), but 3.14 starts
+ * immortals at 3 << 30 and never decrements them: each call left None's count one
+ * higher. Py_IncRef is the interpreter's own, which knows immortals. */
+#define PT_RETURN_NONE do { Py_IncRef(Py_None); return Py_None; } while (0)
+
+/* Returns None from a sys.monitoring callback: these run on 3.12+ only, where
+ * None is immortal, so without a reference, as 3.12's headers' Py_RETURN_NONE
+ * does (see PT_RETURN_NONE for why Py_INCREF would drift on 3.14). */
+#define PT_MONITOR_RETURN_NONE return Py_None
 
 /* ------------------------------------------------------------------------ */
 /* Profile hook (Include/cpython/pystate.h, Include/cpython/ceval.h)         */

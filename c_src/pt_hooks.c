@@ -399,6 +399,10 @@ pt_profile_event(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg
             uint32_t key = pt_key_for_builtin(tracer, arg, 1, NULL);
             if (key) {          /* 0: out of memory, or stopped (maybe gone) meanwhile */
                 thread->c_callable = arg;
+                if (tracer->key_flags[key] & PT_KEYF_UNRECORDED) {
+                    thread->c_key = 0;          /* its return records nothing either */
+                    break;
+                }
                 thread->c_key = key;
                 pt_record_call(tracer, thread, PT_EV_C_CALL, key);
             }
@@ -415,7 +419,7 @@ pt_profile_event(PyObject *handle, PyFrameObject *frame, int what, PyObject *arg
             else if (pt_is_builtin_function(arg) &&
                      !(key = pt_key_for_builtin(tracer, arg, 1, NULL)))
                 recorded = -1;          /* out of memory, or stopped while naming it */
-            if (key)
+            if (key && !(tracer->key_flags[key] & PT_KEYF_UNRECORDED))
                 recorded = pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
         }
         if (logging && what == PT_TRACE_C_EXCEPTION && recorded >= 0)
@@ -554,10 +558,10 @@ pt_profile_func(const pt_tracer *tracer)
 static inline PyObject *
 pt_monitor_result(pt_tracer *tracer, int disable)
 {
-    PyObject *result = disable && tracer->monitoring_disable ? tracer->monitoring_disable
-                                                             : Py_None;
-    Py_INCREF(result);
-    return result;
+    if (!(disable && tracer->monitoring_disable))
+        PT_MONITOR_RETURN_NONE;
+    Py_INCREF(tracer->monitoring_disable);
+    return tracer->monitoring_disable;
 }
 
 /* Python frame events: (code, offset, ...). `kind` is a call or a return; a
@@ -570,13 +574,13 @@ pt_monitor_py_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs,
 {
     pt_tracer *tracer = pt_recording_tracer(handle);
     if (!tracer || nargs < 1)
-        Py_RETURN_NONE;
+        PT_MONITOR_RETURN_NONE;
     pt_thread *thread = pt_thread_current(tracer);
     if (!thread)
-        Py_RETURN_NONE;
+        PT_MONITOR_RETURN_NONE;
     uint32_t key = pt_key_for_code(tracer, args[0]);
     if (!key)
-        Py_RETURN_NONE;
+        PT_MONITOR_RETURN_NONE;
     if (pt_skipped(tracer, key))
         return pt_monitor_result(tracer, may_disable);
     if (kind == PT_EV_PY_RETURN) {
@@ -586,14 +590,14 @@ pt_monitor_py_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs,
                                 entry_or_raised);
     } else if (pt_depth_enter(tracer, thread, key)) {
         if (pt_record(tracer, thread, kind, key) < 0)       /* stopped */
-            Py_RETURN_NONE;
+            PT_MONITOR_RETURN_NONE;
         if (tracer->key_flags[key] & PT_KEYF_LOG_ARGS)      /* (no key is both) */
             pt_log_call(tracer, thread, key, PyEval_GetFrame(), entry_or_raised);
         else if (may_tag)
             pt_maybe_tag(tracer, thread, key,
                          tracer->key_flags[key] & PT_KEYF_TAG ? PyEval_GetFrame() : NULL);
     }
-    Py_RETURN_NONE;
+    PT_MONITOR_RETURN_NONE;
 }
 
 /* The full paths, out of line: every event the fast paths below do not take. */
@@ -624,13 +628,13 @@ pt_monitor_py_fast(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, ui
     pt_tracer *tracer = pt_recording_tracer(handle);
     pt_thread *thread;
     if (PT_UNLIKELY(!tracer))
-        Py_RETURN_NONE;                 /* not recording (noop, stopped): the full path agrees */
+        PT_MONITOR_RETURN_NONE;                 /* not recording (noop, stopped): the full path agrees */
     if (PT_UNLIKELY(nargs < 1 || !pt_fast_thread(tracer, &thread)))
         return full(handle, args, nargs);
     uint32_t key = pt_key_lookup(tracer, args[0], NULL);
     if (PT_UNLIKELY(!key || tracer->key_flags[key] || !pt_fast_record(tracer, thread, kind, key)))
         return full(handle, args, nargs);
-    Py_RETURN_NONE;
+    PT_MONITOR_RETURN_NONE;
 }
 
 /* PY_START: a call, which the watcher may tag (the new frame is current). */
@@ -677,19 +681,19 @@ pt_monitor_exception(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, 
 {
     pt_tracer *tracer = pt_recording_tracer(handle);
     if (!tracer || nargs < 3 || !tracer->exception_hook)
-        Py_RETURN_NONE;
+        PT_MONITOR_RETURN_NONE;
     pt_thread *thread = pt_thread_current(tracer);
     if (!thread || thread->suppressed)
-        Py_RETURN_NONE;
+        PT_MONITOR_RETURN_NONE;
     int64_t ticks = pt_ticks(tracer);
     uint32_t key = pt_key_for_code(tracer, args[0]);
     if (!key || pt_skipped(tracer, key))
-        Py_RETURN_NONE;
+        PT_MONITOR_RETURN_NONE;
     long offset = PyLong_AsLong(args[1]);
     if (offset == -1 && PyErr_Occurred())
         PyErr_Clear();
     pt_report_exception(tracer, thread, event, args[0], (int)offset, args[2], 0, ticks);
-    Py_RETURN_NONE;
+    PT_MONITOR_RETURN_NONE;
 }
 
 static PyObject *
@@ -782,19 +786,19 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
 {
     pt_tracer *tracer = pt_recording_tracer(handle);
     if (!tracer)
-        Py_RETURN_NONE;
+        PT_MONITOR_RETURN_NONE;
     if (tracer->code_filter && nargs >= 1) {
         uint32_t caller = pt_key_for_code(tracer, args[0]);
         if (!caller)
-            Py_RETURN_NONE;
+            PT_MONITOR_RETURN_NONE;
         if (pt_callees_skipped(tracer, caller))
             return pt_monitor_result(tracer, is_call);
     }
     if (nargs < 4 || !(tracer->flags & PT_FLAG_C_CALLS))
-        Py_RETURN_NONE;
+        PT_MONITOR_RETURN_NONE;
     pt_thread *thread = pt_thread_current(tracer);
     if (!thread)
-        Py_RETURN_NONE;
+        PT_MONITOR_RETURN_NONE;
     if (is_call) {
         /* Every call, built-in or not, replaces the pair: a return can then meet
          * only its own call's objects (alive) or a later call's, never objects
@@ -804,6 +808,8 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
         thread->c_arg0 = args[3];
         thread->c_key = 0;
         uint32_t key = pt_monitor_builtin_key(tracer, callable, args, thread);
+        if (key && (tracer->key_flags[key] & PT_KEYF_UNRECORDED))
+            key = 0;            /* recorded as no built-in: its return finds key 0 */
         if (key) {              /* 0: not a built-in, or stopped (maybe gone) meanwhile */
             thread->c_key = key;
             pt_record_call(tracer, thread, PT_EV_C_CALL, key);
@@ -811,10 +817,10 @@ pt_monitor_c_event(PyObject *handle, PyObject *const *args, Py_ssize_t nargs, in
     } else {
         uint32_t key = args[2] == thread->c_callable && args[3] == thread->c_arg0
             ? thread->c_key : pt_monitor_builtin_key(tracer, args[2], args, NULL);
-        if (key)
+        if (key && !(tracer->key_flags[key] & PT_KEYF_UNRECORDED))
             pt_record_return(tracer, thread, PT_EV_C_RETURN, key);
     }
-    Py_RETURN_NONE;
+    PT_MONITOR_RETURN_NONE;
 }
 
 static PT_NOINLINE PyObject *
@@ -851,7 +857,7 @@ pt_monitor_call(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
     pt_tracer *tracer = pt_recording_tracer(handle);
     pt_thread *thread;
     if (PT_UNLIKELY(!tracer))
-        Py_RETURN_NONE;                 /* not recording: the full path agrees */
+        PT_MONITOR_RETURN_NONE;                 /* not recording: the full path agrees */
     if (PT_UNLIKELY(!pt_fast_c_thread(tracer, nargs, &thread)))
         return pt_monitor_call_full(handle, args, nargs);
     PyObject *callable = args[2], *arg0 = args[3];
@@ -878,7 +884,7 @@ store:
     thread->c_key = key;
     if (key && PT_UNLIKELY(!pt_fast_record(tracer, thread, PT_EV_C_CALL, key)))
         return pt_monitor_call_full(handle, args, nargs);      /* it stores the pair again */
-    Py_RETURN_NONE;
+    PT_MONITOR_RETURN_NONE;
 }
 
 /* C_RETURN's fast path: the return of the built-in whose call the thread's pair
@@ -889,7 +895,7 @@ pt_monitor_c_return(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
     pt_tracer *tracer = pt_recording_tracer(handle);
     pt_thread *thread;
     if (PT_UNLIKELY(!tracer))
-        Py_RETURN_NONE;                 /* not recording: the full path agrees */
+        PT_MONITOR_RETURN_NONE;                 /* not recording: the full path agrees */
     if (PT_UNLIKELY(!pt_fast_c_thread(tracer, nargs, &thread)))
         return pt_monitor_c_return_full(handle, args, nargs);
     uint32_t key = thread->c_key;
@@ -897,7 +903,7 @@ pt_monitor_c_return(PyObject *handle, PyObject *const *args, Py_ssize_t nargs)
         return pt_monitor_c_return_full(handle, args, nargs);
     if (key && PT_UNLIKELY(!pt_fast_record(tracer, thread, PT_EV_C_RETURN, key)))
         return pt_monitor_c_return_full(handle, args, nargs);
-    Py_RETURN_NONE;     /* key 0: the pair's call was no built-in (the full path agrees) */
+    PT_MONITOR_RETURN_NONE;     /* key 0: the pair's call was no built-in (the full path agrees) */
 }
 
 static PyMethodDef pt_monitor_methods[] = {

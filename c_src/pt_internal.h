@@ -167,6 +167,10 @@ enum { PT_STATE_NEW = 0, PT_STATE_RUNNING = 1, PT_STATE_STOPPED = 2 };
                                          stay out */
 #define PT_KEYF_LOG_ARGS 32           /* log_args matched this code: its calls record
                                          their arguments and return values */
+#define PT_KEYF_UNRECORDED 64         /* a built-in whose calls are never recorded: a
+                                         region's __enter__, which 3.14's `with` calls
+                                         through CALL (its return would close the
+                                         region it opens) */
 
 /* Whether the built-ins called by code of this key are left out with it. */
 static inline int
@@ -316,6 +320,9 @@ void pt_ask_deferred_questions(pt_tracer *tracer);
 /* Takes ownership of source (a new reference naming the key). */
 uint32_t pt_key_add(pt_tracer *tracer, const void *a, const void *b, PyObject *source);
 /* 0 when the tracer stopped while Python code named the built-in. */
+/* Whether a built-in's implementation (a method descriptor, or the C function
+ * of a bound one) is record_function's __enter__ (pt_annotate.c). */
+int pt_is_region_enter(const void *implementation);
 uint32_t pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
                                  const void *a, PyObject *self);
 

@@ -668,6 +668,8 @@ pt_key_insert_builtin(pt_tracer *tracer, const void *a, const void *b, PyObject 
     PyErr_Fetch(&type, &value, &tb);
     PyObject *source = pt_builtin_source(callable, self, owner, keepalive);
     uint32_t id = pt_key_insert(tracer, a, b, source);
+    if (id && pt_is_region_enter(a))
+        tracer->key_flags[id] |= PT_KEYF_UNRECORDED;
     if (id && source && tracer->note_sources)
         pt_note_builtin(tracer, id, source);
     PyErr_Restore(type, value, tb);
