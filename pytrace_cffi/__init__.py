@@ -30,6 +30,32 @@ def _core_missing():
             "(pip install --force-reinstall pytrace_cffi)")
 
 
+def _free_threaded_build():
+    """Whether this interpreter is a free-threaded build (3.13t, 3.14t: sys.abiflags
+    holds "t"; on Windows before 3.14, which has no sys.abiflags, sysconfig's
+    Py_GIL_DISABLED). Even with the GIL switched back on (PYTHON_GIL=1), such a
+    build loads no abi3 module."""
+    flags = getattr(_sys, "abiflags", None)
+    if flags is not None:
+        return "t" in flags
+    if _sys.version_info < (3, 13):
+        return False
+    import sysconfig
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+_FREE_THREADED_ERROR = (
+    "pytrace_cffi does not run on a free-threaded Python build ({version}, "
+    "sys.abiflags {flags!r}): its C core is one abi3 (limited API) module, which "
+    "free-threaded builds cannot load, and cffi supports free-threading only in a "
+    "non-limited-API build, which pytrace_cffi does not ship yet. Use the default "
+    "(GIL) build of this Python version (docs/INTERNALS.md#free-threaded-python)")
+
+if _free_threaded_build():
+    raise ImportError(_FREE_THREADED_ERROR.format(
+        version=_sys.version.split()[0], flags=getattr(_sys, "abiflags", "")),
+        name=__name__)
+
 try:
     import importlib as _importlib
     _importlib.import_module(f"{__name__}._core")       # only: is the core there?

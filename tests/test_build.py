@@ -1,8 +1,10 @@
-"""One abi3 build for 3.9-3.13, and a C core that stays off CPython internals."""
+"""One abi3 build for 3.9-3.15 (none for free-threaded builds), and a C core that stays off CPython internals."""
 import os
 import pathlib
 import re
 import sys
+
+import pytest
 
 import pytrace_cffi
 from pytrace_cffi import _core
@@ -119,3 +121,38 @@ def test_the_package_ships_every_module_of_the_source_tree():
     missing = [str(p.relative_to(source)) for p in source.rglob("*.py")
                if "__pycache__" not in p.parts and not (installed / p.relative_to(source)).exists()]
     assert not missing, f"not in the installed package {installed}: {missing}"
+
+
+FREE_THREADED = {
+    # a free-threaded build says so in sys.abiflags ("t", 3.13t/3.14t on POSIX)
+    "abiflags t": "import sys\nsys.abiflags = 't'\n",
+    # Windows before 3.14 has no sys.abiflags: sysconfig's Py_GIL_DISABLED says it
+    "Py_GIL_DISABLED": ("import sys, sysconfig\ndel sys.abiflags\n"
+                        "sysconfig.get_config_var = lambda name: 1 if name == "
+                        "'Py_GIL_DISABLED' else None\n"),
+}
+
+
+@pytest.mark.parametrize("simulated", sorted(FREE_THREADED))
+def test_a_free_threaded_python_gets_an_import_error_naming_the_reason(run_python, simulated):
+    """No free-threaded interpreter can be installed here: the check is fed what
+    one reports. The import fails with one ImportError that says why (abi3 does
+    not load there; cffi's free-threading needs a non-limited-API build) and
+    what to use instead; a default build with the same patching imports fine."""
+    if simulated == "Py_GIL_DISABLED" and sys.version_info < (3, 13):
+        pytest.skip("free-threaded builds exist from 3.13 on: older ones never ask sysconfig")
+    proc = run_python(FREE_THREADED[simulated] + "import pytrace_cffi\n", check=False)
+    assert proc.returncode == 1
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith("ImportError: pytrace_cffi does not run on a free-threaded "
+                           "Python build"), proc.stderr
+    assert "abi3" in last and "cffi supports free-threading only in a non-limited-API" \
+        in last and "Use the default (GIL) build" in last
+    assert run_python("import sys\nsys.abiflags = ''\nimport pytrace_cffi\n"
+                      "print('imported')\n").stdout == "imported\n"
+
+
+def test_this_default_build_is_not_taken_for_a_free_threaded_one():
+    import sysconfig
+    assert pytrace_cffi._free_threaded_build() == bool(
+        sysconfig.get_config_var("Py_GIL_DISABLED"))
