@@ -285,7 +285,8 @@ def test_a_directory_or_zip_with_main_runs_as_python_runs_it(tmp_path):
             return 1
         unique_main()
         print(sys.argv, sys.path[0], __file__, repr(__package__), __spec__.name,
-              type(__loader__).__name__, __name__, __cached__)
+              type(__loader__).__name__, __name__,
+                  globals().get("__cached__", "no __cached__"))    # 3.15 sets none
         sys.exit(3)
     """))
     import zipfile

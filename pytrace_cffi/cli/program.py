@@ -116,7 +116,7 @@ def main_module(module, program_argv):
                 raise SystemExit(f"pytrace_cffi: {exc}") from None
             packages = []
         sys.argv = [spec.origin] + program_argv[1:]
-        main.__dict__.update(__file__=spec.origin, __cached__=spec.cached,
+        main.__dict__.update(__file__=spec.origin, **_cached(spec.cached),
                              __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
         return code, main, packages
     path = os.path.abspath(program_argv[0])
@@ -125,7 +125,7 @@ def main_module(module, program_argv):
         spec, code = found
         sys.argv = program_argv
         sys.path[0] = path
-        main.__dict__.update(__file__=spec.origin, __cached__=spec.cached,
+        main.__dict__.update(__file__=spec.origin, **_cached(spec.cached),
                              __loader__=spec.loader, __package__="", __spec__=spec)
         return code, main, []
     import io
@@ -140,9 +140,15 @@ def main_module(module, program_argv):
     code = compile(source, path, "exec", dont_inherit=True)
     sys.argv = program_argv
     sys.path[0] = os.path.dirname(os.path.realpath(path))
-    main.__dict__.update(__file__=path, __cached__=None,
+    main.__dict__.update(__file__=path, **_cached(None),
                          __loader__=SourceFileLoader("__main__", path))
     return code, main, []
+
+
+def _cached(cached, version_info=sys.version_info):
+    """__main__'s __cached__ as python sets it: up to 3.14 (None for a script);
+    3.15 sets none (a program reading it gets NameError under python too)."""
+    return {"__cached__": cached} if tuple(version_info[:2]) < (3, 15) else {}
 
 
 def main_of_path(path):
