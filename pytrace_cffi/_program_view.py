@@ -128,9 +128,19 @@ class _GiveBack:
                 sys.modules[name] = module
             _specs.pop(name, None)
         module = _kept_aside.pop(spec.name, None)
-        # (None: given back by its package's import in another thread, or by a nested
-        # call, into sys.modules)
-        return module if module is not None else sys.modules.get(spec.name)
+        if module is None:      # given back by its package's import in another thread,
+            return sys.modules.get(spec.name)       # or by a nested call, into sys.modules
+        # and the modules it holds that its import brought, under every name
+        # they were imported as (3.15's math holds math.integer, which is in
+        # sys.modules as _math_integer too), as its import left them
+        held = {id(value) for value in list(vars(module).values())
+                if isinstance(value, type(sys))}
+        for name in [name for name in list(_kept_aside) if id(_kept_aside.get(name)) in held]:
+            given = _kept_aside.pop(name, None)
+            if given is not None:
+                sys.modules[name] = given
+            _specs.pop(name, None)
+        return module
 
     def exec_module(self, module):
         spec = _specs.pop(getattr(module, "__name__", None), None)
