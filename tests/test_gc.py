@@ -124,7 +124,10 @@ def test_collected_and_uncollectable_are_each_their_own_number(tmp_path,
     assert info["uncollectable"] in (2, 4) and info["collected"] >= 3
     assert info["collected"] != info["uncollectable"]
     assert info["collected"] + info["uncollectable"] == found
-    assert region_args(trace, tmp_path / "t.json") == [info]
+    # (the three numbers recorded: 3.15's callback is also given candidates and
+    # duration, which would make each young collection's args distinct)
+    assert region_args(trace, tmp_path / "t.json") == [
+        {key: info[key] for key in ("generation", "collected", "uncollectable")}]
 
 
 def test_a_finalizer_run_by_a_collection_is_inside_its_slice(tmp_path,
