@@ -105,7 +105,7 @@ for v in $VERSIONS; do
         esac
     done
     [ "$status" -eq 0 ] || bad_versions+=" $v"
-    echo "   Python $v: the suite took $(( $(date +%s) - started )) s"
+    echo "   Python $v: its installs and tests took $(( $(date +%s) - started )) s"
 done
 rm -rf "$RUN_DIR"
 
