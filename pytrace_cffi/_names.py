@@ -149,6 +149,42 @@ def name_for_source(source, prefixes=()):
     return python_function_name(source, prefixes)
 
 
+def distinct_code_names(sources, names):
+    """names, with the keys of different code objects that share a file, line and
+    name told apart (a decorator that copies its function's name, file and line
+    onto a wrapper's code, as hypothesis's @given does). Keys whose code objects
+    are equal (==: same bytecode, constants, name, line) stay one function. Of
+    the others, each kind of code gets " [qualified name]" when its co_qualname
+    (Python 3.11+) differs from its co_name, then " #2", " #3"... in the order
+    of first call when names still collide. Without this they would be summed
+    as one function (cProfile keeps only one of them: it drops the rest's calls).
+    Needs every key at once: a spilling session's keys.jsonl (read only to
+    recover a process that died) names its keys without it."""
+    by_name = {}
+    for key, source in enumerate(sources):
+        if isinstance(source, types.CodeType):
+            by_name.setdefault(names[key], []).append(key)
+    names = list(names)
+    for name, keys in by_name.items():
+        if len(keys) < 2:
+            continue
+        kinds = {}                      # a code object -> the keys equal to it
+        for key in keys:
+            kinds.setdefault(sources[key], []).append(key)
+        if len(kinds) < 2:
+            continue
+        taken = {}
+        for code, members in kinds.items():     # in the order of first call
+            qualname = getattr(code, "co_qualname", code.co_name)
+            shown = name if qualname == code.co_name else f"{name} [{qualname}]"
+            taken[shown] = taken.get(shown, 0) + 1
+            if taken[shown] > 1:
+                shown = f"{shown} #{taken[shown]}"
+            for key in members:
+                names[key] = shown
+    return names
+
+
 def kind_of_source(source):
     """A key's kind: "c" (a built-in), "annotation" (a region's name) or "python"."""
     if isinstance(source, tuple):

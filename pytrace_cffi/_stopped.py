@@ -8,7 +8,8 @@ import sys
 from . import _clock
 from ._core import ffi, lib
 from ._hiding import hiding_rules, key_hiding
-from ._names import kind_of_source, name_for_source, path_inputs, path_prefixes, program_name
+from ._names import (distinct_code_names, kind_of_source, name_for_source, path_inputs,
+                     path_prefixes, program_name)
 from ._status import check
 from .trace import Mark, ThreadInfo, Trace
 
@@ -127,7 +128,8 @@ def _key_facts(session, facts):
     rules = facts["hiding_rules"]
     hidden = [key_hiding(source, flags[key], rules) for key, source in enumerate(sources)]
     return {
-        "names": [name_for_source(source, prefixes) for source in sources],
+        "names": distinct_code_names(
+            sources, [name_for_source(source, prefixes) for source in sources]),
         "key_kinds": [kind_of_source(source) for source in sources],
         "hidden": hidden,
     }

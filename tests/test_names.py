@@ -227,3 +227,53 @@ def test_names_trim_with_sys_path_as_it_was_at_stop(tmp_path, monkeypatch):
     trace = pytrace_cffi.stop()
     sys.path.remove(str(tmp_path))
     assert "late_trim_mod.py(1): late_trim_f" in {call.name for call in trace}
+
+
+WRAPPING = '''\
+def target(x):
+    return x + 1
+
+
+def make_wrapper():
+    def target(x):
+        return real(x) * 1
+    return target
+
+
+def make_other_wrapper():
+    def target(x):
+        return real(x) * 2
+    return target
+'''
+
+
+def test_code_objects_sharing_file_line_and_name_stay_apart(tmp_path, monkeypatch):
+    """A decorator that copies its function's file, line and name onto its
+    wrapper's code (hypothesis's @given makes a new such wrapper per example)
+    must not have the wrapper's calls summed into the function's row: equal code
+    objects stay one function, different ones get told apart by qualified name
+    (3.11+) and then by number, in the order of first call."""
+    from pytrace_cffi.summary import summarize
+    (tmp_path / "wrapmod.py").write_text(WRAPPING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import wrapmod
+
+    def impersonating(factory):
+        wrapper = factory()
+        wrapper.__code__ = wrapper.__code__.replace(co_firstlineno=1)   # a new code object
+        return wrapper
+    wrapmod.real = wrapmod.target
+    pytrace_cffi.start(c_calls=False)
+    for _ in range(3):          # three wrapper code objects, equal to each other
+        impersonating(wrapmod.make_wrapper)(1)
+    impersonating(wrapmod.make_other_wrapper)(1)
+    trace = pytrace_cffi.stop()
+    rows = {row.name: row.calls for row in summarize(trace, limit=0)
+            if row.name.startswith("wrapmod.py(1)")}
+    if sys.version_info >= (3, 11):
+        assert rows == {"wrapmod.py(1): target [make_wrapper.<locals>.target]": 3,
+                        "wrapmod.py(1): target [make_other_wrapper.<locals>.target]": 1,
+                        "wrapmod.py(1): target": 4}
+    else:
+        assert rows == {"wrapmod.py(1): target": 3, "wrapmod.py(1): target #2": 4,
+                        "wrapmod.py(1): target #3": 1}
