@@ -4,6 +4,7 @@ nothing else). Expected texts are literals worked out from the dumps below."""
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -45,14 +46,15 @@ def write_dump(directory, pid, stacks, label=None, rank=None, reason="SIGUSR1",
 def eight_ranks(directory, realtime_ns=1_790_000_000_000_000_000):
     """Ranks 0-7 (pids 100-107): rank 3 waits for its data for 42.1 s, the others
     in all_reduce for 41.5-41.9 s; rank 6 began all_reduce before the recorded
-    window."""
+    window. Rank r dumped r ms after realtime_ns (rank 0 the oldest)."""
     for rank in range(8):
         if rank == 3:
             stack = [(MAIN, 100.0), (STEP, 42.5), (NEXT, 42.1)]
         else:
             stack = [(MAIN, 100.0), (STEP, 42.5),
                      (ALL_REDUCE, None if rank == 6 else 41.5 + rank * 0.05)]
-        write_dump(directory, 100 + rank, [stack], rank=rank, realtime_ns=realtime_ns)
+        write_dump(directory, 100 + rank, [stack], rank=rank,
+                   realtime_ns=realtime_ns + rank * 1_000_000)
     return directory
 
 
@@ -106,7 +108,7 @@ def test_json_output_from_the_command_line(tmp_path):
     data = json.loads(proc.stdout)
     [dump] = data["dumps"]
     assert dump["processes"] == 8 and dump["reasons"] == {"SIGUSR1": 8}
-    assert dump["realtime_ns"] == 1_790_000_000_000_000_000
+    assert dump["realtime_ns"] == 1_790_000_000_000_000_000        # the oldest stamp
     odd, rest = dump["groups"]
     assert odd["who"] == "rank 3" and odd["innermost"] == NEXT
     assert [m["rank"] for m in odd["members"]] == [3] and odd["members"][0]["pid"] == 103
@@ -148,7 +150,10 @@ def test_a_directory_of_dumps_gives_each_processs_newest_or_all(tmp_path):
         assert dump_directories(str(given), every=True) == [str(dumps / "b-older"),
                                                             str(dumps / "a-newer")]
     newest = report([str(tmp_path / "job")]).splitlines()
-    assert newest[0].endswith("8 processes dumped at " + newest[0].split(" dumped at ")[1])
+    # titled by the oldest stamp of the dumps chosen: rank 1's of b-older
+    oldest = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(1_700_000_000.001))
+    assert newest[0].endswith(f"8 processes dumped at {oldest} "
+                              "(SIGUSR1: 7, watchdog: no step for 30 s: 1)")
     assert newest[0].endswith("(SIGUSR1: 7, watchdog: no step for 30 s: 1)")
     assert "rank 0 in main (train.py:10) for 1.0 s" in newest      # both odd ones out
     assert "rank 3 in __next__ (dataloader.py:620) for 42.1 s" in newest
@@ -210,14 +215,17 @@ def test_other_threads_only_when_not_idle(tmp_path):
         write_dump(tmp_path, 100 + rank, [[(MAIN, 9.0), ("time.sleep", 1.0)], busy,
                                           [("threading.py(1000): _bootstrap", 9.0),
                                            ("threading.py(320): wait", 9.0),
-                                           ("_thread.lock.acquire", 9.0)]],
-                   rank=rank, names=["MainThread", "pin", "idle-pool"])
+                                           ("_thread.lock.acquire", 9.0)],
+                                          # traced without C calls: no built-in callee
+                                          [("threading.py(1000): _bootstrap", 9.0),
+                                           ("queue.py(154): get", 9.0)]],
+                   rank=rank, names=["MainThread", "pin", "idle-pool", "idle-queue"])
     without = report([str(tmp_path)]).splitlines()
     assert without[1] == "ranks 0-1 in time.sleep for 1.0 s" and len(without) == 4
     lines = report([str(tmp_path)], threads=True).splitlines()
     assert lines[4] == "other threads, not idle:"
     assert lines[5] == "ranks 0-1, thread 'pin' in builtins.sorted for 0.5 s"
-    assert len(lines) == 9 and "idle-pool" not in "\n".join(lines)
+    assert len(lines) == 9 and "idle-" not in "\n".join(lines)
 
 
 def test_frames_compares_the_innermost_only(tmp_path):
