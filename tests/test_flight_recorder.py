@@ -120,6 +120,39 @@ def test_a_dump_and_its_report_say_the_line_each_frame_is_on(tmp_path):
     assert [line.split()[0] for line in lines[2:]] == ["prog.py:11:", "prog.py:6:"]
 
 
+def test_a_dump_completes_each_threads_stack_from_its_own_calls(tmp_path):
+    """Each thread's frames get their times, and the built-in it waits in, from
+    that thread's open calls in the ring, not from another thread's."""
+    proc = _run(tmp_path, """
+        import sys, threading
+        import pytrace_cffi
+
+        def napping(ready, done):
+            ready.set()
+            done.wait()
+
+        pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1])
+        ready, done = threading.Event(), threading.Event()
+        worker = threading.Thread(target=napping, args=(ready, done), name="napper")
+        worker.start()
+        ready.wait()
+        pytrace_cffi.dump(reason="here")
+        done.set()
+        worker.join()
+        pytrace_cffi.stop()
+        """, tmp_path / "dumps")
+    assert proc.returncode == 0, proc.stderr
+    [dump] = process_dumps(tmp_path / "dumps")
+    facts = dump_facts(dump)
+    napper = next(t for t in facts["threads"] if t["name"] == "napper")["stack"]
+    names = [frame["name"] for frame in napper]
+    # its Python frames, then the built-in it waits in (a lock's), all timed
+    assert names[0].startswith("threading.py(") and "prog.py(4): napping" in names
+    assert names[-1].startswith("_thread.lock."), names
+    assert all(frame["since_ns"] is not None for frame in napper), napper
+    assert _stack_names(_main_thread(facts)) == ["prog.py(1): <module>"]
+
+
 def facts_pid(dump):
     return read_dump(dump)[0]["pid"]
 
