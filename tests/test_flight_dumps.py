@@ -450,3 +450,19 @@ def test_report_does_not_follow_a_proc_link_out_of_the_dump(one_dump, tmp_path):
     os.unlink(os.path.join(copy, "dump.json"))      # the link alone: no dump here
     with pytest.raises(pytrace_cffi.TraceFormatError, match="holds no dump"):
         report([dump_dir])
+
+
+def test_the_newest_dump_of_a_process_is_told_by_its_stamp_not_its_files_time(tmp_path):
+    """Two dumps of one process in quick succession (#34 item 8): their dump.json
+    files can share a modification time (one tick of the file system's clock),
+    and the earlier dump's clone can finish writing after the later one's."""
+    from pytrace_cffi.flight.dumps import process_dumps
+    dumps = tmp_path / "dumps"
+    for name, stamp, mtime in (("x-later", 1_700_000_000_500_000_000, 1_700_000_001),
+                               ("y-earlier", 1_700_000_000_000_000_000, 1_700_000_002)):
+        proc = dumps / name / "proc-42"
+        proc.mkdir(parents=True)
+        (proc / "dump.json").write_text(json.dumps({"version": 1, "reason": name,
+                                                    "realtime_ns": stamp}))
+        os.utime(proc / "dump.json", (mtime, mtime))
+    assert process_dumps(str(dumps)) == [str(dumps / "x-later" / "proc-42")]

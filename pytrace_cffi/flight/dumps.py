@@ -45,11 +45,25 @@ def process_dumps(path):
         if os.path.islink(os.path.join(path, name)):
             continue                # (may lead out of the directory)
         for proc in _process_dirs(os.path.join(path, name)):
-            when = os.stat(os.path.join(proc, DUMP_FILE)).st_mtime_ns
+            when = _dumped_at(proc)
             pid = os.path.basename(proc)
             if pid not in newest or newest[pid][0] < when:
                 newest[pid] = (when, proc)
     return sorted(proc for _, proc in newest.values())
+
+
+def _dumped_at(process_dir):
+    """When a process dump was made, to choose the newest: dump.json's realtime_ns,
+    else the file's modification time. Not the time alone: two dumps within one
+    tick of the file system's clock share it, and a dump's clone may finish
+    writing after a later dump's."""
+    path = os.path.join(process_dir, DUMP_FILE)
+    try:
+        data = _read_json_file(path)
+    except (OSError, TraceFormatError):
+        data = None
+    stamp = data.get("realtime_ns") if isinstance(data, dict) else None
+    return stamp if type(stamp) is int else os.stat(path).st_mtime_ns
 
 
 def _process_dirs(directory):
