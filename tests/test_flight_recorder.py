@@ -149,7 +149,10 @@ def test_a_dump_completes_each_threads_stack_from_its_own_calls(tmp_path):
     # its own frames, each timed from its own open calls (it may be in the lock's
     # built-in or just before it: either way inside napping)
     assert names[0].startswith("threading.py(") and "prog.py(4): napping" in names
-    assert all(frame["since_ns"] is not None for frame in napper), napper
+    # (threading's own frames below napping may be seeded on 3.9-3.11, where the
+    # thread's profile hook starts inside them: "since before the recorded window")
+    inner = napper[names.index("prog.py(4): napping"):]
+    assert all(frame["since_ns"] is not None for frame in inner), napper
     assert _stack_names(_main_thread(facts)) == ["prog.py(1): <module>"]
 
 
