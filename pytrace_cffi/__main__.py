@@ -525,12 +525,12 @@ def _cmd_export(args):
 def _is_torch_trace(path):
     """Whether path is a Chrome JSON file that pytrace_cffi did not write (its
     header, written first, names us as the generator)."""
-    if os.path.isdir(path) or not formats.is_chrome_json(path):
+    if os.path.isdir(path) or not formats.of(path).chrome_json:
         return False
     import gzip
     import zlib
     try:
-        opener = gzip.open if formats.gzipped(path) else open
+        opener = gzip.open if formats.of(path).gzip else open
         with opener(path, "rb") as f:
             head = f.read(4096)
     except FileNotFoundError:
@@ -543,10 +543,9 @@ def _is_torch_trace(path):
 def _cmd_merge(args):
     torch_traces = [path for path in args.inputs if _is_torch_trace(path)]
     if torch_traces:
-        if getattr(formats.find(args.output), "name", None) not in ("json", "json.gz",
-                                                                     "pftrace"):
+        if formats.of(args.output).torch_merge is None:
             raise SystemExit(f"pytrace_cffi: a trace merged with torch.profiler's is Chrome "
-                             f"JSON or .pftrace: name it .json, .json.gz or .pftrace, not "
+                             f"JSON or .pftrace: name it {formats.torch_mergers()}, not "
                              f"{args.output!r}")
         ours = [path for path in args.inputs if path not in torch_traces]
         if len(torch_traces) != 1 or len(ours) != 1:

@@ -10,6 +10,16 @@ reader (None: not read back), named as "module:function" under this package
 any module may read this table without importing the renderers and readers it
 names; they never import this module (what a name says, gzip say, is passed to
 them as an argument).
+
+What a format can do is a column of its row, and the rest of the package asks
+the column (formats.of(path).live), never which format a name is:
+  chrome_json  Chrome trace JSON (a torch.profiler trace is read as one)
+  gzip         gzip-compressed
+  live         encoded while the program runs (its processes' parts are joined)
+  joinable     a job's processes are joined into it as streams, not loaded
+  torch_merge  merged with a torch.profiler trace by this "module:function"
+               (called with our Trace, torch's path, the output, the anchor),
+               or None: not merged
 """
 import errno
 import importlib
@@ -19,19 +29,23 @@ from collections import namedtuple
 from .errors import TraceFormatError
 
 Format = namedtuple("Format", "name suffixes what writer options chrome_json gzip reader "
-                               "read_options")
+                               "read_options live joinable torch_merge",
+                    defaults=(False, False, None))
 
 FORMATS = (
     Format("json", (".json",), "Chrome trace JSON for Perfetto and chrome://tracing",
            "render.chrome:write_chrome_trace", {"compress": False}, True, False,
-           "readers.chrome:read_chrome_trace", {"compressed": False}),
+           "readers.chrome:read_chrome_trace", {"compressed": False},
+           joinable=True, torch_merge="merge:merge_torch_chrome"),
     Format("json.gz", (".json.gz",), "gzip-compressed Chrome trace JSON",
            "render.chrome:write_chrome_trace", {"compress": True}, True, True,
-           "readers.chrome:read_chrome_trace", {"compressed": True}),
+           "readers.chrome:read_chrome_trace", {"compressed": True},
+           joinable=True, torch_merge="merge:merge_torch_chrome"),
     Format("pftrace", (".pftrace", ".perfetto-trace"),
            "Perfetto's native protobuf, compact: for big traces",
            "render.perfetto:write_perfetto", {}, False, False,
-           "readers.pftrace:read_pftrace", {}),
+           "readers.pftrace:read_pftrace", {},
+           live=True, torch_merge="merge_perfetto:merge_torch_pftrace"),
     Format("html", (".html",), "a self-contained page: timeline and summary",
            "render.html:write_html", {}, False, False, None, {}),
     Format("speedscope", (".speedscope.json",), "speedscope's evented profile, per thread",
@@ -45,6 +59,8 @@ FORMATS = (
 DIRECTORY = Format("directory", (), "a saved-trace directory: a name without a suffix, "
                    f"or ending in {os.sep}", "render.saved:save", {}, False, False,
                    "readers.saved:load", {})
+# What of() gives for a name whose suffix is unknown: it can do nothing.
+NO_FORMAT = Format("unknown", (), "no known format", None, {}, False, False, None, {})
 
 # Longest first, so that .json.gz wins over .json.
 _BY_SUFFIX = sorted(((suffix, row) for row in FORMATS for suffix in row.suffixes),
@@ -116,22 +132,40 @@ def suffixes_text(directory=True):
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 
+def of(path):
+    """The Format path's name picks, NO_FORMAT (whose capabilities are all off)
+    when its suffix is unknown: formats.of(path).live, .joinable, .gzip, ..."""
+    found = find(path)
+    return NO_FORMAT if found is None else found
+
+
 def gzipped(path):
     """Whether a file's name says gzip: .gz in any case (.json.gz is the format
     we write; a torch.profiler trace read by merge may be any NAME.gz)."""
     return os.fspath(path).lower().endswith(".gz")
 
 
-def is_chrome_json(path):
-    """Whether path's name is that of a Chrome JSON file (.json, .json.gz)."""
-    found = find(path)
-    return found is not None and found.chrome_json
+def torch_compressed(path):
+    """Whether a torch.profiler trace to be read is gzip-compressed, by its name:
+    any NAME.gz (torch names its own traces NAME.pt.trace.json.gz)."""
+    return gzipped(path)
 
 
-def is_pftrace(path):
-    """Whether path's name is that of a Perfetto protobuf trace (.pftrace)."""
-    found = find(path)
-    return found is not None and found.name == "pftrace"
+def torch_mergers():
+    """The formats a trace merged with torch.profiler's is written in, as
+    ".json, .json.gz or .pftrace"."""
+    names = [row.suffixes[0] for row in FORMATS if row.torch_merge]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def merge_torch(ours, torch_path, out_path, anchor):
+    """Merges ours with a torch.profiler trace into out_path, by the merger of
+    out_path's format (its torch_merge); ValueError for a format not merged."""
+    merger = of(out_path).torch_merge
+    if merger is None:
+        raise ValueError(f"a trace merged with torch.profiler's is Chrome JSON or .pftrace: "
+                         f"name it {torch_mergers()}, not {os.fspath(out_path)!r}")
+    return _named(merger)(ours, torch_path, out_path, anchor)
 
 
 def numbered(path, number, fmt=None):

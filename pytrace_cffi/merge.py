@@ -15,7 +15,7 @@ from ._clock import checked_anchor, monotonic_to_realtime
 from ._files import replaced_atomically
 from ._jsontext import dumps_utf8
 from .errors import TraceFormatError
-from .formats import find as find_format, gzipped
+from . import formats
 from .merge_regions import (SCRATCH_SLICES, TORCH_PYTHON_CATEGORY, TorchProfilerRegions,
                             anchor_clocks, is_finite_number)
 
@@ -220,7 +220,6 @@ def merge_torch(trace, torch_trace_path, out_path):
     torch_path = os.fspath(torch_trace_path)
     where = trace if isinstance(trace, (str, os.PathLike)) else "trace"
     ours = _our_trace(trace)
-    other = _other_data(ours)
     try:
         anchor = checked_anchor(ours.realtime_anchor)
     except ValueError as exc:
@@ -228,17 +227,22 @@ def merge_torch(trace, torch_trace_path, out_path):
     if anchor is None:
         raise TraceFormatError(f"{where}: has no realtime anchor (written by a pytrace_cffi "
                                "older than merge): it cannot be placed on torch's timeline")
-    if getattr(find_format(out_path), "name", None) == "pftrace":
-        from .merge_perfetto import merge_torch_pftrace
-        return merge_torch_pftrace(ours, torch_path, out_path, anchor)
+    return formats.merge_torch(ours, torch_path, out_path, anchor)
+
+
+def merge_torch_chrome(ours, torch_path, out_path, anchor):
+    """merge_torch's work for a Chrome JSON out_path, gzip-compressed for .json.gz
+    (ours: a Trace whose realtime anchor is checked)."""
+    other = _other_data(ours)
     from .readers.torch_chrome import TorchChromeReader, check_torch   # only when merging
-    with TorchChromeReader(torch_path, "torch trace", gzipped(torch_path)) as torch_json:
+    compressed = formats.torch_compressed(torch_path)
+    with TorchChromeReader(torch_path, "torch trace", compressed) as torch_json:
         head = torch_json.whole_head(("baseTimeNanoseconds",))
         base = check_torch(head, torch_path)
         head = dict(torch_json.head)        # the entries before traceEvents, in order
         regions = TorchProfilerRegions.read(torch_path, base)
         opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6))
-                  if gzipped(out_path) else (lambda tmp: open(tmp, "wb")))
+                  if formats.of(out_path).gzip else (lambda tmp: open(tmp, "wb")))
         # Ours first, streamed from our slices; torch's after: its reader is still
         # at the start of its events.
         with replaced_atomically(out_path, opener) as f:

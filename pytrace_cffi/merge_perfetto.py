@@ -25,7 +25,7 @@ import struct
 import warnings
 
 from .errors import TraceWarning
-from .formats import gzipped
+from .formats import torch_compressed
 from .merge_regions import (TORCH_PYTHON_CATEGORY, TorchProfilerRegions, anchor_clocks,
                             is_finite_number)
 from .readers.torch_chrome import TorchChromeReader, check_torch
@@ -301,7 +301,8 @@ def _kept_around_regions(ours, regions, anchor):
 def merge_torch_pftrace(ours, torch_path, out_path, anchor):
     """merge.merge_torch's work for a .pftrace out_path (ours: a Trace whose
     realtime anchor is checked)."""
-    with TorchChromeReader(torch_path, "torch trace", gzipped(torch_path)) as torch_json:
+    compressed = torch_compressed(torch_path)
+    with TorchChromeReader(torch_path, "torch trace", compressed) as torch_json:
         head = torch_json.whole_head(("baseTimeNanoseconds",))
         base = check_torch(head, torch_path)
     pid_of_tid = {}
@@ -319,7 +320,7 @@ def merge_torch_pftrace(ours, torch_path, out_path, anchor):
     def more(uuids, sequence_id):
         tracks = _TorchTracks(uuids, uuids["next_uuid"] + (1 << 32), our_threads)
         events = _TorchEvents(tracks, anchor, base, (ours.start_ns, ours.stop_ns), traced)
-        with TorchChromeReader(torch_path, "torch trace", gzipped(torch_path)) as reader:
+        with TorchChromeReader(torch_path, "torch trace", compressed) as reader:
             reader.read_head()
             for number, (event, _) in enumerate(reader.events()):
                 events.add(event, number)

@@ -4,7 +4,7 @@ filters that keep our slices strictly nested around them (pt_merge.c), and the
 realtime anchor as the C clock maps take it."""
 import math
 
-from .formats import gzipped
+from .formats import torch_compressed
 
 # torch.profiler(with_stack=True) records Python calls itself; ours replace them.
 TORCH_PYTHON_CATEGORY = "python_function"
@@ -42,7 +42,8 @@ class TorchProfilerRegions:
     def read(cls, torch_path, base):
         by_thread = {}
         from .readers.torch_chrome import TorchChromeReader     # only when merging
-        with TorchChromeReader(torch_path, "torch trace", gzipped(torch_path)) as reader:
+        compressed = torch_compressed(torch_path)
+        with TorchChromeReader(torch_path, "torch trace", compressed) as reader:
             reader.read_head()
             for event, _ in reader.events():
                 region = _torch_region(event, base)

@@ -19,7 +19,9 @@ Rules:
   the recorder's, the writers' or the command line's modules: record -> model ->
   render;
 - nothing inside the package imports a compatibility shim (SHIMS);
-- only formats.py looks at a file's suffix to choose a format.
+- only formats.py looks at a file's suffix to choose a format, or asks which
+  format a name is (is_pftrace, gzipped, a format's name compared): elsewhere
+  code asks the row's capability columns (formats.of(path).live, ...).
 """
 import ast
 import os
@@ -40,6 +42,11 @@ MODEL = {"pytrace_cffi.trace", "pytrace_cffi.render.walk"}
 # The one module that chooses a format from a file's suffix.
 FORMATS_MODULE = "pytrace_cffi.formats"
 FORMAT_SUFFIXES = {".json", ".json.gz", ".gz", ".pftrace", ".perfetto-trace", ".html"}
+# What asks which format a name is: only formats.py calls these or compares a
+# format's name (fmt.name == "pftrace"); elsewhere a capability column answers.
+FORMAT_NAME_TESTS = {"is_pftrace", "gzipped", "is_chrome_json"}
+FORMAT_NAMES = {"json", "json.gz", "pftrace", "html", "speedscope", "folded", "pprof",
+                "directory", "dir"}
 
 
 def _module_files():
@@ -297,3 +304,57 @@ def test_the_suffix_check_sees_what_it_should():
     assert hits('n.endswith(".__main__"); b.endswith(b",")') == []
     compare = ast.parse('os.path.splitext(p)[1] == ".pftrace"').body[0].value
     assert _is_splitext(compare.left) and _suffix_literals(compare.comparators[0])
+
+
+def _format_names(node):
+    """The format names among node's string constants (a str, or a tuple of them)."""
+    values = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)
+            and v.value in FORMAT_NAMES]
+
+
+def _is_name_of(node):
+    """x.name, or getattr(x, "name", ...)."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "name"
+    return (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value == "name")
+
+
+def _format_name_tests(tree):
+    """(line, what) of each test of which format a name is in tree."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            called = getattr(node.func, "attr", getattr(node.func, "id", None))
+            if called in FORMAT_NAME_TESTS:
+                found.append((node.lineno, f"{called}()"))
+        elif isinstance(node, ast.ImportFrom):
+            found += [(node.lineno, f"imports {a.name}") for a in node.names
+                      if a.name in FORMAT_NAME_TESTS]
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(map(_is_name_of, sides)):
+                found += [(node.lineno, repr(name)) for side in sides
+                          for name in _format_names(side)]
+    return found
+
+
+def test_only_formats_py_asks_which_format_a_name_is():
+    found = [f"{module} line {line}: {what}" for module, tree in sorted(TREES.items())
+             if module != FORMATS_MODULE for line, what in _format_name_tests(tree)]
+    assert not found, ("code outside formats.py tests a format by name (ask the row's "
+                       "capability instead: formats.of(path).live, .joinable, .gzip, "
+                       ".torch_merge): " + "; ".join(found))
+
+
+def test_the_format_name_check_sees_what_it_should():
+    """The check above, on made-up code: name tests found, other names not."""
+    def hits(code):
+        return [what for _, what in _format_name_tests(ast.parse(code))]
+    assert hits("formats.is_pftrace(p)") == ["is_pftrace()"]
+    assert hits("from .formats import gzipped") == ["imports gzipped"]
+    assert hits('getattr(find(p), "name", None) == "pftrace"') == ["'pftrace'"]
+    assert hits('fmt.name not in ("json", "html")') == ["'json'", "'html'"]
+    assert hits('kind == "json"; thread.name == "MainThread"; fmt.live') == []

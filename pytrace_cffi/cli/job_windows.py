@@ -46,7 +46,7 @@ class JobWindows(Windows):
             exits.owe_run_finish(RunFinish(self._job, path, keep_in is not None, self._write,
                                            self._export))
             identity.run_here(path)
-            if formats.is_pftrace(path):
+            if formats.of(path).live:
                 from ..follow import live
                 live.request()          # the program's process encodes as it runs
             exits.handle_sigterm()      # (the session's end takes it away again)

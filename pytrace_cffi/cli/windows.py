@@ -18,7 +18,8 @@ from .._progress import (announce_writing, counted, finish_command, suggest_smal
                          written_note)
 from ..errors import TraceError
 from ..follow import exits
-from ..formats import is_pftrace, numbered
+from .. import formats
+from ..formats import numbered
 
 
 def signal_number(name):
@@ -152,7 +153,7 @@ class Windows:
         """A .pftrace window that keeps every event (no --max-events, no flight
         recorder) is encoded while the program runs, as with children followed."""
         o = self._options
-        return (is_pftrace(self._output) and not o.get("max_events")
+        return (formats.of(self._output).live and not o.get("max_events")
                 and not o.get("flight_recorder")
                 and os.environ.get("PYTRACE_CFFI_LIVE", "1") != "0")
 

@@ -179,7 +179,7 @@ def _write_job(results, inputs, path, write, export):
     started = _progress.announce_writing(path)
     if len(results) == 1 and root:
         trace = load(root[0].directory)
-        if formats.is_pftrace(path):
+        if formats.of(path).live:
             from .live import live_parts, why_not_encoded
             parts = live_parts(root[0].directory, trace)
             if parts is not None:
@@ -195,7 +195,7 @@ def _write_job(results, inputs, path, write, export):
             _progress.suggest_smaller(written)
         return written
     try:
-        if formats.is_chrome_json(path):
+        if formats.of(path).joinable:
             join(inputs, path)
         else:
             with warnings.catch_warnings():     # finish_run's lines say it

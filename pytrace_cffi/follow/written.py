@@ -45,7 +45,7 @@ class WritingSession(FollowSession):
         self.output_file = path
         self.job = job_dir_for(path)
         self._encoding_before = live.requested_compress()
-        if formats.is_pftrace(path):
+        if formats.of(path).live:
             live.request()
         try:
             super().__init__(dict(options, output=self.job), root=True, children=children)

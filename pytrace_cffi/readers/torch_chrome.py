@@ -22,7 +22,7 @@ class TorchChromeReader:
     entries before traceEvents, then one event at a time (each parsed by json's C
     scanner, with its text), then the entries after. Any JSON layout is read, in
     memory bounded by the largest single event. compressed: whether it is gzip
-    (merge asks formats.gzipped: any NAME.gz)."""
+    (merge asks formats.torch_compressed: any NAME.gz)."""
 
     def __init__(self, path, what, compressed):
         self.path, self.what, self.compressed = os.fspath(path), what, compressed
