@@ -73,7 +73,7 @@ from . import _running, options as _start_options
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
                      TraceWarning)
 from .schedule import Action, schedule
-from .trace import WRITERS as _WRITERS, Call, Trace
+from .trace import Call, Trace
 
 __all__ = ["start", "stop", "trace", "step", "dump", "load", "load_ipython_extension", "is_tracing", "release_memory", "Trace",
            "Call",
@@ -84,30 +84,6 @@ __all__ = ["start", "stop", "trace", "step", "dump", "load", "load_ipython_exten
 __version__ = "0.1.0"
 
 
-def _register_writers():
-    """Trace's export, export_chrome_trace, export_perfetto and save find their
-    writers in trace.WRITERS (the model cannot import the renderers, which import
-    it). Each imports its renderer when first called: import pytrace_cffi imports
-    none."""
-    def by_name(trace, path):
-        from .formats import whole_or_nothing, write     # the format path's name picks
-        whole_or_nothing(path, lambda: write(trace, path))
-
-    def chrome(trace, path):
-        from .formats import write_chrome_json     # gzip-compressed when named .gz
-        write_chrome_json(trace, path)
-
-    def perfetto(trace, path, compress=True):
-        from .render.perfetto import write_perfetto
-        write_perfetto(trace, path, compress=compress)
-
-    def saved(trace, directory):
-        from .render.saved import save
-        save(trace, directory)
-    _WRITERS.update(by_name=by_name, chrome=chrome, perfetto=perfetto, saved=saved)
-
-
-_register_writers()
 # Public names whose modules are imported when first asked for (PEP 562): they
 # import the readers and writers, which a program that only traces never needs.
 _LAZY = ("merge_torch", "SpilledTrace", "WrittenTrace")

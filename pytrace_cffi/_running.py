@@ -4,8 +4,8 @@ child processes (follow/), which stops it from exit hooks and starts one in a fo
 child or a new interpreter's bootstrap.
 
 follow/ sits below the package's __init__, which imports it, so it reaches the
-public start() and stop() through `api`, filled by __init__ when it is imported (as
-trace.WRITERS is): importing the package from follow/ would make an import circle."""
+public start() and stop() through `api`, filled by __init__ when it is imported:
+importing the package from follow/ would make an import circle."""
 import threading
 
 lock = threading.Lock()

@@ -258,6 +258,18 @@ def write_chrome_json(trace, path):
     write(trace, path, json_gz if gzipped(path) else json)
 
 
+def write_perfetto(trace, path, compress=True):
+    """Writes trace to path as Perfetto's protobuf (Trace.export_perfetto: whatever
+    the name), its packets deflate-compressed unless compress is False."""
+    fmt = dump_format("pftrace")
+    _named(fmt.writer)(trace, path, **dict(fmt.options, compress=compress))
+
+
+def save(trace, directory):
+    """Writes trace as a saved-trace directory (Trace.save: whatever the name)."""
+    _named(DIRECTORY.writer)(trace, directory, **DIRECTORY.options)
+
+
 def read(path):
     """The Trace in a saved-trace directory, or a Chrome .json/.json.gz or a
     .pftrace written by pytrace_cffi, by its name. Raises TraceFormatError for

@@ -51,15 +51,6 @@ def lanes_text(n_threads, n_tasks):
     return f"{counted(n_threads - n_tasks, 'thread')} and {counted(n_tasks, 'async task lane')}"
 
 
-# Where Trace.export, export_chrome_trace, export_perfetto and save find their
-# writers: "by_name", "chrome", "perfetto", "saved" -> writer(trace, path, **options). The renderers
-# import this module, so it cannot import them (that would be a circle): the
-# package's __init__ fills this registry when pytrace_cffi is imported (as every
-# import of one of its modules does first), with writers that import their
-# renderer when first called (see pytrace_cffi/__init__.py: _register_writers).
-WRITERS = {}
-
-
 _SETTLE_LOCK = threading.RLock()
 
 
@@ -245,13 +236,15 @@ class Trace:
         does: .json, .json.gz, .pftrace, .html, .speedscope.json, .folded,
         .pprof, ... or a saved directory (docs/OUTPUTS.md). On failure the trace is
         kept for a retry."""
-        WRITERS["by_name"](self, path)
+        from . import formats       # the format path's name picks; it names the writers
+        formats.whole_or_nothing(path, lambda: formats.write(self, path))
         return path
 
     def export_chrome_trace(self, path):
         """Writes Chrome Trace Event JSON (.json, or gzip for .json.gz) that opens in
         Perfetto and chrome://tracing. On failure the trace is kept for a retry."""
-        WRITERS["chrome"](self, path)
+        from .formats import write_chrome_json     # gzip-compressed when named .gz
+        write_chrome_json(self, path)
         return path
 
     def export_perfetto(self, path, compress=True):
@@ -259,14 +252,16 @@ class Trace:
         smaller than JSON and lighter for ui.perfetto.dev, the format for big traces.
         compress: deflate-compressed packets (about ten times smaller again). On
         failure the trace is kept for a retry."""
-        WRITERS["perfetto"](self, path, compress=compress)
+        from .formats import write_perfetto
+        write_perfetto(self, path, compress=compress)
         return path
 
     def save(self, directory):
         """Writes the trace as a directory (see docs/FORMAT.md):
         meta.json, hashes.json, params.json and slices.bin. Load it back with
         pytrace_cffi.load(directory)."""
-        WRITERS["saved"](self, directory)
+        from .formats import save
+        save(self, directory)
         return directory
 
     def __repr__(self):

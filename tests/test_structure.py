@@ -241,6 +241,30 @@ def test_record_then_model_then_render():
                        + "; ".join(wrong))
 
 
+def _empty_tables(tree):
+    """(line, name) of each name bound at module level to an empty dict or list: a
+    registry that other modules fill."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and (
+                (isinstance(node.value, ast.Dict) and not node.value.keys)
+                or (isinstance(node.value, ast.List) and not node.value.elts)):
+            found += [(node.lineno, t.id) for t in node.targets if isinstance(t, ast.Name)]
+    return found
+
+
+def test_the_model_has_no_registry_filled_from_outside():
+    """Trace's writers are named by formats.FORMATS ("module:function"), not put
+    into a table of the model's by the package's __init__ (issue 32)."""
+    wrong = [f"{module} line {line}: {name}" for module in sorted(MODEL)
+             for line, name in _empty_tables(TREES[module])]
+    assert not wrong, ("the model holds an empty table for other modules to fill (name "
+                       "what it needs where it is chosen, e.g. formats.FORMATS): "
+                       + "; ".join(wrong))
+    assert _empty_tables(ast.parse("A = {}\nB = {1: 2}\nC = []\nD = dict()")) == [
+        (1, "A"), (3, "C")]
+
+
 def test_nothing_inside_imports_a_shim():
     assert SHIMS <= set(MODULES), sorted(SHIMS - set(MODULES))
     wrong = [_where(module, target) for module in sorted(EDGES) if module not in SHIMS
