@@ -117,7 +117,7 @@ def _after_fork_in_child():
     session, _running.session = _running.session, None
     if session is not None:
         session.abandon_in_forked_child()
-        if getattr(session, "job_dir", None):      # follow_children: trace the child too
+        if session.job_dir:      # follow_children: trace the child too
             from .follow.session import continue_in_forked_child, release_sigterm
             try:
                 continue_in_forked_child(session)
@@ -133,10 +133,9 @@ def _named_output(session):
     stop(), the job's directory (follow_children, a flight recorder's), or the
     directory max_events spills to. None when stop() would only return the trace
     (no output; a flight recorder's temporary job)."""
-    if getattr(session, "temporary_job", False):
+    if session.temporary_job:
         return None
-    return (getattr(session, "output_file", None) or getattr(session, "job_dir", None)
-            or session.output)
+    return session.output_file or session.job_dir or session.output
 
 
 def _stop_at_exit():
@@ -154,7 +153,7 @@ def _stop_at_exit():
         with _running.lock:
             _running.session = None
         session.stop()
-        if getattr(session, "temporary_job", False):
+        if session.temporary_job:
             import shutil
             shutil.rmtree(session.job_dir, ignore_errors=True)
         print("pytrace_cffi: still tracing at exit; that trace was discarded (call stop())",
@@ -173,7 +172,7 @@ def _stop_at_exit():
     if getattr(result, "written", True) is False:       # a WrittenTrace: lines above say why
         print(f"{said}; {where} could not be written", file=_sys.stderr)
     else:
-        if getattr(session, "job_dir", None) is None:    # a spill moved elsewhere is there
+        if session.job_dir is None:    # a spill moved elsewhere is there
             where = getattr(result, "directory", where)
         print(f"{said}; the trace is in {where}", file=_sys.stderr)
 
@@ -321,7 +320,7 @@ def start(**options):
         session.start()
     except BaseException:
         _running.session = None
-        getattr(session, "forget_output_file", lambda: None)()
+        session.forget_output_file()
         raise
 
 
@@ -340,7 +339,7 @@ def stop():
         if session is None:
             raise TracerStateError("pytrace_cffi is not tracing; call start() first")
         _running.session = None
-        waits = getattr(session, "sigterm_waits", None)    # start(output=FILE)
+        waits = session.sigterm_waits    # start(output=FILE)
         if waits is not None:
             with waits():       # a SIGTERM meanwhile waits until FILE is written
                 session.stop()
@@ -358,21 +357,19 @@ def _stopped(session):
         from ._hook_losses import hook_loss_message
         result.hook_lost = hook_lost
         warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=3)
-    write_output_file = getattr(session, "write_output_file", None)
-    if write_output_file is not None:       # start(output="out.pftrace")
-        result = write_output_file(result)
+    result = session.write_output_file(result)     # start(output="out.pftrace")
     failure = session.hot_error()
-    problem = getattr(session, "spill_problem", None)     # spill.finish_spill
+    problem = session.spill_problem     # spill.finish_spill
     if failure or problem:
         raise TraceError("; ".join(filter(None, [failure and f"tracing failed: {failure}",
                                                   problem])), trace=result)
-    if getattr(session, "gc_callback_lost", False):
+    if session.gc_callback_lost:
         import warnings
         warnings.warn(TraceWarning("{log_gc}: the program removed pytrace_cffi's callback from "
                                    "gc.callbacks while tracing: the collections after that "
                                    "are not in the trace", options={"log_gc": None}),
                       stacklevel=3)
-    if result.dropped_events and getattr(session, "flight", None) is None:
+    if result.dropped_events and session.flight is None:
         import warnings         # (a flight recorder keeps its newest events only)
         warnings.warn(TraceWarning(f"pytrace_cffi dropped {result.dropped_events} events "
                                    "({max_events} kept the newest; give {output} to keep "
@@ -437,7 +434,8 @@ def dump(path=None, reason="dump()"):
     trace too: DUMPDIR/trace.<suffix>, or path/trace.<suffix> for a path given.
     load() reads the directory, or the one holding it (its processes joined).
     Raises TracerStateError when no flight recorder is running."""
-    recorder = getattr(_running.session, "flight", None)
+    session = _running.session
+    recorder = None if session is None else session.flight
     if recorder is None:
         raise TracerStateError("dump() needs a running flight recorder: "
                                "start(flight_recorder=...)")

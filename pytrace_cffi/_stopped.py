@@ -72,7 +72,7 @@ def _stop_facts(session):
     check(lib.pt_get_stop_facts(ptr, _clock.USE_TSC, stopped), ptr, "stop facts")
     start_ns, tick0, stop_ticks = stopped.start_ns, stopped.start_ticks, stopped.stop_ticks
     # a slope fixed during the run (follow/live.py's encoder used it) holds
-    ns_per_tick = (getattr(session, "fixed_ns_per_tick", None)
+    ns_per_tick = (session.fixed_ns_per_tick
                    or _clock.ns_per_tick((stopped.now_ticks, stopped.now_ns)))
 
     def to_ns(ticks):
@@ -137,7 +137,7 @@ def _key_facts(session, facts):
 
 def thread_name(session, info):
     if not info.tstate_id:              # an asyncio task's lane (log_async)
-        lane = getattr(session, "lane_names", {}).get(info.native_id)
+        lane = session.lane_names.get(info.native_id)
         if lane is not None:
             return lane
     thread = session.thread_objects.get(info.tstate_id)

@@ -8,6 +8,7 @@ import threading
 
 from . import _clock, _runtime, _tasks
 from ._memory import MemorySampler
+from ._session_base import SessionBase
 from ._core import ffi, lib
 from ._hiding import hiding
 from ._status import check
@@ -86,7 +87,7 @@ def _own_frames():
     return count
 
 
-class Session:
+class Session(SessionBase):
     """One start..stop of the C core. Owns the C tracer until a Trace takes it."""
 
     backend_name = "sys.monitoring" if USE_MONITORING else "PyEval_SetProfile"

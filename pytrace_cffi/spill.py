@@ -77,9 +77,7 @@ def finish_spill(session):
         note_spill_problem(session, "the events still in memory at the end could not be "
                                     f"written either ({os.strerror(failed)}): they are lost")
     facts = session_facts(session)
-    finish_live = getattr(session, "finish_live", None)
-    if finish_live is not None:
-        finish_live(facts)      # a followed process's encoder does its last events
+    session.finish_live(facts)      # a followed process's encoder does its last events
     directory = session.output
     names = facts["names"]
     # pt_spill_rest moved every event still held to events.bin (or counted it as
@@ -101,7 +99,7 @@ def finish_spill(session):
     meta["tags"] = facts["tags"]
     meta["annotation_args"] = facts["annotation_args"]
     meta["label"] = facts["label"]
-    meta.update(getattr(session, "process_meta", None) or {})   # processes.py: who is who
+    meta.update(session.process_meta or {})   # processes.py: who is who
     spilled = sum(t.n_events for t in threads)
     parts = None
     try:
@@ -119,7 +117,7 @@ def finish_spill(session):
 
 def note_spill_problem(session, text):
     """Adds text to what stop() raises about a spilled session (spill_problem)."""
-    previous = getattr(session, "spill_problem", None)
+    previous = session.spill_problem
     session.spill_problem = f"{previous}; {text}" if previous else text
 
 

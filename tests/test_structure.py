@@ -382,3 +382,31 @@ def test_the_format_name_check_sees_what_it_should():
     assert hits('getattr(find(p), "name", None) == "pftrace"') == ["'pftrace'"]
     assert hits('fmt.name not in ("json", "html")') == ["'json'", "'html'"]
     assert hits('kind == "json"; thread.name == "MainThread"; fmt.live') == []
+
+
+def _session_probes(tree):
+    """(line, code) of each getattr/hasattr on a session (session, self.session,
+    _running.session, ...) in tree."""
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr",
+                                                                              "hasattr")
+                and node.args):
+            target = node.args[0]
+            name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")
+            if name.endswith("session"):
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_a_session_is_read_plainly():
+    """What the package asks of a session is declared once, with its default
+    (_session_base.SessionBase, which every session class derives from), and read
+    as session.name, never probed with getattr (issue 32)."""
+    found = [f"{module} line {line}: {code}" for module, tree in sorted(TREES.items())
+             for line, code in _session_probes(tree)]
+    assert not found, ("a session probed by getattr (declare the attribute and its "
+                       "default in _session_base.SessionBase): " + "; ".join(found))
+    code = ('getattr(session, "job_dir", None); getattr(_running.session, "flight", None)\n'
+            'hasattr(self.session, "x"); getattr(result, "written", True)')
+    assert [line for line, _ in _session_probes(ast.parse(code))] == [1, 1, 2]

@@ -326,7 +326,7 @@ class FlightRecorder:
                     names._write_new()
         threads = {str(t.ident): t.name for t in threading.enumerate()
                    if t.ident is not None and not t.name.startswith(THREAD_NAME)}
-        task_lanes = getattr(self.session, "_task_lanes", None)     # (log_async)
+        task_lanes = self.session._task_lanes     # (log_async)
         lanes = ({str(native_id): name for native_id, name in task_lanes.thread_names().items()}
                  if task_lanes is not None else {})
         inputs = path_inputs() if self.session.trim_paths else None
@@ -592,7 +592,7 @@ def _collectives(session):
         return None
     from .._collectives import dump_field
     try:                    # (never the dump's failure)
-        field = dump_field(getattr(getattr(session, "watcher", None), "collectives", None))
+        field = dump_field(getattr(session.watcher, "collectives", None))
         json.dumps(field)
         return field
     except Exception as exc:            # noqa: BLE001

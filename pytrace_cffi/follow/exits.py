@@ -190,7 +190,8 @@ def install_uncaught_hook():
 def flight_dump(why, *args):
     """The running session's flight recorder (if any) dumps: why is its method
     (on_sigterm, on_uncaught)."""
-    recorder = getattr(_running.session, "flight", None)
+    session = _running.session
+    recorder = None if session is None else session.flight
     if recorder is not None:
         getattr(recorder, why)(*args)
 

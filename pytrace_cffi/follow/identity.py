@@ -298,7 +298,7 @@ def run_here(output):
 def following(session):
     """Whether session (pytrace_cffi's running one, or None) follows children:
     a session.FollowSession."""
-    return getattr(session, "follows_children", False)
+    return session is not None and session.follows_children
 
 
 def handed_over(job_dir):

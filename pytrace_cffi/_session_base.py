@@ -1,0 +1,46 @@
+"""What the rest of the package asks of a tracing session, declared in one place
+(issue 32). _tracer.Session derives from SessionBase, and so do follow/'s
+FollowSession (a process traced into a job's directory; a flight recorder's ring
+session is one) and WritingSession (start(output=FILE)). Code reads these
+plainly, session.job_dir, never getattr(session, "job_dir", None): a plain
+Session has the values below; the classes that do more set or override them.
+"""
+
+
+class SessionBase:
+    """The attributes every session has, with what a plain start()..stop() says."""
+
+    # Where the trace goes besides session.output:
+    job_dir = None              # the job's directory (FollowSession: follow_children,
+                                # a flight recorder)
+    temporary_job = False       # job_dir is removed at stop (a flight recorder's,
+                                # without an output)
+    output_file = None          # start(output=FILE): the file written at stop
+                                # (WritingSession)
+    follows_children = False    # its children are traced too (FollowSession)
+    flight = None               # its running FlightRecorder (a ring FollowSession)
+    process_meta = None         # who is who in a job: added to a spilled trace's
+                                # meta.json (FollowSession)
+    fixed_ns_per_tick = None    # the clock's slope a live .pftrace encoder fixed
+                                # while it ran (FollowSession)
+    # What stop() finds:
+    spill_problem = None        # what stop() raises about the spill, or None
+                                # (spill.note_spill_problem)
+    gc_callback_lost = False    # the program took log_gc's callback out of
+                                # gc.callbacks (_tracer.Session.stop)
+    sigterm_waits = None        # a context manager in which a SIGTERM waits until
+                                # stop() is done, or None (WritingSession)
+    _task_lanes = None          # log_async's task lanes while it runs (_tracer.Session;
+                                # the flight recorder's dumps name lanes by it)
+
+    def finish_live(self, facts):
+        """spill.finish_spill's call once the last events are in events.bin: a
+        live encoder encodes its last events (FollowSession)."""
+
+    def forget_output_file(self):
+        """start() failed: nothing made for the output stays (WritingSession)."""
+
+    def write_output_file(self, result):
+        """stop()'s last step: what stop() returns, result or what writing
+        output_file made of it (WritingSession: a WrittenTrace)."""
+        return result
