@@ -461,15 +461,8 @@ def _has_session():
     return _running.has_session()
 
 
-def _load_flight_recorder():
-    """Imports flight/, which gives FollowSession its recorder (for follow/)."""
-    from . import flight
-    return flight
-
-
 _running.api.update(start=start, stop=stop,     # for follow/ (see _running)
-                    stop_at_exit=_stop_at_exit,
-                    load_flight_recorder=_load_flight_recorder)
+                    stop_at_exit=_stop_at_exit)
 
 
 class trace:

@@ -12,7 +12,6 @@ lock = threading.Lock()
 session = None      # the running Session (or FollowSession), or None
 api = {}            # "start", "stop": pytrace_cffi.start and pytrace_cffi.stop;
                     # "stop_at_exit": stop() of a session the program left running
-                    # "load_flight_recorder": imports flight/ (FollowSession.recorder)
 
 
 def has_session():

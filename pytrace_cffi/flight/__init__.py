@@ -8,7 +8,7 @@ flight_session makes start()'s session for it: a FollowSession in ring mode
 file (written at stop, as start(output=FILE) writes one: follow/written.py).
 """
 from .._files import new_directory
-from .recorder import FlightRecorder        # (also makes FollowSession's ring sessions record)
+from .recorder import FlightRecorder
 
 __all__ = ["FlightRecorder", "flight_session"]
 

@@ -46,7 +46,6 @@ from .._own_threads import own_thread_begin
 from .._names import name_for_source, path_inputs, path_prefixes
 from ..follow import exits
 from ..follow.identity import _host, _read_json_file, process_facts
-from ..follow.session import FollowSession
 from ..options import (DEFAULT_DUMPS_DIR, DEFAULT_DUMP_WINDOW_S, STACKS_DUMP_FORMAT,
                        watchdog_spec)
 
@@ -695,5 +694,3 @@ def _say(text):
     else:
         print(line, file=sys.stderr)
 
-
-FollowSession.recorder = FlightRecorder        # ring sessions make theirs (see there)

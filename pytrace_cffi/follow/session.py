@@ -8,6 +8,7 @@ keys to keys.jsonl before each spill, so a killed process can be recovered,
 and keeps the spill going when its place is removed or fills up.
 """
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -265,6 +266,12 @@ def _within(path, directory):
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
+def _named(name):
+    """The class a "module:class" name (relative to this package) names, imported."""
+    module, attribute = name.split(":")
+    return getattr(importlib.import_module(module, __package__), attribute)
+
+
 def _made(directory):
     os.makedirs(directory, exist_ok=True)
     return directory
@@ -275,10 +282,10 @@ class FollowSession(Session):
     its children to do the same."""
 
     follows_children = True     # identity.following(session)
-    # The flight recorder's class: flight/recorder.py sets it when imported (the
-    # recorder sits on top of the session, which never imports it; a ring session
-    # asks for it through _running.api when it is not there yet).
-    recorder = None
+    # The flight recorder's class, as "module:class": a ring session imports it
+    # when it is made (the recorder sits on top of the session and imports it, as
+    # the writers formats.FORMATS names sit on top of the model).
+    RECORDER = "..flight.recorder:FlightRecorder"
 
     def __init__(self, options, root=True, forked=False, children=True):
         options = dict(options)
@@ -289,9 +296,8 @@ class FollowSession(Session):
         # the flight recorder: a ring (no spill file), keys named at each chunk
         self.ring = ring_of(options.get("flight_recorder"))
         if self.ring:
-            if FollowSession.recorder is None:      # (a forkserver's child: not imported yet)
-                _running.api["load_flight_recorder"]()
-            options = self.recorder.resolved_options(options)   # as the children get them
+            recorder = _named(self.RECORDER)
+            options = recorder.resolved_options(options)   # as the children get them
             options["max_events"] = None
         elif options.get("max_events") is None:
             options["max_events"] = DEFAULT_MAX_EVENTS
@@ -333,9 +339,9 @@ class FollowSession(Session):
                   self.ptr, "spill hook")
         self.flight = None
         if self.ring:
-            self.flight = self.recorder(self, options["dumps_dir"], options["dump_signal"],
-                                        options["watchdog"], options.get("dump_format"),
-                                        options.get("dump_window"))
+            self.flight = recorder(self, options["dumps_dir"], options["dump_signal"],
+                                   options["watchdog"], options.get("dump_format"),
+                                   options.get("dump_window"))
         if live.requested() and not self.ring:
             self._key_names.live = live.LiveEncoder(self.ptr, self.process_dir,
                                                     self.min_duration_ns)
