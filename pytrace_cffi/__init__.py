@@ -257,7 +257,9 @@ def start(**options):
         is also written as one trace, DUMPDIR/trace.<suffix> (trace/ for "dir"),
         once its raw files are whole (a dump only C could write stays raw).
         "stacks": no trace file, and each dump keeps the stacks and only the
-        ring's last dump_window seconds (default 30).
+        ring's last dump_window seconds.
+      dump_window (seconds, default 30): with dump_format "stacks", how much of
+        the ring's newest events each dump keeps.
       dump_signal (name or number, default SIGUSR1; 0: none): the signal that
         dumps the flight recorder (`python -m pytrace_cffi dump PID|DIR` sends it).
       watchdog (seconds, or "SECONDS:REGION"): with the flight recorder, dump

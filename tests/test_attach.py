@@ -10,7 +10,6 @@ import pytest
 
 import pytrace_cffi
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_remote_exec = pytest.mark.skipif(
     sys.version_info < (3, 14),
     reason="attach needs sys.remote_exec (CPython 3.14+); this is "
@@ -53,9 +52,8 @@ SERVER = textwrap.dedent("""
 
 
 def attach(*args, user=None, timeout=60):
-    env = dict(os.environ, PYTHONPATH=ROOT)
     return subprocess.run([sys.executable, "-m", "pytrace_cffi", "attach", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=env,
+                          capture_output=True, text=True, timeout=timeout,
                           user=user)
 
 
@@ -130,7 +128,7 @@ def test_attach_for_a_duration_while_requests_flow(server, tmp_path):
     out = tmp_path / "attached.pftrace"
     proc = subprocess.Popen([sys.executable, "-m", "pytrace_cffi", "attach", str(server.pid),
                              "--duration", "2", "-o", str(out)], stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+                            text=True)
     answers, n = [], 0
     while proc.poll() is None:
         n += 1
@@ -157,8 +155,7 @@ def test_attach_a_flight_recorder_then_dump_it(server, tmp_path):
     assert started.returncode == 0, started.stderr
     server.ask(6)
     dumped = subprocess.run([sys.executable, "-m", "pytrace_cffi", "dump", str(server.pid)],
-                            capture_output=True, text=True, timeout=60,
-                            env=dict(os.environ, PYTHONPATH=ROOT))
+                            capture_output=True, text=True, timeout=60)
     assert dumped.returncode == 0, dumped.stdout + dumped.stderr
     assert str(tmp_path / "ring-dumps") in dumped.stdout       # beside OUT, as run's
     server.ask(7)
@@ -233,7 +230,7 @@ def test_a_process_that_exits_meanwhile_still_writes(server, tmp_path):
     out = tmp_path / "attached.json"
     proc = subprocess.Popen([sys.executable, "-m", "pytrace_cffi", "attach", str(server.pid),
                              "--duration", "30", "-o", str(out)], stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+                            text=True)
     deadline = time.monotonic() + 20
     while not _attached(server.pid) and time.monotonic() < deadline:
         time.sleep(0.02)

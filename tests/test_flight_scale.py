@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 import sys
 import textwrap
 import zlib
@@ -127,22 +128,44 @@ def test_stacks_tsv_gives_the_stacks_the_rings_walk_gives(tmp_path):
     assert names[-1].endswith(": _dump_here") and not any("pytrace_cffi" in n for n in names)
 
 
+MANY_THEN_FIB = """
+import sys
+import pytrace_cffi
+from pytrace_cffi._core import lib
+
+namespace = {}
+exec(compile("\\n".join(f"def f{i}():\\n    return {i}\\n" for i in range(3000)),
+             sys.argv[2], "exec"), namespace)
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+pytrace_cffi.start(flight_recorder="2M", dumps_dir=sys.argv[1] + "-dumps")
+for i in range(3000):
+    namespace[f"f{i}"]()
+for _ in range(8):
+    fib(21)                 # 8 * 35421 calls: 570 k events, twice the ring's
+pytrace_cffi.dump(path=sys.argv[1], reason="test")
+assert lib.pt_flight_wait(60_000_000_000) == 0
+pytrace_cffi.stop()
+"""
+
+
 def test_a_dump_names_only_the_keys_its_events_use(tmp_path):
     """3,000 functions called once, then only fib until the ring has lost them:
     the dump's keys.jsonl and key_sources.tsv hold a few lines (the journal's
-    keys.jsonl: every key, over 300 KiB), and every call of the dump is named."""
-    namespace = {}
-    exec(compile("\n".join(f"def f{i}():\n    return {i}\n" for i in range(3000)),
-                 str(tmp_path / "many.py"), "exec"), namespace)
-
-    def call_them():
-        for i in range(3000):
-            namespace[f"f{i}"]()
-
-    path = _dump_here(tmp_path, before=call_them)
+    keys.jsonl: every key, over 300 KiB), and every call of the dump is named.
+    In a process of its own: a test process's journal holds every key of the
+    tests before it, many on the lines the dump keeps."""
+    script = tmp_path / "prog.py"
+    script.write_text(MANY_THEN_FIB)
+    path = tmp_path / "d"
+    proc = subprocess.run([sys.executable, str(script), str(path), str(tmp_path / "many.py")],
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
     sizes = _sizes(path)
     assert sizes["keys.jsonl"] < 96 << 10 and sizes["key_sources.tsv"] < 16 << 10, sizes
-    trace = pytrace_cffi.load(path)
+    trace = pytrace_cffi.load(str(path))
     assert not any(c.name.startswith("<unnamed") for c in trace)
     assert not any(c.name.endswith(": f7") for c in trace)
 

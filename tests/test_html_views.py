@@ -20,7 +20,6 @@ from helpers import CHROMIUM_INSTALL, missing_tool
 from test_html import embedded, install_chromium, run_chromium
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 VIEWPORT = (1280, 900)
 
 # Imports that take most of the program's time, then its own work.
@@ -128,9 +127,8 @@ def chromium():
 def run_to_page(tmp_path, *program):
     """`python -m pytrace_cffi run -o page.html ...` in tmp_path: the page's path."""
     page = tmp_path / "page.html"
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "-o", str(page),
-                           *program], cwd=str(tmp_path), env=env, capture_output=True,
+                           *program], cwd=str(tmp_path), capture_output=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
     return page

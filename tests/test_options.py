@@ -17,7 +17,7 @@ RUN_DEFAULTS = {"c_calls": True, "include": None, "exclude": None, "max_depth": 
                 "min_duration_us": None, "max_events": None, "skip_imports": False,
                 "with_modules": True, "record_params": False, "trim_paths": True,
                 "flight_recorder": None, "dumps_dir": None, "dump_format": None,
-                "dump_signal": None, "watchdog": None, "log_exceptions": False, "log_args": None,
+                "dump_window": None, "dump_signal": None, "watchdog": None, "log_exceptions": False, "log_args": None,
                 "log_args_repr": False, "log_gc": False, "memory_interval_ms": None,
                 "log_async": False}
 
@@ -44,11 +44,13 @@ def test_each_flag_gives_what_it_says():
                      "max_depth": 3, "min_duration_us": 1.5, "max_events": 10,
                      "skip_imports": True, "with_modules": False, "record_params": True,
                      "trim_paths": False, "flight_recorder": "30s", "dumps_dir": "d",
-                     "dump_format": "pftrace", "dump_signal": "USR2", "watchdog": "5",
-                     "log_exceptions": True, "log_args": ["*forward", "*/m/*"],
+                     "dump_format": "pftrace", "dump_window": None, "dump_signal": "USR2",
+                     "watchdog": "5", "log_exceptions": True, "log_args": ["*forward", "*/m/*"],
                      "log_args_repr": True, "log_gc": True, "memory_interval_ms": 2.5,
                      "log_async": True}
     assert run_options("--flight-recorder")["flight_recorder"] is True
+    stacks = run_options("--flight-recorder", "--dump-format", "stacks", "--dump-window", "2.5")
+    assert (stacks["dump_format"], stacks["dump_window"]) == ("stacks", 2.5)
 
 
 def test_every_documented_option_is_declared_once():
@@ -59,7 +61,8 @@ def test_every_documented_option_is_declared_once():
     assert names == {"c_calls", "max_events", "output", "include", "exclude", "max_depth",
                      "skip_imports", "min_duration_us", "with_modules", "record_params",
                      "trim_paths", "noop", "follow_children", "flight_recorder", "dumps_dir",
-                     "dump_format", "dump_signal", "watchdog", "log_exceptions", "log_args",
+                     "dump_format", "dump_window", "dump_signal", "watchdog", "log_exceptions",
+                     "log_args",
                      "log_args_repr", "log_gc", "memory_interval_ms", "log_async"}
     assert sorted(options.NAMES) == sorted(names)        # once each
 
