@@ -140,6 +140,14 @@ def test_frames_and_ring_that_disagree_are_never_made_one_stack():
     # the ring reaching back to no frame: every frame's start is before the window
     stack, ring_only = merged_stack(frames, [("time.sleep", 50)])
     assert [f.get("start_seen", True) for f in stack] == [True, True, True, True]
+    # the launcher (python -m: runpy), which dumps' frames leave out, is no
+    # "call only the ring holds"
+    launched = [("<frozen runpy>(173): _run_module_as_main", 1),
+                ("<frozen runpy>(65): _run_code", 2), ("builtins.exec", 3)] + chain
+    stack, ring_only = merged_stack(frames, launched)
+    assert ring_only == ["c10d.py(40): wrapper"]
+    assert [f["name"] for f in stack] == ["a.py(1): outer", "a.py(5): middle",
+                                          "a.py(9): inner", "time.sleep"]
 
 
 def test_report_says_which_part_of_a_stack_is_from_which_source(tmp_path):

@@ -171,6 +171,16 @@ def without_launcher(stack):
     return stack[outermost:] if outermost < len(stack) else stack
 
 
+def _launched(chain):
+    """chain without the launcher below the program (without_launcher's)."""
+    outermost = 0
+    while outermost < len(chain) and _is_runpy(chain[outermost][0]):
+        outermost += 1
+    if outermost and outermost < len(chain) and chain[outermost][0] == "builtins.exec":
+        outermost += 1
+    return chain[outermost:]
+
+
 def _is_runpy(name):
     return isinstance(name, str) and (name.startswith("<frozen runpy>")
                                       or name.startswith("runpy.py("))
@@ -194,6 +204,7 @@ def merged_stack(frames, chain):
     stack = [dict(f, name=f.get("name"), since_ns=f.get("since_ns"), line=f.get("line"))
              for f in frames if isinstance(f, dict)]    # (what else a frame says stays)
     position = len(stack)               # the chain's calls go inside of it
+    chain = _launched(chain)            # (dumps' frames leave the launcher out)
     matched, ring_only = [], []
     for name, start in reversed(chain):
         match = next((q for q in range(position - 1, -1, -1) if stack[q]["name"] == name),
