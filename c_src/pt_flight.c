@@ -51,24 +51,8 @@
 #define PT_FLIGHT_CHILDREN 16
 
 /* ------------------------------------------------------------------------ */
-/* Writing, in the clone: syscalls only                                     */
+/* Writing, in the clone: syscalls only (pt_flight_put, pt_flight_files.h)    */
 /* ------------------------------------------------------------------------ */
-
-static int
-pt_write_all(int fd, const void *data, size_t n)
-{
-    const char *p = data;
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return 0;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 1;
-}
 
 /* dir + "/" + name into out (PT_FLIGHT_PATH bytes); 0 when too long. */
 static int
@@ -99,17 +83,9 @@ pt_decimal(char *end, int64_t value)
 }
 
 static int
-pt_write_number(int fd, int64_t value)
-{
-    char buf[24];
-    char *start = pt_decimal(buf + sizeof buf, value);
-    return pt_write_all(fd, start, (size_t)(buf + sizeof buf - start));
-}
-
-static int
 pt_write_text(int fd, const char *text)
 {
-    return pt_write_all(fd, text, strlen(text));
+    return pt_flight_put(fd, text, strlen(text));
 }
 
 /* threads.json: [{"index": i, "ident": n, "native_id": n, "dropped": n}, ...] */
@@ -122,11 +98,11 @@ pt_write_threads(pt_tracer *tracer, const char *path)
     int ok = pt_write_text(fd, "[");
     for (pt_thread *t = tracer->threads; ok && t; t = t->next) {
         ok = pt_write_text(fd, t == tracer->threads ? "{\"index\": " : ", {\"index\": ") &&
-             pt_write_number(fd, t->index) && pt_write_text(fd, ", \"ident\": ") &&
-             pt_write_number(fd, (int64_t)t->ident) &&
+             pt_flight_put_number(fd, t->index) && pt_write_text(fd, ", \"ident\": ") &&
+             pt_flight_put_number(fd, (int64_t)t->ident) &&
              pt_write_text(fd, ", \"native_id\": ") &&
-             pt_write_number(fd, (int64_t)t->native_id) &&
-             pt_write_text(fd, ", \"dropped\": ") && pt_write_number(fd, (int64_t)t->dropped) &&
+             pt_flight_put_number(fd, (int64_t)t->native_id) &&
+             pt_write_text(fd, ", \"dropped\": ") && pt_flight_put_number(fd, (int64_t)t->dropped) &&
              pt_write_text(fd, "}");
     }
     ok = ok && pt_write_text(fd, "]\n");
@@ -152,7 +128,7 @@ pt_copy_named(const char *from_dir, const char *to_dir, const char *name)
             ok = n == 0;
             break;
         }
-        ok = pt_write_all(out, buf, (size_t)n);
+        ok = pt_flight_put(out, buf, (size_t)n);
     }
     close(in);
     return (out < 0 || close(out) == 0) && ok;
@@ -611,7 +587,7 @@ pt_say_c_dump(const char *dir, int clone, const char *why)
                              "(%s; Python did not answer) could not be written whole: %s\n",
                              why, dir);
     if (n > 0)
-        pt_write_all(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+        pt_flight_put(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 
 static const char *

@@ -76,8 +76,8 @@ pt_flight_set_dump_options(int compress, int64_t window_ticks)
 /* Syscall-only writing                                                     */
 /* ------------------------------------------------------------------------ */
 
-static int
-pt_put(int fd, const void *data, size_t n)
+int
+pt_flight_put(int fd, const void *data, size_t n)
 {
     const char *p = data;
     while (n) {
@@ -92,8 +92,8 @@ pt_put(int fd, const void *data, size_t n)
     return 1;
 }
 
-static int
-pt_put_number(int fd, int64_t value)
+int
+pt_flight_put_number(int fd, int64_t value)
 {
     char buf[24];
     uint64_t v = value < 0 ? (uint64_t)0 - (uint64_t)value : (uint64_t)value;
@@ -104,7 +104,7 @@ pt_put_number(int fd, int64_t value)
     } while (v);
     if (value < 0)
         *--p = '-';
-    return pt_put(fd, p, (size_t)(buf + sizeof buf - p));
+    return pt_flight_put(fd, p, (size_t)(buf + sizeof buf - p));
 }
 
 static int
@@ -239,27 +239,27 @@ pt_write_stacks(pt_tracer *tracer, const char *dir, int64_t until_ticks)
     if (fd < 0)
         return 0;
     pt_n_open_keys = 0;
-    int ok = pt_put(fd, "clock\t", 6) && pt_put_number(fd, tracer->start_ticks) &&
-             pt_put(fd, "\t", 1) && pt_put_number(fd, tracer->start_ns) && pt_put(fd, "\n", 1);
+    int ok = pt_flight_put(fd, "clock\t", 6) && pt_flight_put_number(fd, tracer->start_ticks) &&
+             pt_flight_put(fd, "\t", 1) && pt_flight_put_number(fd, tracer->start_ns) && pt_flight_put(fd, "\n", 1);
     for (pt_thread *t = tracer->threads; ok && t; t = t->next) {
         uint64_t depth = pt_open_calls(t, until_ticks);
         uint64_t kept = depth < PT_FLIGHT_DEPTH ? depth : PT_FLIGHT_DEPTH;
         for (uint64_t d = 0; ok && d < kept; d++) {
             uint32_t kk = pt_open[d].key_kind;
             pt_note_open_key(kk >> PT_KEY_SHIFT);
-            ok = pt_put(fd, "open\t", 5) && pt_put_number(fd, t->index) &&
-                 pt_put(fd, "\t", 1) && pt_put_number(fd, (int64_t)d) &&
-                 pt_put(fd, (kk & PT_KIND_MASK) == PT_EV_C_CALL ? "\tc\t"
+            ok = pt_flight_put(fd, "open\t", 5) && pt_flight_put_number(fd, t->index) &&
+                 pt_flight_put(fd, "\t", 1) && pt_flight_put_number(fd, (int64_t)d) &&
+                 pt_flight_put(fd, (kk & PT_KIND_MASK) == PT_EV_C_CALL ? "\tc\t"
                             : (kk & PT_KIND_MASK) == PT_EV_PY_SEED ? "\ts\t" : "\tp\t", 3) &&
-                 pt_put_number(fd, kk >> PT_KEY_SHIFT) && pt_put(fd, "\t", 1) &&
-                 pt_put_number(fd, pt_open[d].ticks) && pt_put(fd, "\n", 1);
+                 pt_flight_put_number(fd, kk >> PT_KEY_SHIFT) && pt_flight_put(fd, "\t", 1) &&
+                 pt_flight_put_number(fd, pt_open[d].ticks) && pt_flight_put(fd, "\n", 1);
         }
         if (ok && depth > kept)
-            ok = pt_put(fd, "deeper\t", 7) && pt_put_number(fd, t->index) &&
-                 pt_put(fd, "\t", 1) && pt_put_number(fd, (int64_t)(depth - kept)) &&
-                 pt_put(fd, "\n", 1);
+            ok = pt_flight_put(fd, "deeper\t", 7) && pt_flight_put_number(fd, t->index) &&
+                 pt_flight_put(fd, "\t", 1) && pt_flight_put_number(fd, (int64_t)(depth - kept)) &&
+                 pt_flight_put(fd, "\n", 1);
     }
-    ok = ok && pt_put(fd, "end\n", 4);       /* (a file cut short lacks it) */
+    ok = ok && pt_flight_put(fd, "end\n", 4);       /* (a file cut short lacks it) */
     return close(fd) == 0 && ok;
 }
 
@@ -341,9 +341,9 @@ pt_write_sources_of(pt_tracer *tracer, const char *dir)
         size_t len = end ? (size_t)(end - (text + at)) + 1 : n - at;
         uint64_t key = pt_leading_number(text + at, len);
         if (key != UINT64_MAX && pt_is_named(key))
-            ok = pt_put(all, text + at, len);
+            ok = pt_flight_put(all, text + at, len);
         if (ok && key != UINT64_MAX && pt_is_open_key(key))
-            ok = pt_put(open_fd, text + at, len);
+            ok = pt_flight_put(open_fd, text + at, len);
         at += len;
     }
     if (all >= 0 && close(all) != 0)
@@ -415,7 +415,7 @@ pt_write_keys(pt_tracer *tracer, const char *journal_dir, const char *dir)
         if (tags && tags + sizeof tags_field - 1 < end && tags[sizeof tags_field - 1] != ']')
             keep = 1;
         if (keep)
-            ok = pt_put(out, text + at, len);
+            ok = pt_flight_put(out, text + at, len);
         at += len;
     }
     if (text)
@@ -441,7 +441,7 @@ pt_sink_flush(pt_sink *s)
     uint64_t z = pt_deflate_zlib(pt_deflater_of_dumps, pt_piece_in, s->used, pt_piece_out,
                                  pt_piece_out_cap);
     uint32_t sizes[2] = {(uint32_t)s->used, (uint32_t)z};
-    int ok = z > 0 && pt_put(s->fd, sizes, sizeof sizes) && pt_put(s->fd, pt_piece_out, z);
+    int ok = z > 0 && pt_flight_put(s->fd, sizes, sizeof sizes) && pt_flight_put(s->fd, pt_piece_out, z);
     s->used = 0;
     return ok;
 }
@@ -450,7 +450,7 @@ static int
 pt_sink_put(pt_sink *s, const void *data, size_t n)
 {
     if (!s->packed)
-        return pt_put(s->fd, data, n);
+        return pt_flight_put(s->fd, data, n);
     const char *p = data;
     while (n) {
         size_t room = PT_FLIGHT_PIECE - s->used, take = n < room ? n : room;
@@ -479,7 +479,7 @@ pt_write_ring(pt_tracer *tracer, const char *dir, int64_t cutoff)
     static const char header[16] = "PTEVENTS\1\0\0\0\x08\0\0\0";
     static const char packed_header[16] = "PTEVTZ01\0\0\x10\0\0\0\0\0";   /* piece: 1 MiB */
     pt_sink sink = {fd, 0, pt_compress_dumps && pt_deflater_of_dumps};
-    int ok = (!sink.packed || pt_put(fd, packed_header, sizeof packed_header)) &&
+    int ok = (!sink.packed || pt_flight_put(fd, packed_header, sizeof packed_header)) &&
              pt_sink_put(&sink, header, sizeof header);
     for (pt_thread *t = tracer->threads; ok && t; t = t->next)
         PT_EACH_CHUNK(t, c) {
@@ -496,7 +496,7 @@ pt_write_ring(pt_tracer *tracer, const char *dir, int64_t cutoff)
     if (!ok) {
         int err = errno;
         if (ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0)
-            pt_put(fd, header, sizeof header);
+            pt_flight_put(fd, header, sizeof header);
         close(fd);
         errno = err;
         return 0;

@@ -11,4 +11,9 @@
 int pt_flight_write_ring(pt_tracer *tracer, const char *dir, const char *journal_dir,
                          int64_t until_ticks);
 
+/* Syscall-only writing, for the clone (pt_flight.c's files too): all of data, or
+ * 0 (errno set); a number in decimal. */
+int pt_flight_put(int fd, const void *data, size_t n);
+int pt_flight_put_number(int fd, int64_t value);
+
 #endif /* PT_FLIGHT_FILES_H */

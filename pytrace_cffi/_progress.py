@@ -134,3 +134,16 @@ def counted(n, noun):
     if n == 1:
         return f"1 {noun}"
     return f"{n:,} {noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{n:,} {noun}s"
+
+
+def ranges(numbers):
+    """Sorted integers as "0-2, 4-7" (a run of two or more as a range)."""
+    numbers = sorted(set(numbers))
+    parts, start = [], None
+    for index, number in enumerate(numbers):
+        if start is None:
+            start = number
+        if index + 1 == len(numbers) or numbers[index + 1] != number + 1:
+            parts.append(str(start) if start == number else f"{start}-{number}")
+            start = None
+    return ", ".join(parts)

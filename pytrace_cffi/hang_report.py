@@ -33,6 +33,7 @@ import time
 from collections import Counter, namedtuple
 
 from .errors import TraceFormatError
+from ._progress import ranges
 from .flight.places import holders, looked_in
 from .readers.safe_read import read_bounded
 
@@ -384,19 +385,6 @@ def _longest(group):
 
 
 # -- words -----------------------------------------------------------------------
-
-def ranges(numbers):
-    """Sorted integers as "0-2, 4-7" (a run of two or more as a range)."""
-    numbers = sorted(set(numbers))
-    parts, start = [], None
-    for index, number in enumerate(numbers):
-        if start is None:
-            start = number
-        if index + 1 == len(numbers) or numbers[index + 1] != number + 1:
-            parts.append(str(start) if start == number else f"{start}-{number}")
-            start = None
-    return ", ".join(parts)
-
 
 def who(members, thread_names=False):
     """The members named as a person would: "rank 3", "ranks 0-2, 4-7", then the

@@ -21,6 +21,8 @@ out, never raised.
 """
 from collections import namedtuple
 
+from .._progress import ranges
+
 GROUPS_SHOWN = 16           # groups described in the text; the rest counted
 RANKS_NAMED = 8             # processes without a rank named in one part
 
@@ -161,18 +163,6 @@ def _what(position):
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def _ranges(numbers):
-    numbers = sorted(set(numbers))
-    parts, start = [], None
-    for index, number in enumerate(numbers):
-        if start is None:
-            start = number
-        if index + 1 == len(numbers) or numbers[index + 1] != number + 1:
-            parts.append(str(start) if start == number else f"{start}-{number}")
-            start = None
-    return ", ".join(parts)
-
-
 def _who_one(rank, process):
     return f"rank {rank}" if rank is not None else f"{process.label} (pid {process.pid})"
 
@@ -183,7 +173,7 @@ def who(positions):
     others = [f"{p.label} (pid {p.pid})" for p in positions if p.rank is None]
     if len(others) > RANKS_NAMED:
         others = others[:RANKS_NAMED] + [f"{len(others) - RANKS_NAMED} more"]
-    parts = [("rank " if len(set(ranks)) == 1 else "ranks ") + _ranges(ranks)] if ranks else []
+    parts = [("rank " if len(set(ranks)) == 1 else "ranks ") + ranges(ranks)] if ranks else []
     return ", ".join(parts + others)
 
 
@@ -213,7 +203,7 @@ def lineup_text(lineup):
                          f"{who(members)} called no collective yet")
     about = [lineup.description] if lineup.description else []
     if lineup.ranks:
-        about.append(("rank " if len(lineup.ranks) == 1 else "ranks ") + _ranges(lineup.ranks))
+        about.append(("rank " if len(lineup.ranks) == 1 else "ranks ") + ranges(lineup.ranks))
     title = f"group {lineup.name}" + (f" ({', '.join(about)})" if about else "")
     return f"{title}: {'; '.join(texts)}"
 
@@ -232,7 +222,7 @@ def section_lines(processes):
         missing = _missing(lineup)
         if missing:
             lines.append(f"    no dump of {'rank' if len(missing) == 1 else 'ranks'} "
-                         f"{_ranges(missing)}")
+                         f"{ranges(missing)}")
     if len(found) > GROUPS_SHOWN:
         rest = found[GROUPS_SHOWN:]
         late = sum(1 for lineup in rest if _behind(lineup))
