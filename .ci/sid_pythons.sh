@@ -21,6 +21,7 @@ DIR="${SID_DIR:-/opt/sid}"
 WRAPPERS="${SID_WRAPPER_DIR:-/usr/bin}"
 VERSIONS="${SID_VERSIONS:-3.14 3.15}"
 MIRROR="${SID_MIRROR:-http://deb.debian.org/debian}"
+TOOLS_IN_CHROOT="chromium node go"     # (Debian: chromium nodejs golang-go)
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "   sid's Python $VERSIONS: not root with apt-get here, not installed"
@@ -95,6 +96,9 @@ if [ -x "$DIR/usr/bin/apt-get" ]; then
         [ -x "$WRAPPERS/python$v" ] || write_wrapper "$v"
         works "$v" || all_ok=0
     done
+    for tool in $TOOLS_IN_CHROOT; do
+        [ -x "$DIR/usr/bin/$tool" ] || all_ok=0
+    done
     if [ "$all_ok" = 1 ]; then
         echo "   sid's Python $VERSIONS: already there ($DIR)"
         exit 0
@@ -118,7 +122,9 @@ if [ ! -x "$DIR/usr/bin/apt-get" ]; then
 fi
 copy_host_files
 mount_all
-packages="gcc libc6-dev libffi-dev"
+# and the tools the tests drive (.ci/run installs them on the host): a test under
+# 3.14/3.15 runs inside the chroot and finds its own /usr/bin
+packages="gcc libc6-dev libffi-dev chromium nodejs golang-go"
 for v in $VERSIONS; do packages+=" python$v python$v-dev python$v-venv"; done
 echo "   installing $packages"
 chroot "$DIR" apt-get -o Acquire::Check-Valid-Until=false update -qq >/dev/null
