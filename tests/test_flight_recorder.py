@@ -582,13 +582,87 @@ def test_the_ring_by_seconds_drops_what_is_older(tmp_path):
         while time.monotonic() < end:
             fib(12)
         trace = pytrace_cffi.stop()
-        first = min(call.start_ns for call in trace if call.name.endswith(": fib"))
-        print((trace.stop_ns - first) / 1e9, trace.dropped_events)
+        starts = [call.start_ns for call in trace if call.name.endswith(": fib")]
+        print((trace.stop_ns - min(starts)) / 1e9, trace.dropped_events,
+              sum(1 for start in starts if start < trace.stop_ns - 0.2e9))
         """)
     assert proc.returncode == 0, proc.stderr
-    kept_s, dropped = proc.stdout.split()
-    # chunks go whole: what is kept reaches back at most 0.2 s and a chunk's span
-    assert 0.15 < float(kept_s) < 0.7 and int(dropped) > 0
+    kept_s, dropped, before_window = proc.stdout.split()
+    # chunks go whole: a chunk goes once the next one began before the last new
+    # chunk's time less 0.2 s, and less than a chunk came after that one. So what
+    # began before stop less 0.2 s is within two chunks (2 MiB of 8-byte events:
+    # 2 * 262144 events, 2 a call), whatever the machine's speed
+    assert float(kept_s) > 0.15 and int(dropped) > 0
+    assert int(before_window) <= 262144
+
+
+def test_the_ring_by_seconds_tests_the_age_of_a_chunks_successor(tmp_path):
+    """A chunk goes only once its successor began before the cut-off, since its
+    own last events came as late as that: the first chunk, begun before a pause
+    longer than the ring's seconds, holds mark(), called just after it, and is
+    kept while the next chunks fill at once (in far less than 1 s)."""
+    proc = _run(tmp_path, """
+        import time
+        import pytrace_cffi
+
+        def f():
+            pass
+
+        def mark():
+            pass
+
+        pytrace_cffi.start(flight_recorder="1s")
+        time.sleep(1.2)             # the first chunk began before this
+        mark()
+        for _ in range(400_000):    # 800000 events: chunks of 262144 begin twice
+            f()
+        trace = pytrace_cffi.stop()
+        print(sum(1 for call in trace if call.name.endswith(": mark")),
+              sum(1 for call in trace if call.name.endswith(": f")), trace.dropped_events)
+        """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "400000", "0"]
+
+
+def test_a_threads_only_chunk_emptied_in_place_counts_as_new(tmp_path):
+    """A 64k ring holds 8 chunks of 1024 events. The main thread's only chunk is
+    the oldest when the worker's 8th is needed: it is emptied in place, and is then
+    the newest (the worker's older chunks go before it). The main thread's after()
+    comes next, then the worker needs 2 more chunks: its 2 oldest go, after() stays."""
+    proc = _run(tmp_path, """
+        import threading
+        import pytrace_cffi
+
+        def f():
+            pass
+
+        def after():
+            pass
+
+        def worker(first, go):
+            for _ in range(3800):   # 7600 events: the ring's 8th chunk is needed
+                f()
+            first.set()
+            go.wait()
+            for _ in range(1000):   # 2000 events: 2 more chunks
+                f()
+
+        first, go = threading.Event(), threading.Event()
+        thread = threading.Thread(target=worker, args=(first, go), name="worker")
+        pytrace_cffi.start(flight_recorder="64k")
+        thread.start()
+        first.wait()
+        after()
+        go.set()
+        thread.join()
+        trace = pytrace_cffi.stop()
+        print(sum(1 for call in trace if call.name.endswith(": after")),
+              sum(1 for call in trace if call.name.endswith(": f")))
+        """)
+    assert proc.returncode == 0, proc.stderr
+    after, calls = map(int, proc.stdout.split())
+    # the worker's f() calls kept: its last chunks, 6 or 7 of 1024 events (2 a call)
+    assert after == 1 and 5 * 512 < calls <= 7 * 512
 
 
 def test_a_process_killed_right_after_dumping_keeps_its_dump_whole(tmp_path):
