@@ -199,7 +199,7 @@ int pt_stacks_preorder(const pt_stacks *s, uint32_t *order, uint32_t *depth, uin
 void pt_slices_to_realtime(pt_slice *slices, uint64_t n, int64_t mono0, int64_t off0,
                            int64_t mono1, int64_t off1, int64_t *first_start,
                            int64_t *last_end);
-/* merge_torch (pt_merge.c): per thread, torch's regions (n, by start: start,
+/* merge_torch (pt_merge.c): per thread, torch's regions (n, in any order: start,
  * end, a name id > 0) filter our slices as they stream by, in start order, parents
  * first and absolute over the thread (first_index: the batch's first). Left out:
  * a slice crossing a region's edge, and one whose key has a name id
@@ -210,7 +210,10 @@ void pt_slices_to_realtime(pt_slice *slices, uint64_t n, int64_t mono0, int64_t 
  * on_monotonic: the slices to filter stay on CLOCK_MONOTONIC (the .pftrace merge
  * writes them so) and are compared on the regions' CLOCK_REALTIME as
  * pt_slices_to_realtime would move them (the same arguments): the same ones
- * are kept as in the JSON merge, which moves them first. */
+ * are kept as in the JSON merge, which moves them first. An edge named
+ * PT_EDGE_OP is one of torch's ops: a slice crossing it is left out too, counted
+ * apart (crossing_ops); none lies "within" for a name. */
+#define PT_EDGE_OP 0xFFFFFFFFu
 typedef struct pt_region_edges pt_region_edges;
 pt_region_edges *pt_region_edges_new(const int64_t *starts, const int64_t *ends,
                                      const uint32_t *names, uint64_t n);
@@ -221,7 +224,7 @@ uint64_t pt_region_edges_filter(pt_region_edges *edges, pt_slice *slices, uint64
                                 uint64_t first_index, const uint32_t *region_name_of_key,
                                 uint32_t n_keys);
 void pt_region_edges_counts(const pt_region_edges *edges, uint64_t *replaced,
-                            uint64_t *crossing);
+                            uint64_t *crossing, uint64_t *crossing_ops);
 
 /* zlib-format deflate (pt_deflate.c, libdeflate): the .pftrace writer's
  * compressed_packets. pt_deflater_new(level): a deflater of level

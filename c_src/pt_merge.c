@@ -9,6 +9,11 @@
  * with a region of torch's of the same name within it goes, and so does each call
  * of ours that crosses a region's edge (begins outside it and ends inside, or the
  * other way round), alone: its callees stay, under its nearest kept ancestor.
+ * torch's ops on the thread (name PT_EDGE_OP) are edges too: our clock and torch's
+ * are mapped onto CLOCK_REALTIME apart, and a call of ours holds the aten op it
+ * runs by a few hundred ns only, so a clock reading off by that much (an
+ * interrupt between its two reads) would make them cross. Such a call goes too,
+ * counted apart (crossing_ops).
  * Slices stream through in start order, parents first, a batch at a time; the
  * kept ones are moved up in place and numbered as the kept sequence.
  */
@@ -30,7 +35,7 @@ struct pt_region_edges {
     uint64_t *by_end;       /* indices into the above, by end */
     pt_edge_open *open;
     uint64_t n_open, cap_open;
-    uint64_t kept, replaced, crossing;
+    uint64_t kept, replaced, crossing, crossing_ops;
     int on_monotonic;       /* pt_region_edges_on_monotonic: the slices' clock, mapped */
     int64_t clocks[4];      /* mono0, off0, mono1, off1 */
 };
@@ -40,11 +45,14 @@ typedef struct {
     uint64_t index;
 } pt_end_of;
 
+/* By time, then index: one order whatever qsort does with ties. */
 static int
 pt_by_end(const void *a, const void *b)
 {
-    int64_t x = ((const pt_end_of *)a)->end, y = ((const pt_end_of *)b)->end;
-    return (x > y) - (x < y);
+    const pt_end_of *p = a, *q = b;
+    if (p->end != q->end)
+        return (p->end > q->end) - (p->end < q->end);
+    return (p->index > q->index) - (p->index < q->index);
 }
 
 pt_region_edges *
@@ -63,20 +71,26 @@ pt_region_edges_new(const int64_t *starts, const int64_t *ends, const uint32_t *
         pt_region_edges_free(e);
         return NULL;
     }
-    /* given by start (the caller sorts); by_end sorted here */
+    /* given in any order: sorted by start here (ties by index), and by_end */
     e->n = n;
-    if (n) {
-        memcpy(e->start, starts, n * sizeof *starts);
-        memcpy(e->end, ends, n * sizeof *ends);
-        memcpy(e->name, names, n * sizeof *names);
-    }
     pt_end_of *ends_of = malloc(size * sizeof *ends_of);
     if (!ends_of) {
         pt_region_edges_free(e);
         return NULL;
     }
     for (uint64_t i = 0; i < n; i++) {
-        ends_of[i].end = ends[i];
+        ends_of[i].end = starts[i];
+        ends_of[i].index = i;
+    }
+    qsort(ends_of, n, sizeof *ends_of, pt_by_end);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t from = ends_of[i].index;
+        e->start[i] = starts[from];
+        e->end[i] = ends[from];
+        e->name[i] = names[from];
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        ends_of[i].end = e->end[i];
         ends_of[i].index = i;
     }
     qsort(ends_of, n, sizeof *ends_of, pt_by_end);
@@ -140,15 +154,18 @@ pt_first_end_after(const pt_region_edges *e, int64_t t)
     return lo;
 }
 
-/* 1: [a, b] crosses a region's edge; 2: a region named `name` (> 0) lies within
- * it, and it crosses none; 0: neither. */
+/* 1: [a, b] crosses a region's edge; 3: an op's edge only; 2: a region named
+ * `name` (> 0) lies within it, and it crosses none; 0: neither. */
 static int
 pt_edges_meet(const pt_region_edges *e, int64_t a, int64_t b, uint32_t name)
 {
-    int holds = 0;
+    int holds = 0, op = 0;
     for (uint64_t i = pt_first_start_after(e, a); i < e->n && e->start[i] < b; i++) {
-        if (e->end[i] > b)
-            return 1;                   /* begins inside, ends after */
+        if (e->end[i] > b) {            /* begins inside, ends after */
+            if (e->name[i] != PT_EDGE_OP)
+                return 1;
+            op = 1;
+        }
         if (name && e->name[i] == name)
             holds = 1;
     }
@@ -156,9 +173,14 @@ pt_edges_meet(const pt_region_edges *e, int64_t a, int64_t b, uint32_t name)
         uint64_t i = e->by_end[k];
         if (e->end[i] >= b)
             break;
-        if (e->start[i] < a)
-            return 1;                   /* begins before, ends inside */
+        if (e->start[i] < a) {          /* begins before, ends inside */
+            if (e->name[i] != PT_EDGE_OP)
+                return 1;
+            op = 1;
+        }
     }
+    if (op)
+        return 3;
     if (name && !holds)                 /* a region of that name starting with it */
         for (uint64_t i = pt_first_start_after(e, a - 1); i < e->n && e->start[i] == a; i++)
             if (e->name[i] == name && e->end[i] <= b)
@@ -188,6 +210,8 @@ pt_region_edges_filter(pt_region_edges *e, pt_slice *slices, uint64_t n, uint64_
         int64_t kept = parent;
         if (meet == 1) {
             e->crossing++;
+        } else if (meet == 3) {
+            e->crossing_ops++;
         } else if (meet == 2) {
             e->replaced++;
         } else {
@@ -213,8 +237,10 @@ pt_region_edges_filter(pt_region_edges *e, pt_slice *slices, uint64_t n, uint64_
 }
 
 void
-pt_region_edges_counts(const pt_region_edges *e, uint64_t *replaced, uint64_t *crossing)
+pt_region_edges_counts(const pt_region_edges *e, uint64_t *replaced, uint64_t *crossing,
+                       uint64_t *crossing_ops)
 {
     *replaced = e->replaced;
     *crossing = e->crossing;
+    *crossing_ops = e->crossing_ops;
 }

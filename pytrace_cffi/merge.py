@@ -180,6 +180,12 @@ def _write_torch_events(reader, out, span):
     return dropped
 
 
+def our_tracks(trace):
+    """The (pid, tid)s of trace's threads, as the merges write them."""
+    return {(trace.thread_pid(thread), thread.native_id or thread.ident)
+            for thread in trace.threads}
+
+
 def _our_trace(trace):
     """A Trace to write from: trace itself, or what reading.read_trace makes of a
     path (a saved-trace directory, a job's directory, or our Chrome JSON read by
@@ -240,7 +246,7 @@ def merge_torch_chrome(ours, torch_path, out_path, anchor):
         head = torch_json.whole_head(("baseTimeNanoseconds",))
         base = check_torch(head, torch_path)
         head = dict(torch_json.head)        # the entries before traceEvents, in order
-        regions = TorchProfilerRegions.read(torch_path, base)
+        regions = TorchProfilerRegions.read(torch_path, base, our_tracks(ours))
         opener = ((lambda tmp: gzip.open(tmp, "wb", compresslevel=6))
                   if formats.of(out_path).gzip else (lambda tmp: open(tmp, "wb")))
         # Ours first, streamed from our slices; torch's after: its reader is still

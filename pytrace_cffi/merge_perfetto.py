@@ -314,7 +314,7 @@ def merge_torch_pftrace(ours, torch_path, out_path, anchor):
     traced = set(our_threads) | {(pid_of_tid.get(m.thread, ours.pid), m.thread)
                                  for m in ours.marks}
     counts = {}
-    regions = TorchProfilerRegions.read(torch_path, base)
+    regions = TorchProfilerRegions.read(torch_path, base, set(our_threads))
     kept_batches = _kept_around_regions(ours, regions, anchor)
 
     def more(uuids, sequence_id):

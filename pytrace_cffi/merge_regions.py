@@ -1,8 +1,17 @@
 """What both merges with torch.profiler (merge.py: Chrome JSON, merge_perfetto.py:
-.pftrace) share: torch's record_function regions read from its trace and the C
-filters that keep our slices strictly nested around them (pt_merge.c), and the
-realtime anchor as the C clock maps take it."""
+.pftrace) share: torch's record_function regions and ops on our threads read from
+its trace and the C filters that keep our slices strictly nested around them
+(pt_merge.c), and the realtime anchor as the C clock maps take it.
+
+Why ops too: our times and torch's reach CLOCK_REALTIME by two mappings (ours by
+clock pairs read at start and stop, torch's by its own), and a call of ours holds
+the aten op it runs by a few hundred ns only (350-600 ns for Parameter.add_ on the
+test machine). A clock pair read across an interrupt (1 in 40000 readings took
+over 0.4 us there, with or without load) moves our calls by that much: they then
+cross torch's ops. A call of ours crossing an op's edge is left out, alone, and
+counted (our_calls_crossing_torchs_ops_left_out)."""
 import math
+from array import array
 
 from .formats import torch_compressed
 
@@ -29,27 +38,42 @@ def anchor_clocks(anchor):
 
 
 class TorchProfilerRegions:
-    """torch's record_function regions (user_annotation complete events) per
-    (pid, tid), on CLOCK_REALTIME ns, and the C filters (pt_merge.c) that keep our
-    slices strictly nested around them: one per thread written."""
+    """torch's record_function regions (user_annotation complete events) and its
+    other complete events (ops, runtime calls) on our threads, per (pid, tid), on
+    CLOCK_REALTIME ns, and the C filters (pt_merge.c) that keep our slices strictly
+    nested around them: one per thread written."""
 
-    def __init__(self, by_thread):
-        self.by_thread = by_thread          # (pid, tid) -> [(start ns, end ns, name)]
-        self.names = sorted({name for found in by_thread.values() for _, _, name in found})
+    def __init__(self, by_thread, seen_names):
+        # (pid, tid) -> (starts, ends, names) as arrays, in the torch file's order
+        # (20 bytes an event: a thread may hold millions of ops); a name is
+        # 1 + its index in seen_names, 0 for an op
+        self.by_thread = by_thread
+        self.names = sorted(seen_names)
+        ids = {name: number for number, name in enumerate(self.names, 1)}
+        self._sorted_id = [None] + [ids[name] for name in seen_names]
         self._filters = []
 
     @classmethod
-    def read(cls, torch_path, base):
-        by_thread = {}
+    def read(cls, torch_path, base, threads=None):
+        """threads: the (pid, tid)s of ours (None: every thread); torch's ops
+        elsewhere are not kept."""
+        by_thread, seen = {}, {}
         from .readers.torch_chrome import TorchChromeReader     # only when merging
         compressed = torch_compressed(torch_path)
         with TorchChromeReader(torch_path, "torch trace", compressed) as reader:
             reader.read_head()
             for event, _ in reader.events():
                 region = _torch_region(event, base)
-                if region is not None:
-                    by_thread.setdefault(region[0], []).append(region[1:])
-        return cls(by_thread)
+                if region is None or (threads is not None and region[0] not in threads):
+                    continue
+                found = by_thread.get(region[0])
+                if found is None:
+                    found = by_thread[region[0]] = (array("q"), array("q"), array("I"))
+                found[0].append(region[1])
+                found[1].append(region[2])
+                found[2].append(0 if region[3] is None else seen.setdefault(region[3],
+                                                                            len(seen) + 1))
+        return cls(by_thread, list(seen))
 
     def name_ids(self, names, kinds):
         """Per key of ours: the id (1 + index in self.names) of the torch region
@@ -63,10 +87,13 @@ class TorchProfilerRegions:
         """The filter of thread (pid, tid), None when torch has no region there.
         on_monotonic: anchor_clocks(anchor) when the slices it filters stay on
         CLOCK_MONOTONIC (see pt_region_edges_on_monotonic)."""
-        found = sorted(self.by_thread.get((pid, tid), ()))
+        found = self.by_thread.get((pid, tid))
         if not found:
             return None
-        edges = _RegionEdges(found, {name: number for number, name in enumerate(self.names, 1)})
+        from ._core import lib
+        sorted_id = self._sorted_id
+        names = array("I", (sorted_id[n] if n else lib.PT_EDGE_OP for n in found[2]))
+        edges = _RegionEdges(found[0], found[1], names)
         if on_monotonic is not None:
             from ._core import lib
             lib.pt_region_edges_on_monotonic(edges._c, *on_monotonic)
@@ -75,37 +102,43 @@ class TorchProfilerRegions:
 
     def counts(self):
         """What the filters left out, for the merged file's pytrace_cffi entry."""
-        replaced = crossing = 0
+        replaced = crossing = crossing_ops = 0
         for edges in self._filters:
-            r, c = edges.counts()
-            replaced, crossing = replaced + r, crossing + c
+            r, c, o = edges.counts()
+            replaced, crossing, crossing_ops = replaced + r, crossing + c, crossing_ops + o
         return {"our_regions_replaced_by_torchs": replaced,
-                "our_calls_crossing_torchs_regions_left_out": crossing}
+                "our_calls_crossing_torchs_regions_left_out": crossing,
+                "our_calls_crossing_torchs_ops_left_out": crossing_ops}
 
 
 def _torch_region(event, base):
-    """((pid, tid), start ns, end ns, name) of a torch user_annotation complete
-    event on CLOCK_REALTIME, or None (another event, or one without numbers)."""
+    """((pid, tid), start ns, end ns, name) of a torch complete event on
+    CLOCK_REALTIME: name is the region's for a user_annotation, None for another
+    (an op); None for other events, for its Python calls (ours replace them) and
+    for one without numbers."""
     if not (isinstance(event, dict) and event.get("ph") == "X"
-            and event.get("cat") == "user_annotation" and isinstance(event.get("name"), str)
+            and event.get("cat") != TORCH_PYTHON_CATEGORY
             and is_finite_number(event.get("ts")) and is_finite_number(event.get("dur"))
             and type(event.get("pid")) is int and type(event.get("tid")) is int):
         return None
+    region = event.get("cat") == "user_annotation" and isinstance(event.get("name"), str)
     start = base + round(event["ts"] * 1000)
     end = start + round(event["dur"] * 1000)
     if not (-2 ** 63 <= start <= end < 2 ** 63):
         return None
-    return (event["pid"], event["tid"]), start, end, event["name"]
+    return (event["pid"], event["tid"]), start, end, event["name"] if region else None
 
 
 class _RegionEdges:
     """One thread's pt_region_edges: torch's regions there, our slices filtered
     batch by batch (pt_region_edges_filter)."""
 
-    def __init__(self, regions, name_ids):
+    def __init__(self, starts, ends, names):
         from ._core import ffi, lib
-        self._c = ffi.gc(lib.pt_region_edges_new([r[0] for r in regions], [r[1] for r in regions],
-                                                 [name_ids[r[2]] for r in regions], len(regions)),
+        self._c = ffi.gc(lib.pt_region_edges_new(ffi.from_buffer("int64_t[]", starts),
+                                                 ffi.from_buffer("int64_t[]", ends),
+                                                 ffi.from_buffer("uint32_t[]", names),
+                                                 len(starts)),
                          lib.pt_region_edges_free)
         if self._c == ffi.NULL:
             raise MemoryError("out of memory while merging with torch's trace")
@@ -139,6 +172,6 @@ class _RegionEdges:
 
     def counts(self):
         from ._core import ffi, lib
-        replaced, crossing = ffi.new("uint64_t *"), ffi.new("uint64_t *")
-        lib.pt_region_edges_counts(self._c, replaced, crossing)
-        return replaced[0], crossing[0]
+        replaced, crossing, ops = (ffi.new("uint64_t *") for _ in range(3))
+        lib.pt_region_edges_counts(self._c, replaced, crossing, ops)
+        return replaced[0], crossing[0], ops[0]
