@@ -138,13 +138,13 @@ static PyObject *pt_region_decorate;
 
 /* The type's __enter__ descriptor (set with the type, kept while it lives). */
 static PyObject *pt_region_enter_descr;
-static PyObject *pt_region_enter(PyObject *op, PyObject *unused);
+static PyMethodDef pt_region_methods[3];
 
 int
 pt_is_region_enter(const void *implementation)
 {
     return implementation && (implementation == (const void *)pt_region_enter_descr ||
-                              implementation == (const void *)pt_region_enter);
+                              implementation == (const void *)&pt_region_methods[0]);
 }
 
 /* Returns a new reference: a region named `name`, its args checked. */

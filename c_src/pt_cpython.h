@@ -5,8 +5,8 @@
  * exported by libpython on every one of those versions, but the limited API does
  * not declare them: they are profiler plumbing (installing a profile function,
  * walking frames and thread states). We declare their prototypes here, and only
- * here, exactly as the full API spells them. No struct internals are read anywhere:
- * frames, code objects and thread states stay opaque pointers.
+ * here, exactly as the full API spells them. One struct field is read (see
+ * pt_cfunction_def); frames, code objects and thread states stay opaque pointers.
  */
 #ifndef PT_CPYTHON_H
 #define PT_CPYTHON_H
@@ -28,6 +28,24 @@
  * None is immortal, so without a reference, as 3.12's headers' Py_RETURN_NONE
  * does (see PT_RETURN_NONE for why Py_INCREF would drift on 3.14). */
 #define PT_MONITOR_RETURN_NONE return Py_None
+
+/* A built-in function object's method definition (its PyMethodDef: name, C
+ * function, flags), the one field we read: PyCFunctionObject (and PyCMethodObject,
+ * which extends it) holds it right after the object header, m_ml, on 3.9-3.15
+ * (Include/cpython/methodobject.h; abi3 builds have no free-threaded header). Two
+ * methods may share one C function (_thread.lock's acquire and __enter__ up to
+ * 3.11): PyCFunction_GetFunction would merge them under one key, their
+ * definitions do not. A plain load, where PyCFunction_GetFunction is a call. */
+typedef struct {
+    PyObject_HEAD
+    PyMethodDef *m_ml;
+} pt_cfunction_head;
+
+static inline const void *
+pt_cfunction_def(PyObject *function)
+{
+    return ((const pt_cfunction_head *)(const void *)function)->m_ml;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Profile hook (Include/cpython/pystate.h, Include/cpython/ceval.h)         */

@@ -320,8 +320,8 @@ void pt_ask_deferred_questions(pt_tracer *tracer);
 /* Takes ownership of source (a new reference naming the key). */
 uint32_t pt_key_add(pt_tracer *tracer, const void *a, const void *b, PyObject *source);
 /* 0 when the tracer stopped while Python code named the built-in. */
-/* Whether a built-in's implementation (a method descriptor, or the C function
- * of a bound one) is record_function's __enter__ (pt_annotate.c). */
+/* Whether a built-in's implementation (a method descriptor, or the method
+ * definition of a bound one) is record_function's __enter__ (pt_annotate.c). */
 int pt_is_region_enter(const void *implementation);
 uint32_t pt_key_for_builtin_slow(pt_tracer *tracer, PyObject *callable, int is_function,
                                  const void *a, PyObject *self);
@@ -448,7 +448,7 @@ pt_key_for_builtin(pt_tracer *tracer, PyObject *callable, int is_function,
             b = PT_CALLABLE_KEY;
             goto probe;
         }
-        a = (const void *)PyCFunction_GetFunction(callable);
+        a = pt_cfunction_def(callable);       /* not its C function: see pt_cpython.h */
     } else {
         a = callable;
         self = self_arg;

@@ -686,7 +686,7 @@ static uint32_t
 pt_key_for_module_function(pt_tracer *tracer, PyObject *callable, PyObject *self)
 {
     if (self) {
-        const void *impl = (const void *)PyCFunction_GetFunction(callable);
+        const void *impl = pt_cfunction_def(callable);
         const void *mark = pt_record_mark(Py_TYPE(self));
         int bound = pt_key_lookup(tracer, impl, mark) != 0;
         if (!bound) {

@@ -31,10 +31,18 @@ def test_c_sources_read_no_struct_internals():
     internals = re.compile(r"->\s*(f_code|f_back|f_lasti|f_lineno|m_ml|m_self|co_\w+|"
                            r"c_profilefunc|c_profileobj|frame|cframe|tp_name)\b|"
                            r"Py_BUILD_CORE|internal/pycore")
+    # One exception: pt_cpython.h's pt_cfunction_def reads a built-in function's
+    # PyMethodDef (m_ml, right after the object header on 3.9-3.15), the only thing
+    # that tells apart two methods sharing one C function (_thread.lock's acquire
+    # and __enter__ up to 3.11) without a call or an allocation per event.
+    allowed = {"pt_cpython.h": "return ((const pt_cfunction_head *)(const void *)function)->m_ml;"}
     # Only the sources: an in-place build (python build_ffi.py) leaves objects here.
     for name in sorted(n for n in os.listdir(c_dir) if n.endswith((".c", ".h"))):
         with open(os.path.join(c_dir, name), encoding="utf-8") as f:
             text = f.read()
+        if name in allowed:
+            assert text.count(allowed[name]) == 1, name
+            text = text.replace(allowed[name], "")
         assert not internals.search(text), f"{name}: {internals.search(text).group(0)}"
 
 

@@ -8,6 +8,7 @@ call for call on the same workload."""
 import importlib
 import io
 import sys
+import threading
 import time
 from collections import Counter
 
@@ -218,3 +219,34 @@ def test_pybind11_style_class_methods(shared_dispatch_ext):
     expected = workload.EXPECTED if reported else {name: 0 for name in workload.EXPECTED}
     _check(_c_counts(_ours(traced.trace), ": run"), expected)
     _check(_c_counts([(n, p, k) for _, n, p, k in reference.calls], ": run"), expected)
+
+
+def _lock_methods():
+    lock = threading.Lock()
+    lock.__enter__()                    # one C function with acquire up to 3.11
+    lock.__exit__(None, None, None)     # ... and with release
+    lock.acquire()
+    lock.release()
+    done = threading.Event()
+    done.set()
+    done.wait()                         # Condition.__enter__ calls the lock's __enter__
+
+
+def test_methods_sharing_a_c_function_keep_their_names_as_setprofile_says():
+    """A thread waiting in threading.Event.wait showed its innermost open call as
+    _thread.lock.__enter__ where _thread.lock.acquire was meant: up to 3.11 both
+    run one C function, and the key was that function's (and the type). Keyed by
+    each method's definition now: the names are sys.setprofile's c_call's (the
+    oracle's), call for call, whichever comes first."""
+    with pytrace_cffi.trace() as traced:
+        _lock_methods()
+    with ReferenceTracer() as reference:
+        _lock_methods()
+    ours = [call.name for call in traced.trace if call.kind == "c"]
+    oracle = [name for _, name, _, kind in reference.calls if kind == "c"]
+    assert oracle[-1] == "sys.setprofile"           # the oracle's own stop
+    oracle.pop()
+    assert ours == oracle
+    first = ours.index("_thread.lock.__enter__")      # (after allocate_lock up to 3.12)
+    assert ours[first:first + 4] == ["_thread.lock.__enter__", "_thread.lock.__exit__",
+                        "_thread.lock.acquire", "_thread.lock.release"]
