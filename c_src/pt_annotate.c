@@ -144,7 +144,9 @@ int
 pt_is_region_enter(const void *implementation)
 {
     return implementation && (implementation == (const void *)pt_region_enter_descr ||
-                              implementation == (const void *)&pt_region_methods[0]);
+                              implementation == (const void *)&pt_region_methods[0] ||
+                              /* (a CPython whose m_ml moved: pt_cfunction_def) */
+                              implementation == (const void *)pt_region_methods[0].ml_meth);
 }
 
 /* Returns a new reference: a region named `name`, its args checked. */

@@ -41,10 +41,24 @@ typedef struct {
     PyMethodDef *m_ml;
 } pt_cfunction_head;
 
+/* 1 when m_ml was found where pt_cfunction_head says, on builtins.len (its name
+ * and C function), checked once by pt_start (pt_check_cfunction_layout); else a
+ * later CPython moved it, and built-ins are keyed by their C function as before. */
+extern int pt_cfunction_def_ok;
+void pt_check_cfunction_layout(void);
+
+static inline const PyMethodDef *
+pt_cfunction_m_ml(PyObject *function)
+{
+    return ((const pt_cfunction_head *)(const void *)function)->m_ml;
+}
+
 static inline const void *
 pt_cfunction_def(PyObject *function)
 {
-    return ((const pt_cfunction_head *)(const void *)function)->m_ml;
+    if (pt_cfunction_def_ok)
+        return pt_cfunction_m_ml(function);
+    return (const void *)PyCFunction_GetFunction(function);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -1365,6 +1365,7 @@ pt_start(pt_tracer *tracer, int tool_id, long long event_mask, int own_frames,
 {
     int rc = PT_OK;
     PyGILState_STATE gil = PyGILState_Ensure();
+    pt_check_cfunction_layout();
     if (tracer->state != PT_STATE_NEW) {
         pt_set_error(tracer, "this tracer was already started");
         rc = PT_ERR_STATE;
@@ -1652,4 +1653,30 @@ pt_thread_leave_lane(uint64_t generation, pt_thread *lane, pt_thread *own)
      * may have stopped (and a new one started) meanwhile */
     if (pt_tls_generation == generation && pt_tls_thread == lane)
         pt_tls_thread = own;
+}
+
+
+/* pt_cpython.h's pt_cfunction_def: is m_ml where we read it? builtins.len's
+ * definition must name "len" and hold its C function. Once, with the GIL. */
+int pt_cfunction_def_ok = 0;
+
+void
+pt_check_cfunction_layout(void)
+{
+    static int checked = 0;
+    if (checked)
+        return;
+    checked = 1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *builtins = PyImport_ImportModule("builtins");
+    PyObject *len = builtins ? PyObject_GetAttrString(builtins, "len") : NULL;
+    if (len && PyCFunction_Check(len)) {
+        const PyMethodDef *def = pt_cfunction_m_ml(len);
+        pt_cfunction_def_ok = def && def->ml_name && strcmp(def->ml_name, "len") == 0 &&
+                              def->ml_meth == PyCFunction_GetFunction(len);
+    }
+    Py_XDECREF(len);
+    Py_XDECREF(builtins);
+    PyErr_Restore(type, value, tb);
 }
