@@ -213,10 +213,9 @@ def _read_json(path):
 
 def _write_json(path, facts):
     """path becomes facts as JSON, whole (written beside it, renamed over it)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    from ._files import replaced_atomically
+    with replaced_atomically(path, lambda tmp: open(tmp, "w", encoding="utf-8")) as f:
         json.dump(facts, f)
-    os.replace(tmp, path)
 
 
 def _remove(path):

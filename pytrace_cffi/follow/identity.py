@@ -10,6 +10,7 @@ import json
 import os
 import sys
 
+from .._files import replaced_atomically
 from .._names import program_name
 from ..readers.safe_read import read_bounded
 from ..errors import TraceFormatError
@@ -138,10 +139,8 @@ def _new_process_dir(job_dir):
 
 
 def _write_json(path, data):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with replaced_atomically(path, lambda tmp: open(tmp, "w", encoding="utf-8")) as f:
         json.dump(data, f)
-    os.replace(tmp, path)
 
 
 def _say(text):
