@@ -483,8 +483,10 @@ def test_sigkilled_child_keeps_its_spilled_part(tmp_path):
     label, state, names = found[child]
     assert state == "recovered" and label == "python -c"
     # max_events=4096: chunks of 512 events, at most one (on its one thread) lost,
-    # so of 5000 calls (2 events each) at least 5000 - 256 are kept.
-    assert 5000 - 256 <= names["unique_victim"] < 5000, names
+    # so of 5000 calls (2 events each) at least 5000 - 256 are kept. (All of them
+    # when the chunk lost began after the last: the few events after the loop,
+    # open, close and sleep, decide; about 1 run in 100.)
+    assert 5000 - 256 <= names["unique_victim"] <= 5000, names
     assert found[proc and int(proc.stdout.split()[0]) and next(
         pid for pid in found if pid != child)][2] == {"unique_after": 1}
     results = {r.pid: r for r in processes.join(job, tmp_path / "all.json.gz")}

@@ -590,10 +590,13 @@ def test_the_ring_by_seconds_drops_what_is_older(tmp_path):
     kept_s, dropped, before_window = proc.stdout.split()
     # chunks go whole: a chunk goes once the next one began before the last new
     # chunk's time less 0.2 s, and less than a chunk came after that one. So what
-    # began before stop less 0.2 s is within two chunks (2 MiB of 8-byte events:
-    # 2 * 262144 events, 2 a call), whatever the machine's speed
+    # began before stop less 0.2 s is within three chunks (the one across that
+    # cut-off, at most one whole one after it, and part of the next: chunks of
+    # 2 MiB, 262144 8-byte events, 131072 calls of 2 events), whatever the
+    # machine's speed
+    # (3.9 in CI: 285,596, more than two chunks)
     assert float(kept_s) > 0.15 and int(dropped) > 0
-    assert int(before_window) <= 262144
+    assert int(before_window) <= 3 * 131072
 
 
 def test_the_ring_by_seconds_tests_the_age_of_a_chunks_successor(tmp_path):
