@@ -288,6 +288,18 @@ def test_without_permission(server, tmp_path):
     assert server.finish() == (3, "path True\n", "")
 
 
+def _attach_to_an_idle(python, tmp_path):
+    """attach's result on an idle loop run by another interpreter, killed after."""
+    proc = subprocess.Popen([python, "-c", "import time\nprint('ready', flush=True)"
+                             "\nwhile True: time.sleep(0.01)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        return attach(proc.pid, "-o", tmp_path / "x.json")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @needs_remote_exec
 def test_another_minor_version_is_refused(tmp_path):
     import shutil
@@ -296,14 +308,7 @@ def test_another_minor_version_is_refused(tmp_path):
                  None)
     if other is None:
         pytest.skip("needs a second CPython 3.14+ of another minor version")
-    proc = subprocess.Popen([f"python{other}", "-c", "import time\nprint('ready', flush=True)"
-                             "\nwhile True: time.sleep(0.01)"], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline() == "ready\n"
-        result = attach(proc.pid, "-o", tmp_path / "x.json")
-    finally:
-        proc.kill()
-        proc.wait()
+    result = _attach_to_an_idle(f"python{other}", tmp_path)
     assert result.returncode != 0
     assert f"run attach with the target's own Python version (python{other} -m" in result.stderr
 
@@ -316,14 +321,7 @@ def test_a_target_before_3_14_is_told_apart(tmp_path):
         .returncode == 0), None)
     if older is None:
         pytest.skip("needs a CPython 3.9-3.13 on PATH")
-    proc = subprocess.Popen([f"python{older}", "-c", "import time\nprint('ready', flush=True)"
-                             "\nwhile True: time.sleep(0.01)"], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline() == "ready\n"
-        result = attach(proc.pid, "-o", tmp_path / "x.json")
-    finally:
-        proc.kill()
-        proc.wait()
+    result = _attach_to_an_idle(f"python{older}", tmp_path)
     assert result.returncode != 0
     assert f"it runs Python {older}, and attach needs 3.14+ in the target" in result.stderr
     assert "pytrace_cffi run" in result.stderr
