@@ -1261,3 +1261,30 @@ def test_a_request_that_cannot_be_rewritten_is_not_taken_again(tmp_path):
     assert said[0].split(os.sep)[-2] == first_name
     assert not said[1].split(os.sep)[-2].startswith(first_name), err
     assert said[1].split(os.sep)[-2].endswith("-signal"), err
+
+
+def test_closing_is_not_taken_for_the_program_taking_the_signal_over(tmp_path):
+    """close() disarms (the dump signal's handler goes back) while the recorder's
+    thread may be between its closing check and its signal check: the signal,
+    no longer ours, must not be reported as the program's own handler."""
+    proc = _run(tmp_path, """
+        import gc, signal, sys
+        import pytrace_cffi
+        from pytrace_cffi._core import lib
+        from pytrace_cffi.flight.recorder import FlightRecorder
+
+        pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1])
+        recorder, = [o for o in gc.get_objects() if isinstance(o, FlightRecorder)]
+        assert recorder.signum and lib.pt_flight_signal_ours()
+        # close() sets _closing, then pt_flight_disarm puts the handler back and,
+        # GIL released, joins its C thread before it counts as disarmed: the
+        # recorder's thread may check the signal in between, as here.
+        recorder._closing = True
+        signal.signal(recorder.signum, signal.SIG_DFL)
+        assert not lib.pt_flight_signal_ours()
+        recorder._check_signal()
+        recorder._closing = False
+        pytrace_cffi.stop()
+        """, tmp_path / "dumps")
+    assert proc.returncode == 0, proc.stderr
+    assert "its own handler" not in proc.stderr, proc.stderr

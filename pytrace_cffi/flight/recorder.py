@@ -307,8 +307,11 @@ class FlightRecorder:
         """Says once when the program took the dump signal over (its own handler,
         installed after start: Lightning's SIGUSR1 on SLURM): the signal dumps no
         more here; `dump` still does (it asks by a file)."""
+        # _closing is read after the C call: close() sets it before it disarms
+        # (which gives the signal back), so a disarm seen here is never taken for
+        # the program's handler.
         if (self.signum and not self._signal_taken_said
-                and not lib.pt_flight_signal_ours()):
+                and not lib.pt_flight_signal_ours() and not self._closing):
             self._signal_taken_said = True
             _say(f"the program installed its own handler of the dump signal "
                  f"{signal.Signals(self.signum).name}: it no longer dumps here "
