@@ -398,23 +398,6 @@ pt_thread_events_at(pt_tracer *tracer, int index, uint64_t first, const pt_event
     return PT_OK;
 }
 
-/* Iterates a thread's events in order; used by replay. */
-int
-pt_thread_events_each(pt_tracer *tracer, int index,
-                      int (*visit)(void *ctx, const pt_event *ev, uint64_t n),
-                      void *ctx)
-{
-    pt_thread *thread = pt_thread_for_reading(tracer, index);
-    if (!thread)
-        return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
-    for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next) {
-        int rc = visit(ctx, chunk->events, pt_chunk_used(thread, chunk));
-        if (rc != PT_OK)
-            return rc;
-    }
-    return PT_OK;
-}
-
 int
 pt_key_sources(pt_tracer *tracer, uint32_t first, void *py_list)
 {

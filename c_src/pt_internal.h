@@ -239,9 +239,6 @@ int pt_own_thread_create(pthread_t *thread, void *(*main)(void *), void *arg);
 pt_thread *pt_thread_for_reading(pt_tracer *tracer, int index);
 pt_thread *pt_thread_new(pt_tracer *tracer, uint64_t tstate_id, uint64_t ident,
                          uint64_t native_id, int64_t base_ticks);
-int pt_thread_events_each(pt_tracer *tracer, int index,
-                          int (*visit)(void *ctx, const pt_event *ev, uint64_t n),
-                          void *ctx);
 void pt_set_error(pt_tracer *tracer, const char *fmt, ...);
 void pt_set_error_from_python(pt_tracer *tracer, const char *what);
 

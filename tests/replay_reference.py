@@ -1,6 +1,6 @@
 """The tests' independent reference for the streaming walk (c_src/pt_walk.c): the
 slice table made another way, as the package made it before every table came from
-the walk. Replay (c_src/pt_replay.c) pairs each thread's events into slices whole;
+the walk. Replay (tests/c_oracle/pt_replay.c, built by oracle_build.py) pairs each thread's events into slices whole;
 then the slice pipeline works on the whole table: torch regions inserted
 (pt_insert_regions), tagged calls named, calls shorter than min_duration dropped
 (pt_drop_short_slices), carriers dropped (pt_drop_keys).
@@ -16,7 +16,8 @@ import json
 
 from pytrace_cffi._core import ffi, lib
 from pytrace_cffi._torch import MODULE_CALL, OPTIMIZER_STEP
-from pytrace_cffi.render.walk import HeldEvents
+
+from oracle_build import oracle_lib
 
 SLICE_FIELDS = ("start", "end", "key", "flags", "parent", "tag", "depth")
 
@@ -33,10 +34,7 @@ def reference_table(trace):
     hidden = plan.hidden
     slices = []
     for source in streams.sources:
-        if isinstance(source, HeldEvents):
-            table, n = _replay_held(source, hidden, clock)
-        else:
-            table, n = _replay_events(source, streams.stop_ticks, hidden, clock)
+        table, n = _replay(source, streams.stop_ticks, hidden, clock)
         assert lib.pt_validate_slices(table, n, len(plan.names)) == -1
         slices.append(insert_regions(plan.regions, table, n))
     name_tagged_calls(plan.tags, plan.annotation_args, slices, plan.names, plan.key_kinds,
@@ -46,30 +44,20 @@ def reference_table(trace):
     return drop_carriers(slices, hidden)
 
 
-def _replay_held(source, hidden, clock):
-    """A stopped session's thread, replayed from the chunks it holds."""
-    n_calls = lib.pt_thread_count_calls(source.ptr, source.index)
-    table = ffi.new("pt_slice[]", max(1, n_calls))
-    n_out = ffi.new("uint64_t *")
-    assert lib.pt_thread_replay(source.ptr, source.index, hidden, len(hidden), clock["tick0"],
-                                clock["ns0"], clock["ns_per_tick"], table, n_calls,
-                                n_out) == lib.PT_OK
-    return table, n_out[0]
-
-
-def _replay_events(source, stop_ticks, hidden, clock):
-    """A thread whose events come in runs (a spill file's blocks, a test's list),
-    replayed from all of them at once."""
+def _replay(source, stop_ticks, hidden, clock):
+    """A thread's events (a stopped session's chunks, a spill file's blocks, a
+    test's list: each in runs), replayed from all of them at once."""
+    replay = oracle_lib()
     raw = b"".join(bytes(ffi.buffer(events, n * ffi.sizeof("pt_event")))
                    for events, n in source.runs())
     n_events = len(raw) // ffi.sizeof("pt_event")
     events = ffi.from_buffer("pt_event[]", raw) if raw else ffi.new("pt_event[]", 1)
-    n_calls = lib.pt_count_calls(events, n_events)
+    n_calls = replay.pt_count_calls(events, n_events)
     table = ffi.new("pt_slice[]", max(1, n_calls))
     n_out = ffi.new("uint64_t *")
-    assert lib.pt_replay_buffer(events, n_events, source.base_ticks, stop_ticks, hidden,
-                                len(hidden), clock["tick0"], clock["ns0"], clock["ns_per_tick"],
-                                table, n_calls, n_out) == lib.PT_OK
+    assert replay.pt_replay_buffer(events, n_events, source.base_ticks, stop_ticks, hidden,
+                                   len(hidden), clock["tick0"], clock["ns0"],
+                                   clock["ns_per_tick"], table, n_calls, n_out) == lib.PT_OK
     return table, n_out[0]
 
 
@@ -101,13 +89,14 @@ def insert_regions(regions, slices, n):
     the same array when there are none."""
     if regions.keys is None or not n:
         return slices, n
-    extra = lib.pt_insert_regions(slices, n, regions.keys, regions.n_tags, ffi.NULL, 0,
+    replay = oracle_lib()
+    extra = replay.pt_insert_regions(slices, n, regions.keys, regions.n_tags, ffi.NULL, 0,
                                   ffi.NULL)
     if not extra:
         return slices, n
     out = ffi.new("pt_slice[]", n + extra)
     scratch = ffi.new("int64_t[]", n + 2 * extra)
-    written = lib.pt_insert_regions(slices, n, regions.keys, regions.n_tags, out, n + extra,
+    written = replay.pt_insert_regions(slices, n, regions.keys, regions.n_tags, out, n + extra,
                                     scratch)
     assert written == n + extra, f"torch regions: {written} slices written, {n + extra} expected"
     return out, written
@@ -124,7 +113,7 @@ def drop_carriers(slices, hidden):
     dropped = []
     for thread_slices, n in slices:
         if n:
-            n = lib.pt_drop_keys(thread_slices, n, drop, len(drop), ffi.new("int64_t[]", n))
+            n = oracle_lib().pt_drop_keys(thread_slices, n, drop, len(drop), ffi.new("int64_t[]", n))
         dropped.append((thread_slices, n))
     return dropped
 
@@ -134,7 +123,7 @@ def drop_short(slices, n, min_duration_ns):
     if not min_duration_ns or not n:
         return n
     scratch = ffi.new("int64_t[]", n)
-    return lib.pt_drop_short_slices(slices, n, min_duration_ns, scratch)
+    return oracle_lib().pt_drop_short_slices(slices, n, min_duration_ns, scratch)
 
 
 def _new_tagged_keys(names, key_kinds, key_args):
@@ -179,11 +168,11 @@ def name_tagged_calls(tags, annotation_args, slices, names, key_kinds, key_args,
         key_for, key_with_args = _new_tagged_keys(names, key_kinds, key_args)
 
     for thread_slices, n in slices:
-        count = lib.pt_tagged_slices(thread_slices, n, ffi.NULL, 0)
+        count = oracle_lib().pt_tagged_slices(thread_slices, n, ffi.NULL, 0)
         if not count:
             continue
         indices = ffi.new("uint64_t[]", count)
-        lib.pt_tagged_slices(thread_slices, n, indices, count)
+        oracle_lib().pt_tagged_slices(thread_slices, n, indices, count)
         for i in indices:
             s = thread_slices[i]
             if s.tag & lib.PT_TAG_ARGS_BIT:

@@ -1,6 +1,6 @@
 """Names checked against literal expectations, independently of pytrace_cffi._names.
 
-The oracle (reference.py) names functions with the tracer's own naming code, so
+The oracle (reference_tracer.py) names functions with the tracer's own naming code, so
 it can only confirm counts. Here a fixed workload's calls are compared with
 names, callers and counts written out by hand: "(<first line>): <co_name>" for
 Python code in this file (first line as CPython reports it, the decorator's

@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 
 import pytrace_cffi
-from pytrace_cffi.reference import ReferenceTracer
 
 from helpers import assert_nested, diff, in_files, strip_outside_parents, trace_counts
+from reference_tracer import ReferenceTracer
 from replay_reference import table_checked_against_replay
 
 WORKLOADS = ["recursion", "builtins_calls", "builtins_nested", "reused_addresses", "generators", "exceptions", "objects",

