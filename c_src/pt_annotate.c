@@ -5,7 +5,7 @@
  * `with record_function(...)` costs a few C calls and nothing when not tracing.
  * They reach the running tracer through pt_active_tracer.
  */
-#include "pt_internal.h"
+#include "pt_record_internal.h"
 
 #include <string.h>
 

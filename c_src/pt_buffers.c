@@ -1,7 +1,7 @@
 /* pt_buffers.c - where events live: per-thread chunks from a small process-wide
  * pool, and the bound on them (max_events) that spills the oldest chunk to a
  * file or drops it, counted. */
-#include "pt_internal.h"
+#include "pt_record_internal.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

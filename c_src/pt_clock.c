@@ -1,7 +1,7 @@
 /* pt_clock.c - the event clock (the invariant TSC or CLOCK_MONOTONIC) and its
  * anchors: monotonic/TSC pairs for replay and realtime/monotonic pairs so traces
  * of different hosts can be aligned. */
-#include "pt_internal.h"
+#include "pt_record_internal.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

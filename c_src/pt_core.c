@@ -4,7 +4,7 @@
  * table in pt_keys.c, the clock in pt_clock.c; the streaming walk that pairs the
  * events into calls in pt_walk.c.
  */
-#include "pt_internal.h"
+#include "pt_record_internal.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

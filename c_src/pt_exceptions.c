@@ -6,7 +6,7 @@
  * profile hook's logging variant only then (pt_hooks.c). Each report costs one
  * Python call.
  */
-#include "pt_internal.h"
+#include "pt_record_internal.h"
 
 int
 pt_set_exception_hook(pt_tracer *tracer, void *py_hook)

@@ -3,7 +3,7 @@
  * Python escapes each name once and hands over the escaped bytes; this unit only
  * copies them and formats numbers, so no string escaping happens in C.
  */
-#include "pt_internal.h"
+#include "pt_export_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -28,7 +28,7 @@
  * by Python or by this thread (pt_flight_claim).
  */
 #define _GNU_SOURCE
-#include "pt_internal.h"
+#include "pt_record_internal.h"
 #include "pt_flight_files.h"
 
 #include <errno.h>

@@ -25,7 +25,7 @@
  * that is missing, the dump is written as before (uncompressed, whole names).
  */
 #define _GNU_SOURCE
-#include "pt_internal.h"
+#include "pt_record_internal.h"
 #include "pt_flight_files.h"
 
 #include <errno.h>

@@ -6,7 +6,7 @@
  * path that interns a function seen for the first time. Failures there set the
  * tracer's sticky error, which Python raises at stop.
  */
-#include "pt_internal.h"
+#include "pt_record_internal.h"
 
 #include <string.h>
 

@@ -10,7 +10,7 @@
  * enclose the next one and, when reading calls for use, a batch of them: the
  * first read of a file checks and counts, later reads hand out batches.
  */
-#include "pt_internal.h"
+#include "pt_export_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

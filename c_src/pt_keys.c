@@ -1,7 +1,7 @@
 /* pt_keys.c - the key table: what each recorded key stands for (a code object,
  * a built-in, a (C function, self) pair), asked once per new key of the filters
  * and of the torch watcher (tags). */
-#include "pt_internal.h"
+#include "pt_record_internal.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

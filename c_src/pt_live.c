@@ -20,7 +20,7 @@
  * Python writes the file from the whole trace instead. A forked child's copy is
  * left alone (its thread and lock are the parent's): freeing it does nothing.
  */
-#include "pt_internal.h"
+#include "pt_export_internal.h"
 #include "pt_protobuf.h"
 
 #include <errno.h>

@@ -10,7 +10,7 @@
  * return adds to the same dict, found through the thread's stack of open
  * logged calls.
  */
-#include "pt_internal.h"
+#include "pt_record_internal.h"
 
 int
 pt_set_arg_logging(pt_tracer *tracer, void *py_tuple)

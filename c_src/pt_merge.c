@@ -17,7 +17,7 @@
  * Slices stream through in start order, parents first, a batch at a time; the
  * kept ones are moved up in place and numbered as the kept sequence.
  */
-#include "pt_internal.h"
+#include "pt_export_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,7 @@
  * when the process has more than one OS thread, and _own_threads.py keeps that
  * warning from a program that has one thread but for ours.
  */
-#include "pt_internal.h"
+#include "pt_record_internal.h"
 
 #include <pthread.h>
 #include <signal.h>

@@ -14,7 +14,7 @@
  * 11 { type = 9, ...the key's bytes }, interned_data = 12, trusted_packet_
  * sequence_id = 10 }.
  */
-#include "pt_internal.h"
+#include "pt_export_internal.h"
 #include "pt_protobuf.h"
 
 #include <string.h>

@@ -22,7 +22,7 @@
  * read is the durations pass, and each export or summary after it reads the
  * thread once (a slices pass), not twice.
  */
-#include "pt_internal.h"
+#include "pt_export_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,7 @@
  * pt_reduce_slices works on a whole slice table (the tests' oracle); the page
  * streams through a pt_reducer, batch by batch, and never needs the table.
  */
-#include "pt_internal.h"
+#include "pt_export_internal.h"
 
 #include <stdlib.h>
 

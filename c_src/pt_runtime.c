@@ -7,7 +7,7 @@
  * named after its generation, begun at the "start" phase and ended at "stop", its
  * args (generation, collected, uncollectable) attached at stop.
  */
-#include "pt_internal.h"
+#include "pt_record_internal.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
 /* pt_signals.c - the exit guards of follow/exits.py that must be C: the SIGTERM
  * relay and the audit hook that sees an exec or a launch coming. */
-#include "pt_internal.h"
+#include "pt_record_internal.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
  * pt_summarize_slices takes a whole slice table (the tests' oracle); summaries
  * stream through a pt_summarizer, batch by batch.
  */
-#include "pt_internal.h"
+#include "pt_export_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

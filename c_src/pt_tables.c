@@ -4,7 +4,7 @@
  * encoders), and the remapping of a process's slices into a joined trace. Pairing
  * events into calls is the streaming walk's (pt_walk.c).
  */
-#include "pt_internal.h"
+#include "pt_export_internal.h"
 
 #include <stdlib.h>
 

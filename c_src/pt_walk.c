@@ -49,7 +49,7 @@
  * records) goes through pt_walk_plain_event, which does what the full walk does.
  * Its findings are the full scan's, field for field.
  */
-#include "pt_internal.h"
+#include "pt_export_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
