@@ -1,6 +1,6 @@
 /* pt_walk.c - one thread's calls, streamed from its events without a slice table.
  *
- * The walk does in one pass, incrementally, what replay (pt_replay.c) and the
+ * The walk does in one pass, incrementally, what replay (the tests' oracle) and the
  * slice post-processing (regions, min_duration, tagged names, carriers) do to a
  * whole slice table, and emits the calls the trace shows as begin/end records in
  * time order. It holds the open calls and the records not yet decided, so its
@@ -32,8 +32,8 @@
  * The slice table (Trace.thread_slices) is the same slices whole: an emitting
  * walk in table mode writes each shown call into the caller's array at its
  * begin and sets its end when it ends; min_duration cuts the array back as it
- * cuts the records. Replay (pt_replay.c) builds the same table its own way: it
- * is kept only as the tests' independent reference.
+ * cuts the records. Replay (tests/c_oracle/pt_replay.c) builds the same table
+ * its own way: the tests' independent reference, not part of the package.
  *
  * Chrome JSON wants each call whole and in start order, with the slice table's
  * numbering. For it a second scan keeps every call's duration (4 bytes a call),
@@ -47,7 +47,10 @@
  * shows is pushed, a return that closes the top call pops it, and everything
  * else (seeds, hidden keys, returns that close several calls, the clock's TIME
  * records) goes through pt_walk_plain_event, which does what the full walk does.
- * Its findings are the full scan's, field for field.
+ * Its findings are the full scan's, field for field. Calls and returns pair by one
+ * rule, pt_walk_closes, over each walk's stack of pairing words (the tight loop
+ * takes its commonest case inline); what each walk keeps per call differs: the
+ * full walk's nodes, regions and records, the plain scan's counts and durations.
  */
 #include "pt_export_internal.h"
 
@@ -103,7 +106,7 @@ typedef struct {
  * it; bit 0 set marks an entry that is not a plain shown call (its flags say
  * what it is), which the fast pop passes by, as it does the slot below the
  * bottom (PT_PLAIN_BOTTOM) and any event not a return (bit 2 set once flipped). */
-#define PT_PLAIN_SPECIAL 1u
+#define PT_PLAIN_SPECIAL 1u     /* the bit pt_walk_closes ignores */
 #define PT_PLAIN_BOTTOM 1u
 #define PT_PLAIN_EMITS 1        /* flags: a node (an ordinal) */
 #define PT_PLAIN_SHOWN 2        /* ... that the trace shows */
@@ -140,6 +143,7 @@ struct pt_walk {
     int has_now;
     pt_walk_call *calls;
     uint64_t n_calls, cap_calls;
+    uint32_t *call_words;   /* per open call, its pairing word (pt_walk_closes); cap_calls */
     pt_walk_node *nodes;
     uint64_t n_nodes, cap_nodes;
     uint32_t shown_open;    /* shown nodes on the stack */
@@ -267,6 +271,7 @@ pt_walk_free(pt_walk *w)
     if (!w)
         return;
     free(w->calls);
+    free(w->call_words);
     free(w->nodes);
     free(w->records);
     free(w->renames);
@@ -323,6 +328,37 @@ pt_walk_hides(const pt_walk *w, uint32_t key, int seeded, int *subtree)
         hide = 0;
     *subtree = (hide == PT_HIDE_SUBTREE && !seeded) || hide == PT_HIDE_STARTUP;
     return hide != 0;
+}
+
+/* How calls and returns pair, the one rule of the full walk and the plain scan
+ * (whose tight loop takes its commonest case inline: a return of the top call).
+ * A call's pairing word is its event's key_kind, a seed's made a Python call's;
+ * a return's with bit 0 cleared is its call's. */
+_Static_assert(PT_EV_PY_RETURN == (PT_EV_PY_CALL | 1) && PT_EV_C_RETURN == (PT_EV_C_CALL | 1) &&
+               !(PT_EV_PY_CALL & 1) && !(PT_EV_C_CALL & 1),
+               "a return's kind is its call's with bit 0 set");
+
+static inline uint32_t
+pt_walk_call_word(uint32_t key_kind)
+{
+    return (key_kind & PT_KIND_MASK) == PT_EV_PY_SEED
+        ? (key_kind & ~(uint32_t)PT_KIND_MASK) | PT_EV_PY_CALL : key_kind;
+}
+
+/* A return closes the innermost open call of its key and kind, and the calls
+ * open above it (their returns were never seen) close with it; with none open it
+ * closes nothing (a frame entered before tracing, deeper than the seeded stack).
+ * words: the open calls' pairing words, innermost last (bit 0 is ignored: the
+ * plain scan marks entries with it). Returns how many calls stay open (n: none
+ * closes). */
+static inline uint64_t
+pt_walk_closes(const uint32_t *words, uint64_t n, uint32_t return_word)
+{
+    uint32_t call = return_word & ~(uint32_t)1;
+    for (uint64_t i = n; i > 0; i--)
+        if ((words[i - 1] & ~(uint32_t)1) == call)
+            return i - 1;
+    return n;
 }
 
 /* The scan's duration of the node with this ordinal. */
@@ -628,8 +664,17 @@ pt_walk_push(pt_walk *w, uint32_t kind, uint32_t key, int64_t ts)
     int rc = pt_walk_settle_top(w);
     if (rc != PT_OK)
         return rc;
-    if (pt_grow((void **)&w->calls, &w->cap_calls, w->n_calls + 1, sizeof *w->calls))
-        return PT_ERR_NOMEM;
+    if (w->n_calls == w->cap_calls) {     /* the calls and their words grow together */
+        uint64_t cap = w->cap_calls;
+        if (pt_grow((void **)&w->calls, &cap, w->n_calls + 1, sizeof *w->calls))
+            return PT_ERR_NOMEM;
+        uint32_t *words = realloc(w->call_words, cap * sizeof *words);
+        if (!words)
+            return PT_ERR_NOMEM;
+        w->call_words = words;
+        w->cap_calls = cap;
+    }
+    w->call_words[w->n_calls] = pt_walk_call_word(key << PT_KEY_SHIFT | kind);
     int seeded = kind == PT_EV_PY_SEED, hides_subtree;
     int hide = pt_walk_hides(w, key, seeded, &hides_subtree);
     pt_walk_call *call = &w->calls[w->n_calls++];
@@ -649,19 +694,10 @@ pt_walk_push(pt_walk *w, uint32_t kind, uint32_t key, int64_t ts)
 }
 
 static int
-pt_walk_return(pt_walk *w, uint32_t kind, uint32_t key, int64_t ts)
+pt_walk_return(pt_walk *w, uint32_t key_kind, int64_t ts)
 {
-    uint8_t is_c = kind == PT_EV_C_RETURN;
-    uint64_t i = w->n_calls;
-    while (i > 0) {
-        const pt_walk_call *call = &w->calls[i - 1];
-        if (call->key == key && call->is_c == is_c)
-            break;
-        i--;
-    }
-    if (i == 0)
-        return PT_OK;
-    while (w->n_calls >= i) {
+    uint64_t stay_open = pt_walk_closes(w->call_words, w->n_calls, key_kind);
+    while (w->n_calls > stay_open) {
         int rc = pt_walk_pop(w, ts, 0);
         if (rc != PT_OK)
             return rc;
@@ -757,7 +793,7 @@ pt_walk_plain_push(pt_walk *w, uint32_t kind, uint32_t key, uint32_t word)
     int shown = emits && !pt_walk_is_carrier(w, key);
     uint8_t flags = (uint8_t)((emits ? PT_PLAIN_EMITS : 0) | (shown ? PT_PLAIN_SHOWN : 0) |
                               (hides ? PT_PLAIN_HIDES : 0));
-    uint32_t entry = seeded ? (word & ~(uint32_t)PT_KIND_MASK) | PT_EV_PY_CALL : word;
+    uint32_t entry = pt_walk_call_word(word);
     if (flags != (PT_PLAIN_EMITS | PT_PLAIN_SHOWN))
         entry |= PT_PLAIN_SPECIAL;
     p->entries[p->n] = entry;
@@ -802,16 +838,13 @@ pt_walk_plain_pop(pt_walk *w, int64_t ticks)
     return PT_OK;
 }
 
-/* A return closes the innermost open call of its key, and the calls above it. */
+/* A return: the calls it closes end (pt_walk_closes). */
 static int
 pt_walk_plain_return(pt_walk *w, uint32_t word)
 {
     pt_walk_plain_stack *p = &w->ps;
-    uint32_t call = word & ~(uint32_t)1;
-    uint64_t i = p->n;
-    while (i > 0 && (p->entries[i - 1] & ~PT_PLAIN_SPECIAL) != call)
-        i--;
-    while (i > 0 && p->n >= i) {
+    uint64_t stay_open = pt_walk_closes(p->entries, p->n, word);
+    while (p->n > stay_open) {
         int rc = pt_walk_plain_pop(w, w->ticks);
         if (rc != PT_OK)
             return rc;
@@ -904,7 +937,8 @@ pt_walk_plain_run(pt_walk *w, const pt_event *ev, const pt_event *end, const int
                 n++;
                 continue;
             }
-            if (entries[n - 1] != (word ^ 1))       /* not a return of the top call */
+            /* pt_walk_closes's commonest case, inline: a return of the top call */
+            if (entries[n - 1] != (word ^ 1))
                 break;
             ticks += ev->delta;
             n--;
@@ -999,7 +1033,7 @@ pt_walk_feed(pt_walk *w, const pt_event *events, uint64_t n)
             return PT_ERR_ARG;      /* time ran backwards: a damaged file's deltas */
         int rc = PT_OK;
         if (kind == PT_EV_PY_RETURN || kind == PT_EV_C_RETURN) {
-            rc = pt_walk_return(w, kind, key, ts);      /* pops settle what they pop */
+            rc = pt_walk_return(w, ev->key_kind, ts);   /* pops settle what they pop */
         } else if (kind <= PT_EV_PY_SEED) {
             rc = pt_walk_push(w, kind, key, ts);
         } else {
