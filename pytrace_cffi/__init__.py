@@ -73,7 +73,7 @@ from . import _running, options as _start_options
 from .errors import (TraceError, TraceFormatError, TracerConflictError, TracerStateError,
                      TraceWarning)
 from .schedule import Action, schedule
-from .trace import Call, Trace
+from .model.trace import Call, Trace
 
 __all__ = ["start", "stop", "trace", "step", "dump", "load", "load_ipython_extension", "is_tracing", "release_memory", "Trace",
            "Call",

@@ -457,7 +457,7 @@ def _finish_windows(windows):
 def _cmd_summary(args):
     from .reading import read_trace
     from .render.summary import format_process_totals, format_summary, summarize_counting
-    from .trace import threads_text
+    from .model.trace import threads_text
     trace = read_trace(args.trace)
     per_process = args.per_process and not args.per_thread
     # calls as the table counts them: frames running when tracing began are none
@@ -516,7 +516,7 @@ def _cmd_export(args):
     _check_output(args.output)
     trace = export(args.source, args.output)
     from .render.summary import calls_begun     # as summary counts: frames open at start are none
-    from .trace import threads_text
+    from .model.trace import threads_text
     print(f"pytrace_cffi: {counted(calls_begun(trace), 'call')} on "
           f"{threads_text(trace.threads)} -> {args.output}", file=sys.stderr)
     return 0

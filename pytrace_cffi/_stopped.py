@@ -11,7 +11,7 @@ from ._hiding import hiding_rules, key_hiding
 from ._names import (distinct_code_names, kind_of_source, name_for_source, path_inputs,
                      path_prefixes, program_name)
 from ._status import check
-from .trace import Mark, ThreadInfo, Trace
+from .model.trace import Mark, ThreadInfo, Trace
 
 
 def trace_from_session(session):
@@ -39,7 +39,7 @@ def _held_keys(trace, session, facts):
     kinds and hiding, the KeyPlan, and the streams over the held events, which scan
     each thread when first counted (at once when record_function args need keys of
     their own: the names are then complete when first read)."""
-    from .render.walk import HeldEvents, KeyPlan, Streams     # (when first read)
+    from .model.walk import HeldEvents, KeyPlan, Streams     # (when first read)
     ptr = session.ptr
     facts.update(_key_facts(session, facts))
     clock = facts["clock"]

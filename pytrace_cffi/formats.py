@@ -65,7 +65,7 @@ NO_FORMAT = Format("unknown", (), "no known format", None, {}, False, False, Non
 # Longest first, so that .json.gz wins over .json.
 _BY_SUFFIX = sorted(((suffix, row) for row in FORMATS for suffix in row.suffixes),
                     key=lambda item: -len(item[0]))
-# What makes a directory a trace that may be written over (saved_format.META_FILE).
+# What makes a directory a trace that may be written over (model/saved_format.META_FILE).
 SAVED_TRACE_FILE = "meta.json"
 
 

@@ -103,8 +103,8 @@ def _write_our_trace(trace, out, span, anchor, base, regions):
     to torch's base (a call before it at a negative ts), as chrome.py writes them."""
     from ._core import ffi, lib
     from .render.chrome import KeyStrings, format_slices
-    from .render.walk import warn_if_too_deep
-    from .render.walk import thread_batches
+    from .model.walk import warn_if_too_deep
+    from .model.walk import thread_batches
     clocks = anchor_clocks(anchor)
     first, last = ffi.new("int64_t *"), ffi.new("int64_t *")
     keys = KeyStrings(trace)

@@ -286,7 +286,7 @@ def _kept_around_regions(ours, regions, anchor):
     """write_perfetto's own_batches: a thread's slices where torch has regions,
     filtered as the JSON merge filters them (merge_regions.TorchProfilerRegions: each region
     once, torch's; our calls crossing its edges left out, alone); None elsewhere."""
-    from .render.walk import batches as thread_batches
+    from .model.walk import batches as thread_batches
     name_ids = regions.name_ids(ours.names, ours.key_kinds)
     clocks = anchor_clocks(anchor)
 

@@ -6,8 +6,8 @@ them). Part of the recorder: it writes the saved directory's files
 import os
 
 from ._core import lib
-from .saved_format import (meta as _meta, names_file, thread_meta, write_json,
-                           write_names)
+from .model.saved_format import (meta as _meta, names_file, thread_meta, write_json,
+                                 write_names)
 
 
 class SpilledTrace:

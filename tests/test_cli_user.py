@@ -202,8 +202,8 @@ def test_progress_only_for_big_jobs_on_terminals(stream, total, shown):
 @pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
 def test_export_of_a_big_trace_shows_progress_on_a_terminal_only(tmp_path):
     from pytrace_cffi._core import ffi
-    from pytrace_cffi.saved_format import SLICE_RECORD
-    from pytrace_cffi.trace import ThreadInfo, Trace
+    from pytrace_cffi.model.saved_format import SLICE_RECORD
+    from pytrace_cffi.model.trace import ThreadInfo, Trace
     count = PROGRESS_MIN_SLICES + 1
     slices = ffi.new("pt_slice[]", count)
     root = SLICE_RECORD.pack(0, 0, 0, 0, -1, 0, 0)      # start, end, key, flags, parent, ...

@@ -15,7 +15,7 @@ import pytrace_cffi
 from pytrace_cffi._core import ffi
 from pytrace_cffi.render import html as html_module
 from pytrace_cffi.render.html import CALLS_PER_CHUNK, write_html
-from pytrace_cffi.trace import ThreadInfo, Trace
+from pytrace_cffi.model.trace import ThreadInfo, Trace
 
 from helpers import CHROMIUM_INSTALL, missing_tool
 

@@ -19,7 +19,7 @@ from pytrace_cffi.render import html as html_module
 from pytrace_cffi.render.page_stacks import FLAME_FRACTIONS_PPM, StackShape, flame_data
 from pytrace_cffi.render.stacks import aggregated
 from pytrace_cffi.render.summary import ProcessTotal
-from pytrace_cffi.trace import ThreadInfo, Trace
+from pytrace_cffi.model.trace import ThreadInfo, Trace
 from helpers import CHROMIUM_INSTALL, missing_tool
 from test_html import embedded, install_chromium, run_chromium
 

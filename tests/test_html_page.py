@@ -19,7 +19,7 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi.render import html as html_module
 from pytrace_cffi.reading import read_trace
-from pytrace_cffi.trace import Mark
+from pytrace_cffi.model.trace import Mark
 from helpers import CHROMIUM_INSTALL, missing_tool
 from test_html import install_chromium, run_chromium
 from test_html_views import pytest_like_trace
@@ -95,7 +95,7 @@ sys.modules["pytrace_cffi._core"] = module
 sys.path.insert(0, archive)
 from pytrace_cffi.render.html import write_html
 from pytrace_cffi.reading import read_trace
-from pytrace_cffi.trace import Mark
+from pytrace_cffi.model.trace import Mark
 assert write_html.__code__.co_filename.startswith(archive), write_html.__code__.co_filename
 write_html(read_trace(trace_dir), out)
 """

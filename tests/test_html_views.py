@@ -14,7 +14,7 @@ import pytest
 
 from pytrace_cffi._core import ffi
 from pytrace_cffi.render import html as html_module
-from pytrace_cffi.trace import ThreadInfo, Trace
+from pytrace_cffi.model.trace import ThreadInfo, Trace
 
 from helpers import CHROMIUM_INSTALL, missing_tool
 from test_html import embedded, install_chromium, run_chromium

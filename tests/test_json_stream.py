@@ -267,7 +267,7 @@ from pytrace_cffi.render.summary import summarize
 # when first used): what is measured is the data's growth, not the modules'
 import pytrace_cffi.formats, pytrace_cffi.readers.chrome, pytrace_cffi.readers.pftrace
 import pytrace_cffi.render.chrome, pytrace_cffi.render.perfetto, pytrace_cffi.render.saved
-import pytrace_cffi.render.walk  # noqa: E401
+import pytrace_cffi.model.walk  # noqa: E401
 
 
 before = status("VmRSS")

@@ -631,7 +631,7 @@ def _threads_trace():
 
 
 def _merge_and_check(trace, tmp_path, name):
-    from pytrace_cffi.render.walk import thread_batches as _thread_batches
+    from pytrace_cffi.model.walk import thread_batches as _thread_batches
     threads = [thread for thread, n, _, _ in trace.thread_counts() if n]
     assert len(threads) >= 4
     # the batches are smaller than the threads: several per thread
@@ -693,7 +693,7 @@ def test_a_later_threads_call_before_torchs_base_restarts_the_file(tmp_path):
     # The first thread written starts after torch's base, the second before it
     # (only found once the first is written): that file goes, and the merged one
     # has every call once, the early ones at negative times, as from our JSON.
-    from pytrace_cffi.trace import Trace
+    from pytrace_cffi.model.trace import Trace
     trace = _threads_trace()
     trace.save(str(tmp_path / "saved"))
     loaded = pytrace_cffi.load(str(tmp_path / "saved"))
@@ -732,7 +732,7 @@ MERGE_BIG_SCRIPT = PROC_STATUS + r"""
 import json, sys, time
 import pytrace_cffi
 from pytrace_cffi import merge
-import pytrace_cffi.render.chrome, pytrace_cffi.render.walk  # noqa
+import pytrace_cffi.render.chrome, pytrace_cffi.model.walk  # noqa
 
 
 def fib(n):

@@ -18,7 +18,7 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi._clock import monotonic_to_realtime
 from pytrace_cffi.render.html import write_html
-from pytrace_cffi.saved_format import hash_id
+from pytrace_cffi.model.saved_format import hash_id
 from pytrace_cffi.reading import read_trace
 
 ENV = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(

@@ -15,7 +15,7 @@ import pytest
 import pytrace_cffi
 from pytrace_cffi._core import ffi, lib
 from pytrace_cffi.errors import TraceFormatError
-from pytrace_cffi.trace import ThreadInfo, Trace
+from pytrace_cffi.model.trace import ThreadInfo, Trace
 
 from helpers import perfetto_protos
 

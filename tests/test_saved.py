@@ -9,7 +9,7 @@ import pytest
 
 import pytrace_cffi
 from pytrace_cffi import TraceFormatError
-from pytrace_cffi.saved_format import hash_id
+from pytrace_cffi.model.saved_format import hash_id
 
 
 def fib(n):
@@ -78,7 +78,7 @@ def test_hash_ids_are_pinned_values():
 
 
 def test_hash_ids_are_identical_across_processes(run_python):
-    code = ("from pytrace_cffi.saved_format import hash_id\n"
+    code = ("from pytrace_cffi.model.saved_format import hash_id\n"
             f"for name in {list(KNOWN_IDS)!r}: print(hash_id(name))")
     first = run_python(code).stdout
     second = run_python(code, check=True).stdout

@@ -17,7 +17,7 @@ from pytrace_cffi.follow.jobs import read_process
 from pytrace_cffi.reading import read_trace
 from pytrace_cffi.render.steps import find_steps, format_steps, steps_table
 from pytrace_cffi.render.summary import Summarizer
-from pytrace_cffi.render.walk import batches
+from pytrace_cffi.model.walk import batches
 
 from test_children_run import embedded, run_cli
 from test_torch_stand_in import run_workload

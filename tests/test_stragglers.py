@@ -23,7 +23,7 @@ from pytrace_cffi.reading import read_trace
 from pytrace_cffi.render.steps import steps_data, steps_table
 from pytrace_cffi.render.steps import ProcessSteps, StepRow
 from pytrace_cffi.render.stragglers import COLLECTIVE_NAMES, IMPORT_NAME, find_stragglers
-from pytrace_cffi.render.walk import batches
+from pytrace_cffi.model.walk import batches
 
 from test_children import TIMEOUT, _env_own_tmp, run_command
 from test_children_run import run_cli

@@ -1,4 +1,4 @@
-"""Streaming exports (c_src/pt_walk.c, pytrace_cffi/render/walk.py): a trace keeps its
+"""Streaming exports (c_src/pt_walk.c, pytrace_cffi/model/walk.py): a trace keeps its
 events after stop() and .pftrace streams from them, without a slice table; the
 table, when something asks for it, is walked too (table mode). The oracle is the
 slice pipeline the package used before (replay_reference.py: replay, torch
@@ -121,7 +121,7 @@ CLOCK = {"tick0": 1000, "ns0": 5000, "ns_per_tick": 1.0}
 
 def _sliced(events, hidden, min_ns, stop_ticks, tags=TAGS, args=ARGS):
     """(name, args, start, end, depth, open at stop) by the slice pipeline."""
-    from pytrace_cffi.render.walk import KeyPlan
+    from pytrace_cffi.model.walk import KeyPlan
     names, kinds, key_args = list(NAMES), list(KINDS), {}
     plan = KeyPlan(names, kinds, key_args, hidden, tags, args)
     source = _ListEvents(events, [])
@@ -145,7 +145,7 @@ def _sliced(events, hidden, min_ns, stop_ticks, tags=TAGS, args=ARGS):
 
 
 def _streamed(events, hidden, min_ns, stop_ticks, splits, tags=TAGS, args=ARGS):
-    from pytrace_cffi.render.walk import KeyPlan, Streams
+    from pytrace_cffi.model.walk import KeyPlan, Streams
     names, kinds, key_args = list(NAMES), list(KINDS), {}
     plan = KeyPlan(names, kinds, key_args, hidden, tags, args)
     streams = Streams(plan, [_ListEvents(events, splits)], CLOCK, stop_ticks, min_ns)
@@ -251,7 +251,7 @@ def test_a_stream_gives_the_emitting_walks_records(program, hidden, min_ns, spli
     """A walk without a scan (what an encoder running during the trace has) gives
     the records of the scan-led walk, open at stop said at the end, unless the
     thread has a tag or args: then it says it is stale."""
-    from pytrace_cffi.render.walk import KeyPlan, Streams
+    from pytrace_cffi.model.walk import KeyPlan, Streams
     events = _events(program)
     hidden[0] = 0
     stop_ticks = _stop_ticks(events)

@@ -3,7 +3,7 @@ importing it. Every `import` and `from ... import` counts, at module level and
 inside functions alike; relative imports are resolved; `import pytrace_cffi` or
 `from . import start` in a submodule is an arrow to the package's __init__ (which
 imports much). The parent packages Python runs before a submodule (importing
-pytrace_cffi.render.walk runs pytrace_cffi/render/__init__.py first) are not
+pytrace_cffi.model.walk runs pytrace_cffi/render/__init__.py first) are not
 arrows: every module would then depend on the package's __init__. Imports made
 from computed strings (importlib.import_module(f"...")) are not seen: the
 package names its imports in import statements.
@@ -15,7 +15,8 @@ Rules:
   command line;
 - nothing under render/ imports process code (processes, follow/), the command
   line, or formats.py (a writer gets its options as arguments);
-- the recorder imports no writer and the model (trace.py, render/walk.py) none of
+- the recorder imports no writer and the model (model/: the trace, the walk,
+  the saved format) none of
   the recorder's, the writers' or the command line's modules: record -> model ->
   render;
 - nothing inside the package imports a compatibility shim (SHIMS);
@@ -37,8 +38,6 @@ SHIMS = {"pytrace_cffi.summary", "pytrace_cffi.html"}
 RECORD = {"pytrace_cffi._tracer", "pytrace_cffi._stopped", "pytrace_cffi._hiding",
           "pytrace_cffi.options", "pytrace_cffi._clock", "pytrace_cffi.annotations",
           "pytrace_cffi._names"}
-# The model: the trace as data and its one batch stream.
-MODEL = {"pytrace_cffi.trace", "pytrace_cffi.render.walk"}
 # The one module that chooses a format from a file's suffix.
 FORMATS_MODULE = "pytrace_cffi.formats"
 FORMAT_SUFFIXES = {".json", ".json.gz", ".gz", ".pftrace", ".perfetto-trace", ".html"}
@@ -70,6 +69,9 @@ def _module_files():
 
 
 MODULES, COMPILED = _module_files()
+# The model (model/): the trace as data, its one batch stream, the saved format.
+MODEL = {name for name in MODULES if name == "pytrace_cffi.model"
+         or name.startswith("pytrace_cffi.model.")}
 KNOWN = set(MODULES) | COMPILED
 TREES = {name: ast.parse(open(path, encoding="utf-8").read(), path)
          for name, path in MODULES.items()}
@@ -77,7 +79,7 @@ TREES = {name: ast.parse(open(path, encoding="utf-8").read(), path)
 
 def _known(name):
     """The module an imported dotted name lands in: itself, else its nearest parent
-    (`from .trace import Trace` -> pytrace_cffi.trace)."""
+    (`from .model.trace import Trace` -> pytrace_cffi.model.trace)."""
     while name and name not in KNOWN:
         name = name.rpartition(".")[0]
     return name or None
@@ -189,9 +191,9 @@ def test_the_graph_sees_the_package():
     """The reading itself: imports inside functions, relative ones, the package's
     __init__ and the compiled core are all seen (the rest rests on this)."""
     assert f"{PACKAGE}._tracer" in EDGES[PACKAGE]                      # from ._tracer import
-    assert f"{PACKAGE}.render.walk" in EDGES[f"{PACKAGE}.trace"]      # inside a method
-    assert f"{PACKAGE}._core" in EDGES[f"{PACKAGE}.trace"]            # from ._core import lib
-    assert f"{PACKAGE}.trace" in EDGES[f"{PACKAGE}._stopped"]
+    assert f"{PACKAGE}.model.walk" in EDGES[f"{PACKAGE}.model.trace"]     # inside a method
+    assert f"{PACKAGE}._core" in EDGES[f"{PACKAGE}.model.trace"]          # from .._core import lib
+    assert f"{PACKAGE}.model.trace" in EDGES[f"{PACKAGE}._stopped"]
 
 
 def test_no_import_circle():
@@ -225,7 +227,7 @@ def test_renderers_import_no_process_cli_or_format_code():
 
 
 def _is_writer(module):
-    return _under(module, f"{PACKAGE}.render") and module not in MODEL
+    return _under(module, f"{PACKAGE}.render")
 
 
 def test_record_then_model_then_render():

@@ -17,7 +17,7 @@ from pytrace_cffi.readers import chrome_lines
 from pytrace_cffi._core import ffi, lib
 from pytrace_cffi.reading import read_trace
 from pytrace_cffi.render.summary import SummaryRow, format_summary, summarize
-from pytrace_cffi.trace import ThreadInfo, Trace
+from pytrace_cffi.model.trace import ThreadInfo, Trace
 
 US = 1000            # the synthetic trace counts in microseconds
 OUTER, MIDDLE, CRC, LEN = "m.py(1): outer", "m.py(2): middle", "zlib.crc32", "builtins.len"

@@ -4,7 +4,7 @@ walk to) on hand-built call trees: nesting, unclosed and unmatched regions. Need
 no torch; the traced cases are in test_torch_stand_in.py (every interpreter) and
 test_torch.py (real torch)."""
 from pytrace_cffi._core import ffi, lib
-from pytrace_cffi.render.walk import TorchRegions
+from pytrace_cffi.model.walk import TorchRegions
 
 from oracle_build import oracle_lib
 from replay_reference import insert_regions, name_tagged_calls

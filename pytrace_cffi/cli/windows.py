@@ -205,7 +205,7 @@ class Windows:
                 import shutil
                 shutil.rmtree(spill_dir, ignore_errors=True)
             from ..render.summary import calls_begun     # as summary counts them
-            from ..trace import threads_text
+            from ..model.trace import threads_text
             print(f"pytrace_cffi: {counted(calls_begun(result), 'call')} on "
                   f"{threads_text(result.threads)} "
                   f"-> {written}{written_note(written, started)}", file=sys.stderr)

@@ -139,7 +139,7 @@ def open_chains(trace, at_ns=None):
     """Thread index -> its calls open at the end of the trace (at_ns: at that
     instant, the frames' own: a call begun after it is left out, one ended
     after it was open), outermost first, as (name, start ns)."""
-    from ..render.walk import thread_batches
+    from ..model.walk import thread_batches
     chains = {}
     for thread, batches in thread_batches(trace):
         open_calls = []

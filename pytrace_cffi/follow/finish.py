@@ -189,7 +189,7 @@ def _write_job(results, inputs, path, write, export):
         written = write(trace, path)
         if written:
             from ..render.summary import calls_begun     # as summary counts them
-            from ..trace import threads_text
+            from ..model.trace import threads_text
             _say(f"{counted(calls_begun(trace), 'call')} on {threads_text(trace.threads)}"
                  f" -> {written}{_progress.written_note(written, started)}")
             _progress.suggest_smaller(written)

@@ -15,9 +15,9 @@ import warnings
 from .. import formats
 from .._core import ffi, lib
 from ..errors import TraceFormatError, TraceWarning
-from ..render.walk import batches as thread_batches
-from ..render.walk import table_from_streams
-from ..trace import Mark, Trace
+from ..model.walk import batches as thread_batches
+from ..model.walk import table_from_streams
+from ..model.trace import Mark, Trace
 from .jobs import _read_all
 from .live import live_parts
 
@@ -165,7 +165,7 @@ def _joined(traced, shifts):
 
 
 class _JoinedStreams:
-    """The streams of a joined trace (see trace.Trace and render/walk.py): per
+    """The streams of a joined trace (see model/trace.py and model/walk.py): per
     joined thread, its process's batches (from that trace's own walk, or its
     slice table) remapped in C (pt_remap_slices) onto the union keys and the
     shifted clock, REMAP_BATCH slices at a time into a scratch buffer; each

@@ -10,8 +10,8 @@ from .._torch import TAG_KINDS
 from ..readers import packed_events
 from ..readers.safe_read import read_bounded
 from ..readers.saved import BLOCK_READ_EVENTS, HeldFile as _HeldFile, load_parts as _load_parts
-from ..saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, FORMAT_NAME,
-                            FORMAT_VERSION, INT64, KINDS, hash_id)
+from ..model.saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, FORMAT_NAME,
+                                  FORMAT_VERSION, INT64, KINDS, hash_id)
 from ..errors import TraceFormatError
 from .identity import (KEYS_FILE, _host, _is_pid, _process_facts, _read_json_file,
                        _read_jsonl)

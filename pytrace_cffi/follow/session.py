@@ -21,7 +21,7 @@ from .._hiding import forget_startup_frames, key_hiding
 from .._names import kind_of_source as _kind, name_for_source, path_prefixes
 from .._status import check
 from .._tracer import USE_MONITORING, Session
-from ..saved_format import hash_id
+from ..model.saved_format import hash_id
 from ..spill import note_spill_problem
 from . import identity, live
 from .ring import describe_ring, ring_of
@@ -463,7 +463,7 @@ class FollowSession(Session):
             shutil.rmtree(self.job_dir, ignore_errors=True)
         else:
             from ..render.saved import save
-            from ..saved_format import update_meta
+            from ..model.saved_format import update_meta
             try:
                 save(trace, self.process_dir)
                 update_meta(self.process_dir, dict(self.process_meta,

@@ -13,7 +13,7 @@ import zlib
 from .._core import ffi, lib
 from .._progress import Progress
 from ..errors import TraceFormatError, TraceWarning
-from ..saved_format import SLICE_RECORD
+from ..model.saved_format import SLICE_RECORD
 from .chrome_events import (Keys, check_other, chrome_trace, expect, other_int, read_call,
                             read_lane, read_mark, read_thread_name, validated)
 from .chrome_lines import OtherLayout, read_chrome_lines
@@ -41,7 +41,7 @@ def read_chrome_trace(path, compressed=False):
 
 def _read_chrome_whole(path, compressed):
     """Any layout: json.loads of the whole text, then the events."""
-    from ..trace import ThreadInfo
+    from ..model.trace import ThreadInfo
     data = _load_json(path, compressed)
     expect(isinstance(data, dict) and isinstance(data.get("traceEvents"), list),
            f"{path}: not a Chrome trace (no traceEvents list)")

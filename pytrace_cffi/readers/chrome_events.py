@@ -45,7 +45,7 @@ def validated(path, index, first_id, array, count, keys):
 
 def chrome_trace(path, other, keys, threads, slices, marks, pid, lanes, streams=None,
                  build_slices=None):
-    from ..trace import Mark, Trace
+    from ..model.trace import Mark, Trace
     start_ns = other_int(path, other, "start_monotonic_ns")
     processes = _lane_processes(path, other, lanes, threads)
     if processes is None:

@@ -403,7 +403,7 @@ class _LineReader:
     def end_thread(self):
         thread = self.thread
         if thread is not None:
-            from ..trace import ThreadInfo
+            from ..model.trace import ThreadInfo
             self.threads.append(ThreadInfo(thread.index, thread.tid, 0, thread.name, 0, 0,
                                            thread.pid))
             self.stats.append(thread.stats())
@@ -494,7 +494,7 @@ class _JsonStreams:
 
     def table(self):
         """The slice table (build_slices): each thread's batches copied into one array."""
-        from ..render.walk import table_from_streams
+        from ..model.walk import table_from_streams
         return table_from_streams(self, f"{self._reader.path}: ")
 
 

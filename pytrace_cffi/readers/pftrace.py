@@ -311,7 +311,7 @@ class _Scan(_Reader):
         if thread is None or not uuid or sequence.uuid is not None:
             raise Bad("a thread's sequence describes a track that is not its thread's")
         thread = parse(thread)
-        from ..trace import ThreadInfo
+        from ..model.trace import ThreadInfo
         index = len(self.threads)
         if uuid in self.thread_uuids or uuid in self.processes:
             raise Bad(f"track {uuid} is described twice")
@@ -605,7 +605,7 @@ class _PftraceStreams:
 
     def table(self):
         """The slice table (build_slices): each thread's batches copied into one array."""
-        from ..render.walk import table_from_streams
+        from ..model.walk import table_from_streams
         return table_from_streams(self, f"{self._scan.path}: ")
 
 

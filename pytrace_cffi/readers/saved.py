@@ -1,4 +1,4 @@
-"""Reading a saved-trace directory (see saved_format.py and docs/FORMAT.md):
+"""Reading a saved-trace directory (see model/saved_format.py and docs/FORMAT.md):
 load() of a directory save() wrote or a session spilled to (spill.py). Nothing
 is executed and nothing outside the directory is read; a damaged or hostile
 directory raises TraceFormatError. The data files are read a batch at a time,
@@ -16,9 +16,9 @@ from .._jsontext import MAX_ARGS_DEPTH, finite_number, too_deep
 from .safe_read import open_binary, read_bounded
 from .._torch import TAG_KINDS
 from ..errors import TraceFormatError
-from ..saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, EVENTS_MAGIC,
-                            FORMAT_NAME, FORMAT_VERSION, INT64, KINDS, SLICE_RECORD_SIZE,
-                            SLICES_HEADER, SLICES_MAGIC, TICKS_MASK, UINT64, hash_id)
+from ..model.saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, EVENTS_MAGIC,
+                                  FORMAT_NAME, FORMAT_VERSION, INT64, KINDS, SLICE_RECORD_SIZE,
+                                  SLICES_HEADER, SLICES_MAGIC, TICKS_MASK, UINT64, hash_id)
 
 
 def _read_json(directory, name):
@@ -50,7 +50,7 @@ def _mark(mark, thread_ids):
     an instant's args map names to str/int/float/bool or a list of integer sizes, a
     counter's map series names to numbers. An instant's null args (written by
     pytrace_cffi before marks were always objects) read as {}."""
-    from ..trace import Mark
+    from ..model.trace import Mark
 
     def bad(detail=""):         # the message made only for a mark that is bad
         raise TraceFormatError(f"meta.json: bad mark {mark!r:.80}{detail}")
@@ -112,7 +112,7 @@ def _in_directory(directory, exc):
 
 def load_parts(directory, meta, hashes, params):
     """load() from its JSON parts already read (processes.recover builds them)."""
-    from ..trace import ThreadInfo
+    from ..model.trace import ThreadInfo
     _expect(isinstance(hashes, dict) and all(isinstance(v, str) for v in hashes.values()),
             "hashes.json must map ids to names")
     _expect(isinstance(params, dict), "params.json must be an object")
@@ -352,7 +352,7 @@ class _SlicesFile:
     def table(self):
         """Every thread's slices whole: [(pt_slice array, n)], read (and checked) as
         the exports read them."""
-        from ..render.walk import table_from_streams
+        from ..model.walk import table_from_streams
         return table_from_streams(self, f"{self.path}: ")
 
 
@@ -382,7 +382,7 @@ def _processes(meta):
 
 def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks, processes=None,
            streams=None, build_slices=None):
-    from ..trace import Trace
+    from ..model.trace import Trace
     trace = Trace(names=names, key_kinds=key_kinds, key_args=key_args, threads=threads,
                   streams=streams, build_slices=build_slices,
                   slices=slices, start_ns=_int(meta.get("start_ns"), "start_ns"),
@@ -407,7 +407,7 @@ def _spilled_streams(directory, meta, threads, names, key_kinds, key_args, hidde
     """A spilled trace's events.bin, read block by block: each thread is scanned
     (and checked) once now; exports stream from the file again, and the slice
     table is walked from it only when something needs it (Streams.table)."""
-    from ..render.walk import KeyPlan, Streams
+    from ..model.walk import KeyPlan, Streams
     events_meta = meta["events"]
     _expect(isinstance(events_meta, dict) and events_meta.get("file") == "events.bin",
             "meta.json: bad events entry")

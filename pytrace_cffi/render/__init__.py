@@ -1,9 +1,8 @@
 """One module per output format, all fed by one streaming walk over the recorded
-calls (walk: c_src/pt_walk.c driven from Python, no slice table or Python object
-per call; a format that needs the whole slice table builds it on first use):
+calls (the model's, model/walk.py: c_src/pt_walk.c driven from Python, no slice
+table or Python object per call; a format that needs the whole slice table
+builds it on first use):
 
-walk      the streaming walk every exporter reads: per thread, its calls in
-          batches (begin/end records in time order, or whole slices in start order)
 chrome    Chrome Trace Event JSON (.json, .json.gz)
 perfetto  Perfetto TrackEvent protobuf (.pftrace)
 html      the self-contained HTML page (page/: its skeleton, stylesheet and scripts)

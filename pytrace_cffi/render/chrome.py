@@ -15,7 +15,7 @@ from .._core import ffi, lib
 from .._files import replaced_atomically
 from .._jsontext import dumps_utf8, utf8_text
 from .._progress import Progress
-from .walk import dropped_by_thread, thread_batches, warn_if_too_deep
+from ..model.walk import dropped_by_thread, thread_batches, warn_if_too_deep
 
 
 CHUNK_BYTES = 1 << 20       # the C formatter fills it; bigger only costs memory

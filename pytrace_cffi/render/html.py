@@ -54,9 +54,9 @@ from .page_stacks import (FLAME_NODE_BUDGET, StackShape, flame_data, import_fram
                           import_rows)
 from .page_tests import Tests
 from .stacks import StackAggregator
-from .walk import thread_batches
+from ..model.walk import thread_batches
 from .steps import steps_data, steps_table
-from ..saved_format import SLICE_RECORD
+from ..model.saved_format import SLICE_RECORD
 from .summary import (SORT_KEYS, Summarizer, SummaryRow, _process_title, process_totals,
                       slice_records)
 

@@ -19,7 +19,7 @@ are listed; the page says how many more ran.
 import re
 
 from .._core import ffi
-from ..saved_format import SLICE_RECORD
+from ..model.saved_format import SLICE_RECORD
 
 # a pt_slice as SLICE_RECORD reads it (=qqIIqII): its key is 32-bit word 4, its
 # parent 64-bit word 3

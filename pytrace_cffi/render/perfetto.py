@@ -37,7 +37,7 @@ from .perfetto_packets import (CLOCK_MONOTONIC, CLOCK_REALTIME, COMPRESSED_INPUT
                                SEQ_INCREMENTAL_STATE_CLEARED, TYPE_COUNTER, TYPE_INSTANT,
                                AnnotationNames, PacketSink, counter_value, packet)
 from .protobuf import bytes_field as _bytes, int_field as _int
-from .walk import dropped_by_thread, warn_if_too_deep
+from ..model.walk import dropped_by_thread, warn_if_too_deep
 
 CHUNK_BYTES = 4 << 20
 PROCESS_SEQUENCE = 1
@@ -274,7 +274,7 @@ def _chunks(trace, progress, chunk_bytes, uuids=None, own_batches=None):
     records = hasattr(streams, "records") and not trace.slices_built()
     counts = list(trace.thread_counts())
     depths = [depth for _, _, _, depth in counts]
-    from .walk import batches as thread_batches
+    from ..model.walk import batches as thread_batches
     live_parts = getattr(trace, "live_parts", None) if own_batches is None else None
     live_head = None
     for index, thread in enumerate(trace.threads):

@@ -1,4 +1,4 @@
-"""Writing a saved-trace directory (save(); its format: saved_format.py and
+"""Writing a saved-trace directory (save(); its format: model/saved_format.py and
 docs/FORMAT.md; pytrace_cffi.load reads it back, readers/saved.py)."""
 import os
 import sys
@@ -6,8 +6,8 @@ import sys
 from .._core import ffi
 from .._files import replaced_atomically
 from ..errors import TraceFormatError
-from ..saved_format import (FORMAT_VERSION, SLICE_RECORD_SIZE, SLICES_HEADER, SLICES_MAGIC,
-                            meta as _meta, thread_meta, write_json, write_names)
+from ..model.saved_format import (FORMAT_VERSION, SLICE_RECORD_SIZE, SLICES_HEADER, SLICES_MAGIC,
+                                  meta as _meta, thread_meta, write_json, write_names)
 
 
 def save(trace, directory):
@@ -20,7 +20,7 @@ def save(trace, directory):
                  trace.key_args, trace.marks, realtime_anchor=trace.realtime_anchor)
     # the counts without the slice table: a streaming trace writes its slices as
     # its walk makes them (walk.thread_batches), the same records
-    from .walk import thread_batches
+    from ..model.walk import thread_batches
     counts = [(thread, n) for thread, n, _, _ in trace.thread_counts()]
     several = bool(trace.processes)
     meta["threads"] = [thread_meta(t, n, trace.thread_pid(t) if several else None)

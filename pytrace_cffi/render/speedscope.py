@@ -18,7 +18,7 @@ from .._jsontext import dumps_utf8
 from .._progress import Progress
 from ..errors import TraceFormatError
 from .stacks import Frames, thread_labels
-from .walk import thread_batches
+from ..model.walk import thread_batches
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 CHUNK_BYTES = 1 << 20

@@ -190,7 +190,7 @@ def aggregate(trace, progress=None):
 
 def aggregated(trace, progress=None):
     """A StackAggregator fed every call of trace (see aggregate)."""
-    from .walk import thread_batches
+    from ..model.walk import thread_batches
     aggregator = StackAggregator(trace)
     for thread, batches in thread_batches(trace):
         aggregator.begin_thread()

@@ -40,7 +40,7 @@ from .._progress import counted
 from ..annotations import STEP_MARK
 from .stragglers import find_stragglers, scan_calls
 from .summary import Summarizer
-from .walk import batches
+from ..model.walk import batches
 
 RULES = {"marks": "step() calls", "optimizer": "optimizer steps",
          "profiler": "ProfilerStep regions"}

@@ -28,7 +28,7 @@ from collections import namedtuple
 
 from .._core import ffi
 from .summary import Summarizer
-from .walk import batches
+from ..model.walk import batches
 
 KEY_WORD = 4                # a pt_slice's key, in uint32 words from its start
 PARENT_WORD = 6             # its parent's index (int64, -1 for none)

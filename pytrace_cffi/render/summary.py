@@ -18,8 +18,8 @@ from collections import namedtuple
 from .._core import ffi, lib
 from .._progress import counted
 from ..errors import TraceFormatError
-from ..saved_format import SLICE_RECORD
-from ..trace import is_task_lane, lanes_text
+from ..model.saved_format import SLICE_RECORD
+from ..model.trace import is_task_lane, lanes_text
 
 SummaryRow = namedtuple("SummaryRow", "name calls total_ns self_ns thread")
 SummaryRow.__doc__ = """One function's line in a summary; thread is the thread's
@@ -59,7 +59,7 @@ def summarize_counting(trace, sort="total", limit=20, per_thread=False, per_proc
     limit = checked_limit(limit)
     summarizer = Summarizer(trace.names)
     tables = [] if per_thread or per_process else [(None, summarizer.new_table())]
-    from .walk import thread_batches
+    from ..model.walk import thread_batches
     for thread, batches in thread_batches(trace):
         if per_thread:
             tables.append((_thread_title(trace, thread), summarizer.new_table()))
@@ -185,7 +185,7 @@ def calls_begun(trace):
     counted = getattr(streams, "open_at_start", None)
     if counted is not None and not trace.slices_built():
         return len(trace) - sum(counted)
-    from .walk import thread_batches
+    from ..model.walk import thread_batches
     return len(trace) - sum(lib.pt_open_at_start(slices, n)
                             for _, batches in thread_batches(trace) for slices, n, _ in batches)
 
@@ -205,7 +205,7 @@ def process_totals(trace):
     (empty for a trace of one process)."""
     if not trace.processes:
         return []
-    from .walk import thread_batches
+    from ..model.walk import thread_batches
     found = {pid: [0, 0, None, None, 0, 0] for pid in trace.processes}
     streams = getattr(trace, "_streams", None)
     spans = getattr(streams, "spans", None)

@@ -2,8 +2,8 @@
 import threading
 from collections import defaultdict, namedtuple
 
-from ._core import lib
-from ._progress import counted
+from .._core import lib
+from .._progress import counted
 
 Call = namedtuple("Call", "id name start_ns end_ns thread parent kind")
 Call.__doc__ = """One traced call.
@@ -210,7 +210,7 @@ class Trace:
     def __iter__(self):
         # Without the slice table, the calls come from the streaming walk, a batch
         # at a time: iterating holds one Call, not one per call.
-        from .render.walk import thread_batches     # (when used: import pytrace_cffi stays small)
+        from .walk import thread_batches     # (when used: import pytrace_cffi stays small)
         names, kinds = self.names, self.key_kinds
         first_id = 0
         counts = [n for _, n, _, _ in self.thread_counts()]
@@ -236,14 +236,14 @@ class Trace:
         does: .json, .json.gz, .pftrace, .html, .speedscope.json, .folded,
         .pprof, ... or a saved directory (docs/OUTPUTS.md). On failure the trace is
         kept for a retry."""
-        from . import formats       # the format path's name picks; it names the writers
+        from .. import formats       # the format path's name picks; it names the writers
         formats.whole_or_nothing(path, lambda: formats.write(self, path))
         return path
 
     def export_chrome_trace(self, path):
         """Writes Chrome Trace Event JSON (.json, or gzip for .json.gz) that opens in
         Perfetto and chrome://tracing. On failure the trace is kept for a retry."""
-        from .formats import write_chrome_json     # gzip-compressed when named .gz
+        from ..formats import write_chrome_json     # gzip-compressed when named .gz
         write_chrome_json(self, path)
         return path
 
@@ -252,7 +252,7 @@ class Trace:
         smaller than JSON and lighter for ui.perfetto.dev, the format for big traces.
         compress: deflate-compressed packets (about ten times smaller again). On
         failure the trace is kept for a retry."""
-        from .formats import write_perfetto
+        from ..formats import write_perfetto
         write_perfetto(self, path, compress=compress)
         return path
 
@@ -260,7 +260,7 @@ class Trace:
         """Writes the trace as a directory (see docs/FORMAT.md):
         meta.json, hashes.json, params.json and slices.bin. Load it back with
         pytrace_cffi.load(directory)."""
-        from .formats import save
+        from ..formats import save
         save(self, directory)
         return directory
 

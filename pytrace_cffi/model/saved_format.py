@@ -24,10 +24,10 @@ try:
 except ImportError:                 # an interpreter built without _blake2
     from hashlib import blake2b
 
-from ._core import ffi
-from ._files import replaced_atomically
-from ._jsontext import dump
-from ._torch import EXIT_EVENT_NAME
+from .._core import ffi
+from .._files import replaced_atomically
+from .._jsontext import dump
+from .._torch import EXIT_EVENT_NAME
 
 FORMAT_NAME = "pytrace_cffi-trace"
 FORMAT_VERSION = 1
@@ -54,7 +54,8 @@ _SLICE_FIELDS = ("start", "end", "key", "flags", "parent", "tag", "depth")
 # Reading slices as raw bytes is only right while the C struct keeps this layout.
 if (ffi.sizeof("pt_slice") != SLICE_RECORD.size or SLICE_RECORD.size != SLICE_RECORD_SIZE or
         [ffi.offsetof("pt_slice", field) for field in _SLICE_FIELDS] != [0, 8, 16, 20, 24, 32, 36]):
-    raise ImportError("pytrace_cffi.saved_format: the pt_slice layout changed; update SLICE_RECORD")
+    raise ImportError("pytrace_cffi.model.saved_format: the pt_slice layout changed; "
+                      "update SLICE_RECORD")
 
 
 def hash_id(name):
