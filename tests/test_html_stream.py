@@ -223,7 +223,8 @@ def test_batches_of_any_size(tmp_path, monkeypatch, size):
     """The reducer's and summarizer's state carries from batch to batch: the walk's
     batches cut again into pieces of `size` calls (a call's parent and ancestors in
     earlier pieces) give the same page and summary."""
-    from pytrace_cffi.render import chrome, walk
+    from pytrace_cffi.model import walk
+    from pytrace_cffi.render import chrome
     whole = walk.thread_batches
 
     def pieces(trace):

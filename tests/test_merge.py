@@ -646,7 +646,7 @@ def _merge_and_check(trace, tmp_path, name):
 
 
 def test_merge_streams_a_stopped_traces_calls_in_small_batches(tmp_path, monkeypatch):
-    from pytrace_cffi.render import walk
+    from pytrace_cffi.model import walk
     monkeypatch.setattr(walk, "RUN_EVENTS", 64)        # a batch: what 64 events finish
     trace = _threads_trace()
     _merge_and_check(trace, tmp_path, "stopped")
@@ -655,7 +655,7 @@ def test_merge_streams_a_stopped_traces_calls_in_small_batches(tmp_path, monkeyp
 def test_merge_streams_loaded_spilled_and_saved_traces_and_cuts_a_tables_batches(tmp_path,
                                                                         monkeypatch):
     from pytrace_cffi import merge
-    from pytrace_cffi.render import walk
+    from pytrace_cffi.model import walk
     monkeypatch.setattr(walk, "RUN_EVENTS", 64)
     trace = _threads_trace()
     trace.save(str(tmp_path / "saved"))

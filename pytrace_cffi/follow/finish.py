@@ -183,7 +183,7 @@ def _write_job(results, inputs, path, write, export):
             from .live import live_parts, why_not_encoded
             parts = live_parts(root[0].directory, trace)
             if parts is not None:
-                trace.live_parts = parts.__getitem__   # encoded while it ran
+                trace._streams.encoded_parts = parts   # encoded while it ran
             elif why_not_encoded(root[0].directory):
                 _say(f"encoding the whole trace now: {why_not_encoded(root[0].directory)}")
         written = write(trace, path)

@@ -15,8 +15,8 @@ import warnings
 from .. import formats
 from .._core import ffi, lib
 from ..errors import TraceFormatError, TraceWarning
+from ..model.streams import CallStreams
 from ..model.walk import batches as thread_batches
-from ..model.walk import table_from_streams
 from ..model.trace import Mark, Trace
 from .jobs import _read_all
 from .live import live_parts
@@ -160,11 +160,11 @@ def _joined(traced, shifts):
                    realtime_anchor=root.realtime_anchor)
     joined.processes = processes
     if any(live):
-        joined.live_parts = live.__getitem__    # threads encoded while they ran
+        streams.encoded_parts = live            # threads encoded while they ran
     return joined
 
 
-class _JoinedStreams:
+class _JoinedStreams(CallStreams):
     """The streams of a joined trace (see model/trace.py and model/walk.py): per
     joined thread, its process's batches (from that trace's own walk, or its
     slice table) remapped in C (pt_remap_slices) onto the union keys and the
@@ -197,10 +197,6 @@ class _JoinedStreams:
                         f"trace does not know, or its time overflows when shifted by "
                         f"{shift} ns")
                 yield scratch, count, first + at
-
-    def table(self):
-        """The slice table (Trace.thread_slices): every batch copied in."""
-        return table_from_streams(self)
 
 
 def _realtime_offset(trace):

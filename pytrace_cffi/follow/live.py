@@ -6,7 +6,7 @@ key's bytes and the spill file's length at every spill, so the file's calls are
 encoded on the other core as the program runs. At stop the encoder does the last
 chunks; live.json then says whether its parts hold the whole trace (every key
 named at spill time as the trace names it at stop, no tag or args, no failure),
-and the run's finish writes OUT with them (render/perfetto.py: trace.live_parts)
+and the run's finish writes OUT with them (render/perfetto.py: CallStreams.encoded_part)
 instead of walking the trace again. Otherwise OUT is written from the whole trace, as
 before; live.json says why.
 
@@ -250,7 +250,8 @@ def why_not_encoded(directory):
 
 
 def live_parts(directory, trace, used_sequences=None):
-    """For trace.live_parts (render/perfetto.py): thread index -> (its part's
+    """For the trace's streams' encoded_parts (model/streams.py, read by
+    render/perfetto.py): thread index -> (its part's
     path, its sequence id, its clock's start) when directory's live.json says its
     parts hold trace whole (and, given used_sequences, their sequences are not in
     it: they are added), else None."""

@@ -16,6 +16,7 @@ duration, the whole calls in start order (Streams.slices).
 from .._core import ffi, lib
 from .._torch import MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT
 from ..errors import TraceError, TraceFormatError
+from .streams import CallStreams
 
 import threading
 
@@ -175,9 +176,9 @@ class HeldEvents:
             first += n[0]
 
 
-class Streams:
-    """What a trace needs to stream its threads: the plan, each thread's events
-    and its scan. The scans run when made, or with lazy=True when first needed
+class Streams(CallStreams):
+    """What a trace needs to stream its threads (the CallStreams of its events):
+    the plan, each thread's events and its scan. The scans run when made, or with lazy=True when first needed
     (stats, or a walk that reads them): a stopped session's trace counts nothing
     until asked."""
 
@@ -364,21 +365,6 @@ def warn_if_too_deep(trace, output="export", stacklevel=3):
 
 
 _new_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
-
-
-def table_from_streams(streams, where=""):
-    """The slice table (Trace.thread_slices) of streams that hand out whole slices
-    (a loaded slices.bin, a joined job, a JSON read back): per thread, its
-    batches copied into one array. [(pt_slice array, n)]."""
-    table = []
-    for index, (n, _, _) in enumerate(streams.stats):
-        array = ffi.new("pt_slice[]", max(1, n))
-        for batch, count, first in streams.slices(index):
-            if first + count > n:
-                raise TraceFormatError(f"{where}thread {index}: more calls than counted")
-            ffi.memmove(array + first, batch, count * ffi.sizeof("pt_slice"))
-        table.append((array, n))
-    return table
 
 
 def _check(rc, source, walk):

@@ -15,6 +15,7 @@ from .._core import ffi, lib
 from .._jsontext import too_deep
 from .._progress import Progress
 from ..errors import TraceFormatError
+from ..model.streams import CallStreams
 from .chrome_events import (STANDARD_ARGS, Changed, Keys, check_other, chrome_trace, other_int,
                             read_call, read_lane, read_mark, read_thread_name,
                             take_open_at_start)
@@ -418,7 +419,7 @@ class _LineReader:
                             build_slices=streams.table)
 
 
-class _JsonStreams:
+class _JsonStreams(CallStreams):
     """The calls of a Chrome JSON read line by line, read again a thread at a
     time when an export or the summary asks for them (the trace's _streams):
     from the offset of the thread's calls, in batches of STREAM_BATCH_SLICES.
@@ -430,6 +431,7 @@ class _JsonStreams:
         self.stats = reader.stats
         self._reader = reader
         self._source = source
+        self.where = f"{reader.path}: "       # for table()
         self._first_ids = []
         first_id = 0
         for n, _, _ in self.stats:
@@ -491,11 +493,6 @@ class _JsonStreams:
                     self._text[0] = text
                 else:
                     text.stream.close()
-
-    def table(self):
-        """The slice table (build_slices): each thread's batches copied into one array."""
-        from ..model.walk import table_from_streams
-        return table_from_streams(self, f"{self._reader.path}: ")
 
 
 def _close_source(holder, source):

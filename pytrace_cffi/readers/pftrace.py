@@ -38,6 +38,7 @@ import os
 from .._core import ffi, lib
 from .._progress import Progress
 from ..errors import TraceFormatError
+from ..model.streams import CallStreams
 from .chrome_events import Changed, Keys, chrome_trace, take_open_at_start
 from .chrome_lines import STREAM_BATCH_SLICES, FileSource, LineThread, file_identity
 from .pftrace_packets import (DOUBLE, Bad, Resumes, Stop, annotations, one, packets, parse,
@@ -528,7 +529,7 @@ class _Replay(_Reader):
         sequence.uuid = uuid
 
 
-class _PftraceStreams:
+class _PftraceStreams(CallStreams):
     """The calls of a .pftrace read back, a thread at a time, when an export or
     the summary asks for them (the trace's _streams): a pass that keeps each
     call's duration, then one that hands out whole calls in start order, in
@@ -545,6 +546,7 @@ class _PftraceStreams:
         self.spans = scan.spans
         self._kept = scan.kept
         self._scan = scan
+        self.where = f"{scan.path}: "         # for table()
         self._source = source
         self._resumes = Resumes()
         import weakref
@@ -602,11 +604,6 @@ class _PftraceStreams:
         c = sequence.c
         if c.n_open or c.n != self.stats[index][0] or digest != self._scan.digests[index]:
             raise Changed(f"thread {index} has other calls")
-
-    def table(self):
-        """The slice table (build_slices): each thread's batches copied into one array."""
-        from ..model.walk import table_from_streams
-        return table_from_streams(self, f"{self._scan.path}: ")
 
 
 def read_pftrace(path):

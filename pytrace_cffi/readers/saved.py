@@ -16,6 +16,7 @@ from .._jsontext import MAX_ARGS_DEPTH, finite_number, too_deep
 from .safe_read import open_binary, read_bounded
 from .._torch import TAG_KINDS
 from ..errors import TraceFormatError
+from ..model.streams import CallStreams
 from ..model.saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, EVENTS_MAGIC,
                                   FORMAT_NAME, FORMAT_VERSION, INT64, KINDS, SLICE_RECORD_SIZE,
                                   SLICES_HEADER, SLICES_MAGIC, TICKS_MASK, UINT64, hash_id)
@@ -285,7 +286,7 @@ SLICE_BATCH = 1 << 16       # slices read at a time: 2.5 MB
 BLOCK_READ_EVENTS = 1 << 18  # events read at a time: 2 MB
 
 
-class _SlicesFile:
+class _SlicesFile(CallStreams):
     """A saved trace's slices.bin as the streams a Trace exports from (see
     walk.Streams): each thread is read a batch at a time, never whole, and checked
     as it is read (pt_slice_check) - once by load(), which counts it, and again by
@@ -294,6 +295,7 @@ class _SlicesFile:
 
     def __init__(self, path, counts, n_keys):
         self.path, self.counts, self.n_keys = path, counts, n_keys
+        self.where = f"{path}: "              # for table(): read (and checked) as exports read
         self.file = HeldFile(path)
         header = self.file.read(0, SLICES_HEADER.size)
         _expect(len(header) == SLICES_HEADER.size, f"{path}: truncated header")
@@ -348,12 +350,6 @@ class _SlicesFile:
         """Thread index's slices in batches (pt_slice *, n, index of the first),
         each valid until the next is asked for."""
         return self._batches(index, self._checker())
-
-    def table(self):
-        """Every thread's slices whole: [(pt_slice array, n)], read (and checked) as
-        the exports read them."""
-        from ..model.walk import table_from_streams
-        return table_from_streams(self, f"{self.path}: ")
 
 
 def _processes(meta):

@@ -270,15 +270,15 @@ def _chunks(trace, progress, chunk_bytes, uuids=None, own_batches=None):
     # From the events, records as the walk finalizes them; else (a slice table, or
     # a trace streaming whole slices: a loaded slices.bin, a joined job) slices in
     # start order, begun and ended in time order in C.
-    streams = getattr(trace, "_streams", None)
-    records = hasattr(streams, "records") and not trace.slices_built()
+    streams = trace._streams          # a model.streams.CallStreams, or None
+    records = streams is not None and not trace.slices_built()
     counts = list(trace.thread_counts())
     depths = [depth for _, _, _, depth in counts]
     from ..model.walk import batches as thread_batches
-    live_parts = getattr(trace, "live_parts", None) if own_batches is None else None
+    encoded = streams is not None and own_batches is None
     live_head = None
     for index, thread in enumerate(trace.threads):
-        part = live_parts(index) if live_parts is not None else None
+        part = streams.encoded_part(index) if encoded else None
         if part is not None:
             # encoded while its process ran (follow/live.py): its head, then the part
             if live_head is None:
@@ -291,9 +291,12 @@ def _chunks(trace, progress, chunk_bytes, uuids=None, own_batches=None):
             continue
         sequence_id = PROCESS_SEQUENCE + 1 + index
         batches = own_batches(index) if own_batches is not None else None
-        from_records = records and batches is None
+        from_records = False
+        if batches is None and records:
+            batches = streams.records(index)        # None: the streams hand out slices
+            from_records = batches is not None
         if batches is None:
-            batches = streams.records(index) if from_records else thread_batches(trace, index)
+            batches = thread_batches(trace, index)
         batches = iter(batches)
         first = next(batches, None)
         # The sequence's clock starts at the trace's start, or at its first call if
@@ -448,9 +451,9 @@ def write_perfetto(trace, path, compress=True, more=None, own_batches=None):
     packets (whole Trace.packet entries) to write after the trace's, given its
     tracks' uuids (see _chunks) and the first sequence id it leaves free.
     own_batches: see _chunks (merge_torch's slices filtered around torch's regions).
-    trace.live_parts(index), when the trace has it: (path, sequence id, clock ns)
-    of a thread's packets encoded while its process ran (follow/live.py), written
-    as they are after its head, or None."""
+    trace._streams.encoded_part(index) (model/streams.py): (path, sequence id,
+    clock ns) of a thread's packets encoded while its process ran
+    (follow/live.py), written as they are after its head, or None."""
     path = os.fspath(path)
     warn_if_too_deep(trace)
     chunk_bytes = COMPRESSED_INPUT_BYTES if compress else CHUNK_BYTES

@@ -181,8 +181,8 @@ def calls_begun(trace):
     """The calls of trace as the summary counts them: its slices less the frames
     running when its process's trace began. From the walk's counts when the trace
     streams from its events, else one pass over its slices."""
-    streams = getattr(trace, "_streams", None)
-    counted = getattr(streams, "open_at_start", None)
+    streams = trace._streams          # a model.streams.CallStreams, or None
+    counted = streams.open_at_start if streams is not None else None
     if counted is not None and not trace.slices_built():
         return len(trace) - sum(counted)
     from ..model.walk import thread_batches
@@ -207,8 +207,8 @@ def process_totals(trace):
         return []
     from ..model.walk import thread_batches
     found = {pid: [0, 0, None, None, 0, 0] for pid in trace.processes}
-    streams = getattr(trace, "_streams", None)
-    spans = getattr(streams, "spans", None)
+    streams = trace._streams
+    spans = streams.spans if streams is not None else None
     if spans is not None and not trace.slices_built():
         # the streams' scan counted them: no call is read again
         for thread, (n, _, _), opened, span in zip(trace.threads, streams.stats,

@@ -1,0 +1,98 @@
+"""The model's place among the layers (issue 32): record -> model -> render,
+readers -> model, the command line on top. Read from the source with `ast`
+(test_structure's graph: imports inside functions count); the streams protocol
+checked on the classes themselves.
+
+- model/ imports nothing from render/, readers/, follow/, flight/ or the command line;
+- no renderer imports a module that defines a concrete stream class (a reader's,
+  the join's) or anything under follow/: the writers know model.streams.CallStreams;
+- each of the five classes a trace streams from is a CallStreams.
+"""
+import ast
+import importlib
+
+from pytrace_cffi.model.streams import CallStreams
+
+from test_structure import EDGES, PACKAGE, TREES, _under, _where
+
+MODEL = f"{PACKAGE}.model"
+ABOVE_THE_MODEL = [f"{PACKAGE}.{name}" for name in ("render", "readers", "follow", "flight",
+                                                     "cli", "__main__")]
+# The five classes of issue 32 that hand out a trace's calls, by module.
+STREAM_CLASSES = {
+    f"{PACKAGE}.model.walk": "Streams",
+    f"{PACKAGE}.readers.saved": "_SlicesFile",
+    f"{PACKAGE}.readers.chrome_lines": "_JsonStreams",
+    f"{PACKAGE}.readers.pftrace": "_PftraceStreams",
+    f"{PACKAGE}.follow.join": "_JoinedStreams",
+}
+
+
+def _defines_streams(tree):
+    """The classes of a module that hand out calls as streams do (slices()
+    and table(), or a CallStreams base), by name."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            methods = {item.name for item in node.body if isinstance(item, ast.FunctionDef)}
+            bases = {getattr(base, "id", getattr(base, "attr", None)) for base in node.bases}
+            if "slices" in methods or "CallStreams" in bases:
+                found.append(node.name)
+    return found
+
+
+def test_the_model_imports_nothing_above_it():
+    wrong = [_where(module, target) for module in sorted(EDGES) if _under(module, MODEL)
+             for target in sorted(EDGES[module])
+             if any(_under(target, above) for above in ABOVE_THE_MODEL)]
+    assert not wrong, ("model/ imports upward (record -> model -> render; readers -> "
+                       "model): " + "; ".join(wrong))
+
+
+def test_renderers_know_the_protocol_not_the_stream_classes():
+    concrete = {module for module, tree in TREES.items()
+                if not _under(module, MODEL) and _defines_streams(tree)}
+    assert set(STREAM_CLASSES) - {f"{MODEL}.walk"} <= concrete      # the check sees them
+    wrong = [_where(module, target) for module in sorted(EDGES)
+             if _under(module, f"{PACKAGE}.render")
+             for target in sorted(EDGES[module])
+             if target in concrete or _under(target, f"{PACKAGE}.follow")]
+    assert not wrong, ("a renderer imports a concrete reader or join class (depend on "
+                       "model.streams.CallStreams instead): " + "; ".join(wrong))
+
+
+def test_every_stream_class_is_a_call_streams():
+    for module, name in STREAM_CLASSES.items():
+        cls = getattr(importlib.import_module(module), name)
+        assert issubclass(cls, CallStreams), f"{module}.{name} is not a CallStreams"
+        assert name in _defines_streams(TREES[module])
+    # and no other class hands out calls without declaring the protocol
+    undeclared = [f"{module}.{name}" for module, tree in sorted(TREES.items())
+                  for name in _defines_streams(tree)
+                  if not issubclass(getattr(importlib.import_module(module), name),
+                                    CallStreams)]
+    assert not undeclared, f"classes with slices() outside the protocol: {undeclared}"
+
+
+def test_the_protocol_says_none_by_default():
+    """What a stream without records or encoded parts answers (the writers ask
+    rather than probe with getattr)."""
+    class Empty(CallStreams):
+        stats = [(0, 0, 0)]
+
+        def slices(self, index):
+            return iter(())
+    streams = Empty()
+    assert streams.records(0) is None and streams.encoded_part(0) is None
+    assert streams.open_at_start is None and streams.spans is None
+    streams.encoded_parts = [("part-0", 7, 100)]
+    assert streams.encoded_part(0) == ("part-0", 7, 100)
+    [(array, n)] = streams.table()
+    assert n == 0
+
+
+def test_no_renderer_probes_a_trace_for_live_parts():
+    found = [f"{module} line {node.lineno}" for module, tree in sorted(TREES.items())
+             for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and node.value == "live_parts"]
+    assert not found, "live parts are the streams' encoded_part(index): " + "; ".join(found)
