@@ -11,6 +11,7 @@ from ._hiding import hiding_rules, key_hiding
 from ._names import (distinct_code_names, kind_of_source, name_for_source, path_inputs,
                      path_prefixes, program_name)
 from ._status import check
+from .model.realtime import anchor_from
 from .model.trace import Mark, ThreadInfo, Trace
 
 
@@ -110,7 +111,7 @@ def _stop_facts(session):
         "backend": session.backend_name,
         "clock_name": "tsc" if _clock.USE_TSC else "monotonic",
         "min_duration_ns": session.min_duration_ns,
-        "realtime_anchor": _clock.anchor_from(stopped.anchor),
+        "realtime_anchor": anchor_from(stopped.anchor),
     }
 
 

@@ -57,8 +57,8 @@ FORMATS = (
            "render.pprof:write_pprof", {}, False, False, None, {}),
 )
 DIRECTORY = Format("directory", (), "a saved-trace directory: a name without a suffix, "
-                   f"or ending in {os.sep}", "render.saved:save", {}, False, False,
-                   "readers.saved:load", {})
+                   f"or ending in {os.sep}", "model.saved:save", {}, False, False,
+                   "model.saved:load", {})
 # What of() gives for a name whose suffix is unknown: it can do nothing.
 NO_FORMAT = Format("unknown", (), "no known format", None, {}, False, False, None, {})
 

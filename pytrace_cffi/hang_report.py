@@ -35,7 +35,7 @@ from collections import Counter, namedtuple
 from .errors import TraceFormatError
 from ._progress import ranges
 from .flight.places import holders, looked_in
-from .readers.safe_read import read_bounded
+from ._safe_read import read_bounded
 
 DUMP_FILE = "dump.json"
 DUMP_VERSION = 1

@@ -11,7 +11,7 @@ our slices land on the same thread tracks as the aten ops they ran.
 import gzip
 import os
 
-from ._clock import checked_anchor, monotonic_to_realtime
+from .model.realtime import checked_anchor, monotonic_to_realtime
 from ._files import replaced_atomically
 from ._jsontext import dumps_utf8
 from .errors import TraceFormatError

@@ -35,7 +35,7 @@ from .render.perfetto_packets import (CLOCK_MONOTONIC, SEQ_INCREMENTAL_STATE_CLE
                                       counter_value, packet)
 from .render.protobuf import bytes_field as _bytes, int_field as _int
 from .render.protobuf import varint
-from ._clock import monotonic_to_realtime
+from .model.realtime import monotonic_to_realtime
 
 TYPE_SLICE_BEGIN, TYPE_SLICE_END = 1, 2
 PIECE_BYTES = 64 << 10          # torch's packets handed to the writer this many at once

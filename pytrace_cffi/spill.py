@@ -1,13 +1,11 @@
 """The spill directory of a session traced under max_events: made before tracing
 (a bad path fails first), completed into a saved trace after stop (finish_spill),
-which returns a SpilledTrace (its events stay on disk; readers/saved.py reads
-them). Part of the recorder: it writes the saved directory's files
-(saved_format) and imports no renderer."""
+which returns a SpilledTrace (its events stay on disk). Part of the recorder:
+the saved directory's files are written and read by their one owner,
+model/saved.py (save_spilled, load); this module imports no renderer."""
 import os
 
 from ._core import lib
-from .model.saved_format import (meta as _meta, names_file, thread_meta, write_json,
-                                 write_names)
 
 
 class SpilledTrace:
@@ -25,7 +23,7 @@ class SpilledTrace:
 
     def load(self):
         # the reader imported when the trace is read, not with the package
-        from .readers.saved import load, load_parts
+        from .model.saved import load, load_parts
         if self._parts is not None:
             return load_parts(self.directory, *self._parts)
         return load(self.directory)
@@ -70,6 +68,7 @@ def finish_spill(session):
     session.spill_problem, which stop() raises as a TraceError holding the trace."""
     from ._status import check
     from ._stopped import session_facts
+    from .model.saved import save_spilled, spilled_parts
     keep_spill_file(session)
     check(lib.pt_spill_rest(session.ptr), session.ptr, "spilling")
     failed = lib.pt_spill_errno(session.ptr)    # the last block: held ones dropped
@@ -79,35 +78,18 @@ def finish_spill(session):
     facts = session_facts(session)
     session.finish_live(facts)      # a followed process's encoder does its last events
     directory = session.output
-    names = facts["names"]
     # pt_spill_rest moved every event still held to events.bin (or counted it as
     # dropped when writing failed): a thread's n_events is what the file holds
     # for it, which load() checks block by block.
     threads = [thread._replace(n_events=info.spilled)
                for thread, info in zip(facts["threads"], facts["infos"])]
-    meta = _meta(facts["pid"], facts["python"], facts["backend"], facts["clock_name"],
-                 facts["start_ns"], facts["stop_ns"], sum(t.dropped for t in threads),
-                 names, facts["key_kinds"], {}, facts["marks"],
-                 realtime_anchor=facts["realtime_anchor"])
-    meta["threads"] = [thread_meta(t, None) for t in threads]
-    for entry, hide in zip(meta["keys"], facts["hidden"]):
-        entry.append(hide)
-    # length: the whole blocks (a block a full disk cut short is not one of them)
-    meta["events"] = dict(facts["clock"], file="events.bin",
-                          min_duration_ns=facts["min_duration_ns"],
-                          length=lib.pt_spill_bytes(session.ptr))
-    meta["tags"] = facts["tags"]
-    meta["annotation_args"] = facts["annotation_args"]
-    meta["label"] = facts["label"]
-    meta.update(session.process_meta or {})   # processes.py: who is who
+    meta, exc = save_spilled(directory, facts, threads, lib.pt_spill_bytes(session.ptr),
+                             session.process_meta)
     spilled = sum(t.n_events for t in threads)
     parts = None
-    try:
-        write_names(directory, names, facts["params"])
-        write_json(os.path.join(directory, "meta.json"), meta)
-    except OSError as exc:
+    if exc is not None:
         kept = os.path.isfile(os.path.join(directory, "events.bin"))
-        parts = (meta, names_file(names), facts["params"]) if kept else None
+        parts = spilled_parts(meta, facts) if kept else None
         note_spill_problem(session, f"the saved trace in {directory!r} could not be "
                                     f"completed ({exc.strerror or exc}): " + (
                                         "its events.bin is read with what its meta.json "

@@ -266,7 +266,7 @@ from pytrace_cffi.render.summary import summarize
 # the code the reads and writes below use, imported before measuring (they import it
 # when first used): what is measured is the data's growth, not the modules'
 import pytrace_cffi.formats, pytrace_cffi.readers.chrome, pytrace_cffi.readers.pftrace
-import pytrace_cffi.render.chrome, pytrace_cffi.render.perfetto, pytrace_cffi.render.saved
+import pytrace_cffi.render.chrome, pytrace_cffi.render.perfetto, pytrace_cffi.model.saved
 import pytrace_cffi.model.walk  # noqa: E401
 
 

@@ -14,7 +14,7 @@ import pytest
 import pytrace_cffi
 from helpers import PROC_STATUS, chrome_crossings, pftrace_thread_events
 from pytrace_cffi.__main__ import main
-from pytrace_cffi._clock import monotonic_to_realtime
+from pytrace_cffi.model.realtime import monotonic_to_realtime
 
 
 def work():

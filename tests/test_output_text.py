@@ -16,7 +16,7 @@ import threading
 import pytest
 
 import pytrace_cffi
-from pytrace_cffi._clock import monotonic_to_realtime
+from pytrace_cffi.model.realtime import monotonic_to_realtime
 from pytrace_cffi.render.html import write_html
 from pytrace_cffi.model.saved_format import hash_id
 from pytrace_cffi.reading import read_trace
@@ -221,7 +221,7 @@ def test_save_and_a_spilled_stop_into_a_directory_that_is_not_utf8(odd_dir):
 LONG_NAME_SCRIPT = """
 import json, os, sys, threading
 import pytrace_cffi
-from pytrace_cffi._clock import monotonic_to_realtime
+from pytrace_cffi.model.realtime import monotonic_to_realtime
 from pytrace_cffi.render.html import write_html
 from pytrace_cffi.reading import read_trace
 out = sys.argv[1]

@@ -1,6 +1,6 @@
 """load() of a saved directory (slices.bin) streams: the loader checks each thread
 batch by batch and keeps no slice table; exports read the file again a batch at a
-time (readers/saved.py _SlicesFile). The oracle is the table the loader used to
+time (model/saved.py _SlicesFile). The oracle is the table the loader used to
 build (thread_slices()): every output from the batches equals the table's."""
 import os
 import struct
@@ -13,7 +13,7 @@ import pytest
 import pytrace_cffi
 from helpers import PROC_STATUS
 from pytrace_cffi import TraceFormatError
-from pytrace_cffi.readers import saved as saved_module
+from pytrace_cffi.model import saved as saved_module
 from test_streaming import ROOT, both_ways, fib, threads_marks_and_calls_open_at_stop
 
 SLICE = struct.Struct("<qqIIqII")

@@ -309,7 +309,7 @@ def _torch_like_regions(calls, anchor, pid, base):
     """torch.profiler's user_annotation events for our regions, placed as torch
     places its own: from inside the record_function.__enter__ call that opens the
     region to inside the __exit__ that closes it."""
-    from pytrace_cffi._clock import monotonic_to_realtime
+    from pytrace_cffi.model.realtime import monotonic_to_realtime
     events = []
     for region in (c for c in calls if c["kind"] == "annotation"):
         children = sorted((c for c in calls if c["parent"] == region["id"]),

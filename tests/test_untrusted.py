@@ -16,7 +16,7 @@ import pytest
 
 import pytrace_cffi
 from pytrace_cffi import TraceFormatError, TraceWarning, processes
-from pytrace_cffi._clock import monotonic_to_realtime
+from pytrace_cffi.model.realtime import monotonic_to_realtime
 from pytrace_cffi.reading import read_trace
 
 ENV = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(
@@ -146,7 +146,7 @@ def test_a_link_to_a_device_is_not_read(traces, tmp_path):
 
 
 def test_a_json_file_beyond_the_bound_is_refused(traces, tmp_path, monkeypatch):
-    from pytrace_cffi.readers import safe_read as _safe_read
+    from pytrace_cffi import _safe_read
     directory = copy(traces, "saved", tmp_path)
     size = os.path.getsize(directory / "hashes.json")
     monkeypatch.setattr(_safe_read, "MAX_JSON_BYTES", size - 1)

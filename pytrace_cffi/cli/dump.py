@@ -155,7 +155,7 @@ def _live_recorder(dumps_dir, pid):
     (the recorder keeps it open), with a signal a recorder may dump on."""
     from ..errors import TraceFormatError
     from ..flight.recorder import REGISTRY
-    from ..readers.safe_read import read_bounded_with_stat
+    from .._safe_read import read_bounded_with_stat
     path = os.path.join(dumps_dir, REGISTRY, f"{pid}.json")
     try:
         data, st = read_bounded_with_stat(path, 1 << 16)

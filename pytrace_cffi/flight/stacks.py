@@ -19,7 +19,7 @@ from .._hiding import _is_own_file
 from ..errors import TraceFormatError
 from ..follow.identity import _process_facts
 from ..follow.recover import MAX_THREADS, _json_or_none, _key_sources, _name_dumped_threads
-from ..readers.safe_read import read_bounded
+from .._safe_read import read_bounded
 
 STACKS_FILE = "stacks.tsv"
 STACK_SOURCES_FILE = "stack_sources.tsv"

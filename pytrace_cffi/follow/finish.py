@@ -17,7 +17,7 @@ from .. import _progress, formats
 from .._files import new_directory
 from .._progress import counted
 from ..errors import TraceFormatError, TraceWarning
-from ..readers.saved import load
+from ..model.saved import load
 from .identity import (FINISH_FILE, JOB_FILE, RUN_DONE_FILE, STARTING_AT_FINISH, _process_facts,
                        _say, _write_json, handed_over, overflow_dirs)
 from .jobs import NOT_READ_WHOLE, process_directories, status, unfollowed, unfollowed_lines

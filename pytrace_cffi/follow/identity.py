@@ -12,7 +12,7 @@ import sys
 
 from .._files import replaced_atomically
 from .._names import program_name
-from ..readers.safe_read import read_bounded
+from .._safe_read import read_bounded
 from ..errors import TraceFormatError
 
 ENV = "PYTRACE_CFFI_FOLLOW"
@@ -152,7 +152,7 @@ def _say(text):
 
 def _read_json_file(path):
     """The JSON value of one of our small files in a job's directory (a regular file,
-    not through a link, bounded: see readers/safe_read.py); FileNotFoundError when missing,
+    not through a link, bounded: see _safe_read.py); FileNotFoundError when missing,
     TraceFormatError when it cannot be read or is not JSON."""
     data = read_bounded(path)
     try:

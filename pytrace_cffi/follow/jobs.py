@@ -5,7 +5,7 @@ import os
 from collections import namedtuple
 
 from ..errors import TraceFormatError
-from ..readers.saved import load
+from ..model.saved import load
 from .identity import (LAUNCHED_FILE, NOT_PYTHON, PROCESS_FILE, STARTING_AT_FINISH,
                        UNFOLLOWED_FILE, UNNAMED_MP_CHILD, _alive, _is_pid, _pid_of_name,
                        _process_facts, _read_json_file, _read_jsonl)

@@ -8,8 +8,8 @@ from .. import _clock
 from .._core import ffi, lib
 from .._torch import TAG_KINDS
 from ..readers import packed_events
-from ..readers.safe_read import read_bounded
-from ..readers.saved import BLOCK_READ_EVENTS, HeldFile as _HeldFile, load_parts as _load_parts
+from .._safe_read import read_bounded
+from ..model.saved import BLOCK_READ_EVENTS, HeldFile as _HeldFile, load_parts as _load_parts
 from ..model.saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, FORMAT_NAME,
                                   FORMAT_VERSION, INT64, KINDS, hash_id)
 from ..errors import TraceFormatError

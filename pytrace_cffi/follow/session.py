@@ -462,7 +462,7 @@ class FollowSession(Session):
             import shutil
             shutil.rmtree(self.job_dir, ignore_errors=True)
         else:
-            from ..render.saved import save
+            from ..model.saved import save
             from ..model.saved_format import update_meta
             try:
                 save(trace, self.process_dir)

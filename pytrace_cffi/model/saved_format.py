@@ -1,5 +1,6 @@
-"""The saved-trace directory's format: what its writer (render/saved.py), the
-spill of a running session (spill.py) and its reader (readers/saved.py) share.
+"""The saved-trace directory's format: what its owner (model/saved.py: save,
+save_spilled, load), the spill of a running session (spill.py) and the
+recovery of a process that did not save its own (follow/recover.py) share.
 
     meta.json    format name and version, process and clock facts, threads, keys
     hashes.json  hash id -> name for every function, module and step seen, plus

@@ -1,7 +1,7 @@
 """The one protocol a trace streams its calls through (Trace._streams): what the
 writers read, whoever made the trace. Five classes implement it: the walk over a
 trace's events (walk.Streams: a stopped session's, a spilled directory's), a
-saved directory's slices.bin (readers/saved.py), a Chrome JSON and a .pftrace
+saved directory's slices.bin (model/saved.py), a Chrome JSON and a .pftrace
 read back (readers/chrome_lines.py, readers/pftrace.py) and a joined job
 (follow/join.py). The writers depend on this class alone, never on theirs.
 """

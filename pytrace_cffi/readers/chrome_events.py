@@ -4,7 +4,7 @@ and the .pftrace reader, which builds its Trace the same way (chrome_trace)."""
 import json
 import re
 
-from .._clock import checked_anchor
+from ..model.realtime import checked_anchor
 from .._core import lib
 from .._jsontext import MAX_ARGS_DEPTH, finite_number, too_deep
 from ..errors import TraceFormatError

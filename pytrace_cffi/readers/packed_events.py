@@ -21,7 +21,7 @@ import tempfile
 import zlib
 
 from ..errors import TraceFormatError
-from .safe_read import open_binary
+from .._safe_read import open_binary
 
 PACKED_MAGIC = b"PTEVTZ01"
 PACKED_HEADER = struct.Struct("<8sII")      # magic, piece bytes, reserved

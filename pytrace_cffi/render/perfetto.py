@@ -339,7 +339,7 @@ class Part:
 
     def copy_to(self, out):
         import shutil
-        from ..readers.safe_read import open_binary
+        from .._safe_read import open_binary
         try:        # (a regular file, not through a link: see follow/live.live_parts)
             part, _ = open_binary(self.path)
         except FileNotFoundError:

@@ -1,8 +1,12 @@
-"""Reading a saved-trace directory (see model/saved_format.py and docs/FORMAT.md):
-load() of a directory save() wrote or a session spilled to (spill.py). Nothing
-is executed and nothing outside the directory is read; a damaged or hostile
-directory raises TraceFormatError. The data files are read a batch at a time,
-never whole, and checked as read."""
+"""The one owner of a saved-trace directory (its format: saved_format.py and
+docs/FORMAT.md): save() writes a trace's (slices.bin), save_spilled() completes
+the directory a session spilled to under max_events (events.bin, spill.py), and
+load() (load_parts() from JSON parts already read) reads either back as a Trace.
+Every other module saves and loads through these.
+
+Loading: nothing is executed and nothing outside the directory is read; a
+damaged or hostile directory raises TraceFormatError. The data files are read
+a batch at a time, never whole, and checked as read."""
 import collections
 import json
 import os
@@ -10,16 +14,95 @@ import sys
 import threading
 import weakref
 
-from .._clock import checked_anchor
+from .realtime import checked_anchor
 from .._core import ffi, lib
+from .._files import replaced_atomically
 from .._jsontext import MAX_ARGS_DEPTH, finite_number, too_deep
-from .safe_read import open_binary, read_bounded
+from .._safe_read import open_binary, read_bounded
 from .._torch import TAG_KINDS
 from ..errors import TraceFormatError
-from ..model.streams import CallStreams
-from ..model.saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, EVENTS_MAGIC,
-                                  FORMAT_NAME, FORMAT_VERSION, INT64, KINDS, SLICE_RECORD_SIZE,
-                                  SLICES_HEADER, SLICES_MAGIC, TICKS_MASK, UINT64, hash_id)
+from .saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, EVENTS_MAGIC,
+                           FORMAT_NAME, FORMAT_VERSION, INT64, KINDS, SLICE_RECORD_SIZE,
+                           SLICES_HEADER, SLICES_MAGIC, TICKS_MASK, UINT64, hash_id,
+                           meta as _meta, names_file, thread_meta, write_json, write_names)
+from .streams import CallStreams
+
+
+def save(trace, directory):
+    """Writes trace as a saved directory: meta.json, hashes.json, params.json and
+    slices.bin (its calls streamed as its walk makes them: no slice table)."""
+    if sys.byteorder != "little":
+        raise TraceFormatError("saving needs a little-endian host")
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    meta = _meta(trace.pid, trace.python_version, trace.backend, trace.clock, trace.start_ns,
+                 trace.stop_ns, trace.dropped_events, trace.names, trace.key_kinds,
+                 trace.key_args, trace.marks, realtime_anchor=trace.realtime_anchor)
+    # the counts without the slice table: a streaming trace writes its slices as
+    # its walk makes them (walk.thread_batches), the same records
+    from .walk import thread_batches
+    counts = [(thread, n) for thread, n, _, _ in trace.thread_counts()]
+    several = bool(trace.processes)
+    meta["threads"] = [thread_meta(t, n, trace.thread_pid(t) if several else None)
+                       for t, n in counts]
+    if several:
+        meta["processes"] = [dict(facts, pid=pid) for pid, facts in trace.processes.items()]
+    if trace.label is not None:
+        meta["label"] = trace.label
+    write_names(directory, trace.names, trace.params)
+    total = sum(n for _, n in counts)
+    with replaced_atomically(os.path.join(directory, "slices.bin"),
+                             lambda tmp: open(tmp, "wb")) as out:
+        out.write(SLICES_HEADER.pack(SLICES_MAGIC, FORMAT_VERSION, SLICE_RECORD_SIZE, total))
+        written = 0
+        for _, batches in thread_batches(trace):
+            for slices, n, _ in batches:
+                out.write(ffi.buffer(slices, n * SLICE_RECORD_SIZE))
+                written += n
+        if written != total:
+            raise TraceFormatError(f"slices.bin: {written} calls written, {total} counted")
+    # A spilled trace saved over its own directory read its events.bin until now.
+    if os.path.exists(os.path.join(directory, "events.bin")):
+        os.unlink(os.path.join(directory, "events.bin"))
+    # meta.json last: a directory without it is an incomplete save.
+    write_json(os.path.join(directory, "meta.json"), meta)
+
+
+def save_spilled(directory, facts, threads, events_length, process_meta=None):
+    """Completes a spill directory whose events.bin holds every event (spill.py's
+    finish_spill): hashes.json, params.json, then meta.json. facts: the stopped
+    session's (_stopped.session_facts); threads: its ThreadInfos, n_events what
+    events.bin holds for each; events_length: events.bin's whole blocks in bytes.
+    Returns (meta, None), or (meta, OSError) when the JSON files could not be
+    written (a full disk): load_parts(directory, *spilled_parts(meta, facts))
+    then reads events.bin with what they would hold."""
+    names = facts["names"]
+    meta = _meta(facts["pid"], facts["python"], facts["backend"], facts["clock_name"],
+                 facts["start_ns"], facts["stop_ns"], sum(t.dropped for t in threads),
+                 names, facts["key_kinds"], {}, facts["marks"],
+                 realtime_anchor=facts["realtime_anchor"])
+    meta["threads"] = [thread_meta(t, None) for t in threads]
+    for entry, hide in zip(meta["keys"], facts["hidden"]):
+        entry.append(hide)
+    # length: the whole blocks (a block a full disk cut short is not one of them)
+    meta["events"] = dict(facts["clock"], file="events.bin",
+                          min_duration_ns=facts["min_duration_ns"], length=events_length)
+    meta["tags"] = facts["tags"]
+    meta["annotation_args"] = facts["annotation_args"]
+    meta["label"] = facts["label"]
+    meta.update(process_meta or {})     # processes.py: who is who
+    try:
+        write_names(directory, names, facts["params"])
+        write_json(os.path.join(directory, "meta.json"), meta)
+    except OSError as exc:
+        return meta, exc
+    return meta, None
+
+
+def spilled_parts(meta, facts):
+    """(meta, hashes, params): what a spilled directory's JSON files would hold,
+    for load_parts when they could not be written (save_spilled)."""
+    return meta, names_file(facts["names"]), facts["params"]
 
 
 def _read_json(directory, name):
@@ -51,7 +134,7 @@ def _mark(mark, thread_ids):
     an instant's args map names to str/int/float/bool or a list of integer sizes, a
     counter's map series names to numbers. An instant's null args (written by
     pytrace_cffi before marks were always objects) read as {}."""
-    from ..model.trace import Mark
+    from .trace import Mark
 
     def bad(detail=""):         # the message made only for a mark that is bad
         raise TraceFormatError(f"meta.json: bad mark {mark!r:.80}{detail}")
@@ -113,7 +196,7 @@ def _in_directory(directory, exc):
 
 def load_parts(directory, meta, hashes, params):
     """load() from its JSON parts already read (processes.recover builds them)."""
-    from ..model.trace import ThreadInfo
+    from .trace import ThreadInfo
     _expect(isinstance(hashes, dict) and all(isinstance(v, str) for v in hashes.values()),
             "hashes.json must map ids to names")
     _expect(isinstance(params, dict), "params.json must be an object")
@@ -378,7 +461,7 @@ def _processes(meta):
 
 def _trace(meta, names, key_kinds, key_args, threads, slices, params, marks, processes=None,
            streams=None, build_slices=None):
-    from ..model.trace import Trace
+    from .trace import Trace
     trace = Trace(names=names, key_kinds=key_kinds, key_args=key_args, threads=threads,
                   streams=streams, build_slices=build_slices,
                   slices=slices, start_ns=_int(meta.get("start_ns"), "start_ns"),
@@ -403,7 +486,7 @@ def _spilled_streams(directory, meta, threads, names, key_kinds, key_args, hidde
     """A spilled trace's events.bin, read block by block: each thread is scanned
     (and checked) once now; exports stream from the file again, and the slice
     table is walked from it only when something needs it (Streams.table)."""
-    from ..model.walk import KeyPlan, Streams
+    from .walk import KeyPlan, Streams
     events_meta = meta["events"]
     _expect(isinstance(events_meta, dict) and events_meta.get("file") == "events.bin",
             "meta.json: bad events entry")

@@ -12,7 +12,7 @@ import errno
 import os
 import stat
 
-from ..errors import TraceFormatError
+from .errors import TraceFormatError
 
 # Our JSON files hold a line per function at most (keys, names): a file beyond
 # this is not ours.
