@@ -65,7 +65,6 @@ except ModuleNotFoundError as _exc:
     raise ImportError(_core_missing(), name=__name__) from None  # runpy: one line
 
 from ._core import lib as _lib
-from ._hook_losses import finish_hook_losses as _finish_hook_losses
 from ._tracer import Session as _Session
 from .annotations import (STEP_MARK as _STEP_MARK, RecordFunction, capture_stack, counter,
                           instant, record_function, symbolize)
@@ -128,58 +127,9 @@ def _after_fork_in_child():
                 release_sigterm()       # held since before the fork (follow/session.py)
 
 
-def _named_output(session):
-    """Where start(output=...) told session's trace to go: the file written at
-    stop(), the job's directory (follow_children, a flight recorder's), or the
-    directory max_events spills to. None when stop() would only return the trace
-    (no output; a flight recorder's temporary job)."""
-    if session.temporary_job:
-        return None
-    return session.output_file or session.job_dir or session.output
-
-
-def _stop_at_exit():
-    """A session still running at interpreter exit (start() without its stop()).
-    With an output named, the user said where its trace goes: it is stopped as
-    stop() would stop it, so the file (or directory) is written, and one line says
-    so. Without, stop() would have handed the trace to a program that has ended:
-    it is unhooked and discarded, its temporary directory (a flight recorder's)
-    removed. Never raises: the program's exit goes on as it would."""
-    session = _running.session
-    if session is None:
-        return
-    where = _named_output(session)
-    if where is None:
-        with _running.lock:
-            _running.session = None
-        session.stop()
-        if session.temporary_job:
-            import shutil
-            shutil.rmtree(session.job_dir, ignore_errors=True)
-        print("pytrace_cffi: still tracing at exit; that trace was discarded (call stop())",
-              file=_sys.stderr)
-        return
-    said = "pytrace_cffi: still tracing at exit (no stop()): stopped as stop() would"
-    try:
-        result = stop()
-    except TraceError as exc:       # what was saved is where the message says
-        print(f"{said}; {exc}", file=_sys.stderr)
-        return
-    except Exception as exc:        # noqa: BLE001 - the program's exit goes on
-        print(f"{said}, which failed ({exc.__class__.__name__}: {exc}); the trace was "
-              f"meant for {where}", file=_sys.stderr)
-        return
-    if getattr(result, "written", True) is False:       # a WrittenTrace: lines above say why
-        print(f"{said}; {where} could not be written", file=_sys.stderr)
-    else:
-        if session.job_dir is None:    # a spill moved elsewhere is there
-            where = getattr(result, "directory", where)
-        print(f"{said}; the trace is in {where}", file=_sys.stderr)
-
-
 if hasattr(_os, "register_at_fork"):
     _os.register_at_fork(after_in_child=_after_fork_in_child)
-_atexit.register(_stop_at_exit)
+_atexit.register(_running.stop_at_exit)
 
 
 _OPTION_NAMES = _start_options.NAMES
@@ -326,58 +276,7 @@ def start(**options):
         raise
 
 
-def stop():
-    """Stops tracing and returns the Trace. Frames still running are closed at
-    this moment. Raises TracerStateError if not tracing, and TraceError (with
-    the trace in its .trace) if the hooks hit a failure while tracing.
-
-    Works after another profiler took the hook too (is_tracing() is then False,
-    but the session is still there to stop): warns with a TraceWarning naming
-    where the hook was lost, when (after which recorded event) and to what, and
-    what was recorded up to then; the same facts are in the trace's hook_lost.
-    A hook found in place of ours is left alone."""
-    with _running.lock:
-        session = _running.session
-        if session is None:
-            raise TracerStateError("pytrace_cffi is not tracing; call start() first")
-        _running.session = None
-        waits = session.sigterm_waits    # start(output=FILE)
-        if waits is not None:
-            with waits():       # a SIGTERM meanwhile waits until FILE is written
-                session.stop()
-                return _stopped(session)
-        session.stop()
-    return _stopped(session)
-
-
-def _stopped(session):
-    """stop()'s result of session, stopped (see there)."""
-    result = session.result()
-    hook_lost = _finish_hook_losses(session, result)
-    if hook_lost:
-        import warnings
-        from ._hook_losses import hook_loss_message
-        result.hook_lost = hook_lost
-        warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=3)
-    result = session.write_output_file(result)     # start(output="out.pftrace")
-    failure = session.hot_error()
-    problem = session.spill_problem     # spill.finish_spill
-    if failure or problem:
-        raise TraceError("; ".join(filter(None, [failure and f"tracing failed: {failure}",
-                                                  problem])), trace=result)
-    if session.gc_callback_lost:
-        import warnings
-        warnings.warn(TraceWarning("{log_gc}: the program removed pytrace_cffi's callback from "
-                                   "gc.callbacks while tracing: the collections after that "
-                                   "are not in the trace", options={"log_gc": None}),
-                      stacklevel=3)
-    if result.dropped_events and session.flight is None:
-        import warnings         # (a flight recorder keeps its newest events only)
-        warnings.warn(TraceWarning(f"pytrace_cffi dropped {result.dropped_events} events "
-                                   "({max_events} kept the newest; give {output} to keep "
-                                   "them all)", options={"max_events": None, "output": ""}),
-                      stacklevel=3)
-    return result
+stop = _running.stop     # (its home: below follow/, whose exit paths stop a session too)
 
 
 def load(path):
@@ -449,7 +348,7 @@ def load_ipython_extension(ipython):
     which traces a cell and shows its HTML page below it (see pytrace_cffi/jupyter.py;
     IPython is imported then, never by ``import pytrace_cffi``)."""
     from .jupyter import load_ipython_extension as load
-    load(ipython)
+    load(ipython, start, stop)
 
 
 def _set_step_hook(hook):
@@ -461,10 +360,6 @@ def _set_step_hook(hook):
 def _has_session():
     """Whether start() ran without its stop(), recording or not (for the CLI)."""
     return _running.has_session()
-
-
-_running.api.update(start=start, stop=stop,     # for follow/ (see _running)
-                    stop_at_exit=_stop_at_exit)
 
 
 class trace:

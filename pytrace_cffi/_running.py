@@ -1,19 +1,124 @@
-"""This process's running session (start() without its stop()) and the lock around
-it, shared by the public API (pytrace_cffi/__init__.py) and the code that follows
-child processes (follow/), which stops it from exit hooks and starts one in a forked
-child or a new interpreter's bootstrap.
+"""This process's running session (start() without its stop()), the lock around
+it, and the ways it ends: stop() (the public pytrace_cffi.stop) and
+stop_at_exit() (pytrace_cffi's atexit, and a followed process's exit).
 
-follow/ sits below the package's __init__, which imports it, so it reaches the
-public start() and stop() through `api`, filled by __init__ when it is imported:
-importing the package from follow/ would make an import circle."""
+The public start() (pytrace_cffi/__init__.py) makes the session; all that ends
+one (the public API, follow/'s exit paths, `run`) stops it here, below them all,
+so no layer reaches up to the package for it."""
+import sys
 import threading
+
+from ._hook_losses import finish_hook_losses
+from .errors import TraceError, TracerStateError, TraceWarning
 
 lock = threading.Lock()
 session = None      # the running Session (or FollowSession), or None
-api = {}            # "start", "stop": pytrace_cffi.start and pytrace_cffi.stop;
-                    # "stop_at_exit": stop() of a session the program left running
 
 
 def has_session():
     """Whether start() ran without its stop(), recording or not."""
     return session is not None
+
+
+def stop():
+    """Stops tracing and returns the Trace. Frames still running are closed at
+    this moment. Raises TracerStateError if not tracing, and TraceError (with
+    the trace in its .trace) if the hooks hit a failure while tracing.
+
+    Works after another profiler took the hook too (is_tracing() is then False,
+    but the session is still there to stop): warns with a TraceWarning naming
+    where the hook was lost, when (after which recorded event) and to what, and
+    what was recorded up to then; the same facts are in the trace's hook_lost.
+    A hook found in place of ours is left alone."""
+    global session
+    with lock:
+        running, session = session, None
+        if running is None:
+            raise TracerStateError("pytrace_cffi is not tracing; call start() first")
+        waits = running.sigterm_waits    # start(output=FILE)
+        if waits is not None:
+            with waits():       # a SIGTERM meanwhile waits until FILE is written
+                running.stop()
+                return _stopped(running)
+        running.stop()
+    return _stopped(running)
+
+
+def _stopped(session):
+    """stop()'s result of session, stopped (see there)."""
+    result = session.result()
+    hook_lost = finish_hook_losses(session, result)
+    if hook_lost:
+        import warnings
+        from ._hook_losses import hook_loss_message
+        result.hook_lost = hook_lost
+        warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=3)
+    result = session.write_output_file(result)     # start(output="out.pftrace")
+    failure = session.hot_error()
+    problem = session.spill_problem     # spill.finish_spill
+    if failure or problem:
+        raise TraceError("; ".join(filter(None, [failure and f"tracing failed: {failure}",
+                                                  problem])), trace=result)
+    if session.gc_callback_lost:
+        import warnings
+        warnings.warn(TraceWarning("{log_gc}: the program removed pytrace_cffi's callback from "
+                                   "gc.callbacks while tracing: the collections after that "
+                                   "are not in the trace", options={"log_gc": None}),
+                      stacklevel=3)
+    if result.dropped_events and session.flight is None:
+        import warnings         # (a flight recorder keeps its newest events only)
+        warnings.warn(TraceWarning(f"pytrace_cffi dropped {result.dropped_events} events "
+                                   "({max_events} kept the newest; give {output} to keep "
+                                   "them all)", options={"max_events": None, "output": ""}),
+                      stacklevel=3)
+    return result
+
+
+def _named_output(session):
+    """Where start(output=...) told session's trace to go: the file written at
+    stop(), the job's directory (follow_children, a flight recorder's), or the
+    directory max_events spills to. None when stop() would only return the trace
+    (no output; a flight recorder's temporary job)."""
+    if session.temporary_job:
+        return None
+    return session.output_file or session.job_dir or session.output
+
+
+def stop_at_exit():
+    """A session still running at interpreter exit (start() without its stop()).
+    With an output named, the user said where its trace goes: it is stopped as
+    stop() would stop it, so the file (or directory) is written, and one line says
+    so. Without, stop() would have handed the trace to a program that has ended:
+    it is unhooked and discarded, its temporary directory (a flight recorder's)
+    removed. Never raises: the program's exit goes on as it would."""
+    global session
+    running = session
+    if running is None:
+        return
+    where = _named_output(running)
+    if where is None:
+        with lock:
+            session = None
+        running.stop()
+        if running.temporary_job:
+            import shutil
+            shutil.rmtree(running.job_dir, ignore_errors=True)
+        print("pytrace_cffi: still tracing at exit; that trace was discarded (call stop())",
+              file=sys.stderr)
+        return
+    said = "pytrace_cffi: still tracing at exit (no stop()): stopped as stop() would"
+    try:
+        result = stop()
+    except TraceError as exc:       # what was saved is where the message says
+        print(f"{said}; {exc}", file=sys.stderr)
+        return
+    except Exception as exc:        # noqa: BLE001 - the program's exit goes on
+        print(f"{said}, which failed ({exc.__class__.__name__}: {exc}); the trace was "
+              f"meant for {where}", file=sys.stderr)
+        return
+    if getattr(result, "written", True) is False:       # a WrittenTrace: lines above say why
+        print(f"{said}; {where} could not be written", file=sys.stderr)
+    else:
+        if running.job_dir is None:    # a spill moved elsewhere is there
+            where = getattr(result, "directory", where)
+        print(f"{said}; the trace is in {where}", file=sys.stderr)

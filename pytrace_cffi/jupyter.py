@@ -31,7 +31,7 @@ import sys
 import tempfile
 import types
 
-from . import _running, formats, options as start_options
+from . import formats, options as start_options
 from ._hiding import codes_below, hide_launcher_frames, launcher_frames, restore_launcher_frames
 
 INLINE_CALL_BUDGET = 50_000      # the inline page's timeline: calls before it is reduced
@@ -40,10 +40,11 @@ IFRAME_HEIGHT_PX = 820
 _CELL_VALUE = "_pytrace_cffi_cell_value"     # the last expression's value, for a moment
 
 
-def load_ipython_extension(ipython):
-    """Registers %%pytrace with ipython (an InteractiveShell)."""
+def load_ipython_extension(ipython, start, stop):
+    """Registers %%pytrace with ipython (an InteractiveShell); it traces by start
+    and stop (the public ones, handed in by the package)."""
     def pytrace(line, cell):
-        return run_traced_cell(ipython, line, cell)
+        return run_traced_cell(ipython, line, cell, start, stop)
     pytrace.__doc__ = _parser().format_help()
     ipython.register_magic_function(pytrace, magic_kind="cell", magic_name="pytrace")
 
@@ -115,7 +116,7 @@ def _cell_function(shell, cell):
     return types.FunctionType(code, shell.user_ns), has_value
 
 
-def run_traced_cell(shell, line, cell):
+def run_traced_cell(shell, line, cell, start, stop):
     """%%pytrace: runs cell traced, shows its page, returns its last expression's
     value (None without one). An exception of the cell is raised again once its
     trace is shown."""
@@ -130,12 +131,12 @@ def run_traced_cell(shell, line, cell):
     hide_launcher_frames(codes_below(sys._getframe()))
     failure = None
     try:
-        _running.api["start"](**options)
+        start(**options)
         try:
             run_cell()
         except BaseException as exc:      # noqa: B902 - raised again below
             failure = exc
-        trace = _running.api["stop"]()
+        trace = stop()
     finally:
         restore_launcher_frames(saved_launchers)
     value = shell.user_ns.pop(_CELL_VALUE, None) if has_value else None

@@ -12,7 +12,6 @@ import json
 import os
 import sys
 
-from .. import _running
 from .._hiding import codes_below, hide_launcher_frames
 from . import exits, identity
 from .identity import ENV, _command_line, _join_run, _run_over, _say, handed_over
@@ -20,9 +19,9 @@ from .launches import _note_unfollowed, _untraced_helper
 from .session import _armed_after_fork
 
 
-def start_from_environment():
-    """The bootstrap's work: trace this new interpreter if PYTRACE_CFFI_FOLLOW
-    says so. Never raises: a failure prints one line, the program runs untraced."""
+def start_from_environment(start):
+    """The bootstrap's work: trace this new interpreter, by start (the public
+    pytrace_cffi.start, handed in by the bootstrap), if PYTRACE_CFFI_FOLLOW says so. Never raises: a failure prints one line, the program runs untraced."""
     config = os.environ.get(ENV)
     if not config:
         return
@@ -51,7 +50,7 @@ def start_from_environment():
         # (site's, importlib's) and what they run until they return are the
         # interpreter's start-up, not the program's (see hide_launcher_frames).
         hide_launcher_frames(codes_below(sys._getframe(1)), with_callees=True)
-        _running.api["start"](follow_children=True, output=job_dir, **options)
+        start(follow_children=True, output=job_dir, **options)
     except Exception as exc:     # noqa: BLE001 - never break the child
         reason = f"{exc.__class__.__name__}: {exc}"
         _say(f"not tracing pid {os.getpid()} ({reason})")

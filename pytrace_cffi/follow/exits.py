@@ -328,9 +328,9 @@ def finish_here(at_exit=False):
     try:
         with saving():
             if at_exit and session.root:
-                _running.api["stop_at_exit"]()
+                _running.stop_at_exit()
             else:
-                _running.api["stop"]()
+                _running.stop()
     except TraceError as exc:    # a failed spill: what it held is saved
         _say(f"pid {os.getpid()}: {exc}")
     except Exception as exc:     # noqa: BLE001 - the program's exit goes on
