@@ -190,7 +190,7 @@ def _check_output(path):
     if not path.strip():        # (-o "$OUT" with OUT unset)
         raise _cannot_write(path, "the name is empty")
     try:
-        is_directory = formats.format_of(path) is formats.DIRECTORY
+        is_directory = formats.format_of(path).directory
     except formats.UnknownFormat as exc:
         raise _cannot_write(path, str(exc)) from None
     absolute = os.path.abspath(path)

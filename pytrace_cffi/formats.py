@@ -20,6 +20,7 @@ the column (formats.of(path).live), never which format a name is:
   torch_merge  merged with a torch.profiler trace by this "module:function"
                (called with our Trace, torch's path, the output, the anchor),
                or None: not merged
+  directory    a saved-trace directory, not a file (DIRECTORY alone)
 """
 import errno
 import importlib
@@ -29,8 +30,8 @@ from collections import namedtuple
 from .errors import TraceFormatError
 
 Format = namedtuple("Format", "name suffixes what writer options chrome_json gzip reader "
-                               "read_options live joinable torch_merge",
-                    defaults=(False, False, None))
+                               "read_options live joinable torch_merge directory",
+                    defaults=(False, False, None, False))
 
 FORMATS = (
     Format("json", (".json",), "Chrome trace JSON for Perfetto and chrome://tracing",
@@ -58,7 +59,7 @@ FORMATS = (
 )
 DIRECTORY = Format("directory", (), "a saved-trace directory: a name without a suffix, "
                    f"or ending in {os.sep}", "model.saved:save", {}, False, False,
-                   "model.saved:load", {})
+                   "model.saved:load", {}, directory=True)
 # What of() gives for a name whose suffix is unknown: it can do nothing.
 NO_FORMAT = Format("unknown", (), "no known format", None, {}, False, False, None, {})
 
@@ -174,7 +175,7 @@ def numbered(path, number, fmt=None):
     (.html and .pftrace alike), dir -> dir.1/ (the separator keeps a directory
     a directory whatever its name)."""
     fmt = fmt or format_of(path)
-    if fmt is DIRECTORY:
+    if fmt.directory:
         return f"{path.rstrip(os.sep)}.{number}{os.sep}"
     suffix = next(s for s in fmt.suffixes if path.lower().endswith(s))
     return f"{path[:-len(suffix)]}.{number}{path[-len(suffix):]}"
@@ -200,7 +201,7 @@ def write(trace, path, fmt=None):
     other files (an OSError, ENOTEMPTY, says so)."""
     path = os.fspath(path)
     fmt = fmt or format_of(path)
-    if fmt is DIRECTORY:
+    if fmt.directory:
         refused = foreign_directory(path)
         if refused is not None:
             raise OSError(errno.ENOTEMPTY, refused, path)
@@ -285,7 +286,7 @@ def read(path):
         raise TraceFormatError(f"{path!r} ({fmt.what}) is made for its viewer and not read "
                                "back: write a .pftrace (or .json, .json.gz, a directory) to "
                                "read the trace again")
-    if fmt is None or fmt is DIRECTORY:
+    if fmt is None or fmt.directory:
         raise TraceFormatError(f"{path!r} is neither a saved-trace directory nor a .json, "
                                f".json.gz or .pftrace file")
     return _named(fmt.reader)(path, **fmt.read_options)

@@ -31,7 +31,7 @@ LOCK_FILE = ".formatted.lock"
 def formatted_path(place, format_name):
     """Where the dump in place is written in format_name (formats.DUMP_FORMATS)."""
     fmt = formats.dump_format(format_name)
-    if fmt is formats.DIRECTORY:
+    if fmt.directory:
         return os.path.join(place, FORMATTED_NAME) + os.sep
     return os.path.join(place, FORMATTED_NAME + fmt.suffixes[0])
 
@@ -76,7 +76,7 @@ def write_joined(process_dumps, target, fmt=None):
     name renamed at the end. Returns the trace."""
     fmt = fmt or formats.format_of(target)
     trace = joined_trace(list(process_dumps))[0]
-    if fmt is formats.DIRECTORY:
+    if fmt.directory:
         final = target.rstrip(os.sep)
         temporary = f"{final}.{os.getpid()}.tmp"
         shutil.rmtree(temporary, ignore_errors=True)
