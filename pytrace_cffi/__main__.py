@@ -15,7 +15,7 @@ from .cli.dump import add_dump_parser, cmd_dump
 from .cli.program import main_module, split_run
 from .cli.steps import OptimizerSteps, ScheduledWindows, parse_schedule
 from .cli import trace_warnings
-from .cli.windows import Windows, signal_number
+from .cli.run import Run, signal_number
 from .errors import TraceFormatError
 from ._hiding import codes_below, hide_launcher_frames, hide_with_callees
 
@@ -333,18 +333,18 @@ def _cmd_run(args, program, at_interpreter_exit=False):
         sys.excepthook(type(exc), exc.with_traceback(None), None)
         return 1
     run_program = types.FunctionType(code, main.__dict__)
-    windows = Windows(output, options, formats.write_or_fall_back, spill=args.spill)
     if args.processes_dir is not None and args.max_events and not args.spill:
         raise SystemExit("pytrace_cffi: --processes-dir needs children followed: with "
                          "--max-events, add --spill")
-    if not args.no_follow and args.max_events and not args.spill:
+    follow = not args.no_follow
+    if follow and args.max_events and not args.spill:
         print("pytrace_cffi: --max-events without --spill drops events, so child processes "
               "are not followed (add --spill to follow them)", file=sys.stderr)
-    elif not args.no_follow:       # every process spills into OUT.processes/ anyway
-        from .cli.job_windows import JobWindows
-        windows = JobWindows(output, options, formats.write_or_fall_back, export,
-                             keep_in=args.processes_dir)
-    windows.guard_ending()      # os._exit or an exec of this process still writes OUT
+        follow = False
+    # (following, every process spills into its job's directory anyway)
+    run = Run(output, options, spill=args.spill and not follow, follow=follow,
+              keep_in=args.processes_dir if follow else None)
+    run.guard_ending()      # os._exit or an exec of this process still writes OUT
     hide_launcher_frames(_launcher_codes())
     # The program's module stays __main__ to the end, as under python: threads and
     # atexit handlers that outlive its code still unpickle from it.
@@ -367,7 +367,7 @@ def _cmd_run(args, program, at_interpreter_exit=False):
             _set_step_hook(None)
             optimizer_steps.uninstall()
             scheduled.end()
-        _finish_windows(windows)
+        _finish_run(run)
 
     if at_interpreter_exit:
         # Registered before tracing starts (this frame's calls are recorded then):
@@ -377,17 +377,17 @@ def _cmd_run(args, program, at_interpreter_exit=False):
         save_at_exit()
         atexit.register(end_of_run)
     if schedule_kwargs is not None:
-        scheduled = ScheduledWindows(schedule_kwargs, windows)
+        scheduled = ScheduledWindows(schedule_kwargs, run)
         optimizer_steps = OptimizerSteps(scheduled.step)
         optimizer_steps.install()
         _set_step_hook(optimizer_steps.program_step)
         scheduled.begin()
     elif signum is not None:
-        windows.on_signal(signum)
+        run.on_signal(signum)
     elif args.delay or args.duration:
-        windows.after(args.delay, args.duration)
+        run.after(args.delay, args.duration)
     else:
-        windows.whole_run()
+        run.whole_run()
     # The program sees python's sys.modules, not our imports (its own run again).
     hide_from_program(module is not None or main.__spec__ is not None)
     try:
@@ -442,11 +442,11 @@ def _hide_idle_shutdown():
     hide_with_callees(code)
 
 
-def _finish_windows(windows):
-    """windows.finish(), which says what it wrote or kept; a failure of ours
+def _finish_run(run):
+    """run.finish(), which says what it wrote or kept; a failure of ours
     beyond that is said in one line: the program's exit goes on unchanged."""
     try:
-        windows.finish()
+        run.finish()
     except KeyboardInterrupt:    # past writing (which keeps the trace and says where)
         print("pytrace_cffi: interrupted", file=sys.stderr)
     except Exception as exc:     # noqa: BLE001 - never a traceback of ours, nor an exit code
@@ -493,13 +493,8 @@ def _print_text(text):
 
 
 def export(source, path):
-    """What `export SOURCE -o PATH` does, also `run -o PATH` for a job of several
-    processes (SOURCE its trace directory, or the list of its process
-    directories): reads SOURCE as one trace and writes it in the format PATH's
-    name picks. Returns the trace."""
-    if isinstance(source, (list, tuple)):
-        from .follow.finish import export_job
-        return export_job(source, path)
+    """What `export SOURCE -o PATH` does: reads SOURCE as one trace and writes it
+    in the format PATH's name picks. Returns the trace."""
     from .reading import read_trace
     trace = read_trace(source)
     formats.whole_or_nothing(path, lambda: formats.write(trace, path))

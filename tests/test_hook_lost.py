@@ -597,9 +597,9 @@ def test_monitoring_tool_freed_only_keeps_recording():
 # -- the CLI's windows ------------------------------------------------------------------
 
 def test_cli_window_closes_after_hook_lost(tmp_path):
-    from pytrace_cffi.cli.windows import Windows
+    from pytrace_cffi.cli.run import Run
     written = []
-    windows = Windows(str(tmp_path / "out.json"), {}, lambda result, path: written.append(
+    windows = Run(str(tmp_path / "out.json"), {}, lambda result, path: written.append(
         (function_names(result), path)))
     windows.whole_run()
     try:

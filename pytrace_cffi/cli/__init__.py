@@ -5,8 +5,10 @@ the command line.
 
 - program.py  the program run: `run`'s argv split as python splits its own,
               the script or -m module found before tracing starts
-- windows.py  the tracing windows of `run` (whole run, signal, delay/duration),
-              with children followed or not
+- run.py      Run: `run`'s output from the program's start to OUT (its format
+              decided once; the tracing windows: whole run, signal,
+              delay/duration; each window's job when children are followed;
+              the guard of the process's other ends; the writing)
 - steps.py    run --schedule: the steps traced, the optimizer's steps counted
 - trace_warnings.py  TraceWarnings printed as one `pytrace_cffi: ...` line each,
               options spelt as flags; every other warning as under python

@@ -2,7 +2,7 @@
 
 A step ends at each pytrace_cffi.step() the program calls, and at the end of
 each training step of torch's optimizers (OptimizerSteps); ScheduledWindows
-opens and closes the run's Windows (windows.py) as the schedule says."""
+opens and closes the run's windows (run.Run) as the schedule says."""
 import sys
 
 from ..schedule import Action, ScheduledTracing, schedule
@@ -23,7 +23,7 @@ def parse_schedule(text):
 
 
 class ScheduledWindows(ScheduledTracing):
-    """run --schedule: the schedule() of trace(schedule=...) driving Windows, one
+    """run --schedule: the schedule() of trace(schedule=...) driving a Run's windows, one
     step at a time. A step ends at each pytrace_cffi.step() the program calls,
     and at the end of each training step of torch's optimizers (OptimizerSteps).
 
@@ -35,7 +35,7 @@ class ScheduledWindows(ScheduledTracing):
     while the schedule waits: it is no place to switch windows."""
 
     def __init__(self, schedule_kwargs, windows):
-        windows._numbered = schedule_kwargs["repeat"] != 1
+        windows.number_windows(schedule_kwargs["repeat"] != 1)
         super().__init__(schedule(**schedule_kwargs), None, self._open, None, {})
         self._windows = windows
         self._busy = False

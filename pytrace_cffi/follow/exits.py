@@ -7,7 +7,7 @@ One os._exit wrapper, one audit hook, one SIGTERM handler and one atexit
 handler serve both users:
 
 - `run` without following children (guard_window): the open window is
-  written first (its Windows.finish());
+  written first (its cli.run.Run.finish());
 - a followed process (install_exit_paths, by session.FollowSession): its trace
   is saved first (finish_here), and `run`'s OUT written when this process owes
   it (owe_run_finish: a finish.RunFinish); at an exec that finish is handed to
@@ -34,7 +34,7 @@ _saved_at_exit = False     # atexit runs finish_here (registered once)
 _window_fork_hook = False  # a forked child drops the window guard (registered once)
 _following = False         # install_exit_paths is in force (until restore_exit_paths)
 # The run whose open window is written before the process ends without
-# returning to `run` (os._exit) or becomes another program (exec): (pid, Windows).
+# returning to `run` (os._exit) or becomes another program (exec): (pid, its cli.run.Run).
 # A follow run does this through its session (its exec'd image can finish the job).
 _window = None
 # `run`'s pending finish (a finish.RunFinish) in the process that owes it. An

@@ -1,10 +1,9 @@
 """`run`'s finish: OUT written from the job's per-process traces.
 
-The command line hands in what to write and how (RunFinish: the job
-directory, OUT, whether the per-process traces are kept, write(trace, path) for
-a job of one process and export(inputs, path) for several, by default
-formats.write_or_fall_back and export_job); the process running `run` calls
-finish_run when its window closes. A process that ends without returning to
+The run hands in what to write and how (RunFinish: the job directory, OUT,
+whether the per-process traces are kept, write(trace, path) for a job of one
+process, by default formats.write_or_fall_back, and OUT's format as the run
+decided it); the process running `run` calls finish_run when its window closes. A process that ends without returning to
 `run` (os._exit, SIGTERM, an exec) finishes it through exits.py, or hands it to
 the image an exec starts (RunFinish.hand_over, identity.FINISH_FILE).
 """
@@ -36,23 +35,24 @@ def export_job(inputs, path):
 class RunFinish:
     """`run`'s finish, owed by the process `pid` (the one running `run`, or the
     image an exec of it started): OUT (output) written from the job in job_dir
-    by finish_run with write and export; keep: the per-process traces stay (the
-    user's --processes-dir)."""
+    by finish_run with write, in fmt (the Format of OUT's name unless the run
+    decided it already); keep: the per-process traces stay (the user's
+    --processes-dir)."""
 
     def __init__(self, job_dir, output, keep=False, write=formats.write_or_fall_back,
-                 export=export_job, pid=None):
-        self.pid = os.getpid() if pid is None else pid
+                 fmt=None):
+        self.pid = os.getpid()
         self.job_dir = job_dir
         self.output = output
+        self.format = formats.of(output) if fmt is None else fmt
         self.keep = keep
         self.write = write
-        self.export = export
 
     def run(self, path=None, interrupted=False):
         """finish_run of this job to path (by default output). Returns whether
         OUT was written."""
         return finish_run(self.job_dir, self.output if path is None else path, self.write,
-                          self.export, keep=self.keep, interrupted=interrupted)
+                          self.format, keep=self.keep, interrupted=interrupted)
 
     def finish_now(self):
         """run(), as the process ends (atexit, os._exit, SIGTERM, an exec's audit
@@ -99,13 +99,13 @@ def job_dir_for(path, keep_in=None):
     return new_directory(f"pytrace_cffi-{name}-", ".processes")
 
 
-def finish_run(job_dir, path, write, export, keep=False, interrupted=False):
+def finish_run(job_dir, path, write, fmt, keep=False, interrupted=False):
     """After `run`: OUT written and one line per process traced and per child not
     followed. One process (the program's own, nothing followed): written as
     without following, by write(trace, path), which returns the path written
-    (perhaps a fallback) or None. Several: the whole job, joined by join() for
-    .json/.json.gz, else by export(job_dir, path) (what `export DIR -o OUT` does:
-    .html, .pftrace or a saved directory). Writing is said in a line when it
+    (perhaps a fallback) or None. Several: the whole job, joined by join() when
+    fmt (path's format) is joinable, else by export_job (what `export DIR -o OUT`
+    does). A format that is live takes the parts encoded while the program ran. Writing is said in a line when it
     starts and one when it ends (size, time).
 
     First RUN_DONE_FILE goes into job_dir: a process of the job that outlives the
@@ -127,7 +127,7 @@ def finish_run(job_dir, path, write, export, keep=False, interrupted=False):
         if places:
             inputs = _process_inputs(places)
             results = status(inputs)
-            written = _write_job(results, inputs, path, write, export)
+            written = _write_job(results, inputs, path, write, fmt)
     except KeyboardInterrupt:
         interrupted = True
     except (OSError, TraceFormatError) as exc:
@@ -173,13 +173,13 @@ def finish_run(job_dir, path, write, export, keep=False, interrupted=False):
     return bool(written)
 
 
-def _write_job(results, inputs, path, write, export):
+def _write_job(results, inputs, path, write, fmt):
     """finish_run's writing of OUT (see there). Returns the path written, or None."""
     root = [r for r in results if r.state == "complete" and _is_root(r.directory)]
     started = _progress.announce_writing(path)
     if len(results) == 1 and root:
         trace = load(root[0].directory)
-        if formats.of(path).live:
+        if fmt.live:
             from .live import live_parts, why_not_encoded
             parts = live_parts(root[0].directory, trace)
             if parts is not None:
@@ -195,12 +195,12 @@ def _write_job(results, inputs, path, write, export):
             _progress.suggest_smaller(written)
         return written
     try:
-        if formats.of(path).joinable:
+        if fmt.joinable:
             join(inputs, path)
         else:
             with warnings.catch_warnings():     # finish_run's lines say it
                 warnings.filterwarnings("ignore", NOT_READ_WHOLE, TraceWarning)
-                export(inputs, path)
+                export_job(inputs, path)
     except (OSError, ValueError, TraceFormatError) as exc:
         _say(f"cannot write the job's trace to {path!r}: {exc}")
         return None

@@ -44,15 +44,15 @@ class WritingSession(FollowSession):
     def __init__(self, options, path, children):
         self.output_file = path
         self.job = job_dir_for(path)
+        self._finish = RunFinish(self.job, path)        # (it reads path's format)
         self._encoding_before = live.requested_compress()
-        if formats.of(path).live:
+        if self._finish.format.live:
             live.request()
         try:
             super().__init__(dict(options, output=self.job), root=True, children=children)
         except BaseException:
             self.forget_output_file()
             raise
-        self._finish = RunFinish(self.job, path)
         if children:
             identity.run_here(path)
             exits.owe_run_finish(self._finish)      # os._exit, SIGTERM: OUT written first

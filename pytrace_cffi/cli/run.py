@@ -1,8 +1,12 @@
-"""Tracing windows for `run`: the whole run, or windows opened and closed by a
-signal (each signal toggles; each window gets its own numbered file), or one
-window bounded by --delay and --duration (the steps a --schedule picks: see
-steps.py). Windows traces this process only (job_windows.JobWindows follows
-its children too)."""
+"""`run`'s output, from the program's start to OUT: one Run, made once per run
+with OUT and the options, decides OUT's format once and owns the tracing
+windows (the whole run, or windows opened and closed by a signal, each signal
+toggling and each window getting its own numbered file, or one window bounded
+by --delay and --duration; the steps a --schedule picks: see steps.py), the
+job of each window when children are followed (its per-process traces in a
+directory of their own, joined into the window's OUT when it closes:
+follow/finish.py), the guard that writes OUT when the process ends another way
+(follow/exits.py), and the writing."""
 import contextlib
 import os
 import signal
@@ -19,6 +23,8 @@ from .._progress import (announce_writing, counted, finish_command, suggest_smal
 from ..errors import TraceError
 from ..follow import exits
 from .. import formats
+from ..follow import identity
+from ..follow.finish import RunFinish, job_dir_for
 from ..formats import numbered
 
 
@@ -75,21 +81,34 @@ class _OwnTimer(threading.Timer):
             lib.pt_own_thread_end()
 
 
-class Windows:
-    """write(trace, path) writes a window's trace and returns the path it went to
-    (another one when path failed), or None when it was lost (then .lost).
+class Run:
+    """`run`'s output. write(trace, path) writes a window's trace of this process
+    and returns the path it went to (another one when path failed), or None when
+    it was lost (then .lost).
 
-    With spill (options carry max_events), each window spills every event to a
-    temporary directory beside the output instead of dropping the oldest, and the
-    window's trace is read back from it when written; the directory goes once the
-    trace is written, and stays (and is named) when writing failed."""
+    follow: each window is a job (its per-process traces in a new directory,
+    keep_in: --processes-dir, or None), whose finish (a follow.finish.RunFinish)
+    this process owes until the window closes; the follow session guards the
+    process's other ends (os._exit and exec write OUT from the job, or hand its
+    finish to an exec'd image).
 
-    def __init__(self, output, options, write, spill=False):
+    With spill (options carry max_events; not with follow), each window spills
+    every event to a temporary directory beside the output instead of dropping
+    the oldest, and the window's trace is read back from it when written; the
+    directory goes once the trace is written, and stays (and is named) when
+    writing failed."""
+
+    def __init__(self, output, options, write=formats.write_or_fall_back, spill=False,
+                 follow=False, keep_in=None):
         self._output = output
+        self._format = formats.of(output)       # decided here, once for the run
         self._options = options
         self._write = write
         self._spill = spill
         self._spill_dir = None
+        self._follow = follow
+        self._keep_in = keep_in
+        self._job = None                # the open window's job directory (follow)
         self.lost = False
         self._lock = threading.RLock()
         self._numbered = False
@@ -103,8 +122,9 @@ class Windows:
     # -- ways to drive it ----------------------------------------------------
     def guard_ending(self):
         """os._exit or an exec of this process writes the open window first (until
-        finish())."""
-        exits.guard_window(self)
+        finish()); following, the follow session does that from the job."""
+        if not self._follow:
+            exits.guard_window(self)
 
     def whole_run(self):
         self.open()
@@ -112,6 +132,10 @@ class Windows:
     def on_signal(self, signum):
         self._numbered = True
         signal.signal(signum, lambda *_: self.toggle())
+
+    def number_windows(self, numbered):
+        """Whether each window goes to a numbered file (a repeating schedule)."""
+        self._numbered = numbered
 
     def after(self, delay, duration):
         """One window: opens after `delay` seconds, closes `duration` later."""
@@ -129,41 +153,85 @@ class Windows:
         timer.start()
         timer.registered.wait()
 
+    def _window_path(self, number):
+        return numbered(self._output, number, self._format) if self._numbered else self._output
+
     # -- windows -------------------------------------------------------------
     def open(self, noop=False):
+        if self._follow and noop:
+            self._job = None            # a schedule's warmup: nothing kept, none followed
         with self._lock:
             if _has_session():
                 return
             options = self._options
             if noop:                    # a schedule's warmup: hooks on, nothing kept
                 options = dict(options, noop=True, max_events=None)
+            elif self._follow:
+                options = dict(options, follow_children=True, output=self._open_job())
             elif self._spill:
                 beside = os.path.dirname(os.path.abspath(self._output.rstrip(os.sep)))
                 self._spill_dir = new_directory(".pytrace_cffi-spill-", where=beside)
                 options = dict(options, output=self._spill_dir)
             elif self._encoded_as_it_runs():
                 # start(output=OUT): stop() writes OUT, encoded while the program ran
-                number = self._count + 1
-                options = dict(options, output=numbered(self._output, number)
-                               if self._numbered else self._output)
+                options = dict(options, output=self._window_path(self._count + 1))
         # Last statement: what this frame runs once the hooks are live is recorded.
         start(**options)
+
+    def _open_job(self):
+        """The next window's job directory, whose finish this process owes from now."""
+        number = self._count + 1
+        path = self._window_path(number)
+        keep_in = self._keep_in
+        keep = (numbered(keep_in, number, formats.DIRECTORY)
+                if self._numbered and keep_in is not None else keep_in)
+        self._job = job_dir_for(path, keep)
+        exits.owe_run_finish(self._finish(path))
+        identity.run_here(path)
+        if self._format.live:
+            from ..follow import live
+            live.request()              # the program's process encodes as it runs
+        exits.handle_sigterm()          # (the session's end takes it away again)
+        return self._job
+
+    def _finish(self, path):
+        return RunFinish(self._job, path, self._keep_in is not None, self._write,
+                         fmt=self._format)
 
     def _encoded_as_it_runs(self):
         """A .pftrace window that keeps every event (no --max-events, no flight
         recorder) is encoded while the program runs, as with children followed."""
         o = self._options
-        return (formats.of(self._output).live and not o.get("max_events")
+        return (self._format.live and not o.get("max_events")
                 and not o.get("flight_recorder")
                 and os.environ.get("PYTRACE_CFFI_LIVE", "1") != "0")
 
     def close(self, save=True):
+        if self._follow:
+            with exits.sigterm_waits():     # OUT written whole, then a SIGTERM ends us
+                self._close_job(save)
+            return
         self._closing = True
         try:
             with exits.sigterm_waits():     # OUT written whole, then a SIGTERM ends us
                 self._close(save)
         finally:
             self._closing = False
+
+    def _close_job(self, save):
+        with self._lock:
+            if not _has_session():
+                return
+            exits.owe_run_finish(None)
+            _, interrupted = stopped()
+            if not save or self._job is None:      # a schedule's warmup
+                if self._job is not None and self._keep_in is None:
+                    import shutil
+                    shutil.rmtree(self._job, ignore_errors=True)
+                return
+            self._count += 1
+            if not self._finish(self._window_path(self._count)).run(interrupted=interrupted):
+                self.lost = True
 
     def _close(self, save):
         with self._lock:
@@ -180,7 +248,7 @@ class Windows:
             if spill_dir is not None:       # (made elsewhere when it was removed)
                 spill_dir = getattr(result, "directory", spill_dir)
             self._count += 1
-            path = numbered(self._output, self._count) if self._numbered else self._output
+            path = self._window_path(self._count)
             try:
                 if interrupted:
                     raise KeyboardInterrupt
@@ -226,7 +294,10 @@ class Windows:
             self.open()
 
     def finish(self):
-        """At the program's end: closes an open window; says if none was traced."""
+        """At the program's end: closes an open window; says if none was traced.
+        Following, OUT may be written (or handed over, at an exec) already."""
+        if self._follow and exits.run_ended_early():
+            return
         exits.unguard_window()
         for timer in self._timers:
             timer.cancel()
@@ -235,6 +306,7 @@ class Windows:
             print("pytrace_cffi: no window was traced (no signal came, the program "
                   "ended before --delay, or it took fewer steps than --schedule waits)",
                   file=sys.stderr)
+
 
 
 def _written_by_stop(result):
