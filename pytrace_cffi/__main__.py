@@ -7,7 +7,6 @@ import sys
 import types
 
 from . import _set_step_hook, formats, options as start_options
-from ._files import new_directory
 from ._progress import counted
 from ._program_view import hide_from_program
 from .cli.attach import add_attach_parser, cmd_attach
@@ -15,7 +14,7 @@ from .cli.dump import add_dump_parser, cmd_dump
 from .cli.program import main_module, split_run
 from .cli.steps import OptimizerSteps, ScheduledWindows, parse_schedule
 from .cli import trace_warnings
-from .cli.run import Run, signal_number
+from .cli.run import Run
 from .errors import TraceFormatError
 from ._hiding import codes_below, hide_launcher_frames, hide_with_callees
 
@@ -182,44 +181,11 @@ def _cannot_write(path, reason):
 
 
 def _check_output(path):
-    """Exits (code 2) unless OUT can be written: a file's directory exists and takes
-    a new file; a directory output exists and takes a new file, or can be made.
-    Checked by making (and removing) what the write will make, so a read-only file
-    system or a missing permission is found before the program runs. A name of
-    no format, and a directory of other files, are refused (see formats)."""
-    if not path.strip():        # (-o "$OUT" with OUT unset)
-        raise _cannot_write(path, "the name is empty")
-    try:
-        is_directory = formats.format_of(path).directory
-    except formats.UnknownFormat as exc:
-        raise _cannot_write(path, str(exc)) from None
-    absolute = os.path.abspath(path)
-    if is_directory and os.path.exists(path) and not os.path.isdir(path):
-        raise _cannot_write(path, "it is a file; a saved trace is a directory (name the "
-                                  f"output {formats.suffixes_text(directory=False)} for a "
-                                  "file)")
-    if is_directory and formats.foreign_directory(path):
-        raise _cannot_write(path, formats.foreign_directory(path))
-    if not is_directory:
-        if os.path.isdir(absolute):
-            raise _cannot_write(path, "it is a directory")
-        where = os.path.dirname(absolute)
-    else:
-        where = absolute
-        while not os.path.exists(where):          # save() makes missing parents
-            where = os.path.dirname(where)
-    if not os.path.isdir(where):
-        state = "is not a directory" if os.path.exists(where) else "does not exist"
-        raise _cannot_write(path, f"directory {where!r} {state}")
-    try:
-        if is_directory and where != absolute:
-            os.rmdir(new_directory(".pytrace_cffi-", where=where))
-        else:
-            probe = os.path.join(where, f".pytrace_cffi-{os.urandom(6).hex()}")
-            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            os.unlink(probe)
-    except OSError as exc:
-        raise _cannot_write(path, exc.strerror or str(exc)) from None
+    """Exits (code 2) unless OUT can be written (formats.unwritable says why not),
+    so that a bad OUT fails before the program runs, not after."""
+    reason = formats.unwritable(path)
+    if reason is not None:
+        raise _cannot_write(path, reason)
 
 
 def _check_processes_dir(path):
@@ -314,7 +280,9 @@ def _cmd_run(args, program, at_interpreter_exit=False):
     options = start_options.from_arguments(args)
     try:
         start_options.check(options)
-        signum = signal_number(args.signal) if args.signal else None
+        signum = start_options.signal_number(args.signal) if args.signal else None
+        if signum == 0:             # ("none", "0": no signal is no window)
+            raise ValueError(f"unknown signal {args.signal!r}")
         schedule_kwargs = parse_schedule(args.schedule) if args.schedule else None
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"pytrace_cffi: {exc}") from None

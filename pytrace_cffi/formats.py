@@ -27,6 +27,7 @@ import importlib
 import os
 from collections import namedtuple
 
+from ._files import new_directory
 from .errors import TraceFormatError
 
 Format = namedtuple("Format", "name suffixes what writer options chrome_json gzip reader "
@@ -192,6 +193,49 @@ def foreign_directory(path):
     if entries and not os.path.isfile(os.path.join(path, SAVED_TRACE_FILE)):
         return ("it is a directory holding other files, not a saved trace (name a new or "
                 f"empty directory, or a file: {suffixes_text(directory=False)})")
+    return None
+
+
+def unwritable(path):
+    """Why an output named path cannot be written, or None when it can: a file's
+    directory exists and takes a new file; a directory output exists and takes a
+    new file, or can be made. Checked by making (and removing) what the write
+    will make, so a read-only file system or a missing permission is found before
+    anything is traced. A name of no format, and a directory of other files
+    (foreign_directory), are refused."""
+    if not path.strip():        # (-o "$OUT" with OUT unset)
+        return "the name is empty"
+    try:
+        is_directory = format_of(path).directory
+    except UnknownFormat as exc:
+        return str(exc)
+    absolute = os.path.abspath(path)
+    if is_directory and os.path.exists(path) and not os.path.isdir(path):
+        return ("it is a file; a saved trace is a directory (name the output "
+                f"{suffixes_text(directory=False)} for a file)")
+    foreign = is_directory and foreign_directory(path)
+    if foreign:
+        return foreign
+    if not is_directory:
+        if os.path.isdir(absolute):
+            return "it is a directory"
+        where = os.path.dirname(absolute)
+    else:
+        where = absolute
+        while not os.path.exists(where):          # save() makes missing parents
+            where = os.path.dirname(where)
+    if not os.path.isdir(where):
+        state = "is not a directory" if os.path.exists(where) else "does not exist"
+        return f"directory {where!r} {state}"
+    try:
+        if is_directory and where != absolute:
+            os.rmdir(new_directory(".pytrace_cffi-", where=where))
+        else:
+            probe = os.path.join(where, f".pytrace_cffi-{os.urandom(6).hex()}")
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.unlink(probe)
+    except OSError as exc:
+        return exc.strerror or str(exc)
     return None
 
 

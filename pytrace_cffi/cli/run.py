@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 
-from .. import options, start, stop
+from .. import start, stop
 from .._files import new_directory
 from .._running import has_session as _has_session
 from .._core import lib
@@ -28,12 +28,6 @@ from ..follow.finish import RunFinish, job_dir_for
 from ..formats import numbered
 
 
-def signal_number(name):
-    """"USR2", "SIGUSR2" or "12" -> the signal's number; ValueError otherwise."""
-    number = options.signal_number(name)
-    if not number:
-        raise ValueError(f"unknown signal {name!r}")
-    return number
 
 
 
