@@ -96,6 +96,12 @@ class Run:
                  follow=False, keep_in=None):
         self._output = output
         self._format = formats.of(output)       # decided here, once for the run
+        # A .pftrace window that keeps every event (no --max-events, no flight
+        # recorder) is encoded while the program runs, as with children followed:
+        # start(output=OUT), whose stop() writes OUT.
+        self._encoded_as_it_runs = (self._format.live and not options.get("max_events")
+                                    and not options.get("flight_recorder")
+                                    and os.environ.get("PYTRACE_CFFI_LIVE", "1") != "0")
         self._options = options
         self._write = write
         self._spill = spill
@@ -166,8 +172,7 @@ class Run:
                 beside = os.path.dirname(os.path.abspath(self._output.rstrip(os.sep)))
                 self._spill_dir = new_directory(".pytrace_cffi-spill-", where=beside)
                 options = dict(options, output=self._spill_dir)
-            elif self._encoded_as_it_runs():
-                # start(output=OUT): stop() writes OUT, encoded while the program ran
+            elif self._encoded_as_it_runs:
                 options = dict(options, output=self._window_path(self._count + 1))
         # Last statement: what this frame runs once the hooks are live is recorded.
         start(**options)
@@ -191,14 +196,6 @@ class Run:
     def _finish(self, path):
         return RunFinish(self._job, path, self._keep_in is not None, self._write,
                          fmt=self._format)
-
-    def _encoded_as_it_runs(self):
-        """A .pftrace window that keeps every event (no --max-events, no flight
-        recorder) is encoded while the program runs, as with children followed."""
-        o = self._options
-        return (self._format.live and not o.get("max_events")
-                and not o.get("flight_recorder")
-                and os.environ.get("PYTRACE_CFFI_LIVE", "1") != "0")
 
     def close(self, save=True):
         if self._follow:

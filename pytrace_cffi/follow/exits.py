@@ -4,7 +4,7 @@ A process can end without returning to whoever would save its trace: by
 os._exit (multiprocessing's way), by an exec (another program replaces it), by
 SIGTERM (when the program has no handler of its own), or at interpreter exit.
 One os._exit wrapper, one audit hook, one SIGTERM handler and one atexit
-handler serve both users:
+handler, whose state is one object (_ExitState), serve both users:
 
 - `run` without following children (guard_window): the open window is
   written first (its cli.run.Run.finish());
@@ -29,27 +29,38 @@ from .identity import ENV, _say, following
 from .launches import _note_launch, _unfollowable, _util_finder, _watch_spawn
 
 _real_exit = os._exit
-_audit_installed = False
-_saved_at_exit = False     # atexit runs finish_here (registered once)
-_window_fork_hook = False  # a forked child drops the window guard (registered once)
-_following = False         # install_exit_paths is in force (until restore_exit_paths)
-# The run whose open window is written before the process ends without
-# returning to `run` (os._exit) or becomes another program (exec): (pid, its cli.run.Run).
-# A follow run does this through its session (its exec'd image can finish the job).
-_window = None
-# `run`'s pending finish (a finish.RunFinish) in the process that owes it. An
-# exec replaces that process: the new image takes the finish over
-# (RunFinish.hand_over, identity.FINISH_FILE), or it is done before the exec.
-_run_finish = None
-_run_ended_early = False   # OUT was written (or handed over) before the program returned
-_finishing = False
-_saving = 0                  # how many saves (of a trace, of OUT) are under way
-_terminate_after = False     # a SIGTERM came while saving: the process dies of it after
-_writing_out = False         # `run`'s OUT (or start()'s output) is being written here
-_said_waiting = False
-_sigterm_token = [True]      # popped by whoever serves a SIGTERM: the main thread's
-                             # handler or, when that cannot run, the flight recorder's
-                             # thread (sigterm_off_main)
+
+
+class _ExitState:
+    """What this process's exit guards hold: one instance, _state (a signal
+    handler, an audit hook and os._exit reach it, so it is the process's)."""
+
+    def __init__(self):
+        self.audit_installed = False
+        self.saved_at_exit = False      # atexit runs finish_here (registered once)
+        self.window_fork_hook = False   # a forked child drops the window guard (once)
+        self.exit_paths = False         # install_exit_paths is in force (until restore_exit_paths)
+        # The run whose open window is written before the process ends without
+        # returning to `run` (os._exit) or becomes another program (exec): (pid,
+        # its cli.run.Run). A follow run does this through its session (its
+        # exec'd image can finish the job).
+        self.window = None
+        # `run`'s pending finish (a finish.RunFinish) in the process that owes it.
+        # An exec replaces that process: the new image takes the finish over
+        # (RunFinish.hand_over, identity.FINISH_FILE), or it is done before the exec.
+        self.run_finish = None
+        self.run_ended_early = False    # OUT written (or handed over) before the program returned
+        self.finishing = False
+        self.saves = 0                  # how many saves (of a trace, of OUT) are under way
+        self.terminate_after = False    # a SIGTERM came while saving: the process dies of it after
+        self.writing_out = False        # `run`'s OUT (or start()'s output) is being written here
+        self.said_waiting = False
+        # popped by whoever serves a SIGTERM: the main thread's handler or, when
+        # that cannot run, the flight recorder's thread (sigterm_off_main)
+        self.sigterm_token = [True]
+
+
+_state = _ExitState()
 SIGTERM_MAIN_S = 0.25        # the main thread's time to run its handler first
 
 
@@ -71,11 +82,10 @@ def _on_sigterm(signum, frame):
     os._exit, then the process dies of the signal as it would have. One that
     comes while anything is being saved (this handler's own work, stop(), OUT
     being written; the relay sends it again every 200 ms) waits for the save."""
-    global _terminate_after, _said_waiting
-    _terminate_after = True
-    if _saving:
-        if _writing_out and not _said_waiting:
-            _said_waiting = True
+    _state.terminate_after = True
+    if _state.saves:
+        if _state.writing_out and not _state.said_waiting:
+            _state.said_waiting = True
             _say("SIGTERM: the process ends once the trace is written")
         return
     if not _take_sigterm():
@@ -92,7 +102,7 @@ def _take_sigterm():
     """Whether the caller is the one to serve the SIGTERM (list.pop is atomic:
     no lock a signal handler could wait on)."""
     try:
-        return _sigterm_token.pop()
+        return _state.sigterm_token.pop()
     except IndexError:
         return False
 
@@ -105,18 +115,17 @@ def sigterm_off_main(recorder):
     and the process dies of SIGTERM as it would have, unless a save is under way
     (its end does that). The trace of this process is not saved here: the dump
     holds its ring."""
-    global _terminate_after
     deadline = time.monotonic() + SIGTERM_MAIN_S
-    while not _terminate_after and time.monotonic() < deadline:
+    while not _state.terminate_after and time.monotonic() < deadline:
         time.sleep(0.02)
-    if _terminate_after or signal.getsignal(signal.SIGTERM) is not _on_sigterm:
+    if _state.terminate_after or signal.getsignal(signal.SIGTERM) is not _on_sigterm:
         return                       # the main thread's (or the program's) handler has it
     if not _take_sigterm():
         return
     lib.pt_sigterm_guard(0)          # (its timer's signals would cut C calls short)
     recorder.on_sigterm()
-    if _saving:                      # a save under way ends the process at its end
-        _terminate_after = True
+    if _state.saves:                      # a save under way ends the process at its end
+        _state.terminate_after = True
         return
     lib.pt_flight_wait(2_000_000_000)   # its clone (a process of its own) finishes first
     die_of_sigterm()
@@ -127,14 +136,12 @@ class saving:
     until the outermost one ends, then the process dies of it."""
 
     def __enter__(self):
-        global _saving
-        _saving += 1
+        _state.saves += 1
         return self
 
     def __exit__(self, *exc):
-        global _saving
-        _saving -= 1
-        if not _saving and _terminate_after:
+        _state.saves -= 1
+        if not _state.saves and _state.terminate_after:
             die_of_sigterm()
         return False
 
@@ -145,7 +152,6 @@ def sigterm_waits():
     start(output=...)'s stop()): a SIGTERM meanwhile waits until OUT is written,
     then the process dies of it, instead of losing OUT half written (unless the
     program has a SIGTERM handler of its own, or this is not the main thread)."""
-    global _writing_out
     installed = False
     if threading.current_thread() is threading.main_thread():
         try:
@@ -154,13 +160,13 @@ def sigterm_waits():
                 installed = True
         except (ValueError, OSError):
             pass
-    outer, _writing_out = _writing_out, True
+    outer, _state.writing_out = _state.writing_out, True
     try:
         with saving():
             yield
     finally:
-        _writing_out = outer
-        if (installed or not _following) and _window is None and not _saving:
+        _state.writing_out = outer
+        if (installed or not _state.exit_paths) and _state.window is None and not _state.saves:
             _restore_default_sigterm()
 
 
@@ -203,7 +209,7 @@ def _audit(event, args):
     if event == "sys.excepthook":
         flight_dump("on_uncaught", *args[1:4])     # (type, value, traceback)
         return
-    if event == "os.exec" and _window is not None:
+    if event == "os.exec" and _state.window is not None:
         try:
             if can_exec(args[0]):
                 _write_window()
@@ -232,7 +238,7 @@ def _audit_following(event, args):
                 for name, value in zip((ENV, "PYTHONPATH"), inherited):
                     if value is not None:
                         os.environ[name] = value
-            if _run_finish is not None and _run_finish.pid == os.getpid():
+            if _state.run_finish is not None and _state.run_finish.pid == os.getpid():
                 _hand_over_run(_unfollowable(executable, argv, env) is None)
             return
         if event == "subprocess.Popen":
@@ -252,9 +258,8 @@ def _install_audit():
     hook would run for every audit event, "sys.setprofile" among them, and on
     3.10/3.11 let a thread starting meanwhile fail to set its profile function
     and die (pt_signals.c says how)."""
-    global _audit_installed
-    if not _audit_installed:
-        _audit_installed = lib.pt_audit_guard(ffi.cast("void *", id(_audit))) == lib.PT_OK
+    if not _state.audit_installed:
+        _state.audit_installed = lib.pt_audit_guard(ffi.cast("void *", id(_audit))) == lib.PT_OK
 
 
 def can_exec(path):
@@ -274,15 +279,14 @@ def can_exec(path):
 def guard_window(windows):
     """Until unguard_window(): os._exit, an exec or SIGTERM of this process writes
     windows' open window first (windows.finish())."""
-    global _window, _window_fork_hook
-    _window = (os.getpid(), windows)
+    _state.window = (os.getpid(), windows)
     os._exit = _exit_saving
     _install_audit()
-    if not _window_fork_hook:
+    if not _state.window_fork_hook:
         # A forked child owes nothing, and its SIGTERM must stay the default: a
         # Python handler would not run while it waits in C (Pool.terminate()).
         os.register_at_fork(after_in_child=unguard_window)
-        _window_fork_hook = True
+        _state.window_fork_hook = True
     if threading.current_thread() is threading.main_thread():
         try:
             if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
@@ -292,18 +296,16 @@ def guard_window(windows):
 
 
 def unguard_window():
-    global _window
-    _window = None
-    if os._exit is _exit_saving and not _following:
+    _state.window = None
+    if os._exit is _exit_saving and not _state.exit_paths:
         os._exit = _real_exit
-    if (threading.current_thread() is threading.main_thread() and not _following
-            and not _saving):
+    if (threading.current_thread() is threading.main_thread() and not _state.exit_paths
+            and not _state.saves):
         _restore_default_sigterm()
 
 
 def _write_window():
-    global _window
-    guard, _window = _window, None
+    guard, _state.window = _state.window, None
     if guard is None or guard[0] != os.getpid():
         return
     try:
@@ -320,11 +322,10 @@ def finish_here(at_exit=False):
     exec, interpreter exit). Never raises. At interpreter exit the root process's
     session is one the program's start() began and never stopped (`run` stops its
     own before): stopped as pytrace_cffi's atexit stops any such, with its line."""
-    global _finishing
     session = _running.session
-    if _finishing or not following(session):
+    if _state.finishing or not following(session):
         return
-    _finishing = True
+    _state.finishing = True
     try:
         with saving():
             if at_exit and session.root:
@@ -336,15 +337,14 @@ def finish_here(at_exit=False):
     except Exception as exc:     # noqa: BLE001 - the program's exit goes on
         _say(f"pid {os.getpid()}: saving its trace failed ({exc.__class__.__name__}: {exc})")
     finally:
-        _finishing = False
+        _state.finishing = False
 
 
 def install_exit_paths(root):
     """os._exit and exec save the trace first; a child with no SIGTERM handler of
     its own saves it on SIGTERM, then dies of it as it would have."""
-    global _following
     os._exit = _exit_saving
-    _following = True
+    _state.exit_paths = True
     _watch_spawn()
     _install_audit()
     save_at_exit()
@@ -355,10 +355,9 @@ def install_exit_paths(root):
 def save_at_exit():
     """atexit saves a followed session of this process (finish_here; registered
     once): after every atexit handler registered later."""
-    global _saved_at_exit
-    if not _saved_at_exit:
+    if not _state.saved_at_exit:
         atexit.register(finish_here, at_exit=True)
-        _saved_at_exit = True
+        _state.saved_at_exit = True
 
 
 def handle_sigterm():
@@ -377,8 +376,7 @@ def handle_sigterm():
 
 
 def restore_exit_paths():
-    global _following
-    _following = False
+    _state.exit_paths = False
     if os._exit is _exit_saving:
         os._exit = _real_exit
     if _util_finder in sys.meta_path:
@@ -386,7 +384,7 @@ def restore_exit_paths():
     try:
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
             lib.pt_sigterm_guard(0)
-            if not _saving:         # else it waits for the save (sigterm_waits)
+            if not _state.saves:         # else it waits for the save (sigterm_waits)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
     except (ValueError, OSError):
         pass
@@ -396,20 +394,18 @@ def restore_exit_paths():
 
 def owe_run_finish(finish):
     """This process owes `run`'s finish (a finish.RunFinish; None: no longer)."""
-    global _run_finish
-    _run_finish = finish
+    _state.run_finish = finish
 
 
 def run_ended_early():
     """Whether OUT was written (or handed over, at an exec) before the program returned."""
-    return _run_ended_early
+    return _state.run_ended_early
 
 
 def finish_owed_run():
     """When this process owes `run`'s finish (an exec'd image's atexit, or os._exit):
     saves its trace, then writes OUT from the job. Never raises."""
-    global _run_finish
-    owed, _run_finish = _run_finish, None
+    owed, _state.run_finish = _state.run_finish, None
     if owed is None or owed.pid != os.getpid():
         return
     finish_here()
@@ -419,7 +415,6 @@ def finish_owed_run():
 def _hand_over_run(followed):
     """At an exec of the process owing `run`'s finish (its trace saved already):
     see RunFinish.hand_over."""
-    global _run_finish, _run_ended_early
-    owed, _run_finish = _run_finish, None
-    _run_ended_early = True
+    owed, _state.run_finish = _state.run_finish, None
+    _state.run_ended_early = True
     owed.hand_over(followed)
