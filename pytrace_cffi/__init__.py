@@ -13,6 +13,7 @@ every thread is recorded; see README.md for the options and the output format.
 import atexit as _atexit
 import os as _os
 import sys as _sys
+import textwrap as _textwrap
 import threading as _threading
 
 
@@ -65,6 +66,7 @@ except ModuleNotFoundError as _exc:
     raise ImportError(_core_missing(), name=__name__) from None  # runpy: one line
 
 from ._core import lib as _lib
+from ._runtime import RECORDERS as _RECORDERS
 from ._tracer import Session as _Session
 from .annotations import (STEP_MARK as _STEP_MARK, RecordFunction, capture_stack, counter,
                           instant, record_function, symbolize)
@@ -232,10 +234,6 @@ def start(**options):
         calls pay nothing. See docs/OUTPUTS.md.
       log_args_repr (bool, default False): with log_args, add each value's
         repr() (cut to 200 characters; a failure is noted instead).
-      log_gc (bool, default False): record each garbage collection as a region
-        "gc (generation N)" on the thread that ran it (the finalizers it ran
-        inside it), with args generation, collected and uncollectable; through
-        gc.callbacks, from start() to stop(). About 1.5 us a collection.
       memory_interval_ms (number, default None): sample memory counters every
         this many milliseconds, from a thread of pytrace_cffi's that the trace
         leaves out: "RSS (bytes)" (Linux), "CUDA allocated (bytes)" (when the
@@ -274,6 +272,22 @@ def start(**options):
         _running.session = None
         session.forget_output_file()
         raise
+
+
+def _with_recorder_docs(doc):
+    """start()'s docstring with the paragraph of each runtime recorder
+    (_runtime.RECORDERS) among its options, indented as the docstring is (3.13+
+    strips docstrings' indentation when compiling; -OO leaves none)."""
+    if not doc:
+        return doc
+    at = doc.index("Raises TracerStateError")
+    line_start = doc.rindex("\n", 0, at) + 1
+    indent = doc[line_start:at] + "  "
+    return doc[:line_start] + "".join(_textwrap.indent(_textwrap.dedent(recorder.doc), indent)
+                                      for recorder in _RECORDERS) + doc[line_start:]
+
+
+start.__doc__ = _with_recorder_docs(start.__doc__)
 
 
 stop = _running.stop     # (its home: below follow/, whose exit paths stop a session too)

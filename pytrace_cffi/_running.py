@@ -59,12 +59,11 @@ def _stopped(session):
     if failure or problem:
         raise TraceError("; ".join(filter(None, [failure and f"tracing failed: {failure}",
                                                   problem])), trace=result)
-    if session.gc_callback_lost:
+    if session.recorders_lost:
         import warnings
-        warnings.warn(TraceWarning("{log_gc}: the program removed pytrace_cffi's callback from "
-                                   "gc.callbacks while tracing: the collections after that "
-                                   "are not in the trace", options={"log_gc": None}),
-                      stacklevel=3)
+        for recorder in session.recorders_lost:
+            warnings.warn(TraceWarning("{%s}: %s" % (recorder.option, recorder.lost),
+                                       options={recorder.option: None}), stacklevel=3)
     if result.dropped_events and session.flight is None:
         import warnings         # (a flight recorder keeps its newest events only)
         warnings.warn(TraceWarning(f"pytrace_cffi dropped {result.dropped_events} events "

@@ -1,7 +1,13 @@
 """What the interpreter does besides calls, recorded on request (c_src/pt_runtime.c):
 garbage collections, as regions on the thread that ran each (log_gc); TaskLane,
-which _tasks.py gives each asyncio task (log_async)."""
+which _tasks.py gives each asyncio task (log_async).
+
+RECORDERS declares each on/off recorder of this kind once: the session
+(_tracer.py) watches the ones whose option is on from start() to stop() and warns
+of the ones the program took away; start()'s docstring says what each records.
+docs/INTERNALS.md, "Adding an instant kind", says how to add one."""
 import gc
+from collections import namedtuple
 
 from ._core import ffi, lib
 
@@ -27,6 +33,31 @@ def unwatch_gc():
     was_there = len(kept) < len(gc.callbacks)
     gc.callbacks[:] = kept
     return was_there
+
+
+Recorder = namedtuple("Recorder", "option watch unwatch lost doc")
+Recorder.__doc__ = """One recorder of RECORDERS, on while its bool start() option is.
+
+option   the start() option (options.py declares it) that turns it on
+watch    called by start() before the hooks go in
+unwatch  called by stop() (and when start() fails); returns whether the recorder
+         was still in place until then
+lost     what stop()'s TraceWarning says when it was not ("{option}: " + lost)
+doc      its paragraph in start()'s docstring (indented as the others)"""
+
+RECORDERS = (
+    Recorder("log_gc", watch_gc, unwatch_gc,
+             "the program removed pytrace_cffi's callback from gc.callbacks while "
+             "tracing: the collections after that are not in the trace",
+             """\
+      log_gc (bool, default False): record each garbage collection as a region
+        "gc (generation N)" on the thread that ran it (the finalizers it ran
+        inside it), with args generation, collected and uncollectable; through
+        gc.callbacks, from start() to stop(). About 1.5 us a collection.
+"""),
+)
+
+
 TaskLane = _api["TaskLane"]
 # _memory.py's, for a thread of ours: a counter on the lane of the thread that
 # started tracing, and the RSS, both with the GIL held

@@ -26,8 +26,8 @@ class SessionBase:
     # What stop() finds:
     spill_problem = None        # what stop() raises about the spill, or None
                                 # (spill.note_spill_problem)
-    gc_callback_lost = False    # the program took log_gc's callback out of
-                                # gc.callbacks (_tracer.Session.stop)
+    recorders_lost = ()         # the _runtime.RECORDERS the program took away
+                                # while tracing (_tracer.Session.stop)
     sigterm_waits = None        # a context manager in which a SIGTERM waits until
                                 # stop() is done, or None (WritingSession)
     _task_lanes = None          # log_async's task lanes while it runs (_tracer.Session;

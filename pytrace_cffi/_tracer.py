@@ -146,7 +146,8 @@ class Session(SessionBase):
             spec = (make_matcher(o["log_args"]), arg_log.on_call, arg_log.on_return)
             check(lib.pt_set_arg_logging(self.ptr, ffi.cast("void *", id(spec))), self.ptr,
                   "log_args")
-        self.log_gc = o["log_gc"] and not noop
+        # log_gc's and the other on/off recorders of _runtime.RECORDERS that are on
+        self.recorders = [] if noop else [r for r in _runtime.RECORDERS if o[r.option]]
         self.log_async = o["log_async"] and not noop
         self.lane_names = {}            # a task lane's native id -> its thread's name
         self._memory = (MemorySampler(o["memory_interval_ms"])
@@ -182,8 +183,8 @@ class Session(SessionBase):
         try:
             if self._memory is not None:
                 self._memory.prepare()      # its thread, before start() seeds threads
-            if self.log_gc:
-                _runtime.watch_gc()
+            for recorder in self.recorders:
+                recorder.watch()
             if self.log_async:
                 self._task_lanes = _tasks.watch_tasks()
             if self.watcher is not None:
@@ -198,8 +199,8 @@ class Session(SessionBase):
         except BaseException:
             if self._memory is not None:
                 self._memory.end()
-            if self.log_gc:
-                _runtime.unwatch_gc()
+            for recorder in self.recorders:
+                recorder.unwatch()
             if self.log_async:
                 _tasks.unwatch_tasks()
             if self.watcher is not None:
@@ -378,8 +379,7 @@ class Session(SessionBase):
                 self._check_thread_hook()
             status = lib.pt_stop(self.ptr)
             self._stopped = True
-            if self.log_gc:
-                self.gc_callback_lost = not _runtime.unwatch_gc()
+            self.recorders_lost = [r for r in self.recorders if not r.unwatch()]
             if self.log_async:
                 _tasks.unwatch_tasks()
                 self.lane_names = self._task_lanes.thread_names()
@@ -404,8 +404,8 @@ class Session(SessionBase):
         self._memory = None             # (its thread is the parent's)
         lib.pt_stop(self.ptr)
         self._stopped = True
-        if self.log_gc:
-            _runtime.unwatch_gc()
+        for recorder in self.recorders:
+            recorder.unwatch()
         if self.log_async:
             _tasks.unwatch_tasks()
         if self.watcher is not None:

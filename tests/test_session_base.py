@@ -17,9 +17,9 @@ def test_a_plain_session_says_the_defaults():
     session = Session()                 # made, never started
     assert (session.job_dir, session.temporary_job, session.output_file,
             session.follows_children, session.flight, session.process_meta,
-            session.fixed_ns_per_tick, session.spill_problem, session.gc_callback_lost,
+            session.fixed_ns_per_tick, session.spill_problem, session.recorders_lost,
             session.sigterm_waits) == (None, False, None, False, None, None, None, None,
-                                       False, None)
+                                       (), None)
     result = object()
     assert session.write_output_file(result) is result
     assert session.forget_output_file() is None and session.finish_live({}) is None
