@@ -5,11 +5,13 @@
  * The gc callback is a C function: the collector calls it from C, so no hook sees
  * it and no frame of ours shows in the trace. Each collection becomes a region
  * named after its generation, begun at the "start" phase and ended at "stop", its
- * args (generation, collected, uncollectable) attached at stop.
+ * args (generation, collected, uncollectable) attached at stop. Launches
+ * (subprocess.Popen, os.system) become instants, seen by a C audit hook.
  */
 #include "pt_record_internal.h"
 
 #include <fcntl.h>
+#include <string.h>
 #include <unistd.h>
 
 /* ======================================================================== */
@@ -331,6 +333,112 @@ static PyType_Spec pt_lane_spec = {
 };
 
 /* ======================================================================== */
+/* Launches (log_launches)                                                  */
+/* ======================================================================== */
+
+/* Each command the program launches, an instant "launch" on the thread that
+ * launched it, args {"via": the audit event, "command": its command line, at
+ * most 1000 characters}. A C audit hook (a Python one would run Python code for
+ * every audit event: pt_signals.c says why that breaks threads on 3.10/3.11),
+ * added at the first watch_launches(True): audit hooks cannot be removed, so
+ * unwatching only turns it off, and a process that never asks has none. */
+static int pt_launches_on;
+static int pt_launch_hook_added;
+/* PySys_AddAuditHook succeeds without adding the hook when an audit hook of the
+ * program refuses it with an Exception: our hook notes the event
+ * "pytrace_cffi.audit_probe" that _runtime.watch_launches raises, to know. */
+static int pt_launch_hook_seen;
+
+/* One word of a command line: bytes decoded as file names are (os.system's
+ * command is bytes by the time it is audited), anything else as str() makes it. */
+static PyObject *
+pt_launch_word(PyObject *word)
+{
+    if (PyBytes_Check(word))
+        return PyUnicode_DecodeFSDefault(PyBytes_AsString(word));
+    return PyObject_Str(word);
+}
+
+/* The command line of subprocess.Popen's args or os.system's command: a
+ * sequence joined with spaces, one word as pt_launch_word makes it. */
+static PyObject *
+pt_launch_command(PyObject *command)
+{
+    PyObject *text;
+    if (PyList_Check(command) || PyTuple_Check(command)) {
+        PyObject *parts = PySequence_List(command);
+        Py_ssize_t n = parts ? PyList_Size(parts) : 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *part = pt_launch_word(PyList_GetItem(parts, i));
+            if (!part || PyList_SetItem(parts, i, part) < 0) {  /* steals part */
+                Py_CLEAR(parts);
+                break;
+            }
+        }
+        PyObject *space = parts ? PyUnicode_FromString(" ") : NULL;
+        text = space ? PyUnicode_Join(space, parts) : NULL;
+        Py_XDECREF(space);
+        Py_XDECREF(parts);
+    } else {
+        text = pt_launch_word(command);
+    }
+    if (text && PyUnicode_GetLength(text) > 1000) {
+        PyObject *cut = PyUnicode_Substring(text, 0, 1000);
+        Py_DECREF(text);
+        text = cut;
+    }
+    return text;
+}
+
+static int
+pt_launch_audit(const char *event, PyObject *args, void *data)
+{
+    (void)data;
+    if (event[0] == 'p' && strcmp(event, "pytrace_cffi.audit_probe") == 0)
+        pt_launch_hook_seen = 1;
+    if (!pt_launches_on || (event[0] != 's' && event[0] != 'o'))
+        return 0;       /* the common case, decided at once */
+    int popen = strcmp(event, "subprocess.Popen") == 0;
+    if (!popen && strcmp(event, "os.system") != 0)
+        return 0;
+    pt_tracer *tracer = pt_annotating_tracer();
+    pt_thread *thread = tracer ? pt_thread_of_caller(tracer) : NULL;
+    if (!thread || !PyTuple_Check(args) || PyTuple_Size(args) < (popen ? 2 : 1))
+        return 0;
+    int64_t ticks = pt_ticks(tracer);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);     /* nothing here fails the launch */
+    PyObject *command = pt_launch_command(PyTuple_GetItem(args, popen ? 1 : 0));
+    PyObject *payload = command ? Py_BuildValue("{sssO}", "via", event, "command", command)
+                                : NULL;
+    PyObject *name = PyUnicode_FromString("launch");
+    if (payload && name)
+        pt_mark_at(tracer, thread, "i", ticks, name, payload);
+    Py_XDECREF(name);
+    Py_XDECREF(payload);
+    Py_XDECREF(command);
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    return 0;
+}
+
+/* watch_launches(on): records launches from now on (on) or no more; returns
+ * whether it was on and our hook in place (it saw the probe). */
+static PyObject *
+pt_watch_launches(PyObject *module, PyObject *on)
+{
+    int was_on = pt_launches_on;
+    if (PyObject_IsTrue(on) && !pt_launch_hook_added) {
+        if (PySys_AddAuditHook(pt_launch_audit, NULL) < 0)
+            PyErr_Clear();              /* another audit hook refused ours */
+        else
+            pt_launch_hook_added = 1;
+    }
+    pt_launches_on = PyObject_IsTrue(on) && pt_launch_hook_added;
+    return PyBool_FromLong(was_on && pt_launch_hook_seen);
+}
+
+/* ======================================================================== */
 /* Publishing to Python                                                     */
 /* ======================================================================== */
 
@@ -340,6 +448,9 @@ static PyMethodDef pt_runtime_functions[] = {
     {"counter_sample", (PyCFunction)(void (*)(void))pt_counter_sample, METH_FASTCALL,
      "counter_sample(name, value): a counter sample on the lane of the thread that "
      "started tracing; False when not tracing."},
+    {"watch_launches", pt_watch_launches, METH_O,
+     "watch_launches(on): records each launch as an instant (on) or no more; "
+     "returns whether it was on."},
     {"resident_bytes", pt_resident_bytes, METH_NOARGS,
      "resident_bytes(): the process's RSS from /proc/self/statm, or None."},
     {NULL, NULL, 0, NULL},

@@ -1,12 +1,14 @@
 """What the interpreter does besides calls, recorded on request (c_src/pt_runtime.c):
-garbage collections, as regions on the thread that ran each (log_gc); TaskLane,
-which _tasks.py gives each asyncio task (log_async).
+garbage collections, as regions on the thread that ran each (log_gc); launches, as
+instants (log_launches); TaskLane, which _tasks.py gives each asyncio task
+(log_async).
 
 RECORDERS declares each on/off recorder of this kind once: the session
 (_tracer.py) watches the ones whose option is on from start() to stop() and warns
 of the ones the program took away; start()'s docstring says what each records.
 docs/INTERNALS.md, "Adding an instant kind", says how to add one."""
 import gc
+import sys
 from collections import namedtuple
 
 from ._core import ffi, lib
@@ -35,6 +37,22 @@ def unwatch_gc():
     return was_there
 
 
+def watch_launches():
+    """Records each launch (subprocess.Popen, os.system) from now on (while a
+    tracer runs). The probe tells our hook is in place (pt_runtime.c)."""
+    _api["watch_launches"](True)
+    try:
+        sys.audit("pytrace_cffi.audit_probe")
+    except Exception:       # noqa: BLE001 - a program's hook refusing it: not seen
+        pass
+
+
+def unwatch_launches():
+    """Launches are no longer recorded. Returns whether they were (False: the
+    program's own audit hook refused ours)."""
+    return _api["watch_launches"](False)
+
+
 Recorder = namedtuple("Recorder", "option watch unwatch lost doc")
 Recorder.__doc__ = """One recorder of RECORDERS, on while its bool start() option is.
 
@@ -54,6 +72,15 @@ RECORDERS = (
         "gc (generation N)" on the thread that ran it (the finalizers it ran
         inside it), with args generation, collected and uncollectable; through
         gc.callbacks, from start() to stop(). About 1.5 us a collection.
+"""),
+    Recorder("log_launches", watch_launches, unwatch_launches,
+             "another audit hook refused pytrace_cffi's: launches are not in the trace",
+             """\
+      log_launches (bool, default False): record each command the program
+        launches (subprocess.Popen, os.system) as an instant "launch" on the
+        thread that launched it, with args via (the audit event) and command (its
+        command line, at most 1000 characters). A C audit hook, added at the
+        first start() that asks (audit hooks stay): off, nothing is added.
 """),
 )
 

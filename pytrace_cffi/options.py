@@ -123,6 +123,10 @@ OPTIONS = (
     Option("log_async", "bool", False,
            "record each asyncio task's steps on a lane of its own, named 'task <name>', "
            "instead of inside its event loop's thread", "--log-async", False, None, 19),
+    Option("log_launches", "bool", False,
+           "record each command the program launches (subprocess.Popen, os.system) as an "
+           "instant 'launch' on the thread that launched it, with its command line",
+           "--log-launches", False, None, 20),
 )
 NAMES = tuple(option.name for option in OPTIONS)
 DEFAULTS = {option.name: option.default for option in OPTIONS}

@@ -19,7 +19,7 @@ RUN_DEFAULTS = {"c_calls": True, "include": None, "exclude": None, "max_depth": 
                 "flight_recorder": None, "dumps_dir": None, "dump_format": None,
                 "dump_window": None, "dump_signal": None, "watchdog": None, "log_exceptions": False, "log_args": None,
                 "log_args_repr": False, "log_gc": False, "memory_interval_ms": None,
-                "log_async": False}
+                "log_async": False, "log_launches": False}
 
 
 def run_options(*flags):
@@ -39,7 +39,7 @@ def test_each_flag_gives_what_it_says():
                         "--watchdog", "5",
                         "--log-exceptions", "--log-args", "*forward", "--log-args", "*/m/*",
                         "--log-args-repr", "--log-gc", "--memory-interval", "2.5",
-                        "--log-async")
+                        "--log-async", "--log-launches")
     assert given == {"c_calls": False, "include": ["*/a/*", "*/b/*"], "exclude": ["*/c/*"],
                      "max_depth": 3, "min_duration_us": 1.5, "max_events": 10,
                      "skip_imports": True, "with_modules": False, "record_params": True,
@@ -47,7 +47,7 @@ def test_each_flag_gives_what_it_says():
                      "dump_format": "pftrace", "dump_window": None, "dump_signal": "USR2",
                      "watchdog": "5", "log_exceptions": True, "log_args": ["*forward", "*/m/*"],
                      "log_args_repr": True, "log_gc": True, "memory_interval_ms": 2.5,
-                     "log_async": True}
+                     "log_async": True, "log_launches": True}
     assert run_options("--flight-recorder")["flight_recorder"] is True
     stacks = run_options("--flight-recorder", "--dump-format", "stacks", "--dump-window", "2.5")
     assert (stacks["dump_format"], stacks["dump_window"]) == ("stacks", 2.5)
@@ -63,7 +63,8 @@ def test_every_documented_option_is_declared_once():
                      "trim_paths", "noop", "follow_children", "flight_recorder", "dumps_dir",
                      "dump_format", "dump_window", "dump_signal", "watchdog", "log_exceptions",
                      "log_args",
-                     "log_args_repr", "log_gc", "memory_interval_ms", "log_async"}
+                     "log_args_repr", "log_gc", "memory_interval_ms", "log_async",
+                     "log_launches"}
     assert sorted(options.NAMES) == sorted(names)        # once each
 
 
