@@ -113,6 +113,19 @@ PyAPI_FUNC(int) PyFrame_GetLasti(PyFrameObject *frame) __attribute__((weak));
 /* The source line of a byte offset in a code object (3.9+). */
 PyAPI_FUNC(int) PyCode_Addr2Line(PyObject *code, int byte_offset);
 
+/* The type of code objects (3.9+): a frame's code is told from the None an
+ * entry frame of the C stack holds (3.13+) by it. */
+PyAPI_DATA(PyTypeObject) PyCode_Type;
+
+/* The code object (a new reference) and current line of an interpreter frame
+ * (Include/cpython/pyframe.h, 3.12+; weak: absent before). Both only read the
+ * frame: a flight recorder's dump clone calls them (pt_flight_lines.c). */
+struct _PyInterpreterFrame;
+PyAPI_FUNC(PyObject *) PyUnstable_InterpreterFrame_GetCode(struct _PyInterpreterFrame *frame)
+    __attribute__((weak));
+PyAPI_FUNC(int) PyUnstable_InterpreterFrame_GetLine(struct _PyInterpreterFrame *frame)
+    __attribute__((weak));
+
 /* ------------------------------------------------------------------------ */
 /* Bound methods (Include/cpython/classobject.h)                             */
 /* ------------------------------------------------------------------------ */

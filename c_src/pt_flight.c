@@ -11,7 +11,9 @@
  * writes threads.json (each thread's index, ident and OS id), then the ring's
  * files (pt_flight_files.c: stacks.tsv, the open calls; keys.jsonl and
  * key_sources.tsv, the names of the keys written; last events.bin, compressed):
- * on a disk that fills, the stacks outlive the big ring. The directory is then a
+ * on a disk that fills, the stacks outlive the big ring; then lines.tsv, the
+ * line each frame is on (pt_flight_lines.c), by a clone of the clone: its crash
+ * loses that file alone; done.json last. The directory is then a
  * process directory that
  * follow/recover.py reads. The clone calls no malloc and takes no lock: another
  * thread of the program may have held one at the clone.
@@ -147,9 +149,24 @@ pt_write_file(const char *dir, const char *name, const char *text)
     return close(fd) == 0 && ok;
 }
 
+/* lines.tsv (pt_flight_lines.c), written by a clone of the clone: it reads the
+ * interpreter's frames, which a thread may have been changing at the clone; a
+ * crash there loses lines.tsv alone, never done.json. Waited for, so that a
+ * reader of a whole dump finds lines.tsv when there is one. */
+static void
+pt_write_lines_apart(pt_tracer *tracer, const char *dir)
+{
+    long pid = syscall(SYS_clone, 0L, NULL, NULL, NULL, 0L);
+    if (pid == 0)
+        syscall(SYS_exit_group, pt_flight_write_lines(tracer, dir) ? 0 : 1);
+    while (pid > 0 && waitpid((pid_t)pid, NULL, __WCLONE) < 0 && errno == EINTR)
+        ;
+}
+
 /* Everything the clone writes into dir: the small files first (on a disk that
- * fills, the stacks of dump.json outlive the big ring), done.json last: the
- * dump is whole. Returns 0, or the errno of the first failure. */
+ * fills, the stacks of dump.json outlive the big ring), then lines.tsv (left
+ * out when it fails), done.json last: the dump is whole. Returns 0, or the
+ * errno of the first failure. */
 static int
 pt_write_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
               const char *dump_json, int64_t until_ticks)
@@ -160,8 +177,10 @@ pt_write_dump(pt_tracer *tracer, const char *dir, const char *journal_dir,
              pt_copy_named(journal_dir, dir, "process.json") &&
              pt_copy_named(journal_dir, dir, "journal.json") &&
              pt_join(path, dir, "threads.json") && pt_write_threads(tracer, path) &&
-             pt_flight_write_ring(tracer, dir, journal_dir, until_ticks) &&
-             pt_write_file(dir, "done.json", "{\"whole\": true}\n");
+             pt_flight_write_ring(tracer, dir, journal_dir, until_ticks);
+    if (ok)
+        pt_write_lines_apart(tracer, dir);
+    ok = ok && pt_write_file(dir, "done.json", "{\"whole\": true}\n");
     return ok ? 0 : errno > 0 && errno < 256 ? errno : EIO;
 }
 
@@ -720,6 +739,7 @@ pt_flight_arm(pt_tracer *tracer, int signum, int wake_fd, int64_t watchdog_ns,
     atomic_store(&pt_flight_sigterm_pending, 0);
     atomic_store(&pt_flight_sigterm_served, 0);
     atomic_store(&pt_flight_last_step, 0);     /* the watchdog waits for a first step */
+    pt_flight_lines_prepare();
     if (sem_init(&pt_flight_wake, 0, 0) != 0)
         return PT_ERR_NOMEM;
     if (pt_own_thread_create(&pt_flight_thread, pt_flight_main, NULL) != 0) {

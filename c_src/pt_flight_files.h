@@ -16,4 +16,11 @@ int pt_flight_write_ring(pt_tracer *tracer, const char *dir, const char *journal
 int pt_flight_put(int fd, const void *data, size_t n);
 int pt_flight_put_number(int fd, int64_t value);
 
+/* pt_flight_lines.c: pt_flight_lines_prepare (at arm time; takes the GIL)
+ * finds how this Python's frames are read; pt_flight_write_lines (in the clone
+ * only) writes lines.tsv into dir, each recorded thread's frames' keys and lines;
+ * 0 on failure. */
+void pt_flight_lines_prepare(void);
+int pt_flight_write_lines(pt_tracer *tracer, const char *dir);
+
 #endif /* PT_FLIGHT_FILES_H */
