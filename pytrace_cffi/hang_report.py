@@ -64,11 +64,13 @@ IDLE_FUNCTIONS = frozenset({
 })
 PYTHON_NAME = re.compile(r"^(?P<path>.*)\((?P<line>\d+)\): (?P<function>.+)$", re.S)
 
-Frame = namedtuple("Frame", "name since_ns line start_seen", defaults=(None, True))
+Frame = namedtuple("Frame", "name since_ns line start_seen line_not_known",
+                   defaults=(None, True, None))
 Frame.__doc__ = """A frame: its function's name (as traces name it), the monotonic ns
-its call began (or None), the line it is on (None when not known), and False in
+its call began (or None), the line it is on (None when not known), False in
 start_seen when its start is not in the ring although the ring reaches back to
-it (flight/dumps.py: the frames and the ring disagree): not before the window."""
+it (flight/dumps.py: the frames and the ring disagree): not before the window;
+line_not_known why a Python frame of a dump C wrote has no line (or None)."""
 ThreadStack = namedtuple("ThreadStack", "native_id name frames ring_only", defaults=((),))
 ThreadStack.__doc__ = """A thread: ring_only the Python calls its ring holds open that
 its frames, read at the same instant, do not show (left out of frames)."""
@@ -86,10 +88,11 @@ Dump.__doc__ = """A DUMPDIR: its ProcessDumps (by rank, then label, then pid) an
 Member = namedtuple("Member", "process thread seconds")
 Member.__doc__ = """A thread of a process in a group: seconds its innermost frame has
 been open, None when its call began before the recorded window or there is none."""
-Group = namedtuple("Group", "frames members lines", defaults=((),))
+Group = namedtuple("Group", "frames members lines not_known", defaults=((), ()))
 Group.__doc__ = """Threads with the same stack: frames are the names compared
 (outermost first), lines their current lines (None where not known), members
-the Members, in process order."""
+the Members, in process order; not_known why a frame's line is not known (None
+where it is, or nothing is said)."""
 
 
 # -- finding and reading dumps ---------------------------------------------------
@@ -307,7 +310,8 @@ def _thread(entry, path):
         frames.append(Frame(_field(frame, "name", str, path),
                             _field(frame, "since_ns", int, path, optional=True),
                             _field(frame, "line", int, path, optional=True),
-                            frame.get("start_seen") is not False))
+                            frame.get("start_seen") is not False,
+                            _field(frame, "line_not_known", str, path, optional=True)))
     ring_only = entry.get("ring_only")
     return ThreadStack(_field(entry, "native_id", int, path, optional=True),
                        _field(entry, "name", str, path, optional=True) or "?",
@@ -364,7 +368,8 @@ def group_stacks(dump, frames=0, other_threads=False):
         for thread in chosen:
             stack = thread.frames[-frames:] if frames else thread.frames
             key = (tuple(frame.name for frame in stack),
-                   tuple(frame.line for frame in stack))
+                   tuple(frame.line for frame in stack),
+                   tuple(frame.line_not_known for frame in stack))
             if other_threads:
                 key = (thread.name,) + key
             seconds = _seconds(process, stack[-1]) if stack else None
@@ -372,8 +377,8 @@ def group_stacks(dump, frames=0, other_threads=False):
                                                     seconds))
     groups = []
     for key, members in found.items():
-        names, lines = key[1:] if other_threads else key
-        groups.append(Group(names, members, lines))
+        names, lines, not_known = key[1:] if other_threads else key
+        groups.append(Group(names, members, lines, not_known))
     groups.sort(key=lambda group: (len(group.members), -_longest(group),
                                    _process_order(group.members[0].process)))
     return groups
@@ -404,21 +409,25 @@ def who(members, thread_names=False):
     return text
 
 
-def short_name(name, line=None):
+def short_name(name, line=None, not_known=None):
     """A call's name for a headline: a Python function as "function (file:line)",
-    line its current line when known (else the function's first), anything else
-    as it is."""
+    line its current line when known (else the function's first, and why the
+    current one is not known when not_known says), anything else as it is."""
     match = PYTHON_NAME.match(name)
     if not match:
         return name
+    why = f"; line not known: {not_known}" if line is None and not_known else ""
     return (f"{match['function']} ({os.path.basename(match['path'])}:"
-            f"{match['line'] if line is None else line})")
+            f"{match['line'] if line is None else line}{why})")
 
 
-def frame_text(name, line=None):
+def frame_text(name, line=None, not_known=None):
     """A frame in a stack: a Python function on its current line as
-    "path:line: function", anything else (or without its line) as named."""
+    "path:line: function", anything else (or without its line) as named, with
+    why the line is not known when not_known says."""
     match = PYTHON_NAME.match(name)
+    if match and line is None and not_known:
+        return f"{name} (line not known: {not_known})"
     if not match or line is None:
         return name
     return f"{match['path']}:{line}: {match['function']}"
@@ -426,6 +435,10 @@ def frame_text(name, line=None):
 
 def _line(group, depth):
     return group.lines[depth] if 0 <= depth < len(group.lines) else None
+
+
+def _not_known(group, depth):
+    return group.not_known[depth] if 0 <= depth < len(group.not_known) else None
 
 
 def duration_text(values):
@@ -459,19 +472,18 @@ def headline(group, thread_names=False):
         whose = "its dump" if len(group.members) == 1 else "their dumps"
         return f"{who(group.members, thread_names)}: no open call in {whose}"
     innermost = len(group.frames) - 1
+    where = short_name(group.frames[-1], _line(group, innermost), _not_known(group, innermost))
     raised = [_raised_in(m) for m in group.members]
     if all(raised):
         others = len({(r.type, r.message) for r in raised}) - 1
         return (f"{who(group.members, thread_names)} raised {raised[0].type}: "
-                f"{raised[0].message} in "
-                f"{short_name(group.frames[-1], _line(group, innermost))}"
+                f"{raised[0].message} in {where}"
                 + (f" (and {others} other exception{'s' if others > 1 else ''})"
                    if others else ""))
     duration = duration_text([m.seconds for m in group.members])
     when = (f"({duration})" if duration == NOT_SEEN else duration
             if duration.startswith(BEFORE_WINDOW) else f"for {duration}")
-    return (f"{who(group.members, thread_names)} in "
-            f"{short_name(group.frames[-1], _line(group, innermost))} {when}")
+    return f"{who(group.members, thread_names)} in {where} {when}"
 
 
 def _frame_seconds(group, depth):
@@ -482,7 +494,7 @@ def _frame_lines(group):
     """The group's stack, outermost first, each frame with how long it has been
     open (over the members)."""
     raised = all(_raised_in(m) for m in group.members)     # a traceback: no durations
-    rows = [(frame_text(name, _line(group, depth)),
+    rows = [(frame_text(name, _line(group, depth), _not_known(group, depth)),
              "" if raised else duration_text(_frame_seconds(group, depth)))
             for depth, name in enumerate(group.frames)]
     width = max((len(name) for name, _ in rows), default=0)
@@ -564,6 +576,7 @@ def report_data(dump, groups, thread_groups=None):
             "who": who(group.members, thread_names),
             "innermost": group.frames[-1] if group.frames else None,
             "innermost_line": _line(group, len(group.frames) - 1),
+            "innermost_line_not_known": _not_known(group, len(group.frames) - 1),
             "members": [{"pid": m.process.pid, "label": m.process.label,
                          "rank": m.process.rank, "host": m.process.host,
                          "thread": m.thread.name, "native_id": m.thread.native_id,
@@ -572,6 +585,7 @@ def report_data(dump, groups, thread_groups=None):
                                                       "message": _raised_in(m).message}}
                         for m in group.members],
             "frames": [{"name": name, "line": _line(group, depth),
+                        "line_not_known": _not_known(group, depth),
                         "seconds": [_number(v) for v in _frame_seconds(group, depth)]}
                        for depth, name in enumerate(group.frames)],
         }

@@ -198,7 +198,7 @@ def merged_stack(frames, chain):
     inside one it has (its start cannot be before the window) gets
     "start_seen": false. Returns (stack, ring_only names, innermost first)."""
     if not isinstance(frames, list) or not frames:
-        return [{"name": name, "since_ns": start} for name, start in chain], []
+        return [_chain_frame(*call) for call in chain], []
     if all(isinstance(f, dict) and f.get("raised") for f in frames):
         return frames, []   # a traceback: the calls open now handle its exception
     stack = [dict(f, name=f.get("name"), since_ns=f.get("since_ns"), line=f.get("line"))
@@ -206,7 +206,7 @@ def merged_stack(frames, chain):
     position = len(stack)               # the chain's calls go inside of it
     chain = _launched(chain)            # (dumps' frames leave the launcher out)
     matched, ring_only = [], []
-    for name, start in reversed(chain):
+    for name, start, *_ in reversed(chain):
         match = next((q for q in range(position - 1, -1, -1) if stack[q]["name"] == name),
                      None)
         if match is None and _is_python(name):
@@ -222,6 +222,17 @@ def merged_stack(frames, chain):
         if q not in matched and "line" in stack[q]:         # a frame's (not inserted)
             stack[q]["start_seen"] = False
     return stack, ring_only
+
+
+def _chain_frame(name, since_ns, line=None, line_not_known=None):
+    """A stack's frame of a chain's call: with the line its frame is on (from the
+    dump's lines.tsv: stacks.py), or why that is not known."""
+    frame = {"name": name, "since_ns": since_ns}
+    if line is not None:
+        frame["line"] = line
+    elif line_not_known is not None:
+        frame["line_not_known"] = line_not_known
+    return frame
 
 
 def _is_python(name):

@@ -23,13 +23,63 @@ from .._safe_read import read_bounded
 
 STACKS_FILE = "stacks.tsv"
 STACK_SOURCES_FILE = "stack_sources.tsv"
+LINES_FILE = "lines.tsv"
 MAX_STACKS_BYTES = 64 << 20     # 1,024 open calls of each thread, a line each
+
+
+def frame_lines(directory):
+    """(thread index -> [(key, line)] of its frames, innermost first, why no
+    line is known or None) from a dump's lines.tsv (the clone read the frames:
+    c_src/pt_flight_lines.c). Lines are a help, the stacks stand without them:
+    a missing or damaged lines.tsv gives none, and says so."""
+    path = os.path.join(directory, LINES_FILE)
+    try:
+        text = read_bounded(path, MAX_STACKS_BYTES).decode("ascii")
+    except FileNotFoundError:
+        return {}, "the dump has no lines.tsv (its frames were not read)"
+    except (OSError, UnicodeDecodeError, TraceFormatError):
+        return {}, "the dump's lines.tsv could not be read"
+    rows = text.splitlines()
+    if not rows or rows[-1] != "end":
+        return {}, "the dump's lines.tsv is cut short"
+    if rows[0].startswith("unknown\t"):
+        return {}, rows[0].split("\t", 1)[1]
+    found = {}
+    for row in rows[:-1]:
+        fields = row.split("\t")
+        try:
+            if fields[0] != "line" or len(fields) != 4:
+                raise ValueError
+            index, key, line = (int(field) for field in fields[1:])
+        except ValueError:
+            return {}, "the dump's lines.tsv is damaged"
+        found.setdefault(index, []).append((key, line))
+    return found, None
+
+
+def _with_lines(calls, frames, why):
+    """calls (kind, key, ticks), outermost first, each with the line its frame
+    is on and, without one, why (None for a built-in's call): a thread's open
+    Python calls and its frames are matched by key from the innermost end, in
+    order (a frame the ring has no call of is passed over)."""
+    found, position = [(None, None)] * len(calls), 0
+    for q in range(len(calls) - 1, -1, -1):
+        kind, key, _ = calls[q]
+        if kind == "c":
+            continue
+        match = next((p for p in range(position, len(frames)) if frames[p][0] == key), None)
+        if match is not None:
+            found[q], position = (frames[match][1], None), match + 1
+        else:
+            found[q] = (None, why or "no frame of this call was found")
+    return [call + line for call, line in zip(calls, found)]
 
 
 def stack_chains(directory):
     """(the threads, as [{"index", "native_id", "name"}], thread index -> its
     calls open at the dump (at its frames' instant), outermost first, as (name,
-    start ns, None for a call running when recording began)) of a process
+    start ns, None for a call running when recording began; the line its frame
+    is on, from lines.tsv, else None; why it is not known, or None)) of a process
     dump's stacks.tsv; None when it has none (a dump written before it was, or
     one cut short before it). TraceFormatError when it is damaged."""
     path = os.path.join(directory, STACKS_FILE)
@@ -76,14 +126,15 @@ def stack_chains(directory):
     threads = [{"index": i, "native_id": i + 1, "ident": i + 1, "name": f"thread {i}"}
                for i in range(max(indexes, default=-1) + 1)]
     _name_dumped_threads(directory, threads)
-    chains = {}
+    chains, (lines, why) = {}, frame_lines(directory)
     for index, calls in opened.items():
         chain, own = [], False
-        for kind, key, ticks in calls:
+        for kind, key, ticks, line, no_line in _with_lines(calls, lines.get(index, []), why):
             left_out = _is_own_file(files[key]) if key in files else kind == "c" and own
             own = left_out
             if not left_out:        # (s: running when recording began: since before)
                 chain.append((names.get(key) or f"<unnamed key {key}>", None if kind == "s"
-                              else start_ns + int((ticks - tick0) * ns_per_tick)))
+                              else start_ns + int((ticks - tick0) * ns_per_tick), line,
+                              no_line))
         chains[index] = chain
     return [t for t in threads if t["index"] in indexes], chains
