@@ -202,7 +202,8 @@ def test_sigterm_of_a_process_deadlocked_holding_the_gil_dumps_and_kills(tmp_pat
     """The main thread waits on a mutex in C holding the GIL; the mutex's holder
     needs the GIL to let it go: a deadlock no Python code can leave, which
     SIGTERM kills at once untraced. Only C can dump it; then the process dies of
-    SIGTERM, as it would have (it lived on for good before)."""
+    SIGTERM, as it would have (it lived on for good before). report gives the
+    line the main thread is on, read by C's clone; without it, says why."""
     dumps = tmp_path / "dumps"
     _write(tmp_path, "prog.py", DEADLOCKED)
     with subprocess.Popen([sys.executable, str(tmp_path / "prog.py"), str(dumps)],
@@ -220,6 +221,20 @@ def test_sigterm_of_a_process_deadlocked_holding_the_gil_dumps_and_kills(tmp_pat
     facts = read_dump(dump)[0]
     assert (facts["written_by"], facts["trigger"]) == ("C", "sigterm")
     assert "-sigterm-c" in dump and f"-> {dump}" in err
+    # the frame's current line: the clone read it (lines.tsv); the function's first
+    # is 14, where its mutex_lock is 16
+    assert "locks_holding_the_gil (prog.py:16) for " in report([dump]), report([dump])
+    lines = os.path.join(dump, "lines.tsv")
+    with open(lines, "w") as f:     # as the clone writes it for a Python it cannot read
+        f.write("unknown\tPython 3.99's frames are not known to this pytrace_cffi\nend\n")
+    assert ("locks_holding_the_gil (prog.py:14; line not known: Python 3.99's frames are "
+            "not known to this pytrace_cffi) for ") in report([dump]), report([dump])
+    os.unlink(lines)                # (a dump written before lines.tsv was)
+    text = report([dump])
+    assert ("locks_holding_the_gil (prog.py:14; line not known: the dump has no lines.tsv "
+            "(its frames were not read)) for ") in text, text
+    assert ("prog.py(14): locks_holding_the_gil (line not known: the dump has no lines.tsv "
+            "(its frames were not read))") in text, text
 
 
 # -- the issue's end-to-end check (#30: "done when") ---------------------------------
@@ -257,8 +272,8 @@ def test_a_two_rank_job_stuck_in_c_is_dumped_reported_and_killed(tmp_path):
     sleep in C, rank 0 with the GIL released, rank 1 holding it. `dump
     out-dumps` dumps both into that directory (rank 1's by C) and they sleep on;
     `report job` (the job's directory: its processes dump beside OUT) names
-    each rank's function and how long it has been there, rank 0's current line
-    too (C's dump has no frames: rank 1's function by its first line); SIGTERM
+    each rank's function, its current line (rank 1's from the frames C's
+    clone read) and how long it has been there; SIGTERM
     then dumps each and each dies of it. (How fast: benchmarks/flight_hang.py.)"""
     job, dumps = tmp_path / "job", tmp_path / "out-dumps"
     _write(tmp_path, "job.py", JOB)
@@ -297,7 +312,8 @@ def test_a_two_rank_job_stuck_in_c_is_dumped_reported_and_killed(tmp_path):
     rank0 = next(line for line in lines if line.startswith("rank 0 in "))
     rank1 = next(line for line in lines if line.startswith("rank 1 in "))
     assert rank0.startswith("rank 0 in stuck_released (job.py:5) for "), text
-    assert rank1.startswith("rank 1 in stuck_holding (job.py:7) for "), text
+    assert rank1.startswith("rank 1 in stuck_holding (job.py:9) for "), text   # (its
+    # current line, as rank 0's: the C-written dump's lines.tsv; 7 is its first)
     for line in (rank0, rank1):
         assert float(line.split(" for ")[1].split(" s")[0]) > 0, text
     assert "woke" not in out and "codes [-15, -15]" in out, out + err
