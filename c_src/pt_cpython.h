@@ -6,7 +6,9 @@
  * not declare them: they are profiler plumbing (installing a profile function,
  * walking frames and thread states). We declare their prototypes here, and only
  * here, exactly as the full API spells them. One struct field is read (see
- * pt_cfunction_def); frames, code objects and thread states stay opaque pointers.
+ * pt_cfunction_def); frames, code objects and thread states stay opaque pointers,
+ * but for the flight recorder's dump clone, which reads two fields of them by
+ * offset on 3.11+ (pt_frame_layout_of).
  */
 #ifndef PT_CPYTHON_H
 #define PT_CPYTHON_H
@@ -125,6 +127,39 @@ PyAPI_FUNC(PyObject *) PyUnstable_InterpreterFrame_GetCode(struct _PyInterpreter
     __attribute__((weak));
 PyAPI_FUNC(int) PyUnstable_InterpreterFrame_GetLine(struct _PyInterpreterFrame *frame)
     __attribute__((weak));
+
+/* Where a thread state's innermost interpreter frame and a frame's previous
+ * are, per minor version (3.11+), for the flight recorder's dump clone, which may
+ * not allocate the frame objects the public API makes (pt_flight_lines.c). Read
+ * by offset, never by struct: offsetof on x86-64 against the internal headers of
+ * 3.11.7, 3.12.1, 3.13.0, 3.14 and 3.15 (Debian's). Other 64-bit builds are
+ * expected alike: pt_flight_lines_prepare checks them against the public API
+ * before any is used. NULL for a version not listed. */
+typedef struct {
+    int minor;
+    size_t c_frame_at;      /* 3.11, 3.12: the thread state's C frame (0: none) */
+    size_t current_frame_at;    /* in the C frame, or (3.13+) in the thread state */
+    size_t previous_at;     /* in an interpreter frame */
+    size_t code_at;         /* 3.11: a frame's code object */
+    size_t instruction_at;  /* 3.11: its last instruction */
+    size_t code_units_at;   /* 3.11: a code object's first instruction */
+} pt_frame_layout;
+
+static inline const pt_frame_layout *
+pt_frame_layout_of(int minor)
+{
+    static const pt_frame_layout layouts[] = {
+        {11, 56, 8, 48, 32, 56, 184},
+        {12, 56, 0, 8, 0, 0, 0},
+        {13, 0, 72, 8, 0, 0, 0},
+        {14, 0, 72, 8, 0, 0, 0},
+        {15, 0, 72, 8, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++)
+        if (layouts[i].minor == minor)
+            return &layouts[i];
+    return NULL;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Bound methods (Include/cpython/classobject.h)                             */

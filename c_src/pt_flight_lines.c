@@ -13,8 +13,8 @@
  *    in the clone's copy): every frame is an object;
  *  - 3.11-3.15: the interpreter's frames, walked by two fields whose place is
  *    fixed per minor version (the thread state's current frame, a frame's
- *    previous: PT_FRAME_LAYOUTS, offsetof against each version's internal
- *    headers), each frame's code and line by 3.12+'s
+ *    previous: pt_frame_layout_of, pt_cpython.h), each frame's code and line by
+ *    3.12+'s
  *    PyUnstable_InterpreterFrame_GetCode/GetLine (they read only), on 3.11 by
  *    its frame's code and last instruction fields and PyCode_Addr2Line.
  * The layout is checked at arm time (pt_flight_lines_prepare, with the GIL) on
@@ -36,27 +36,6 @@
 #define PT_LINES_MAX_FRAMES 4096        /* per thread, innermost first */
 #define PT_LINES_CHECKED 32             /* frames compared at arm time */
 
-typedef struct {
-    int minor;
-    size_t cframe;          /* 3.11, 3.12: tstate->cframe (0: none, 3.13+) */
-    size_t current_frame;   /* in the cframe, or in the thread state */
-    size_t previous;        /* _PyInterpreterFrame.previous */
-    size_t f_code;          /* 3.11: _PyInterpreterFrame.f_code */
-    size_t prev_instr;      /* 3.11: _PyInterpreterFrame.prev_instr */
-    size_t code_units;      /* 3.11: PyCodeObject.co_code_adaptive */
-} pt_frame_layout;
-
-/* x86-64 and aarch64 (pointers of 8 bytes), release and debug builds alike
- * (no field before these depends on Py_DEBUG); 3.11.7, 3.12.1, 3.13.0,
- * 3.14.0 and 3.15's headers. */
-static const pt_frame_layout PT_FRAME_LAYOUTS[] = {
-    {11, 56, 8, 48, 32, 56, 184},
-    {12, 56, 0, 8, 0, 0, 0},
-    {13, 0, 72, 8, 0, 0, 0},
-    {14, 0, 72, 8, 0, 0, 0},
-    {15, 0, 72, 8, 0, 0, 0},
-};
-
 enum { PT_LINES_UNKNOWN, PT_LINES_FRAME_OBJECTS, PT_LINES_INTERPRETER_FRAMES };
 static int pt_lines_way;
 static const pt_frame_layout *pt_layout;
@@ -76,12 +55,12 @@ static void *
 pt_current_frame(PyThreadState *ts)
 {
     const void *holder = ts;
-    if (pt_layout->cframe) {
-        holder = pt_word_at(ts, pt_layout->cframe);
+    if (pt_layout->c_frame_at) {            /* 3.11, 3.12: through the C frame */
+        holder = pt_word_at(ts, pt_layout->c_frame_at);
         if (!holder)
             return NULL;
     }
-    return pt_word_at(holder, pt_layout->current_frame);
+    return pt_word_at(holder, pt_layout->current_frame_at);
 }
 
 /* The code object frame runs and its line into *line; NULL for a frame that
@@ -91,11 +70,12 @@ pt_frame_code_line(void *frame, int *line)
 {
     PyObject *code;
     if (pt_layout->minor == 11) {
-        code = pt_word_at(frame, pt_layout->f_code);
+        code = pt_word_at(frame, pt_layout->code_at);
         if (!code || Py_TYPE(code) != &PyCode_Type)
             return NULL;
-        const char *at = pt_word_at(frame, pt_layout->prev_instr);
-        *line = PyCode_Addr2Line(code, (int)(at - ((const char *)code + pt_layout->code_units)));
+        const char *at = pt_word_at(frame, pt_layout->instruction_at);
+        const char *first = (const char *)code + pt_layout->code_units_at;
+        *line = PyCode_Addr2Line(code, (int)(at - first));     /* a byte offset */
         return code;
     }
     code = PyUnstable_InterpreterFrame_GetCode(frame);      /* (a reference more, in the clone) */
@@ -120,7 +100,7 @@ pt_each_frame(PyThreadState *ts, int (*each)(PyObject *, int, void *), void *arg
         return;
     }
     for (void *frame = pt_current_frame(ts); frame && n < PT_LINES_MAX_FRAMES;
-         frame = pt_word_at(frame, pt_layout->previous), n++) {
+         frame = pt_word_at(frame, pt_layout->previous_at), n++) {
         int line = 0;
         PyObject *code = pt_frame_code_line(frame, &line);
         if (code && !each(code, line, arg))
@@ -148,10 +128,20 @@ pt_see(PyObject *code, int line, void *arg)
 static int
 pt_walk_agrees(PyThreadState *ts)
 {
+    PyFrameObject *f = PyThreadState_GetFrame(ts);
+    if (!f)
+        return 0;
+    /* The innermost frame (the caller's: complete) is the frame object's
+     * f_frame (3.11-3.15: after the object's head and f_back), checked before
+     * the walk reads through it. */
+    if (pt_lines_way == PT_LINES_INTERPRETER_FRAMES &&
+        pt_word_at(f, sizeof(PyObject) + sizeof(void *)) != pt_current_frame(ts)) {
+        Py_DecRef((PyObject *)f);
+        return 0;
+    }
     pt_seen seen = {{0}, {0}, 0};
     pt_each_frame(ts, pt_see, &seen);
     int at = 0, compared = 0;
-    PyFrameObject *f = PyThreadState_GetFrame(ts);
     while (f && compared < PT_LINES_CHECKED / 2) {
         PyObject *code = (PyObject *)PyFrame_GetCode(f);
         int line = PyFrame_GetLineNumber(f);
@@ -189,9 +179,8 @@ pt_flight_lines_prepare(void)
     pt_layout = NULL;
     if (major == 3 && (minor == 9 || minor == 10))
         pt_lines_way = PT_LINES_FRAME_OBJECTS;
-    for (size_t i = 0; i < sizeof PT_FRAME_LAYOUTS / sizeof *PT_FRAME_LAYOUTS; i++)
-        if (major == 3 && PT_FRAME_LAYOUTS[i].minor == minor)
-            pt_layout = &PT_FRAME_LAYOUTS[i];
+    if (major == 3)
+        pt_layout = pt_frame_layout_of(minor);
     if (pt_layout && (minor == 11 || (PyUnstable_InterpreterFrame_GetCode &&
                                       PyUnstable_InterpreterFrame_GetLine)))
         pt_lines_way = PT_LINES_INTERPRETER_FRAMES;
