@@ -23,7 +23,7 @@
  * Walks are bounded (a list being changed at the clone cannot loop it).
  */
 #define _GNU_SOURCE
-#include "pt_internal.h"
+#include "pt_record_internal.h"
 #include "pt_flight_files.h"
 
 #include <errno.h>
