@@ -97,3 +97,16 @@ def test_no_renderer_probes_a_trace_for_live_parts():
              for node in ast.walk(tree)
              if isinstance(node, ast.Constant) and node.value == "live_parts"]
     assert not found, "live parts are the streams' encoded_part(index): " + "; ".join(found)
+
+
+def test_no_module_probes_a_trace_for_its_streams():
+    """Every trace has _streams (a CallStreams, or None) and every streams the
+    protocol's attributes: asking with getattr(x, "_streams"/"clock", None) would
+    hide a trace or streams that lost them."""
+    found = [f"{module} line {node.lineno}" for module, tree in sorted(TREES.items())
+             for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+             and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
+             and isinstance(node.args[1], ast.Constant)
+             and node.args[1].value in ("_streams", "live_parts", "records", "encoded_parts")]
+    assert not found, "read trace._streams and its protocol directly: " + "; ".join(found)

@@ -129,7 +129,8 @@ def frames_instant(trace, ticks):
     reading taken with the frames, in one hold of the GIL: recorder.py), as the
     trace's times are made from ticks (pt_walk.c); None when unknown (a dump of
     before, or C's)."""
-    clock = getattr(getattr(trace, "_streams", None), "clock", None)
+    streams = trace._streams
+    clock = streams.clock if streams is not None else None
     if type(ticks) is not int or not -1 << 62 < ticks < 1 << 62 or not clock:
         return None
     return clock["ns0"] + int(float(ticks - clock["tick0"]) * clock["ns_per_tick"])

@@ -19,12 +19,15 @@ class CallStreams:
     spans          per thread, (first call's start, last root call's end), or
                    None for a thread without calls; None when not known
     where          what a TraceFormatError from table() begins with (a path)
+    clock          the recorder's clock (tick0, ns0, ns_per_tick): how its ticks
+                   became ns; None when the trace was not read from ticks
     """
 
     stats = ()
     open_at_start = None
     spans = None
     where = ""
+    clock = None
     # thread index -> a part encoded while its process ran, or None (see
     # encoded_part); None when no thread has one
     encoded_parts = None

@@ -385,8 +385,8 @@ def _check(rc, source, walk):
 def thread_batches(trace):
     """The calls of every thread of trace, the one stream every writer reads:
     (ThreadInfo, batches of (pt_slice *, n, index of the first)) per thread
-    (see batches). trace: anything with threads, _streams (or None),
-    slices_built() and _slices, as Trace, a loaded or a joined trace."""
+    (see batches). trace: a Trace (recorded, loaded or joined: its _streams
+    a model.streams.CallStreams, or None)."""
     for index, thread in enumerate(trace.threads):
         yield thread, batches(trace, index)
 
@@ -395,7 +395,7 @@ def batches(trace, index):
     """Thread index's calls as batches of (pt_slice *, n, index of the first):
     streamed when the trace can (no slice table: each batch is valid until the
     next is asked for), else its slice table whole."""
-    streams = getattr(trace, "_streams", None)
+    streams = trace._streams          # a model.streams.CallStreams, or None
     if streams is not None and not trace.slices_built():
         return streams.slices(index)
     slices, n = trace._slices[index]

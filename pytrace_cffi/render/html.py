@@ -210,7 +210,7 @@ class _Kept:
     them (40 bytes each); past that the arrays walk again, as without it."""
 
     def __init__(self, trace, calls, call_budget, counter):
-        self.on = (getattr(trace, "_streams", None) is not None and not trace.slices_built())
+        self.on = (trace._streams is not None and not trace.slices_built())
         self.budget, self.counter, self.keeper = call_budget, counter, None
         self.threads = []           # per thread: (records as bytes, its slices)
         if self.on and counter is not None:
