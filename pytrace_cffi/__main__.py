@@ -378,8 +378,10 @@ def _program_ended(failure, end_of_run, at_interpreter_exit):
     if failure is not None:
         exit_code = _exit_code(failure)
         if not isinstance(failure, SystemExit):     # uncaught: a flight recorder dumps first
-            from .follow.exits import flight_dump
-            flight_dump("on_uncaught", type(failure))
+            from .follow.exits import running_recorder
+            recorder = running_recorder()
+            if recorder is not None:
+                recorder.on_uncaught(type(failure), failure, failure.__traceback__)
     if not at_interpreter_exit or isinstance(failure, KeyboardInterrupt):
         # (a Ctrl-C: written now, as the interpreter's exit would not die of
         # SIGINT after our imports at exit; threads still running are cut at stop)

@@ -1018,13 +1018,23 @@ else:
 """
 
 
-@pytest.mark.parametrize("where", ["main", "thread"])
+@pytest.mark.parametrize("where", ["main", "thread", "run"])
 def test_an_exceptions_dump_holds_the_exception_and_where_it_was_raised(tmp_path, where):
-    """A program dying of an exception at step 7 (or a thread of it): the dump holds
-    the exception's type and message and the raising thread's stack from its
-    traceback, each frame with its line; `report` says it ("no open call in its
-    dump" before: the frames had unwound)."""
-    proc = _run(tmp_path, RAISES_AT_STEP_7, tmp_path / "dumps", where)
+    """A program dying of an exception at step 7 (or a thread of it, or under `run`,
+    which catches the program's exception itself): the dump holds the exception's
+    type and message and the raising thread's stack from its traceback, each frame
+    with its line; `report` says it ("no open call in its dump" before: the frames
+    had unwound)."""
+    if where == "run":
+        script = tmp_path / "prog.py"
+        script.write_text(RAISES_AT_STEP_7.lstrip("\n").replace(
+            "pytrace_cffi.start(flight_recorder=True, dumps_dir=sys.argv[1])\n", ""))
+        proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", "--no-follow",
+                            "--flight-recorder", "1M", "--dumps-dir", str(tmp_path / "dumps"),
+                            "-o", str(tmp_path / "out.json"), str(script), "x", "main"],
+                           tmp_path, _env_own_tmp(tmp_path), TIMEOUT)
+    else:
+        proc = _run(tmp_path, RAISES_AT_STEP_7, tmp_path / "dumps", where)
     assert "RuntimeError: bad batch at step 7" in proc.stderr
     [dump] = process_dumps(tmp_path / "dumps")
     facts = dump_facts(dump)

@@ -92,7 +92,9 @@ def _on_sigterm(signum, frame):
         return                       # the flight recorder's thread serves it
     with saving():
         lib.pt_sigterm_guard(0)      # the relay's job is done: its timer stops
-        flight_dump("on_sigterm")
+        recorder = running_recorder()
+        if recorder is not None:
+            recorder.on_sigterm()
         _write_window()
         finish_here()
         finish_owed_run()
@@ -193,13 +195,10 @@ def install_uncaught_hook():
     _install_audit()
 
 
-def flight_dump(why, *args):
-    """The running session's flight recorder (if any) dumps: why is its method
-    (on_sigterm, on_uncaught)."""
+def running_recorder():
+    """The running session's flight recorder, or None."""
     session = _running.session
-    recorder = None if session is None else session.flight
-    if recorder is not None:
-        getattr(recorder, why)(*args)
+    return None if session is None else session.flight
 
 
 def _audit(event, args):
@@ -207,7 +206,9 @@ def _audit(event, args):
     window is written or the trace saved; a followed process notes its children;
     an uncaught exception dumps the flight recorder."""
     if event == "sys.excepthook":
-        flight_dump("on_uncaught", *args[1:4])     # (type, value, traceback)
+        recorder = running_recorder()
+        if recorder is not None:
+            recorder.on_uncaught(*args[1:4])     # (type, value, traceback)
         return
     if event == "os.exec" and _state.window is not None:
         try:
