@@ -34,7 +34,8 @@ def plain_c_interface(header_path):
 SOURCES = ["pt_core.c", "pt_buffers.c", "pt_keys.c", "pt_clock.c", "pt_signals.c",
            "pt_hooks.c", "pt_tables.c", "pt_export.c", "pt_perfetto.c",
            "pt_annotate.c", "pt_reduce.c", "pt_summary.c", "pt_jsonlines.c",
-           "pt_walk.c", "pt_pfread.c", "pt_own.c", "pt_merge.c", "pt_deflate.c",
+           "pt_walk.c", "pt_pfread.c", "pt_pfnames.c", "pt_own.c", "pt_merge.c",
+           "pt_deflate.c",
            "pt_live.c", "pt_flight.c", "pt_flight_files.c", "pt_flight_lines.c",
            "pt_exceptions.c", "pt_logargs.c", "pt_runtime.c"]
 # libdeflate's zlib-format compression (c_src/libdeflate/README.md: what is kept),

@@ -1,7 +1,7 @@
 /* pt_export_internal.h - what the export units share (the walk, the encoders
  * of each output, merge_torch's steps, the live encoder, the readers of saved
  * files and their checks: pt_walk.c, pt_export.c, pt_perfetto.c, pt_reduce.c,
- * pt_summary.c, pt_merge.c, pt_live.c, pt_jsonlines.c, pt_pfread.c,
+ * pt_summary.c, pt_merge.c, pt_live.c, pt_jsonlines.c, pt_pfread.c, pt_pfnames.c,
  * pt_tables.c). Apart from pt_record_internal.h so that these units, which
  * read events and slices and write bytes, compile without the tracer's
  * structures or Python, and a change to either side's internals is seen to
@@ -36,6 +36,35 @@ int64_t pt_one_to_realtime(int64_t ns, int64_t mono0, int64_t off0, int64_t mono
 /* pt_jsonlines.c: the key and flags of text (ident text, no extra) in keys; 0 if unknown. */
 int pt_line_keys_lookup(const pt_line_keys *keys, const char *text, uint32_t len, uint32_t *key,
                         uint32_t *flags);
+
+/* A protobuf varint at *p before end (at most ten bytes), *p moved past it; 0 if
+ * cut or too long (pt_pfread.c, pt_pfnames.c). */
+static inline int
+pt_pf_varint(const unsigned char **p, const unsigned char *end, uint64_t *value)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+        unsigned char byte = *(*p)++;
+        if (shift == 63 && byte > 1)
+            return 0;
+        v |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) {
+            *value = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* pt_pfnames.c: a packet's InternedData (data) taken when each entry is as our
+ * writer writes it and says what names says: PT_OK, each marked interned on t;
+ * PT_PF_PYTHON (nothing marked) otherwise; PT_ERR_NOMEM. */
+int pt_pf_take_interned(pt_pf_thread *t, const pt_pf_names *names, const unsigned char *data,
+                        uint64_t len);
+/* Whether every iid a begin's TrackEvent bytes (after its type) name is interned
+ * on t, and they name no track of their own (else the begin is Python's). */
+int pt_pf_begin_interned(const pt_pf_thread *t, const unsigned char *p, uint64_t len);
+void pt_pf_interned_free(pt_pf_thread *t);
 
 /* A 64-bit finalizer (MurmurHash3's): every input bit moves every output bit. */
 static inline uint64_t

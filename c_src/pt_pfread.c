@@ -7,10 +7,12 @@
  * annotation; those few ends are Python's to decode). This unit takes runs of
  * such packets from a buffer of Trace bytes (Trace.packet entries, already
  * inflated) and stops at the first
- * packet it does not take whole - a descriptor, interned data, a clock snapshot,
- * another sequence's packet, a begin whose key bytes it has not been told, an
- * entry cut by the buffer's end - for Python to decode that one. Nothing here
- * trusts the bytes: every read is bounded by its packet's end.
+ * packet it does not take whole - a descriptor, a clock snapshot, interned data
+ * that says what the file's other sequences did not (pt_pfnames.c), another
+ * sequence's packet, a begin whose key bytes it has not been told or that names
+ * an iid its sequence did not intern, an entry cut by the buffer's end - for
+ * Python to decode that one. Nothing here trusts the bytes: every read is
+ * bounded by its packet's end.
  *
  * Begins and ends become calls in three passes over a thread, each in memory
  * that does not grow with the calls but for the middle one's 4 bytes a call:
@@ -31,6 +33,7 @@
 #define PT_PB_TIMESTAMP 0x40       /* TracePacket.timestamp: field 8, varint */
 #define PT_PB_SEQUENCE_ID 0x50     /* TracePacket.trusted_packet_sequence_id: 10 */
 #define PT_PB_TRACK_EVENT 0x5a     /* TracePacket.track_event: 11, length-delimited */
+#define PT_PB_INTERNED 0x62        /* TracePacket.interned_data: 12, length-delimited */
 #define PT_PB_EVENT_TYPE 0x48      /* TrackEvent.type: field 9, varint */
 #define PT_TYPE_SLICE_BEGIN 1
 #define PT_TYPE_SLICE_END 2
@@ -122,6 +125,7 @@ pt_pf_thread_free(pt_pf_thread *t)
         return;
     free(t->open);
     pt_pf_free_durations(t);
+    pt_pf_interned_free(t);
     free(t);
 }
 
@@ -182,6 +186,8 @@ pt_pf_thread_slices(pt_pf_thread *t, pt_line_thread *out)
     t->max_depth = 0;
     t->digest = 0;
     t->clock_ready = 0;
+    t->track_ready = 0;
+    pt_pf_interned_clear(t);
     return PT_OK;
 }
 
@@ -339,27 +345,9 @@ pt_pf_add_overflow(int64_t a, int64_t b, int64_t *out)
 }
 #endif
 
-/* A varint at *p before end (at most ten bytes); 0 if cut or too long. */
-static int
-pt_pf_varint(const unsigned char **p, const unsigned char *end, uint64_t *value)
-{
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-        unsigned char byte = *(*p)++;
-        if (shift == 63 && byte > 1)
-            return 0;
-        v |= (uint64_t)(byte & 0x7f) << shift;
-        if (!(byte & 0x80)) {
-            *value = v;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 int
-pt_pf_read(pt_pf_thread *t, const pt_line_keys *keys, const char *buffer, uint64_t len,
-           uint64_t *pos)
+pt_pf_read(pt_pf_thread *t, const pt_pf_names *names, const pt_line_keys *keys,
+           const char *buffer, uint64_t len, uint64_t *pos)
 {
     const unsigned char *base = (const unsigned char *)buffer;
     const unsigned char *end = base + len;
@@ -367,8 +355,8 @@ pt_pf_read(pt_pf_thread *t, const pt_line_keys *keys, const char *buffer, uint64
     int status = PT_OK;
     while (p < end) {
         const unsigned char *entry = p;
-        uint64_t size, value, delta = 0, sequence = 0, te_len = 0;
-        const unsigned char *te = NULL;
+        uint64_t size, value, delta = 0, sequence = 0, te_len = 0, interned_len = 0;
+        const unsigned char *te = NULL, *interned = NULL;
         int timed = 0, sequenced = 0;
         if (*p++ != PT_PB_PACKET || !pt_pf_varint(&p, end, &size) ||
             size > (uint64_t)(end - p)) {
@@ -390,6 +378,12 @@ pt_pf_read(pt_pf_thread *t, const pt_line_keys *keys, const char *buffer, uint64
                 te = p;
                 te_len = value;
                 p += value;
+            } else if (tag == PT_PB_INTERNED && interned == NULL &&
+                       pt_pf_varint(&p, packet_end, &value) &&
+                       value <= (uint64_t)(packet_end - p)) {
+                interned = p;
+                interned_len = value;
+                p += value;
             } else {
                 break;                  /* anything else: Python's */
             }
@@ -397,12 +391,22 @@ pt_pf_read(pt_pf_thread *t, const pt_line_keys *keys, const char *buffer, uint64
         uint32_t key = 0, flags = 0;
         int kind = 0;
         if (p == packet_end && timed && sequenced && te != NULL && t->clock_ready &&
-            sequence == t->sequence_id && te_len >= 2 && te[0] == PT_PB_EVENT_TYPE) {
-            if (te[1] == PT_TYPE_SLICE_END && te_len == 2)
+            t->track_ready && sequence == t->sequence_id && te_len >= 2 &&
+            te[0] == PT_PB_EVENT_TYPE) {
+            /* names first interned here (the sequence's first begin of them) */
+            int taken = interned == NULL ? PT_OK
+                                         : pt_pf_take_interned(t, names, interned, interned_len);
+            if (taken == PT_ERR_NOMEM) {
+                p = entry;
+                status = taken;
+                break;
+            }
+            if (taken == PT_OK && te[1] == PT_TYPE_SLICE_END && te_len == 2)
                 kind = PT_TYPE_SLICE_END;
-            else if (te[1] == PT_TYPE_SLICE_BEGIN && te_len - 2 <= UINT32_MAX &&
+            else if (taken == PT_OK && te[1] == PT_TYPE_SLICE_BEGIN && te_len - 2 <= UINT32_MAX &&
                      pt_line_keys_lookup(keys, (const char *)te + 2, (uint32_t)(te_len - 2),
-                                         &key, &flags))
+                                         &key, &flags) &&
+                     pt_pf_begin_interned(t, te + 2, te_len - 2))
                 kind = PT_TYPE_SLICE_BEGIN;
         }
         /* the clock moves by delta units; a time past INT64_MAX is Python's to report */

@@ -315,6 +315,19 @@ void pt_line_thread_free(pt_line_thread *thread);
 #define PT_PF_SLICES 2
 typedef struct pt_pf_open pt_pf_open;
 typedef struct pt_pf_long pt_pf_long;
+typedef struct pt_pf_iid pt_pf_iid;
+/* What each interned iid means, for the whole file (pt_pfnames.c): table 1 the
+ * event categories, 2 the event names, 3 the debug annotation names (InternedData's
+ * fields), each iid's name as its bytes. pt_pf_read takes a packet's interned
+ * entries only when each says what names says, then marks them interned on the
+ * thread (pt_pf_interned_add: Python marks those it decodes); it takes a begin of
+ * known key bytes only when every iid they name is interned on the thread and
+ * its track_ready is set. pt_pf_names_set: PT_ERR_ARG for another table. */
+typedef struct pt_pf_names pt_pf_names;
+pt_pf_names *pt_pf_names_new(void);
+void pt_pf_names_free(pt_pf_names *names);
+int pt_pf_names_set(pt_pf_names *names, uint32_t table, uint64_t iid, const char *name,
+                    uint32_t len);
 typedef struct {
     uint32_t sequence_id;   /* the thread's sequence: other packets go to Python */
     int mode;
@@ -347,11 +360,22 @@ typedef struct {
     uint64_t n_ended_open;
     uint64_t ended_open_cap;
     uint64_t next_ended_open;
+    int track_ready;        /* the sequence's default track is its thread's (set by
+                             * Python): else every event is Python's to check */
+    pt_pf_iid *interned;    /* the (table, iid) pairs interned on the sequence since
+                             * its state was cleared (pt_pfnames.c) */
+    uint64_t interned_mask;
+    uint64_t n_interned;
 } pt_pf_thread;
 pt_pf_thread *pt_pf_thread_new(uint32_t sequence_id, int mode, uint64_t calls);
 void pt_pf_thread_free(pt_pf_thread *t);
-int pt_pf_read(pt_pf_thread *t, const pt_line_keys *keys, const char *buffer, uint64_t len,
-               uint64_t *pos);
+int pt_pf_read(pt_pf_thread *t, const pt_pf_names *names, const pt_line_keys *keys,
+               const char *buffer, uint64_t len, uint64_t *pos);
+/* The thread's interned set: marks (table, iid) interned, asks whether it is, or
+ * empties it (its sequence's state cleared). */
+int pt_pf_interned_add(pt_pf_thread *t, uint32_t table, uint64_t iid);
+int pt_pf_interned_has(const pt_pf_thread *t, uint32_t table, uint64_t iid);
+void pt_pf_interned_clear(pt_pf_thread *t);
 int pt_pf_begin(pt_pf_thread *t, int64_t ts, uint32_t key, uint32_t flags);
 /* flags: PT_SLICE_OPEN_AT_STOP when the end says the call was open at stop (the
  * slices pass gives it to the call's slice at its begin). */

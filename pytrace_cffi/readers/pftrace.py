@@ -41,6 +41,8 @@ from ..errors import TraceFormatError
 from ..model.streams import CallStreams
 from .chrome_events import Changed, Keys, chrome_trace, take_open_at_start
 from .chrome_lines import STREAM_BATCH_SLICES, FileSource, LineThread, file_identity
+from .pftrace_names import (TABLE_ANNOTATION_NAMES, TABLE_CATEGORIES, TABLE_NAMES,
+                            InternedNames, SequenceNames)
 from .pftrace_packets import (DOUBLE, Bad, Resumes, Stop, annotations, one, packets, parse,
                               repeated_ints, signed, text)
 
@@ -63,8 +65,9 @@ KEEP_DURATIONS_CALLS = 1 << 25
 # --- one thread's sequence --------------------------------------------------------
 
 class _Sequence:
-    """One thread's sequence as it is read: its interned names, defaults and
-    clock, and its calls in C (pt_pf_thread)."""
+    """One thread's sequence as it is read: its defaults and clock, which iids it
+    interned (in C: their names are the file's, the reader's InternedNames) and
+    its calls in C (pt_pf_thread)."""
 
     def __init__(self, reader, sequence_id, mode, calls=0, c=None):
         self.reader = reader
@@ -78,24 +81,20 @@ class _Sequence:
         self.uuid = self.track = self.clock_id = None
         self.cleared = False
         self.clock = None               # (clock id, unit ns) once the snapshot is read
-        self._new_line_keys()
+        self.names, self.categories, self.annotation_names = (
+            SequenceNames(self, table)
+            for table in (TABLE_NAMES, TABLE_CATEGORIES, TABLE_ANNOTATION_NAMES))
 
     def clear(self):
         self.cleared = True
-        self.names, self.categories, self.annotation_names = {}, {}, {}
+        lib.pt_pf_interned_clear(self.c)
         self.track, self.clock_id, self.clock = None, None, None
         self.c.clock_ready = 0
-        self._new_line_keys()
-
-    def _new_line_keys(self):
-        """C's table of event bytes -> key: emptied whenever an iid's meaning may change."""
-        self.line_keys = ffi.gc(lib.pt_line_keys_new(), lib.pt_line_keys_free)
-        if self.line_keys == ffi.NULL:
-            raise MemoryError("out of memory while reading a .pftrace")
 
     def fast(self, buf, pos):
         self.pos[0] = pos
-        status = lib.pt_pf_read(self.c, self.line_keys, buf, len(buf), self.pos)
+        names = self.reader.names
+        status = lib.pt_pf_read(self.c, names.c, names.line_keys, buf, len(buf), self.pos)
         return status, self.pos[0]
 
     def packet(self, fields):
@@ -120,20 +119,20 @@ class _Sequence:
             self._event(fields)
         elif 8 in fields:
             self._time(fields)           # a timestamp moves the incremental clock anyway
+        # C takes this thread's events only on its own track (else Python checks each)
+        self.c.track_ready = int(self.track is not None and self.track == self.uuid)
 
     def _interned(self, interned):
-        changed = False
-        for number, table in ((1, self.categories), (2, self.names),
-                              (3, self.annotation_names)):
-            for entry in interned.get(number, ()):
+        for table in (TABLE_CATEGORIES, TABLE_NAMES, TABLE_ANNOTATION_NAMES):
+            for entry in interned.get(table, ()):
                 if not isinstance(entry, bytes):
                     raise Bad("an interned entry has the wrong wire type")
                 entry = parse(entry)
                 iid, name = one(entry, 1, 0), text(one(entry, 2, b"", bytes))
-                changed |= table.get(iid, name) != name
-                table[iid] = name
-        if changed:
-            self._new_line_keys()
+                if self.reader.names.tables[table].get(iid) != name:
+                    self.reader.writable_names().learn(table, iid, name)
+                if lib.pt_pf_interned_add(self.c, table, iid) != lib.PT_OK:
+                    raise MemoryError("out of memory while reading a .pftrace")
 
     def _snapshot(self, snapshot):
         clocks = {}
@@ -213,9 +212,7 @@ class _Sequence:
         flags = ((lib.PT_SLICE_C if keys.kinds[key] == "c" else 0)
                  | (lib.PT_SLICE_OPEN_AT_STOP if open_at_stop else 0) | opened)
         if raw[:2] == b"\x48\x01" and len(raw) - 2 < 2 ** 32:
-            if lib.pt_line_keys_add(self.line_keys, raw[2:], len(raw) - 2, b"", 0, key,
-                                    flags) != lib.PT_OK:
-                raise MemoryError("out of memory while reading a .pftrace")
+            self.reader.writable_names().add_line_key(raw[2:], key, flags)
         self.reader.check(lib.pt_pf_begin(self.c, ts, key, flags), self)
 
 
@@ -249,6 +246,7 @@ class _Scan(_Reader):
     def __init__(self, path):
         self.path = path
         self.keys = Keys()
+        self.names = InternedNames()      # every sequence's; the replays' too
         self.sequence = None              # the thread being read
         self.done = set()                 # sequence ids read
         self.threads, self.stats, self.digests, self.starts, self.sequence_ids = \
@@ -272,6 +270,9 @@ class _Scan(_Reader):
 
     def full(self):
         return False
+
+    def writable_names(self):
+        return self.names
 
     def fault(self, status, sequence):
         where = f"thread {len(self.threads) - 1}: call {sequence.c.n}"
@@ -495,6 +496,7 @@ class _Replay(_Reader):
     def __init__(self, scan, index):
         self.scan, self.index, self.sequence = scan, index, None
         self.keys = scan.keys
+        self.names = scan.names   # read by C, not changed (other walks may be reading it)
         self.kept = None          # the scan's C reader with the thread's durations
 
     def fast(self, buf, pos):
@@ -503,6 +505,13 @@ class _Replay(_Reader):
     def full(self):
         out = self.sequence.c.out
         return out != ffi.NULL and out.count == out.cap
+
+    def writable_names(self):
+        """The names to change: a copy of the scan's, the first time (the file
+        changed since, or iids meant other names in other threads)."""
+        if self.names is self.scan.names:
+            self.names = self.names.copy()
+        return self.names
 
     def fault(self, status, sequence):
         raise Changed(f"thread {self.index} has other calls")
