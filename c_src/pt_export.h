@@ -131,6 +131,25 @@ int pt_reducer_count(pt_reducer *r, const pt_slice *slices, uint64_t n, uint64_t
 int pt_reducer_keep(pt_reducer *r, const pt_slice *slices, uint64_t n, uint64_t first_index);
 void pt_reducer_end_thread(pt_reducer *r);
 uint64_t pt_reducer_take(pt_reducer *r, const pt_reduced **kept);
+/* The page's numbers of a thread's kept calls (pt_reduce.c): per call taken, its
+ * start after the previous taken call's (the first's after start_ns), duration,
+ * key, depth, the calls left out since the previous taken one and self_ns, in
+ * decimal, all joined by ",". With filter, only the calls a reduction of min_ns
+ * and top_levels keeps of kept (a superset holding each one's parent: the
+ * survey's, at its first candidate): at a depth under top_levels, or lasting
+ * min_ns or more under a parent taken. pt_reduced_text_write writes from
+ * kept[*next] on at out + *written while PT_REDUCED_TEXT_MAX bytes are left of
+ * cap, moving both; call again with the same text for the rest. PT_ERR_ARG: a
+ * call whose parent is not in kept; PT_ERR_NOMEM. */
+#define PT_REDUCED_TEXT_MAX 128
+typedef struct pt_reduced_text pt_reduced_text;
+pt_reduced_text *pt_reduced_text_new(int64_t start_ns, int filter, int64_t min_ns,
+                                     uint32_t top_levels);
+void pt_reduced_text_free(pt_reduced_text *text);
+int pt_reduced_text_write(pt_reduced_text *text, const pt_reduced *kept, uint64_t count,
+                          uint64_t *next, char *out, uint64_t cap, uint64_t *written);
+/* How many calls it has written so far. */
+uint64_t pt_reduced_text_taken(const pt_reduced_text *text);
 /* Summary (pt_summary.c): adds one thread's slices to per-name calls, total_ns
  * (recursion counted once) and self_ns (less direct callees), n_names entries
  * each; name_of_key maps each of n_keys keys to its name. times_open is scratch

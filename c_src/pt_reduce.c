@@ -220,3 +220,125 @@ pt_reducer_take(pt_reducer *r, const pt_reduced **kept)
     r->n_out = 0;           /* the caller reads them before the next feed */
     return n;
 }
+
+/* ---- the page's numbers of the kept calls ---- */
+
+struct pt_reduced_text {
+    int64_t previous_start;
+    uint64_t previous_index;        /* of the last call taken, + 1 (0 before any) */
+    uint64_t taken;
+    int filter;
+    int64_t min_ns;
+    uint32_t top_levels;
+    uint8_t *taken_at;              /* per depth: whether the latest call there is taken */
+    uint64_t n_taken_at;
+    uint64_t taken_at_cap;
+};
+
+pt_reduced_text *
+pt_reduced_text_new(int64_t start_ns, int filter, int64_t min_ns, uint32_t top_levels)
+{
+    pt_reduced_text *text = calloc(1, sizeof *text);
+    if (text == NULL)
+        return NULL;
+    text->previous_start = start_ns;
+    text->filter = filter;
+    text->min_ns = min_ns;
+    text->top_levels = top_levels;
+    return text;
+}
+
+void
+pt_reduced_text_free(pt_reduced_text *text)
+{
+    if (text == NULL)
+        return;
+    free(text->taken_at);
+    free(text);
+}
+
+uint64_t
+pt_reduced_text_taken(const pt_reduced_text *text)
+{
+    return text->taken;
+}
+
+/* Decimal digits of value at out; how many. */
+static int
+pt_decimal(char *out, uint64_t value)
+{
+    char digits[20];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + value % 10);
+        value /= 10;
+    } while (value);
+    for (int i = 0; i < n; i++)
+        out[i] = digits[n - 1 - i];
+    return n;
+}
+
+/* a - b in decimal, exact for any int64 pair (as Python's ints print it). */
+static int
+pt_difference(char *out, int64_t a, int64_t b)
+{
+    if (a >= b)
+        return pt_decimal(out, (uint64_t)a - (uint64_t)b);
+    out[0] = '-';
+    return 1 + pt_decimal(out + 1, (uint64_t)b - (uint64_t)a);
+}
+
+int
+pt_reduced_text_write(pt_reduced_text *text, const pt_reduced *kept, uint64_t count,
+                      uint64_t *next, char *out, uint64_t cap, uint64_t *written)
+{
+    uint64_t at = *written;
+    uint64_t i = *next;
+    for (; i < count && cap - at >= PT_REDUCED_TEXT_MAX; i++) {
+        const pt_reduced *call = &kept[i];
+        if (text->filter) {
+            /* as _reduced_text's Python did: whether its parent, the latest call
+             * one level up, was taken (kept holds every kept call's parent) */
+            int take = call->depth < text->top_levels;
+            if (!take && call->end - call->start >= text->min_ns) {
+                if (call->depth == 0)
+                    take = 1;
+                else if (call->depth - 1 < text->n_taken_at)
+                    take = text->taken_at[call->depth - 1];
+                else
+                    return PT_ERR_ARG;      /* a kept call whose parent is not */
+            }
+            if (call->depth < text->n_taken_at)
+                text->n_taken_at = call->depth;
+            if (text->n_taken_at == text->taken_at_cap &&
+                pt_grow((void **)&text->taken_at, &text->taken_at_cap, text->n_taken_at + 1,
+                        1) != PT_OK)
+                return PT_ERR_NOMEM;
+            text->taken_at[text->n_taken_at++] = (uint8_t)take;
+            if (!take)
+                continue;
+        }
+        char *p = out + at;
+        if (text->taken)
+            *p++ = ',';
+        p += pt_difference(p, call->start, text->previous_start);
+        *p++ = ',';
+        p += pt_difference(p, call->end, call->start);
+        *p++ = ',';
+        p += pt_decimal(p, call->key);
+        *p++ = ',';
+        p += pt_decimal(p, call->depth);
+        *p++ = ',';
+        /* calls left out since the last taken: index - (its index + 1) */
+        p += pt_difference(p, (int64_t)(call->index - text->previous_index), 0);
+        *p++ = ',';
+        p += pt_difference(p, call->self_ns, 0);
+        at = (uint64_t)(p - out);
+        text->previous_start = call->start;
+        text->previous_index = call->index + 1;
+        text->taken++;
+    }
+    *next = i;
+    *written = at;
+    return PT_OK;
+}

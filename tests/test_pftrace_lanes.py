@@ -3,16 +3,21 @@ sequence interns again (its names, in the packet of each name's first begin) is
 the file's, kept once (readers/pftrace_names.py, c_src/pt_pfnames.c), so a lane
 costs Python its descriptor and clock packets only (#34 item 3); C still takes a
 begin only when its sequence interned every iid it names, and iids that mean
-other names in other sequences read as each sequence says."""
+other names in other sequences read as each sequence says. And the HTML page's
+numbers of the kept calls, written in C, are what Python wrote."""
+import random
 import threading
 
 import pytest
 
 import pytrace_cffi
 from pytrace_cffi import TraceFormatError
+from pytrace_cffi._core import ffi
+from pytrace_cffi.errors import TraceError
 from pytrace_cffi.readers import pftrace as pftrace_reader
 from pytrace_cffi.readers.pftrace_packets import parse
 from pytrace_cffi.reading import read_trace
+from pytrace_cffi.render import html as html_module
 from pytrace_cffi.render.protobuf import bytes_field, int_field
 from pytrace_cffi.render.summary import summarize
 
@@ -154,3 +159,56 @@ def test_an_iid_that_means_another_name_in_another_lane_reads_as_each_says(tmp_p
     rows = {short(row.name): row.calls for row in summarize(ours, limit=None)}
     calls = {short(row.name): row.calls for row in summarize(trace, limit=None)}
     assert rows["bet2"] == 3 and rows["beta"] == calls["beta"] - 3
+
+
+def python_reduced_text(records, start_ns, reduction=None):
+    """The page's numbers as render/html.py wrote them in Python (the oracle)."""
+    previous_start, previous_index, parts, taken_at = start_ns, -1, [], []
+    for start, end, index, self_ns, key, depth in records:
+        if reduction is not None:
+            min_ns, top_levels = reduction
+            take = depth < top_levels or (end - start >= min_ns and
+                                          (depth == 0 or taken_at[depth - 1]))
+            del taken_at[depth:]
+            taken_at.append(take)
+            if not take:
+                continue
+        parts.append(f"{start - previous_start},{end - start},{key},{depth},"
+                     f"{index - previous_index - 1},{self_ns}")
+        previous_start, previous_index = start, index
+    return ",".join(parts), len(parts)
+
+
+def test_the_pages_numbers_of_kept_calls_are_pythons(monkeypatch):
+    generator = random.Random(34)
+    big = (1 << 63) - 1
+    for round_ in range(60):
+        records, depth, start, index = [], 0, generator.choice([0, -big + 10, big - 10 ** 9]), 0
+        for _ in range(generator.choice([1, 5, 300, 20000])):
+            depth = generator.randint(0, depth + 1) if records else 0
+            start += generator.randint(0, 1000)
+            index += generator.randint(1, 3)
+            end = start + generator.choice([0, 1, 50, 999, 10 ** 6])
+            records.append((start, end, index, generator.randint(-10 ** 12, 10 ** 12),
+                            generator.randint(0, (1 << 32) - 1), depth))
+        kept = ffi.new("pt_reduced[]", len(records))
+        for place, (start, end, index, self_ns, key, depth) in enumerate(records):
+            kept[place] = {"start": start, "end": end, "index": index, "self_ns": self_ns,
+                           "key": key, "depth": depth}
+        start_ns = generator.choice([0, records[0][0] + 5, -big])
+        reduction = None if round_ % 3 == 0 else html_module.Reduction(
+            generator.choice([1, 60, 1000]), generator.randint(0, 2), 0, 0, 0)
+        expected = python_reduced_text(records, start_ns, reduction and reduction[:2])
+        assert html_module._reduced_text(kept, len(records), start_ns, reduction) == expected
+        raw = bytes(ffi.buffer(kept))
+        assert html_module._reduced_text(raw, len(records), start_ns, reduction) == expected
+    # in pieces of a few calls at a time, as of many
+    monkeypatch.setattr(html_module, "TEXT_CALLS_PER_PIECE", 1)
+    assert html_module._reduced_text(kept, len(records), start_ns, reduction) == expected
+
+
+def test_kept_calls_without_their_parent_are_an_error():
+    kept = ffi.new("pt_reduced[]", [{"start": 0, "end": 100, "depth": 0},
+                                    {"start": 1, "end": 99, "depth": 3}])
+    with pytest.raises(TraceError, match="lack a parent"):
+        html_module._reduced_text(kept, 2, 0, html_module.Reduction(1, 0, 0, 0, 0))

@@ -41,7 +41,6 @@ import functools
 import html
 import os
 import re
-import struct
 from collections import namedtuple
 from importlib import resources
 
@@ -64,6 +63,7 @@ from .summary import (SORT_KEYS, Summarizer, SummaryRow, _process_title, process
 SUMMARY_TOP = 100
 SUMMARY_SORTS = ("total", "self", "calls")
 CALLS_PER_CHUNK = 65536
+TEXT_CALLS_PER_PIECE = 8192  # the kept calls written at a time (C's buffer: 128 bytes a call)
 KIND_LETTERS = {"python": "p", "c": "c", "annotation": "a"}
 
 CALL_BUDGET = 200_000        # more calls than this: the page shows a reduced timeline
@@ -71,10 +71,7 @@ REDUCED_WIDTH_PX = 4000      # a call this fraction of the trace's span is a pix
 TOP_LEVELS = 2               # depths always kept whole, while they fit the budget
 KEPT_BUDGET = 2              # the survey keeps up to this many times the budget (_Kept)
 
-# c_src/pt_export.h's pt_reduced: start, end, index, self_ns, key, depth
-REDUCED_RECORD = struct.Struct("=qqQqII")
-if REDUCED_RECORD.size != ffi.sizeof("pt_reduced"):
-    raise ImportError("render/html.py's REDUCED_RECORD does not match c_src's pt_reduced")
+REDUCED_RECORD_SIZE = ffi.sizeof("pt_reduced")
 
 Reduction = namedtuple("Reduction", "min_ns top_levels shown calls budget")
 Reduction.__doc__ = """What a reduced page keeps: calls lasting at least min_ns or at
@@ -245,7 +242,7 @@ class _Kept:
         if self.keeper is not None:
             lib.pt_reducer_end_thread(self.keeper)
             count = lib.pt_reducer_take(self.keeper, self.out)
-            self.parts = [bytes(ffi.buffer(self.out[0], count * REDUCED_RECORD.size))]
+            self.parts = [bytes(ffi.buffer(self.out[0], count * REDUCED_RECORD_SIZE))]
         self.threads.append((b"".join(self.parts), self.slices))
 
     def drop(self):
@@ -470,7 +467,7 @@ def _reduced_arrays(trace, reduction, progress, kept=None):
     if kept is not None:
         yield "["
         for number, (records, count) in enumerate(kept):
-            text, taken = _reduced_text(records, len(records) // REDUCED_RECORD.size,
+            text, taken = _reduced_text(records, len(records) // REDUCED_RECORD_SIZE,
                                         trace.start_ns, reduction)
             yield ("[" if number == 0 else ",[") + text + "]"
             shown += taken
@@ -506,31 +503,33 @@ def _reduced_arrays(trace, reduction, progress, kept=None):
 
 def _reduced_text(kept, count, start_ns, reduction=None):
     """(the page's numbers, how many calls) of a thread's kept calls (count
-    pt_reduced from kept, or their bytes), read as tuples (REDUCED_RECORD) rather
-    than cffi structs: ~3x faster for a page of many lanes, whose kept top levels
-    are most of its calls. With reduction, only the calls it keeps (kept: a
-    superset that holds each one's parent): at a depth under its top_levels, or
-    lasting min_ns or more under a parent it keeps, as pt_reducer_keep keeps them."""
+    pt_reduced from kept, or their bytes), written in C (pt_reduced_text_write).
+    With reduction, only the calls it keeps (kept: a superset that holds each
+    one's parent): at a depth under its top_levels, or lasting min_ns or more
+    under a parent it keeps, as pt_reducer_keep keeps them."""
     if count == 0:
         return "", 0
-    previous_start, previous_index = start_ns, -1
-    parts = []
-    records = kept if isinstance(kept, bytes) else ffi.buffer(kept, count * REDUCED_RECORD.size)
-    if reduction is not None:
-        min_ns, top_levels = reduction.min_ns, reduction.top_levels
-        taken_at = []           # per depth: whether the latest call there is taken
-    for start, end, index, self_ns, key, depth in REDUCED_RECORD.iter_unpack(records):
-        if reduction is not None:
-            take = depth < top_levels or (end - start >= min_ns and
-                                          (depth == 0 or taken_at[depth - 1]))
-            del taken_at[depth:]
-            taken_at.append(take)
-            if not take:
-                continue
-        parts.append(f"{start - previous_start},{end - start},{key},{depth},"
-                     f"{index - previous_index - 1},{self_ns}")
-        previous_start, previous_index = start, index
-    return ",".join(parts), len(parts)
+    if isinstance(kept, bytes):
+        kept = ffi.from_buffer("pt_reduced[]", kept)
+    if reduction is None:
+        text = lib.pt_reduced_text_new(start_ns, 0, 0, 0)
+    else:
+        text = lib.pt_reduced_text_new(start_ns, 1, reduction.min_ns, reduction.top_levels)
+    if text == ffi.NULL:
+        raise MemoryError("out of memory while writing the HTML page")
+    text = ffi.gc(text, lib.pt_reduced_text_free)
+    out = ffi.new("char[]", min(count, TEXT_CALLS_PER_PIECE) * lib.PT_REDUCED_TEXT_MAX)
+    position, written = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    pieces = []
+    while position[0] < count:
+        written[0] = 0
+        status = lib.pt_reduced_text_write(text, kept, count, position, out, len(out), written)
+        if status == lib.PT_ERR_NOMEM:
+            raise MemoryError("out of memory while writing the HTML page")
+        if status != lib.PT_OK:
+            raise TraceError("the HTML page's kept calls lack a parent")
+        pieces.append(ffi.unpack(out, written[0]).decode("ascii"))
+    return "".join(pieces), lib.pt_reduced_text_taken(text)
 
 
 def _chunks(trace, title, survey, progress):
