@@ -56,11 +56,6 @@ pt_pf_varint(const unsigned char **p, const unsigned char *end, uint64_t *value)
     return 0;
 }
 
-/* pt_pfnames.c: a packet's InternedData (data) taken when each entry is as our
- * writer writes it and says what names says: PT_OK, each marked interned on t;
- * PT_PF_PYTHON (nothing marked) otherwise; PT_ERR_NOMEM. */
-int pt_pf_take_interned(pt_pf_thread *t, const pt_pf_names *names, const unsigned char *data,
-                        uint64_t len);
 /* Whether every iid a begin's TrackEvent bytes (after its type) name is interned
  * on t, and they name no track of their own (else the begin is Python's). */
 int pt_pf_begin_interned(const pt_pf_thread *t, const unsigned char *p, uint64_t len);

@@ -215,13 +215,13 @@ pt_pf_entries(pt_pf_thread *t, const pt_pf_names *names, const unsigned char *p,
 }
 
 int
-pt_pf_take_interned(pt_pf_thread *t, const pt_pf_names *names, const unsigned char *data,
-                    uint64_t len)
+pt_pf_take_interned(pt_pf_thread *t, const pt_pf_names *names, const char *data, uint64_t len)
 {
-    int status = pt_pf_entries(t, names, data, data + len, 0);
+    const unsigned char *p = (const unsigned char *)data;
+    int status = pt_pf_entries(t, names, p, p + len, 0);
     if (status != PT_OK)
         return status;
-    return pt_pf_entries(t, names, data, data + len, 1);
+    return pt_pf_entries(t, names, p, p + len, 1);
 }
 
 /* Skips a field's value of wire type wire; 0 if cut or of a wire type we do not write. */

@@ -395,7 +395,8 @@ pt_pf_read(pt_pf_thread *t, const pt_pf_names *names, const pt_line_keys *keys,
             te[0] == PT_PB_EVENT_TYPE) {
             /* names first interned here (the sequence's first begin of them) */
             int taken = interned == NULL ? PT_OK
-                                         : pt_pf_take_interned(t, names, interned, interned_len);
+                                         : pt_pf_take_interned(t, names, (const char *)interned,
+                                                               interned_len);
             if (taken == PT_ERR_NOMEM) {
                 p = entry;
                 status = taken;

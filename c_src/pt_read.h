@@ -376,6 +376,11 @@ int pt_pf_read(pt_pf_thread *t, const pt_pf_names *names, const pt_line_keys *ke
 int pt_pf_interned_add(pt_pf_thread *t, uint32_t table, uint64_t iid);
 int pt_pf_interned_has(const pt_pf_thread *t, uint32_t table, uint64_t iid);
 void pt_pf_interned_clear(pt_pf_thread *t);
+/* A packet's InternedData (data) taken when each entry is as our writer writes it
+ * and says what names says: PT_OK, each marked interned on t; PT_PF_PYTHON
+ * (nothing marked: for Python to decode) otherwise; PT_ERR_NOMEM. */
+int pt_pf_take_interned(pt_pf_thread *t, const pt_pf_names *names, const char *data,
+                        uint64_t len);
 int pt_pf_begin(pt_pf_thread *t, int64_t ts, uint32_t key, uint32_t flags);
 /* flags: PT_SLICE_OPEN_AT_STOP when the end says the call was open at stop (the
  * slices pass gives it to the call's slice at its begin). */

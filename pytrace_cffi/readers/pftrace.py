@@ -112,7 +112,7 @@ class _Sequence:
                 self.track = one(parse(one(defaults, 11, kind=bytes)), 11, self.track)
             self._clock_ready()
         if 12 in fields:
-            self._interned(parse(one(fields, 12, kind=bytes)))
+            self._interned(one(fields, 12, kind=bytes))
         if 6 in fields:
             self._snapshot(parse(one(fields, 6, kind=bytes)))
         if 11 in fields:
@@ -122,7 +122,15 @@ class _Sequence:
         # C takes this thread's events only on its own track (else Python checks each)
         self.c.track_ready = int(self.track is not None and self.track == self.uuid)
 
-    def _interned(self, interned):
+    def _interned(self, data):
+        """A packet's interned names: C's when the file knows them all (each lane's
+        first packet interns the categories and annotation names again)."""
+        status = lib.pt_pf_take_interned(self.c, self.reader.names.c, data, len(data))
+        if status == lib.PT_OK:
+            return
+        if status == lib.PT_ERR_NOMEM:
+            raise MemoryError("out of memory while reading a .pftrace")
+        interned = parse(data)
         for table in (TABLE_CATEGORIES, TABLE_NAMES, TABLE_ANNOTATION_NAMES):
             for entry in interned.get(table, ()):
                 if not isinstance(entry, bytes):

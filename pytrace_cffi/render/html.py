@@ -232,7 +232,7 @@ class _Kept:
             return
         _check(lib.pt_reducer_keep(self.keeper, slices, n, first_index))
         every = lib.PT_REDUCE_BUCKETS   # kept at the first candidate so far, all threads
-        if sum(buckets[TOP_LEVELS * every + b] for b in range(1, every)) > \
+        if sum(ffi.unpack(buckets + TOP_LEVELS * every + 1, every - 1)) > \
                 KEPT_BUDGET * self.budget:
             self.drop()
 
