@@ -132,6 +132,7 @@ pt_pf_thread_free(pt_pf_thread *t)
 int
 pt_pf_thread_kept(pt_pf_thread *t)
 {
+    pt_pf_interned_free(t);         /* its slices pass interns again from the start */
     if (t->mode != PT_PF_SCAN || !t->keep_limit || t->n_open) {
         pt_pf_free_durations(t);
         t->keep_limit = 0;
