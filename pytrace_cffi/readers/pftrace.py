@@ -33,6 +33,7 @@ with torch.profiler's events, is refused with TraceFormatError, as is anything
 corrupt or hostile (bounded reads, no allocation from a length field beyond
 MAX_PACKET_BYTES (16 MiB), decompression in bounded pieces).
 """
+import functools
 import os
 
 from .._core import ffi, lib
@@ -114,7 +115,7 @@ class _Sequence:
         if 12 in fields:
             self._interned(one(fields, 12, kind=bytes))
         if 6 in fields:
-            self._snapshot(parse(one(fields, 6, kind=bytes)))
+            self._snapshot(one(fields, 6, kind=bytes))
         if 11 in fields:
             self._event(fields)
         elif 8 in fields:
@@ -142,21 +143,11 @@ class _Sequence:
                 if lib.pt_pf_interned_add(self.c, table, iid) != lib.PT_OK:
                     raise MemoryError("out of memory while reading a .pftrace")
 
-    def _snapshot(self, snapshot):
-        clocks = {}
-        for entry in snapshot.get(1, ()):
-            entry = parse(entry if isinstance(entry, bytes) else b"")
-            clocks[one(entry, 1, 0)] = (one(entry, 2, 0), one(entry, 3, 0),
-                                        one(entry, 4, 0) or 1)
-        if CLOCK_MONOTONIC not in clocks:
-            raise Bad("a thread's clock snapshot does not give CLOCK_MONOTONIC")
-        monotonic = clocks[CLOCK_MONOTONIC][0]
-        for clock_id, (_, incremental, unit) in clocks.items():
-            if clock_id in SEQUENCE_CLOCKS:
-                if not incremental or unit > 10 ** 9:
-                    raise Bad(f"clock {clock_id} is not an incremental clock as we write them")
-                self.clock = (clock_id, unit)
-                self.c.now, self.c.unit_ns = _checked_ns(monotonic), unit
+    def _snapshot(self, data):
+        clock, monotonic = _sequence_clock(data)
+        if clock is not None:
+            self.clock = clock
+            self.c.now, self.c.unit_ns = monotonic, clock[1]
         self._clock_ready()
 
     def _clock_ready(self):
@@ -222,6 +213,29 @@ class _Sequence:
         if raw[:2] == b"\x48\x01" and len(raw) - 2 < 2 ** 32:
             self.reader.writable_names().add_line_key(raw[2:], key, flags)
         self.reader.check(lib.pt_pf_begin(self.c, ts, key, flags), self)
+
+
+@functools.lru_cache(maxsize=16)
+def _sequence_clock(data):
+    """(the sequence's incremental clock (id, unit), or None; CLOCK_MONOTONIC's ns
+    at the snapshot) of a thread's ClockSnapshot bytes. Parsed once for a file:
+    each of a thousand lanes' snapshots is most often the same bytes."""
+    clocks = {}
+    for entry in parse(data).get(1, ()):
+        entry = parse(entry if isinstance(entry, bytes) else b"")
+        clocks[one(entry, 1, 0)] = (one(entry, 2, 0), one(entry, 3, 0),
+                                    one(entry, 4, 0) or 1)
+    if CLOCK_MONOTONIC not in clocks:
+        raise Bad("a thread's clock snapshot does not give CLOCK_MONOTONIC")
+    monotonic = clocks[CLOCK_MONOTONIC][0]
+    clock = None
+    for clock_id, (_, incremental, unit) in clocks.items():
+        if clock_id in SEQUENCE_CLOCKS:
+            if not incremental or unit > 10 ** 9:
+                raise Bad(f"clock {clock_id} is not an incremental clock as we write them")
+            clock = (clock_id, unit)
+            monotonic = _checked_ns(monotonic)
+    return clock, monotonic
 
 
 def _checked_ns(value):
