@@ -43,7 +43,20 @@ copy_host_files() {
 # The same file seen on both sides: already visible (bind-mounted itself or
 # under a bind-mounted parent).
 same_inside() {
-    [ -e "$DIR$1" ] && [ "$(stat -L -c %d:%i "$1")" = "$(stat -L -c %d:%i "$DIR$1")" ]
+    [ -e "$DIR$1" ] && [ "$(stat -L -c %h "$DIR$1")" != 0 ] \
+        && [ "$(stat -L -c %d:%i "$1")" = "$(stat -L -c %d:%i "$DIR$1")" ]
+}
+
+# Bind-mounts host path $1 at the same place inside. A mount left there from a
+# directory since deleted (a CI clone removed and made again at the same path)
+# shows an empty, dead directory inside, and mounting over it fails: it goes first.
+bind_same_place() {
+    local p="$1" inside="$DIR$1"
+    same_inside "$p" && return 0
+    while grep -qs " $inside " /proc/mounts; do umount -l "$inside" || break; done
+    mkdir -p "$inside"
+    mount --bind "$p" "$inside"
+    same_inside "$p" || { echo "   $p is not visible at $inside after mounting it"; return 1; }
 }
 
 mount_all() {
@@ -58,9 +71,7 @@ mount_all() {
     # files), /root (pip's user config), the work tree, the local indexes.
     for p in /tmp /root "$ROOT" /opt/wheels /opt/pypi /opt/pypi-more ${SID_BINDS:-}; do
         [ -d "$p" ] || continue
-        same_inside "$p" && continue
-        mkdir -p "$DIR$p"
-        mount --bind "$p" "$DIR$p"
+        bind_same_place "$p"
     done
 }
 
@@ -76,7 +87,7 @@ case "\$0" in
     $w) exe=/usr/bin/python$1 ;;
     *) exe="\$0" ;;
 esac
-exec chroot $DIR sh -c 'cd "\$1"; shift; exec "\$@"' sh "\$PWD" "\$exe" "\$@"
+exec chroot $DIR sh -c 'cd "\$1" || { echo "python$1 (sid chroot $DIR): \$1 is not visible inside: run .ci/sid_pythons.sh again" >&2; exit 127; }; shift; exec "\$@"' sh "\$PWD" "\$exe" "\$@"
 EOF
     chmod 755 "$w.new"
     mv "$w.new" "$w"
@@ -85,7 +96,8 @@ EOF
 works() {              # $1 = version: the wrapper runs it, with venv and headers
     "$WRAPPERS/python$1" -c "import venv, ensurepip, sysconfig, os, sys
 assert sys.version_info[:2] == tuple(map(int, '$1'.split('.')))
-assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))" \
+assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))
+assert os.access('$ROOT', os.W_OK)" \
         >/dev/null 2>&1
 }
 
@@ -93,7 +105,7 @@ if [ -x "$DIR/usr/bin/apt-get" ]; then
     mount_all
     all_ok=1
     for v in $VERSIONS; do
-        [ -x "$WRAPPERS/python$v" ] || write_wrapper "$v"
+        write_wrapper "$v"          # (again: an older script's may differ)
         works "$v" || all_ok=0
     done
     for tool in $TOOLS_IN_CHROOT; do
