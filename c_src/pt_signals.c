@@ -22,16 +22,35 @@
  * interrupted later (multiprocessing's semaphore wait: the idle Pool worker that
  * Pool.terminate() signals), the handler never runs and the process never exits.
  * The relay runs Python's C handler, then re-sends SIGTERM every 200 ms: one of
- * those interrupts the wait and the Python handler runs (it ends the process). */
+ * those interrupts the wait and the Python handler runs (it ends the process).
+ *
+ * It serves only the process that armed it. A child forked with the handler
+ * in place and not yet armed itself gets SIGTERM's default action, as it would
+ * untraced (we only ever replace the default): on 3.9 a subprocess or a
+ * multiprocessing "spawn" child runs in a fork()ed copy of its parent until
+ * its exec, and a SIGTERM there (Pool.terminate() of a worker just started)
+ * would only note the signal for a Python that the exec then replaces: the
+ * signal was lost and the worker waited for ever. */
 #ifdef __linux__
 static void (*pt_python_sigterm)(int);
 static timer_t pt_sigterm_timer;
 static int pt_sigterm_timer_made;
+static pid_t pt_sigterm_owner;
 
 static void
 pt_sigterm_relay(int sig)
 {
     int saved = errno;
+    if (getpid() != pt_sigterm_owner) {
+        struct sigaction action;
+        memset(&action, 0, sizeof action);
+        action.sa_handler = SIG_DFL;
+        sigemptyset(&action.sa_mask);
+        sigaction(sig, &action, NULL);
+        kill(getpid(), sig);        /* delivered as this handler returns */
+        errno = saved;
+        return;
+    }
     if (pt_python_sigterm)
         pt_python_sigterm(sig);
     pt_flight_on_sigterm();     /* the flight recorder's thread serves it too */
@@ -76,6 +95,7 @@ pt_sigterm_guard(int on)
             return PT_ERR_STATE;
         pt_sigterm_timer_made = 1;
     }
+    pt_sigterm_owner = getpid();
     if (current.sa_handler != pt_sigterm_relay) {
         pt_python_sigterm = current.sa_handler;
         current.sa_handler = pt_sigterm_relay;

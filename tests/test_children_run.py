@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import textwrap
 
@@ -257,6 +258,43 @@ def test_spawned_children_ended_before_their_bootstrap_are_listed(tmp_path):
             pid, traced, listed, proc.stderr)
     assert not set(listed) & traced
     assert set(listed) <= {killed, *workers}
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-follow"]], ids=["follow", "no-follow"])
+def test_sigterm_in_a_forked_copy_before_its_exec_ends_it_as_untraced(tmp_path, flags):
+    """3.9's subprocess and multiprocessing "spawn" run the child in a fork()ed
+    copy of the parent until its exec, with the parent's SIGTERM handler (ours,
+    under `run`). A SIGTERM there (Pool.terminate() of a worker just started)
+    must end it as untraced; noted for a Python the exec then replaces, it was
+    lost and the worker waited for ever. Made here without 3.9: fork() through
+    ctypes (no Python after-fork hook runs) in a thread that is not the main one
+    (no Python handler runs), SIGTERM, then an exec of a program that would wait."""
+    proc = run_cli(tmp_path, """
+        import ctypes, os, signal, sys, threading, time
+        libc = ctypes.PyDLL(None)      # (the GIL kept across fork: the child holds it)
+        forked = []
+        def fork_then_exec():
+            pid = libc.fork()
+            if pid == 0:
+                os.kill(os.getpid(), signal.SIGTERM)
+                os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)"])
+            forked.append(pid)
+        thread = threading.Thread(target=fork_then_exec)
+        thread.start()
+        thread.join()
+        deadline = time.monotonic() + 20
+        while True:
+            pid, status = os.waitpid(forked[0], os.WNOHANG)
+            if pid:
+                print(os.WTERMSIG(status) if os.WIFSIGNALED(status) else "exit")
+                break
+            if time.monotonic() > deadline:
+                os.kill(forked[0], signal.SIGKILL)
+                print("still running after its SIGTERM")
+                break
+            time.sleep(0.05)
+    """, "-o", tmp_path / "out.json", *flags)
+    assert proc.stdout.split() == [str(int(signal.SIGTERM))], proc.stderr
 
 
 def test_children_that_cannot_run_the_bootstrap_are_listed(tmp_path):

@@ -175,6 +175,7 @@ def sigterm_waits():
 def _restore_default_sigterm():
     try:
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            lib.pt_sigterm_guard(0)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
     except (ValueError, OSError):
         pass
@@ -292,6 +293,7 @@ def guard_window(windows):
         try:
             if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
                 signal.signal(signal.SIGTERM, _on_sigterm)
+                lib.pt_sigterm_guard(1)     # (pt_signals.c: never missed, nor by a fork)
         except (ValueError, OSError):
             pass
 
