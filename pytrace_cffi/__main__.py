@@ -12,7 +12,8 @@ from ._program_view import hide_from_program
 from .cli.attach import add_attach_parser, cmd_attach
 from .cli.dump import add_dump_parser, cmd_dump
 from .cli.program import main_module, split_run
-from .cli.steps import OptimizerSteps, ScheduledWindows, parse_schedule
+from .cli.steps import OptimizerSteps, ScheduledWindows
+from .cli.arguments import RunPlan, check_output
 from .cli import trace_warnings
 from .cli.run import Run
 from .errors import TraceFormatError
@@ -174,32 +175,6 @@ def _count(text):
     return value
 
 
-def _cannot_write(path, reason):
-    """The one-line refusal of an output that cannot be written (exit code 2)."""
-    print(f"pytrace_cffi: cannot write trace to {path!r}: {reason}", file=sys.stderr)
-    return SystemExit(2)
-
-
-def _check_output(path):
-    """Exits (code 2) unless OUT can be written (formats.unwritable says why not),
-    so that a bad OUT fails before the program runs, not after."""
-    reason = formats.unwritable(path)
-    if reason is not None:
-        raise _cannot_write(path, reason)
-
-
-def _check_processes_dir(path):
-    """Exits (code 2) unless --processes-dir DIR is new or an empty directory that
-    takes new files: other processes' traces in it would be joined with this job's."""
-    if os.path.exists(path):
-        if not os.path.isdir(path):
-            raise _cannot_write(path, "it is a file, not a directory")
-        if os.listdir(path):
-            raise _cannot_write(path, "it is not empty (the per-process traces of one job "
-                                      "go into a new or empty directory)")
-    _check_output(path.rstrip(os.sep) + os.sep)
-
-
 def _exit_code(exc):
     """The process exit code Python would give for an uncaught exc (a
     KeyboardInterrupt is raised again instead: see _raise_uncaught)."""
@@ -262,56 +237,15 @@ def _cmd_run(args, program, at_interpreter_exit=False):
     module, program_argv = program
     if module is None and not program_argv:
         raise SystemExit("pytrace_cffi run: give a SCRIPT or -m MODULE")
-    output = args.output
-    if args.delay < 0 or (args.duration is not None and args.duration <= 0):
-        raise SystemExit("pytrace_cffi: --delay must be >= 0 and --duration > 0")
-    if args.signal and (args.delay or args.duration):
-        raise SystemExit("pytrace_cffi: --signal and --delay/--duration do not combine")
-    if args.schedule and (args.signal or args.delay or args.duration):
-        raise SystemExit("pytrace_cffi: --schedule and --signal/--delay/--duration "
-                         "do not combine")
-    if args.spill and not args.max_events:
-        raise SystemExit("pytrace_cffi: --spill goes with --max-events N")
-    if args.flight_recorder and (args.signal or args.schedule or args.spill
-                                 or args.max_events):
-        raise SystemExit("pytrace_cffi: --flight-recorder records the whole run into its "
-                         "ring and dumps on demand: it does not combine with --signal, "
-                         "--schedule, --max-events or --spill")
-    options = start_options.from_arguments(args)
-    try:
-        start_options.check(options)
-        signum = start_options.signal_number(args.signal) if args.signal else None
-        if signum == 0:             # ("none", "0": no signal is no window)
-            raise ValueError(f"unknown signal {args.signal!r}")
-        schedule_kwargs = parse_schedule(args.schedule) if args.schedule else None
-    except (TypeError, ValueError) as exc:
-        raise SystemExit(f"pytrace_cffi: {exc}") from None
-    _check_output(output)           # a bad OUT fails now, not after the program ran
-    output = start_options.absolute_output(output)
-    if options["flight_recorder"] and options["dumps_dir"] is None:
-        # beside OUT (the job's directory is a temporary one)
-        options["dumps_dir"] = os.path.abspath(start_options.default_dumps_dir(output))
-    if args.processes_dir is not None:
-        if args.no_follow:
-            raise SystemExit("pytrace_cffi: --processes-dir and --no-follow do not combine")
-        _check_processes_dir(args.processes_dir)
+    plan = RunPlan.from_arguments(args)
     try:
         code, main, packages = main_module(module, program_argv)
     except SyntaxError as exc:      # printed as python prints it: no frames of ours
         sys.excepthook(type(exc), exc.with_traceback(None), None)
         return 1
     run_program = types.FunctionType(code, main.__dict__)
-    if args.processes_dir is not None and args.max_events and not args.spill:
-        raise SystemExit("pytrace_cffi: --processes-dir needs children followed: with "
-                         "--max-events, add --spill")
-    follow = not args.no_follow
-    if follow and args.max_events and not args.spill:
-        print("pytrace_cffi: --max-events without --spill drops events, so child processes "
-              "are not followed (add --spill to follow them)", file=sys.stderr)
-        follow = False
-    # (following, every process spills into its job's directory anyway)
-    run = Run(output, options, spill=args.spill and not follow, follow=follow,
-              keep_in=args.processes_dir if follow else None)
+    run = Run(plan.output, plan.options, spill=plan.spill, follow=plan.follow,
+              keep_in=plan.keep_in)
     run.guard_ending()      # os._exit or an exec of this process still writes OUT
     hide_launcher_frames(_launcher_codes())
     # The program's module stays __main__ to the end, as under python: threads and
@@ -344,16 +278,16 @@ def _cmd_run(args, program, at_interpreter_exit=False):
         from .follow.exits import save_at_exit
         save_at_exit()
         atexit.register(end_of_run)
-    if schedule_kwargs is not None:
-        scheduled = ScheduledWindows(schedule_kwargs, run)
+    if plan.schedule is not None:
+        scheduled = ScheduledWindows(plan.schedule, run)
         optimizer_steps = OptimizerSteps(scheduled.step)
         optimizer_steps.install()
         _set_step_hook(optimizer_steps.program_step)
         scheduled.begin()
-    elif signum is not None:
-        run.on_signal(signum)
-    elif args.delay or args.duration:
-        run.after(args.delay, args.duration)
+    elif plan.signum is not None:
+        run.on_signal(plan.signum)
+    elif plan.delay or plan.duration:
+        run.after(plan.delay, plan.duration)
     else:
         run.whole_run()
     # The program sees python's sys.modules, not our imports (its own run again).
@@ -473,12 +407,12 @@ def export(source, path):
 
 def _cmd_dump(args):
     if args.output is not None:
-        _check_output(args.output)      # before any process is asked
+        check_output(args.output)      # before any process is asked
     return cmd_dump(args)
 
 
 def _cmd_export(args):
-    _check_output(args.output)
+    check_output(args.output)
     trace = export(args.source, args.output)
     from .render.summary import calls_begun     # as summary counts: frames open at start are none
     from .model.trace import threads_text
@@ -516,7 +450,7 @@ def _cmd_merge(args):
         if len(torch_traces) != 1 or len(ours) != 1:
             raise SystemExit("pytrace_cffi: merging with torch.profiler takes one of our traces "
                              f"and one torch trace, not {len(ours)} and {len(torch_traces)}")
-        _check_output(args.output)
+        check_output(args.output)
         from .merge import merge_torch
         merge_torch(ours[0], torch_traces[0], args.output)
         print(f"pytrace_cffi: {ours[0]} on the timeline of {torch_traces[0]} -> {args.output}",
@@ -524,7 +458,7 @@ def _cmd_merge(args):
         return 0
     from .follow.jobs import unfollowed, unfollowed_lines
     from .follow.join import join
-    _check_output(args.output)
+    check_output(args.output)
     results = join(args.inputs, args.output)
     for result in results:
         print(f"pytrace_cffi: pid {result.pid} ({result.label}): {result.state}"
@@ -546,7 +480,7 @@ def _cmd_report(args):
 
 
 def _cmd_attach(args):
-    return cmd_attach(args, _check_output)
+    return cmd_attach(args)
 
 
 COMMANDS = {"summary": _cmd_summary, "export": _cmd_export,      # run: see main()

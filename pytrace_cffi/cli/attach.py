@@ -13,6 +13,7 @@ import tempfile
 import time
 
 from .. import options as start_options
+from .arguments import check_output, traced_output
 
 REMOTE_EXEC_VERSION = (3, 14)
 _SCRIPT = '''\
@@ -99,8 +100,7 @@ def attach_dir(pid, make=False):
     return path
 
 
-def cmd_attach(args, check_output):
-    """check_output: the command line's check of OUT (exits when it cannot be written)."""
+def cmd_attach(args):
     if args.stop:
         return _stop(args)
     _usable_here()
@@ -113,9 +113,7 @@ def cmd_attach(args, check_output):
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"pytrace_cffi attach: {exc}") from None
     check_output(args.output)
-    output = start_options.absolute_output(args.output)
-    if options.get("flight_recorder") and options.get("dumps_dir") is None:
-        options["dumps_dir"] = os.path.abspath(start_options.default_dumps_dir(output))
+    output = traced_output(args.output, options)
     _target_usable(args.pid)
     directory = attach_dir(args.pid, make=True)
     token = os.urandom(8).hex()

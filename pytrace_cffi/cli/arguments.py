@@ -1,0 +1,114 @@
+"""What the command line asks, checked before anything starts: an OUT that
+cannot be written, a --processes-dir that holds other files, and `run`'s flags
+taken together (RunPlan). A refusal exits with one line (code 2 for an output,
+else a usage message); nothing of the program has run by then."""
+import os
+import sys
+
+from .. import formats, options as start_options
+from .steps import parse_schedule
+
+
+def refuse_output(path, reason):
+    """Exits (code 2) with the one-line refusal of an output that cannot be written."""
+    print(f"pytrace_cffi: cannot write trace to {path!r}: {reason}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_output(path):
+    """Exits (code 2) unless OUT can be written (formats.unwritable says why not),
+    so that a bad OUT fails before the program runs, not after."""
+    reason = formats.unwritable(path)
+    if reason is not None:
+        refuse_output(path, reason)
+
+
+def check_processes_dir(path):
+    """Exits (code 2) unless --processes-dir DIR is new or an empty directory that
+    takes new files: other processes' traces in it would be joined with this job's."""
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            refuse_output(path, "it is a file, not a directory")
+        if os.listdir(path):
+            refuse_output(path, "it is not empty (the per-process traces of one job "
+                                "go into a new or empty directory)")
+    check_output(path.rstrip(os.sep) + os.sep)
+
+
+def traced_output(output, options):
+    """OUT made absolute (the program may chdir before it is written) and options
+    with the flight recorder's dumps directory beside it when none was given (the
+    job's directory is a temporary one). options: checked; changed in place."""
+    output = start_options.absolute_output(output)
+    if options.get("flight_recorder") and options.get("dumps_dir") is None:
+        options["dumps_dir"] = os.path.abspath(start_options.default_dumps_dir(output))
+    return output
+
+
+class RunPlan:
+    """`run`'s arguments, checked together: OUT (absolute), start()'s options,
+    how windows open (signum, schedule, delay/duration, else the whole run), and
+    whether children are followed (keep_in: --processes-dir) or a window spills."""
+
+    def __init__(self, output, options, follow, spill, keep_in, signum, schedule,
+                 delay, duration):
+        self.output = output
+        self.options = options
+        self.follow = follow
+        self.spill = spill
+        self.keep_in = keep_in
+        self.signum = signum
+        self.schedule = schedule
+        self.delay = delay
+        self.duration = duration
+
+    @classmethod
+    def from_arguments(cls, args):
+        """Exits with one line for flags that do not combine, a bad option, an OUT
+        that cannot be written or a --processes-dir in use."""
+        _check_combinations(args)
+        options = start_options.from_arguments(args)
+        try:
+            start_options.check(options)
+            signum = start_options.signal_number(args.signal) if args.signal else None
+            if signum == 0:             # ("none", "0": no signal is no window)
+                raise ValueError(f"unknown signal {args.signal!r}")
+            schedule = parse_schedule(args.schedule) if args.schedule else None
+        except (TypeError, ValueError) as exc:
+            raise SystemExit(f"pytrace_cffi: {exc}") from None
+        check_output(args.output)       # a bad OUT fails now, not after the program ran
+        if args.processes_dir is not None:
+            check_processes_dir(args.processes_dir)
+        follow = not args.no_follow
+        if follow and args.max_events and not args.spill:
+            print("pytrace_cffi: --max-events without --spill drops events, so child "
+                  "processes are not followed (add --spill to follow them)", file=sys.stderr)
+            follow = False
+        # (following, every process spills into its job's directory anyway)
+        return cls(output=traced_output(args.output, options), options=options,
+                   follow=follow, spill=bool(args.spill and not follow),
+                   keep_in=args.processes_dir if follow else None, signum=signum,
+                   schedule=schedule, delay=args.delay, duration=args.duration)
+
+
+def _check_combinations(args):
+    if args.delay < 0 or (args.duration is not None and args.duration <= 0):
+        raise SystemExit("pytrace_cffi: --delay must be >= 0 and --duration > 0")
+    if args.signal and (args.delay or args.duration):
+        raise SystemExit("pytrace_cffi: --signal and --delay/--duration do not combine")
+    if args.schedule and (args.signal or args.delay or args.duration):
+        raise SystemExit("pytrace_cffi: --schedule and --signal/--delay/--duration "
+                         "do not combine")
+    if args.spill and not args.max_events:
+        raise SystemExit("pytrace_cffi: --spill goes with --max-events N")
+    if args.flight_recorder and (args.signal or args.schedule or args.spill
+                                 or args.max_events):
+        raise SystemExit("pytrace_cffi: --flight-recorder records the whole run into its "
+                         "ring and dumps on demand: it does not combine with --signal, "
+                         "--schedule, --max-events or --spill")
+    if args.processes_dir is not None:
+        if args.no_follow:
+            raise SystemExit("pytrace_cffi: --processes-dir and --no-follow do not combine")
+        if args.max_events and not args.spill:
+            raise SystemExit("pytrace_cffi: --processes-dir needs children followed: with "
+                             "--max-events, add --spill")
