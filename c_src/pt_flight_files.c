@@ -37,7 +37,8 @@
 #include <unistd.h>
 
 #define PT_FLIGHT_PIECE (1u << 20)      /* raw bytes per compressed piece */
-#define PT_FLIGHT_DEPTH 1024            /* open calls kept per thread (the outermost) */
+#define PT_FLIGHT_DEPTH (1u << 20)      /* open calls followed per thread (the outermost) */
+#define PT_FLIGHT_STACK_ENDS 512        /* written of a deeper stack: its two ends */
 #define PT_FLIGHT_OPEN_KEYS 16384       /* distinct keys named in stack_sources.tsv */
 
 static pt_deflater *pt_deflater_of_dumps;
@@ -165,13 +166,33 @@ pt_window_start(const pt_chunk *c, uint64_t n, int64_t cutoff, int64_t *base)
 /* stacks.tsv: the calls open at the dump                                   */
 /* ------------------------------------------------------------------------ */
 
-static struct { uint32_t key_kind; int64_t ticks; } pt_open[PT_FLIGHT_DEPTH];
+/* The open calls of the thread being walked: mmap'ed in the clone (no malloc
+ * there) for PT_FLIGHT_DEPTH, touched only as deep as a stack goes; without it,
+ * the static array (its outermost calls only). */
+typedef struct { uint32_t key_kind; int64_t ticks; } pt_open_call;
+static pt_open_call pt_open_static[2 * PT_FLIGHT_STACK_ENDS];
+static pt_open_call *pt_open = pt_open_static;
+static uint64_t pt_open_cap = 2 * PT_FLIGHT_STACK_ENDS;
 static uint32_t pt_open_keys[PT_FLIGHT_OPEN_KEYS];
 static uint32_t pt_n_open_keys;
 
+static void
+pt_open_reserve(void)
+{
+    if (pt_open != pt_open_static)
+        return;
+    void *mapped = mmap(NULL, (size_t)PT_FLIGHT_DEPTH * sizeof(pt_open_call),
+                        PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                        -1, 0);
+    if (mapped != MAP_FAILED) {
+        pt_open = mapped;
+        pt_open_cap = PT_FLIGHT_DEPTH;
+    }
+}
+
 /* Thread t's calls open at the end of its ring (until_ticks, not 0: at that
  * instant, the dump's frames': a thread's events are in time order) into pt_open
- * (the outermost PT_FLIGHT_DEPTH); returns how many are open in all. A return ends the
+ * (the outermost pt_open_cap); returns how many are open in all. A return ends the
  * innermost open call of its key and kind, and those inside it (as the walk
  * does: pt_walk.c); a return whose call the ring lost ends nothing. */
 static uint64_t
@@ -190,13 +211,13 @@ pt_open_calls(const pt_thread *t, int64_t until_ticks)
             if (until_ticks && ticks > until_ticks)
                 return depth;
             if (kind == PT_EV_PY_CALL || kind == PT_EV_C_CALL || kind == PT_EV_PY_SEED) {
-                if (depth < PT_FLIGHT_DEPTH) {
+                if (depth < pt_open_cap) {
                     pt_open[depth].key_kind = kk;
                     pt_open[depth].ticks = ticks;
                 }
                 depth++;
             } else if (kind == PT_EV_PY_RETURN || kind == PT_EV_C_RETURN) {
-                if (depth > PT_FLIGHT_DEPTH) {      /* (an inner one not kept) */
+                if (depth > pt_open_cap) {          /* (an inner one not kept) */
                     depth--;
                     continue;
                 }
@@ -228,9 +249,12 @@ pt_note_open_key(uint32_t key)
 
 /* stacks.tsv: "clock<TAB>start ticks<TAB>start ns", then per open call
  * "open<TAB>thread index<TAB>depth<TAB>p|c|s<TAB>key<TAB>ticks", outermost first
- * (s: a Python call running when recording began, its ticks the trace's start),
- * and "deeper<TAB>thread index<TAB>n" when n more are open than were kept;
- * "end" last. */
+ * (s: a Python call running when recording began, its ticks the trace's start).
+ * A stack deeper than 2 * PT_FLIGHT_STACK_ENDS has its outermost and innermost
+ * PT_FLIGHT_STACK_ENDS written, and between them "deeper<TAB>thread
+ * index<TAB>n<TAB>ticks": n calls open there, not written, the outermost of them
+ * begun at ticks. "deeper<TAB>thread index<TAB>n" last: n more open inside than
+ * could be followed (their calls unknown). "end" last. */
 static int
 pt_write_stacks(pt_tracer *tracer, const char *dir, int64_t until_ticks)
 {
@@ -241,10 +265,24 @@ pt_write_stacks(pt_tracer *tracer, const char *dir, int64_t until_ticks)
     pt_n_open_keys = 0;
     int ok = pt_flight_put(fd, "clock\t", 6) && pt_flight_put_number(fd, tracer->start_ticks) &&
              pt_flight_put(fd, "\t", 1) && pt_flight_put_number(fd, tracer->start_ns) && pt_flight_put(fd, "\n", 1);
+    pt_open_reserve();
     for (pt_thread *t = tracer->threads; ok && t; t = t->next) {
         uint64_t depth = pt_open_calls(t, until_ticks);
-        uint64_t kept = depth < PT_FLIGHT_DEPTH ? depth : PT_FLIGHT_DEPTH;
+        uint64_t kept = depth < pt_open_cap ? depth : pt_open_cap;
+        uint64_t cut_from = kept, cut_to = kept;        /* [cut_from, cut_to) not written */
+        if (kept > 2 * PT_FLIGHT_STACK_ENDS) {
+            cut_from = PT_FLIGHT_STACK_ENDS;
+            cut_to = kept - PT_FLIGHT_STACK_ENDS;
+        }
         for (uint64_t d = 0; ok && d < kept; d++) {
+            if (d == cut_from && cut_to > cut_from) {
+                ok = pt_flight_put(fd, "deeper\t", 7) && pt_flight_put_number(fd, t->index) &&
+                     pt_flight_put(fd, "\t", 1) &&
+                     pt_flight_put_number(fd, (int64_t)(cut_to - cut_from)) &&
+                     pt_flight_put(fd, "\t", 1) && pt_flight_put_number(fd, pt_open[d].ticks) &&
+                     pt_flight_put(fd, "\n", 1);
+                d = cut_to;
+            }
             uint32_t kk = pt_open[d].key_kind;
             pt_note_open_key(kk >> PT_KEY_SHIFT);
             ok = pt_flight_put(fd, "open\t", 5) && pt_flight_put_number(fd, t->index) &&

@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import zlib
 
 import pytest
@@ -275,3 +276,46 @@ def test_the_stacks_window_goes_with_the_stacks_format():
     with pytest.raises(ValueError) as raised:
         pytrace_cffi.start(flight_recorder=True, dump_window=5)
     assert str(raised.value) == "dump_window goes with dump_format='stacks'"
+
+
+def test_a_stack_deeper_than_stacks_tsv_keeps_has_both_ends_and_the_count_between(tmp_path):
+    """3,001 open calls of down(): stacks.tsv keeps the outermost 512 and the
+    innermost 512 open calls, and one entry between stands for the rest, with
+    their count and the start of the outermost of them. (It kept the outermost
+    1,024 alone, the innermost calls, where a thread is stuck, lost unsaid.)"""
+    from pytrace_cffi.flight.stacks import is_gap, stack_chains
+
+    def down(n):
+        if n:
+            return down(n - 1)
+        path = pytrace_cffi.dump(path=str(tmp_path / "deep"), reason="deep")
+        assert lib.pt_flight_wait(60_000_000_000) == 0
+        return path
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(10_000)
+    pytrace_cffi.start(flight_recorder="8M", dumps_dir=str(tmp_path / "dumps"))
+    try:
+        path = down(3000)
+    finally:
+        pytrace_cffi.stop()
+        sys.setrecursionlimit(limit)
+    _, chains = stack_chains(path)
+    chain = max(chains.values(), key=len)           # the main thread's
+    gaps = [q for q, (name, *_) in enumerate(chain) if is_gap(name)]
+    assert len(gaps) == 1
+    gap = gaps[0]
+    assert gap == 512                               # (none of the outermost is ours)
+    count = int(chain[gap][0][1:].split()[0].replace(",", ""))
+    downs = [q for q, (name, *_) in enumerate(chain) if name.endswith(": down")]
+    assert len(downs) + count == 3001               # every call between is a down()
+    assert chain[gap - 1][0].endswith(": down") and chain[-1][0].endswith(": down")
+    assert 500 <= len(chain) - gap - 1 <= 512       # (the dump's own calls left out)
+    assert chain[gap - 1][1] <= chain[gap][1] <= chain[gap + 1][1]
+    # report's stack (dump.json's frames, whole, with the starts of the chain)
+    # shows no gap entry: the frames have those calls
+    facts = dump_facts(path)
+    main = next(t for t in facts["threads"] if t["native_id"] == threading.get_native_id())
+    names = [frame["name"] for frame in main["stack"]]
+    assert not any(is_gap(name) for name in names)
+    assert sum(name.endswith(": down") for name in names) == 3001

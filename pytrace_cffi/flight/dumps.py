@@ -20,7 +20,7 @@ import re
 from ..errors import TraceFormatError
 from ..follow.identity import _read_json_file
 from ..follow.recover import recover
-from .stacks import stack_chains
+from .stacks import is_gap, stack_chains
 
 DUMP_FILE = "dump.json"
 DONE_FILE = "done.json"
@@ -208,6 +208,8 @@ def merged_stack(frames, chain):
     chain = _launched(chain)            # (dumps' frames leave the launcher out)
     matched, ring_only = [], []
     for name, start, *_ in reversed(chain):
+        if is_gap(name):
+            continue                    # (the frames have the calls it stands for)
         match = next((q for q in range(position - 1, -1, -1) if stack[q]["name"] == name),
                      None)
         if match is None and _is_python(name):

@@ -24,7 +24,17 @@ from .._safe_read import read_bounded
 STACKS_FILE = "stacks.tsv"
 STACK_SOURCES_FILE = "stack_sources.tsv"
 LINES_FILE = "lines.tsv"
-MAX_STACKS_BYTES = 64 << 20     # 1,024 open calls of each thread, a line each
+MAX_STACKS_BYTES = 64 << 20     # 1,024 open calls of each thread at most, a line each
+
+
+def gap_name(count):
+    """The stack entry that stands for count open calls a dump did not keep (a
+    stack deeper than 1,024: its two ends are kept)."""
+    return f"[{count:,} calls open here, not kept in the dump]"
+
+
+def is_gap(name):
+    return name.startswith("[") and name.endswith(" calls open here, not kept in the dump]")
 
 
 def frame_lines(directory):
@@ -65,7 +75,7 @@ def _with_lines(calls, frames, why):
     found, position = [(None, None)] * len(calls), 0
     for q in range(len(calls) - 1, -1, -1):
         kind, key, _ = calls[q]
-        if kind == "c":
+        if kind in ("c", "deeper"):
             continue
         match = next((p for p in range(position, len(frames)) if frames[p][0] == key), None)
         if match is not None:
@@ -108,7 +118,15 @@ def stack_chains(directory):
                     raise ValueError
                 opened.setdefault(index, []).append((fields[3], int(fields[4]),
                                                      int(fields[5])))
-            elif fields[0] != "deeper":
+            elif fields[0] == "deeper" and len(fields) in (3, 4):
+                index, count = int(fields[1]), int(fields[2])
+                if not 0 <= index < MAX_THREADS or count < 1:
+                    raise ValueError
+                # (4 fields: between the stack's two ends written, the
+                # outermost of them begun at ticks; 3: inside, not followed)
+                opened.setdefault(index, []).append(
+                    ("deeper", count, int(fields[3]) if len(fields) == 4 else None))
+            else:
                 raise ValueError
         except ValueError:
             raise TraceFormatError(f"{path} line {number} is not one of a stacks file: "
@@ -116,6 +134,10 @@ def stack_chains(directory):
     if clock is None:
         raise TraceFormatError(f"{path}: no clock line")
     tick0, start_ns = clock
+
+    def _ns(ticks):
+        return start_ns + int((ticks - tick0) * ns_per_tick)
+
     files = {}
     names = _key_sources(directory, STACK_SOURCES_FILE, files)
     known = _json_or_none(os.path.join(directory, "threads.json"))
@@ -130,11 +152,14 @@ def stack_chains(directory):
     for index, calls in opened.items():
         chain, own = [], False
         for kind, key, ticks, line, no_line in _with_lines(calls, lines.get(index, []), why):
+            if kind == "deeper":        # (key: how many)
+                chain.append((gap_name(key), None if ticks is None else _ns(ticks), None,
+                              None))
+                continue
             left_out = _is_own_file(files[key]) if key in files else kind == "c" and own
             own = left_out
             if not left_out:        # (s: running when recording began: since before)
                 chain.append((names.get(key) or f"<unnamed key {key}>", None if kind == "s"
-                              else start_ns + int((ticks - tick0) * ns_per_tick), line,
-                              no_line))
+                              else _ns(ticks), line, no_line))
         chains[index] = chain
     return [t for t in threads if t["index"] in indexes], chains
