@@ -120,6 +120,7 @@ class _Attached:
             self.ended = True
             _current = None
         from . import _running, stop
+        from .model.trace import StoredTrace
         lines, facts = [], {"state": "written", "why": why, "output": self.output}
         if _running.session is None:
             facts.update(state="failed", why="the program stopped pytrace_cffi's session "
@@ -128,7 +129,7 @@ class _Attached:
             with _CaughtStderr(lines):
                 try:
                     result = stop()
-                    if getattr(result, "written", True) is False:
+                    if isinstance(result, StoredTrace) and not result.written:
                         facts["state"] = "failed"
                 except BaseException as exc:     # noqa: B902 - said to the attacher
                     facts.update(state="failed", why=f"{why}; {type(exc).__name__}: {exc}")

@@ -8,6 +8,7 @@ from . import _clock
 from ._core import ffi, lib
 from ._status import check
 from ._stopped import thread_name
+from .model.trace import StoredTrace
 
 USE_MONITORING = sys.version_info >= (3, 12)    # (as _tracer's: no thread hook to check)
 
@@ -60,7 +61,7 @@ def finish_hook_losses(session, result):
     Only a thread that ended with a call open (pt_thread_ends_open, a read of its
     events) has the trace count its calls: stop() stays O(threads) otherwise."""
     losses = list(session.hook_losses)
-    if not USE_MONITORING and getattr(result, "thread_counts", None) is not None:
+    if not USE_MONITORING and not isinstance(result, StoredTrace):
         reported = {loss.get("thread_index") for loss in losses}
         last = ffi.new("int64_t *")
         suspects = [index for index in range(lib.pt_thread_count(session.ptr))
@@ -87,8 +88,9 @@ def finish_hook_losses(session, result):
 def count_calls(losses, result):
     """Fills each loss's calls with what the trace holds (on that thread, or in
     all): an in-memory Trace counts them; a spilled one leaves None (events say)."""
-    per_thread = getattr(result, "thread_counts", None) if losses else None
-    counts = {thread.index: n for thread, n, _, _ in per_thread()} if per_thread else None
+    counts = None
+    if losses and not isinstance(result, StoredTrace):
+        counts = {thread.index: n for thread, n, _, _ in result.thread_counts()}
     for loss in losses:
         index = loss.pop("thread_index", None)
         if counts is not None:

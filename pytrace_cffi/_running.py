@@ -10,6 +10,7 @@ import threading
 
 from ._hook_losses import finish_hook_losses
 from .errors import TraceError, TracerStateError, TraceWarning
+from .model.trace import StoredTrace
 
 lock = threading.Lock()
 session = None      # the running Session (or FollowSession), or None
@@ -115,9 +116,10 @@ def stop_at_exit():
         print(f"{said}, which failed ({exc.__class__.__name__}: {exc}); the trace was "
               f"meant for {where}", file=sys.stderr)
         return
-    if getattr(result, "written", True) is False:       # a WrittenTrace: lines above say why
+    if isinstance(result, StoredTrace) and not result.written:     # lines above say why
         print(f"{said}; {where} could not be written", file=sys.stderr)
     else:
         if running.job_dir is None:    # a spill moved elsewhere is there
-            where = getattr(result, "directory", where)
+            where = result.directory if isinstance(result, StoredTrace) and result.directory \
+                else where
         print(f"{said}; the trace is in {where}", file=sys.stderr)

@@ -6,9 +6,10 @@ model/saved.py (save_spilled, load); this module imports no renderer."""
 import os
 
 from ._core import lib
+from .model.trace import StoredTrace
 
 
-class SpilledTrace:
+class SpilledTrace(StoredTrace):
     """What stop() returns when max_events spilled to a directory: the events
     stay on disk; load() (or iterating, or exporting) reads them back."""
 
@@ -27,13 +28,6 @@ class SpilledTrace:
         if self._parts is not None:
             return load_parts(self.directory, *self._parts)
         return load(self.directory)
-
-    def __iter__(self):
-        return iter(self.load())
-
-    def export(self, path):
-        """Streams the spilled events to the format path's name picks."""
-        return self.load().export(path)
 
     def export_chrome_trace(self, path):
         return self.load().export_chrome_trace(path)

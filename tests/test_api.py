@@ -224,6 +224,15 @@ def test_export_writes_the_format_the_name_picks(tmp_path):
     spilled.export(str(tmp_path / "spilled.pftrace"))
     assert len(pytrace_cffi.load(str(tmp_path / "spilled"))) \
         == len(read_trace(str(tmp_path / "spilled.pftrace")))
+    # and so does start(output=FILE)'s WrittenTrace (read back from its file)
+    pytrace_cffi.start(output=str(tmp_path / "written.json"))
+    work()
+    written = pytrace_cffi.stop()
+    assert isinstance(written, pytrace_cffi.WrittenTrace) and written.written
+    assert sum(call.name.endswith(": work") for call in written) == 1
+    written.export(str(tmp_path / "written.pftrace"))
+    assert sum(call.name.endswith(": work")
+               for call in read_trace(str(tmp_path / "written.pftrace"))) == 1
 
 
 @pytest.mark.parametrize("name", ["rel.json", "rel_saved" + "/"])

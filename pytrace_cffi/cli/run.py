@@ -26,6 +26,7 @@ from .. import formats
 from ..follow import identity
 from ..follow.finish import RunFinish, job_dir_for
 from ..formats import numbered
+from ..model.trace import StoredTrace
 
 
 
@@ -231,13 +232,15 @@ class Run:
             result, interrupted = stopped()
             if not save:                # a schedule's warmup
                 return
-            if _written_by_stop(result):    # start(output=OUT) wrote it (and said so)
+            if isinstance(result, StoredTrace) and result.path is not None:
+                # start(output=OUT) wrote it (and said so)
                 self._count += 1
                 self.lost = self.lost or not result.written
                 return
             spill_dir, self._spill_dir = self._spill_dir, None
-            if spill_dir is not None:       # (made elsewhere when it was removed)
-                spill_dir = getattr(result, "directory", spill_dir)
+            if (spill_dir is not None and isinstance(result, StoredTrace)
+                    and result.directory is not None):
+                spill_dir = result.directory    # (made elsewhere when it was removed)
             self._count += 1
             path = self._window_path(self._count)
             try:
@@ -298,12 +301,6 @@ class Run:
                   "ended before --delay, or it took fewer steps than --schedule waits)",
                   file=sys.stderr)
 
-
-
-def _written_by_stop(result):
-    """Whether result is a WrittenTrace (follow/written.py, imported only if used)."""
-    written = sys.modules.get("pytrace_cffi.follow.written")
-    return written is not None and isinstance(result, written.WrittenTrace)
 
 
 def _keep_interrupted(result, path, spill_dir):

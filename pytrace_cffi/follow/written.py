@@ -14,12 +14,13 @@ children followed) stops the session as stop() does.
 import shutil
 
 from .. import formats
+from ..model.trace import StoredTrace
 from . import exits, identity, live
 from .finish import RunFinish, job_dir_for
 from .session import FollowSession
 
 
-class WrittenTrace:
+class WrittenTrace(StoredTrace):
     """What stop() returns after start(output=FILE): where the trace went.
     load() reads it back (a .json, .json.gz or .pftrace; an .html page is not
     read back)."""

@@ -67,6 +67,28 @@ def _settled(slot):
     return property(read, write)
 
 
+class StoredTrace:
+    """What stop() returns when the trace went to disk rather than into memory:
+    its events spilled to a directory (spill.SpilledTrace: .directory), or the
+    file start(output=FILE) wrote (follow/written.WrittenTrace: .path; .written
+    False when it could not be, lines on stderr said why and where the rest is).
+    Both have threads and dropped_events; load() reads the trace back, and
+    iterating and export() go through it."""
+    directory = None
+    path = None
+    written = True
+
+    def load(self):
+        raise NotImplementedError
+
+    def __iter__(self):
+        return iter(self.load())
+
+    def export(self, path):
+        """The trace in the format path's name picks (read back first)."""
+        return self.load().export(path)
+
+
 class Trace:
     """Calls recorded between start() and stop(), grouped by thread.
 
