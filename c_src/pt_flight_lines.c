@@ -123,6 +123,59 @@ pt_see(PyObject *code, int line, void *arg)
     return seen->n < PT_LINES_CHECKED;
 }
 
+/* The word at addr into *value; 0 when addr cannot be read (a wrong layout
+ * points anywhere): through a pipe, whose write says EFAULT where a read would
+ * fault. At arm time only: a few system calls a word. */
+static int
+pt_readable_word(const void *addr, void **value)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return 0;
+    int ok = write(fds[1], addr, sizeof *value) == (ssize_t)sizeof *value &&
+             read(fds[0], value, sizeof *value) == (ssize_t)sizeof *value;
+    close(fds[0]);
+    close(fds[1]);
+    return ok;
+}
+
+/* A frame object's interpreter frame (3.11-3.15: f_frame, after the object's
+ * head and f_back). */
+static void *
+pt_frame_of(PyFrameObject *f)
+{
+    return pt_word_at(f, sizeof(PyObject) + sizeof(void *));
+}
+
+/* Whether the layout's fields lead, by reads that cannot fault, from ts to its
+ * innermost frame (f's: the caller's, complete) and from there to the next
+ * complete one out (entry frames between): only then does the walk read
+ * through them. A layout of another build of this minor version is refused
+ * here, never a crash at arm time. */
+static int
+pt_layout_reaches(PyThreadState *ts, PyFrameObject *f)
+{
+    void *holder = ts, *frame = NULL;
+    if (pt_layout->c_frame_at &&          /* 3.11, 3.12: through the C frame */
+        (!pt_readable_word((const char *)ts + pt_layout->c_frame_at, &holder) || !holder))
+        return 0;
+    if (!pt_readable_word((const char *)holder + pt_layout->current_frame_at, &frame) ||
+        frame != pt_frame_of(f))
+        return 0;
+    PyFrameObject *back = PyFrame_GetBack(f);
+    if (!back)
+        return 1;
+    void *outer = pt_frame_of(back);
+    Py_DecRef((PyObject *)back);
+    for (int i = 0; i < 64 && frame; i++) {
+        if (!pt_readable_word((const char *)frame + pt_layout->previous_at, &frame))
+            return 0;
+        if (frame == outer)
+            return 1;
+    }
+    return 0;
+}
+
 /* Whether the public API's frames of ts (code, line) are, in order, among the
  * walk's (which holds entry frames and incomplete ones too). */
 static int
@@ -131,11 +184,7 @@ pt_walk_agrees(PyThreadState *ts)
     PyFrameObject *f = PyThreadState_GetFrame(ts);
     if (!f)
         return 0;
-    /* The innermost frame (the caller's: complete) is the frame object's
-     * f_frame (3.11-3.15: after the object's head and f_back), checked before
-     * the walk reads through it. */
-    if (pt_lines_way == PT_LINES_INTERPRETER_FRAMES &&
-        pt_word_at(f, sizeof(PyObject) + sizeof(void *)) != pt_current_frame(ts)) {
+    if (pt_lines_way == PT_LINES_INTERPRETER_FRAMES && !pt_layout_reaches(ts, f)) {
         Py_DecRef((PyObject *)f);
         return 0;
     }
