@@ -261,10 +261,9 @@ pt_region_enter(PyObject *op, PyObject *unused)
                     tracer->annotation_args = PyList_New(0);
                 Py_ssize_t index = tracer->annotation_args
                     ? PyList_Size(tracer->annotation_args) : -1;
-                if (index >= 0 && index < (Py_ssize_t)PT_MAX_KEYS &&
+                if (index >= 0 && pt_aux_fits(tracer, PT_AUX_ARGS, index) &&
                     PyList_Append(tracer->annotation_args, self->args) == 0)
-                    pt_append(tracer, thread, 0,
-                              (uint32_t)index << PT_KEY_SHIFT | PT_EV_ARGS);
+                    pt_append(tracer, thread, 0, pt_aux_word(PT_AUX_ARGS, (uint32_t)index));
                 else
                     PyErr_Clear();   /* the region stays, without its args */
             }

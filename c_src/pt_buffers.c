@@ -445,7 +445,7 @@ pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path)
         /* Unbuffered: a block is in the file once written (a killed process keeps
          * it), and a forked child's copy of the stream has nothing to flush. */
         setvbuf(tracer->spill, NULL, _IONBF, 0);
-        static const char header[16] = "PTEVENTS\1\0\0\0\x08\0\0\0";
+        static const char header[16] = PT_EVENTS_HEADER;
         if (fwrite(header, sizeof header, 1, tracer->spill) != 1) {
             fclose(tracer->spill);
             tracer->spill = NULL;
@@ -532,17 +532,37 @@ pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
     return PT_OK;
 }
 
-/* Records a pause longer than a 32-bit delta: delta's high bits ride in the key.
- * Returns pt_append's answer. */
+/* Records a pause longer than a 32-bit delta in TIME aux events, each carrying up to
+ * 2^58 - 1 ticks (its payload the high bits): all of it, however long, so the
+ * event after it takes delta 0. Returns pt_append's answer (the last one's, or
+ * the first that failed: the clock advanced by those stored). */
 int
 pt_append_time(pt_tracer *tracer, pt_thread *thread, uint64_t delta)
 {
-    uint64_t high = delta >> 32;
-    if (high >= PT_MAX_KEYS)
-        high = PT_MAX_KEYS - 1;        /* > 2^61 ticks: decades; clamp */
-    int rc = pt_append(tracer, thread, (uint32_t)delta,
-                       (uint32_t)high << PT_KEY_SHIFT | PT_EV_TIME);
-    if (rc > 0)
-        thread->last_ticks += (int64_t)((uint64_t)(uint32_t)delta | high << 32);
+    int rc = 1;
+    do {
+        uint64_t piece = delta < PT_AUX_TIME_MAX ? delta : PT_AUX_TIME_MAX;
+        rc = pt_append(tracer, thread, (uint32_t)piece,
+                       pt_aux_word(PT_AUX_TIME, (uint32_t)(piece >> 32)));
+        if (rc <= 0)
+            return rc;
+        thread->last_ticks += (int64_t)piece;
+        delta -= piece;
+    } while (delta);
     return rc;
+}
+
+int
+pt_aux_fits(pt_tracer *tracer, uint32_t sub_kind, long long index)
+{
+    if (index >= 0 && index < PT_AUX_PAYLOADS)
+        return 1;
+    if (!tracer->hot_error) {
+        tracer->hot_error = PT_ERR_ARG;
+        pt_set_error(tracer, sub_kind == PT_AUX_TAG
+                     ? "a tag index past 2^26: later tagged calls were left untagged"
+                     : "more than 2^26 annotation args: later regions were left without "
+                       "their args");
+    }
+    return 0;
 }

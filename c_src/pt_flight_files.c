@@ -147,9 +147,7 @@ pt_window_start(const pt_chunk *c, uint64_t n, int64_t cutoff, int64_t *base)
     if (!pt_window_ticks)
         return 0;
     for (uint64_t i = 0; i < n; i++) {
-        uint64_t delta = c->events[i].delta;
-        if ((c->events[i].key_kind & PT_KIND_MASK) == PT_EV_TIME)
-            delta |= (uint64_t)(c->events[i].key_kind >> PT_KEY_SHIFT) << 32;
+        uint64_t delta = pt_event_ticks(&c->events[i]);
         if (ticks + (int64_t)delta >= cutoff) {
             *base = ticks;
             return i;
@@ -204,10 +202,7 @@ pt_open_calls(const pt_thread *t, int64_t until_ticks)
         int64_t ticks = c->base_ticks;
         for (uint64_t i = 0; i < n; i++) {
             uint32_t kk = c->events[i].key_kind, kind = kk & PT_KIND_MASK;
-            uint64_t delta = c->events[i].delta;
-            if (kind == PT_EV_TIME)
-                delta |= (uint64_t)(kk >> PT_KEY_SHIFT) << 32;
-            ticks += (int64_t)delta;
+            ticks += (int64_t)pt_event_ticks(&c->events[i]);
             if (until_ticks && ticks > until_ticks)
                 return depth;
             if (kind == PT_EV_PY_CALL || kind == PT_EV_C_CALL || kind == PT_EV_PY_SEED) {
@@ -514,7 +509,7 @@ pt_write_ring(pt_tracer *tracer, const char *dir, int64_t cutoff)
     int fd = pt_open_in(dir, "events.bin", path);
     if (fd < 0)
         return 0;
-    static const char header[16] = "PTEVENTS\1\0\0\0\x08\0\0\0";
+    static const char header[16] = PT_EVENTS_HEADER;
     static const char packed_header[16] = "PTEVTZ01\0\0\x10\0\0\0\0\0";   /* piece: 1 MiB */
     pt_sink sink = {fd, 0, pt_compress_dumps && pt_deflater_of_dumps};
     int ok = (!sink.packed || pt_flight_put(fd, packed_header, sizeof packed_header)) &&

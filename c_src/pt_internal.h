@@ -34,6 +34,38 @@
 #define PT_UNLIKELY(x) (x)
 #endif
 
+/* An event's word (pt_record.h): an aux event's sub-kind and payload, and the word of
+ * one. Both sides read events; recording writes them. */
+#define PT_AUX_PAYLOAD_SHIFT (PT_KEY_SHIFT + PT_AUX_SHIFT)
+static inline int
+pt_is_aux(uint32_t key_kind, uint32_t sub_kind)
+{
+    return (key_kind & (PT_AUX_MASK << PT_KEY_SHIFT | PT_KIND_MASK)) ==
+           (sub_kind << PT_KEY_SHIFT | PT_EV_AUX);
+}
+static inline uint32_t
+pt_aux_payload(uint32_t key_kind)
+{
+    return key_kind >> PT_AUX_PAYLOAD_SHIFT;
+}
+static inline uint32_t
+pt_aux_word(uint32_t sub_kind, uint32_t payload)
+{
+    return payload << PT_AUX_PAYLOAD_SHIFT | sub_kind << PT_KEY_SHIFT | PT_EV_AUX;
+}
+/* The ticks an event moves its thread's clock by: its delta, and a TIME aux event's
+ * payload as the high bits. */
+static inline uint64_t
+pt_event_ticks(const pt_event *ev)
+{
+    uint64_t ticks = ev->delta;
+    if (pt_is_aux(ev->key_kind, PT_AUX_TIME))
+        ticks |= (uint64_t)pt_aux_payload(ev->key_kind) << 32;
+    return ticks;
+}
+/* The most a TIME aux event carries: 2^58 - 1 ticks (years); a longer pause is several. */
+#define PT_AUX_TIME_MAX (((uint64_t)PT_AUX_PAYLOADS << 32) - 1)
+
 /* pt_own.c */
 /* The calling thread's OS name becomes PT_OWN_OS_NAME (Linux; pt_own.c says why;
  * _own_threads.py looks for it in /proc/self/task/TID/comm). */

@@ -446,9 +446,10 @@ pt_tag_call(pt_tracer *tracer, pt_thread *thread, PyFrameObject *frame)
     PyObject *result = PyObject_CallFunctionObjArgs(tracer->watch_tag, (PyObject *)frame, NULL);
     long tag = result ? PyLong_AsLong(result) : -1;
     Py_XDECREF(result);
-    if (tag > 0 && tag < (long)PT_MAX_KEYS) {
-        if (tracer->state == PT_STATE_RUNNING)      /* not stopped while the watcher ran */
-            pt_append(tracer, thread, 0, (uint32_t)tag << PT_KEY_SHIFT | PT_EV_TAG);
+    if (tag > 0) {
+        if (tracer->state == PT_STATE_RUNNING &&     /* not stopped while the watcher ran */
+            pt_aux_fits(tracer, PT_AUX_TAG, tag))
+            pt_append(tracer, thread, 0, pt_aux_word(PT_AUX_TAG, (uint32_t)tag));
     } else if (tag < 0 && PyErr_Occurred() && !tracer->hot_error) {
         tracer->hot_error = PT_ERR_PYTHON;
         pt_set_error_from_python(tracer, "tagging a call");

@@ -5,7 +5,7 @@
  * sends its calls off the hooks' fast paths (any key flag does) to here. A
  * call of any other code pays nothing. Python (pytrace_cffi/_arglog.py) makes
  * the summaries: a dict per call, kept with record_function's args
- * (tracer->annotation_args) and named by a PT_EV_ARGS event right after the
+ * (tracer->annotation_args) and named by an ARGS aux event right after the
  * call's, so that the call's slice carries it as its args in every export. The
  * return adds to the same dict, found through the thread's stack of open
  * logged calls.
@@ -105,11 +105,11 @@ pt_log_call(pt_tracer *tracer, pt_thread *thread, uint32_t key, PyFrameObject *f
         if (!tracer->annotation_args)
             tracer->annotation_args = PyList_New(0);
         Py_ssize_t index = tracer->annotation_args ? PyList_Size(tracer->annotation_args) : -1;
-        if (index >= 0 && index < (Py_ssize_t)PT_MAX_KEYS &&
+        if (index >= 0 && pt_aux_fits(tracer, PT_AUX_ARGS, index) &&
             PyList_Append(tracer->annotation_args, args) == 0) {
             /* the args event names the call just recorded (no event of this
              * thread came in between: the hooks do not run inside this one) */
-            if (pt_append(tracer, thread, 0, (uint32_t)index << PT_KEY_SHIFT | PT_EV_ARGS) >= 0)
+            if (pt_append(tracer, thread, 0, pt_aux_word(PT_AUX_ARGS, (uint32_t)index)) >= 0)
                 (void)pt_logged_push(thread, key, (uint32_t)index);
         } else {
             PyErr_Clear();      /* the call stays, without its args */

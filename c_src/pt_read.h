@@ -212,14 +212,21 @@ uint32_t pt_max_depth(const pt_slice *slices, uint64_t n);
  * before it. */
 int pt_remap_slices(const pt_slice *in, uint64_t n, const uint32_t *key_map, uint32_t n_map,
                     int64_t shift_ns, pt_slice *out);
-/* Checks events read from a file: call, return and seed keys below n_keys, tag
- * indexes below n_tags, annotation-args indexes below n_args. -1 if all hold,
- * else the index of the first event that breaks one. */
+/* Checks events read from a file: a known kind (5 and 6 are reserved), call,
+ * return and seed keys below n_keys, TAG aux events' indexes below n_tags, ARGS
+ * ones' below n_args (one of another sub-kind passes: readers skip it). -1 if all
+ * hold, else the index of the first event that breaks one. */
 int64_t pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys, uint32_t n_tags,
                            uint32_t n_args);
 /* The ticks a run of events advances its thread's clock by (mod 2^64): where
  * the next spilled block of the thread must start. */
 uint64_t pt_events_ticks(const pt_event *events, uint64_t n);
+/* Events read from a version-1 file made this version's, in place: its kinds 5
+ * (TAG), 6 (ARGS) and 7 (TIME), whose whole key was the index or the pause's
+ * high bits, become aux events. -1 when all could be, else the index of the first
+ * whose key does not fit an aux event's payload (2^26; it and those after it are left
+ * as they were). */
+int64_t pt_events_from_v1(pt_event *events, uint64_t n);
 /* Raises needed[0] to one past the largest key a call, return or seed names,
  * needed[1] past the largest tag index, needed[2] past the largest annotation
  * args index: what a process killed before writing meta.json must have had. */

@@ -31,13 +31,31 @@
 #define PT_EV_C_CALL 2      /* a built-in function or method was called */
 #define PT_EV_C_RETURN 3    /* ... and returned or raised */
 #define PT_EV_PY_SEED 4     /* a frame already active when the thread was attached */
-#define PT_EV_TAG 5         /* no call: Python tagged the call just made with `key` */
-#define PT_EV_ARGS 6        /* no call: the open annotation's args are annotation_args[key] */
-#define PT_TAG_ARGS_BIT 0x80000000   /* in pt_slice.tag: the rest indexes annotation args */
-#define PT_EV_TIME 7        /* no call: the clock moved delta + (key << 32) ticks */
+/* 5 and 6: reserved, never written (events version 1's TAG and ARGS, now aux events).
+ * An event of either kind in a file is damage (TraceFormatError). */
+#define PT_EV_AUX 7         /* no call: key = payload << PT_AUX_SHIFT | PT_AUX_* */
 #define PT_KEY_SHIFT 3
 #define PT_KIND_MASK 7
 #define PT_MAX_KEYS 536870912   /* 2^29: keys fit beside the 3-bit kind */
+
+/* Aux events: every event that is not a call has kind 7; its key's low 3 bits say
+ * which (the sub-kind), the 26 above are its payload. A reader meeting a sub-kind
+ * it does not know skips the event (its delta still moves the clock): that is the
+ * room for new kinds. A new "no call" event is a new sub-kind, which readers of
+ * this events version that predate it pass over (docs/INTERNALS.md, "Adding an
+ * event kind"). */
+#define PT_AUX_TIME 0      /* the clock moved delta + (payload << 32) ticks */
+#define PT_AUX_TAG 1       /* Python tagged the call just made with tag `payload` */
+#define PT_AUX_ARGS 2      /* the open annotation's args are annotation_args[payload] */
+/* 3-7: free */
+#define PT_AUX_SHIFT 3
+#define PT_AUX_MASK 7
+#define PT_AUX_PAYLOADS 67108864   /* 2^26: payloads fit beside sub-kind and kind */
+#define PT_TAG_ARGS_BIT 0x80000000   /* in pt_slice.tag: the rest indexes annotation args */
+/* The version of events written to files (events.bin's header). Version 1 had
+ * kinds 5 TAG, 6 ARGS and 7 TIME (each payload its whole 29-bit key); its events
+ * are read through pt_events_from_v1. */
+#define PT_EVENTS_VERSION 2
 
 /* Tracer flags. */
 #define PT_FLAG_C_CALLS 1   /* record built-in calls */
@@ -176,7 +194,8 @@ int pt_audit_guard(void *py_callable);
 /* Watching: py_tuple is (names, classify, tag). When a code object whose co_name is
  * in the set `names` is first seen, classify(code) returns nonzero if its calls
  * are to be tagged; each such call then runs tag(frame), whose int result
- * (0 < tag < 2^29) is recorded with the call. Call before pt_start. */
+ * (0 < tag < 2^26, a TAG aux event's payload) is recorded with the call (0: none; a
+ * larger one is a sticky error, the call left untagged). Call before pt_start. */
 int pt_set_watch(pt_tracer *tracer, void *py_tuple);
 
 /* Exceptions (pt_exceptions.c), before pt_start: each exception event is told to

@@ -310,6 +310,14 @@ pt_append(pt_tracer *tracer, pt_thread *thread, uint32_t delta, uint32_t key_kin
 }
 
 int pt_append_time(pt_tracer *tracer, pt_thread *thread, uint64_t delta);
+/* Whether index (a tag, an annotation args slot) fits a TAG or ARGS aux event's
+ * payload. When it does not, a sticky error says so (as a full key table does)
+ * and the caller records no aux event: a call is left without its tag or args, never
+ * given a wrong one. */
+int pt_aux_fits(pt_tracer *tracer, uint32_t sub_kind, long long index);
+/* events.bin's header (docs/FORMAT.md): magic, version, record size */
+#define PT_EVENTS_HEADER "PTEVENTS\2\0\0\0\x08\0\0\0"
+_Static_assert(PT_EVENTS_VERSION == 2, "PT_EVENTS_HEADER spells the version");
 
 /* ======================================================================== */
 /* Key table lookups, inlined into the hooks                                */

@@ -63,7 +63,7 @@ pt_gc_final_index(pt_tracer *tracer, PyObject *generation, PyObject *collected,
         Py_ssize_t index = PyList_Size(tracer->annotation_args);
         PyObject *args = Py_BuildValue("{sOsOsO}", "generation", generation,
                                        "collected", collected, "uncollectable", uncollectable);
-        if (args && index < (Py_ssize_t)PT_MAX_KEYS &&
+        if (args && pt_aux_fits(tracer, PT_AUX_ARGS, index) &&
             PyList_Append(tracer->annotation_args, args) == 0)
             found = pt_gc_cache(tracer, identity, PyLong_FromSsize_t(index));
         Py_XDECREF(args);
@@ -101,9 +101,9 @@ pt_gc_begin(pt_tracer *tracer, PyObject *info)
     if (!args && tracer->gc_args)
         args = pt_gc_cache(tracer, generation, Py_BuildValue("{sO}", "generation", generation));
     Py_ssize_t index = PyList_Size(tracer->annotation_args);
-    if (args && index < (Py_ssize_t)PT_MAX_KEYS &&
+    if (args && pt_aux_fits(tracer, PT_AUX_ARGS, index) &&
         PyList_Append(tracer->annotation_args, args) == 0 &&
-        pt_append(tracer, thread, 0, (uint32_t)index << PT_KEY_SHIFT | PT_EV_ARGS) > 0) {
+        pt_append(tracer, thread, 0, pt_aux_word(PT_AUX_ARGS, (uint32_t)index)) > 0) {
         pt_gc_open.args_index = index;
         pt_gc_open.args_event = thread->cursor - 1;
     }
@@ -133,9 +133,10 @@ pt_gc_end(pt_tracer *tracer, PyObject *info)
             PyList_SetSlice(tracer->annotation_args, slot, slot + 1, NULL);
         Py_ssize_t index = pt_gc_final_index(tracer, generation, collected, uncollectable);
         if (alone) {
-            /* no index: the region keeps no args (its slot went back) */
+            /* no index: the region keeps no args (its slot went back), and
+             * its args event becomes a TIME aux event of no time (its delta is 0) */
             pt_gc_open.args_event->key_kind = index >= 0
-                ? (uint32_t)index << PT_KEY_SHIFT | PT_EV_ARGS : PT_EV_TIME;
+                ? pt_aux_word(PT_AUX_ARGS, (uint32_t)index) : pt_aux_word(PT_AUX_TIME, 0);
         } else if (index >= 0) {
             PyObject *args = PyList_GetItem(tracer->annotation_args, index);   /* borrowed */
             Py_INCREF(args);

@@ -35,10 +35,11 @@ pt_validate_events(const pt_event *events, uint64_t n, uint32_t n_keys, uint32_t
                    uint32_t n_args)
 {
     for (uint64_t i = 0; i < n; i++) {
-        uint32_t kind = events[i].key_kind & PT_KIND_MASK;
-        uint32_t key = events[i].key_kind >> PT_KEY_SHIFT;
-        if ((kind <= PT_EV_PY_SEED && key >= n_keys) || (kind == PT_EV_TAG && key >= n_tags) ||
-            (kind == PT_EV_ARGS && key >= n_args))
+        uint32_t word = events[i].key_kind, kind = word & PT_KIND_MASK;
+        if (kind <= PT_EV_PY_SEED ? word >> PT_KEY_SHIFT >= n_keys
+            : kind != PT_EV_AUX ||         /* 5, 6: reserved */
+              (pt_is_aux(word, PT_AUX_TAG) && pt_aux_payload(word) >= n_tags) ||
+              (pt_is_aux(word, PT_AUX_ARGS) && pt_aux_payload(word) >= n_args))
             return (int64_t)i;
     }
     return -1;
@@ -49,12 +50,8 @@ pt_events_ticks(const pt_event *events, uint64_t n)
 {
     /* unsigned: a damaged file's deltas may add past 2^63; callers compare mod 2^64 */
     uint64_t ticks = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        uint64_t delta = events[i].delta;
-        if ((events[i].key_kind & PT_KIND_MASK) == PT_EV_TIME)
-            delta |= (uint64_t)(events[i].key_kind >> PT_KEY_SHIFT) << 32;
-        ticks += delta;
-    }
+    for (uint64_t i = 0; i < n; i++)
+        ticks += pt_event_ticks(&events[i]);
     return ticks;
 }
 
@@ -62,12 +59,37 @@ void
 pt_events_extent(const pt_event *events, uint64_t n, uint64_t needed[3])
 {
     for (uint64_t i = 0; i < n; i++) {
-        uint32_t kind = events[i].key_kind & PT_KIND_MASK;
-        uint64_t index = (uint64_t)(events[i].key_kind >> PT_KEY_SHIFT) + 1;
-        int which = kind == PT_EV_TAG ? 1 : kind == PT_EV_ARGS ? 2 : 0;
-        if (kind != PT_EV_TIME && index > needed[which])
+        uint32_t word = events[i].key_kind;
+        int which = (word & PT_KIND_MASK) <= PT_EV_PY_SEED ? 0
+            : pt_is_aux(word, PT_AUX_TAG) ? 1 : pt_is_aux(word, PT_AUX_ARGS) ? 2 : -1;
+        if (which < 0)
+            continue;
+        uint64_t index = (uint64_t)(which ? pt_aux_payload(word) : word >> PT_KEY_SHIFT) + 1;
+        if (index > needed[which])
             needed[which] = index;
     }
+}
+
+/* Version 1's kinds that are now aux events (pt_record.h) */
+#define PT_V1_TAG 5
+#define PT_V1_ARGS 6
+#define PT_V1_TIME 7
+
+int64_t
+pt_events_from_v1(pt_event *events, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t kind = events[i].key_kind & PT_KIND_MASK;
+        uint32_t payload = events[i].key_kind >> PT_KEY_SHIFT;
+        if (kind <= PT_EV_PY_SEED)
+            continue;                   /* calls and returns are as they were */
+        if (payload >= PT_AUX_PAYLOADS)
+            return (int64_t)i;
+        uint32_t sub_kind = kind == PT_V1_TAG ? PT_AUX_TAG
+            : kind == PT_V1_ARGS ? PT_AUX_ARGS : PT_AUX_TIME;
+        events[i].key_kind = pt_aux_word(sub_kind, payload);
+    }
+    return -1;
 }
 
 int64_t

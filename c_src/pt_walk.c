@@ -860,12 +860,10 @@ pt_walk_plain_event(pt_walk *w, const pt_event *ev)
     uint32_t word = ev->key_kind;
     uint32_t kind = word & PT_KIND_MASK;
     uint32_t key = word >> PT_KEY_SHIFT;
-    int64_t add = kind == PT_EV_TIME ? (int64_t)((uint64_t)ev->delta | (uint64_t)key << 32)
-                                     : (int64_t)ev->delta;
-    if (__builtin_add_overflow(w->ticks, add, &w->ticks))
+    if (__builtin_add_overflow(w->ticks, (int64_t)pt_event_ticks(ev), &w->ticks))
         return PT_ERR_ARG;
-    if (kind == PT_EV_TIME || kind == PT_EV_TAG || kind == PT_EV_ARGS)
-        return PT_OK;      /* no tags or args in a plain scan: they name nothing */
+    if (kind > PT_EV_PY_SEED)
+        return PT_OK;      /* an aux event (no tags or args in a plain scan): names nothing */
     int rc = kind == PT_EV_PY_RETURN || kind == PT_EV_C_RETURN
         ? pt_walk_plain_return(w, word) : pt_walk_plain_push(w, kind, key, word);
     w->ps.now_ticks = w->ticks;
@@ -1016,28 +1014,27 @@ pt_walk_feed(pt_walk *w, const pt_event *events, uint64_t n)
         const pt_event *ev = &events[i];
         uint32_t kind = ev->key_kind & PT_KIND_MASK;
         uint32_t key = ev->key_kind >> PT_KEY_SHIFT;
-        if (kind == PT_EV_TIME) {
-            w->ticks += (int64_t)((uint64_t)ev->delta | (uint64_t)key << 32);
+        if (kind > PT_EV_PY_SEED) {     /* aux (a sub-kind not known here is skipped) */
+            w->ticks += (int64_t)pt_event_ticks(ev);
+            int is_args = pt_is_aux(ev->key_kind, PT_AUX_ARGS);
+            if (is_args || pt_is_aux(ev->key_kind, PT_AUX_TAG)) {
+                if (w->stream)
+                    w->stale = 1;   /* a name or region decided later: the scan's to know */
+                uint32_t index = pt_aux_payload(ev->key_kind);
+                if (w->n_calls && w->calls[w->n_calls - 1].emits)
+                    w->calls[w->n_calls - 1].tag = is_args ? index | PT_TAG_ARGS_BIT : index;
+            }
             continue;
         }
         w->ticks += ev->delta;
-        if (kind == PT_EV_TAG || kind == PT_EV_ARGS) {
-            if (w->stream)
-                w->stale = 1;   /* a name or region decided later: the scan's to know */
-            if (w->n_calls && w->calls[w->n_calls - 1].emits)
-                w->calls[w->n_calls - 1].tag = kind == PT_EV_ARGS ? key | PT_TAG_ARGS_BIT : key;
-            continue;
-        }
         int64_t ts = pt_walk_ns(w, w->ticks);
         if (ts < w->now && w->has_now)
             return PT_ERR_ARG;      /* time ran backwards: a damaged file's deltas */
         int rc = PT_OK;
         if (kind == PT_EV_PY_RETURN || kind == PT_EV_C_RETURN) {
             rc = pt_walk_return(w, ev->key_kind, ts);   /* pops settle what they pop */
-        } else if (kind <= PT_EV_PY_SEED) {
-            rc = pt_walk_push(w, kind, key, ts);
         } else {
-            continue;
+            rc = pt_walk_push(w, kind, key, ts);
         }
         if (rc != PT_OK)
             return rc;

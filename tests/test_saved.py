@@ -402,6 +402,9 @@ def set_event(directory, thread, position, key_kind):
     ("three-value key", r"key 1 must be a list of 4 values"),
     ("tag index", r"event 0 names an unknown key, tag or annotation args"),
     ("args index", r"event 0 names an unknown key, tag or annotation args"),
+    ("kind 5", r"thread 0 \('MainThread'\), event 0 has kind 5, which is reserved"),
+    ("kind 6", r"thread 0 \('MainThread'\), event 0 has kind 6, which is reserved"),
+    ("version 3", r"events.bin: events of version 3 \(this pytrace_cffi reads versions 1, 2\)"),
     ("reserved", r"reserved field set"),
     ("empty blocks", r"block at byte 16 is damaged \(it holds no events\)"),
     ("hash", r"hashes.json: id \d+ is not the hash of its name"),
@@ -433,9 +436,15 @@ def test_spilled_counts_are_checked(spilled_dir, tmp_path, damage, message):
     elif damage == "three-value key":
         meta["keys"][1] = meta["keys"][1][:3]
     elif damage == "tag index":
-        set_event(target, 0, 0, 1 << 3 | 5)            # tag 1 of a one-entry tag list
+        set_event(target, 0, 0, (1 << 3 | 1) << 3 | 7)     # a TAG aux event: tag 1 of [None]
     elif damage == "args index":
-        set_event(target, 0, 0, 0 << 3 | 6)            # args 0 of an empty list
+        set_event(target, 0, 0, (0 << 3 | 2) << 3 | 7)     # an ARGS aux event: args 0 of []
+    elif damage in ("kind 5", "kind 6"):
+        set_event(target, 0, 0, 1 << 3 | int(damage[-1]))     # reserved kinds
+    elif damage == "version 3":
+        data = bytearray((target / "events.bin").read_bytes())
+        data[8:12] = (3).to_bytes(4, "little")
+        (target / "events.bin").write_bytes(bytes(data))
     elif damage == "reserved":
         data = bytearray((target / "events.bin").read_bytes())
         data[EVENTS_HEADER + 4] = 1

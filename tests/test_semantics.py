@@ -203,18 +203,23 @@ def sleeper(seconds):
     time.sleep(seconds)
 
 
-def test_pause_longer_than_a_32_bit_tick_delta_keeps_time():
+@pytest.mark.parametrize("where", ["memory", "spilled"])
+def test_pause_longer_than_a_32_bit_tick_delta_keeps_time(where, tmp_path):
+    """A pause past 2^32 ticks is carried by a TIME aux event: in memory, and written
+    to events.bin and read back (spilled)."""
     from pytrace_cffi import _clock
     pause = (2 ** 32) * _clock.ns_per_tick() / 1e9 + 0.1
     if pause > 5:
-        import pytest
         pytest.skip(f"the event clock would need a {pause:.1f} s pause")
-    with pytrace_cffi.trace() as traced:
+    options = {"max_events": 600, "output": str(tmp_path / "spill")} if where == "spilled" \
+        else {}
+    with pytrace_cffi.trace(**options) as traced:
         sleeper(pause)
         len("after")
-    (call,) = named(traced.trace, ": sleeper")
+    trace = traced.trace if where == "memory" else pytrace_cffi.load(str(tmp_path / "spill"))
+    (call,) = named(trace, ": sleeper")
     # a broken TIME record would be off by a whole 2^32 ticks (seconds)
     assert abs((call.end_ns - call.start_ns) / 1e9 - pause) < 0.25
-    (after,) = [c for c in traced.trace if c.name == "builtins.len"]
+    (after,) = [c for c in trace if c.name == "builtins.len"]
     assert after.start_ns >= call.end_ns
-    assert_nested(traced.trace)
+    assert_nested(trace)

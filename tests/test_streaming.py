@@ -91,6 +91,24 @@ TAGS = [None, {"kind": "region", "name": "a"}, {"kind": "region", "name": "b"},
 ARGS = [{"x": i} if i % 3 == 0 else {} if i % 3 == 1 else {"y": [i, 3]} for i in range(60)]
 
 
+def aux_kind(sub_kind):
+    """An aux event's kind in the (delta, key, kind) triples below: key is its payload."""
+    return ("aux", sub_kind)
+
+
+TAG, ARGS_AUX, TIME = aux_kind(0b001), aux_kind(0b010), aux_kind(0b000)
+assert (TAG[1], ARGS_AUX[1], TIME[1]) == (lib.PT_AUX_TAG, lib.PT_AUX_ARGS, lib.PT_AUX_TIME)
+UNKNOWN_AUX = range(3, 8)         # sub-kinds no reader knows yet: skipped
+
+
+def event_word(key, kind):
+    """An event's key_kind, by pt_record.h's layout written out: an aux event's key is
+    its payload over 3 bits of sub-kind, under kind 7."""
+    if isinstance(kind, tuple):
+        return (key << 3 | kind[1]) << 3 | 7
+    return key << 3 | kind
+
+
 class _ListEvents:
     """A thread's events from a list, fed in the given run lengths."""
 
@@ -100,7 +118,7 @@ class _ListEvents:
         self.data = ffi.new("pt_event[]", max(1, len(events)))
         for i, (delta, key, kind) in enumerate(events):
             self.data[i].delta = delta
-            self.data[i].key_kind = key << lib.PT_KEY_SHIFT | kind
+            self.data[i].key_kind = event_word(key, kind)
         self.n = len(events)
         self.splits = splits
 
@@ -191,16 +209,19 @@ def _events(draw_ops):
             events.append((delta, key, kind))
             for mark, index in marks:
                 if mark == "tag":
-                    events.append((0, index, lib.PT_EV_TAG))
+                    events.append((0, index, TAG))
                 elif args_used < len(ARGS):
-                    events.append((0, args_used, lib.PT_EV_ARGS))
+                    events.append((0, args_used, ARGS_AUX))
                     args_used += 1
         elif op == "return":
             key, kind = value
             events.append((delta, key, lib.PT_EV_C_RETURN if kind == lib.PT_EV_C_CALL
                            else lib.PT_EV_PY_RETURN))
+        elif op == "aux":
+            sub_kind, payload = value
+            events.append((delta, payload, aux_kind(sub_kind)))
         else:
-            events.append((delta, 0, lib.PT_EV_TIME))
+            events.append((delta, 0, TIME))
     return events
 
 
@@ -216,7 +237,10 @@ ops = st.one_of(
     st.tuples(st.just("call"), st.tuples(keys, call_kinds), st.integers(0, 40), marks),
     st.tuples(st.just("return"), st.tuples(keys, call_kinds), st.integers(0, 40), no_marks),
     st.tuples(st.just("return"), st.tuples(keys, call_kinds), st.integers(0, 40), no_marks),
-    st.tuples(st.just("time"), st.just(0), st.integers(0, 100), no_marks))
+    st.tuples(st.just("time"), st.just(0), st.integers(0, 100), no_marks),
+    st.tuples(st.just("aux"), st.tuples(st.sampled_from(UNKNOWN_AUX),
+                                         st.integers(0, (1 << 26) - 1)),
+              st.integers(0, 100), no_marks))
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
@@ -227,8 +251,8 @@ ops = st.one_of(
        splits=st.lists(st.integers(1, 7), max_size=20))
 def test_walk_gives_the_slice_pipelines_calls(program, hidden, min_ns, splits):
     events = _events(program)
-    stop_ticks = 1000 + sum(d for d, _, kind in events if kind != lib.PT_EV_TIME) \
-        + sum(d for d, _, kind in events if kind == lib.PT_EV_TIME) + 7
+    stop_ticks = 1000 + sum(d for d, _, kind in events if kind != TIME) \
+        + sum(d for d, _, kind in events if kind == TIME) + 7
     hidden[0] = 0
     assert _streamed(events, hidden, min_ns, stop_ticks, splits) == \
         _sliced(events, hidden, min_ns, stop_ticks)
@@ -261,7 +285,7 @@ def test_a_stream_gives_the_emitting_walks_records(program, hidden, min_ns, spli
                     lazy=True)
     stale = [None]
     streamed = _records(alone.stream_records(0, stale))
-    marked = any(kind in (lib.PT_EV_TAG, lib.PT_EV_ARGS) for _, _, kind in events)
+    marked = any(kind in (TAG, ARGS_AUX) for _, _, kind in events)
     assert stale[0] == marked
     if not marked:
         assert streamed == _records(led.records(0))
@@ -282,7 +306,7 @@ def test_plain_scan_gives_the_slice_pipelines_calls(program, hidden, splits):
     close several calls or none, and the clock's TIME records leave it and come
     back; its counts, calls open at stop and durations (the JSON walk's) must be
     the slice pipeline's."""
-    events = [e for e in _events(program) if e[2] not in (lib.PT_EV_TAG, lib.PT_EV_ARGS)]
+    events = [e for e in _events(program) if e[2] not in (TAG, ARGS_AUX)]
     hidden[0] = 0
     assert _streamed(events, hidden, 0, _stop_ticks(events), splits, [None], []) == \
         _sliced(events, hidden, 0, _stop_ticks(events), [None], [])
@@ -312,11 +336,11 @@ def test_plain_scan_across_its_blocks(seed):
         elif r < 0.97:
             events.append((rng.randrange(0, 50), rng.randrange(1, len(NAMES)), ret))
         else:
-            events.append((rng.randrange(0, 1 << 20), rng.randrange(0, 3), lib.PT_EV_TIME))
+            events.append((rng.randrange(0, 1 << 20), rng.randrange(0, 3), TIME))
     hidden = [0] * len(NAMES)
     if seed % 2:
         hidden[rng.randrange(1, len(NAMES))] = rng.choice([1, 2, 3, 4, 5])
-    stop = _stop_ticks(events) + sum(k << 32 for _, k, kind in events if kind == lib.PT_EV_TIME)
+    stop = _stop_ticks(events) + sum(k << 32 for _, k, kind in events if kind == TIME)
     splits = [rng.randrange(1, 3000) for _ in range(10)]
     assert _streamed(events, hidden, 0, stop, splits, [None], []) == \
         _sliced(events, hidden, 0, stop, [None], [])
@@ -330,13 +354,13 @@ def test_an_optimizer_step_names_its_parent_unless_it_is_the_region():
     call, ret = lib.PT_EV_PY_CALL, lib.PT_EV_PY_RETURN
     hidden = [0] * len(NAMES)
     wrapper, step, enter = 7, 6, 4
-    plain = [(0, wrapper, call), (5, 1, call), (5, 1, ret), (5, step, call), (0, 5, lib.PT_EV_TAG),
+    plain = [(0, wrapper, call), (5, 1, call), (5, 1, ret), (5, step, call), (0, 5, TAG),
              (5, step, ret), (5, wrapper, ret)]
     got = _streamed(plain, hidden, 0, 2000, [2])
     assert got == _sliced(plain, hidden, 0, 2000)
     assert [s[0] for s in got[0] if s[4] == 0] == ["Optimizer.step#SGD.step"]
-    in_region = [(0, wrapper, call), (1, enter, call), (0, 6, lib.PT_EV_TAG), (1, enter, ret),
-                 (5, step, call), (0, 5, lib.PT_EV_TAG), (5, step, ret), (5, wrapper, ret)]
+    in_region = [(0, wrapper, call), (1, enter, call), (0, 6, TAG), (1, enter, ret),
+                 (5, step, call), (0, 5, TAG), (5, step, ret), (5, wrapper, ret)]
     got = _streamed(in_region, hidden, 0, 2000, [1])
     assert got == _sliced(in_region, hidden, 0, 2000)
     assert [s[0] for s in got[0] if s[4] == 0] == ["wrapper"]
@@ -492,7 +516,7 @@ def test_real_torch(tmp_path):
 
 def test_calls_longer_than_four_seconds_keep_their_duration():
     """Durations past 2^32 ns take the walk's side table (slices mode, JSON)."""
-    call, ret, time_ = lib.PT_EV_PY_CALL, lib.PT_EV_PY_RETURN, lib.PT_EV_TIME
+    call, ret, time_ = lib.PT_EV_PY_CALL, lib.PT_EV_PY_RETURN, TIME
     events = [(0, 1, call), (5, 2, call), (0, 3, time_), (5, 2, ret), (7, 3, call),
               (0, 2, time_), (5, 3, ret), (5, 1, ret), (1, 2, call)]
     stop = 1000 + (5 << 32) + 40
@@ -506,7 +530,7 @@ def test_a_top_level_region_waits_for_the_last_call_not_the_clock():
     last call: a return matching nothing moves the clock past min_duration, but the
     region is still short, and what it holds must not be handed out before."""
     c_call, py_call = lib.PT_EV_C_CALL, lib.PT_EV_PY_CALL
-    events = [(0, 1, c_call), (0, 1, lib.PT_EV_TAG), (0, 1, py_call), (32, 1, py_call),
+    events = [(0, 1, c_call), (0, 1, TAG), (0, 1, py_call), (32, 1, py_call),
               (0, 1, lib.PT_EV_C_RETURN), (28, 1, lib.PT_EV_PY_RETURN)]
     hidden = [0] * len(NAMES)
     assert _streamed(events, hidden, 60, 1067, []) == _sliced(events, hidden, 60, 1067)

@@ -9,7 +9,8 @@ from .._core import ffi, lib
 from .._torch import TAG_KINDS
 from ..readers import packed_events
 from .._safe_read import read_bounded
-from ..model.saved import BLOCK_READ_EVENTS, HeldFile as _HeldFile, load_parts as _load_parts
+from ..model.saved import (BLOCK_READ_EVENTS, HeldFile as _HeldFile, events_version,
+                           load_parts as _load_parts)
 from ..model.saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, FORMAT_NAME,
                                   FORMAT_VERSION, INT64, KINDS, hash_id)
 from ..errors import TraceFormatError
@@ -65,7 +66,8 @@ def _recover_events(directory, facts, records, damage, events_dir):
     if events_file.size < EVENTS_HEADER.size:
         raise _NothingSpilled(f"{path}: nothing was spilled")
     sources = _key_sources(directory)
-    blocks = _spilled_blocks(events_file, damage, _index_limits(records, sources))
+    blocks = _spilled_blocks(events_file, damage, _index_limits(records, sources),
+                             events_version(events_file))
     if not blocks.threads:      # (a block cut short, or damaged: said in damage)
         raise _NothingSpilled("; ".join([f"{path}: no whole block of events"] + damage))
     start = next((r for r in records if r.get("first") == 0 and "start_ns" in r), None)
@@ -180,11 +182,12 @@ def _index_limits(records, sources):
             MAX_ANNOTATION_ARGS)
 
 
-def _spilled_blocks(events_file, damage, limits):
+def _spilled_blocks(events_file, damage, limits, version):
     """_Blocks of events_file, read a piece at a time up to its last complete block
     (a running or killed process's last one may be cut), or up to a block that is
     damaged (said in damage): a bad header, or an index past limits (see
-    _index_limits)."""
+    _index_limits). version: the file's events' (version 1's are made aux events
+    as read)."""
     path = events_file.path
     blocks = _Blocks()
     offset = EVENTS_HEADER.size
@@ -208,6 +211,8 @@ def _spilled_blocks(events_file, damage, limits):
             if events_file.read_into(body + first * EVENT_RECORD_SIZE,
                                      ffi.buffer(piece, size)) != size:
                 raise TraceFormatError(f"{path}: changed while it was read")
+            if version == 1:    # (one that cannot be made aux: load() says which)
+                lib.pt_events_from_v1(piece, n)
             ticks += lib.pt_events_ticks(piece, n)
             lib.pt_events_extent(piece, n, needed)
         if any(needed[i] > limits[i] for i in range(3)):

@@ -22,8 +22,9 @@ from .._safe_read import open_binary, read_bounded
 from .._torch import TAG_KINDS
 from ..errors import TraceFormatError
 from .saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, EVENTS_MAGIC,
-                           FORMAT_NAME, FORMAT_VERSION, INT64, KINDS, SLICE_RECORD_SIZE,
-                           SLICES_HEADER, SLICES_MAGIC, TICKS_MASK, UINT64, hash_id,
+                           EVENTS_VERSIONS_READ, FORMAT_NAME, FORMAT_VERSION, INT64, KINDS,
+                           SLICE_RECORD_SIZE, SLICES_HEADER, SLICES_MAGIC, TICKS_MASK, UINT64,
+                           hash_id,
                            meta as _meta, names_file, thread_meta, write_json, write_names)
 from .streams import CallStreams
 
@@ -367,6 +368,9 @@ class HeldFile:
 
 SLICE_BATCH = 1 << 16       # slices read at a time: 2.5 MB
 BLOCK_READ_EVENTS = 1 << 18  # events read at a time: 2 MB
+# The event kinds a file may hold (pt_record.h): the others are reserved.
+KNOWN_KINDS = (lib.PT_EV_PY_CALL, lib.PT_EV_PY_RETURN, lib.PT_EV_C_CALL, lib.PT_EV_C_RETURN,
+               lib.PT_EV_PY_SEED, lib.PT_EV_AUX)
 
 
 class _SlicesFile(CallStreams):
@@ -512,10 +516,11 @@ def _spilled_streams(directory, meta, threads, names, key_kinds, key_args, hidde
     path = os.path.join(directory, "events.bin")
     length = _int(events_meta["length"], "events length") if "length" in events_meta else None
     events_file = HeldFile(path)
+    version = events_version(events_file)
     blocks = _index_blocks(events_file, threads, length)
     n_names = len(names)
     sources = [_FileEvents(events_file, thread, thread_blocks, tick0, n_names, len(tags),
-                           len(annotation_args))
+                           len(annotation_args), version)
                for thread, thread_blocks in zip(threads, blocks)]
     plan = KeyPlan(names, key_kinds, key_args, hidden, tags, annotation_args)
     clock = {"tick0": tick0, "ns0": ns0, "ns_per_tick": ns_per_tick}
@@ -527,6 +532,21 @@ def _spilled_streams(directory, meta, threads, names, key_kinds, key_args, hidde
     return streams
 
 
+def events_version(events_file):
+    """The version of events.bin's events (one of EVENTS_VERSIONS_READ), from its
+    header."""
+    path = events_file.path
+    header = events_file.read(0, EVENTS_HEADER.size)
+    _expect(len(header) == EVENTS_HEADER.size, f"{path}: truncated header")
+    magic, version, record_size = EVENTS_HEADER.unpack(header)
+    _expect(magic == EVENTS_MAGIC and record_size == EVENT_RECORD_SIZE,
+            f"{path}: not an events file")
+    _expect(version in EVENTS_VERSIONS_READ,
+            f"{path}: events of version {version} (this pytrace_cffi reads versions "
+            f"{', '.join(map(str, EVENTS_VERSIONS_READ))})")
+    return version
+
+
 def _index_blocks(events_file, threads, length):
     """Per thread, its blocks' (offset of the events, count, base ticks), read from
     the block headers alone."""
@@ -535,12 +555,7 @@ def _index_blocks(events_file, threads, length):
     if length is not None:          # a recovered process: its complete blocks only
         size = min(size, length)
     blocks = [[] for _ in threads]
-    header = events_file.read(0, EVENTS_HEADER.size)
-    _expect(len(header) == EVENTS_HEADER.size and size >= EVENTS_HEADER.size,
-            f"{path}: truncated header")
-    magic, version, record_size = EVENTS_HEADER.unpack(header)
-    _expect(magic == EVENTS_MAGIC and version == FORMAT_VERSION
-            and record_size == EVENT_RECORD_SIZE, f"{path}: not a version-1 events file")
+    _expect(size >= EVENTS_HEADER.size, f"{path}: truncated header")
     offset = EVENTS_HEADER.size
     while offset < size:
         _expect(size - offset >= EVENT_BLOCK.size, f"{path}: truncated block header")
@@ -564,8 +579,9 @@ class _FileEvents:
     """A thread's events in events.bin, read a block at a time and checked as read:
     known keys, tags and args, and each block continuing the one before."""
 
-    def __init__(self, events_file, thread, blocks, tick0, n_keys, n_tags, n_args):
+    def __init__(self, events_file, thread, blocks, tick0, n_keys, n_tags, n_args, version):
         self.file, self.path = events_file, events_file.path
+        self.version = version
         self.thread, self.index, self.blocks = thread, thread.index, blocks
         self.limits = (n_keys, n_tags, n_args)
         self.base_ticks = blocks[0][3] if blocks else tick0
@@ -590,9 +606,18 @@ class _FileEvents:
                 _expect(self.file.read_into(offset + first * EVENT_RECORD_SIZE,
                                             ffi.buffer(buffer, size)) == size,
                         f"{self.path}: block at byte {at} is truncated")
+                where = f"{self.path}: thread {self.index} ({name!r}), event"
+                if self.version == 1:
+                    bad = lib.pt_events_from_v1(buffer, n)     # made aux events, in place
+                    _expect(bad < 0, f"{where} {seen + bad} (version 1) names a tag or "
+                                     f"annotation args past 2^26, or a pause past 2^58 ticks")
                 bad = lib.pt_validate_events(buffer, n, *self.limits)
-                _expect(bad < 0, f"{self.path}: thread {self.index} ({name!r}), event "
-                                 f"{seen + bad} names an unknown key, tag or annotation args")
+                if bad >= 0:
+                    kind = buffer[bad].key_kind & lib.PT_KIND_MASK
+                    _expect(kind in KNOWN_KINDS, f"{where} {seen + bad} has kind {kind}, "
+                                                 f"which is reserved")
+                    raise TraceFormatError(f"{where} {seen + bad} names an unknown key, "
+                                           f"tag or annotation args")
                 seen += n
                 clock = (clock + lib.pt_events_ticks(buffer, n)) & TICKS_MASK
                 yield buffer, n

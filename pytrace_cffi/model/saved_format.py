@@ -8,7 +8,8 @@ recovery of a process that did not save its own (follow/recover.py) share.
     params.json  parameter metadata (record_params=True), else empty lists
     slices.bin   the calls, in the C core's pt_slice layout (see docs/FORMAT.md)
     events.bin   instead of slices.bin when tracing spilled under max_events: the
-                 raw 8-byte events in per-thread blocks, walked by load()
+                 raw 8-byte events in per-thread blocks, walked by load(); its
+                 header has a version of its own (EVENTS_VERSION)
 
 A hash id is the first 8 bytes of BLAKE2b (digest_size=8) of the UTF-8 name, read
 little-endian: the same name gives the same id in every run and process (a name
@@ -25,7 +26,7 @@ try:
 except ImportError:                 # an interpreter built without _blake2
     from hashlib import blake2b
 
-from .._core import ffi
+from .._core import ffi, lib
 from .._files import replaced_atomically
 from .._jsontext import dump
 from .._torch import EXIT_EVENT_NAME
@@ -37,6 +38,11 @@ SLICES_HEADER = struct.Struct("<8sIIQ")      # magic, version, record size, reco
 SLICE_RECORD_SIZE = 40
 EVENTS_MAGIC = b"PTEVENTS"
 EVENTS_HEADER = struct.Struct("<8sII")          # magic, version, record size
+# events.bin's own version: what its events mean (pt_record.h's kinds). Written:
+# always the C core's; read: that and version 1 (TAG, ARGS and TIME as kinds 5-7,
+# made aux events as read: pt_events_from_v1).
+EVENTS_VERSION = lib.PT_EVENTS_VERSION
+EVENTS_VERSIONS_READ = (1, EVENTS_VERSION)
 EVENT_BLOCK = struct.Struct("<IIQq")            # thread index, reserved, count, base ticks
 EVENT_RECORD_SIZE = 8
 TICKS_MASK = (1 << 64) - 1                      # block clocks compare mod 2^64

@@ -135,15 +135,16 @@ pt_replay_visit(pt_replay_state *st, const pt_event *events, uint64_t n)
         const pt_event *ev = &events[i];
         uint32_t kind = ev->key_kind & PT_KIND_MASK;
         uint32_t key = ev->key_kind >> PT_KEY_SHIFT;
-        if (kind == PT_EV_TIME) {
-            st->ticks += (int64_t)((uint64_t)ev->delta | (uint64_t)key << 32);
-            continue;
-        }
         st->ticks += ev->delta;
-        if (kind == PT_EV_TAG || kind == PT_EV_ARGS) {
-            if (st->depth && st->stack[st->depth - 1].slice >= 0)
+        if (kind == PT_EV_AUX) {
+            /* aux: its key is payload and sub-kind; unknown sub-kinds name nothing */
+            uint32_t sub_kind = key & PT_AUX_MASK, payload = key >> PT_AUX_SHIFT;
+            if (sub_kind == PT_AUX_TIME)
+                st->ticks += (int64_t)((uint64_t)payload << 32);
+            else if ((sub_kind == PT_AUX_TAG || sub_kind == PT_AUX_ARGS) &&
+                     st->depth && st->stack[st->depth - 1].slice >= 0)
                 st->out[st->stack[st->depth - 1].slice].tag =
-                    kind == PT_EV_ARGS ? key | PT_TAG_ARGS_BIT : key;
+                    sub_kind == PT_AUX_ARGS ? payload | PT_TAG_ARGS_BIT : payload;
             continue;
         }
         int64_t ts = pt_replay_ns(st, st->ticks);
