@@ -150,6 +150,31 @@ def test_a_reserved_kind_in_a_file_is_refused(tmp_path, kind):
         pytrace_cffi.load(directory)
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_killed_process_of_either_version_is_recovered(tmp_path, version):
+    """A process directory without meta.json (its process was killed) is read from
+    process.json, keys.jsonl and events.bin: version 1's events as version 2's. A
+    recovered region keeps its name, not its args (known only at stop)."""
+    directory = tmp_path / "proc-7"
+    directory.mkdir()
+    (directory / "process.json").write_text(json.dumps(
+        {"pid": 7, "ppid": 1, "argv": [], "host": "h", "label": "x", "root": True,
+         "clock_name": "monotonic", "python": "3.12.1", "backend": "sys.monitoring"}))
+    (directory / "keys.jsonl").write_text(json.dumps(
+        {"first": 0, "keys": [[hash_id(name), kind, 0] for name, kind in zip(NAMES, KINDS)],
+         "names": {hash_id(name): name for name in NAMES}, "tags_first": 0, "tags": TAGS,
+         "start_ns": NS0, "tick0": TICK0}) + "\n")
+    events = program(version)
+    data = b"PTEVENTS" + struct.pack("<II", version, 8)
+    data += struct.pack("<IIQq", 0, 0, len(events), TICK0)
+    data += b"".join(struct.pack("<II", delta, word) for delta, word in events)
+    (directory / "events.bin").write_bytes(data)
+    from pytrace_cffi import processes
+    trace = processes.recover(str(directory))
+    assert calls_of(trace, str(tmp_path)) == sorted(
+        (name, start, end, parent, "{}") for name, start, end, parent, _ in EXPECTED)
+
+
 def test_spilled_events_are_version_2(tmp_path):
     out = tmp_path / "spill"
     pytrace_cffi.start(max_events=600, output=str(out))
