@@ -126,7 +126,9 @@ def cmd_attach(args):
     status = os.path.join(directory, f"status-{token}.json")
     try:
         _remote_exec(args.pid, script)
-        facts = _wait_status(args.pid, status, ("tracing", "refused", "failed"), args.wait)
+        # ("written": it traced and ended before we looked, the process exiting at once)
+        facts = _wait_status(args.pid, status, ("tracing", "refused", "failed", "written"),
+                             args.wait)
         if facts is None:
             _write(os.path.join(directory, f"cancel-{token}"), "")
             time.sleep(0.2)         # (it may have run meanwhile)
@@ -134,6 +136,8 @@ def cmd_attach(args):
         if facts is None:
             script = request = None     # kept: the target reads them when it wakes
             return _no_answer(args.pid, args.wait)
+        if facts["state"] == "written":
+            return _said(args.pid, facts, output, status)
         if facts["state"] != "tracing":
             _remove(status)
             print(f"pytrace_cffi attach: pid {args.pid}: {facts['state']}: {facts.get('why')}",
