@@ -121,7 +121,7 @@ def _after_fork_in_child():
         if session.job_dir:      # follow_children: trace the child too
             from .follow.session import continue_in_forked_child, release_sigterm
             try:
-                continue_in_forked_child(session)
+                continue_in_forked_child(session, _flight_recorder)
             except Exception as exc:    # noqa: BLE001 - never break the child
                 print(f"pytrace_cffi: not tracing forked pid {_os.getpid()}: {exc}",
                       file=_sys.stderr)
@@ -149,6 +149,13 @@ def _options_for(function, given, extra=()):
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise TypeError(f"{function}() got an unexpected keyword argument {name!r}{hint}")
     return _start_options.check(given)
+
+
+def _flight_recorder():
+    """The flight recorder's class, for a session with a ring: imported only then
+    (it sits on top of the session; see follow/session.py's FollowSession)."""
+    from .flight.recorder import FlightRecorder
+    return FlightRecorder
 
 
 def start(**options):
@@ -247,23 +254,16 @@ def start(**options):
     Raises TracerStateError if already tracing, TracerConflictError if another
     profiler holds the hook pytrace_cffi needs, TypeError for bad options.
     """
-    options = _options_for("start", options) if options else dict(_DEFAULT_OPTIONS)
-    follow = options.pop("follow_children")
+    options = _options_for("start", options) if options else _DEFAULT_OPTIONS
+    plan = _start_options.StartPlan(options)
     with _running.lock:
         if _running.session is not None:
             raise TracerStateError("pytrace_cffi is already tracing; call stop() first")
-        if options["flight_recorder"]:
-            from .flight import flight_session
-            session = _running.session = flight_session(options, follow)
-        elif _start_options.output_file(options["output"]) is not None:
-            from .follow.written import start_writing
-            session = _running.session = start_writing(options, follow)
-        elif follow:
-            from .follow import identity
+        if plan.traces_a_job:       # a job's directory: children, output=FILE, a ring
             from .follow.session import FollowSession
-            session = _running.session = FollowSession(options, root=identity._child_job is None)
+            session = _running.session = FollowSession(plan, recorder=_flight_recorder)
         else:
-            session = _running.session = _Session(**options)
+            session = _running.session = _Session(**plan.options)
     try:
         # Last statement on purpose: whatever runs in this frame after the hooks
         # go live would be recorded as the caller's work.

@@ -244,8 +244,7 @@ def _cmd_run(args, program, at_interpreter_exit=False):
         sys.excepthook(type(exc), exc.with_traceback(None), None)
         return 1
     run_program = types.FunctionType(code, main.__dict__)
-    run = Run(plan.output, plan.options, spill=plan.spill, follow=plan.follow,
-              keep_in=plan.keep_in)
+    run = Run(plan)
     run.guard_ending()      # os._exit or an exec of this process still writes OUT
     hide_launcher_frames(_launcher_codes())
     # The program's module stays __main__ to the end, as under python: threads and

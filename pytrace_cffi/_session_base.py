@@ -1,7 +1,7 @@
 """What the rest of the package asks of a tracing session, declared in one place
 (issue 32). _tracer.Session derives from SessionBase, and so do follow/'s
-FollowSession (a process traced into a job's directory; a flight recorder's ring
-session is one) and WritingSession (start(output=FILE)). Code reads these
+FollowSession (a process traced into a job's directory: with children followed,
+a flight recorder's ring, or start(output=FILE)). Code reads these
 plainly, session.job_dir, never getattr(session, "job_dir", None): a plain
 Session has the values below; the classes that do more set or override them.
 """
@@ -16,7 +16,7 @@ class SessionBase:
     temporary_job = False       # job_dir is removed at stop (a flight recorder's,
                                 # without an output)
     output_file = None          # start(output=FILE): the file written at stop
-                                # (WritingSession)
+                                # (FollowSession)
     follows_children = False    # its children are traced too (FollowSession)
     flight = None               # its running FlightRecorder (a ring FollowSession)
     process_meta = None         # who is who in a job: added to a spilled trace's
@@ -29,7 +29,7 @@ class SessionBase:
     recorders_lost = ()         # the _runtime.RECORDERS the program took away
                                 # while tracing (_tracer.Session.stop)
     sigterm_waits = None        # a context manager in which a SIGTERM waits until
-                                # stop() is done, or None (WritingSession)
+                                # stop() is done, or None (FollowSession)
     _task_lanes = None          # log_async's task lanes while it runs (_tracer.Session;
                                 # the flight recorder's dumps name lanes by it)
 
@@ -38,9 +38,9 @@ class SessionBase:
         live encoder encodes its last events (FollowSession)."""
 
     def forget_output_file(self):
-        """start() failed: nothing made for the output stays (WritingSession)."""
+        """start() failed: nothing made for the output stays (FollowSession)."""
 
     def write_output_file(self, result):
         """stop()'s last step: what stop() returns, result or what writing
-        output_file made of it (WritingSession: a WrittenTrace)."""
+        output_file made of it (FollowSession: a WrittenTrace)."""
         return result

@@ -175,11 +175,29 @@ def numbered(path, number, fmt=None):
     one its name picks): out.json -> out.1.json, out.JSON.GZ -> out.1.JSON.GZ
     (.html and .pftrace alike), dir -> dir.1/ (the separator keeps a directory
     a directory whatever its name)."""
+    head, tail = numbered_parts(path, fmt)
+    return f"{head}.{number}{tail}"
+
+
+def numbered_parts(path, fmt=None):
+    """(head, tail) of path's numbered names (see numbered): window n is named
+    f"{head}.{n}{tail}"."""
     fmt = fmt or format_of(path)
     if fmt.directory:
-        return f"{path.rstrip(os.sep)}.{number}{os.sep}"
+        return path.rstrip(os.sep), os.sep
     suffix = next(s for s in fmt.suffixes if path.lower().endswith(s))
-    return f"{path[:-len(suffix)]}.{number}{path[-len(suffix):]}"
+    return path[:-len(suffix)], path[-len(suffix):]
+
+
+def beside(path, tail):
+    """A name beside path: path without the suffix that picks its format (and
+    without a trailing separator) + tail: out.pftrace -> out<tail>, DIR/ ->
+    DIR<tail> ("trace<tail>" for a name that is all suffix)."""
+    path = os.fsdecode(path).rstrip(os.sep) or os.sep
+    place, name = os.path.split(path)
+    suffix = suffix_of(name)
+    name = name[:len(name) - len(suffix)] if suffix else name
+    return os.path.join(place, (name or "trace") + tail)
 
 
 def foreign_directory(path):

@@ -12,7 +12,7 @@ the package but formats (which reads a file's name): anything may read it.
 import os
 from collections import namedtuple
 
-from .formats import DIRECTORY, DUMP_FORMATS, find, suffix_of
+from .formats import DIRECTORY, DUMP_FORMATS, beside, find
 
 Option = namedtuple("Option", "name kind default help flag negated metavar cli_rank")
 Option.__doc__ = """One option of start().
@@ -197,6 +197,18 @@ def absolute_output(path):
     return os.path.abspath(path) + (os.sep if path.endswith(("/", os.sep)) else "")
 
 
+def for_output(options, output, dumps_beside):
+    """start()'s options (checked) for a trace that ends in OUT (output), a file
+    or directory the command line names (`run -o`, `attach -o`), not start()'s
+    own output (each window's job or spill directory): OUT made absolute (the
+    program may chdir before it is written), and the flight recorder's dumps
+    directory dumps_beside (formats.beside OUT's, see default_dumps_dir) when none
+    was given. Changes options in place; returns OUT."""
+    if options.get("flight_recorder") and options.get("dumps_dir") is None:
+        options["dumps_dir"] = os.path.abspath(dumps_beside)
+    return absolute_output(output)
+
+
 def output_file(output):
     """The file start(output=...) writes at stop() when output's name picks a file
     format (out.pftrace, out.json, ...), else None (a directory, or no output)."""
@@ -294,18 +306,15 @@ def _dumps(name, value, values):
 DEFAULT_DUMPS_DIR = "pytrace_cffi-dumps"
 
 
+DUMPS_BESIDE = "-dumps"      # the dumps directory beside OUT: OUT's name, this tail
+
+
 def default_dumps_dir(output):
     """Where the flight recorder dumps when dumps_dir is not given: beside the
     job's other files, OUT without its format's suffix + "-dumps" (out.pftrace
     -> out-dumps, a directory DIR -> DIR-dumps); without output, the current
     directory's pytrace_cffi-dumps."""
-    if output is None:
-        return DEFAULT_DUMPS_DIR
-    path = os.fsdecode(output).rstrip(os.sep) or os.sep
-    place, name = os.path.split(path)
-    suffix = suffix_of(name)
-    name = name[:len(name) - len(suffix)] if suffix else name
-    return os.path.join(place, (name or "trace") + "-dumps")
+    return DEFAULT_DUMPS_DIR if output is None else beside(output, DUMPS_BESIDE)
 
 
 def _dump_format(name, value, values):
@@ -405,6 +414,57 @@ _CHECKS = {"count": _count, "path": _path, "microseconds": _microseconds, "globs
            "flight": _flight, "dumps": _dumps, "dump_format": _dump_format, "signal": _signal,
            "seconds": _seconds,
            "watchdog": _watchdog, "milliseconds": _milliseconds}
+
+
+# pt_event: a 32-bit delta and a 32-bit key|kind (a ring's size in events)
+EVENT_BYTES = 8
+
+
+class StartPlan:
+    """start()'s options checked, and what follows from them decided once, here:
+    which session records and where its output goes. The sessions read these
+    fields and decide none of them again (plan() makes one).
+
+    options      check()'s, without follow_children; with the flight recorder,
+                 dumps_dir absolute (default_dumps_dir of output when not given)
+                 and dump_signal a number (SIGUSR1 when not given): what this
+                 process records with, and what the processes it starts are told
+    follow       follow_children
+    output       output (absolute), or None
+    output_file  output when its name picks a file format: written at stop()
+    format       output_file's Format, or None
+    ring         the flight recorder's ring: (events, max age in ns or None), or
+                 None when it is off
+    """
+
+    def __init__(self, checked):
+        options = dict(checked)
+        self.follow = options.pop("follow_children")
+        self.output = options["output"]
+        self.ring = None
+        if options["flight_recorder"]:
+            size, seconds = flight_ring(options["flight_recorder"])
+            self.ring = size // EVENT_BYTES, (int(seconds * 1e9) if seconds else None)
+            options["dumps_dir"] = os.path.abspath(options["dumps_dir"]
+                                                   or default_dumps_dir(self.output))
+            if options["dump_signal"] is None:
+                import signal
+                options["dump_signal"] = int(signal.SIGUSR1)
+        found = find(self.output) if self.output is not None else None
+        self.format = found if found is not None and not found.directory else None
+        self.output_file = self.output if self.format is not None else None
+        self.options = options
+
+    @property
+    def traces_a_job(self):
+        """Whether a FollowSession records it (children followed, a file written
+        at stop(), a flight recorder's ring), not a plain Session."""
+        return bool(self.follow or self.output_file or self.ring)
+
+
+def plan(given):
+    """The StartPlan of start()'s options given (see check)."""
+    return StartPlan(check(given))
 
 
 def session_options(given):

@@ -597,10 +597,15 @@ def test_monitoring_tool_freed_only_keeps_recording():
 # -- the CLI's windows ------------------------------------------------------------------
 
 def test_cli_window_closes_after_hook_lost(tmp_path):
+    from pytrace_cffi import formats
+    from pytrace_cffi.cli.arguments import RunPlan
     from pytrace_cffi.cli.run import Run
     written = []
-    windows = Run(str(tmp_path / "out.json"), {}, lambda result, path: written.append(
-        (function_names(result), path)))
+    out = str(tmp_path / "out.json")
+    plan = RunPlan(output=out, options={}, follow=False, spill=False, keep_in=None,
+                   signum=None, schedule=None, delay=0, duration=None,
+                   format=formats.of(out), names=formats.numbered_parts(out))
+    windows = Run(plan, lambda result, path: written.append((function_names(result), path)))
     windows.whole_run()
     try:
         before_takeover()

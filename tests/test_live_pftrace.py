@@ -116,14 +116,14 @@ fib(14)
 API_PROGRAM = """
 import sys
 import pytrace_cffi
-from pytrace_cffi.follow import written
+from pytrace_cffi.follow import session
 
-class Kept(written.RunFinish):
-    def __init__(self, job_dir, output):
-        super().__init__(job_dir, output, keep=True)
+class Kept(session.RunFinish):
+    def __init__(self, job_dir, output, fmt):
+        super().__init__(job_dir, output, keep=True, fmt=fmt)
         print("JOB", job_dir)
 
-written.RunFinish = Kept
+session.RunFinish = Kept
 pytrace_cffi.start(output=sys.argv[1], max_events=65536)
 """ + PROGRAM.format(args="") + """
 result = pytrace_cffi.stop()

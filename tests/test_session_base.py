@@ -1,15 +1,14 @@
 """What the package asks of a session is declared once (issue 32): every session
 class derives from _session_base.SessionBase, a plain Session says its defaults,
-and a ring session finds its flight recorder by the name FollowSession declares."""
+and a ring session is handed its flight recorder's class from the package's top."""
 import pytrace_cffi
 from pytrace_cffi._session_base import SessionBase
 from pytrace_cffi._tracer import Session
-from pytrace_cffi.follow.session import FollowSession, _named
-from pytrace_cffi.follow.written import WritingSession
+from pytrace_cffi.follow.session import FollowSession
 
 
 def test_every_session_class_derives_from_the_base():
-    for cls in (Session, FollowSession, WritingSession):
+    for cls in (Session, FollowSession):
         assert issubclass(cls, SessionBase), cls
 
 
@@ -25,9 +24,16 @@ def test_a_plain_session_says_the_defaults():
     assert session.forget_output_file() is None and session.finish_live({}) is None
 
 
-def test_a_ring_session_finds_its_recorder_by_name():
+def test_a_ring_session_is_handed_its_recorder_from_the_top(tmp_path):
+    import inspect
     from pytrace_cffi.flight.recorder import FlightRecorder
-    assert FollowSession.RECORDER == "..flight.recorder:FlightRecorder"
-    assert _named(FollowSession.RECORDER) is FlightRecorder
-    assert not hasattr(FollowSession, "recorder")     # nothing sets it from outside
+    from pytrace_cffi.follow import session as follow_session
+    source = inspect.getsource(follow_session)
+    assert "importlib" not in source and "flight.recorder" not in source
+    assert not hasattr(FollowSession, "RECORDER") and not hasattr(FollowSession, "recorder")
     assert not hasattr(pytrace_cffi._running, "api")      # no registry at all
+    pytrace_cffi.start(flight_recorder="1M", output=str(tmp_path / "job"))
+    try:
+        assert type(pytrace_cffi._running.session.flight) is FlightRecorder
+    finally:
+        pytrace_cffi.stop()

@@ -34,8 +34,8 @@ def _pytrace_cffi_boot():
             import json
             sys.path.append(json.loads(os.environ["PYTRACE_CFFI_FOLLOW"])["package"])
             import pytrace_cffi.follow.boot as boot
-        from pytrace_cffi import start
-        boot.start_from_environment(start)
+        from pytrace_cffi import _flight_recorder, start
+        boot.start_from_environment(start, _flight_recorder)
         from pytrace_cffi._program_view import hide_imports_since
         hide_imports_since(before)
     except Exception as exc:        # noqa: BLE001 - never break the child

@@ -9,9 +9,12 @@ from .. import formats, options as start_options
 from .steps import parse_schedule
 
 
+REFUSED = "pytrace_cffi: cannot write trace to {path!r}: {reason}"
+
+
 def refuse_output(path, reason):
     """Exits (code 2) with the one-line refusal of an output that cannot be written."""
-    print(f"pytrace_cffi: cannot write trace to {path!r}: {reason}", file=sys.stderr)
+    print(REFUSED.format(path=path, reason=reason), file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -23,35 +26,29 @@ def check_output(path):
         refuse_output(path, reason)
 
 
-def check_processes_dir(path):
-    """Exits (code 2) unless --processes-dir DIR is new or an empty directory that
-    takes new files: other processes' traces in it would be joined with this job's."""
+def _processes_dir_problem(path):
+    """Why --processes-dir DIR cannot take this job, or None: it must be new or an
+    empty directory (other processes' traces in it would be joined with this
+    job's) that takes new files (formats.unwritable, asked by the caller)."""
     if os.path.exists(path):
         if not os.path.isdir(path):
-            refuse_output(path, "it is a file, not a directory")
+            return "it is a file, not a directory"
         if os.listdir(path):
-            refuse_output(path, "it is not empty (the per-process traces of one job "
-                                "go into a new or empty directory)")
-    check_output(path.rstrip(os.sep) + os.sep)
-
-
-def traced_output(output, options):
-    """OUT made absolute (the program may chdir before it is written) and options
-    with the flight recorder's dumps directory beside it when none was given (the
-    job's directory is a temporary one). options: checked; changed in place."""
-    output = start_options.absolute_output(output)
-    if options.get("flight_recorder") and options.get("dumps_dir") is None:
-        options["dumps_dir"] = os.path.abspath(start_options.default_dumps_dir(output))
-    return output
+            return ("it is not empty (the per-process traces of one job go into a new "
+                    "or empty directory)")
+    return None
 
 
 class RunPlan:
-    """`run`'s arguments, checked together: OUT (absolute), start()'s options,
-    how windows open (signum, schedule, delay/duration, else the whole run), and
-    whether children are followed (keep_in: --processes-dir) or a window spills."""
+    """`run`'s arguments, checked together, and what follows from them decided
+    once: OUT (absolute), its format and the names of its numbered windows
+    (window n: f"{head}.{n}{tail}", names; keep_names for --processes-dir's),
+    start()'s options, how windows open (signum, schedule, delay/duration, else
+    the whole run), and whether children are followed (keep_in: --processes-dir)
+    or a window spills."""
 
     def __init__(self, output, options, follow, spill, keep_in, signum, schedule,
-                 delay, duration):
+                 delay, duration, format, names, keep_names=None):
         self.output = output
         self.options = options
         self.follow = follow
@@ -61,34 +58,53 @@ class RunPlan:
         self.schedule = schedule
         self.delay = delay
         self.duration = duration
+        self.format = format
+        self.names = names
+        self.keep_names = keep_names
 
     @classmethod
     def from_arguments(cls, args):
-        """Exits with one line for flags that do not combine, a bad option, an OUT
-        that cannot be written or a --processes-dir in use."""
+        """Exits with one line for flags that do not combine, an OUT that cannot
+        be written, a --processes-dir in use or a bad option (in that order)."""
         _check_combinations(args)
+        out, keep_in = args.output, args.processes_dir
+        # What OUT's name says, asked once: whether it (and --processes-dir) can
+        # be written, its format, its windows' names, the dumps beside it.
+        refusals = [(out, formats.unwritable(out))]
+        if keep_in is not None:
+            refusals += [(keep_in, _processes_dir_problem(keep_in)
+                          or formats.unwritable(keep_in.rstrip(os.sep) + os.sep))]
+        for path, reason in refusals:       # (a bad OUT fails now, not after the program ran)
+            if reason is not None:
+                print(REFUSED.format(path=path, reason=reason), file=sys.stderr)
+                raise SystemExit(2)
+        fmt = formats.of(out)
+        head, tail = formats.numbered_parts(out, fmt)
+        names = (os.path.abspath(head), tail)       # (OUT is made absolute below)
+        keep_names = (None if keep_in is None
+                      else formats.numbered_parts(keep_in, formats.DIRECTORY))
+        dumps_beside = formats.beside(out, start_options.DUMPS_BESIDE)
         options = start_options.from_arguments(args)
         try:
             start_options.check(options)
             signum = start_options.signal_number(args.signal) if args.signal else None
             if signum == 0:             # ("none", "0": no signal is no window)
                 raise ValueError(f"unknown signal {args.signal!r}")
+            output = start_options.for_output(options, out, dumps_beside)
             schedule = parse_schedule(args.schedule) if args.schedule else None
         except (TypeError, ValueError) as exc:
             raise SystemExit(f"pytrace_cffi: {exc}") from None
-        check_output(args.output)       # a bad OUT fails now, not after the program ran
-        if args.processes_dir is not None:
-            check_processes_dir(args.processes_dir)
         follow = not args.no_follow
         if follow and args.max_events and not args.spill:
             print("pytrace_cffi: --max-events without --spill drops events, so child "
                   "processes are not followed (add --spill to follow them)", file=sys.stderr)
             follow = False
         # (following, every process spills into its job's directory anyway)
-        return cls(output=traced_output(args.output, options), options=options,
-                   follow=follow, spill=bool(args.spill and not follow),
-                   keep_in=args.processes_dir if follow else None, signum=signum,
-                   schedule=schedule, delay=args.delay, duration=args.duration)
+        return cls(output=output, options=options, follow=follow,
+                   spill=bool(args.spill and not follow),
+                   keep_in=keep_in if follow else None, signum=signum,
+                   schedule=schedule, delay=args.delay, duration=args.duration,
+                   format=fmt, names=names, keep_names=keep_names if follow else None)
 
 
 def _check_combinations(args):

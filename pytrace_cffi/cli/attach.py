@@ -12,8 +12,8 @@ import sys
 import tempfile
 import time
 
-from .. import options as start_options
-from .arguments import check_output, traced_output
+from .. import formats, options as start_options
+from .arguments import check_output
 
 REMOTE_EXEC_VERSION = (3, 14)
 _SCRIPT = '''\
@@ -113,7 +113,8 @@ def cmd_attach(args):
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"pytrace_cffi attach: {exc}") from None
     check_output(args.output)
-    output = traced_output(args.output, options)
+    output = start_options.for_output(
+        options, args.output, formats.beside(args.output, start_options.DUMPS_BESIDE))
     _target_usable(args.pid)
     directory = attach_dir(args.pid, make=True)
     token = os.urandom(8).hex()

@@ -241,7 +241,8 @@ def _dumps_dir_of_pid(pid):
     """The dumps directory of a pid: the one whose .live/<pid>.json its recorder
     holds open (read from /proc/PID/fd, ours to read when the pid is ours to
     signal), else ./pytrace_cffi-dumps when it is registered there; or None."""
-    from ..flight.recorder import DEFAULT_DUMPS_DIR, REGISTRY
+    from ..flight.recorder import REGISTRY
+    from ..options import DEFAULT_DUMPS_DIR
     fds = f"/proc/{pid}/fd"
     try:
         links = [os.readlink(os.path.join(fds, fd)) for fd in os.listdir(fds)]

@@ -1,12 +1,13 @@
 """`run`'s output, from the program's start to OUT: one Run, made once per run
-with OUT and the options, decides OUT's format once and owns the tracing
-windows (the whole run, or windows opened and closed by a signal, each signal
-toggling and each window getting its own numbered file, or one window bounded
-by --delay and --duration; the steps a --schedule picks: see steps.py), the
-job of each window when children are followed (its per-process traces in a
-directory of their own, joined into the window's OUT when it closes:
-follow/finish.py), the guard that writes OUT when the process ends another way
-(follow/exits.py), and the writing."""
+from its RunPlan (cli/arguments.py: OUT, its format and its windows' names,
+decided there once, and the options), owns the tracing windows (the whole
+run, or windows opened and closed by a signal, each signal toggling and each
+window getting its own numbered file, or one window bounded by --delay and
+--duration; the steps a --schedule picks: see steps.py), the job of each
+window when children are followed (its per-process traces in a directory of
+their own, joined into the window's OUT when it closes: follow/finish.py), the
+guard that writes OUT when the process ends another way (follow/exits.py), and
+the writing."""
 import contextlib
 import os
 import signal
@@ -25,11 +26,7 @@ from ..follow import exits
 from .. import formats
 from ..follow import identity
 from ..follow.finish import RunFinish, job_dir_for
-from ..formats import numbered
 from ..model.trace import StoredTrace
-
-
-
 
 
 @contextlib.contextmanager
@@ -59,6 +56,8 @@ def stopped():
         except TraceError as exc:
             print(f"pytrace_cffi: {exc}", file=sys.stderr)
             return exc.trace, bool(came)
+
+
 class _OwnTimer(threading.Timer):
     """A threading.Timer that no trace records: it says it is ours (pt_own.c)
     before anything else, and registered is set once it has."""
@@ -77,9 +76,9 @@ class _OwnTimer(threading.Timer):
 
 
 class Run:
-    """`run`'s output. write(trace, path) writes a window's trace of this process
-    and returns the path it went to (another one when path failed), or None when
-    it was lost (then .lost).
+    """`run`'s output, as plan (cli/arguments.RunPlan) decided it. write(trace,
+    path) writes a window's trace of this process and returns the path it went
+    to (another one when path failed), or None when it was lost (then .lost).
 
     follow: each window is a job (its per-process traces in a new directory,
     keep_in: --processes-dir, or None), whose finish (a follow.finish.RunFinish)
@@ -93,10 +92,11 @@ class Run:
     directory goes once the trace is written, and stays (and is named) when
     writing failed."""
 
-    def __init__(self, output, options, write=formats.write_or_fall_back, spill=False,
-                 follow=False, keep_in=None):
-        self._output = output
-        self._format = formats.of(output)       # decided here, once for the run
+    def __init__(self, plan, write=formats.write_or_fall_back):
+        options = plan.options
+        self._output = plan.output
+        self._format = plan.format
+        self._names, self._keep_names = plan.names, plan.keep_names
         # A .pftrace window that keeps every event (no --max-events, no flight
         # recorder) is encoded while the program runs, as with children followed:
         # start(output=OUT), whose stop() writes OUT.
@@ -105,11 +105,11 @@ class Run:
                                     and os.environ.get("PYTRACE_CFFI_LIVE", "1") != "0")
         self._options = options
         self._write = write
-        self._spill = spill
+        self._spill = plan.spill
         self._spill_dir = None
-        self._follow = follow
-        self._keep_in = keep_in
-        self._job = None                # the open window's job directory (follow)
+        self._follow = plan.follow
+        self._keep_in = plan.keep_in
+        self._job_finish = None         # the open window's job, owed (follow)
         self.lost = False
         self._lock = threading.RLock()
         self._numbered = False
@@ -155,12 +155,13 @@ class Run:
         timer.registered.wait()
 
     def _window_path(self, number):
-        return numbered(self._output, number, self._format) if self._numbered else self._output
+        head, tail = self._names
+        return f"{head}.{number}{tail}" if self._numbered else self._output
 
     # -- windows -------------------------------------------------------------
     def open(self, noop=False):
         if self._follow and noop:
-            self._job = None            # a schedule's warmup: nothing kept, none followed
+            self._job_finish = None     # a schedule's warmup: nothing kept, none followed
         with self._lock:
             if _has_session():
                 return
@@ -183,20 +184,19 @@ class Run:
         number = self._count + 1
         path = self._window_path(number)
         keep_in = self._keep_in
-        keep = (numbered(keep_in, number, formats.DIRECTORY)
-                if self._numbered and keep_in is not None else keep_in)
-        self._job = job_dir_for(path, keep)
-        exits.owe_run_finish(self._finish(path))
+        if self._numbered and keep_in is not None:
+            head, tail = self._keep_names
+            keep_in = f"{head}.{number}{tail}"
+        finish = self._job_finish = RunFinish(job_dir_for(path, keep_in), path,
+                                              self._keep_in is not None, self._write,
+                                              fmt=self._format)
+        exits.owe_run_finish(finish)
         identity.run_here(path)
         if self._format.live:
             from ..follow import live
             live.request()              # the program's process encodes as it runs
         exits.handle_sigterm()          # (the session's end takes it away again)
-        return self._job
-
-    def _finish(self, path):
-        return RunFinish(self._job, path, self._keep_in is not None, self._write,
-                         fmt=self._format)
+        return finish.job_dir
 
     def close(self, save=True):
         if self._follow:
@@ -216,13 +216,14 @@ class Run:
                 return
             exits.owe_run_finish(None)
             _, interrupted = stopped()
-            if not save or self._job is None:      # a schedule's warmup
-                if self._job is not None and self._keep_in is None:
+            finish, self._job_finish = self._job_finish, None
+            if not save or finish is None:      # a schedule's warmup
+                if finish is not None and self._keep_in is None:
                     import shutil
-                    shutil.rmtree(self._job, ignore_errors=True)
+                    shutil.rmtree(finish.job_dir, ignore_errors=True)
                 return
             self._count += 1
-            if not self._finish(self._window_path(self._count)).run(interrupted=interrupted):
+            if not finish.run(interrupted=interrupted):
                 self.lost = True
 
     def _close(self, save):
@@ -302,7 +303,6 @@ class Run:
                   file=sys.stderr)
 
 
-
 def _keep_interrupted(result, path, spill_dir):
     """A Ctrl-C while a window's trace was written: OUT is not written (nor left
     half written); the trace stays where it is (a spill directory), or is saved
@@ -332,6 +332,5 @@ def _keep_interrupted(result, path, spill_dir):
               f"{finish_command([kept], path)})", file=sys.stderr)
         return
     print(f"{said}the trace is lost (no place took it)", file=sys.stderr)
-
 
 

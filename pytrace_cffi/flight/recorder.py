@@ -46,8 +46,7 @@ from .._own_threads import own_thread_begin
 from .._names import name_for_source, path_inputs, path_prefixes
 from ..follow import exits
 from ..follow.identity import _host, _read_json_file, process_facts
-from ..options import (DEFAULT_DUMPS_DIR, DEFAULT_DUMP_WINDOW_S, STACKS_DUMP_FORMAT,
-                       watchdog_spec)
+from ..options import DEFAULT_DUMP_WINDOW_S, STACKS_DUMP_FORMAT, watchdog_spec
 
 REGISTRY = ".live"              # DUMPS_DIR/.live/<pid>.json: who can be asked
 REQUESTS = ".requests"          # DUMPS_DIR/.requests/<pid>: `dump`'s ask (the dump's name)
@@ -63,19 +62,6 @@ FORMAT_THREAD_NAME = THREAD_NAME + ": dump format"    # (our threads' names star
 FORMAT_WAIT_S = 120             # for a dump's clone, then for its formatted trace
 
 
-def _resolved_options(options):
-    """options with the recorder's defaults filled in and dumps_dir absolute: what
-    this process records with, and the processes it starts are told."""
-    import signal
-    return dict(options, dumps_dir=os.path.abspath(options.get("dumps_dir")
-                                                    or DEFAULT_DUMPS_DIR),
-                dump_format=options.get("dump_format"),
-                dump_window=options.get("dump_window"),
-                dump_signal=(int(signal.SIGUSR1) if options.get("dump_signal") is None
-                             else options["dump_signal"]),
-                watchdog=options.get("watchdog"))
-
-
 def dump_dir_name(reason, when=None):
     """<UTC yyyymmdd-hhmmss>-<reason as a word>: a dump's directory name."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(when))
@@ -86,8 +72,6 @@ def dump_dir_name(reason, when=None):
 class FlightRecorder:
     """The dumps of one session (a ring FollowSession): opened before its hooks go
     live, closed at its stop."""
-
-    resolved_options = staticmethod(_resolved_options)
 
     def __init__(self, session, dumps_dir, signum, watchdog, dump_format=None,
                  dump_window=None):

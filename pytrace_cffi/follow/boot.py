@@ -16,12 +16,14 @@ from .._hiding import codes_below, hide_launcher_frames
 from . import exits, identity
 from .identity import ENV, _command_line, _join_run, _run_over, _say, handed_over
 from .launches import _note_unfollowed, _untraced_helper
-from .session import _armed_after_fork
+from .session import armed_after_fork
 
 
-def start_from_environment(start):
+def start_from_environment(start, flight_recorder):
     """The bootstrap's work: trace this new interpreter, by start (the public
-    pytrace_cffi.start, handed in by the bootstrap), if PYTRACE_CFFI_FOLLOW says so. Never raises: a failure prints one line, the program runs untraced."""
+    pytrace_cffi.start, handed in by the bootstrap), if PYTRACE_CFFI_FOLLOW says so
+    (flight_recorder: the package's, for the children a forkserver forks; see
+    FollowSession). Never raises: a failure prints one line, the program runs untraced."""
     config = os.environ.get(ENV)
     if not config:
         return
@@ -34,7 +36,7 @@ def start_from_environment(start):
         if "from multiprocessing.forkserver import main" in command:
             # The server lives as long as the job; the children it forks are traced.
             identity._armed = (job_dir, options)
-            os.register_at_fork(after_in_child=_armed_after_fork)
+            os.register_at_fork(after_in_child=lambda: armed_after_fork(flight_recorder))
             return
         finish = handed_over(job_dir)
         if finish is not None:

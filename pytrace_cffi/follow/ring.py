@@ -1,18 +1,9 @@
-"""The flight recorder's ring, as start()'s options give it: a size in events
-(the C core's max_events without a spill file: the oldest chunk is dropped) and,
-given seconds, an age past which chunks are dropped too. A FollowSession in ring
-mode records so; the recorder's dumps (flight/) sit on top of it."""
-from ..options import flight_ring
-
-EVENT_BYTES = 8         # pt_event: a 32-bit delta and a 32-bit key|kind
-
-
-def ring_of(spec):
-    """(ring events, age ns or None) of a flight_recorder option, or None when off."""
-    if spec in (None, False):
-        return None
-    size, seconds = flight_ring(spec)
-    return size // EVENT_BYTES, (int(seconds * 1e9) if seconds else None)
+"""The flight recorder's ring in words. options.StartPlan decides the ring from
+start()'s options: a size in events (the C core's max_events without a spill
+file: the oldest chunk is dropped) and, given seconds, an age past which chunks
+are dropped too. A FollowSession in ring mode records so; the recorder's dumps
+(flight/) sit on top of it."""
+from ..options import EVENT_BYTES
 
 
 def describe_ring(ring):

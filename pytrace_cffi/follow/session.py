@@ -8,24 +8,28 @@ keys to keys.jsonl before each spill, so a killed process can be recovered,
 and keeps the spill going when its place is removed or fills up.
 """
 import contextlib
-import importlib
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
 
 from .. import _clock, _running
 from .._core import ffi, lib
+from .._files import new_directory
 from .._hiding import forget_startup_frames, key_hiding
 from .._names import kind_of_source as _kind, name_for_source, path_prefixes
 from .._status import check
 from .._tracer import USE_MONITORING, Session
 from ..model.saved_format import hash_id
+from ..options import plan as start_plan
 from ..spill import note_spill_problem
-from . import identity, live
-from .ring import describe_ring, ring_of
+from . import exits, identity, live
 from .exits import finish_here, install_exit_paths, restore_exit_paths
+from .finish import RunFinish, job_dir_for
+from .ring import describe_ring
+from .written import WrittenTrace
 from .identity import (BOOT_DIR, DEFAULT_MAX_EVENTS, ENV, FINISH_FILE, JOB_FILE, KEYS_FILE,
                        LAUNCHED_FILE, PROCESS_FILE, RUN_DONE_FILE, UNFOLLOWED_FILE,
                        _command_line, _new_process_dir, _run_over, _say, _write_json,
@@ -224,7 +228,6 @@ class _KeyNames:
         directory goes. Returns whether it worked (else place is removed)."""
         if self.live is not None:
             self.live.abandon("the process's trace moved while it ran")
-        import shutil
         target = os.path.join(place, "events.bin")
         if lib.pt_spill_move(self.ptr, os.fsencode(target)) != lib.PT_OK:
             shutil.rmtree(place, ignore_errors=True)
@@ -266,42 +269,61 @@ def _within(path, directory):
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
-def _named(name):
-    """The class a "module:class" name (relative to this package) names, imported."""
-    module, attribute = name.split(":")
-    return getattr(importlib.import_module(module, __package__), attribute)
-
-
 def _made(directory):
     os.makedirs(directory, exist_ok=True)
     return directory
 
 
 class FollowSession(Session):
-    """A Session that traces this process into DIR/proc-<pid> and arranges for
-    its children to do the same."""
+    """A Session that traces this process into a job's directory, DIR/proc-<pid>,
+    and arranges for its children to do the same; it owns the run's output from
+    start() to the file: the job's directory (output, a new temporary one for a
+    flight recorder without output, or one of its own for output=FILE, whose
+    finish writes FILE at stop()). plan: an options.StartPlan; root: the job's
+    first process (by default unless this one was started as a child); recorder:
+    for a ring, a function that returns the flight recorder's class, handed down
+    by the package's top (start(), the fork hooks, the bootstrap): the recorder
+    sits on top of the session and imports it."""
 
-    follows_children = True     # identity.following(session)
-    # The flight recorder's class, as "module:class": a ring session imports it
-    # when it is made (the recorder sits on top of the session and imports it, as
-    # the writers formats.FORMATS names sit on top of the model).
-    RECORDER = "..flight.recorder:FlightRecorder"
-
-    def __init__(self, options, root=True, forked=False, children=True):
-        options = dict(options)
+    def __init__(self, plan, root=None, forked=False, recorder=None):
+        options = dict(plan.options)
         self.forked = forked
-        self.follows_children = children
-        self.temporary_job = False          # removed at stop (a flight recorder's)
-        self.job_dir = os.path.abspath(options.pop("output"))
+        self.follows_children = plan.follow
+        self.output_file = plan.output_file
+        self._finish = None
+        self._encoding_before = live.requested_compress()
+        if plan.output_file is not None:       # FILE written from a job of its own
+            job_dir = job_dir_for(plan.output_file)
+            self._finish = RunFinish(job_dir, plan.output_file, fmt=plan.format)
+            self.sigterm_waits = exits.sigterm_waits   # stop() writes FILE within it
+            if plan.format.live:
+                live.request()
+        elif plan.output is None:               # a flight recorder's, removed at stop
+            job_dir = new_directory("pytrace_cffi-flight-")
+            self.temporary_job = True
+        else:
+            job_dir = plan.output
+        try:
+            self._make_job(plan, options, job_dir, identity._child_job is None
+                           if root is None else root, recorder)
+        except BaseException:
+            self.forget_output_file()
+            raise
+        if self._finish is not None and self.follows_children:
+            identity.run_here(plan.output_file)
+            exits.owe_run_finish(self._finish)     # os._exit, SIGTERM: FILE written first
+            exits.handle_sigterm()
+
+    def _make_job(self, plan, options, job_dir, root, recorder):
+        self.job_dir = os.path.abspath(job_dir)
         # the flight recorder: a ring (no spill file), keys named at each chunk
-        self.ring = ring_of(options.get("flight_recorder"))
+        self.ring = plan.ring
         if self.ring:
-            recorder = _named(self.RECORDER)
-            options = recorder.resolved_options(options)   # as the children get them
             options["max_events"] = None
-        elif options.get("max_events") is None:
+        elif options["max_events"] is None:
             options["max_events"] = DEFAULT_MAX_EVENTS
-        self.follow_options = options
+        options.pop("output")               # (this process's is process_dir)
+        self.follow_options = options       # (as the children get them)
         self.root = root
         over = None if root else _run_over(self.job_dir)
         if over:
@@ -339,14 +361,35 @@ class FollowSession(Session):
                   self.ptr, "spill hook")
         self.flight = None
         if self.ring:
-            self.flight = recorder(self, options["dumps_dir"], options["dump_signal"],
-                                   options["watchdog"], options.get("dump_format"),
-                                   options.get("dump_window"))
+            self.flight = recorder()(self, options["dumps_dir"], options["dump_signal"],
+                                   options["watchdog"], options["dump_format"],
+                                   options["dump_window"])
         if live.requested() and not self.ring:
             self._key_names.live = live.LiveEncoder(self.ptr, self.process_dir,
                                                     self.min_duration_ns)
         self.process_meta = {}
         self._saved_env = None
+
+    def forget_output_file(self):
+        """start() failed: nothing made for the output stays."""
+        if self._finish is None:
+            return
+        live.request_as(self._encoding_before)
+        if self.follows_children:
+            exits.owe_run_finish(None)
+        shutil.rmtree(self._finish.job_dir, ignore_errors=True)
+
+    def write_output_file(self, result):
+        """stop()'s last step: FILE written from the job (lines on stderr say so,
+        as `run` does); returns the WrittenTrace. Without FILE, result."""
+        if self._finish is None:
+            return result
+        live.request_as(self._encoding_before)
+        if self.follows_children:
+            exits.owe_run_finish(None)
+        written = self._finish.run()
+        return WrittenTrace(self.output_file, bool(written), result.threads,
+                            result.dropped_events)
 
     def start(self):
         # Everything before the hooks go live: what runs after would be recorded.
@@ -378,7 +421,6 @@ class FollowSession(Session):
             # Nothing of it stays: no environment, no wrapped exits, no directory.
             self._restore_environment()
             restore_exit_paths()
-            import shutil
             shutil.rmtree(self.process_dir, ignore_errors=True)
             if self.root:
                 with contextlib.suppress(OSError):
@@ -459,7 +501,6 @@ class FollowSession(Session):
         directory as a followed process's trace is (the job's finish reads it)."""
         trace = super().result()
         if self.temporary_job:
-            import shutil
             shutil.rmtree(self.job_dir, ignore_errors=True)
         else:
             from ..model.saved import save
@@ -479,19 +520,20 @@ class FollowSession(Session):
 
 
 
-def continue_in_forked_child(session):
+def continue_in_forked_child(session, flight_recorder):
     """In a child forked while following: a fresh session for this process with
-    the parent's options (the inherited one was abandoned). Returns it started."""
+    the parent's options (the inherited one was abandoned). Returns it started.
+    flight_recorder: as FollowSession takes it."""
     if _run_over(session.job_dir):
         return None                 # the run is over: this child is not traced
     forget_startup_frames()         # its frames at the fork are the program's
-    options = dict(session.follow_options, output=session.job_dir)
-    return _start_child_session(options)
+    return _start_child_session(session.job_dir, session.follow_options, flight_recorder)
 
 
-def _start_child_session(options):
+def _start_child_session(job_dir, options, flight_recorder):
     install_exit_paths(root=False)        # first: a SIGTERM now still exits as it would
-    child = FollowSession(options, root=False, forked=True)
+    child = FollowSession(start_plan(dict(options, output=job_dir, follow_children=True)),
+                          root=False, forked=True, recorder=flight_recorder)
     _running.session = child
     try:
         child.start()
@@ -501,14 +543,15 @@ def _start_child_session(options):
     return child
 
 
-def _armed_after_fork():
-    """A forkserver's fork: start tracing the new child."""
+def armed_after_fork(flight_recorder):
+    """A forkserver's fork: start tracing the new child (flight_recorder: as
+    FollowSession takes it)."""
     try:
         armed = identity._armed
         if armed is None or _running.session is not None or _run_over(armed[0]):
             return
         _running.lock = threading.Lock()
-        _start_child_session(dict(armed[1], output=armed[0]))
+        _start_child_session(armed[0], armed[1], flight_recorder)
     except Exception as exc:     # noqa: BLE001 - never break the child
         _say(f"not tracing forked pid {os.getpid()}: {exc}")
     finally:
