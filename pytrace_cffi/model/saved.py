@@ -26,7 +26,7 @@ from .saved_format import (EVENT_BLOCK, EVENT_RECORD_SIZE, EVENTS_HEADER, EVENTS
                            SLICE_RECORD_SIZE, SLICES_HEADER, SLICES_MAGIC, TICKS_MASK, UINT64,
                            hash_id,
                            meta as _meta, names_file, thread_meta, write_json, write_names)
-from .streams import CallStreams
+from .streams import CallStreams, EventSource
 
 
 def save(trace, directory):
@@ -527,8 +527,8 @@ def _spilled_streams(directory, meta, threads, names, key_kinds, key_args, hidde
     streams = Streams(plan, sources, clock, stop_ticks, min_duration_ns)   # reads and checks
     for source in sources:
         _expect(source.n_events == source.thread.n_events,
-                f"{path}: thread {source.index} ({source.thread.name!r}) has "
-                f"{source.n_events} events, meta.json says {source.thread.n_events}")
+                f"{source.describe()} has {source.n_events} events, meta.json says "
+                f"{source.thread.n_events}")
     return streams
 
 
@@ -575,7 +575,7 @@ def _index_blocks(events_file, threads, length):
     return blocks
 
 
-class _FileEvents:
+class _FileEvents(EventSource):
     """A thread's events in events.bin, read a block at a time and checked as read:
     known keys, tags and args, and each block continuing the one before."""
 
@@ -587,18 +587,20 @@ class _FileEvents:
         self.base_ticks = blocks[0][3] if blocks else tick0
         self.n_events = sum(count for _, _, count, _ in blocks)
 
+    def describe(self):
+        return f"{self.path}: thread {self.index} ({self.thread.name!r})"
+
     def runs(self):
         clock = None
         seen = 0
-        name = self.thread.name
         most = max((count for _, _, count, _ in self.blocks), default=0)
         buffer = ffi.new("pt_event[]", max(1, min(most, BLOCK_READ_EVENTS)))
         for at, offset, count, base in self.blocks:
             # A thread's blocks continue one another: a block that starts
             # elsewhere means one between them is missing.
             _expect(clock is None or clock == base & TICKS_MASK,
-                    f"{self.path}: thread {self.index} ({name!r}): the block at byte "
-                    f"{at} does not continue the one before it (a block is missing)")
+                    f"{self.describe()}: the block at byte {at} does not continue the "
+                    f"one before it (a block is missing)")
             clock = base & TICKS_MASK
             for first in range(0, count, BLOCK_READ_EVENTS):
                 n = min(BLOCK_READ_EVENTS, count - first)
@@ -606,7 +608,7 @@ class _FileEvents:
                 _expect(self.file.read_into(offset + first * EVENT_RECORD_SIZE,
                                             ffi.buffer(buffer, size)) == size,
                         f"{self.path}: block at byte {at} is truncated")
-                where = f"{self.path}: thread {self.index} ({name!r}), event"
+                where = f"{self.describe()}, event"
                 if self.version == 1:
                     bad = lib.pt_events_from_v1(buffer, n)     # made aux events, in place
                     _expect(bad < 0, f"{where} {seen + bad} (version 1) names a tag or "

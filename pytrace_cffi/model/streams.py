@@ -4,6 +4,7 @@ trace's events (walk.Streams: a stopped session's, a spilled directory's), a
 saved directory's slices.bin (model/saved.py), a Chrome JSON and a .pftrace
 read back (readers/chrome_lines.py, readers/pftrace.py) and a joined job
 (follow/join.py). The writers depend on this class alone, never on theirs.
+A walk reads its events from EventSources, one per thread.
 """
 from .._core import ffi
 from ..errors import TraceFormatError
@@ -56,6 +57,29 @@ class CallStreams:
         thread's head instead of encoding its calls; None when it has none."""
         parts = self.encoded_parts
         return None if parts is None else parts[index]
+
+
+class EventSource:
+    """One thread's events as the walk (model/walk.py) reads them: the stopped
+    tracer's (walk.HeldEvents) or a saved directory's events.bin
+    (saved._FileEvents).
+
+    index       the thread's index in its trace
+    base_ticks  the clock ticks its first event counts from
+    """
+
+    index = 0
+    base_ticks = 0
+
+    def runs(self):
+        """The thread's events in order: an iterable of (pt_event *, n), each
+        valid until the next is asked for."""
+        raise NotImplementedError
+
+    def describe(self):
+        """Whose events these are, as a TraceFormatError about them begins: where
+        they are and which thread (by index and name)."""
+        return f"events: thread {self.index} ('')"      # (the tracer's: no name at hand)
 
 
 def table_from_streams(streams, where=""):

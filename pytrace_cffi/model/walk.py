@@ -16,7 +16,7 @@ duration, the whole calls in start order (Streams.slices).
 from .._core import ffi, lib
 from .._torch import MODULE_CALL, OPTIMIZER_STEP, REGION_ENTER, REGION_EXIT
 from ..errors import TraceError, TraceFormatError
-from .streams import CallStreams
+from .streams import CallStreams, EventSource
 
 import threading
 
@@ -148,7 +148,7 @@ class TorchRegions:
         self.n_tags = len(keys)
 
 
-class HeldEvents:
+class HeldEvents(EventSource):
     """A thread's events still held by the stopped tracer."""
 
     def __init__(self, ptr, index):
@@ -349,12 +349,8 @@ PERFETTO_MAX_DEPTH = 512
 def warn_if_too_deep(trace, output="export", stacklevel=3):
     """Perfetto (and chrome://tracing) draw at most 512 nested slices per thread and
     drop the deeper ones; say so rather than let calls vanish unnoticed."""
-    counts = getattr(trace, "thread_counts", None)
-    if counts is not None:      # without building the slice table of a streaming trace
-        deepest = max((depth for _, _, _, depth in counts()), default=0)
-    else:
-        deepest = max((lib.pt_max_depth(slices, n) for _, slices, n in trace.thread_slices()),
-                      default=0)
+    # (thread_counts: without building the slice table of a streaming trace)
+    deepest = max((depth for _, _, _, depth in trace.thread_counts()), default=0)
     if deepest >= PERFETTO_MAX_DEPTH:
         import warnings
         from ..errors import TraceWarning
@@ -375,9 +371,7 @@ def _check(rc, source, walk):
     if rc != lib.PT_OK:
         stats = ffi.new("pt_walk_stats *")
         lib.pt_walk_get_stats(walk, stats)
-        where = getattr(source, "path", "events")
-        name = getattr(getattr(source, "thread", None), "name", "")
-        raise TraceFormatError(f"{where}: thread {source.index} ({name!r}): call "
+        raise TraceFormatError(f"{source.describe()}: call "
                                f"{stats.calls_begun} ends before it starts or outside its "
                                f"parent (damaged deltas)")
 
