@@ -202,7 +202,7 @@ class _JoinedStreams(CallStreams):
 def _realtime_offset(trace):
     """CLOCK_REALTIME minus CLOCK_MONOTONIC on the trace's host, from its start
     anchor, or None when the trace has none."""
-    anchor = (getattr(trace, "realtime_anchor", None) or {}).get("start")
+    anchor = (trace.realtime_anchor or {}).get("start")
     if not anchor:
         return None
     return anchor["realtime_ns"] - anchor["monotonic_ns"]
