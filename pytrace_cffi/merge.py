@@ -190,13 +190,15 @@ def _our_trace(trace):
     """A Trace to write from: trace itself, or what reading.read_trace makes of a
     path (a saved-trace directory, a job's directory, or our Chrome JSON read by
     the C line reader); a SpilledTrace loaded."""
+    from .model.trace import Trace
+    from .spill import SpilledTrace
     if isinstance(trace, (str, bytes, os.PathLike)):
         from .reading import read_trace
         return read_trace(os.fsdecode(trace))
-    if hasattr(trace, "thread_slices"):
+    if isinstance(trace, Trace):
         return trace
-    if hasattr(trace, "load") and hasattr(trace, "export_chrome_trace"):
-        return trace.load()                 # a SpilledTrace
+    if isinstance(trace, SpilledTrace):
+        return trace.load()
     raise TypeError(f"trace must be a Trace or a path, not {type(trace).__name__}")
 
 
