@@ -21,6 +21,9 @@ class SessionBase:
     flight = None               # its running FlightRecorder (a ring FollowSession)
     process_meta = None         # who is who in a job: added to a spilled trace's
                                 # meta.json (FollowSession)
+    watcher = None              # the _torch.TorchWatcher naming torch's calls
+                                # (with_modules; its .collectives the flight
+                                # recorder's, or None)
     fixed_ns_per_tick = None    # the clock's slope a live .pftrace encoder fixed
                                 # while it ran (FollowSession)
     # What stop() finds:

@@ -578,7 +578,7 @@ def _collectives(session):
         return None
     from .._collectives import dump_field
     try:                    # (never the dump's failure)
-        field = dump_field(getattr(session.watcher, "collectives", None))
+        field = dump_field(None if session.watcher is None else session.watcher.collectives)
         json.dumps(field)
         return field
     except Exception as exc:            # noqa: BLE001
