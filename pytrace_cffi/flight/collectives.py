@@ -42,7 +42,7 @@ def lineups(processes):
     the problems the dumps reported, as (who, text)."""
     found, problems = {}, []
     for process in processes:
-        field = getattr(process, "collectives", None)
+        field = process.collectives
         if not isinstance(field, dict):
             continue
         rank = field.get("rank") if _is_int(field.get("rank")) else process.rank
