@@ -27,14 +27,18 @@ LINES_FILE = "lines.tsv"
 MAX_STACKS_BYTES = 64 << 20     # 1,024 open calls of each thread at most, a line each
 
 
+# How a gap entry ends: "[1,234 calls open here, not kept in the dump]"
+GAP_ENDING = " calls open here, not kept in the dump]"
+
+
 def gap_name(count):
     """The stack entry that stands for count open calls a dump did not keep (a
     stack deeper than 1,024: its two ends are kept)."""
-    return f"[{count:,} calls open here, not kept in the dump]"
+    return f"[{count:,}{GAP_ENDING}"
 
 
 def is_gap(name):
-    return name.startswith("[") and name.endswith(" calls open here, not kept in the dump]")
+    return name.startswith("[") and name.endswith(GAP_ENDING)
 
 
 def frame_lines(directory):
