@@ -7,7 +7,8 @@ checked on the classes themselves.
 - no renderer imports a module outside model/ that defines a concrete stream
   class (a reader's, the join's) or anything under follow/: the writers know
   model.streams.CallStreams;
-- each of the five classes a trace streams from is a CallStreams.
+- each of the five classes a trace streams from is a CallStreams;
+- no getattr/hasattr probes one of our own objects for a named attribute.
 """
 import ast
 import importlib
@@ -110,3 +111,42 @@ def test_no_module_probes_a_trace_for_its_streams():
              and isinstance(node.args[1], ast.Constant)
              and node.args[1].value in ("_streams", "live_parts", "records", "encoded_parts")]
     assert not found, "read trace._streams and its protocol directly: " + "; ".join(found)
+
+
+# The names our own objects go by (traces, sessions, a walk's event sources,
+# results, the flight recorder, the torch watcher, a run, streams, a process's
+# dump or result). Their attributes are declared (a class attribute on the base,
+# a method of the protocol), so they are read plainly.
+OUR_OBJECTS = {"trace", "session", "source", "result", "recorder", "watcher", "run",
+               "streams", "process"}
+# Probes where such a name holds an object that is not ours: (module, attribute).
+NOT_OURS = {
+    ("pytrace_cffi._hiding", "co_filename"),     # hiding(source): a code object or a built-in
+}
+
+
+def _probed_name(node):
+    """The name a getattr/hasattr call probes (x, or the last part of a.b.x), or None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def test_no_module_probes_our_own_objects_with_getattr():
+    """getattr(trace, "thread_counts", None) or hasattr(session, "x") joins layers
+    by a guess: the attribute belongs to the declared interface (issue 32). Probes
+    of Python's, the standard library's or torch's objects (os, sys, a tensor) are
+    not ours and stay."""
+    found = [f"{module} line {node.lineno}: {node.func.id}({_probed_name(node.args[0])}, "
+             f"{node.args[1].value!r})"
+             for module, tree in sorted(TREES.items())
+             for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+             and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
+             and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+             and _probed_name(node.args[0]) in OUR_OBJECTS
+             and (module, node.args[1].value) not in NOT_OURS]
+    assert not found, ("declare the attribute (a class attribute on the base class, a "
+                       "method of the protocol) and read it plainly: " + "; ".join(found))
