@@ -138,6 +138,25 @@ def _new_process_dir(job_dir):
             path = f"{base}-{n}"
 
 
+def enter_job(job_dir, root):
+    """This process's directory in the job's, job_dir (made if missing), made
+    new: DIR/proc-<pid> (_new_process_dir). root: the job's first process, which
+    clears what an earlier job left in job_dir. ValueError when the job's run is
+    over (_run_over) or job_dir cannot be used."""
+    over = None if root else _run_over(job_dir)
+    if over:
+        raise ValueError(f"not tracing: {over}")
+    try:
+        os.makedirs(job_dir, exist_ok=True)
+        if root:
+            for name in (JOB_FILE, UNFOLLOWED_FILE, LAUNCHED_FILE, FINISH_FILE, RUN_DONE_FILE):
+                if os.path.exists(os.path.join(job_dir, name)):
+                    os.unlink(os.path.join(job_dir, name))
+        return _new_process_dir(job_dir)
+    except OSError as exc:
+        raise ValueError(f"cannot use {job_dir!r} as the trace directory: {exc}") from None
+
+
 def _write_json(path, data):
     with replaced_atomically(path, lambda tmp: open(tmp, "w", encoding="utf-8")) as f:
         json.dump(data, f)

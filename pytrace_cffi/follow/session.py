@@ -30,8 +30,7 @@ from .exits import finish_here, install_exit_paths, restore_exit_paths
 from .finish import RunFinish, job_dir_for
 from .ring import describe_ring
 from .written import WrittenTrace
-from .identity import (BOOT_DIR, DEFAULT_MAX_EVENTS, ENV, FINISH_FILE, JOB_FILE, KEYS_FILE,
-                       LAUNCHED_FILE, PROCESS_FILE, RUN_DONE_FILE, UNFOLLOWED_FILE,
+from .identity import (BOOT_DIR, DEFAULT_MAX_EVENTS, ENV, JOB_FILE, KEYS_FILE, PROCESS_FILE,
                        _command_line, _new_process_dir, _run_over, _say, _write_json,
                        overflow_dir, overflow_dirs, process_facts)
 
@@ -303,9 +302,11 @@ class FollowSession(Session):
             self.temporary_job = True
         else:
             job_dir = plan.output
+        self.root = identity._child_job is None if root is None else root
+        self.job_dir = os.path.abspath(job_dir)
         try:
-            self._make_job(plan, options, job_dir, identity._child_job is None
-                           if root is None else root, recorder)
+            self.process_dir = identity.enter_job(self.job_dir, self.root)
+            self._record(plan, options, recorder)
         except BaseException:
             self.forget_output_file()
             raise
@@ -314,8 +315,8 @@ class FollowSession(Session):
             exits.owe_run_finish(self._finish)     # os._exit, SIGTERM: FILE written first
             exits.handle_sigterm()
 
-    def _make_job(self, plan, options, job_dir, root, recorder):
-        self.job_dir = os.path.abspath(job_dir)
+    def _record(self, plan, options, recorder):
+        """The recording itself: a ring, or a spill into process_dir."""
         # the flight recorder: a ring (no spill file), keys named at each chunk
         self.ring = plan.ring
         if self.ring:
@@ -324,21 +325,6 @@ class FollowSession(Session):
             options["max_events"] = DEFAULT_MAX_EVENTS
         options.pop("output")               # (this process's is process_dir)
         self.follow_options = options       # (as the children get them)
-        self.root = root
-        over = None if root else _run_over(self.job_dir)
-        if over:
-            raise ValueError(f"not tracing: {over}")
-        try:
-            os.makedirs(self.job_dir, exist_ok=True)
-            if root:
-                for name in (JOB_FILE, UNFOLLOWED_FILE, LAUNCHED_FILE, FINISH_FILE,
-                             RUN_DONE_FILE):
-                    if os.path.exists(os.path.join(self.job_dir, name)):
-                        os.unlink(os.path.join(self.job_dir, name))
-            self.process_dir = _new_process_dir(self.job_dir)
-        except OSError as exc:
-            raise ValueError(f"cannot use {self.job_dir!r} as the trace directory: "
-                             f"{exc}") from None
         if self.ring:
             events, age_ns = self.ring
             super().__init__(output=None, **dict(options, max_events=events))
