@@ -198,6 +198,35 @@ def test_multiprocessing_pool(tmp_path, method):
     assert totals(found) == {"unique_task": 300}
 
 
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_forked_children_of_a_flight_recorder_get_a_recorder_each(tmp_path, method):
+    """A child forked by the program, or by a forkserver (no session of the parent's
+    there to take it from), records into a ring of its own with its own flight
+    recorder: handed down from the package's top, never looked up by name."""
+    job = tmp_path / "job"
+    proc = run_script(tmp_path, """
+        import os, sys, multiprocessing as mp
+        import pytrace_cffi
+        def unique_task(i):
+            return os.getpid()
+        if __name__ == "__main__":
+            pytrace_cffi.start(flight_recorder="1M", follow_children=True,
+                               output=sys.argv[2], dump_signal="none")
+            with mp.get_context(sys.argv[1]).Pool(1) as pool:
+                pids = set(pool.map(unique_task, range(20)))
+            pytrace_cffi.stop()
+            print(" ".join(str(pid) for pid in pids))
+    """, method, str(job))
+    ran = {int(pid) for pid in proc.stdout.split()}
+    assert len(ran) == 1, proc.stdout
+    [worker] = ran
+    with open(job / f"proc-{worker}" / "process.json", encoding="utf-8") as f:
+        facts = json.load(f)
+    assert facts["flight"]["dumps_dir"] == str(tmp_path / "job-dumps"), facts
+    assert facts["flight"]["signal"] == 0, facts
+    assert counts(job)[worker][2] == {"unique_task": 20}
+
+
 def test_children_terminated_right_after_their_fork_keep_their_traces(tmp_path):
     """A SIGTERM sent as fork returns (Pool.terminate of a worker that ran no task)
     waits until the child's after-fork hook has made its directory, process.json
