@@ -243,6 +243,8 @@ def _cmd_run(args, program, at_interpreter_exit=False):
     except SyntaxError as exc:      # printed as python prints it: no frames of ours
         sys.excepthook(type(exc), exc.with_traceback(None), None)
         return 1
+    for note in plan.notes:
+        print(note, file=sys.stderr)
     run_program = types.FunctionType(code, main.__dict__)
     run = Run(plan)
     run.guard_ending()      # os._exit or an exec of this process still writes OUT

@@ -136,3 +136,19 @@ def test_record_params_and_no_modules(tmp_path):
     names = {c.name for c in pytrace_cffi.load(tmp_path / "none")}
     assert not [n for n in names if n.startswith(("nn.Module:", "Optimizer."))]
     assert any(n.endswith(": _wrapped_call_impl") for n in names)
+
+
+def test_the_unfollowed_note_comes_once_the_program_is_found(tmp_path):
+    """--max-events without --spill says children are not followed, after the
+    program is found: a missing script gets its own error alone."""
+    out = str(tmp_path / "out.json")
+    missing = run_cli(tmp_path, "run", "--max-events", "1000", "-o", out,
+                      str(tmp_path / "missing.py"))
+    assert missing.returncode == 2 and "missing.py" in missing.stderr
+    assert "not followed" not in missing.stderr
+    (tmp_path / "prog.py").write_text("print('ran')\n")
+    found = run_cli(tmp_path, "run", "--max-events", "1000", "-o", out,
+                    str(tmp_path / "prog.py"))
+    assert found.returncode == 0 and found.stdout == "ran\n", found.stderr
+    assert found.stderr.startswith("pytrace_cffi: --max-events without --spill drops events, "
+                                   "so child processes are not followed")

@@ -45,10 +45,10 @@ class RunPlan:
     (window n: f"{head}.{n}{tail}", names; keep_names for --processes-dir's),
     start()'s options, how windows open (signum, schedule, delay/duration, else
     the whole run), and whether children are followed (keep_in: --processes-dir)
-    or a window spills."""
+    or a window spills; notes: what to say of them once the program is found."""
 
     def __init__(self, output, options, follow, spill, keep_in, signum, schedule,
-                 delay, duration, format, names, keep_names=None):
+                 delay, duration, format, names, keep_names=None, notes=()):
         self.output = output
         self.options = options
         self.follow = follow
@@ -61,6 +61,7 @@ class RunPlan:
         self.format = format
         self.names = names
         self.keep_names = keep_names
+        self.notes = notes      # lines for stderr once the program is found
 
     @classmethod
     def from_arguments(cls, args):
@@ -94,17 +95,18 @@ class RunPlan:
             schedule = parse_schedule(args.schedule) if args.schedule else None
         except (TypeError, ValueError) as exc:
             raise SystemExit(f"pytrace_cffi: {exc}") from None
-        follow = not args.no_follow
+        follow, notes = not args.no_follow, []
         if follow and args.max_events and not args.spill:
-            print("pytrace_cffi: --max-events without --spill drops events, so child "
-                  "processes are not followed (add --spill to follow them)", file=sys.stderr)
+            notes.append("pytrace_cffi: --max-events without --spill drops events, so child "
+                         "processes are not followed (add --spill to follow them)")
             follow = False
         # (following, every process spills into its job's directory anyway)
         return cls(output=output, options=options, follow=follow,
                    spill=bool(args.spill and not follow),
                    keep_in=keep_in if follow else None, signum=signum,
                    schedule=schedule, delay=args.delay, duration=args.duration,
-                   format=fmt, names=names, keep_names=keep_names if follow else None)
+                   format=fmt, names=names, keep_names=keep_names if follow else None,
+                   notes=notes)
 
 
 def _check_combinations(args):
