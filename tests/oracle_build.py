@@ -22,6 +22,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 
 import cffi
 
@@ -109,6 +110,26 @@ def _compile(build_ffi, target):
         os.rmdir(work)
 
 
+STALE_S = 24 * 3600       # a build of other sources this old is no one's any more
+
+
+def _prune(cache, key):
+    """Removes the builds (and their locks) of other source states, older than
+    STALE_S, that the cache would otherwise keep for ever; a younger one may be
+    another checkout's, in use (a loaded module survives its file anyway)."""
+    now = time.time()
+    for name in os.listdir(cache):
+        path = os.path.join(cache, name)
+        ours = name.startswith(MODULE + "-") or name.endswith(".lock")
+        if key in name or not ours:
+            continue
+        try:
+            if now - os.stat(path).st_mtime > STALE_S:
+                os.unlink(path)
+        except OSError:
+            pass                # (taken by another pruner meanwhile, or not a file)
+
+
 def oracle_lib():
     """The C oracle's lib, built first when its sources changed."""
     global _loaded
@@ -122,6 +143,7 @@ def oracle_lib():
                 fcntl.flock(lock, fcntl.LOCK_EX)        # one builder; the others wait
                 if not os.path.exists(target):
                     _compile(_build_ffi(), target)
+                    _prune(cache, key)
         spec = importlib.util.spec_from_file_location(MODULE, target)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

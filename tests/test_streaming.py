@@ -551,3 +551,22 @@ def test_exports_from_several_threads_at_once_share_the_scans(tmp_path):
         w.join()
     assert len({p.read_bytes() for p in paths}) == 1
     assert not trace.slices_built()
+
+
+def test_the_oracle_cache_keeps_only_fresh_builds(tmp_path):
+    """A new build of the C oracle removes other source states' builds and locks
+    older than a day; the current key and young files (another checkout's) stay."""
+    import time
+    import oracle_build
+    old = time.time() - 2 * 24 * 3600
+    names = {"stale": "_pt_oracle-aaaa.abi3.so", "stale_lock": "aaaa.lock",
+             "young": "_pt_oracle-bbbb.abi3.so", "current": "_pt_oracle-cccc.abi3.so",
+             "current_lock": "cccc.lock", "other": "notes.txt"}
+    for label, name in names.items():
+        path = tmp_path / name
+        path.write_text(label)
+        if label != "young":
+            os.utime(path, (old, old))
+    oracle_build._prune(str(tmp_path), "cccc")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [names["young"], names["current"], names["current_lock"], names["other"]])
