@@ -312,10 +312,12 @@ def test_plain_scan_gives_the_slice_pipelines_calls(program, hidden, splits):
         _sliced(events, hidden, 0, _stop_ticks(events), [None], [])
 
 
+@pytest.mark.parametrize("tagged", [False, True])
 @pytest.mark.parametrize("seed", range(6))
-def test_plain_scan_across_its_blocks(seed):
-    """Long random programs: the plain scan makes room and checks the clock per
-    block of 1024 events, and leaves its loop at any of them."""
+def test_the_walks_across_their_blocks(seed, tagged):
+    """Long random programs: the pairing engine makes room per block of 1024 events
+    (the plain scan checks the clock per block too) and leaves its inline loop at
+    any of them. Tagged, the scan is the full walk, as the emitting walks are."""
     import random
     rng = random.Random(seed)
     call, ret = lib.PT_EV_PY_CALL, lib.PT_EV_PY_RETURN
@@ -327,6 +329,8 @@ def test_plain_scan_across_its_blocks(seed):
             kind = rng.choice([call, call, call, lib.PT_EV_C_CALL, lib.PT_EV_PY_SEED])
             events.append((rng.randrange(0, 50), key, kind))
             stack.append((key, lib.PT_EV_C_RETURN if kind == lib.PT_EV_C_CALL else ret))
+            if tagged and rng.random() < 0.1:
+                events.append((0, rng.randrange(1, len(TAGS)), TAG))
         elif r < 0.9:
             events.append((rng.randrange(0, 50),) + stack.pop())
         elif r < 0.95:
@@ -342,8 +346,9 @@ def test_plain_scan_across_its_blocks(seed):
         hidden[rng.randrange(1, len(NAMES))] = rng.choice([1, 2, 3, 4, 5])
     stop = _stop_ticks(events) + sum(k << 32 for _, k, kind in events if kind == TIME)
     splits = [rng.randrange(1, 3000) for _ in range(10)]
-    assert _streamed(events, hidden, 0, stop, splits, [None], []) == \
-        _sliced(events, hidden, 0, stop, [None], [])
+    tags = TAGS if tagged else [None]
+    assert _streamed(events, hidden, 0, stop, splits, tags, []) == \
+        _sliced(events, hidden, 0, stop, tags, [])
 
 
 def test_an_optimizer_step_names_its_parent_unless_it_is_the_region():
