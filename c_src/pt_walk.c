@@ -42,15 +42,32 @@
  *
  * The plain scan: a scan of a trace without tags, args or min_duration (what a
  * stopped session without the torch watcher holds) needs only the counts, the
- * ordinals of the calls open at stop and, for JSON, each call's duration. It
- * runs over the events in one tight loop (pt_walk_plain_run): a call whose key
- * shows is pushed, a return that closes the top call pops it, and everything
- * else (seeds, hidden keys, returns that close several calls, the clock's TIME
- * records) goes through pt_walk_plain_event, which does what the full walk does.
- * Its findings are the full scan's, field for field. Calls and returns pair by one
- * rule, pt_walk_closes, over each walk's stack of pairing words (the tight loop
- * takes its commonest case inline); what each walk keeps per call differs: the
- * full walk's nodes, regions and records, the plain scan's counts and durations.
+ * ordinals of the calls open at stop and, for JSON, each call's duration, none of
+ * the full walk's nodes, regions or records. Its findings are the full scan's,
+ * field for field.
+ *
+ * One pairing engine serves both. pt_walk_run reads the events and keeps the
+ * clock; calls and returns pair on one stack of pairing words (pt_walk_cursor):
+ * pt_walk_open pushes, pt_walk_close pops, and which calls a return closes is one
+ * rule, pt_walk_closes (pt_walk_return; its commonest case, the top call, tested
+ * inline by pt_walk_closes_top). What a walk keeps per call is what the engine
+ * calls as a call opens and closes: the full walk's calls, nodes, regions and records
+ * (pt_walk_call_opened, pt_walk_call_closed), the plain scan's counts and
+ * durations (pt_walk_plain_opened, pt_walk_plain_closed). The walk's mode is a
+ * compile-time constant: the engine is made three times (the full walk, the
+ * plain scan, the plain scan keeping durations), each copy holding its own work
+ * alone and no test of the mode, as a plain scan costs only ~16 instructions an
+ * event (benchmarks/scan.py --callgrind).
+ *
+ * Most events are a call or the return of the top call. The engine takes those
+ * two inline, a block of events at a time with room for the block's pushes made
+ * before it; anything else (a seed, an aux event, a return that closes several
+ * calls or none) ends the block and goes through pt_walk_event, which takes any
+ * event. The plain scan goes further: its cursor is a copy in registers, written
+ * back when the block ends, and a call that is not plain (a hidden key, a
+ * carrier, inside a hidden subtree) or the return of one (its word marked,
+ * PT_PLAIN_SPECIAL) ends the block too, so that inline its push and pop are a
+ * few stores.
  */
 #include "pt_export_internal.h"
 
@@ -78,6 +95,7 @@ typedef struct {
     uint32_t child_depth;   /* slices mode: their depth */
 } pt_walk_node;
 
+/* The full walk's open call */
 typedef struct {
     int64_t start;
     int64_t node;           /* index in nodes, -1 when not emitted */
@@ -101,49 +119,63 @@ typedef struct {
     int64_t duration;       /* ns, at least UINT32_MAX */
 } pt_walk_long;
 
-/* The plain scan's call stack. An entry is its call's key_kind word with the
- * kind made PY_CALL or C_CALL, so that a return's word with bit 0 flipped equals
- * it; bit 0 set marks an entry that is not a plain shown call (its flags say
- * what it is), which the fast pop passes by, as it does the slot below the
- * bottom (PT_PLAIN_BOTTOM) and any event not a return (bit 2 set once flipped). */
-#define PT_PLAIN_SPECIAL 1u     /* the bit pt_walk_closes ignores */
-#define PT_PLAIN_BOTTOM 1u
+/* The engine's modes (constants: pt_walk_run is made once for each) */
+#define PT_WALK_FULL 0
+#define PT_WALK_PLAIN 1
+#define PT_WALK_PLAIN_DURATIONS 2   /* the plain scan keeping each call's duration */
+
+/* Where the engine is in a thread's events: the clock, and the open calls, each
+ * one's pairing word (pt_walk_call_word) and beside it what the walk keeps per
+ * call. The walk's own is w->at; the plain scan's inline loop moves a copy in
+ * registers and writes it back when it leaves. */
+typedef struct {
+    int64_t ticks;          /* the clock: the ticks of the latest event */
+    uint64_t n;             /* open calls */
+    uint64_t ordinals;      /* calls and regions begun: the next one's ordinal */
+    uint32_t *words;        /* per open call, its pairing word, innermost last; words[-1]
+                             * is PT_WALK_BOTTOM */
+    pt_walk_call *calls;    /* the full walk: per open call */
+    uint64_t *ords;         /* the plain scan: per open call, its node's ordinal */
+    int64_t *starts;        /* ... and its begin (ns), when keeping durations */
+    uint64_t deepest;       /* the plain scan's inline loop: the most calls under a push */
+} pt_walk_cursor;
+
+/* The slot below the stack: bit 0 set, so no return's call word (bit 0 clear)
+ * equals it and the inline test of the top call needs no test of the depth. */
+#define PT_WALK_BOTTOM 1u
+
+/* The plain scan marks a call that is not a plain shown call with bit 0 of its
+ * pairing word (pt_walk_closes ignores it; its flags say what it is), so that its
+ * return leaves the inline loop as other returns not of the top call do. */
+#define PT_PLAIN_SPECIAL 1u
 #define PT_PLAIN_EMITS 1        /* flags: a node (an ordinal) */
 #define PT_PLAIN_SHOWN 2        /* ... that the trace shows */
 #define PT_PLAIN_HIDES 4        /* hides its subtree */
 typedef struct {
-    uint32_t *slots;        /* PT_PLAIN_BOTTOM, then the entries */
-    uint32_t *entries;      /* slots + 1 */
-    uint64_t *ordinals;     /* per entry: its node's ordinal */
-    int64_t *starts;        /* per entry, when keeping durations: its begin, ns */
-    uint8_t *flags;         /* per special entry */
-    uint64_t n, cap;
+    uint8_t *flags;         /* per open call, when marked */
     uint8_t *shows;         /* per key below n_shows, then 1 for the keys above: a
                              * call of it (not a seed) is plain */
     uint8_t *hidden_now;    /* as shows, all 0: inside a hidden subtree */
     uint32_t n_shows;
-    uint32_t hiding;        /* entries hiding their subtree on the stack */
-    uint64_t unshown_open;  /* entries on the stack that are not shown */
+    uint64_t unshown_open;  /* open calls that are not shown */
     uint64_t unshown;       /* nodes begun that are not shown (carriers) */
     int64_t now_ticks;      /* ticks of the latest call or return */
-} pt_walk_plain_stack;
+} pt_walk_plain;
 
 struct pt_walk {
     pt_walk_tables t;
     const pt_walk *scan;    /* NULL: this is the scan, or a stream */
     int stream;             /* emitting without a scan (pt_walk_new_stream) */
     int stale;              /* a stream met what only a scan decides (tags, args) */
-    int64_t ticks;
+    pt_walk_cursor at;
+    uint32_t *slots;        /* PT_WALK_BOTTOM, then at.words */
+    uint64_t cap_calls;     /* room in at.words and in the arrays beside it */
+    uint64_t hiding;        /* open calls hiding their subtree */
     int64_t now;            /* ns of the latest call or return */
     int64_t max_end;        /* latest end of any emitted call: where root regions close */
-    uint64_t ordinals;
-    uint64_t hiding;
     int finished;
     int has_end;
     int has_now;
-    pt_walk_call *calls;
-    uint64_t n_calls, cap_calls;
-    uint32_t *call_words;   /* per open call, its pairing word (pt_walk_closes); cap_calls */
     pt_walk_node *nodes;
     uint64_t n_nodes, cap_nodes;
     uint32_t shown_open;    /* shown nodes on the stack */
@@ -171,13 +203,12 @@ struct pt_walk {
     pt_walk_long *long_durations;       /* the longer ones, by ordinal once sorted */
     uint64_t n_long, cap_long;
     int keep_durations;
-    /* the plain scan (plain != 0): its call stack, one entry per call begun */
+    /* the plain scan (plain != 0) */
     int plain;
-    pt_walk_plain_stack ps;
+    pt_walk_plain ps;
 };
 
 static int pt_walk_plain_begin(pt_walk *w);
-static int pt_walk_plain_grow(pt_walk *w);
 
 static int
 pt_walk_compare_long(const void *a, const void *b)
@@ -206,7 +237,7 @@ pt_walk_new(const pt_walk_tables *tables, const pt_walk *scan, int64_t base_tick
         return NULL;
     w->t = *tables;
     w->scan = scan;
-    w->ticks = base_ticks;
+    w->at.ticks = base_ticks;
     if (!scan && pt_walk_plain_begin(w) != PT_OK) {
         pt_walk_free(w);
         return NULL;
@@ -239,7 +270,7 @@ pt_walk_new_stream(const pt_walk_tables *tables, int64_t base_ticks)
         return NULL;
     w->t = *tables;
     w->stream = 1;
-    w->ticks = base_ticks;
+    w->at.ticks = base_ticks;
     return w;
 }
 
@@ -270,8 +301,10 @@ pt_walk_free(pt_walk *w)
 {
     if (!w)
         return;
-    free(w->calls);
-    free(w->call_words);
+    free(w->slots);
+    free(w->at.calls);
+    free(w->at.ords);
+    free(w->at.starts);
     free(w->nodes);
     free(w->records);
     free(w->renames);
@@ -280,19 +313,22 @@ pt_walk_free(pt_walk *w)
     free(w->slices);
     free(w->durations);
     free(w->long_durations);
-    free(w->ps.slots);
-    free(w->ps.ordinals);
-    free(w->ps.starts);
     free(w->ps.flags);
     free(w->ps.shows);
     free(w);
 }
 
+/* The same arithmetic as replay's */
+static inline int64_t
+pt_walk_ns_of(int64_t ticks, int64_t tick0, int64_t ns0, double ns_per_tick)
+{
+    return ns0 + (int64_t)((double)(ticks - tick0) * ns_per_tick);
+}
+
 static inline int64_t
 pt_walk_ns(const pt_walk *w, int64_t ticks)
 {
-    /* the same arithmetic as replay's */
-    return w->t.ns0 + (int64_t)((double)(ticks - w->t.tick0) * w->t.ns_per_tick);
+    return pt_walk_ns_of(ticks, w->t.tick0, w->t.ns0, w->t.ns_per_tick);
 }
 
 static int
@@ -330,35 +366,21 @@ pt_walk_hides(const pt_walk *w, uint32_t key, int seeded, int *subtree)
     return hide != 0;
 }
 
-/* How calls and returns pair, the one rule of the full walk and the plain scan
- * (whose tight loop takes its commonest case inline: a return of the top call).
- * A call's pairing word is its event's key_kind, a seed's made a Python call's;
- * a return's with bit 0 cleared is its call's. */
-_Static_assert(PT_EV_PY_RETURN == (PT_EV_PY_CALL | 1) && PT_EV_C_RETURN == (PT_EV_C_CALL | 1) &&
-               !(PT_EV_PY_CALL & 1) && !(PT_EV_C_CALL & 1),
-               "a return's kind is its call's with bit 0 set");
-
-static inline uint32_t
-pt_walk_call_word(uint32_t key_kind)
+/* A call's duration, kept by ordinal: 4 bytes, or UINT32_MAX and the whole of it
+ * in long_durations. */
+static int
+pt_walk_keep_duration(pt_walk *w, uint64_t ordinal, int64_t d)
 {
-    return (key_kind & PT_KIND_MASK) == PT_EV_PY_SEED
-        ? (key_kind & ~(uint32_t)PT_KIND_MASK) | PT_EV_PY_CALL : key_kind;
-}
-
-/* A return closes the innermost open call of its key and kind, and the calls
- * open above it (their returns were never seen) close with it; with none open it
- * closes nothing (a frame entered before tracing, deeper than the seeded stack).
- * words: the open calls' pairing words, innermost last (bit 0 is ignored: the
- * plain scan marks entries with it). Returns how many calls stay open (n: none
- * closes). */
-static inline uint64_t
-pt_walk_closes(const uint32_t *words, uint64_t n, uint32_t return_word)
-{
-    uint32_t call = return_word & ~(uint32_t)1;
-    for (uint64_t i = n; i > 0; i--)
-        if ((words[i - 1] & ~(uint32_t)1) == call)
-            return i - 1;
-    return n;
+    if (d >= UINT32_MAX) {
+        if (pt_grow((void **)&w->long_durations, &w->cap_long, w->n_long + 1,
+                         sizeof *w->long_durations))
+            return PT_ERR_NOMEM;
+        w->long_durations[w->n_long].ordinal = ordinal;
+        w->long_durations[w->n_long++].duration = d;
+        d = UINT32_MAX;
+    }
+    w->durations[ordinal] = (uint32_t)d;
+    return PT_OK;
 }
 
 /* The scan's duration of the node with this ordinal. */
@@ -444,7 +466,7 @@ pt_walk_push_node(pt_walk *w, int64_t start, uint32_t key, uint32_t tag, int is_
     pt_walk_node *n = &w->nodes[w->n_nodes];
     memset(n, 0, sizeof *n);
     n->start = start;
-    n->ordinal = w->ordinals++;
+    n->ordinal = w->at.ordinals++;
     n->tag = tag;
     n->is_region = (uint8_t)is_region;
     n->slice_flags = slice_flags;
@@ -540,16 +562,9 @@ pt_walk_end_node(pt_walk *w, int64_t ts, int open_at_stop)
         w->shown_open--;
     int shown = n->exempt || !pt_walk_is_carrier(w, n->key);
     if (w->keep_durations) {
-        int64_t d = ts - n->start;
-        if (d >= UINT32_MAX) {
-            if (pt_grow((void **)&w->long_durations, &w->cap_long, w->n_long + 1,
-                             sizeof *w->long_durations))
-                return PT_ERR_NOMEM;
-            w->long_durations[w->n_long].ordinal = n->ordinal;
-            w->long_durations[w->n_long++].duration = d;
-            d = UINT32_MAX;
-        }
-        w->durations[n->ordinal] = (uint32_t)d;
+        int rc = pt_walk_keep_duration(w, n->ordinal, ts - n->start);
+        if (rc != PT_OK)
+            return rc;
     }
     if (!n->is_region && (ts > w->max_end || !w->has_end)) {
         w->max_end = ts;
@@ -624,11 +639,48 @@ pt_walk_name_step_parent(pt_walk *w, const pt_walk_node *n)
     return PT_OK;
 }
 
-/* Pops the call on top of the call stack, its node and the regions opened in it. */
+/* ---- the full walk's work per call ---- */
+
+/* The top call's node, if it still waits for its tag, is made: its tag is known
+ * once another call opens or the walk ends. */
 static int
-pt_walk_pop(pt_walk *w, int64_t ts, int open_at_stop)
+pt_walk_settle_top(pt_walk *w, const pt_walk_cursor *c)
 {
-    pt_walk_call *call = &w->calls[w->n_calls - 1];
+    if (c->n && c->calls[c->n - 1].pending)
+        return pt_walk_materialize(w, &c->calls[c->n - 1]);
+    return PT_OK;
+}
+
+/* A call opens, at c->n. */
+static int
+pt_walk_call_opened(pt_walk *w, const pt_walk_cursor *c, uint32_t word, int64_t ts)
+{
+    int rc = pt_walk_settle_top(w, c);
+    if (rc != PT_OK)
+        return rc;
+    uint32_t kind = word & PT_KIND_MASK, key = word >> PT_KEY_SHIFT;
+    int seeded = kind == PT_EV_PY_SEED, hides_subtree;
+    int hide = pt_walk_hides(w, key, seeded, &hides_subtree);
+    pt_walk_call *call = &c->calls[c->n];
+    call->start = ts;
+    call->node = -1;
+    call->key = key;
+    call->tag = 0;
+    call->is_c = kind == PT_EV_C_CALL;
+    /* seeded when the trace began (not when a thread born later attached) */
+    call->open_at_start = (uint8_t)(seeded && c->ticks == w->t.tick0);
+    call->emits = !hide && !w->hiding;
+    call->pending = call->emits;
+    call->hides_subtree = (uint8_t)hides_subtree;
+    w->hiding += call->hides_subtree;
+    return PT_OK;
+}
+
+/* The call at c->n closed: its node ends, and the regions opened in it. */
+static int
+pt_walk_call_closed(pt_walk *w, const pt_walk_cursor *c, int64_t ts, int open_at_stop)
+{
+    pt_walk_call *call = &c->calls[c->n];
     int rc = PT_OK;
     if (call->pending)
         rc = pt_walk_materialize(w, call);
@@ -644,68 +696,11 @@ pt_walk_pop(pt_walk *w, int64_t ts, int open_at_stop)
             w->nodes[w->n_nodes - 1].is_region)
             rc = pt_walk_end_node(w, ts, 0);
     }
-    if (call->hides_subtree)
-        w->hiding--;
-    w->n_calls--;
+    w->hiding -= call->hides_subtree;
     return rc;
 }
 
-static int
-pt_walk_settle_top(pt_walk *w)
-{
-    if (w->n_calls && w->calls[w->n_calls - 1].pending)
-        return pt_walk_materialize(w, &w->calls[w->n_calls - 1]);
-    return PT_OK;
-}
-
-static int
-pt_walk_push(pt_walk *w, uint32_t kind, uint32_t key, int64_t ts)
-{
-    int rc = pt_walk_settle_top(w);
-    if (rc != PT_OK)
-        return rc;
-    if (w->n_calls == w->cap_calls) {     /* the calls and their words grow together */
-        uint64_t cap = w->cap_calls;
-        if (pt_grow((void **)&w->calls, &cap, w->n_calls + 1, sizeof *w->calls))
-            return PT_ERR_NOMEM;
-        uint32_t *words = realloc(w->call_words, cap * sizeof *words);
-        if (!words)
-            return PT_ERR_NOMEM;
-        w->call_words = words;
-        w->cap_calls = cap;
-    }
-    w->call_words[w->n_calls] = pt_walk_call_word(key << PT_KEY_SHIFT | kind);
-    int seeded = kind == PT_EV_PY_SEED, hides_subtree;
-    int hide = pt_walk_hides(w, key, seeded, &hides_subtree);
-    pt_walk_call *call = &w->calls[w->n_calls++];
-    call->start = ts;
-    call->node = -1;
-    call->key = key;
-    call->tag = 0;
-    call->is_c = kind == PT_EV_C_CALL;
-    /* seeded when the trace began (not when a thread born later attached) */
-    call->open_at_start = (uint8_t)(seeded && w->ticks == w->t.tick0);
-    call->emits = !hide && !w->hiding;
-    call->pending = call->emits;
-    call->hides_subtree = (uint8_t)hides_subtree;
-    if (call->hides_subtree)
-        w->hiding++;
-    return PT_OK;
-}
-
-static int
-pt_walk_return(pt_walk *w, uint32_t key_kind, int64_t ts)
-{
-    uint64_t stay_open = pt_walk_closes(w->call_words, w->n_calls, key_kind);
-    while (w->n_calls > stay_open) {
-        int rc = pt_walk_pop(w, ts, 0);
-        if (rc != PT_OK)
-            return rc;
-    }
-    return PT_OK;
-}
-
-/* ---- the plain scan (see the header comment) ---- */
+/* ---- the plain scan's work per call ---- */
 
 /* Whether this scan can be plain, and if so its per-key tables. */
 static int
@@ -717,7 +712,7 @@ pt_walk_plain_begin(pt_walk *w)
     if (t->n_tags > 1 || t->n_args || t->min_ns || !(t->ns_per_tick > 0.0) ||
         !(t->ns_per_tick < 1e12))
         return PT_OK;
-    pt_walk_plain_stack *p = &w->ps;
+    pt_walk_plain *p = &w->ps;
     p->n_shows = t->n_hidden;
     p->shows = calloc(2 * ((size_t)t->n_hidden + 1), 1);
     if (!p->shows)
@@ -728,320 +723,412 @@ pt_walk_plain_begin(pt_walk *w)
                         t->hidden[key] == PT_HIDE_STARTUP;
     p->shows[t->n_hidden] = 1;
     p->hidden_now = p->shows + t->n_hidden + 1;
-    p->now_ticks = w->ticks;
+    p->now_ticks = w->at.ticks;
     w->plain = 1;
-    return pt_walk_plain_grow(w);
-}
-
-static int
-pt_walk_plain_grow(pt_walk *w)
-{
-    pt_walk_plain_stack *p = &w->ps;
-    uint64_t cap = p->cap ? 2 * p->cap : 1024;
-    uint32_t *slots = realloc(p->slots, (cap + 1) * sizeof *slots);
-    if (slots) {
-        p->slots = slots;
-        slots[0] = PT_PLAIN_BOTTOM;
-        p->entries = slots + 1;
-    }
-    uint64_t *ordinals = realloc(p->ordinals, cap * sizeof *ordinals);
-    if (ordinals)
-        p->ordinals = ordinals;
-    int64_t *starts = realloc(p->starts, cap * sizeof *starts);
-    if (starts)
-        p->starts = starts;
-    uint8_t *flags = realloc(p->flags, cap);
-    if (flags)
-        p->flags = flags;
-    if (!slots || !ordinals || !starts || !flags)
-        return PT_ERR_NOMEM;
-    p->cap = cap;
-    return PT_OK;
-}
-
-/* Keeping durations: a node's duration, by ordinal (as pt_walk_end_node). */
-static int
-pt_walk_plain_duration(pt_walk *w, uint64_t ordinal, int64_t d)
-{
-    if (d >= UINT32_MAX) {
-        if (pt_grow((void **)&w->long_durations, &w->cap_long, w->n_long + 1,
-                         sizeof *w->long_durations))
-            return PT_ERR_NOMEM;
-        w->long_durations[w->n_long].ordinal = ordinal;
-        w->long_durations[w->n_long++].duration = d;
-        d = UINT32_MAX;
-    }
-    w->durations[ordinal] = (uint32_t)d;
     return PT_OK;
 }
 
 static inline uint8_t
-pt_walk_plain_flags(const pt_walk_plain_stack *p, uint64_t i)
+pt_walk_plain_flags(const pt_walk *w, const pt_walk_cursor *c, uint64_t i)
 {
-    return p->entries[i] & PT_PLAIN_SPECIAL ? p->flags[i] : PT_PLAIN_EMITS | PT_PLAIN_SHOWN;
+    return c->words[i] & PT_PLAIN_SPECIAL ? w->ps.flags[i] : PT_PLAIN_EMITS | PT_PLAIN_SHOWN;
 }
 
-static int
-pt_walk_plain_push(pt_walk *w, uint32_t kind, uint32_t key, uint32_t word)
+/* A call opens, at c->n, counted as the full walk's pt_walk_call_opened and
+ * pt_walk_push_node count it. inline_loop: pt_walk_run's inline case, a call (not
+ * a seed) of a key that shows, nothing hiding. Returns 1 when it is not a plain
+ * shown call (its word is then marked). */
+static inline __attribute__((always_inline)) int
+pt_walk_plain_opened(pt_walk *w, pt_walk_cursor *c, const int durations, uint32_t word,
+                     int64_t ns, const int inline_loop)
 {
-    pt_walk_plain_stack *p = &w->ps;
-    if (p->n == p->cap && pt_walk_plain_grow(w) != PT_OK)
-        return PT_ERR_NOMEM;
-    /* as pt_walk_push and pt_walk_push_node */
+    uint64_t i = c->n;
+    if (inline_loop) {
+        c->ords[i] = c->ordinals++;
+        if (durations)
+            c->starts[i] = ns;
+        c->deepest = i > c->deepest ? i : c->deepest;   /* its depth: pt_walk_run */
+        return 0;
+    }
+    pt_walk_plain *p = &w->ps;
+    uint32_t kind = word & PT_KIND_MASK, key = word >> PT_KEY_SHIFT;
     int seeded = kind == PT_EV_PY_SEED, hides;
-    int emits = !pt_walk_hides(w, key, seeded, &hides) && !p->hiding;
+    int emits = !pt_walk_hides(w, key, seeded, &hides) && !w->hiding;
     int shown = emits && !pt_walk_is_carrier(w, key);
     uint8_t flags = (uint8_t)((emits ? PT_PLAIN_EMITS : 0) | (shown ? PT_PLAIN_SHOWN : 0) |
                               (hides ? PT_PLAIN_HIDES : 0));
-    uint32_t entry = pt_walk_call_word(word);
-    if (flags != (PT_PLAIN_EMITS | PT_PLAIN_SHOWN))
-        entry |= PT_PLAIN_SPECIAL;
-    p->entries[p->n] = entry;
-    p->flags[p->n] = flags;
+    p->flags[i] = flags;
     if (emits) {
-        p->ordinals[p->n] = w->ordinals;
-        if (w->keep_durations) {
-            if (pt_grow((void **)&w->durations, &w->cap_durations, w->ordinals + 1,
-                             sizeof *w->durations))
-                return PT_ERR_NOMEM;
-            w->n_durations = w->ordinals + 1;
-            p->starts[p->n] = pt_walk_ns(w, w->ticks);
-        }
-        w->ordinals++;
+        c->ords[i] = c->ordinals++;
+        if (durations)
+            c->starts[i] = ns;
     }
     if (shown) {
-        uint64_t depth = p->n - p->unshown_open;
+        uint64_t depth = i - p->unshown_open;
         if (depth > w->stats.max_depth)
             w->stats.max_depth = (uint32_t)depth;
         /* seeded when the trace began: open at start (as the full walk counts) */
-        w->stats.open_at_start += seeded && w->ticks == w->t.tick0;
+        w->stats.open_at_start += seeded && c->ticks == w->t.tick0;
     } else {
         p->unshown_open++;
         p->unshown += emits;
     }
-    p->hiding += hides;
-    p->n++;
+    w->hiding += hides;
+    return flags != (PT_PLAIN_EMITS | PT_PLAIN_SHOWN);
+}
+
+/* The call at c->n closed at ns. inline_loop: pt_walk_run's inline case (its word
+ * unmarked: a plain shown call). */
+static inline __attribute__((always_inline)) int
+pt_walk_plain_closed(pt_walk *w, const pt_walk_cursor *c, const int durations, int64_t ns,
+                     uint32_t *durations_of, const int inline_loop)
+{
+    uint64_t i = c->n;
+    uint8_t flags = inline_loop ? PT_PLAIN_EMITS | PT_PLAIN_SHOWN : pt_walk_plain_flags(w, c, i);
+    if (!inline_loop) {
+        w->ps.unshown_open -= !(flags & PT_PLAIN_SHOWN);
+        w->hiding -= (flags & PT_PLAIN_HIDES) != 0;
+    }
+    if (durations && (flags & PT_PLAIN_EMITS)) {
+        int64_t d = ns - c->starts[i];
+        if (d >= UINT32_MAX)
+            return pt_walk_keep_duration(w, c->ords[i], d);
+        durations_of[c->ords[i]] = (uint32_t)d;
+    }
     return PT_OK;
 }
 
-/* Pops the top entry, its call ending at ticks. */
-static int
-pt_walk_plain_pop(pt_walk *w, int64_t ticks)
+/* ---- the pairing engine (see the header comment) ---- */
+
+/* How calls and returns pair. A call's pairing word is its event's key_kind, a
+ * seed's made a Python call's; a return's with bit 0 cleared is its call's. */
+_Static_assert(PT_EV_PY_RETURN == (PT_EV_PY_CALL | 1) && PT_EV_C_RETURN == (PT_EV_C_CALL | 1) &&
+               !(PT_EV_PY_CALL & 1) && !(PT_EV_C_CALL & 1),
+               "a return's kind is its call's with bit 0 set");
+
+static inline uint32_t
+pt_walk_call_word(uint32_t key_kind)
 {
-    pt_walk_plain_stack *p = &w->ps;
-    uint8_t flags = pt_walk_plain_flags(p, --p->n);
-    p->unshown_open -= !(flags & PT_PLAIN_SHOWN);
-    p->hiding -= (flags & PT_PLAIN_HIDES) != 0;
-    if (w->keep_durations && (flags & PT_PLAIN_EMITS))
-        return pt_walk_plain_duration(w, p->ordinals[p->n],
-                                      pt_walk_ns(w, ticks) - p->starts[p->n]);
+    return (key_kind & PT_KIND_MASK) == PT_EV_PY_SEED
+        ? (key_kind & ~(uint32_t)PT_KIND_MASK) | PT_EV_PY_CALL : key_kind;
+}
+
+/* The rule: a return closes the innermost open call of its key and kind, and the
+ * calls open above it (their returns were never seen) close with it; with none
+ * open it closes nothing (a frame entered before tracing, deeper than the seeded
+ * stack). words: the open calls' pairing words, innermost last (bit 0 is ignored:
+ * the plain scan marks words with it). Returns how many calls stay open (n: none
+ * closes). */
+static inline uint64_t
+pt_walk_closes(const uint32_t *words, uint64_t n, uint32_t return_word)
+{
+    uint32_t call = return_word & ~(uint32_t)1;
+    for (uint64_t i = n; i > 0; i--)
+        if ((words[i - 1] & ~(uint32_t)1) == call)
+            return i - 1;
+    return n;
+}
+
+/* The rule's commonest case, tested inline: the return of the top call, its word
+ * unmarked (with no call open, words[-1] is PT_WALK_BOTTOM, which no word equals;
+ * nor does any event that is not a return, its word's bit 0 flipped). */
+static inline int
+pt_walk_closes_top(const uint32_t *words, uint64_t n, uint32_t word)
+{
+    return words[n - 1] == (word ^ 1);
+}
+
+/* Makes room for `more` calls opened (the engine pushes without a check): the
+ * stack and what the walk keeps per call beside it. */
+static int
+pt_walk_grow_calls(pt_walk *w, uint64_t more)
+{
+    pt_walk_cursor *c = &w->at;
+    uint64_t cap = w->cap_calls ? w->cap_calls : 64;
+    while (cap - c->n < more)
+        cap *= 2;
+    int ok = 1;
+    uint32_t *slots = realloc(w->slots, (cap + 1) * sizeof *slots);
+    if (slots) {
+        w->slots = slots;
+        slots[0] = PT_WALK_BOTTOM;
+        c->words = slots + 1;
+    }
+    ok = ok && slots;
+    if (!w->plain) {
+        pt_walk_call *calls = realloc(c->calls, cap * sizeof *calls);
+        if (calls)
+            c->calls = calls;
+        ok = ok && calls;
+    } else {
+        uint64_t *ords = realloc(c->ords, cap * sizeof *ords);
+        if (ords)
+            c->ords = ords;
+        int64_t *starts = realloc(c->starts, cap * sizeof *starts);
+        if (starts)
+            c->starts = starts;
+        uint8_t *flags = realloc(w->ps.flags, cap);
+        if (flags)
+            w->ps.flags = flags;
+        ok = ok && ords && starts && flags;
+    }
+    if (!ok)
+        return PT_ERR_NOMEM;
+    w->cap_calls = cap;
     return PT_OK;
 }
 
-/* A return: the calls it closes end (pt_walk_closes). */
-static int
-pt_walk_plain_return(pt_walk *w, uint32_t word)
+/* Room for `more` calls opened, and for their durations when kept (sized by a
+ * first scan's count, so rarely grown). */
+static inline int
+pt_walk_room(pt_walk *w, const int mode, uint64_t more)
 {
-    pt_walk_plain_stack *p = &w->ps;
-    uint64_t stay_open = pt_walk_closes(p->entries, p->n, word);
-    while (p->n > stay_open) {
-        int rc = pt_walk_plain_pop(w, w->ticks);
+    if (w->cap_calls - w->at.n < more && pt_walk_grow_calls(w, more) != PT_OK)
+        return PT_ERR_NOMEM;
+    if (mode == PT_WALK_PLAIN_DURATIONS &&
+        pt_grow((void **)&w->durations, &w->cap_durations, w->at.ordinals + more,
+                     sizeof *w->durations))
+        return PT_ERR_NOMEM;
+    return PT_OK;
+}
+
+/* The push: a call (or seed) opens at ns. inline_loop: pt_walk_run's inline case,
+ * a call (not a seed; in the plain scan a plain one). */
+static inline __attribute__((always_inline)) int
+pt_walk_open(pt_walk *w, pt_walk_cursor *c, const int mode, uint32_t word, int64_t ns,
+             const int inline_loop)
+{
+    uint32_t entry = inline_loop ? word : pt_walk_call_word(word);
+    int rc = PT_OK;
+    if (mode == PT_WALK_FULL)
+        rc = pt_walk_call_opened(w, c, word, ns);
+    else if (pt_walk_plain_opened(w, c, mode == PT_WALK_PLAIN_DURATIONS, word, ns, inline_loop))
+        entry |= PT_PLAIN_SPECIAL;
+    if (rc == PT_OK)
+        c->words[c->n++] = entry;
+    return rc;
+}
+
+/* The pop: the top call closes at ns (open_at_stop: the trace stopped first).
+ * inline_loop: pt_walk_run's inline case, the return of the top call, unmarked. */
+static inline __attribute__((always_inline)) int
+pt_walk_close(pt_walk *w, pt_walk_cursor *c, const int mode, int64_t ns, int open_at_stop,
+              uint32_t *durations_of, const int inline_loop)
+{
+    c->n--;
+    if (mode == PT_WALK_FULL)
+        return pt_walk_call_closed(w, c, ns, open_at_stop);
+    return pt_walk_plain_closed(w, c, mode == PT_WALK_PLAIN_DURATIONS, ns, durations_of,
+                                inline_loop);
+}
+
+/* A return at ns: the calls it closes (pt_walk_closes) close. */
+static inline __attribute__((always_inline)) int
+pt_walk_return(pt_walk *w, pt_walk_cursor *c, const int mode, uint32_t word, int64_t ns)
+{
+    uint64_t stay_open = pt_walk_closes(c->words, c->n, word);
+    while (c->n > stay_open) {
+        int rc = pt_walk_close(w, c, mode, ns, 0, w->durations, 0);
         if (rc != PT_OK)
             return rc;
     }
     return PT_OK;
 }
 
-/* Any event, as the full walk reads it; the clock's sums are checked (a damaged
- * file's deltas must not wrap around). */
-static int
-pt_walk_plain_event(pt_walk *w, const pt_event *ev)
+/* Any event, on the walk's own cursor (after room for a push was made). */
+static inline __attribute__((always_inline)) int
+pt_walk_event(pt_walk *w, const pt_event *ev, const int mode)
 {
-    uint32_t word = ev->key_kind;
-    uint32_t kind = word & PT_KIND_MASK;
-    uint32_t key = word >> PT_KEY_SHIFT;
-    if (__builtin_add_overflow(w->ticks, (int64_t)pt_event_ticks(ev), &w->ticks))
-        return PT_ERR_ARG;
-    if (kind > PT_EV_PY_SEED)
-        return PT_OK;      /* an aux event (no tags or args in a plain scan): names nothing */
+    pt_walk_cursor *c = &w->at;
+    uint32_t word = ev->key_kind, kind = word & PT_KIND_MASK;
+    int aux = kind > PT_EV_PY_SEED;    /* never 5, 6 (reserved): pt_validate_events refuses them */
+    if (mode != PT_WALK_FULL) {
+        /* the plain scan checks the clock's sums (a damaged file's deltas must not
+         * wrap around); the full walk finds time running backwards instead */
+        if (__builtin_add_overflow(c->ticks, (int64_t)pt_event_ticks(ev), &c->ticks))
+            return PT_ERR_ARG;
+        if (aux)
+            return PT_OK;   /* no tags or args in a plain scan: it names nothing */
+    } else if (aux) {
+        c->ticks += (int64_t)pt_event_ticks(ev);
+        /* a sub-kind not known here is skipped (its delta counts) */
+        int is_args = pt_is_aux(word, PT_AUX_ARGS);
+        if (is_args || pt_is_aux(word, PT_AUX_TAG)) {
+            if (w->stream)
+                w->stale = 1;   /* a name or region decided later: the scan's to know */
+            uint32_t index = pt_aux_payload(word);
+            if (c->n && c->calls[c->n - 1].emits)
+                c->calls[c->n - 1].tag = is_args ? index | PT_TAG_ARGS_BIT : index;
+        }
+        return PT_OK;
+    } else {
+        c->ticks += ev->delta;
+    }
+    int64_t ns = pt_walk_ns(w, c->ticks);
+    if (mode == PT_WALK_FULL && ns < w->now && w->has_now)
+        return PT_ERR_ARG;          /* time ran backwards: a damaged file's deltas */
     int rc = kind == PT_EV_PY_RETURN || kind == PT_EV_C_RETURN
-        ? pt_walk_plain_return(w, word) : pt_walk_plain_push(w, kind, key, word);
-    w->ps.now_ticks = w->ticks;
+        ? pt_walk_return(w, c, mode, word, ns)
+        : pt_walk_open(w, c, mode, word, ns, 0);
+    if (mode != PT_WALK_FULL) {
+        w->ps.now_ticks = c->ticks;
+    } else if (rc == PT_OK) {
+        w->now = ns;
+        w->has_now = 1;
+    }
     return rc;
 }
 
-/* Makes room for `more` pushes without a check per push: the stack, and the
- * durations when kept (sized by a first scan's count, so rarely grown). */
-static int
-pt_walk_plain_room(pt_walk *w, uint64_t more)
+/* pt_walk_event out of line, made once per mode */
+static __attribute__((noinline)) int
+pt_walk_any_event(pt_walk *w, const pt_event *ev, int mode)
 {
-    while (w->ps.cap - w->ps.n < more)
-        if (pt_walk_plain_grow(w) != PT_OK)
-            return PT_ERR_NOMEM;
-    if (w->keep_durations &&
-        pt_grow((void **)&w->durations, &w->cap_durations, w->ordinals + more,
-                     sizeof *w->durations))
-        return PT_ERR_NOMEM;
-    return PT_OK;
+    if (mode == PT_WALK_FULL)
+        return pt_walk_event(w, ev, PT_WALK_FULL);
+    if (mode == PT_WALK_PLAIN)
+        return pt_walk_event(w, ev, PT_WALK_PLAIN);
+    return pt_walk_event(w, ev, PT_WALK_PLAIN_DURATIONS);
 }
 
-#define PT_PLAIN_BLOCK 1024     /* events between checks of room and of the clock */
+#define PT_WALK_BLOCK 1024      /* events between checks of room and of the clock */
 
-/* The tight loop: plain pushes and pops inline, the rest through
- * pt_walk_plain_event. durations: a constant (the loop is made twice). Room for
- * a block's pushes is made before it, and its deltas cannot carry the clock past
- * INT64_MAX, so the loop checks neither; an event that leaves it ends the block. */
+/* The engine: events in, calls paired. A block of events at a time: room for its
+ * pushes is made before it; a call and the return of the top call are taken
+ * inline, and the first other event ends the block (pt_walk_event). The plain
+ * scan takes only plain calls inline; its cursor is a copy in registers, and its
+ * block's deltas cannot carry the clock past INT64_MAX, so it checks neither. */
 static inline __attribute__((always_inline)) int
-pt_walk_plain_run(pt_walk *w, const pt_event *ev, const pt_event *end, const int durations)
+pt_walk_run(pt_walk *w, const pt_event *ev, const pt_event *end, const int mode)
 {
-    pt_walk_plain_stack *p = &w->ps;
-    const uint32_t n_shows = p->n_shows;
+    const int plain = mode != PT_WALK_FULL;
+    const uint32_t n_shows = w->ps.n_shows;
     const int64_t tick0 = w->t.tick0, ns0 = w->t.ns0;
     const double ns_per_tick = w->t.ns_per_tick;
-    const int64_t limit = INT64_MAX - (int64_t)PT_PLAIN_BLOCK * UINT32_MAX;
+    const int64_t limit = INT64_MAX - (int64_t)PT_WALK_BLOCK * UINT32_MAX;
     int rc = PT_OK;
     while (ev < end && rc == PT_OK) {
-        const pt_event *stop = end - ev > PT_PLAIN_BLOCK ? ev + PT_PLAIN_BLOCK : end;
-        rc = pt_walk_plain_room(w, (uint64_t)(stop - ev));
+        const pt_event *stop = end - ev > PT_WALK_BLOCK ? ev + PT_WALK_BLOCK : end;
+        rc = pt_walk_room(w, mode, (uint64_t)(stop - ev));
         if (rc != PT_OK)
             break;
-        if (w->ticks > limit) {
+        if (plain && w->at.ticks > limit) {
             for (; ev < stop && rc == PT_OK; ev++)      /* near the end of the clock */
-                rc = pt_walk_plain_event(w, ev);
+                rc = pt_walk_any_event(w, ev, mode);
             continue;
         }
-        /* inside a hidden subtree every call leaves the loop; its returns do too, as
-         * the entries above the hiding one are special */
-        const uint8_t *shows = p->hiding ? p->hidden_now : p->shows;
-        int64_t ticks = w->ticks;
-        uint64_t n = p->n, ordinals = w->ordinals;
-        uint64_t deepest = p->unshown_open;     /* the most entries under a push */
-        uint32_t *entries = p->entries, *durations_of = w->durations;
-        uint64_t *ords = p->ordinals;
-        int64_t *starts = p->starts;
-        const pt_event *block = ev;         /* every event since is a call or return */
+        pt_walk_cursor regs = w->at, *c = plain ? &regs : &w->at;
+        /* inside a hidden subtree every call leaves the plain scan's loop; its
+         * returns do too, as the words above the hiding one are marked */
+        const uint8_t *shows = w->hiding ? w->ps.hidden_now : w->ps.shows;
+        uint32_t *durations_of = w->durations;
+        if (plain)
+            c->deepest = w->ps.unshown_open;
+        const pt_event *block = ev;
         for (; ev < stop; ev++) {
             uint32_t word = ev->key_kind;
+            int64_t ns;
             if (!(word & (PT_EV_PY_RETURN | PT_EV_PY_SEED))) {    /* PY_CALL or C_CALL */
                 uint32_t key = word >> PT_KEY_SHIFT;
-                if (!shows[key < n_shows ? key : n_shows])
+                if (plain && !shows[key < n_shows ? key : n_shows])
                     break;
-                ticks += ev->delta;
-                entries[n] = word;
-                ords[n] = ordinals++;
-                if (durations)
-                    starts[n] = ns0 + (int64_t)((double)(ticks - tick0) * ns_per_tick);
-                deepest = n > deepest ? n : deepest;
-                n++;
-                continue;
-            }
-            /* pt_walk_closes's commonest case, inline: a return of the top call */
-            if (entries[n - 1] != (word ^ 1))
+                c->ticks += ev->delta;
+                ns = pt_walk_ns_of(c->ticks, tick0, ns0, ns_per_tick);
+                if (!plain && ns < w->now && w->has_now) {
+                    rc = PT_ERR_ARG;    /* time ran backwards: a damaged file's deltas */
+                    break;
+                }
+                rc = pt_walk_open(w, c, mode, word, ns, 1);
+            } else if (pt_walk_closes_top(c->words, c->n, word)) {
+                c->ticks += ev->delta;
+                ns = pt_walk_ns_of(c->ticks, tick0, ns0, ns_per_tick);
+                if (!plain && ns < w->now && w->has_now) {
+                    rc = PT_ERR_ARG;
+                    break;
+                }
+                rc = pt_walk_close(w, c, mode, ns, 0, durations_of, 1);
+            } else {
                 break;
-            ticks += ev->delta;
-            n--;
-            if (durations) {
-                int64_t d = ns0 + (int64_t)((double)(ticks - tick0) * ns_per_tick) - starts[n];
-                if (d < UINT32_MAX)
-                    durations_of[ords[n]] = (uint32_t)d;
-                else if ((rc = pt_walk_plain_duration(w, ords[n], d)) != PT_OK)
-                    break;
+            }
+            if (rc != PT_OK)
+                break;
+            if (!plain) {
+                w->now = ns;
+                w->has_now = 1;
             }
         }
-        w->ticks = ticks;
-        if (ev > block)
-            p->now_ticks = ticks;
-        p->n = n;
-        w->ordinals = ordinals;
-        if (deepest - p->unshown_open > w->stats.max_depth)
-            w->stats.max_depth = (uint32_t)(deepest - p->unshown_open);
-        if (durations && w->n_durations < ordinals)
-            w->n_durations = ordinals;
+        if (plain) {
+            if (ev > block)
+                w->ps.now_ticks = regs.ticks;
+            /* the plain calls pushed were shown, over the unshown ones below them */
+            if (regs.deepest - w->ps.unshown_open > w->stats.max_depth)
+                w->stats.max_depth = (uint32_t)(regs.deepest - w->ps.unshown_open);
+            w->at = regs;
+        }
         if (ev < stop && rc == PT_OK)
-            rc = pt_walk_plain_event(w, ev++);      /* the event that left the loop */
+            rc = pt_walk_any_event(w, ev++, mode);      /* the event that ended the block */
     }
     return rc;
 }
 
-/* As pt_walk_finish: the calls open at stop end then. */
-static int
-pt_walk_plain_finish(pt_walk *w)
+/* The calls open at stop close then. */
+static inline __attribute__((always_inline)) int
+pt_walk_close_all(pt_walk *w, const int mode, int64_t stop_ns)
 {
-    pt_walk_plain_stack *p = &w->ps;
-    int64_t stop_ns = pt_walk_ns(w, w->t.stop_ticks);
-    uint64_t open = 0;
-    for (uint64_t i = 0; i < p->n; i++)
-        open += (pt_walk_plain_flags(p, i) & PT_PLAIN_EMITS) != 0;
     int rc = PT_OK;
-    /* a call open at stop that began after it would stick out, and times beyond
-     * what nanoseconds hold would wrap (damaged deltas or clock) */
-    double span = ((double)p->now_ticks - (double)w->t.tick0) * w->t.ns_per_tick;
-    if ((open && stop_ns < pt_walk_ns(w, p->now_ticks)) || !(span < 9e18 && span > -9e18))
-        rc = PT_ERR_ARG;
-    if (rc == PT_OK) {
-        w->open_ordinals = malloc((open ? open : 1) * sizeof *w->open_ordinals);
-        if (!w->open_ordinals)
-            rc = PT_ERR_NOMEM;
-    }
-    for (uint64_t i = 0; rc == PT_OK && i < p->n; i++) {
-        uint8_t flags = pt_walk_plain_flags(p, i);
-        if (flags & PT_PLAIN_EMITS)
-            w->open_ordinals[w->n_open_ordinals++] = p->ordinals[i];
-        w->stats.open_at_stop += (flags & PT_PLAIN_SHOWN) != 0;
-    }
-    for (; rc == PT_OK && p->n; p->n--) {
-        uint64_t i = p->n - 1;
-        if (w->keep_durations && (pt_walk_plain_flags(p, i) & PT_PLAIN_EMITS))
-            rc = pt_walk_plain_duration(w, p->ordinals[i], stop_ns - p->starts[i]);
-    }
-    /* every shown call ended once (at its return or at stop) */
-    w->stats.slices = w->ordinals - p->unshown;
-    if (rc == PT_OK && w->n_long)
-        qsort(w->long_durations, w->n_long, sizeof *w->long_durations, pt_walk_compare_long);
-    w->finished = 1;
+    while (rc == PT_OK && w->at.n)
+        rc = pt_walk_close(w, &w->at, mode, stop_ns, 1, w->durations, 0);
     return rc;
 }
+
+/* ---- feeding and finishing ---- */
 
 int
 pt_walk_feed(pt_walk *w, const pt_event *events, uint64_t n)
 {
     if (w->finished)
         return PT_ERR_STATE;
-    if (w->plain)
-        return w->keep_durations ? pt_walk_plain_run(w, events, events + n, 1)
-                                 : pt_walk_plain_run(w, events, events + n, 0);
-    for (uint64_t i = 0; i < n; i++) {
-        const pt_event *ev = &events[i];
-        uint32_t kind = ev->key_kind & PT_KIND_MASK;
-        uint32_t key = ev->key_kind >> PT_KEY_SHIFT;
-        if (kind > PT_EV_PY_SEED) {     /* aux (a sub-kind not known here is skipped) */
-            w->ticks += (int64_t)pt_event_ticks(ev);
-            int is_args = pt_is_aux(ev->key_kind, PT_AUX_ARGS);
-            if (is_args || pt_is_aux(ev->key_kind, PT_AUX_TAG)) {
-                if (w->stream)
-                    w->stale = 1;   /* a name or region decided later: the scan's to know */
-                uint32_t index = pt_aux_payload(ev->key_kind);
-                if (w->n_calls && w->calls[w->n_calls - 1].emits)
-                    w->calls[w->n_calls - 1].tag = is_args ? index | PT_TAG_ARGS_BIT : index;
-            }
-            continue;
-        }
-        w->ticks += ev->delta;
-        int64_t ts = pt_walk_ns(w, w->ticks);
-        if (ts < w->now && w->has_now)
-            return PT_ERR_ARG;      /* time ran backwards: a damaged file's deltas */
-        int rc = PT_OK;
-        if (kind == PT_EV_PY_RETURN || kind == PT_EV_C_RETURN) {
-            rc = pt_walk_return(w, ev->key_kind, ts);   /* pops settle what they pop */
-        } else {
-            rc = pt_walk_push(w, kind, key, ts);
-        }
-        if (rc != PT_OK)
-            return rc;
-        w->now = ts;
-        w->has_now = 1;
+    if (!w->plain)
+        return pt_walk_run(w, events, events + n, PT_WALK_FULL);
+    return w->keep_durations ? pt_walk_run(w, events, events + n, PT_WALK_PLAIN_DURATIONS)
+                             : pt_walk_run(w, events, events + n, PT_WALK_PLAIN);
+}
+
+/* The plain scan's finish, as the full walk's */
+static inline __attribute__((always_inline)) int
+pt_walk_plain_finish(pt_walk *w, const int mode)
+{
+    const pt_walk_cursor *c = &w->at;
+    int64_t stop_ns = pt_walk_ns(w, w->t.stop_ticks);
+    uint64_t open = 0;
+    for (uint64_t i = 0; i < c->n; i++)
+        open += (pt_walk_plain_flags(w, c, i) & PT_PLAIN_EMITS) != 0;
+    int rc = PT_OK;
+    /* a call open at stop that began after it would stick out, and times beyond
+     * what nanoseconds hold would wrap (damaged deltas or clock) */
+    double span = ((double)w->ps.now_ticks - (double)w->t.tick0) * w->t.ns_per_tick;
+    if ((open && stop_ns < pt_walk_ns(w, w->ps.now_ticks)) || !(span < 9e18 && span > -9e18))
+        rc = PT_ERR_ARG;
+    if (rc == PT_OK) {
+        w->open_ordinals = malloc((open ? open : 1) * sizeof *w->open_ordinals);
+        if (!w->open_ordinals)
+            rc = PT_ERR_NOMEM;
     }
-    return PT_OK;
+    for (uint64_t i = 0; rc == PT_OK && i < c->n; i++) {
+        uint8_t flags = pt_walk_plain_flags(w, c, i);
+        if (flags & PT_PLAIN_EMITS)
+            w->open_ordinals[w->n_open_ordinals++] = c->ords[i];
+        w->stats.open_at_stop += (flags & PT_PLAIN_SHOWN) != 0;
+    }
+    if (rc == PT_OK)
+        rc = pt_walk_close_all(w, mode, stop_ns);
+    /* every shown call ended once (at its return or at stop) */
+    w->stats.slices = c->ordinals - w->ps.unshown;
+    if (mode == PT_WALK_PLAIN_DURATIONS)
+        w->n_durations = c->ordinals;
+    if (rc == PT_OK && w->n_long)
+        qsort(w->long_durations, w->n_long, sizeof *w->long_durations, pt_walk_compare_long);
+    w->finished = 1;
+    return rc;
 }
 
 int
@@ -1050,9 +1137,10 @@ pt_walk_finish(pt_walk *w)
     if (w->finished)
         return PT_OK;
     if (w->plain)
-        return pt_walk_plain_finish(w);
+        return w->keep_durations ? pt_walk_plain_finish(w, PT_WALK_PLAIN_DURATIONS)
+                                 : pt_walk_plain_finish(w, PT_WALK_PLAIN);
     int64_t stop_ns = pt_walk_ns(w, w->t.stop_ticks);
-    int rc = pt_walk_settle_top(w);
+    int rc = pt_walk_settle_top(w, &w->at);
     /* calls open at stop end then; one that ended after it would stick out */
     if (rc == PT_OK && w->has_now && stop_ns < w->now && w->n_nodes)
         rc = PT_ERR_ARG;
@@ -1068,8 +1156,8 @@ pt_walk_finish(pt_walk *w)
             if (!w->nodes[i].is_region)
                 w->open_ordinals[w->n_open_ordinals++] = w->nodes[i].ordinal;
     }
-    while (rc == PT_OK && w->n_calls)
-        rc = pt_walk_pop(w, stop_ns, 1);
+    if (rc == PT_OK)
+        rc = pt_walk_close_all(w, PT_WALK_FULL, stop_ns);
     /* regions opened at the top level close with the thread's last call */
     while (rc == PT_OK && w->n_nodes)
         rc = pt_walk_end_node(w, w->max_end, 0);
@@ -1090,7 +1178,7 @@ int
 pt_walk_get_stats(const pt_walk *w, pt_walk_stats *out)
 {
     *out = w->stats;
-    out->calls_begun = w->ordinals;
+    out->calls_begun = w->at.ordinals;
     return PT_OK;
 }
 
@@ -1137,7 +1225,7 @@ pt_walk_consume(pt_walk *w, uint64_t n)
 int
 pt_walk_keep_durations(pt_walk *w, uint64_t expected)
 {
-    if (w->scan || w->stream || w->ordinals)
+    if (w->scan || w->stream || w->at.ordinals)
         return PT_ERR_STATE;        /* a scan, before it is fed */
     /* sized once (a first scan counted the calls): no doubling slack */
     if (expected && pt_grow((void **)&w->durations, &w->cap_durations, expected,
@@ -1171,7 +1259,7 @@ pt_walk_consume_slices(pt_walk *w)
 int
 pt_walk_fill_table(pt_walk *w, pt_slice *out, uint64_t cap)
 {
-    if (!w->scan || w->ordinals || w->table)
+    if (!w->scan || w->at.ordinals || w->table)
         return PT_ERR_STATE;        /* an emitting walk, before it is fed */
     w->table = out;
     w->cap_table = cap;

@@ -301,11 +301,11 @@ def _stop_ticks(events):
                        max_size=len(NAMES)),
        splits=st.lists(st.integers(1, 7), max_size=20))
 def test_plain_scan_gives_the_slice_pipelines_calls(program, hidden, splits):
-    """A trace without tags, args or min_duration is scanned by the plain scan's
-    tight loop (pt_walk_plain_run): seeds, hidden keys, carriers, returns that
-    close several calls or none, and the clock's TIME records leave it and come
-    back; its counts, calls open at stop and durations (the JSON walk's) must be
-    the slice pipeline's."""
+    """A trace without tags, args or min_duration is scanned by the plain scan (the
+    pairing engine's plain mode, pt_walk_run): seeds, hidden keys, carriers, returns
+    that close several calls or none, and the clock's TIME records leave its inline
+    loop and come back; its counts, calls open at stop and durations (the JSON
+    walk's) must be the slice pipeline's."""
     events = [e for e in _events(program) if e[2] not in (TAG, ARGS_AUX)]
     hidden[0] = 0
     assert _streamed(events, hidden, 0, _stop_ticks(events), splits, [None], []) == \
