@@ -1217,7 +1217,8 @@ pt_walk_consume(pt_walk *w, uint64_t n)
 {
     if (n > w->n_records)
         n = w->n_records;
-    memmove(w->records, w->records + n, (w->n_records - n) * sizeof *w->records);
+    if (n < w->n_records)   /* (no records yet: records may be NULL, which memmove may not get) */
+        memmove(w->records, w->records + n, (w->n_records - n) * sizeof *w->records);
     w->n_records -= n;
     w->base += n;
 }
