@@ -17,9 +17,10 @@ trace does once:
               a first export of the trace to /dev/null-like tmpfs files: the
               counting and every walk the export does, encoding included
 
-and prints events/s (M) for each. --callgrind runs the counting and the scan of a
-smaller trace (fib(22)) under valgrind's callgrind, collecting only inside the C
-functions that do them, and prints instructions per event.
+and prints events/s (M) for each. --callgrind runs the counting, the scan and the
+walks of a first .pftrace and a first .json (the scan and emitting walks, not the
+encoding) of a smaller trace (fib(22)) under valgrind's callgrind, collecting only
+inside the C functions that walk, and prints instructions per event.
 """
 import argparse
 import os
@@ -82,8 +83,17 @@ def main():
     ap.add_argument("--fib", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--callgrind", action="store_true")
-    ap.add_argument("--inner", choices=("count", "scan"), help=argparse.SUPPRESS)
+    ap.add_argument("--inner", choices=("count", "scan", "pftrace", "json"),
+                    help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.inner in ("pftrace", "json"):
+        directory = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        try:
+            _, events = first_export(a.fib, "." + a.inner, directory)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        print("EVENTS", events)
+        return
     if a.inner:
         trace = traced(a.fib)
         streams = fresh_streams(trace)
@@ -113,8 +123,8 @@ def main():
 
 def callgrind(a):
     n = 22 if a.fib == 32 else a.fib
-    for what in ("count", "scan"):
-        toggles = [f"--toggle-collect={f}" for f in SCAN_FUNCTIONS]
+    for what in ("count", "scan", "pftrace", "json"):
+        toggles = [f"--toggle-collect={f}" for f in SCAN_FUNCTIONS]    # (no encoder's)
         r = subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no",
                             "--callgrind-out-file=/dev/null", *toggles, sys.executable,
                             os.path.abspath(__file__), "--inner", what, "--fib", str(n)],
@@ -124,7 +134,7 @@ def callgrind(a):
         if r.returncode or not found or "EVENTS" not in r.stdout:
             raise SystemExit(f"callgrind {what} failed:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
         events = int(r.stdout.split("EVENTS", 1)[1].split()[0])
-        print(f"{what:6} fib({n}) {events} events: {int(found.group(1)) / events:7.2f} "
+        print(f"{what:7} fib({n}) {events} events: {int(found.group(1)) / events:7.2f} "
               f"instructions per event")
 
 
