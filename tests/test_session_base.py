@@ -37,3 +37,23 @@ def test_a_ring_session_is_handed_its_recorder_from_the_top(tmp_path):
         assert type(pytrace_cffi._running.session.flight) is FlightRecorder
     finally:
         pytrace_cffi.stop()
+
+
+def test_a_failed_start_leaves_no_temporary_job(tmp_path, monkeypatch):
+    """A flight recorder without output records into a temporary job: a start()
+    that fails (another profiler's hook, say) leaves nothing of it behind."""
+    import glob
+    monkeypatch.setenv("TMPDIR", str(tmp_path))         # where the job is made
+
+    def refused(self):
+        raise RuntimeError("refused")
+    monkeypatch.setattr(Session, "start", refused)
+    try:
+        pytrace_cffi.start(flight_recorder="1M")
+    except RuntimeError:
+        pass
+    else:
+        pytrace_cffi.stop()
+        raise AssertionError("start() did not fail")
+    assert not pytrace_cffi._running.has_session()
+    assert glob.glob(str(tmp_path / "pytrace_cffi-flight-*")) == []

@@ -357,7 +357,10 @@ class FollowSession(Session):
         self._saved_env = None
 
     def forget_output_file(self):
-        """start() failed: nothing made for the output stays."""
+        """start() failed: nothing made for the output stays (a temporary job, the
+        job of output=FILE)."""
+        if self.temporary_job:
+            shutil.rmtree(self.job_dir, ignore_errors=True)
         if self._finish is None:
             return
         live.request_as(self._encoding_before)
