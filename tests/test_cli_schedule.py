@@ -216,3 +216,20 @@ def test_numbered_windows_keep_the_output_format(tmp_path, out, windows):
         else:
             counter = names(tmp_path / window)
         assert steps_in(counter) == steps
+
+
+def test_numbered_windows_keep_their_processes_in_numbered_directories(tmp_path):
+    """--processes-dir DIR with numbered windows: each window's per-process traces
+    stay in DIR.<n>/, beside its OUT.<n>."""
+    (tmp_path / "prog.py").write_text(STEP_LOOP)
+    proc = run_cli(tmp_path, "--schedule", "2,1,2,2", "-o", "t.json", "--processes-dir",
+                   "kept", "prog.py")
+    assert proc.returncode == 0, proc.stderr
+    made = sorted(p.name for p in tmp_path.iterdir() if p.name != "prog.py")
+    assert made == ["kept.1", "kept.2", "t.1.json", "t.2.json"], made
+    for window, steps in (("1", [(3, 1), (4, 1)]), ("2", [(8, 1), (9, 1)])):
+        [process] = [p for p in (tmp_path / f"kept.{window}").iterdir()
+                     if p.name.startswith("proc-")]
+        counter = collections.Counter(c.name for c in pytrace_cffi.load(process))
+        assert steps_in(counter) == steps
+        assert steps_in(names(tmp_path / f"t.{window}.json")) == steps
