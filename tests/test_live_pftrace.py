@@ -116,14 +116,14 @@ fib(14)
 API_PROGRAM = """
 import sys
 import pytrace_cffi
-from pytrace_cffi.follow import session
+from pytrace_cffi.follow import finish
 
-class Kept(session.RunFinish):
+class Kept(finish.RunFinish):
     def __init__(self, job_dir, output, fmt):
         super().__init__(job_dir, output, keep=True, fmt=fmt)
         print("JOB", job_dir)
 
-session.RunFinish = Kept
+finish.RunFinish = Kept
 pytrace_cffi.start(output=sys.argv[1], max_events=65536)
 """ + PROGRAM.format(args="") + """
 result = pytrace_cffi.stop()

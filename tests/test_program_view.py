@@ -169,3 +169,21 @@ def test_modules_kept_aside_are_given_back_to_two_threads_at_once(tmp_path):
                           env=environment(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["[]", "0"]
+
+
+@pytest.mark.parametrize("options", [
+    "follow_children=True, output='job'", "flight_recorder='1M', output='job'",
+    "flight_recorder='1M'"])
+def test_following_imports_nothing_that_registers_fork_hooks(tmp_path, options):
+    """What every followed process runs to start tracing (the bootstrap's start(),
+    a forked child's session) imports neither tempfile nor random: random's
+    at-fork hook, registered after ours, would run traced in each forked child
+    (random.Random.seed in its trace), and both would be the program's modules."""
+    script = ("import sys\nimport pytrace_cffi\n"
+              f"pytrace_cffi.start({options})\n"
+              "print(sorted(m for m in ('tempfile', 'random') if m in sys.modules))\n"
+              "pytrace_cffi.stop()\n")
+    proc = subprocess.run([sys.executable, "-S", "-c", script], cwd=tmp_path,
+                          env=environment(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[]", proc.stdout

@@ -10,7 +10,6 @@ and keeps the spill going when its place is removed or fills up.
 import contextlib
 import json
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -27,9 +26,7 @@ from ..options import plan as start_plan
 from ..spill import note_spill_problem
 from . import exits, identity, live
 from .exits import finish_here, install_exit_paths, restore_exit_paths
-from .finish import RunFinish, job_dir_for
 from .ring import describe_ring
-from .written import WrittenTrace
 from .identity import (BOOT_DIR, DEFAULT_MAX_EVENTS, ENV, JOB_FILE, KEYS_FILE, PROCESS_FILE,
                        _command_line, _new_process_dir, _run_over, _say, _write_json,
                        overflow_dir, overflow_dirs, process_facts)
@@ -227,6 +224,7 @@ class _KeyNames:
         directory goes. Returns whether it worked (else place is removed)."""
         if self.live is not None:
             self.live.abandon("the process's trace moved while it ran")
+        import shutil
         target = os.path.join(place, "events.bin")
         if lib.pt_spill_move(self.ptr, os.fsencode(target)) != lib.PT_OK:
             shutil.rmtree(place, ignore_errors=True)
@@ -292,6 +290,9 @@ class FollowSession(Session):
         self._finish = None
         self._encoding_before = live.requested_compress()
         if plan.output_file is not None:       # FILE written from a job of its own
+            # (here only: what writes a job is not every followed process's start-up:
+            # its imports, tempfile's and random's, would be the program's too)
+            from .finish import RunFinish, job_dir_for
             job_dir = job_dir_for(plan.output_file)
             self._finish = RunFinish(job_dir, plan.output_file, fmt=plan.format)
             self.sigterm_waits = exits.sigterm_waits   # stop() writes FILE within it
@@ -360,12 +361,14 @@ class FollowSession(Session):
         """start() failed: nothing made for the output stays (a temporary job, the
         job of output=FILE)."""
         if self.temporary_job:
+            import shutil
             shutil.rmtree(self.job_dir, ignore_errors=True)
         if self._finish is None:
             return
         live.request_as(self._encoding_before)
         if self.follows_children:
             exits.owe_run_finish(None)
+        import shutil
         shutil.rmtree(self._finish.job_dir, ignore_errors=True)
 
     def write_output_file(self, result):
@@ -376,6 +379,7 @@ class FollowSession(Session):
         live.request_as(self._encoding_before)
         if self.follows_children:
             exits.owe_run_finish(None)
+        from .written import WrittenTrace
         written = self._finish.run()
         return WrittenTrace(self.output_file, bool(written), result.threads,
                             result.dropped_events)
@@ -410,6 +414,7 @@ class FollowSession(Session):
             # Nothing of it stays: no environment, no wrapped exits, no directory.
             self._restore_environment()
             restore_exit_paths()
+            import shutil
             shutil.rmtree(self.process_dir, ignore_errors=True)
             if self.root:
                 with contextlib.suppress(OSError):
@@ -490,6 +495,7 @@ class FollowSession(Session):
         directory as a followed process's trace is (the job's finish reads it)."""
         trace = super().result()
         if self.temporary_job:
+            import shutil
             shutil.rmtree(self.job_dir, ignore_errors=True)
         else:
             from ..model.saved import save
