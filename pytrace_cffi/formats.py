@@ -175,18 +175,11 @@ def numbered(path, number, fmt=None):
     one its name picks): out.json -> out.1.json, out.JSON.GZ -> out.1.JSON.GZ
     (.html and .pftrace alike), dir -> dir.1/ (the separator keeps a directory
     a directory whatever its name)."""
-    head, tail = numbered_parts(path, fmt)
-    return f"{head}.{number}{tail}"
-
-
-def numbered_parts(path, fmt=None):
-    """(head, tail) of path's numbered names (see numbered): window n is named
-    f"{head}.{n}{tail}"."""
     fmt = fmt or format_of(path)
     if fmt.directory:
-        return path.rstrip(os.sep), os.sep
+        return f"{path.rstrip(os.sep)}.{number}{os.sep}"
     suffix = next(s for s in fmt.suffixes if path.lower().endswith(s))
-    return path[:-len(suffix)], path[-len(suffix):]
+    return f"{path[:-len(suffix)]}.{number}{path[-len(suffix):]}"
 
 
 def beside(path, tail):

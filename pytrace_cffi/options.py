@@ -212,10 +212,13 @@ def for_output(options, output, dumps_beside):
 def output_file(output):
     """The file start(output=...) writes at stop() when output's name picks a file
     format (out.pftrace, out.json, ...), else None (a directory, or no output)."""
-    if output is None:
-        return None
-    fmt = find(output)
-    return output if fmt is not None and fmt is not DIRECTORY else None
+    return output if file_format(output) is not None else None
+
+
+def file_format(output):
+    """The Format of output_file(output), or None."""
+    fmt = None if output is None else find(output)
+    return fmt if fmt is not None and fmt is not DIRECTORY else None
 
 
 def _writable_place(path):
@@ -423,7 +426,7 @@ EVENT_BYTES = 8
 class StartPlan:
     """start()'s options checked, and what follows from them decided once, here:
     which session records and where its output goes. The sessions read these
-    fields and decide none of them again (plan() makes one).
+    fields and decide none of them again.
 
     options      check()'s, without follow_children; with the flight recorder,
                  dumps_dir absolute (default_dumps_dir of output when not given)
@@ -450,8 +453,7 @@ class StartPlan:
             if options["dump_signal"] is None:
                 import signal
                 options["dump_signal"] = int(signal.SIGUSR1)
-        found = find(self.output) if self.output is not None else None
-        self.format = found if found is not None and not found.directory else None
+        self.format = file_format(self.output)
         self.output_file = self.output if self.format is not None else None
         self.options = options
 
@@ -460,11 +462,6 @@ class StartPlan:
         """Whether a FollowSession records it (children followed, a file written
         at stop(), a flight recorder's ring), not a plain Session."""
         return bool(self.follow or self.output_file or self.ring)
-
-
-def plan(given):
-    """The StartPlan of start()'s options given (see check)."""
-    return StartPlan(check(given))
 
 
 def session_options(given):

@@ -604,7 +604,7 @@ def test_cli_window_closes_after_hook_lost(tmp_path):
     out = str(tmp_path / "out.json")
     plan = RunPlan(output=out, options={}, follow=False, spill=False, keep_in=None,
                    signum=None, schedule=None, delay=0, duration=None,
-                   format=formats.of(out), names=formats.numbered_parts(out))
+                   format=formats.of(out))
     windows = Run(plan, lambda result, path: written.append((function_names(result), path)))
     windows.whole_run()
     try:

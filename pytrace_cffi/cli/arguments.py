@@ -9,12 +9,9 @@ from .. import formats, options as start_options
 from .steps import parse_schedule
 
 
-REFUSED = "pytrace_cffi: cannot write trace to {path!r}: {reason}"
-
-
 def refuse_output(path, reason):
     """Exits (code 2) with the one-line refusal of an output that cannot be written."""
-    print(REFUSED.format(path=path, reason=reason), file=sys.stderr)
+    print(f"pytrace_cffi: cannot write trace to {path!r}: {reason}", file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -41,14 +38,12 @@ def _processes_dir_problem(path):
 
 class RunPlan:
     """`run`'s arguments, checked together, and what follows from them decided
-    once: OUT (absolute), its format and the names of its numbered windows
-    (window n: f"{head}.{n}{tail}", names; keep_names for --processes-dir's),
-    start()'s options, how windows open (signum, schedule, delay/duration, else
+    once: OUT (absolute) and its format, start()'s options, how windows open (signum, schedule, delay/duration, else
     the whole run), and whether children are followed (keep_in: --processes-dir)
     or a window spills; notes: what to say of them once the program is found."""
 
     def __init__(self, output, options, follow, spill, keep_in, signum, schedule,
-                 delay, duration, format, names, keep_names=None, notes=()):
+                 delay, duration, format, notes=()):
         self.output = output
         self.options = options
         self.follow = follow
@@ -59,8 +54,6 @@ class RunPlan:
         self.delay = delay
         self.duration = duration
         self.format = format
-        self.names = names
-        self.keep_names = keep_names
         self.notes = notes      # lines for stderr once the program is found
 
     @classmethod
@@ -70,21 +63,16 @@ class RunPlan:
         _check_combinations(args)
         out, keep_in = args.output, args.processes_dir
         # What OUT's name says, asked once: whether it (and --processes-dir) can
-        # be written, its format, its windows' names, the dumps beside it.
+        # be written, its format, the dumps beside it.
         refusals = [(out, formats.unwritable(out))]
         if keep_in is not None:
             refusals += [(keep_in, _processes_dir_problem(keep_in)
                           or formats.unwritable(keep_in.rstrip(os.sep) + os.sep))]
+        fmt = formats.of(out)               # (NO_FORMAT for a name refused below)
+        dumps_beside = formats.beside(out, start_options.DUMPS_BESIDE)
         for path, reason in refusals:       # (a bad OUT fails now, not after the program ran)
             if reason is not None:
-                print(REFUSED.format(path=path, reason=reason), file=sys.stderr)
-                raise SystemExit(2)
-        fmt = formats.of(out)
-        head, tail = formats.numbered_parts(out, fmt)
-        names = (os.path.abspath(head), tail)       # (OUT is made absolute below)
-        keep_names = (None if keep_in is None
-                      else formats.numbered_parts(keep_in, formats.DIRECTORY))
-        dumps_beside = formats.beside(out, start_options.DUMPS_BESIDE)
+                refuse_output(path, reason)
         options = start_options.from_arguments(args)
         try:
             start_options.check(options)
@@ -105,8 +93,7 @@ class RunPlan:
                    spill=bool(args.spill and not follow),
                    keep_in=keep_in if follow else None, signum=signum,
                    schedule=schedule, delay=args.delay, duration=args.duration,
-                   format=fmt, names=names, keep_names=keep_names if follow else None,
-                   notes=notes)
+                   format=fmt, notes=notes)
 
 
 def _check_combinations(args):

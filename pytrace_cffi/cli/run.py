@@ -1,6 +1,6 @@
 """`run`'s output, from the program's start to OUT: one Run, made once per run
-from its RunPlan (cli/arguments.py: OUT, its format and its windows' names,
-decided there once, and the options), owns the tracing windows (the whole
+from its RunPlan (cli/arguments.py: OUT and its format, decided there once,
+and the options), owns the tracing windows (the whole
 run, or windows opened and closed by a signal, each signal toggling and each
 window getting its own numbered file, or one window bounded by --delay and
 --duration; the steps a --schedule picks: see steps.py), the job of each
@@ -96,7 +96,6 @@ class Run:
         options = plan.options
         self._output = plan.output
         self._format = plan.format
-        self._names, self._keep_names = plan.names, plan.keep_names
         # A .pftrace window that keeps every event (no --max-events, no flight
         # recorder) is encoded while the program runs, as with children followed:
         # start(output=OUT), whose stop() writes OUT.
@@ -155,8 +154,8 @@ class Run:
         timer.registered.wait()
 
     def _window_path(self, number):
-        head, tail = self._names
-        return f"{head}.{number}{tail}" if self._numbered else self._output
+        return (formats.numbered(self._output, number, self._format) if self._numbered
+                else self._output)
 
     # -- windows -------------------------------------------------------------
     def open(self, noop=False):
@@ -185,8 +184,7 @@ class Run:
         path = self._window_path(number)
         keep_in = self._keep_in
         if self._numbered and keep_in is not None:
-            head, tail = self._keep_names
-            keep_in = f"{head}.{number}{tail}"
+            keep_in = formats.numbered(keep_in, number, formats.DIRECTORY)
         finish = self._job_finish = RunFinish(job_dir_for(path, keep_in), path,
                                               self._keep_in is not None, self._write,
                                               fmt=self._format)

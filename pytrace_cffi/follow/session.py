@@ -22,7 +22,7 @@ from .._names import kind_of_source as _kind, name_for_source, path_prefixes
 from .._status import check
 from .._tracer import USE_MONITORING, Session
 from ..model.saved_format import hash_id
-from ..options import plan as start_plan
+from ..options import StartPlan
 from ..spill import note_spill_problem
 from . import exits, identity, live
 from .exits import finish_here, install_exit_paths, restore_exit_paths
@@ -360,15 +360,14 @@ class FollowSession(Session):
     def forget_output_file(self):
         """start() failed: nothing made for the output stays (a temporary job, the
         job of output=FILE)."""
+        import shutil
         if self.temporary_job:
-            import shutil
             shutil.rmtree(self.job_dir, ignore_errors=True)
         if self._finish is None:
             return
         live.request_as(self._encoding_before)
         if self.follows_children:
             exits.owe_run_finish(None)
-        import shutil
         shutil.rmtree(self._finish.job_dir, ignore_errors=True)
 
     def write_output_file(self, result):
@@ -527,7 +526,8 @@ def continue_in_forked_child(session, flight_recorder):
 
 def _start_child_session(job_dir, options, flight_recorder):
     install_exit_paths(root=False)        # first: a SIGTERM now still exits as it would
-    child = FollowSession(start_plan(dict(options, output=job_dir, follow_children=True)),
+    # (options: the parent's, checked and whole: its plan's, as its children are told)
+    child = FollowSession(StartPlan(dict(options, output=job_dir, follow_children=True)),
                           root=False, forked=True, recorder=flight_recorder)
     _running.session = child
     try:
