@@ -174,6 +174,12 @@ def start(**options):
         defaults to 2**20) and a .pftrace is encoded on another thread as the
         program runs, so little is left to do at stop(). With follow_children the
         file holds every process followed.
+      processes_dir (path, or True): with output, the trace written at stop() is
+        made from a job's per-process traces (as with children followed) that
+        stay in this directory, new or empty (True: a temporary one, removed
+        once written, as for any output file); output may then name a
+        directory too, written as one saved trace rather than used as the job's
+        directory. `run --processes-dir DIR` is this option.
       include, exclude (glob or list of globs): record only Python functions whose
         source file matches an include pattern and no exclude pattern (fnmatch on
         the full path, e.g. "*/mypkg/*"), and only the built-ins they call. On

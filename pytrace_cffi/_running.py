@@ -5,6 +5,7 @@ stop_at_exit() (pytrace_cffi's atexit, and a followed process's exit).
 The public start() (pytrace_cffi/__init__.py) makes the session; all that ends
 one (the public API, follow/'s exit paths, `run`) stops it here, below them all,
 so no layer reaches up to the package for it."""
+import contextlib
 import sys
 import threading
 
@@ -31,47 +32,77 @@ def stop():
     where the hook was lost, when (after which recorded event) and to what, and
     what was recorded up to then; the same facts are in the trace's hook_lost.
     A hook found in place of ours is left alone."""
+    result, _, failure = _stop(None)
+    if failure is not None:
+        raise failure
+    return result
+
+
+def stop_holding(hold):
+    """stop() as `run` ends a window: (its trace, whether a Ctrl-C came while it
+    was saved, the TraceError stop() would raise or None). hold
+    (cli.run.interrupts_held: a context manager yielding a list that gets an
+    entry per Ctrl-C) is around stopping the session and reading its trace, so
+    that a trace is never left half saved; not around writing
+    start(output=FILE)'s file from it, which a Ctrl-C interrupts (the job's
+    per-process traces stay, and a line says how to finish it), or which one
+    that came before skips."""
+    return _stop(hold)
+
+
+def _stop(hold):
     global session
     with lock:
         running, session = session, None
         if running is None:
             raise TracerStateError("pytrace_cffi is not tracing; call start() first")
-        waits = running.sigterm_waits    # start(output=FILE)
-        if waits is not None:
-            with waits():       # a SIGTERM meanwhile waits until FILE is written
-                running.stop()
-                return _stopped(running)
-        running.stop()
-    return _stopped(running)
+        came = None
+        if running.sigterm_waits is None and hold is None:
+            running.stop()          # at once: the calls made before it are recorded
+            result, hook_lost = _read(running)
+        else:
+            # start(output=FILE): a SIGTERM meanwhile waits until FILE is written
+            with (running.sigterm_waits or contextlib.nullcontext)():
+                with (hold or contextlib.nullcontext)() as came:
+                    running.stop()
+                    result, hook_lost = _read(running)
+                result = running.write_output_file(result, interrupted=bool(came))
+    return result, bool(came), _stopped(running, result, hook_lost)
 
 
-def _stopped(session):
-    """stop()'s result of session, stopped (see there)."""
+def _read(session):
+    """(session's trace, its hook_lost entries), session stopped."""
     result = session.result()
     hook_lost = finish_hook_losses(session, result)
     if hook_lost:
+        result.hook_lost = hook_lost
+    return result, hook_lost
+
+
+def _stopped(session, result, hook_lost):
+    """What stop() of session, stopped and read into result (see there), raises
+    (a TraceError, returned) or warns of (the warnings point at stop()'s caller)."""
+    if hook_lost:
         import warnings
         from ._hook_losses import hook_loss_message
-        result.hook_lost = hook_lost
-        warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=3)
-    result = session.write_output_file(result)     # start(output="out.pftrace")
+        warnings.warn(hook_loss_message(hook_lost), TraceWarning, stacklevel=4)
     failure = session.hot_error()
     problem = session.spill_problem     # spill.finish_spill
     if failure or problem:
-        raise TraceError("; ".join(filter(None, [failure and f"tracing failed: {failure}",
+        return TraceError("; ".join(filter(None, [failure and f"tracing failed: {failure}",
                                                   problem])), trace=result)
     if session.recorders_lost:
         import warnings
         for recorder in session.recorders_lost:
             warnings.warn(TraceWarning("{%s}: %s" % (recorder.option, recorder.lost),
-                                       options={recorder.option: None}), stacklevel=3)
+                                       options={recorder.option: None}), stacklevel=4)
     if result.dropped_events and session.flight is None:
         import warnings         # (a flight recorder keeps its newest events only)
         warnings.warn(TraceWarning(f"pytrace_cffi dropped {result.dropped_events} events "
                                    "({max_events} kept the newest; give {output} to keep "
                                    "them all)", options={"max_events": None, "output": ""}),
-                      stacklevel=3)
-    return result
+                      stacklevel=4)
+    return None
 
 
 def _named_output(session):

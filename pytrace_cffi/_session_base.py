@@ -43,7 +43,8 @@ class SessionBase:
     def forget_output_file(self):
         """start() failed: nothing made for the output stays (FollowSession)."""
 
-    def write_output_file(self, result):
+    def write_output_file(self, result, interrupted=False):
         """stop()'s last step: what stop() returns, result or what writing
-        output_file made of it (FollowSession: a WrittenTrace)."""
+        output_file made of it (FollowSession: a WrittenTrace; interrupted: a
+        Ctrl-C came as the trace was saved, and the file is not written)."""
         return result

@@ -12,14 +12,15 @@ the package but formats (which reads a file's name): anything may read it.
 import os
 from collections import namedtuple
 
-from .formats import DIRECTORY, DUMP_FORMATS, beside, find
+from .formats import DIRECTORY, DUMP_FORMATS, beside, find, unwritable
 
 Option = namedtuple("Option", "name kind default help flag negated metavar cli_rank")
 Option.__doc__ = """One option of start().
 
 kind     "bool"; "count" (an int from 1 to its bound, see _COUNT_LIMITS);
          "microseconds" (a number >= 0); "globs" (a glob or a list of them);
-         "path" (a path, or None); "flight" (flight_ring's spec); "dumps" (a
+         "path" (a path, or None); "processes" (a new or empty directory, with
+         an output file); "flight" (flight_ring's spec); "dumps" (a
          path, with the flight recorder); "dump_format" (a name of
          formats.DUMP_FORMATS, with the flight recorder); "signal"
          (signal_number's); "watchdog" (seconds); "milliseconds" (a number >= 0.1,
@@ -28,7 +29,8 @@ help     the words of its line in `run --help` (None: not on the command line;
          start()'s docstring says what each does)
 flag     run's flag for it, or None when run does not offer it (noop; output is
          run's -o, which means OUT there; follow_children is run's default, see
-         --no-follow)
+         --no-follow; processes_dir is --processes-dir, which `run` gives each
+         window's start() with its OUT)
 negated  the flag sets the option to False (--no-modules: with_modules=False)
 """
 
@@ -60,6 +62,7 @@ OPTIONS = (
            "trace says how many), or with --spill written to disk",
            "--max-events", False, "N", 5),
     Option("output", "path", None, None, None, False, None, None),
+    Option("processes_dir", "processes", None, None, None, False, None, None),
     Option("max_depth", "count", None,
            "record a call only while fewer than N recorded calls are open",
            "--max-depth", False, "N", 3),
@@ -130,9 +133,10 @@ OPTIONS = (
 )
 NAMES = tuple(option.name for option in OPTIONS)
 DEFAULTS = {option.name: option.default for option in OPTIONS}
-# What a Session takes: follow_children picks the kind of session instead.
+# What a Session takes: follow_children picks the kind of session instead, and
+# processes_dir is where a FollowSession's job goes.
 SESSION_DEFAULTS = {name: value for name, value in DEFAULTS.items()
-                    if name != "follow_children"}
+                    if name not in ("follow_children", "processes_dir")}
 # run's flags, in the order of its --help
 CLI_OPTIONS = tuple(sorted((o for o in OPTIONS if o.flag), key=lambda o: o.cli_rank))
 
@@ -180,7 +184,8 @@ def _path(name, value, values):
             _writable_place(value)
             return value
         if (values["max_events"] is None and not values["follow_children"]
-                and values["flight_recorder"] in (None, False)):
+                and values["flight_recorder"] in (None, False)
+                and values["processes_dir"] is None):
             raise ValueError("output is where max_events spills events (a directory: give "
                              "max_events too), or the file written at stop(), named "
                              "by its format (out.pftrace, out.json, out.html, ...)")
@@ -189,6 +194,46 @@ def _path(name, value, values):
         raise ValueError("follow_children=True needs output=DIR, the trace directory that "
                          "gets one saved trace per process")
     return None
+
+
+def processes_dir_problem(path):
+    """Why path cannot take a job's per-process traces, or None: it must be new
+    or an empty directory (other processes' traces in it would be joined with
+    this job's) that takes new files (formats.unwritable)."""
+    if not path.strip():
+        return "the name is empty"
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            return "it is a file, not a directory"
+        if os.listdir(path):
+            return ("it is not empty (the per-process traces of one job go into a new "
+                    "or empty directory)")
+    return unwritable(path.rstrip(os.sep) + os.sep)
+
+
+def _processes(name, value, values):
+    """processes_dir: output is the trace written at stop() from a job whose
+    per-process traces stay in this directory (True: a temporary one)."""
+    if value is None:
+        return None
+    if value is not True and not isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError(f"{name} must be a path or True, not {type(value).__name__}")
+    output = values["output"]
+    if output is None or not os.fsdecode(output).strip():
+        raise ValueError(f"{name} goes with output, the trace written at stop() from the "
+                         "per-process traces")
+    output = absolute_output(os.fsdecode(output))
+    if find(output) is DIRECTORY:   # written as a saved trace, not the job's directory
+        problem = unwritable(output)
+        if problem is not None:
+            raise ValueError(f"cannot write {output!r}: {problem}")
+    if value is True:
+        return True
+    value = os.fsdecode(value)
+    problem = processes_dir_problem(value)
+    if problem is not None:
+        raise ValueError(f"cannot keep the per-process traces in {value!r}: {problem}")
+    return os.path.abspath(value)
 
 
 def absolute_output(path):
@@ -413,7 +458,7 @@ def _milliseconds(name, value, values):
     return value
 
 
-_CHECKS = {"count": _count, "path": _path, "microseconds": _microseconds, "globs": _globs,
+_CHECKS = {"count": _count, "path": _path, "processes": _processes, "microseconds": _microseconds, "globs": _globs,
            "flight": _flight, "dumps": _dumps, "dump_format": _dump_format, "signal": _signal,
            "seconds": _seconds,
            "watchdog": _watchdog, "milliseconds": _milliseconds}
@@ -428,14 +473,20 @@ class StartPlan:
     which session records and where its output goes. The sessions read these
     fields and decide none of them again.
 
-    options      check()'s, without follow_children; with the flight recorder,
-                 dumps_dir absolute (default_dumps_dir of output when not given)
-                 and dump_signal a number (SIGUSR1 when not given): what this
-                 process records with, and what the processes it starts are told
+    options      check()'s, without follow_children and processes_dir; with the
+                 flight recorder, dumps_dir absolute (default_dumps_dir of output
+                 when not given) and dump_signal a number (SIGUSR1 when not
+                 given): what this process records with, and what the processes
+                 it starts are told
     follow       follow_children
     output       output (absolute), or None
-    output_file  output when its name picks a file format: written at stop()
+    output_file  output when its name picks a file format, or with processes_dir
+                 (then a directory's name too, for one saved trace): written at
+                 stop() from the job's per-process traces
     format       output_file's Format, or None
+    processes_dir  where output_file's job keeps its per-process traces (an
+                 absolute path), or None: a temporary directory, removed once
+                 the file is written
     ring         the flight recorder's ring: (events, max age in ns or None), or
                  None when it is off
     """
@@ -443,6 +494,7 @@ class StartPlan:
     def __init__(self, checked):
         options = dict(checked)
         self.follow = options.pop("follow_children")
+        self.processes_dir = options.pop("processes_dir", None)   # (a child's plan has none)
         self.output = options["output"]
         self.ring = None
         if options["flight_recorder"]:
@@ -454,7 +506,11 @@ class StartPlan:
                 import signal
                 options["dump_signal"] = int(signal.SIGUSR1)
         self.format = file_format(self.output)
+        if self.processes_dir is not None and self.format is None:
+            self.format = DIRECTORY     # output=DIR: written as one saved trace
         self.output_file = self.output if self.format is not None else None
+        if self.processes_dir is True:  # a temporary one, as for any output file
+            self.processes_dir = None
         self.options = options
 
     @property

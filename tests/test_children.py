@@ -1377,6 +1377,65 @@ def test_run_writes_out_when_the_program_ends_without_returning(tmp_path, follow
     assert left == []
 
 
+def test_start_with_an_output_file_in_a_program_that_execs_python(tmp_path):
+    """start(output=FILE, follow_children=True) in a program that execs python:
+    its trace is saved at the exec and FILE written by the new image at its exit
+    (as `run` does), with both images' calls, not written at the exec with the
+    first image's alone; the temporary job directory is gone."""
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+        import os, sys
+        import pytrace_cffi
+        pytrace_cffi.start(output="out.json", follow_children=True)
+        def unique_launch(): pass
+        unique_launch()
+        os.execv(sys.executable, [sys.executable, "work.py"])
+    """))
+    (tmp_path / "work.py").write_text(textwrap.dedent("""
+        import sys
+        def unique_work(): pass
+        for _ in range(5): unique_work()
+        print("work done")
+        sys.exit(3)
+    """))
+    proc = run_command([sys.executable, "prog.py"], tmp_path, _env_own_tmp(tmp_path), TIMEOUT)
+    assert proc.returncode == 3, proc.stderr
+    assert "work done" in proc.stdout
+    assert proc.stderr.count(" -> ") == 1 and "2 processes" in proc.stderr, proc.stderr
+    assert sorted(sorted(names) for _, _, names in _calls_per_process(tmp_path / "out.json")
+                  .values()) == [["unique_launch"], ["unique_work"]]
+    assert os.listdir(tmp_path / "tmp") == []
+
+
+def test_start_with_processes_dir_writes_a_directory_output_as_one_saved_trace(tmp_path):
+    """processes_dir with output=DIR: DIR is written at stop() as one saved trace
+    of the job (not used as the job's directory); processes_dir=PATH keeps the
+    per-process traces there, True in a temporary directory that goes."""
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+        import subprocess, sys
+        import pytrace_cffi
+        pytrace_cffi.start(output=sys.argv[1], follow_children=True,
+                           processes_dir=True if sys.argv[2] == "temporary" else sys.argv[2])
+        def unique_parent(): pass
+        unique_parent()
+        subprocess.run([sys.executable, "-c", "def unique_child(): pass\\nunique_child()"])
+        result = pytrace_cffi.stop()
+        print("RESULT", type(result).__name__, result.written)
+    """))
+    for out, kept in (("saved", "temporary"), ("saved2", "procs")):
+        proc = run_command([sys.executable, "prog.py", out, kept], tmp_path,
+                           _env_own_tmp(tmp_path), TIMEOUT)
+        assert proc.returncode == 0, proc.stderr
+        assert "RESULT WrittenTrace True" in proc.stdout, proc.stderr
+        assert (tmp_path / out / "meta.json").is_file()
+        assert not list((tmp_path / out).glob("proc-*"))
+        assert sorted(sorted(names) for _, _, names in _calls_per_process(tmp_path / out)
+                      .values()) == [["unique_child"], ["unique_parent"]]
+    assert os.listdir(tmp_path / "tmp") == []
+    assert len(list((tmp_path / "procs").glob("proc-*"))) == 2
+
+
 def test_run_of_a_program_whose_exec_fails_still_writes_out(tmp_path):
     """An exec that fails after the finish was handed over (a followed-looking
     program that cannot run): the process goes on, untraced, and writes OUT with

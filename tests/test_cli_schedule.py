@@ -6,6 +6,7 @@ runs on every interpreter; the real torch on 3.11."""
 import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -233,3 +234,21 @@ def test_numbered_windows_keep_their_processes_in_numbered_directories(tmp_path)
         counter = collections.Counter(c.name for c in pytrace_cffi.load(process))
         assert steps_in(counter) == steps
         assert steps_in(names(tmp_path / f"t.{window}.json")) == steps
+
+
+def test_a_numbered_processes_directory_in_use_leaves_that_window_out(tmp_path):
+    """kept.2/ holding another job's traces (the same command run before): that
+    window is not traced, and says why; the others are, and the program's exit
+    is its own."""
+    (tmp_path / "prog.py").write_text(STEP_LOOP)
+    (tmp_path / "kept.2" / "proc-1").mkdir(parents=True)
+    proc = run_cli(tmp_path, "--schedule", "2,1,2,2", "-o", "t.json", "--processes-dir",
+                   "kept", "prog.py")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^pytrace_cffi: window 2 is not traced: cannot keep the per-process "
+                     rf"traces in '{re.escape(str(tmp_path / 'kept.2'))}/?': it is not empty",
+                     proc.stderr, re.M), proc.stderr
+    made = sorted(p.name for p in tmp_path.iterdir() if p.name != "prog.py")
+    assert made == ["kept.1", "kept.2", "t.1.json"], made
+    assert steps_in(names(tmp_path / "t.1.json")) == [(3, 1), (4, 1)]
+    assert os.listdir(tmp_path / "kept.2") == ["proc-1"]

@@ -116,15 +116,9 @@ fib(14)
 API_PROGRAM = """
 import sys
 import pytrace_cffi
-from pytrace_cffi.follow import finish
 
-class Kept(finish.RunFinish):
-    def __init__(self, job_dir, output, fmt):
-        super().__init__(job_dir, output, keep=True, fmt=fmt)
-        print("JOB", job_dir)
-
-finish.RunFinish = Kept
-pytrace_cffi.start(output=sys.argv[1], max_events=65536)
+# (processes_dir: the per-process trace stays, to be compared with OUT)
+pytrace_cffi.start(output=sys.argv[1], max_events=65536, processes_dir=sys.argv[2])
 """ + PROGRAM.format(args="") + """
 result = pytrace_cffi.stop()
 print("RESULT", type(result).__name__, result.written, result.path == sys.argv[1])
@@ -135,12 +129,13 @@ def test_start_with_a_pftrace_output_encodes_while_the_program_runs(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text(API_PROGRAM)
     out = tmp_path / "api.pftrace"
-    proc = run_command([sys.executable, str(script), str(out)], tmp_path,
+    job = tmp_path / "processes"
+    proc = run_command([sys.executable, str(script), str(out), str(job)], tmp_path,
                        _env_own_tmp(tmp_path), TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     assert "RESULT WrittenTrace True True" in proc.stdout
     assert "encoding the whole trace now" not in proc.stderr
-    job = proc.stdout.split("JOB ", 1)[1].split()[0]
+    assert f"the per-process traces stay in {job}" in proc.stderr
     directory, = glob.glob(f"{job}/proc-*")
     with open(f"{directory}/live.json", encoding="utf-8") as f:
         assert json.load(f)["complete"]

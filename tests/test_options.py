@@ -64,7 +64,7 @@ def test_every_documented_option_is_declared_once():
                      "dump_format", "dump_window", "dump_signal", "watchdog", "log_exceptions",
                      "log_args",
                      "log_args_repr", "log_gc", "memory_interval_ms", "log_async",
-                     "log_launches"}
+                     "log_launches", "processes_dir"}
     assert sorted(options.NAMES) == sorted(names)        # once each
 
 
@@ -80,6 +80,9 @@ def test_every_documented_option_is_declared_once():
     ({"log_args": 3}, "log_args must be a glob string or a list of them"),
     ({"output": "/no/such/place/out.pftrace"},
      "cannot write '/no/such/place/out.pftrace': '/no/such/place' is not a directory"),
+    ({"processes_dir": "procs"}, "processes_dir goes with output, the trace written at "
+                                 "stop() from the per-process traces"),
+    ({"processes_dir": 3, "output": "x.json"}, "processes_dir must be a path or True, not int"),
 ])
 def test_start_refuses_bad_options_before_starting(given, error):
     with pytest.raises((TypeError, ValueError), match=f"^{re.escape(error)}$"):
@@ -101,3 +104,19 @@ def test_start_with_an_output_file_writes_it_at_stop_and_leaves_nothing_else(tmp
     names = [c.name for c in result.load()]
     assert names.count("builtins.sorted") == 1
     assert os.listdir(tmp_path / "tmp") == []       # the job directory is gone
+
+
+def test_start_keeps_per_process_traces_only_in_a_new_or_empty_directory(tmp_path):
+    """processes_dir holding files (another job's traces would be joined with this
+    one's), or a file: refused before anything starts, nothing written."""
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "proc-1").mkdir()
+    (tmp_path / "a-file").write_text("")
+    for given, problem in (("used", "it is not empty"), ("a-file", "it is a file")):
+        with pytest.raises(ValueError, match=f"^cannot keep the per-process traces in "
+                                             f"{re.escape(repr(str(tmp_path / given)))}: "
+                                             f"{problem}"):
+            pytrace_cffi.start(output=str(tmp_path / "out.json"),
+                               processes_dir=str(tmp_path / given))
+        assert not pytrace_cffi.is_tracing()
+    assert sorted(os.listdir(tmp_path)) == ["a-file", "used"]

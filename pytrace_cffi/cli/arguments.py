@@ -23,19 +23,6 @@ def check_output(path):
         refuse_output(path, reason)
 
 
-def _processes_dir_problem(path):
-    """Why --processes-dir DIR cannot take this job, or None: it must be new or an
-    empty directory (other processes' traces in it would be joined with this
-    job's) that takes new files (formats.unwritable, asked by the caller)."""
-    if os.path.exists(path):
-        if not os.path.isdir(path):
-            return "it is a file, not a directory"
-        if os.listdir(path):
-            return ("it is not empty (the per-process traces of one job go into a new "
-                    "or empty directory)")
-    return None
-
-
 class RunPlan:
     """`run`'s arguments, checked together, and what follows from them decided
     once: OUT (absolute) and its format, start()'s options, how windows open (signum, schedule, delay/duration, else
@@ -66,8 +53,7 @@ class RunPlan:
         # be written, its format, the dumps beside it.
         refusals = [(out, formats.unwritable(out))]
         if keep_in is not None:
-            refusals += [(keep_in, _processes_dir_problem(keep_in)
-                          or formats.unwritable(keep_in.rstrip(os.sep) + os.sep))]
+            refusals += [(keep_in, start_options.processes_dir_problem(keep_in))]
         fmt = formats.of(out)               # (NO_FORMAT for a name refused below)
         dumps_beside = formats.beside(out, start_options.DUMPS_BESIDE)
         for path, reason in refusals:       # (a bad OUT fails now, not after the program ran)
@@ -91,7 +77,8 @@ class RunPlan:
         # (following, every process spills into its job's directory anyway)
         return cls(output=output, options=options, follow=follow,
                    spill=bool(args.spill and not follow),
-                   keep_in=keep_in if follow else None, signum=signum,
+                   keep_in=os.path.abspath(keep_in) if follow and keep_in else None,
+                   signum=signum,
                    schedule=schedule, delay=args.delay, duration=args.duration,
                    format=fmt, notes=notes)
 

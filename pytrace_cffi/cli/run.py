@@ -5,27 +5,25 @@ run, or windows opened and closed by a signal, each signal toggling and each
 window getting its own numbered file, or one window bounded by --delay and
 --duration; the steps a --schedule picks: see steps.py), the job of each
 window when children are followed (its per-process traces in a directory of
-their own, joined into the window's OUT when it closes: follow/finish.py), the
-guard that writes OUT when the process ends another way (follow/exits.py), and
-the writing."""
+their own, joined into the window's OUT when it closes: each such window is
+start(output=OUT, follow_children=True), whose session owns its job from start
+to OUT), the guard that writes OUT when the process ends another way
+(follow/exits.py), and the writing of the windows it records itself."""
 import contextlib
 import os
 import signal
 import sys
 import threading
 
-from .. import start, stop
+from .. import start
 from .._files import new_directory
-from .._running import has_session as _has_session
+from .._running import has_session as _has_session, stop_holding
 from .._core import lib
 from .._own_threads import own_thread_begin
 from .._progress import (announce_writing, counted, finish_command, suggest_smaller,
                          written_note)
-from ..errors import TraceError
 from ..follow import exits
 from .. import formats
-from ..follow import identity
-from ..follow.finish import RunFinish, job_dir_for
 from ..model.trace import StoredTrace
 
 
@@ -47,15 +45,15 @@ def interrupts_held():
 
 
 def stopped():
-    """(stop()'s trace, whether a Ctrl-C came meanwhile), with SIGINT held off.
-    A TraceError (a failed spill, a spill directory removed) is said in one
-    line, and its trace, saved as far as it went, returned all the same."""
-    with interrupts_held() as came:
-        try:
-            return stop(), bool(came)
-        except TraceError as exc:
-            print(f"pytrace_cffi: {exc}", file=sys.stderr)
-            return exc.trace, bool(came)
+    """(stop()'s trace, whether a Ctrl-C came as it was saved), with SIGINT held
+    off meanwhile (not while start(output=OUT)'s OUT is written: see
+    _running.stop_holding). A TraceError (a failed spill, a spill directory
+    removed) is said in one line, and its trace, saved as far as it went,
+    returned all the same."""
+    result, interrupted, failure = stop_holding(interrupts_held)
+    if failure is not None:
+        print(f"pytrace_cffi: {failure}", file=sys.stderr)
+    return result, interrupted
 
 
 class _OwnTimer(threading.Timer):
@@ -80,11 +78,12 @@ class Run:
     path) writes a window's trace of this process and returns the path it went
     to (another one when path failed), or None when it was lost (then .lost).
 
-    follow: each window is a job (its per-process traces in a new directory,
-    keep_in: --processes-dir, or None), whose finish (a follow.finish.RunFinish)
-    this process owes until the window closes; the follow session guards the
-    process's other ends (os._exit and exec write OUT from the job, or hand its
-    finish to an exec'd image).
+    follow: each window is start(output=its OUT, follow_children=True,
+    processes_dir=keep_in: --processes-dir, or None): a job whose session owns
+    it from start to OUT (its per-process traces in a new directory, joined into
+    OUT by the window's stop(), or by os._exit, SIGTERM or an exec'd image when
+    the process ends another way). A .pftrace window without following is
+    start(output=OUT) too (encoded as the program runs).
 
     With spill (options carry max_events; not with follow), each window spills
     every event to a temporary directory beside the output instead of dropping
@@ -108,7 +107,6 @@ class Run:
         self._spill_dir = None
         self._follow = plan.follow
         self._keep_in = plan.keep_in
-        self._job_finish = None         # the open window's job, owed (follow)
         self.lost = False
         self._lock = threading.RLock()
         self._numbered = False
@@ -153,14 +151,24 @@ class Run:
         timer.start()
         timer.registered.wait()
 
+    def _window_names(self, number):
+        """(window number's OUT, where its per-process traces stay when children
+        are followed): OUT and --processes-dir DIR, or OUT.<n> and DIR.<n> with
+        numbered windows; True for DIR when none was given (a temporary
+        directory, also when OUT names a directory: a saved trace, not the
+        job's directory)."""
+        keep_in = True if self._keep_in is None else self._keep_in
+        if not self._numbered:
+            return self._output, keep_in
+        return (formats.numbered(self._output, number, self._format),
+                keep_in if keep_in is True else formats.numbered(keep_in, number,
+                                                                 formats.DIRECTORY))
+
     def _window_path(self, number):
-        return (formats.numbered(self._output, number, self._format) if self._numbered
-                else self._output)
+        return self._window_names(number)[0]
 
     # -- windows -------------------------------------------------------------
     def open(self, noop=False):
-        if self._follow and noop:
-            self._job_finish = None     # a schedule's warmup: nothing kept, none followed
         with self._lock:
             if _has_session():
                 return
@@ -168,61 +176,30 @@ class Run:
             if noop:                    # a schedule's warmup: hooks on, nothing kept
                 options = dict(options, noop=True, max_events=None)
             elif self._follow:
-                options = dict(options, follow_children=True, output=self._open_job())
+                output, processes_dir = self._window_names(self._count + 1)
+                options = dict(options, follow_children=True, output=output,
+                               processes_dir=processes_dir)
             elif self._spill:
                 beside = os.path.dirname(os.path.abspath(self._output.rstrip(os.sep)))
                 self._spill_dir = new_directory(".pytrace_cffi-spill-", where=beside)
                 options = dict(options, output=self._spill_dir)
             elif self._encoded_as_it_runs:
                 options = dict(options, output=self._window_path(self._count + 1))
-        # Last statement: what this frame runs once the hooks are live is recorded.
-        start(**options)
-
-    def _open_job(self):
-        """The next window's job directory, whose finish this process owes from now."""
-        number = self._count + 1
-        path = self._window_path(number)
-        keep_in = self._keep_in
-        if self._numbered and keep_in is not None:
-            keep_in = formats.numbered(keep_in, number, formats.DIRECTORY)
-        finish = self._job_finish = RunFinish(job_dir_for(path, keep_in), path,
-                                              self._keep_in is not None, self._write,
-                                              fmt=self._format)
-        exits.owe_run_finish(finish)
-        identity.run_here(path)
-        if self._format.live:
-            from ..follow import live
-            live.request()              # the program's process encodes as it runs
-        exits.handle_sigterm()          # (the session's end takes it away again)
-        return finish.job_dir
+        try:
+            # Last statement: what this frame runs once the hooks are live is recorded.
+            start(**options)
+        except ValueError as exc:       # (a later window's DIR.<n> holding files)
+            self._count += 1            # (its number is not taken again)
+            print(f"pytrace_cffi: window {self._count} is not traced: {exc}",
+                  file=sys.stderr)
 
     def close(self, save=True):
-        if self._follow:
-            with exits.sigterm_waits():     # OUT written whole, then a SIGTERM ends us
-                self._close_job(save)
-            return
         self._closing = True
         try:
             with exits.sigterm_waits():     # OUT written whole, then a SIGTERM ends us
                 self._close(save)
         finally:
             self._closing = False
-
-    def _close_job(self, save):
-        with self._lock:
-            if not _has_session():
-                return
-            exits.owe_run_finish(None)
-            _, interrupted = stopped()
-            finish, self._job_finish = self._job_finish, None
-            if not save or finish is None:      # a schedule's warmup
-                if finish is not None and self._keep_in is None:
-                    import shutil
-                    shutil.rmtree(finish.job_dir, ignore_errors=True)
-                return
-            self._count += 1
-            if not finish.run(interrupted=interrupted):
-                self.lost = True
 
     def _close(self, save):
         with self._lock:

@@ -38,7 +38,8 @@ process: one still running is joined as far as its files go and reported as such
 The modules, one concern each (arrows point down):
 
 - boot.py      start_from_environment: the bootstrap of a new interpreter
-- finish.py    `run`'s finish (RunFinish: OUT written from the job)
+- finish.py    a job's finish (RunFinish: start(output=OUT)'s OUT written from
+               the job, `run`'s windows too)
 - join.py      join, joined_trace: the processes on one timeline
 - jobs.py      reading a job's directory: process_directories, read_process,
                status, unfollowed

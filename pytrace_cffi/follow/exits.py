@@ -9,9 +9,10 @@ handler, whose state is one object (_ExitState), serve both users:
 - `run` without following children (guard_window): the open window is
   written first (its cli.run.Run.finish());
 - a followed process (install_exit_paths, by session.FollowSession): its trace
-  is saved first (finish_here), and `run`'s OUT written when this process owes
-  it (owe_run_finish: a finish.RunFinish); at an exec that finish is handed to
-  the new image when it will be followed. The audit hook also notes the
+  is saved first (finish_here), and OUT written when this process owes it
+  (owe_run_finish: the finish.RunFinish of start(output=OUT), so of each window
+  of `run -o OUT`); at an exec that finish is handed to the new image when it
+  will be followed. The audit hook also notes the
   children it launches (launches.py).
 """
 import atexit
@@ -235,13 +236,17 @@ def _audit_following(event, args):
                 return              # the attempt fails (os.execvp tries each PATH entry)
             inherited = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
             _note_launch(session.job_dir, "exec", executable, argv, env, os.getpid())
+            owed = _owed_here()
+            if owed is not None:        # first: saving the trace does not write OUT
+                take_run_finish(owed)
             finish_here()
             if env is None:          # the new image inherits os.environ: it follows too
                 for name, value in zip((ENV, "PYTHONPATH"), inherited):
                     if value is not None:
                         os.environ[name] = value
-            if _state.run_finish is not None and _state.run_finish.pid == os.getpid():
-                _hand_over_run(_unfollowable(executable, argv, env) is None)
+            if owed is not None:
+                _state.run_ended_early = True
+                owed.hand_over(_unfollowable(executable, argv, env) is None)
             return
         if event == "subprocess.Popen":
             _popen.argv = list(argv or ())
@@ -400,6 +405,20 @@ def owe_run_finish(finish):
     _state.run_finish = finish
 
 
+def take_run_finish(finish):
+    """Whether this process owed finish (and owes it no more): False when it was
+    handed over (an exec) or done already."""
+    if _state.run_finish is not finish or finish.pid != os.getpid():
+        return False
+    _state.run_finish = None
+    return True
+
+
+def _owed_here():
+    owed = _state.run_finish
+    return owed if owed is not None and owed.pid == os.getpid() else None
+
+
 def run_ended_early():
     """Whether OUT was written (or handed over, at an exec) before the program returned."""
     return _state.run_ended_early
@@ -408,16 +427,8 @@ def run_ended_early():
 def finish_owed_run():
     """When this process owes `run`'s finish (an exec'd image's atexit, or os._exit):
     saves its trace, then writes OUT from the job. Never raises."""
-    owed, _state.run_finish = _state.run_finish, None
-    if owed is None or owed.pid != os.getpid():
+    owed = _owed_here()
+    if owed is None or not take_run_finish(owed):
         return
     finish_here()
     owed.finish_now()
-
-
-def _hand_over_run(followed):
-    """At an exec of the process owing `run`'s finish (its trace saved already):
-    see RunFinish.hand_over."""
-    owed, _state.run_finish = _state.run_finish, None
-    _state.run_ended_early = True
-    owed.hand_over(followed)

@@ -1,11 +1,11 @@
-"""`run`'s finish: OUT written from the job's per-process traces.
+"""A job's finish: OUT written from the job's per-process traces.
 
-The run hands in what to write and how (RunFinish: the job directory, OUT,
-whether the per-process traces are kept, write(trace, path) for a job of one
-process, by default formats.write_or_fall_back, and OUT's format as the run
-decided it); the process running `run` calls finish_run when its window closes. A process that ends without returning to
-`run` (os._exit, SIGTERM, an exec) finishes it through exits.py, or hands it to
-the image an exec starts (RunFinish.hand_over, identity.FINISH_FILE).
+start(output=OUT) (and so each window of `run -o OUT`) records into a job of
+its own; its FollowSession makes the RunFinish (the job directory, OUT, whether
+the per-process traces are kept: processes_dir, OUT's format as the plan
+decided it) and runs it at stop() (finish_run). A process that ends without
+stop() (os._exit, SIGTERM) finishes it through exits.py, and one that execs
+hands it to the new image (RunFinish.hand_over, identity.FINISH_FILE).
 """
 import atexit
 import contextlib
@@ -33,11 +33,11 @@ def export_job(inputs, path):
 
 
 class RunFinish:
-    """`run`'s finish, owed by the process `pid` (the one running `run`, or the
-    image an exec of it started): OUT (output) written from the job in job_dir
-    by finish_run with write, in fmt (the Format of OUT's name unless the run
-    decided it already); keep: the per-process traces stay (the user's
-    --processes-dir)."""
+    """A job's finish, owed by the process `pid` (the one that started the job
+    with start(output=OUT), or the image an exec of it started): OUT (output)
+    written from the job in job_dir by finish_run with write, in fmt (the
+    Format of OUT's name unless the plan decided it already); keep: the
+    per-process traces stay (processes_dir, `run --processes-dir`)."""
 
     def __init__(self, job_dir, output, keep=False, write=formats.write_or_fall_back,
                  fmt=None):

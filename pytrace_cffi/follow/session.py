@@ -276,7 +276,7 @@ class FollowSession(Session):
     and arranges for its children to do the same; it owns the run's output from
     start() to the file: the job's directory (output, a new temporary one for a
     flight recorder without output, or one of its own for output=FILE, whose
-    finish writes FILE at stop()). plan: an options.StartPlan; root: the job's
+    finish writes FILE at stop(): plan.processes_dir, kept, else a temporary one). plan: an options.StartPlan; root: the job's
     first process (by default unless this one was started as a child); recorder:
     for a ring, a function that returns the flight recorder's class, handed down
     by the package's top (start(), the fork hooks, the bootstrap): the recorder
@@ -293,8 +293,9 @@ class FollowSession(Session):
             # (here only: what writes a job is not every followed process's start-up:
             # its imports, tempfile's and random's, would be the program's too)
             from .finish import RunFinish, job_dir_for
-            job_dir = job_dir_for(plan.output_file)
-            self._finish = RunFinish(job_dir, plan.output_file, fmt=plan.format)
+            job_dir = job_dir_for(plan.output_file, plan.processes_dir)
+            self._finish = RunFinish(job_dir, plan.output_file,
+                                     keep=plan.processes_dir is not None, fmt=plan.format)
             self.sigterm_waits = exits.sigterm_waits   # stop() writes FILE within it
             if plan.format.live:
                 live.request()
@@ -368,18 +369,27 @@ class FollowSession(Session):
         live.request_as(self._encoding_before)
         if self.follows_children:
             exits.owe_run_finish(None)
-        shutil.rmtree(self._finish.job_dir, ignore_errors=True)
+        if not self._finish.keep:
+            shutil.rmtree(self._finish.job_dir, ignore_errors=True)
+            return
+        with contextlib.suppress(OSError):      # processes_dir: new or empty before
+            for name in os.listdir(self._finish.job_dir):
+                shutil.rmtree(os.path.join(self._finish.job_dir, name), ignore_errors=True)
 
-    def write_output_file(self, result):
+    def write_output_file(self, result, interrupted=False):
         """stop()'s last step: FILE written from the job (lines on stderr say so,
-        as `run` does); returns the WrittenTrace. Without FILE, result."""
+        as `run` does); returns the WrittenTrace. Without FILE, result.
+        interrupted (a Ctrl-C as the trace was saved: _running.stop_holding), or
+        a Ctrl-C while FILE is written: not written, the job's per-process
+        traces stay and a line says how to write it from them."""
         if self._finish is None:
             return result
         live.request_as(self._encoding_before)
-        if self.follows_children:
-            exits.owe_run_finish(None)
         from .written import WrittenTrace
-        written = self._finish.run()
+        if self.follows_children and not exits.take_run_finish(self._finish):
+            # handed over at an exec: the new image writes FILE (RunFinish.hand_over)
+            return WrittenTrace(self.output_file, False, result.threads, result.dropped_events)
+        written = self._finish.run(interrupted=interrupted)
         return WrittenTrace(self.output_file, bool(written), result.threads,
                             result.dropped_events)
 
