@@ -59,6 +59,8 @@ class _ExitState:
         # popped by whoever serves a SIGTERM: the main thread's handler or, when
         # that cannot run, the flight recorder's thread (sigterm_off_main)
         self.sigterm_token = [True]
+        # each thread's last subprocess.Popen launch (its posix_spawn is the same one)
+        self.popen = threading.local()
 
 
 _state = _ExitState()
@@ -188,9 +190,6 @@ def die_of_sigterm():
     lib.pt_die_of_signal(signal.SIGTERM)
 
 
-_popen = threading.local()
-
-
 def install_uncaught_hook():
     """The flight recorder's: an uncaught exception (sys.excepthook's audit
     event, whichever hook the program has) dumps it first (_audit)."""
@@ -249,9 +248,9 @@ def _audit_following(event, args):
                 owed.hand_over(_unfollowable(executable, argv, env) is None)
             return
         if event == "subprocess.Popen":
-            _popen.argv = list(argv or ())
-        elif getattr(_popen, "argv", None) == list(argv or ()):
-            _popen.argv = None      # the same launch: Popen uses posix_spawn (3.13)
+            _state.popen.argv = list(argv or ())
+        elif getattr(_state.popen, "argv", None) == list(argv or ()):
+            _state.popen.argv = None    # the same launch: Popen uses posix_spawn (3.13)
             return
         how = {"subprocess.Popen": "subprocess", "os.posix_spawn": "posix_spawn"}.get(
             event, "os.spawn")
