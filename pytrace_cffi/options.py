@@ -458,7 +458,8 @@ def _milliseconds(name, value, values):
     return value
 
 
-_CHECKS = {"count": _count, "path": _path, "processes": _processes, "microseconds": _microseconds, "globs": _globs,
+_CHECKS = {"count": _count, "path": _path, "processes": _processes,
+           "microseconds": _microseconds, "globs": _globs,
            "flight": _flight, "dumps": _dumps, "dump_format": _dump_format, "signal": _signal,
            "seconds": _seconds,
            "watchdog": _watchdog, "milliseconds": _milliseconds}

@@ -12,8 +12,8 @@ handler, whose state is one object (_ExitState), serve both users:
   is saved first (finish_here), and OUT written when this process owes it
   (owe_run_finish: the finish.RunFinish of start(output=OUT), so of each window
   of `run -o OUT`); at an exec that finish is handed to the new image when it
-  will be followed. The audit hook also notes the
-  children it launches (launches.py).
+  will be followed. The audit hook also notes the children it launches
+  (launches.py).
 """
 import atexit
 import contextlib

@@ -276,7 +276,9 @@ class FollowSession(Session):
     and arranges for its children to do the same; it owns the run's output from
     start() to the file: the job's directory (output, a new temporary one for a
     flight recorder without output, or one of its own for output=FILE, whose
-    finish writes FILE at stop(): plan.processes_dir, kept, else a temporary one). plan: an options.StartPlan; root: the job's
+    finish writes FILE at stop(): plan.processes_dir, kept, else a temporary
+    one; each of `run`'s windows that follows children is one). plan: an
+    options.StartPlan; root: the job's
     first process (by default unless this one was started as a child); recorder:
     for a ring, a function that returns the flight recorder's class, handed down
     by the package's top (start(), the fork hooks, the bootstrap): the recorder
