@@ -223,7 +223,8 @@ def _processes(name, value, values):
         raise ValueError(f"{name} goes with output, the trace written at stop() from the "
                          "per-process traces")
     output = absolute_output(os.fsdecode(output))
-    if find(output) is DIRECTORY:   # written as a saved trace, not the job's directory
+    directory = find(output) is DIRECTORY   # written as a saved trace, not the job's directory
+    if directory:
         problem = unwritable(output)
         if problem is not None:
             raise ValueError(f"cannot write {output!r}: {problem}")
@@ -233,7 +234,12 @@ def _processes(name, value, values):
     problem = processes_dir_problem(value)
     if problem is not None:
         raise ValueError(f"cannot keep the per-process traces in {value!r}: {problem}")
-    return os.path.abspath(value)
+    value = os.path.abspath(value)
+    if directory and os.path.commonpath([value, os.path.abspath(output)]) in (
+            value, os.path.abspath(output)):
+        raise ValueError(f"cannot keep the per-process traces in {value!r}: output "
+                         f"{output!r} is a directory too, and neither may hold the other")
+    return value
 
 
 def absolute_output(path):

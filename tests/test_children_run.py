@@ -195,6 +195,14 @@ def test_processes_dir_keeps_the_per_process_traces(tmp_path):
                    "--processes-dir", keep, check=False)
     assert proc.returncode == 2 and "it is not empty" in proc.stderr
     assert not (tmp_path / "ran").exists()
+    # So is one inside OUT, a saved-trace directory (or holding it).
+    for out, inside in (("saved", "saved/procs"), ("in/saved", "in")):
+        proc = run_cli(tmp_path, "open('ran', 'w').close()\n", "-o", tmp_path / out,
+                       "--processes-dir", tmp_path / inside, check=False)
+        assert proc.returncode != 0 and f"cannot keep the per-process traces in " \
+            f"{str(tmp_path / inside)!r}: output {str(tmp_path / out)!r} is a directory too, " \
+            "and neither may hold the other" in proc.stderr, proc.stderr
+        assert not (tmp_path / "ran").exists() and not (tmp_path / out).exists()
 
 
 def test_a_failed_write_keeps_the_per_process_traces(tmp_path):

@@ -74,6 +74,12 @@ class RunPlan:
             notes.append("pytrace_cffi: --max-events without --spill drops events, so child "
                          "processes are not followed (add --spill to follow them)")
             follow = False
+        if follow:      # each window's start(), as cli/run.py makes it: refused now, if ever
+            try:
+                start_options.check(dict(options, output=output, follow_children=True,
+                                         processes_dir=keep_in or True))
+            except (TypeError, ValueError) as exc:
+                raise SystemExit(f"pytrace_cffi: {exc}") from None
         # (following, every process spills into its job's directory anyway)
         return cls(output=output, options=options, follow=follow,
                    spill=bool(args.spill and not follow),
