@@ -31,8 +31,22 @@ def stop():
     but the session is still there to stop): warns with a TraceWarning naming
     where the hook was lost, when (after which recorded event) and to what, and
     what was recorded up to then; the same facts are in the trace's hook_lost.
-    A hook found in place of ours is left alone."""
-    result, _, failure = _stop(None)
+    A hook found in place of ours is left alone.
+
+    With start(output=FILE), a Ctrl-C while FILE is written stops the writing:
+    lines on stderr say where the per-process traces stay and the command that
+    writes FILE from them, then the KeyboardInterrupt goes on to the caller."""
+    return _returned(*_stop(None, reraise=True))
+
+
+def stop_ending():
+    """stop() on the process's way out (its atexit, os._exit, SIGTERM, an exec):
+    the same, but a Ctrl-C while FILE is written is not raised (the lines say
+    where the traces are; the exit goes on)."""
+    return _returned(*_stop(None, reraise=False))
+
+
+def _returned(result, _, failure):
     if failure is not None:
         raise failure
     return result
@@ -47,10 +61,10 @@ def stop_holding(hold):
     start(output=FILE)'s file from it, which a Ctrl-C interrupts (the job's
     per-process traces stay, and a line says how to finish it), or which one
     that came before skips."""
-    return _stop(hold)
+    return _stop(hold, reraise=False)
 
 
-def _stop(hold):
+def _stop(hold, reraise):
     global session
     with lock:
         running, session = session, None
@@ -66,7 +80,8 @@ def _stop(hold):
                 with (hold or contextlib.nullcontext)() as came:
                     running.stop()
                     result, hook_lost = _read(running)
-                result = running.write_output_file(result, interrupted=bool(came))
+                result = running.write_output_file(result, interrupted=bool(came),
+                                                   reraise=reraise)
     return result, bool(came), _stopped(running, result, hook_lost)
 
 
@@ -139,7 +154,7 @@ def stop_at_exit():
         return
     said = "pytrace_cffi: still tracing at exit (no stop()): stopped as stop() would"
     try:
-        result = stop()
+        result = stop_ending()
     except TraceError as exc:       # what was saved is where the message says
         print(f"{said}; {exc}", file=sys.stderr)
         return

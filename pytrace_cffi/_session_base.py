@@ -43,8 +43,9 @@ class SessionBase:
     def forget_output_file(self):
         """start() failed: nothing made for the output stays (FollowSession)."""
 
-    def write_output_file(self, result, interrupted=False):
+    def write_output_file(self, result, interrupted=False, reraise=False):
         """stop()'s last step: what stop() returns, result or what writing
         output_file made of it (FollowSession: a WrittenTrace; interrupted: a
-        Ctrl-C came as the trace was saved, and the file is not written)."""
+        Ctrl-C came as the trace was saved, and the file is not written;
+        reraise: a Ctrl-C while it is written is raised again)."""
         return result

@@ -180,6 +180,46 @@ def test_a_second_ctrl_c_while_writing_keeps_the_trace(tmp_path, how):
     assert leaf_calls(pytrace_cffi.load(_saved(tmp_path, out))) == 300_000
 
 
+def test_a_ctrl_c_while_stop_writes_the_output_file_reaches_the_program(tmp_path):
+    """The library's stop() of start(output=FILE): a Ctrl-C as FILE is written stops
+    the writing (FILE not half written, the per-process traces kept and the command
+    that finishes them printed), then the program gets its KeyboardInterrupt from
+    stop(), as it would have untraced: it does not go on as if none came."""
+    out = tmp_path / "out.json"
+    (tmp_path / "prog.py").write_text(textwrap.dedent(f"""
+        import pytrace_cffi
+        def leaf(i):
+            return i
+        pytrace_cffi.start(output={str(out)!r})
+        for i in range(300_000):
+            leaf(i)
+        pytrace_cffi.stop()
+        print("went on after stop()")
+    """))
+    (tmp_path / "tmp").mkdir()
+    with subprocess.Popen([sys.executable, str(tmp_path / "prog.py")], cwd=tmp_path,
+                          env=_env(TMPDIR=str(tmp_path / "tmp")), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        said = []
+        for line in proc.stderr:
+            said.append(line)
+            if line.startswith("pytrace_cffi: writing "):
+                proc.send_signal(signal.SIGINT)
+        assert proc.wait(TIMEOUT) == -signal.SIGINT, "".join(said)
+        assert proc.stdout.read() == ""
+    stderr = "".join(said)
+    assert stderr.count("Traceback") == 1 and "pytrace_cffi.stop()" in stderr and \
+        stderr.endswith("KeyboardInterrupt\n"), stderr
+    assert not out.exists() and not list(tmp_path.glob("out.json.tmp*"))
+    match = re.search(r"\(finish it with: (python -m pytrace_cffi export (\S+) -o \S+)\)",
+                      stderr)
+    assert match and f"interrupted while writing {out}" in stderr, stderr
+    finish = run_command(match.group(1).replace("python", sys.executable, 1).split(),
+                         tmp_path, _env(), TIMEOUT)
+    assert finish.returncode == 0, finish.stderr
+    assert leaf_calls(pytrace_cffi.load(out)) == 300_000
+
+
 def test_writing_out_is_said_when_it_starts_and_ends(tmp_path):
     """On a stderr that is no terminal: a line as writing starts, and one with
     OUT's size and the time it took as it ends (windows of --no-follow too)."""

@@ -338,7 +338,7 @@ def finish_here(at_exit=False):
             if at_exit and session.root:
                 _running.stop_at_exit()
             else:
-                _running.stop()
+                _running.stop_ending()
     except TraceError as exc:    # a failed spill: what it held is saved
         _say(f"pid {os.getpid()}: {exc}")
     except Exception as exc:     # noqa: BLE001 - the program's exit goes on

@@ -48,11 +48,12 @@ class RunFinish:
         self.keep = keep
         self.write = write
 
-    def run(self, path=None, interrupted=False):
+    def run(self, path=None, interrupted=False, reraise=False):
         """finish_run of this job to path (by default output). Returns whether
         OUT was written."""
         return finish_run(self.job_dir, self.output if path is None else path, self.write,
-                          self.format, keep=self.keep, interrupted=interrupted)
+                          self.format, keep=self.keep, interrupted=interrupted,
+                          reraise=reraise)
 
     def finish_now(self):
         """run(), as the process ends (atexit, os._exit, SIGTERM, an exec's audit
@@ -99,7 +100,7 @@ def job_dir_for(path, keep_in=None):
     return new_directory(f"pytrace_cffi-{name}-", ".processes")
 
 
-def finish_run(job_dir, path, write, fmt, keep=False, interrupted=False):
+def finish_run(job_dir, path, write, fmt, keep=False, interrupted=False, reraise=False):
     """After `run`: OUT written and one line per process traced and per child not
     followed. One process (the program's own, nothing followed): written as
     without following, by write(trace, path), which returns the path written
@@ -116,7 +117,9 @@ def finish_run(job_dir, path, write, fmt, keep=False, interrupted=False):
     could not be written (a Ctrl-C while writing, or interrupted: one came while
     this process's trace was saved), or a process is still running or could not
     be read: then they stay, their place is printed, and without OUT the command
-    that writes it. Never changes the exit code: returns whether OUT was written."""
+    that writes it. Never changes the exit code: returns whether OUT was written;
+    with reraise (the program's own stop()), a Ctrl-C that interrupted the
+    writing is raised again once all that is said and done."""
     _write_json_quietly(os.path.join(job_dir, RUN_DONE_FILE), {"pid": os.getpid()})
     removed = not os.path.exists(os.path.join(job_dir, JOB_FILE))
     places = _job_places(job_dir)
@@ -170,6 +173,8 @@ def finish_run(job_dir, path, write, fmt, keep=False, interrupted=False):
         import shutil
         for place in {job_dir, *places}:
             shutil.rmtree(place, ignore_errors=True)
+    if interrupted and reraise:
+        raise KeyboardInterrupt
     return bool(written)
 
 

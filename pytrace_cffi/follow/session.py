@@ -378,12 +378,13 @@ class FollowSession(Session):
             for name in os.listdir(self._finish.job_dir):
                 shutil.rmtree(os.path.join(self._finish.job_dir, name), ignore_errors=True)
 
-    def write_output_file(self, result, interrupted=False):
+    def write_output_file(self, result, interrupted=False, reraise=False):
         """stop()'s last step: FILE written from the job (lines on stderr say so,
         as `run` does); returns the WrittenTrace. Without FILE, result.
         interrupted (a Ctrl-C as the trace was saved: _running.stop_holding), or
         a Ctrl-C while FILE is written: not written, the job's per-process
-        traces stay and a line says how to write it from them."""
+        traces stay and a line says how to write it from them (and with reraise,
+        the program's own stop(), that Ctrl-C is raised again then)."""
         if self._finish is None:
             return result
         live.request_as(self._encoding_before)
@@ -391,7 +392,7 @@ class FollowSession(Session):
         if self.follows_children and not exits.take_run_finish(self._finish):
             # handed over at an exec: the new image writes FILE (RunFinish.hand_over)
             return WrittenTrace(self.output_file, False, result.threads, result.dropped_events)
-        written = self._finish.run(interrupted=interrupted)
+        written = self._finish.run(interrupted=interrupted, reraise=reraise)
         return WrittenTrace(self.output_file, bool(written), result.threads,
                             result.dropped_events)
 
