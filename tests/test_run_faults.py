@@ -141,6 +141,34 @@ def test_the_program_removing_the_job_directory_keeps_its_exit_code(tmp_path):
     assert os.listdir(tmp_path / "tmp") == []
 
 
+def _ctrl_c_as_writing_starts(tmp_path, command):
+    """Runs command (its stdout, stderr) with its own TMPDIR, sending SIGINT at the
+    line that says OUT's writing starts; asserts the process died of it."""
+    (tmp_path / "tmp").mkdir()
+    with subprocess.Popen(command, cwd=tmp_path, env=_env(TMPDIR=str(tmp_path / "tmp")),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        said = []
+        for line in proc.stderr:
+            said.append(line)
+            if line.startswith("pytrace_cffi: writing "):
+                proc.send_signal(signal.SIGINT)
+        assert proc.wait(TIMEOUT) == -signal.SIGINT, "".join(said)
+        return proc.stdout.read(), "".join(said)
+
+
+def _finished_as_said(tmp_path, out, stderr):
+    """OUT not written, not half written, and the command that the lines give
+    writes it from what was kept: returns OUT's trace."""
+    assert not out.exists() and not list(tmp_path.glob(out.name + ".tmp*"))
+    match = re.search(r"\(finish it with: (python -m pytrace_cffi export (\S+) -o \S+)\)",
+                      stderr)
+    assert match and f"interrupted while writing {out}" in stderr, stderr
+    finish = run_command(match.group(1).replace("python", sys.executable, 1).split(),
+                         tmp_path, _env(), TIMEOUT)
+    assert finish.returncode == 0, finish.stderr
+    return pytrace_cffi.load(_saved(tmp_path, out))
+
+
 @pytest.mark.parametrize("how", ["follow", "no-follow"])
 def test_a_second_ctrl_c_while_writing_keeps_the_trace(tmp_path, how):
     """Ctrl-C ends the program, a second one comes as OUT is written: no traceback
@@ -154,30 +182,14 @@ def test_a_second_ctrl_c_while_writing_keeps_the_trace(tmp_path, how):
             leaf(i)
         raise KeyboardInterrupt
     """))
-    (tmp_path / "tmp").mkdir()
     extra = ["--no-follow"] if how == "no-follow" else []
-    with subprocess.Popen([sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out),
-                           *extra, str(tmp_path / "prog.py")], cwd=tmp_path,
-                          env=_env(TMPDIR=str(tmp_path / "tmp")), stderr=subprocess.PIPE,
-                          text=True) as proc:
-        said = []
-        for line in proc.stderr:
-            said.append(line)
-            if line.startswith("pytrace_cffi: writing "):
-                proc.send_signal(signal.SIGINT)
-        assert proc.wait(TIMEOUT) == -signal.SIGINT, "".join(said)
-    stderr = "".join(said)
-    assert said[0] == f"pytrace_cffi: writing {out} ...\n", stderr
+    _, stderr = _ctrl_c_as_writing_starts(tmp_path, [
+        sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out), *extra,
+        str(tmp_path / "prog.py")])
+    assert stderr.startswith(f"pytrace_cffi: writing {out} ...\n"), stderr
     assert stderr.count("Traceback") == 1 and stderr.endswith(
         "    raise KeyboardInterrupt\nKeyboardInterrupt\n"), stderr    # the program's
-    assert not out.exists() and not list(tmp_path.glob("out.json.tmp*"))
-    match = re.search(r"\(finish it with: (python -m pytrace_cffi export (\S+) -o \S+)\)",
-                      stderr)
-    assert match and f"interrupted while writing {out}" in stderr, stderr
-    finish = run_command(match.group(1).replace("python", sys.executable, 1).split(),
-                         tmp_path, _env(), TIMEOUT)
-    assert finish.returncode == 0, finish.stderr
-    assert leaf_calls(pytrace_cffi.load(_saved(tmp_path, out))) == 300_000
+    assert leaf_calls(_finished_as_said(tmp_path, out, stderr)) == 300_000
 
 
 def test_a_ctrl_c_while_stop_writes_the_output_file_reaches_the_program(tmp_path):
@@ -196,28 +208,12 @@ def test_a_ctrl_c_while_stop_writes_the_output_file_reaches_the_program(tmp_path
         pytrace_cffi.stop()
         print("went on after stop()")
     """))
-    (tmp_path / "tmp").mkdir()
-    with subprocess.Popen([sys.executable, str(tmp_path / "prog.py")], cwd=tmp_path,
-                          env=_env(TMPDIR=str(tmp_path / "tmp")), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True) as proc:
-        said = []
-        for line in proc.stderr:
-            said.append(line)
-            if line.startswith("pytrace_cffi: writing "):
-                proc.send_signal(signal.SIGINT)
-        assert proc.wait(TIMEOUT) == -signal.SIGINT, "".join(said)
-        assert proc.stdout.read() == ""
-    stderr = "".join(said)
+    stdout, stderr = _ctrl_c_as_writing_starts(tmp_path, [sys.executable,
+                                                          str(tmp_path / "prog.py")])
+    assert stdout == ""
     assert stderr.count("Traceback") == 1 and "pytrace_cffi.stop()" in stderr and \
         stderr.endswith("KeyboardInterrupt\n"), stderr
-    assert not out.exists() and not list(tmp_path.glob("out.json.tmp*"))
-    match = re.search(r"\(finish it with: (python -m pytrace_cffi export (\S+) -o \S+)\)",
-                      stderr)
-    assert match and f"interrupted while writing {out}" in stderr, stderr
-    finish = run_command(match.group(1).replace("python", sys.executable, 1).split(),
-                         tmp_path, _env(), TIMEOUT)
-    assert finish.returncode == 0, finish.stderr
-    assert leaf_calls(pytrace_cffi.load(out)) == 300_000
+    assert leaf_calls(_finished_as_said(tmp_path, out, stderr)) == 300_000
 
 
 def test_writing_out_is_said_when_it_starts_and_ends(tmp_path):
