@@ -223,7 +223,9 @@ def _processes(name, value, values):
         raise ValueError(f"{name} goes with output, the trace written at stop() from the "
                          "per-process traces")
     output = absolute_output(os.fsdecode(output))
-    directory = find(output) is DIRECTORY   # written as a saved trace, not the job's directory
+    # Not a file format's name (_path checked those): a directory, written as one
+    # saved trace rather than used as the job's directory, or a name of no format.
+    directory = file_format(output) is None
     if directory:
         problem = unwritable(output)
         if problem is not None:
@@ -234,9 +236,8 @@ def _processes(name, value, values):
     problem = processes_dir_problem(value)
     if problem is not None:
         raise ValueError(f"cannot keep the per-process traces in {value!r}: {problem}")
-    value = os.path.abspath(value)
-    if directory and os.path.commonpath([value, os.path.abspath(output)]) in (
-            value, os.path.abspath(output)):
+    value, place = os.path.abspath(value), os.path.abspath(output)
+    if directory and os.path.commonpath([value, place]) in (value, place):
         raise ValueError(f"cannot keep the per-process traces in {value!r}: output "
                          f"{output!r} is a directory too, and neither may hold the other")
     return value

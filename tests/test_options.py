@@ -120,3 +120,14 @@ def test_start_keeps_per_process_traces_only_in_a_new_or_empty_directory(tmp_pat
                                processes_dir=str(tmp_path / given))
         assert not pytrace_cffi.is_tracing()
     assert sorted(os.listdir(tmp_path)) == ["a-file", "used"]
+
+
+def test_processes_dir_refuses_an_output_of_no_format_before_starting(tmp_path):
+    """With processes_dir, output may name a directory (one saved trace), but not
+    a name of no format: refused by start(), not found out at stop()."""
+    with pytest.raises(ValueError, match=f"^cannot write "
+                                         f"{re.escape(repr(str(tmp_path / 'out.txt')))}: "
+                                         "'.txt' is not a trace format"):
+        pytrace_cffi.start(output=str(tmp_path / "out.txt"), processes_dir=True)
+    assert not pytrace_cffi.is_tracing()
+    assert os.listdir(tmp_path) == []
