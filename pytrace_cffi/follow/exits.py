@@ -235,9 +235,7 @@ def _audit_following(event, args):
                 return              # the attempt fails (os.execvp tries each PATH entry)
             inherited = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
             _note_launch(session.job_dir, "exec", executable, argv, env, os.getpid())
-            owed = _owed_here()
-            if owed is not None:        # first: saving the trace does not write OUT
-                take_run_finish(owed)
+            owed = _take_owed_here()    # first: saving the trace does not write OUT
             finish_here()
             if env is None:          # the new image inherits os.environ: it follows too
                 for name, value in zip((ENV, "PYTHONPATH"), inherited):
@@ -413,9 +411,10 @@ def take_run_finish(finish):
     return True
 
 
-def _owed_here():
+def _take_owed_here():
+    """The finish this process owes (no longer owed), or None."""
     owed = _state.run_finish
-    return owed if owed is not None and owed.pid == os.getpid() else None
+    return owed if owed is not None and take_run_finish(owed) else None
 
 
 def run_ended_early():
@@ -426,8 +425,8 @@ def run_ended_early():
 def finish_owed_run():
     """When this process owes `run`'s finish (an exec'd image's atexit, or os._exit):
     saves its trace, then writes OUT from the job. Never raises."""
-    owed = _owed_here()
-    if owed is None or not take_run_finish(owed):
+    owed = _take_owed_here()
+    if owed is None:
         return
     finish_here()
     owed.finish_now()
