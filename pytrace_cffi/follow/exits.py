@@ -54,6 +54,10 @@ class _ExitState:
         self.finishing = False
         self.saves = 0                  # how many saves (of a trace, of OUT) are under way
         self.terminate_after = False    # a SIGTERM came while saving: the process dies of it after
+        self.dying = False              # a SIGTERM that waited ends the process (once)
+        # what that SIGTERM does first: a finish handed over to an exec
+        # (RunFinish.finish_unclaimed) that the signal now prevents
+        self.before_dying = None
         self.writing_out = False        # `run`'s OUT (or start()'s output) is being written here
         self.said_waiting = False
         # popped by whoever serves a SIGTERM: the main thread's handler or, when
@@ -65,6 +69,7 @@ class _ExitState:
 
 _state = _ExitState()
 SIGTERM_MAIN_S = 0.25        # the main thread's time to run its handler first
+_LOAD_UNLOCKED = sys.modules["_frozen_importlib"]._load_unlocked.__code__   # runs a module
 
 
 # -- the guards ---------------------------------------------------------------
@@ -94,6 +99,7 @@ def _on_sigterm(signum, frame):
     if not _take_sigterm():
         return                       # the flight recorder's thread serves it
     with saving():
+        _set_aside_half_imports(frame)
         lib.pt_sigterm_guard(0)      # the relay's job is done: its timer stops
         recorder = running_recorder()
         if recorder is not None:
@@ -101,6 +107,21 @@ def _on_sigterm(signum, frame):
         _write_window()
         finish_here()
         finish_owed_run()
+
+
+def _set_aside_half_imports(frame):
+    """The modules the signal landed in the import of (frame: where the handler
+    was called, and its callers) leave sys.modules: the save imports what it
+    needs afresh, where it would find json or collections half made ("partially
+    initialized module", the trace lost). The process ends after the save, so
+    nothing puts them back; another thread importing one waits for this one's lock."""
+    while frame is not None:
+        if frame.f_code is _LOAD_UNLOCKED:
+            name = getattr(frame.f_locals.get("spec"), "name", None)
+            module = sys.modules.get(name) if isinstance(name, str) else None
+            if getattr(getattr(module, "__spec__", None), "_initializing", False):
+                sys.modules.pop(name, None)
+        frame = frame.f_back
 
 
 def _take_sigterm():
@@ -147,8 +168,23 @@ class saving:
     def __exit__(self, *exc):
         _state.saves -= 1
         if not _state.saves and _state.terminate_after:
-            die_of_sigterm()
+            _end_by_sigterm()
         return False
+
+
+def _end_by_sigterm():
+    """A SIGTERM that waited for a save ends the process, once what it would have
+    done is done: the save that ended may be only the first of the way out (an
+    exec'd image saves its trace at exit, then writes `run`'s OUT)."""
+    if not _state.dying:
+        _state.dying = True
+        with saving():
+            lib.pt_sigterm_guard(0)
+            finish_here()
+            finish_owed_run()
+            if _state.before_dying is not None:
+                _state.before_dying()
+    die_of_sigterm()
 
 
 @contextlib.contextmanager
@@ -235,15 +271,18 @@ def _audit_following(event, args):
                 return              # the attempt fails (os.execvp tries each PATH entry)
             inherited = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
             _note_launch(session.job_dir, "exec", executable, argv, env, os.getpid())
-            owed = _take_owed_here()    # first: saving the trace does not write OUT
-            finish_here()
-            if env is None:          # the new image inherits os.environ: it follows too
-                for name, value in zip((ENV, "PYTHONPATH"), inherited):
-                    if value is not None:
-                        os.environ[name] = value
-            if owed is not None:
-                _state.run_ended_early = True
-                owed.hand_over(_unfollowable(executable, argv, env) is None)
+            with saving():          # a SIGTERM meanwhile waits for the hand-over too
+                owed = _take_owed_here()    # first: saving the trace does not write OUT
+                finish_here()
+                if env is None:      # the new image inherits os.environ: it follows too
+                    for name, value in zip((ENV, "PYTHONPATH"), inherited):
+                        if value is not None:
+                            os.environ[name] = value
+                if owed is not None:
+                    _state.run_ended_early = True
+                    owed.hand_over(_unfollowable(executable, argv, env) is None)
+                    # (dying of a SIGTERM instead of the exec, the finish is done here)
+                    _state.before_dying = owed.finish_unclaimed
             return
         if event == "subprocess.Popen":
             _state.popen.argv = list(argv or ())
@@ -327,22 +366,25 @@ def finish_here(at_exit=False):
     exec, interpreter exit). Never raises. At interpreter exit the root process's
     session is one the program's start() began and never stopped (`run` stops its
     own before): stopped as pytrace_cffi's atexit stops any such, with its line."""
-    session = _running.session
-    if _state.finishing or not following(session):
-        return
-    _state.finishing = True
-    try:
-        with saving():
+    # saving() first: a SIGTERM served between `finishing` set and the save
+    # begun would find the trace being saved, return, and end the process unsaved.
+    with saving():
+        session = _running.session
+        if _state.finishing or not following(session):
+            return
+        _state.finishing = True
+        try:
             if at_exit and session.root:
                 _running.stop_at_exit()
             else:
                 _running.stop_ending()
-    except TraceError as exc:    # a failed spill: what it held is saved
-        _say(f"pid {os.getpid()}: {exc}")
-    except Exception as exc:     # noqa: BLE001 - the program's exit goes on
-        _say(f"pid {os.getpid()}: saving its trace failed ({exc.__class__.__name__}: {exc})")
-    finally:
-        _state.finishing = False
+        except TraceError as exc:    # a failed spill: what it held is saved
+            _say(f"pid {os.getpid()}: {exc}")
+        except Exception as exc:     # noqa: BLE001 - the program's exit goes on
+            _say(f"pid {os.getpid()}: saving its trace failed "
+                 f"({exc.__class__.__name__}: {exc})")
+        finally:
+            _state.finishing = False
 
 
 def install_exit_paths(root):
@@ -425,8 +467,9 @@ def run_ended_early():
 def finish_owed_run():
     """When this process owes `run`'s finish (an exec'd image's atexit, or os._exit):
     saves its trace, then writes OUT from the job. Never raises."""
-    owed = _take_owed_here()
-    if owed is None:
-        return
-    finish_here()
-    owed.finish_now()
+    with saving():       # a SIGTERM during the trace's save waits for OUT too
+        owed = _take_owed_here()
+        if owed is None:
+            return
+        finish_here()
+        owed.finish_now()

@@ -76,15 +76,16 @@ class RunFinish:
                 _write_json(os.path.join(self.job_dir, FINISH_FILE),
                             {"pid": self.pid, "output": self.output, "keep": self.keep})
                 # Runs only if this image survives: the exec failed, nobody claimed it.
-                atexit.register(self._finish_unclaimed)
+                atexit.register(self.finish_unclaimed)
                 return
             except OSError:
                 pass
         self.finish_now()
 
-    def _finish_unclaimed(self):
-        """atexit after an exec that failed (ENOEXEC, ...) past its hand-over: the
-        finish is still this process's; OUT holds what was traced before the exec."""
+    def finish_unclaimed(self):
+        """atexit after an exec that failed (ENOEXEC, ...) past its hand-over, or a
+        SIGTERM that ended the process before it: the finish is still this
+        process's; OUT holds what was traced before the exec."""
         if handed_over(self.job_dir) is not None:
             self.finish_now()
 
