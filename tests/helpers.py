@@ -1,5 +1,5 @@
 """Shared checks: calls by (name, parent name, kind), and exact nesting; a small
-disk that fills up."""
+disk that fills up; a signal at a chosen line of our code."""
 import contextlib
 import os
 import subprocess
@@ -7,7 +7,30 @@ from collections import Counter, defaultdict
 
 import pytest
 
+import pytrace_cffi
+
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+# Source for a traced program: signal_at_our_line(signum, k), called where the
+# program chooses, has the handler of signum run just before the k-th line (from
+# 0) of pytrace_cffi's own code that runs next on this thread (signal.raise_signal
+# from a sys.settrace function). A race made to land where a test says.
+SIGNAL_AT_OUR_LINE = f"""
+import os, signal, sys
+OURS = {os.path.dirname(pytrace_cffi.__file__) + os.sep!r}
+def signal_at_our_line(signum, k):
+    seen = -1
+    def line(frame, event, arg):
+        nonlocal seen
+        if event == "line":
+            seen += 1
+            if seen == k:
+                sys.settrace(None)
+                signal.raise_signal(signum)
+        return line
+    def call(frame, event, arg):
+        return line if frame.f_code.co_filename.startswith(OURS) else None
+    sys.settrace(call)
+"""
 
 
 def trimmed(path):

@@ -16,7 +16,7 @@ import pytest
 
 import pytrace_cffi
 
-from helpers import assert_nested, small_disk
+from helpers import SIGNAL_AT_OUR_LINE, assert_nested, small_disk
 from test_children import TIMEOUT, _env, run_command
 
 
@@ -141,19 +141,36 @@ def test_the_program_removing_the_job_directory_keeps_its_exit_code(tmp_path):
     assert os.listdir(tmp_path / "tmp") == []
 
 
-def _ctrl_c_as_writing_starts(tmp_path, command):
-    """Runs command (its stdout, stderr) with its own TMPDIR, sending SIGINT at the
-    line that says OUT's writing starts; asserts the process died of it."""
+# A program's first lines: its stderr (ours too) says when OUT's writing starts;
+# a Ctrl-C then comes CTRL_C_LINE lines of our code later, inside the writing
+# (~13,000 lines for 300,000 calls), wherever the machine's load would put one.
+CTRL_C_LINE = 300
+CTRL_C_WHILE_WRITING = SIGNAL_AT_OUR_LINE + f"""
+class _CtrlCWhileWriting:
+    def __init__(self, stream):
+        self._stream, self._armed = stream, False
+    def write(self, text):
+        self._armed = self._armed or text.startswith("pytrace_cffi: writing ")
+        return self._stream.write(text)
+    def flush(self):
+        self._stream.flush()
+        if self._armed:
+            self._armed = False
+            signal_at_our_line(signal.SIGINT, {CTRL_C_LINE})
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+sys.stderr = _CtrlCWhileWriting(sys.stderr)
+"""
+
+
+def _ctrl_c_while_writing(tmp_path, source, command):
+    """Runs command (ending with prog.py: CTRL_C_WHILE_WRITING, then source) with
+    its own TMPDIR: (its stdout, stderr); asserts the process died of the Ctrl-C."""
     (tmp_path / "tmp").mkdir()
-    with subprocess.Popen(command, cwd=tmp_path, env=_env(TMPDIR=str(tmp_path / "tmp")),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-        said = []
-        for line in proc.stderr:
-            said.append(line)
-            if line.startswith("pytrace_cffi: writing "):
-                proc.send_signal(signal.SIGINT)
-        assert proc.wait(TIMEOUT) == -signal.SIGINT, "".join(said)
-        return proc.stdout.read(), "".join(said)
+    (tmp_path / "prog.py").write_text(CTRL_C_WHILE_WRITING + textwrap.dedent(source))
+    proc = run_command(command, tmp_path, _env(TMPDIR=str(tmp_path / "tmp")), TIMEOUT)
+    assert proc.returncode == -signal.SIGINT, proc.stderr
+    return proc.stdout, proc.stderr
 
 
 def _finished_as_said(tmp_path, out, stderr):
@@ -175,17 +192,15 @@ def test_a_second_ctrl_c_while_writing_keeps_the_trace(tmp_path, how):
     of ours, OUT not half written, the trace kept and the command that finishes
     it printed; then the process dies of SIGINT as python would."""
     out = tmp_path / "out.json"
-    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+    extra = ["--no-follow"] if how == "no-follow" else []
+    _, stderr = _ctrl_c_while_writing(tmp_path, """
         def leaf(i):
             return i
         for i in range(300_000):
             leaf(i)
         raise KeyboardInterrupt
-    """))
-    extra = ["--no-follow"] if how == "no-follow" else []
-    _, stderr = _ctrl_c_as_writing_starts(tmp_path, [
-        sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out), *extra,
-        str(tmp_path / "prog.py")])
+    """, [sys.executable, "-m", "pytrace_cffi", "run", "-o", str(out), *extra,
+          str(tmp_path / "prog.py")])
     assert stderr.startswith(f"pytrace_cffi: writing {out} ...\n"), stderr
     assert stderr.count("Traceback") == 1 and stderr.endswith(
         "    raise KeyboardInterrupt\nKeyboardInterrupt\n"), stderr    # the program's
@@ -198,7 +213,7 @@ def test_a_ctrl_c_while_stop_writes_the_output_file_reaches_the_program(tmp_path
     that finishes them printed), then the program gets its KeyboardInterrupt from
     stop(), as it would have untraced: it does not go on as if none came."""
     out = tmp_path / "out.json"
-    (tmp_path / "prog.py").write_text(textwrap.dedent(f"""
+    stdout, stderr = _ctrl_c_while_writing(tmp_path, f"""
         import pytrace_cffi
         def leaf(i):
             return i
@@ -207,9 +222,7 @@ def test_a_ctrl_c_while_stop_writes_the_output_file_reaches_the_program(tmp_path
             leaf(i)
         pytrace_cffi.stop()
         print("went on after stop()")
-    """))
-    stdout, stderr = _ctrl_c_as_writing_starts(tmp_path, [sys.executable,
-                                                          str(tmp_path / "prog.py")])
+    """, [sys.executable, str(tmp_path / "prog.py")])
     assert stdout == ""
     assert stderr.count("Traceback") == 1 and "pytrace_cffi.stop()" in stderr and \
         stderr.endswith("KeyboardInterrupt\n"), stderr

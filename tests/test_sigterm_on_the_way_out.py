@@ -8,7 +8,6 @@ Each traced program serves the SIGTERM at a chosen line of pytrace_cffi's own
 code (signal.raise_signal in a sys.settrace function runs the handler before
 that line runs): every one of the first lines of a child's exit, and lines
 spread over `run`'s end, not only where a race happens to land."""
-import os
 import signal
 import sys
 
@@ -16,26 +15,13 @@ import pytest
 
 import pytrace_cffi
 
+from helpers import SIGNAL_AT_OUR_LINE
 from test_children import TIMEOUT, _env_own_tmp, counts, run_command, run_script
 
-# Installed by a program at the point it names: from then on the handler of
-# SIGTERM runs just before the k-th line (from 0) of pytrace_cffi's own code.
-SIGTERM_AT_OUR_LINE = f'''
-import os, signal, sys
-OURS = {os.path.dirname(pytrace_cffi.__file__) + os.sep!r}
-def sigterm_at_our_line(k):
-    seen = -1
-    def line(frame, event, arg):
-        nonlocal seen
-        if event == "line":
-            seen += 1
-            if seen == k:
-                signal.raise_signal(signal.SIGTERM)
-        return line
-    def call(frame, event, arg):
-        return line if frame.f_code.co_filename.startswith(OURS) else None
-    sys.settrace(call)
-'''
+# (a program calls sigterm_at_our_line(k) where it chooses)
+SIGTERM_AT_OUR_LINE = SIGNAL_AT_OUR_LINE + (
+    "def sigterm_at_our_line(k):\n"
+    "    signal_at_our_line(signal.SIGTERM, k)\n")
 
 # The first lines of the way out: finishing a followed process (its guards,
 # then the start of its save) lies within them.
