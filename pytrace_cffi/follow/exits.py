@@ -54,10 +54,8 @@ class _ExitState:
         self.finishing = False
         self.saves = 0                  # how many saves (of a trace, of OUT) are under way
         self.terminate_after = False    # a SIGTERM came while saving: the process dies of it after
-        self.dying = False              # a SIGTERM that waited ends the process (once)
-        # what that SIGTERM does first: a finish handed over to an exec
-        # (RunFinish.finish_unclaimed) that the signal now prevents
-        self.before_dying = None
+        self.dying = False              # a SIGTERM ends the process (_end_by_sigterm, once)
+        self.handed_over = None         # the finish.RunFinish handed to this process's exec
         self.writing_out = False        # `run`'s OUT (or start()'s output) is being written here
         self.said_waiting = False
         # popped by whoever serves a SIGTERM: the main thread's handler or, when
@@ -98,15 +96,13 @@ def _on_sigterm(signum, frame):
         return
     if not _take_sigterm():
         return                       # the flight recorder's thread serves it
-    with saving():
+    with saving():                   # its end does the rest (_end_by_sigterm)
         _set_aside_half_imports(frame)
         lib.pt_sigterm_guard(0)      # the relay's job is done: its timer stops
         recorder = running_recorder()
         if recorder is not None:
             recorder.on_sigterm()
         _write_window()
-        finish_here()
-        finish_owed_run()
 
 
 def _set_aside_half_imports(frame):
@@ -173,17 +169,19 @@ class saving:
 
 
 def _end_by_sigterm():
-    """A SIGTERM that waited for a save ends the process, once what it would have
-    done is done: the save that ended may be only the first of the way out (an
-    exec'd image saves its trace at exit, then writes `run`'s OUT)."""
+    """A SIGTERM (served by _on_sigterm, or one that waited for a save) ends the
+    process, once this process's trace is saved, `run`'s OUT written when it
+    owes it, and a finish handed over to an exec that the signal now prevents
+    done here: the save that ended may be only the first of the way out (an
+    exec'd image saves its trace at exit, then writes OUT)."""
     if not _state.dying:
         _state.dying = True
         with saving():
             lib.pt_sigterm_guard(0)
             finish_here()
             finish_owed_run()
-            if _state.before_dying is not None:
-                _state.before_dying()
+            if _state.handed_over is not None:
+                _state.handed_over.finish_unclaimed()
     die_of_sigterm()
 
 
@@ -281,8 +279,7 @@ def _audit_following(event, args):
                 if owed is not None:
                     _state.run_ended_early = True
                     owed.hand_over(_unfollowable(executable, argv, env) is None)
-                    # (dying of a SIGTERM instead of the exec, the finish is done here)
-                    _state.before_dying = owed.finish_unclaimed
+                    _state.handed_over = owed   # (a SIGTERM instead of the exec: done here)
             return
         if event == "subprocess.Popen":
             _state.popen.argv = list(argv or ())
