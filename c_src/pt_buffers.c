@@ -118,6 +118,55 @@ pt_chunk_alloc(size_t bytes)
 
 static void pt_spill_give_up(pt_tracer *tracer);
 
+/* Whether the spill file is still ours (pt_internal.h: pt_file_id): a
+ * descriptor the program closed is opened again by its path, at the end of its
+ * whole blocks; the old FILE is left unclosed, its number being the program's
+ * now. When the file is gone too, the spill is lost: the sticky error says so,
+ * and recording stops. */
+static int
+pt_spill_ours(pt_tracer *tracer)
+{
+    if (!tracer->spill)
+        return 0;
+    if (pt_fd_names(fileno(tracer->spill), &tracer->spill_id))
+        return 1;
+    int fd = tracer->spill_path ? open(tracer->spill_path, O_RDWR | O_CLOEXEC) : -1;
+    FILE *again = NULL;
+    if (fd >= 0 && pt_fd_names(fd, &tracer->spill_id) && (again = fdopen(fd, "r+b"))) {
+        setvbuf(again, NULL, _IONBF, 0);
+        if (fseeko(again, (off_t)tracer->spill_bytes, SEEK_SET) == 0) {
+            tracer->spill = again;
+            return 1;
+        }
+        fclose(again);
+    } else if (fd >= 0) {
+        close(fd);
+    }
+    tracer->spill = NULL;
+    tracer->spill_errno = EBADF;
+    if (!tracer->hot_error) {
+        tracer->hot_error = PT_ERR_PYTHON;
+        pt_set_error(tracer, "the program closed the spill file's descriptor and its file "
+                     "was removed; recording stopped there: the trace holds what was "
+                     "written before");
+    }
+    tracer->flags |= PT_FLAG_NOOP;
+    pt_handle_sync(tracer);
+    return 0;
+}
+
+/* Closes the spill file when it is still ours (else its descriptor is the
+ * program's now). Returns fclose's result, or 0. */
+static int
+pt_spill_close(pt_tracer *tracer)
+{
+    FILE *spill = tracer->spill;
+    tracer->spill = NULL;
+    if (!spill || !pt_fd_names(fileno(spill), &tracer->spill_id))
+        return 0;
+    return fclose(spill);
+}
+
 /* Appends one block (n events of thread) to the spill file. On failure the file is
  * cut back to its last whole block, spill_errno says why, and 0 is returned: the
  * file stays open, the caller decides (try again elsewhere, or give up); when it
@@ -126,6 +175,8 @@ static int
 pt_spill_write(pt_tracer *tracer, pt_thread *thread, const pt_chunk *chunk, uint64_t n)
 {
     pt_spill_block block = {(uint32_t)thread->index, 0, n, chunk->base_ticks};
+    if (!pt_spill_ours(tracer))
+        return 0;               /* (lost: said, recording stopped) */
     if (fwrite(&block, sizeof block, 1, tracer->spill) == 1 &&
         fwrite(chunk->events, sizeof(pt_event), n, tracer->spill) == n) {
         tracer->spill_bytes += sizeof block + n * sizeof(pt_event);
@@ -156,8 +207,7 @@ pt_spill_give_up(pt_tracer *tracer)
                      "the trace holds what was written before",
                      strerror(tracer->spill_errno ? tracer->spill_errno : EIO));
     }
-    fclose(tracer->spill);
-    tracer->spill = NULL;
+    pt_spill_close(tracer);
     tracer->flags |= PT_FLAG_NOOP;
     pt_handle_sync(tracer);
 }
@@ -339,7 +389,7 @@ pt_spill_errno(pt_tracer *tracer)
 int
 pt_spill_fd(pt_tracer *tracer)
 {
-    return tracer->spill ? fileno(tracer->spill) : -1;
+    return pt_spill_ours(tracer) ? fileno(tracer->spill) : -1;
 }
 
 uint64_t
@@ -379,7 +429,7 @@ pt_spill_move(pt_tracer *tracer, const char *path)
     /* Under the GIL throughout: no thread spills while the file is copied. */
     PyGILState_STATE gil = PyGILState_Ensure();
     int rc = PT_OK;
-    if (!tracer->spill) {
+    if (!pt_spill_ours(tracer)) {
         pt_set_error(tracer, "there is no spill file to move");
         rc = PT_ERR_STATE;
         goto done;
@@ -400,8 +450,21 @@ pt_spill_move(pt_tracer *tracer, const char *path)
         goto done;
     }
     setvbuf(moved, NULL, _IONBF, 0);
-    fclose(tracer->spill);
+    char *moved_path = strdup(path);
+    pt_file_id moved_id;
+    if (!moved_path || !pt_file_id_of(fileno(moved), &moved_id)) {
+        free(moved_path);
+        fclose(moved);
+        unlink(path);
+        pt_set_error(tracer, "cannot move the spill file to %s: out of memory", path);
+        rc = PT_ERR_ARG;
+        goto done;
+    }
+    pt_spill_close(tracer);
     tracer->spill = moved;
+    free(tracer->spill_path);
+    tracer->spill_path = moved_path;
+    tracer->spill_id = moved_id;
     tracer->spill_errno = 0;
 done:
     PyGILState_Release(gil);
@@ -415,12 +478,9 @@ pt_spill_rest(pt_tracer *tracer)
     while (pt_evict_oldest(tracer))
         ;
     int rc = PT_OK;
-    if (tracer->spill) {
-        if (fclose(tracer->spill) != 0) {
-            pt_set_error(tracer, "closing the spill file failed");
-            rc = PT_ERR_PYTHON;
-        }
-        tracer->spill = NULL;
+    if (tracer->spill && pt_spill_close(tracer) != 0) {
+        pt_set_error(tracer, "closing the spill file failed");
+        rc = PT_ERR_PYTHON;
     }
     return rc;
 }
@@ -453,6 +513,13 @@ pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path)
             return PT_ERR_ARG;
         }
         tracer->spill_bytes = sizeof header;
+        tracer->spill_path = strdup(spill_path);
+        if (!tracer->spill_path || !pt_file_id_of(fileno(tracer->spill), &tracer->spill_id)) {
+            fclose(tracer->spill);
+            tracer->spill = NULL;
+            pt_set_error(tracer, "cannot write %s", spill_path);
+            return PT_ERR_ARG;
+        }
     }
     tracer->max_events = max_events;
     /* Chunks of about an eighth of the budget, so eviction frees memory finely. */

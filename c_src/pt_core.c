@@ -184,8 +184,9 @@ pt_tracer_release(pt_tracer *tracer)
             Py_CLEAR(tracer->sources[i]);
         PyGILState_Release(gil);
     }
-    if (tracer->spill)
-        fclose(tracer->spill);
+    if (tracer->spill && pt_fd_names(fileno(tracer->spill), &tracer->spill_id))
+        fclose(tracer->spill);      /* (else the program's now: pt_buffers.c) */
+    free(tracer->spill_path);
     pt_thread *thread = tracer->threads;
     while (thread) {
         pt_thread *next_thread = thread->next;

@@ -17,6 +17,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 /* For the hooks' shared bodies, so that each thin callback folds its constants;
  * and for the rarer cases kept out of them. */
@@ -73,5 +74,33 @@ pt_event_ticks(const pt_event *ev)
 void pt_own_os_thread_name(void);
 /* pthread_create of a thread of ours, born with every signal blocked (pt_own.c). */
 int pt_own_thread_create(pthread_t *thread, void *(*main)(void *), void *arg);
+
+/* A file kept open (the spill file, the live encoder's reading of it) is ours
+ * only while its descriptor names the file we opened: a program that closes
+ * every descriptor (os.closerange, a daemon's start-up) frees the number, and
+ * its next open() takes it. Checked before each use, so that neither our writes,
+ * our reads nor our close() land in the program's file. */
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+} pt_file_id;
+
+static inline int
+pt_file_id_of(int fd, pt_file_id *id)
+{
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0)
+        return 0;
+    id->dev = st.st_dev;
+    id->ino = st.st_ino;
+    return 1;
+}
+
+static inline int
+pt_fd_names(int fd, const pt_file_id *id)
+{
+    pt_file_id now;
+    return pt_file_id_of(fd, &now) && now.dev == id->dev && now.ino == id->ino;
+}
 
 #endif /* PT_INTERNAL_H */

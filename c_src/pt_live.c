@@ -79,6 +79,8 @@ struct pt_live {
     uint64_t staged_hidden_cap;
     /* the encoder's own */
     int fd;
+    char *spill_path;           /* to open it again: the program closed fd (pt_live_read) */
+    pt_file_id spill_id;
     char *part_prefix;
     pt_deflater *deflater;
     char *deflated;
@@ -193,7 +195,8 @@ pt_live_new(const char *spill_path, const char *part_prefix, uint32_t first_sequ
     e->tables.min_ns = min_ns > 0 ? min_ns : 0;
     e->pos = PT_LIVE_HEADER;
     e->fd = open(spill_path, O_RDONLY | O_CLOEXEC);
-    if (e->fd < 0) {
+    e->spill_path = strdup(spill_path);
+    if (e->fd < 0 || !e->spill_path || !pt_file_id_of(e->fd, &e->spill_id)) {
         pt_live_free(e);
         return NULL;
     }
@@ -246,6 +249,18 @@ static int
 pt_live_read(pt_live *e, void *out, uint64_t n, uint64_t at)
 {
     char *p = out;
+    if (!pt_fd_names(e->fd, &e->spill_id)) {
+        /* the program closed it (its number may be a file of its own now) */
+        int fd = open(e->spill_path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || !pt_fd_names(fd, &e->spill_id)) {
+            if (fd >= 0)
+                close(fd);
+            e->fd = -1;
+            e->error_number = EBADF;
+            return PT_ERR_LIVE_IO;
+        }
+        e->fd = fd;
+    }
     while (n) {
         ssize_t got = pread(e->fd, p, n, (off_t)at);
         if (got < 0 && errno == EINTR)
@@ -590,8 +605,9 @@ pt_live_free(pt_live *e)
         pthread_mutex_unlock(&e->lock);
         pthread_join(e->thread, NULL);
     }
-    if (e->fd >= 0)
+    if (e->fd >= 0 && pt_fd_names(e->fd, &e->spill_id))
         close(e->fd);
+    free(e->spill_path);
     for (uint32_t i = 0; i < e->n_threads; i++) {
         pt_walk_free(e->threads[i].walk);
         free(e->threads[i].interned_done);

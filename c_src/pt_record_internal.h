@@ -128,6 +128,8 @@ struct pt_tracer {
     uint64_t bounded_chunk_events;
     int64_t max_age_ticks;        /* flight recorder by seconds: older chunks dropped (0: none) */
     FILE *spill;                  /* opened for reading too: pt_spill_move copies it */
+    char *spill_path;             /* where it is, to open it again (pt_spill_ours) */
+    pt_file_id spill_id;          /* the file it is (pt_internal.h) */
     uint64_t spilled_events;
     uint64_t spill_bytes;         /* the spill file's length in whole blocks */
     int spill_errno;              /* why the last block failed to go in (0: it did) */

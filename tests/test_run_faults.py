@@ -48,6 +48,40 @@ MANY_LEAVES = """
 """
 
 
+CLOSES_EVERY_DESCRIPTOR = """
+    import os, sys
+    os.closerange(3, 4096)              # a daemon's start-up: every descriptor but 0-2
+    mine = open(sys.argv[1], "w")       # takes the lowest number free: the spill's was
+    def leaf(i):
+        return i
+    for i in range({n}):
+        leaf(i)
+    mine.write("mine\\n")
+    mine.close()
+    print(open(sys.argv[1]).read(), end="")
+"""
+
+
+@pytest.mark.parametrize("flags", [(), ("--no-follow", "--spill", "--max-events", "50000")],
+                         ids=["follow", "no-follow-spill"])
+def test_a_program_closing_every_descriptor_keeps_its_files_and_the_trace(tmp_path, flags):
+    """The program closes every descriptor, ours too (the spill file, the live
+    encoder's reading of it), and opens a file of its own, which gets the spill
+    file's number: it holds only what the program wrote (the spill used to go
+    into it, 3 MB, and the trace was lost), and OUT every call."""
+    (tmp_path / "prog.py").write_text(textwrap.dedent(CLOSES_EVERY_DESCRIPTOR.format(n=300_000)))
+    (tmp_path / "tmp").mkdir()
+    out = tmp_path / "out.pftrace"
+    proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", *flags, "-o", str(out),
+                        str(tmp_path / "prog.py"), str(tmp_path / "mine.txt")], tmp_path,
+                       _env(TMPDIR=str(tmp_path / "tmp")), TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "mine\n"
+    assert (tmp_path / "mine.txt").read_bytes() == b"mine\n"
+    assert leaf_calls(pytrace_cffi.load(out)) == 300_000, proc.stderr
+    assert os.listdir(tmp_path / "tmp") == []
+
+
 def test_a_full_tmpdir_continues_the_spill_beside_out(tmp_path):
     """TMPDIR (4 MB) takes a fraction of the ~5 MB of events: the process's spill
     moves beside OUT and goes on there; OUT holds every call; nothing is left."""
