@@ -72,6 +72,8 @@ typedef int (*pt_tracefunc)(PyObject *obj, PyFrameObject *frame, int what,
 
 /* Installs func/obj as the current thread's profile function (3.9+). */
 PyAPI_FUNC(void) PyEval_SetProfile(pt_tracefunc func, PyObject *obj);
+/* The frame type (Include/pyframe.h): what a Python profile function gets. */
+PyAPI_DATA(PyTypeObject) PyFrame_Type;
 
 /* Installs func/obj as tstate's profile function, from the calling thread: the
  * "sys.setprofile" audit event (which runs Python audit hooks) is raised in the

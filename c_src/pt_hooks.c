@@ -31,8 +31,45 @@ pt_plain_dealloc(PyObject *self)
     Py_DECREF(type);
 }
 
+static pt_tracefunc pt_profile_func(const pt_tracer *tracer);
+
+/* sys.getprofile() gives the handle on 3.9-3.11 (PyEval_SetProfile's object), so
+ * a program that saves and restores the profile function (old =
+ * sys.getprofile(); sys.setprofile(None); ...; sys.setprofile(old)) installs it
+ * as a Python profile function. Called so, it puts the C hook back on its thread
+ * and hands it this event: the trace goes on, as the program meant. Once the
+ * tracer is gone it takes itself off (untraced, old would have been None). */
+static PyObject *
+pt_handle_call(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static const char *const events[] = {"call", "return", "c_call", "c_return",
+                                         "c_exception"};
+    static const int whats[] = {PT_TRACE_CALL, PT_TRACE_RETURN, PT_TRACE_C_CALL,
+                                PT_TRACE_C_RETURN, PT_TRACE_C_EXCEPTION};
+    PyObject *frame, *event, *arg;
+    if (kwargs || !PyArg_UnpackTuple(args, "Handle", 3, 3, &frame, &event, &arg))
+        return kwargs ? (PyErr_SetString(PyExc_TypeError, "no keyword arguments"), NULL)
+                      : NULL;
+    pt_tracer *tracer = ((pt_handle *)self)->tracer;
+    if (!tracer || tracer->backend != PT_BACKEND_PROFILE || tracer->handle != self ||
+        tracer->state != PT_STATE_RUNNING) {
+        PyEval_SetProfile(NULL, NULL);
+        Py_RETURN_NONE;
+    }
+    PyEval_SetProfile(pt_profile_func(tracer), self);
+    if (Py_TYPE(frame) == &PyFrame_Type && PyUnicode_Check(event)) {
+        for (size_t i = 0; i < sizeof whats / sizeof whats[0]; i++)
+            if (PyUnicode_CompareWithASCIIString(event, events[i]) == 0) {
+                pt_profile_func(tracer)(self, (PyFrameObject *)frame, whats[i], arg);
+                break;
+            }
+    }
+    Py_RETURN_NONE;
+}
+
 static PyType_Slot pt_handle_slots[] = {
     {Py_tp_dealloc, (void *)pt_plain_dealloc},
+    {Py_tp_call, (void *)pt_handle_call},
     {Py_tp_doc, (void *)"pytrace_cffi tracer handle (internal)"},
     {0, NULL},
 };

@@ -174,6 +174,29 @@ def test_setprofile_none_after_start_is_a_loss_too():
     assert trace.hook_lost[0]["thread"] == "MainThread"
 
 
+def test_the_profile_function_saved_and_restored_by_the_program_goes_on_tracing():
+    """old = sys.getprofile(); sys.setprofile(None); ...; sys.setprofile(old): on
+    3.9-3.11 old is our hook's object, restored as a Python profile function.
+    Called, it puts the hook back: the calls after it are recorded (it raised
+    "TypeError: 'Handle' object is not callable" in the program). After stop()
+    it takes itself off. On 3.12+ sys.setprofile is not our hook."""
+    pytrace_cffi.start()
+    before_takeover()
+    old = sys.getprofile()
+    sys.setprofile(None)
+    sys.setprofile(old)
+    for _ in range(3):
+        after_takeover()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace = pytrace_cffi.stop()
+    names = [call.name.rsplit(": ", 1)[-1] for call in trace]
+    assert (names.count("before_takeover"), names.count("after_takeover")) == (1, 3)
+    sys.setprofile(old)
+    after_takeover()
+    assert sys.getprofile() is None
+
+
 # -- a background thread ---------------------------------------------------------
 
 def _taker_thread(other, took, release, seen):
