@@ -327,3 +327,18 @@ def test_a_missing_script_is_said_and_exits_as_python_does(tmp_path):
                            "or directory\n")
     assert "can't open file" in plain.stderr and "[Errno 2]" in plain.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_the_programs_module_globals_are_pythons(tmp_path):
+    """The names a script's module starts with are those python gives it
+    (__annotations__ up to 3.13: python's __main__ has one, and a program reading
+    it got NameError under run), as a script and as -m."""
+    (tmp_path / "prog.py").write_text(
+        "print(sorted(name for name in globals() if name != 'name'), "
+        "globals().get('__annotations__', 'none'))\n")
+    for how in (["prog.py"], ["-m", "prog"]):
+        plain = subprocess.run([sys.executable, *how], cwd=tmp_path, capture_output=True,
+                               text=True, timeout=60)
+        traced = run_cli(tmp_path, "run", "-o", "out.json", *how)
+        assert plain.returncode == traced.returncode == 0, traced.stderr
+        assert traced.stdout == plain.stdout

@@ -103,6 +103,8 @@ def main_module(module, program_argv):
     sys.argv and sys.path[0] set as python sets them."""
     main = types.ModuleType("__main__")
     main.__builtins__ = builtins
+    if sys.version_info < (3, 14):  # python's __main__ has one (PEP 649 ended it)
+        main.__annotations__ = {}
     if module is not None:
         sys.path[0] = os.getcwd()                 # python -m puts the cwd first
         try:
