@@ -111,3 +111,31 @@ def test_run_signalled_while_the_program_imports_what_the_save_uses(tmp_path, k)
     assert "failed" not in proc.stderr
     names = [call.name.rsplit(": ", 1)[-1] for call in pytrace_cffi.load(out)]
     assert names.count("unique_first") == 4, proc.stderr
+
+
+@pytest.mark.parametrize("ending", ["os._exit", "exec"])
+@pytest.mark.parametrize("k", (None, 4, 256))
+def test_run_without_following_writes_its_window_as_the_program_ends_another_way(
+        tmp_path, ending, k):
+    """`run --no-follow -o OUT`: the process owes its open window (cli.run.Run,
+    as follow/exits.py pays it). os._exit or an exec of a program that is not
+    followed writes it first; with a SIGTERM served at line k of ours on that way
+    out, it is written too, and the process dies of the signal."""
+    (tmp_path / "prog.py").write_text(SIGTERM_AT_OUR_LINE + (
+        "def unique_first(): pass\n"
+        "for _ in range(4): unique_first()\n"
+        "sys.stdout.flush()\n"
+        "if sys.argv[2] != '-': sigterm_at_our_line(int(sys.argv[2]))\n"
+        "if sys.argv[1] == 'exec': os.execv('/bin/echo', ['echo', 'image'])\n"
+        "os._exit(5)\n"))
+    out = tmp_path / "out.json"
+    proc = run_command([sys.executable, "-m", "pytrace_cffi", "run", "--no-follow", "-o",
+                        str(out), str(tmp_path / "prog.py"), ending,
+                        "-" if k is None else str(k)], tmp_path, _env_own_tmp(tmp_path),
+                       TIMEOUT)
+    expected_code = -signal.SIGTERM if k is not None else 0 if ending == "exec" else 5
+    assert proc.returncode == expected_code, proc.stderr
+    assert proc.stdout == ("image\n" if ending == "exec" and k is None else ""), proc.stderr
+    names = [call.name.rsplit(": ", 1)[-1] for call in pytrace_cffi.load(out)]
+    assert names.count("unique_first") == 4, proc.stderr
+

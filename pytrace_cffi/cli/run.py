@@ -73,7 +73,7 @@ class _OwnTimer(threading.Timer):
             lib.pt_own_thread_end()
 
 
-class Run:
+class Run(exits.OwedOutput):
     """`run`'s output, as plan (cli/arguments.RunPlan) decided it. write(trace,
     path) writes a window's trace of this process and returns the path it went
     to (another one when path failed), or None when it was lost (then .lost).
@@ -119,10 +119,20 @@ class Run:
 
     # -- ways to drive it ----------------------------------------------------
     def guard_ending(self):
-        """os._exit or an exec of this process writes the open window first (until
-        finish()); following, the follow session does that from the job."""
+        """os._exit, SIGTERM or an exec of this process writes the open window
+        first (pay(), until finish()); following, each window's session owes its
+        OUT instead (a finish.RunFinish)."""
         if not self._follow:
             exits.guard_window(self)
+
+    def pay(self):
+        """The open window written, as the process ends without returning to
+        `run` (exits.OwedOutput). Never raises."""
+        try:
+            self.finish()
+        except Exception as exc:     # noqa: BLE001 - the program's exit goes on
+            print(f"pytrace_cffi: writing the trace failed ({exc.__class__.__name__}: {exc})",
+                  file=sys.stderr)
 
     def whole_run(self):
         self.open()
@@ -268,7 +278,7 @@ class Run:
         Following, OUT may be written (or handed over, at an exec) already."""
         if self._follow and exits.run_ended_early():
             return
-        exits.unguard_window()
+        exits.unguard_window(self)
         for timer in self._timers:
             timer.cancel()
         self.close()

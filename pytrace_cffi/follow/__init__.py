@@ -45,7 +45,8 @@ The modules, one concern each (arrows point down):
                status, unfollowed
 - recover.py   recover: the trace of a process that did not save its own
 - session.py   FollowSession and its spill hook (the key journal), forks
-- exits.py     the one set of exit guards (os._exit, exec, SIGTERM, exit)
+- exits.py     the one set of exit guards (os._exit, exec, SIGTERM, exit) and
+               what they pay: the output this process owes (OwedOutput)
 - launches.py  the children launched: launched.jsonl, unfollowed.jsonl
 - identity.py  which process this is; the job directory's names and files
 

@@ -68,5 +68,5 @@ def _owe_run_finish(job_dir, finish):
     process it replaced would have after the program."""
     # Here only: the modules that write a job are not every child's start-up cost.
     from .finish import RunFinish
-    exits.owe_run_finish(RunFinish(job_dir, str(finish["output"]), bool(finish.get("keep"))))
-    atexit.register(exits.finish_owed_run)
+    exits.owe(RunFinish(job_dir, str(finish["output"]), bool(finish.get("keep"))))
+    atexit.register(exits.pay_owed)

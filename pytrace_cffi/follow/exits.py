@@ -4,16 +4,18 @@ A process can end without returning to whoever would save its trace: by
 os._exit (multiprocessing's way), by an exec (another program replaces it), by
 SIGTERM (when the program has no handler of its own), or at interpreter exit.
 One os._exit wrapper, one audit hook, one SIGTERM handler and one atexit
-handler, whose state is one object (_ExitState), serve both users:
+handler, whose state is one object (_ExitState), pay what the process owes on
+its way out, in one order (pay_owed):
 
-- `run` without following children (guard_window): the open window is
-  written first (its cli.run.Run.finish());
-- a followed process (install_exit_paths, by session.FollowSession): its trace
-  is saved first (finish_here), and OUT written when this process owes it
-  (owe_run_finish: the finish.RunFinish of start(output=OUT), so of each window
-  of `run -o OUT`); at an exec that finish is handed to the new image when it
-  will be followed. The audit hook also notes the children it launches
-  (launches.py).
+- a followed process's trace is saved (finish_here; install_exit_paths, by
+  session.FollowSession);
+- then the run's output this process owes (owe(): an OwedOutput) is written:
+  `run`'s open window without following (cli.run.Run, guard_window), or a
+  job's OUT (finish.RunFinish: start(output=OUT), so each window of `run -o
+  OUT`, and an exec'd image that took it over). At an exec it is written, or
+  handed to the new image when that will be followed.
+
+The audit hook also notes the children a followed process launches (launches.py).
 """
 import atexit
 import contextlib
@@ -41,21 +43,15 @@ class _ExitState:
         self.saved_at_exit = False      # atexit runs finish_here (registered once)
         self.window_fork_hook = False   # a forked child drops the window guard (once)
         self.exit_paths = False         # install_exit_paths is in force (until restore_exit_paths)
-        # The run whose open window is written before the process ends without
-        # returning to `run` (os._exit) or becomes another program (exec): (pid,
-        # its cli.run.Run). A follow run does this through its session (its
-        # exec'd image can finish the job).
-        self.window = None
-        # `run`'s pending finish (a finish.RunFinish) in the process that owes it.
-        # An exec replaces that process: the new image takes the finish over
-        # (RunFinish.hand_over, identity.FINISH_FILE), or it is done before the exec.
-        self.run_finish = None
-        self.run_ended_early = False    # OUT written (or handed over) before the program returned
+        # The run's output this process owes on its way out (an OwedOutput, see
+        # owe()), and the one an exec took (written, or handed to the new image):
+        # the exec failed or a SIGTERM came first, so it is still this process's.
+        self.owed = None
+        self.paid_at_exec = None
         self.finishing = False
         self.saves = 0                  # how many saves (of a trace, of OUT) are under way
         self.terminate_after = False    # a SIGTERM came while saving: the process dies of it after
         self.dying = False              # a SIGTERM ends the process (_end_by_sigterm, once)
-        self.handed_over = None         # the finish.RunFinish handed to this process's exec
         self.writing_out = False        # `run`'s OUT (or start()'s output) is being written here
         self.said_waiting = False
         # popped by whoever serves a SIGTERM: the main thread's handler or, when
@@ -72,14 +68,30 @@ _LOAD_UNLOCKED = sys.modules["_frozen_importlib"]._load_unlocked.__code__   # ru
 
 # -- the guards ---------------------------------------------------------------
 
+class OwedOutput:
+    """A run's output this process owes on its way out (owe()): its owner would
+    have written it had the process returned to it. pay() writes it as the
+    process ends (os._exit, SIGTERM, an exec'd image's exit); before_exec(
+    followed) as an exec replaces the image (followed: the new image will be
+    traced, and can take it over); unclaimed() after an exec that did not
+    replace the process (it failed, or a SIGTERM came first). None raises.
+    pid: the process that owes it (a forked child owes nothing)."""
+
+    pid = None
+
+    def pay(self):
+        raise NotImplementedError
+
+    def before_exec(self, followed):
+        self.pay()
+
+    def unclaimed(self):
+        pass
+
+
 def _exit_saving(code):
-    """os._exit while guarded: the open window is written (a run without
-    following), or this process's trace saved (and `run`'s OUT written when this
-    process owes it), first."""
-    with saving():                   # (a SIGTERM meanwhile ends the process after)
-        _write_window()
-        finish_here()
-        finish_owed_run()
+    """os._exit while guarded: what the process owes is paid first (pay_owed)."""
+    pay_owed()                       # (a SIGTERM meanwhile ends the process after)
     _real_exit(code)
 
 
@@ -102,7 +114,6 @@ def _on_sigterm(signum, frame):
         recorder = running_recorder()
         if recorder is not None:
             recorder.on_sigterm()
-        _write_window()
 
 
 def _set_aside_half_imports(frame):
@@ -170,18 +181,17 @@ class saving:
 
 def _end_by_sigterm():
     """A SIGTERM (served by _on_sigterm, or one that waited for a save) ends the
-    process, once this process's trace is saved, `run`'s OUT written when it
-    owes it, and a finish handed over to an exec that the signal now prevents
-    done here: the save that ended may be only the first of the way out (an
-    exec'd image saves its trace at exit, then writes OUT)."""
+    process, once what it owes is paid (pay_owed), and an output handed over to
+    an exec that the signal now prevents is written here: the save that ended
+    may be only the first of the way out (an exec'd image saves its trace at
+    exit, then writes OUT)."""
     if not _state.dying:
         _state.dying = True
         with saving():
             lib.pt_sigterm_guard(0)
-            finish_here()
-            finish_owed_run()
-            if _state.handed_over is not None:
-                _state.handed_over.finish_unclaimed()
+            pay_owed()
+            if _state.paid_at_exec is not None:
+                _state.paid_at_exec.unclaimed()
     die_of_sigterm()
 
 
@@ -205,7 +215,7 @@ def sigterm_waits():
             yield
     finally:
         _state.writing_out = outer
-        if (installed or not _state.exit_paths) and _state.window is None and not _state.saves:
+        if (installed or not _state.exit_paths) and _state.owed is None and not _state.saves:
             _restore_default_sigterm()
 
 
@@ -237,60 +247,67 @@ def running_recorder():
 
 
 def _audit(event, args):
-    """Audit hook (installed once): before os.exec replaces the process, the open
-    window is written or the trace saved; a followed process notes its children;
-    an uncaught exception dumps the flight recorder."""
+    """Audit hook (installed once): before os.exec replaces the process, what it
+    owes is paid (_before_exec); a followed process notes its children; an
+    uncaught exception dumps the flight recorder."""
     if event == "sys.excepthook":
         recorder = running_recorder()
         if recorder is not None:
             recorder.on_uncaught(*args[1:4])     # (type, value, traceback)
         return
-    if event == "os.exec" and _state.window is not None:
-        try:
-            if can_exec(args[0]):
-                _write_window()
-        except Exception:            # noqa: BLE001 - an audit hook must never fail the call
-            pass
-    _audit_following(event, args)
-
-
-def _audit_following(event, args):
-    """Saves a followed process's trace before os.exec replaces the process, and
-    notes children that will not be followed."""
     if event not in ("os.exec", "subprocess.Popen", "os.posix_spawn", "os.spawn"):
         return
+    try:
+        if event == "os.exec":
+            _before_exec(args[0], args[1], args[-1])
+        else:
+            _note_child(event, args[0], args[1], args[-1])
+    except Exception:            # noqa: BLE001 - an audit hook must never fail the call
+        pass
+
+
+def _before_exec(executable, argv, env):
+    """os.exec is about to replace the process: a followed process's trace is
+    saved (and the exec noted), then the output owed is written, or handed to
+    the new image when it will be followed."""
+    if not can_exec(executable):
+        return                  # the attempt fails (os.execvp tries each PATH entry)
+    session = _running.session
+    followed = following(session)
+    if followed:
+        inherited = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
+        with contextlib.suppress(Exception):
+            _note_launch(session.job_dir, "exec", executable, argv, env, os.getpid())
+    with saving():              # a SIGTERM meanwhile waits for the hand-over too
+        owed = _take_owed()     # first: saving the trace does not write OUT
+        if followed:
+            finish_here()
+            if env is None:      # the new image inherits os.environ: it follows too
+                for name, value in zip((ENV, "PYTHONPATH"), inherited):
+                    if value is not None:
+                        os.environ[name] = value
+        if owed is not None:
+            try:
+                new_image_followed = _unfollowable(executable, argv, env) is None
+            except Exception:    # noqa: BLE001 - then it is written here
+                new_image_followed = False
+            owed.before_exec(new_image_followed)
+            _state.paid_at_exec = owed   # (a SIGTERM instead of the exec: done here)
+
+
+def _note_child(event, executable, argv, env):
+    """Notes a child a followed process launches (launches.py)."""
     session = _running.session
     if not following(session):
         return
-    try:
-        executable, argv, env = args[0], args[1], args[-1]
-        if event == "os.exec":
-            if not can_exec(executable):
-                return              # the attempt fails (os.execvp tries each PATH entry)
-            inherited = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
-            _note_launch(session.job_dir, "exec", executable, argv, env, os.getpid())
-            with saving():          # a SIGTERM meanwhile waits for the hand-over too
-                owed = _take_owed_here()    # first: saving the trace does not write OUT
-                finish_here()
-                if env is None:      # the new image inherits os.environ: it follows too
-                    for name, value in zip((ENV, "PYTHONPATH"), inherited):
-                        if value is not None:
-                            os.environ[name] = value
-                if owed is not None:
-                    _state.run_ended_early = True
-                    owed.hand_over(_unfollowable(executable, argv, env) is None)
-                    _state.handed_over = owed   # (a SIGTERM instead of the exec: done here)
-            return
-        if event == "subprocess.Popen":
-            _state.popen.argv = list(argv or ())
-        elif getattr(_state.popen, "argv", None) == list(argv or ()):
-            _state.popen.argv = None    # the same launch: Popen uses posix_spawn (3.13)
-            return
-        how = {"subprocess.Popen": "subprocess", "os.posix_spawn": "posix_spawn"}.get(
-            event, "os.spawn")
-        _note_launch(session.job_dir, how, executable, argv, env, None)
-    except Exception:            # noqa: BLE001 - an audit hook must never fail the call
-        pass
+    if event == "subprocess.Popen":
+        _state.popen.argv = list(argv or ())
+    elif getattr(_state.popen, "argv", None) == list(argv or ()):
+        _state.popen.argv = None    # the same launch: Popen uses posix_spawn (3.13)
+        return
+    how = {"subprocess.Popen": "subprocess", "os.posix_spawn": "posix_spawn"}.get(
+        event, "os.spawn")
+    _note_launch(session.job_dir, how, executable, argv, env, None)
 
 
 def _install_audit():
@@ -316,10 +333,10 @@ def can_exec(path):
 
 # -- `run` without following: its open window ------------------------------------
 
-def guard_window(windows):
+def guard_window(run):
     """Until unguard_window(): os._exit, an exec or SIGTERM of this process writes
-    windows' open window first (windows.finish())."""
-    _state.window = (os.getpid(), windows)
+    run's open window first (run: a cli.run.Run, an OwedOutput)."""
+    owe(run)
     os._exit = _exit_saving
     _install_audit()
     if not _state.window_fork_hook:
@@ -336,24 +353,16 @@ def guard_window(windows):
             pass
 
 
-def unguard_window():
-    _state.window = None
+def unguard_window(run=None):
+    """Drops the window guard: run's (a follow run's windows are owed by their
+    sessions instead), or, in a forked child, whatever was owed."""
+    if run is None or _state.owed is run:
+        owe(None)
     if os._exit is _exit_saving and not _state.exit_paths:
         os._exit = _real_exit
     if (threading.current_thread() is threading.main_thread() and not _state.exit_paths
             and not _state.saves):
         _restore_default_sigterm()
-
-
-def _write_window():
-    guard, _state.window = _state.window, None
-    if guard is None or guard[0] != os.getpid():
-        return
-    try:
-        guard[1].finish()
-    except Exception as exc:         # noqa: BLE001 - the program's exit goes on
-        print(f"pytrace_cffi: writing the trace failed ({exc.__class__.__name__}: {exc})",
-              file=sys.stderr)
 
 
 # -- a followed process ------------------------------------------------------------
@@ -434,39 +443,42 @@ def restore_exit_paths():
         pass
 
 
-# -- `run`'s finish, owed by this process --------------------------------------------
+# -- what this process owes ------------------------------------------------------
 
-def owe_run_finish(finish):
-    """This process owes `run`'s finish (a finish.RunFinish; None: no longer)."""
-    _state.run_finish = finish
+def owe(output):
+    """This process owes output (an OwedOutput; None: nothing any more) on its
+    way out."""
+    if output is not None:
+        output.pid = os.getpid()
+    _state.owed = output
 
 
-def take_run_finish(finish):
-    """Whether this process owed finish (and owes it no more): False when it was
-    handed over (an exec) or done already."""
-    if _state.run_finish is not finish or finish.pid != os.getpid():
+def take_owed(output):
+    """Whether this process owed output (and owes it no more): False when an
+    exec took it, it was paid already, or this is a forked child."""
+    if _state.owed is not output or output.pid != os.getpid():
         return False
-    _state.run_finish = None
+    _state.owed = None
     return True
 
 
-def _take_owed_here():
-    """The finish this process owes (no longer owed), or None."""
-    owed = _state.run_finish
-    return owed if owed is not None and take_run_finish(owed) else None
+def _take_owed():
+    """What this process owes (no longer owed), or None."""
+    owed = _state.owed
+    return owed if owed is not None and take_owed(owed) else None
 
 
 def run_ended_early():
-    """Whether OUT was written (or handed over, at an exec) before the program returned."""
-    return _state.run_ended_early
+    """Whether an exec took the output owed (written, or handed over) before
+    the program returned."""
+    return _state.paid_at_exec is not None
 
 
-def finish_owed_run():
-    """When this process owes `run`'s finish (an exec'd image's atexit, or os._exit):
-    saves its trace, then writes OUT from the job. Never raises."""
+def pay_owed():
+    """This process's way out (os._exit, SIGTERM, an exec'd image's atexit): a
+    followed trace saved, then the output it owes written. Never raises."""
     with saving():       # a SIGTERM during the trace's save waits for OUT too
-        owed = _take_owed_here()
-        if owed is None:
-            return
+        owed = _take_owed()     # first: saving the trace does not write OUT
         finish_here()
-        owed.finish_now()
+        if owed is not None:
+            owed.pay()

@@ -3,9 +3,10 @@
 start(output=OUT) (and so each window of `run -o OUT`) records into a job of
 its own; its FollowSession makes the RunFinish (the job directory, OUT, whether
 the per-process traces are kept: processes_dir, OUT's format as the plan
-decided it) and runs it at stop() (finish_run). A process that ends without
-stop() (os._exit, SIGTERM) finishes it through exits.py, and one that execs
-hands it to the new image (RunFinish.hand_over, identity.FINISH_FILE).
+decided it) and runs it at stop() (finish_run). Following children, the
+process owes it (exits.owe: a RunFinish is an exits.OwedOutput): one that ends
+without stop() (os._exit, SIGTERM) finishes it through exits.py, and one that
+execs hands it to the new image (RunFinish.before_exec, identity.FINISH_FILE).
 """
 import atexit
 import contextlib
@@ -17,6 +18,7 @@ from .._files import new_directory
 from .._progress import counted
 from ..errors import TraceFormatError, TraceWarning
 from ..model.saved import load
+from .exits import OwedOutput
 from .identity import (FINISH_FILE, JOB_FILE, RUN_DONE_FILE, STARTING_AT_FINISH, _process_facts,
                        _say, _write_json, handed_over, overflow_dirs)
 from .jobs import NOT_READ_WHOLE, process_directories, status, unfollowed, unfollowed_lines
@@ -32,16 +34,15 @@ def export_job(inputs, path):
     return trace
 
 
-class RunFinish:
-    """A job's finish, owed by the process `pid` (the one that started the job
-    with start(output=OUT), or the image an exec of it started): OUT (output)
-    written from the job in job_dir by finish_run with write, in fmt (the
-    Format of OUT's name unless the plan decided it already); keep: the
+class RunFinish(OwedOutput):
+    """A job's finish, owed (exits.owe) by the process `pid` (the one that
+    started the job with start(output=OUT), or the image an exec of it started):
+    OUT (output) written from the job in job_dir by finish_run with write, in
+    fmt (the Format of OUT's name unless the plan decided it already); keep: the
     per-process traces stay (processes_dir, `run --processes-dir`)."""
 
     def __init__(self, job_dir, output, keep=False, write=formats.write_or_fall_back,
                  fmt=None):
-        self.pid = os.getpid()
         self.job_dir = job_dir
         self.output = output
         self.format = formats.of(output) if fmt is None else fmt
@@ -55,7 +56,7 @@ class RunFinish:
                           self.format, keep=self.keep, interrupted=interrupted,
                           reraise=reraise)
 
-    def finish_now(self):
+    def pay(self):
         """run(), as the process ends (atexit, os._exit, SIGTERM, an exec's audit
         hook). Never raises."""
         try:
@@ -64,7 +65,7 @@ class RunFinish:
             _say(f"cannot write the job's trace to {self.output!r} ({exc.__class__.__name__}: "
                  f"{exc}); the per-process traces are in {self.job_dir}")
 
-    def hand_over(self, followed):
+    def before_exec(self, followed):
         """At an exec of the process owing this finish (its trace saved already):
         when the new image will be followed, DIR/finish.json hands the finish over
         (the image keeps the pid, which the file names; the environment cannot carry
@@ -76,18 +77,18 @@ class RunFinish:
                 _write_json(os.path.join(self.job_dir, FINISH_FILE),
                             {"pid": self.pid, "output": self.output, "keep": self.keep})
                 # Runs only if this image survives: the exec failed, nobody claimed it.
-                atexit.register(self.finish_unclaimed)
+                atexit.register(self.unclaimed)
                 return
             except OSError:
                 pass
-        self.finish_now()
+        self.pay()
 
-    def finish_unclaimed(self):
+    def unclaimed(self):
         """atexit after an exec that failed (ENOEXEC, ...) past its hand-over, or a
         SIGTERM that ended the process before it: the finish is still this
         process's; OUT holds what was traced before the exec."""
         if handed_over(self.job_dir) is not None:
-            self.finish_now()
+            self.pay()
 
 
 def job_dir_for(path, keep_in=None):

@@ -321,7 +321,7 @@ def following(session):
 
 def handed_over(job_dir):
     """The finish DIR/finish.json hands this process (the image an exec of the
-    process running `run` started: see finish.RunFinish.hand_over), taken out of
+    process running `run` started: see finish.RunFinish.before_exec), taken out of
     the directory; or None."""
     path = os.path.join(job_dir, FINISH_FILE)
     try:

@@ -316,7 +316,7 @@ class FollowSession(Session):
             raise
         if self._finish is not None and self.follows_children:
             identity.run_here(plan.output_file)
-            exits.owe_run_finish(self._finish)     # os._exit, SIGTERM: FILE written first
+            exits.owe(self._finish)     # os._exit, SIGTERM, an exec: FILE written first
             exits.handle_sigterm()
 
     def _record(self, plan, options, recorder):
@@ -370,7 +370,7 @@ class FollowSession(Session):
             return
         live.request_as(self._encoding_before)
         if self.follows_children:
-            exits.owe_run_finish(None)
+            exits.owe(None)
         if not self._finish.keep:
             shutil.rmtree(self._finish.job_dir, ignore_errors=True)
             return
@@ -389,8 +389,8 @@ class FollowSession(Session):
             return result
         live.request_as(self._encoding_before)
         from .written import WrittenTrace
-        if self.follows_children and not exits.take_run_finish(self._finish):
-            # handed over at an exec: the new image writes FILE (RunFinish.hand_over)
+        if self.follows_children and not exits.take_owed(self._finish):
+            # handed over at an exec: the new image writes FILE (RunFinish.before_exec)
             return WrittenTrace(self.output_file, False, result.threads, result.dropped_events)
         written = self._finish.run(interrupted=interrupted, reraise=reraise)
         return WrittenTrace(self.output_file, bool(written), result.threads,
