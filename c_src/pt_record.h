@@ -181,6 +181,16 @@ int pt_set_spill_hook(pt_tracer *tracer, void *py_hook);
  * elsewhere nothing); off: stops the re-sending. PT_ERR_STATE if no Python
  * handler is installed. */
 int pt_sigterm_guard(int on);
+/* The relay's patience: a SIGTERM whose Python handler has not run after 2 s
+ * of re-sending (the main thread in C code that does not return: a deadlock, a
+ * wait that signals do not end) ends the process as SIGTERM does untraced,
+ * unsaved, after writing last_words (its length: n, at most 1023 bytes) to
+ * stderr. pt_sigterm_heard: the Python handler ran (the count starts again);
+ * pt_sigterm_hold(1): a save is under way, the relay waits for it whatever
+ * its length; 0: patience again. */
+int pt_sigterm_last_words(const char *last_words, size_t n);
+void pt_sigterm_heard(void);
+void pt_sigterm_hold(int on);
 /* The process dies of sig as without a handler (SIG_DFL, unblocked in the calling
  * thread, sent to the process): from any thread. */
 int pt_die_of_signal(int sig);

@@ -36,6 +36,30 @@ static void (*pt_python_sigterm)(int);
 static timer_t pt_sigterm_timer;
 static int pt_sigterm_timer_made;
 static pid_t pt_sigterm_owner;
+/* The relay's patience (pt_record.h): re-sends without the Python handler run,
+ * and whether a save under way holds it off. Untraced, SIGTERM ends a process
+ * stuck in C at once; traced, 2 s later: it is not saved (its events spilled so
+ * far stay, for `run` to recover), and last_words say so. */
+#define PT_SIGTERM_PATIENCE 10          /* re-sends, 200 ms apart */
+static volatile sig_atomic_t pt_sigterm_unheard;
+static volatile sig_atomic_t pt_sigterm_held;
+static char pt_sigterm_words[1024];
+static volatile sig_atomic_t pt_sigterm_words_len;
+
+static void
+pt_sigterm_give_up(int sig)
+{
+    if (pt_sigterm_words_len > 0) {
+        ssize_t put = write(STDERR_FILENO, pt_sigterm_words, (size_t)pt_sigterm_words_len);
+        (void)put;
+    }
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    sigaction(sig, &action, NULL);
+    kill(getpid(), sig);        /* delivered as the relay returns */
+}
 
 static void
 pt_sigterm_relay(int sig)
@@ -55,6 +79,11 @@ pt_sigterm_relay(int sig)
         pt_python_sigterm(sig);
     pt_flight_on_sigterm();     /* the flight recorder's thread serves it too */
     if (pt_sigterm_timer_made) {
+        if (!pt_sigterm_held && ++pt_sigterm_unheard > PT_SIGTERM_PATIENCE) {
+            pt_sigterm_give_up(sig);
+            errno = saved;
+            return;
+        }
         struct itimerspec again = {{0, 200000000}, {0, 200000000}};
         timer_settime(pt_sigterm_timer, 0, &again, NULL);    /* async-signal-safe */
     }
@@ -66,9 +95,38 @@ void
 pt_sigterm_after_fork(void)
 {
     pt_sigterm_timer_made = 0;
+    pt_sigterm_unheard = 0;
+    pt_sigterm_held = 0;
+}
+
+int
+pt_sigterm_last_words(const char *last_words, size_t n)
+{
+    if (n >= sizeof pt_sigterm_words)
+        return PT_ERR_ARG;
+    pt_sigterm_words_len = 0;       /* (the relay may run meanwhile) */
+    memcpy(pt_sigterm_words, last_words, n);
+    pt_sigterm_words_len = (sig_atomic_t)n;
+    return PT_OK;
+}
+
+void
+pt_sigterm_heard(void)
+{
+    pt_sigterm_unheard = 0;
+}
+
+void
+pt_sigterm_hold(int on)
+{
+    pt_sigterm_held = on;
+    pt_sigterm_unheard = 0;
 }
 #else
 void pt_sigterm_after_fork(void) {}
+int pt_sigterm_last_words(const char *last_words, size_t n) { (void)last_words; (void)n; return PT_OK; }
+void pt_sigterm_heard(void) {}
+void pt_sigterm_hold(int on) { (void)on; }
 #endif
 
 int
@@ -96,6 +154,7 @@ pt_sigterm_guard(int on)
         pt_sigterm_timer_made = 1;
     }
     pt_sigterm_owner = getpid();
+    pt_sigterm_unheard = 0;
     if (current.sa_handler != pt_sigterm_relay) {
         pt_python_sigterm = current.sa_handler;
         current.sa_handler = pt_sigterm_relay;

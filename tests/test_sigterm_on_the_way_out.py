@@ -139,3 +139,47 @@ def test_run_without_following_writes_its_window_as_the_program_ends_another_way
     names = [call.name.rsplit(": ", 1)[-1] for call in pytrace_cffi.load(out)]
     assert names.count("unique_first") == 4, proc.stderr
 
+
+STUCK_IN_C = """
+import ctypes, sys
+def unique_first(): pass
+for _ in range(4): unique_first()
+mutex = ctypes.create_string_buffer(64)         # a default pthread mutex
+libc = ctypes.CDLL(None)
+libc.pthread_mutex_lock(mutex)
+print("stuck", flush=True)
+libc.pthread_mutex_lock(mutex)                  # for ever: signals do not end it
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the relay is Linux's")
+@pytest.mark.parametrize("flags", [(), ("--no-follow",)], ids=["follow", "no-follow"])
+def test_a_sigterm_ends_a_program_stuck_in_c_and_says_what_is_lost(tmp_path, flags):
+    """The main thread never comes back from C, so no Python handler can run:
+    untraced, SIGTERM ends the process at once; traced, 2 s later (the relay's
+    patience), unsaved, with a line that says so and where the rest is. It
+    used to live on for ever."""
+    import subprocess
+    import time
+    (tmp_path / "prog.py").write_text(STUCK_IN_C)
+    out = tmp_path / "out.json"
+    proc = subprocess.Popen([sys.executable, "-m", "pytrace_cffi", "run", *flags, "-o",
+                             str(out), str(tmp_path / "prog.py")], cwd=tmp_path,
+                            env=_env_own_tmp(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "stuck\n"
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGTERM, stderr
+    assert stdout == ""
+    assert "SIGTERM came while the main thread was in C code that did not return for 2 s" \
+        in stderr
+    if flags:
+        assert f"its window's trace is lost ({out} is not written)" in stderr
+    else:
+        assert f"{out} is not written: the job's per-process traces stay in " in stderr

@@ -125,6 +125,9 @@ class Run(exits.OwedOutput):
         if not self._follow:
             exits.guard_window(self)
 
+    def unpaid(self):
+        return f"its window's trace is lost ({self._output} is not written)"
+
     def pay(self):
         """The open window written, as the process ends without returning to
         `run` (exits.OwedOutput). Never raises."""

@@ -82,6 +82,11 @@ class OwedOutput:
     def pay(self):
         raise NotImplementedError
 
+    def unpaid(self):
+        """What is lost, and where the rest is, when the process ends without
+        paying (a SIGTERM while it is stuck in C: _arm_sigterm_relay)."""
+        raise NotImplementedError
+
     def before_exec(self, followed):
         self.pay()
 
@@ -100,6 +105,7 @@ def _on_sigterm(signum, frame):
     os._exit, then the process dies of the signal as it would have. One that
     comes while anything is being saved (this handler's own work, stop(), OUT
     being written; the relay sends it again every 200 ms) waits for the save."""
+    lib.pt_sigterm_heard()           # (the relay's patience: the main thread runs Python)
     _state.terminate_after = True
     if _state.saves:
         if _state.writing_out and not _state.said_waiting:
@@ -170,12 +176,16 @@ class saving:
 
     def __enter__(self):
         _state.saves += 1
+        if _state.saves == 1:
+            lib.pt_sigterm_hold(1)   # the relay waits for the save, however long
         return self
 
     def __exit__(self, *exc):
         _state.saves -= 1
-        if not _state.saves and _state.terminate_after:
-            _end_by_sigterm()
+        if not _state.saves:
+            lib.pt_sigterm_hold(0)
+            if _state.terminate_after:
+                _end_by_sigterm()
         return False
 
 
@@ -217,6 +227,24 @@ def sigterm_waits():
         _state.writing_out = outer
         if (installed or not _state.exit_paths) and _state.owed is None and not _state.saves:
             _restore_default_sigterm()
+
+
+def _arm_sigterm_relay():
+    """pt_signals.c's relay: a SIGTERM is never missed; one whose handler cannot
+    run (the main thread stuck in C) ends the process unsaved 2 s later, and
+    these words (what is lost, where the rest is) are its last."""
+    words = (f"pytrace_cffi: pid {os.getpid()}: SIGTERM came while the main thread was in C "
+             "code that did not return for 2 s: the process ends as it would untraced, "
+             "its trace not saved")
+    session = _running.session
+    if following(session):
+        words += f" (only what it spilled stays, in {session.process_dir})"
+    owed = _state.owed
+    if owed is not None:
+        words += f"; {owed.unpaid()}"
+    data = (words + "\n").encode("utf-8", "replace")[-1000:]
+    lib.pt_sigterm_last_words(data, len(data))
+    lib.pt_sigterm_guard(1)
 
 
 def _restore_default_sigterm():
@@ -348,7 +376,7 @@ def guard_window(run):
         try:
             if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
                 signal.signal(signal.SIGTERM, _on_sigterm)
-                lib.pt_sigterm_guard(1)     # (pt_signals.c: never missed, nor by a fork)
+                _arm_sigterm_relay()        # (pt_signals.c: never missed, nor by a fork)
         except (ValueError, OSError):
             pass
 
@@ -423,7 +451,7 @@ def handle_sigterm():
             signal.signal(signal.SIGTERM, _on_sigterm)
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
             # (again in a forked child: it inherits the handler, not the timer)
-            lib.pt_sigterm_guard(1)     # see pt_signals.c: a SIGTERM is never missed
+            _arm_sigterm_relay()        # see pt_signals.c: a SIGTERM is never missed
     except (ValueError, OSError):
         pass
 

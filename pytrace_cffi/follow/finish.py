@@ -65,6 +65,11 @@ class RunFinish(OwedOutput):
             _say(f"cannot write the job's trace to {self.output!r} ({exc.__class__.__name__}: "
                  f"{exc}); the per-process traces are in {self.job_dir}")
 
+    def unpaid(self):
+        return (f"{self.output} is not written: the job's per-process traces stay in "
+                f"{self.job_dir} (write what they hold with: "
+                f"{_progress.finish_command([self.job_dir], self.output)})")
+
     def before_exec(self, followed):
         """At an exec of the process owing this finish (its trace saved already):
         when the new image will be followed, DIR/finish.json hands the finish over
