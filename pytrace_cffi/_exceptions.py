@@ -161,7 +161,8 @@ class ExceptionLog:
         for entry in recent:
             if entry[0] == id(exc) and entry[1] == id(traceback) and entry[2] is not None:
                 if event == lib.PT_EXC_HANDLED:
-                    entry[2]["caught_in"] = self._where_offset(code, offset)
+                    if not _left_out(code):     # (else untraced code caught it)
+                        entry[2]["caught_in"] = self._where_offset(code, offset)
                 else:                                   # RERAISE: not kept after all
                     entry[2].pop("caught_in", None)
                 break
@@ -171,7 +172,8 @@ class ExceptionLog:
         """3.9-3.11: a frame left by an exception, or a built-in that raised."""
         unwinding = self._unwinding.get(thread) if chained else None
         caller = frame.f_back if event == lib.PT_EXC_UNWIND else frame
-        reached = self._where(caller.f_code, caller.f_lineno) if caller is not None else None
+        reached = (self._where(caller.f_code, caller.f_lineno)
+                   if caller is not None and not _left_out(caller.f_code) else None)
         if unwinding is not None and event == lib.PT_EXC_UNWIND:
             unwinding["frames_left"] += 1
             if reached is None:
@@ -189,6 +191,14 @@ class ExceptionLog:
             args["reached"] = reached
         self._unwinding[thread] = args
         return "exception", args
+
+
+def _left_out(code):
+    """Whether code is left out of traces: pytrace_cffi's own (run's launcher,
+    which catches the program's uncaught exception to report it as python does),
+    or hidden (a launcher's). An exception caught or reached there went on into
+    code not traced: no caught_in, no reached."""
+    return _is_own_file(code.co_filename) or hiding(code) != 0
 
 
 def _builtin_name(builtin):

@@ -222,3 +222,34 @@ def test_instants_reach_the_json(tmp_path):
     instants = [e for e in events if e.get("ph") == "i" and e["name"].startswith("exception")]
     assert len(instants) == 1
     assert instants[0]["args"]["where"] == where("inner", "raise-inner")
+
+
+def test_an_exception_the_program_leaves_uncaught_names_no_handler_of_ours(tmp_path):
+    """`run --log-exceptions` of a program that ends by an exception: run's
+    launcher catches it to report it as python does, but it is no handler of the
+    traced code: no caught_in (3.12+), no reached (3.9-3.11). They named
+    pytrace_cffi/__main__.py's _cmd_run. The one the program catches keeps its."""
+    import subprocess
+    (tmp_path / "prog.py").write_text(
+        "def fails():\n"
+        "    raise ValueError('boom')\n"
+        "def catches():\n"
+        "    try:\n"
+        "        fails()\n"
+        "    except ValueError:\n"
+        "        pass\n"
+        "catches()\n"
+        "fails()\n")
+    proc = subprocess.run([sys.executable, "-m", "pytrace_cffi", "run", "--log-exceptions",
+                           "-o", "out.json", "prog.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1 and "ValueError: boom" in proc.stderr
+    with open(tmp_path / "out.json") as f:
+        events = json.load(f)["traceEvents"]
+    caught, uncaught = [e["args"] for e in events
+                        if e.get("ph") == "i" and e["name"].startswith("exception")]
+    assert caught["where"] == uncaught["where"] == "prog.py(2): fails"
+    handler = "caught_in" if sys.version_info >= (3, 12) else "reached"
+    assert caught[handler] == ("prog.py(6): catches" if handler == "caught_in"
+                               else "prog.py(5): catches")
+    assert handler not in uncaught, uncaught
