@@ -144,7 +144,7 @@ def thread_name(session, info):
     thread = session.thread_objects.get(info.tstate_id)
     if thread is not None:
         return thread.name
-    thread = session.known_thread(info.ident)
+    thread = session.known_thread(info.ident, info.native_id)
     if thread is not None:
         return thread.name
     return f"Thread {info.native_id or info.ident}"

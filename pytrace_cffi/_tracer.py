@@ -362,9 +362,18 @@ class Session(SessionBase):
                                f"threading.setprofile hook replaced by {hook}"))
         return losses
 
-    def known_thread(self, ident):
-        """The threading.Thread that had this ident at stop, else at start, or None."""
-        return self._threads_at_stop.get(ident) or self._threads_at_start.get(ident)
+    def known_thread(self, ident, native_id=None):
+        """The threading.Thread that had this ident at stop, else at start, or None;
+        with native_id, the one of them that has it first: an ident is used again
+        once its thread has ended (the thread that called start() ended, another
+        one calls stop())."""
+        candidates = [thread for thread in (self._threads_at_stop.get(ident),
+                                            self._threads_at_start.get(ident))
+                      if thread is not None]
+        for thread in candidates if native_id else ():
+            if getattr(thread, "native_id", None) == native_id:
+                return thread
+        return candidates[0] if candidates else None
 
     def thread_native_id(self, ident):
         """The OS thread id of the thread with this ident at stop or start, else 0."""

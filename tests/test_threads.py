@@ -240,3 +240,28 @@ def test_audit_hooks_run_in_the_thread_that_starts_and_stops(run_python):
     assert on_other_threads == 0
     if sys.version_info < (3, 12):
         assert events >= 200 * 2 * 4        # each start and stop: main + 3 threads
+
+
+def test_the_thread_that_called_start_keeps_its_name_when_its_ident_is_reused():
+    """start() in a thread that then ends, stop() in a later thread, which gets
+    the same ident: each keeps its own name (the starting one was named after the
+    stopping one, by ident, its calls under the wrong name)."""
+    box = {}
+
+    def starter():
+        pytrace_cffi.start()
+        sorted(range(10))
+
+    def stopper():
+        box["trace"] = pytrace_cffi.stop()
+
+    first = threading.Thread(target=starter, name="starter")
+    first.start()
+    first.join()
+    second = threading.Thread(target=stopper, name="stopper")
+    second.start()
+    second.join()
+    names = [thread.name for thread in box["trace"].threads]
+    assert names[0] == "starter" and names[-1] == "stopper", names
+    sorts = [call for call in box["trace"] if call.name.endswith("sorted")]
+    assert [box["trace"].threads[0].native_id] == [call.thread for call in sorts]
