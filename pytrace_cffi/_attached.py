@@ -53,14 +53,18 @@ def _begin(directory, token, script_code):
             pass
         return None
     from . import _running, start
-    from ._hiding import hide_launcher_frames
+    from ._hiding import hide_launcher_frames, hide_with_callees
     with _lock:
         if _running.session is not None or _current is not None:
+            # run while tracing: the script's call is left out with what it ran
+            hide_with_callees(script_code)
             return ("this process is already being traced by pytrace_cffi (an earlier "
                     "attach, or start() called by the program); stop that first")
         attached = _Attached(directory, token, request)
         _remove(os.path.join(directory, "stop"))        # a request left from before
-        hide_launcher_frames([script_code])     # the attach script's own frame
+        # The attach script's frame, with what it runs until it returns: begin()'s
+        # own work once the hooks are live (its status file, the watcher's go).
+        hide_launcher_frames([script_code], with_callees=True)
         attached.watch()        # its thread is ours before tracing starts: left out
         if request["options"].get("flight_recorder"):
             from .flight import recorder        # its lines go to the attacher, at the end

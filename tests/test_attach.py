@@ -219,7 +219,18 @@ def test_attach_twice_is_refused_and_the_first_goes_on(server, tmp_path):
     server.ask(5)
     assert attach(server.pid, "--stop").returncode == 0
     assert not (tmp_path / "second.json").exists()
-    assert len(calls_named(pytrace_cffi.load(str(tmp_path / "first.json")), "handle")) == 1
+    trace = pytrace_cffi.load(str(tmp_path / "first.json"))
+    assert len(calls_named(trace, "handle")) == 1
+    # The main thread holds the program's calls only: not begin()'s own work once
+    # the hooks were live (its status file, time.time, the watcher's Event.set), nor
+    # the second attach's script (<string>, sysconfig.get_config_var, ...). Its
+    # one request: readline (and its decode), strip, handle, parse, render, print;
+    # select.select polls meanwhile.
+    main = [t.native_id for t in trace.threads if t.name == "MainThread"]
+    names = {c.name.rsplit(": ", 1)[-1] for c in trace if [c.thread] == main}
+    assert names - {"select.select"} == {
+        "<module>", "_io.TextIOWrapper.readline", "decode", "_codecs.utf_8_decode",
+        "str.strip", "handle", "parse", "render", "builtins.print"}, names
     assert server.finish() == (3, "path True\n", "")
     # and again, once stopped
     assert attach(server.pid, "--stop").returncode != 0
