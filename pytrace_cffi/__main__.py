@@ -195,27 +195,32 @@ def _launcher_codes():
     return codes_below(sys._getframe(1))
 
 
-def _program_traceback(exc):
-    """exc's traceback without the frame of _cmd_run that ran the program."""
+def _program_traceback(exc, run_by_runpy=None):
+    """exc's traceback without the frame of _cmd_run that ran the program; when
+    python would have run it by runpy (run_by_runpy: its module code), starting
+    as python's does there (cli/program.py: with_runpy_frames)."""
     tb = exc.__traceback__
     if tb is not None and tb.tb_frame.f_code is _cmd_run.__code__:
         tb = tb.tb_next
+    if run_by_runpy is not None and tb is not None and tb.tb_frame.f_code is run_by_runpy:
+        from .cli.program import with_runpy_frames
+        tb = with_runpy_frames(tb)
     return tb
 
 
-def _print_uncaught(exc):
+def _print_uncaught(exc, run_by_runpy=None):
     """Prints exc as the interpreter prints an uncaught exception, through
     sys.excepthook, without the frame of _cmd_run that ran the program."""
-    tb = _program_traceback(exc)
+    tb = _program_traceback(exc, run_by_runpy)
     sys.excepthook(type(exc), exc.with_traceback(tb), tb)
 
 
-def _raise_uncaught(exc):
+def _raise_uncaught(exc, run_by_runpy=None):
     """Raises the program's KeyboardInterrupt again, out of main(), once OUT is
     written: the interpreter then ends as python ends on one (the program's
     atexit handlers run, then the process dies by SIGINT), printing it through
     sys.excepthook with the program's frames only (not the ones it passes here)."""
-    tb = _program_traceback(exc)
+    tb = _program_traceback(exc, run_by_runpy)
     hook = sys.excepthook
 
     def program_frames(exc_type, value, traceback):
@@ -301,11 +306,13 @@ def _cmd_run(args, program, at_interpreter_exit=False):
         failure = exc
     # The rest in a function of ours, left out of the trace with all it calls: this
     # frame's own calls would be recorded, the trace going on at the program's exit.
-    return _program_ended(failure, end_of_run, at_interpreter_exit)
+    run_by_runpy = code if module is not None or main.__spec__ is not None else None
+    return _program_ended(failure, end_of_run, at_interpreter_exit, run_by_runpy)
 
 
-def _program_ended(failure, end_of_run, at_interpreter_exit):
-    """The program's code has ended (failure: its uncaught exception, or None).
+def _program_ended(failure, end_of_run, at_interpreter_exit, run_by_runpy=None):
+    """The program's code has ended (failure: its uncaught exception, or None;
+    run_by_runpy: the module code python would have run by runpy, or None).
     Returns its exit code (whatever became of the trace), or at_interpreter_exit
     raises it as SystemExit (as sys.exit would: no call of ours is recorded after
     the program's, on the way to the interpreter's exit)."""
@@ -322,9 +329,9 @@ def _program_ended(failure, end_of_run, at_interpreter_exit):
         # SIGINT after our imports at exit; threads still running are cut at stop)
         end_of_run()
     if isinstance(failure, KeyboardInterrupt):
-        _raise_uncaught(failure)
+        _raise_uncaught(failure, run_by_runpy)
     if failure is not None and not isinstance(failure, SystemExit):
-        _print_uncaught(failure)
+        _print_uncaught(failure, run_by_runpy)
     if at_interpreter_exit:
         _hide_idle_shutdown()
         raise SystemExit(exit_code)

@@ -342,3 +342,29 @@ def test_the_programs_module_globals_are_pythons(tmp_path):
         traced = run_cli(tmp_path, "run", "-o", "out.json", *how)
         assert plain.returncode == traced.returncode == 0, traced.stderr
         assert traced.stdout == plain.stdout
+
+
+@pytest.mark.parametrize("how", ["script", "-m", "directory", "zip", "ctrl-c -m"])
+def test_an_uncaught_exceptions_traceback_is_pythons(tmp_path, how):
+    """The program's uncaught exception (a Ctrl-C too) is printed as python
+    prints it: a module python runs by runpy (-m, a directory, a zip) has
+    runpy's two frames below it (_run_module_as_main, _run_code, at runpy's
+    lines); they were missing, so every traced torchrun failure read otherwise."""
+    import zipfile
+    raised = "KeyboardInterrupt" if how.startswith("ctrl-c") else "ValueError('boom')"
+    source = f"def fails():\n    raise {raised}\nfails()\n"
+    (tmp_path / "prog.py").write_text(source)
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text(source)
+    with zipfile.ZipFile(tmp_path / "app.zip", "w") as z:
+        z.writestr("__main__.py", source)
+    target = {"script": ["prog.py"], "-m": ["-m", "prog"], "directory": ["app"],
+              "zip": ["app.zip"], "ctrl-c -m": ["-m", "prog"]}[how]
+    plain = subprocess.run([sys.executable, *target], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60)
+    traced = run_cli(tmp_path, "run", "-o", "out.json", *target)
+    assert traced.returncode == plain.returncode != 0
+    theirs = "".join(line for line in traced.stderr.splitlines(True)
+                     if not line.startswith("pytrace_cffi:"))
+    assert theirs == plain.stderr
+    assert ("runpy" in plain.stderr) == (how != "script")

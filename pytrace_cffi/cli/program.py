@@ -172,3 +172,40 @@ def main_of_path(path):
         print(f"pytrace_cffi: can't find '__main__' module in {path!r}", file=sys.stderr)
         raise SystemExit(EXIT_NO_MAIN)
     return spec, code
+
+
+def with_runpy_frames(tb):
+    """tb (a traceback starting at the program's module code) as python prints it
+    for a module run by runpy (-m MODULE, a directory, a zip file): below it,
+    runpy's _run_module_as_main at its call of _run_code, and _run_code at its
+    exec, with runpy's file and lines. Frames of ours stand in for runpy's (a
+    traceback shows a frame's file and function, and the line it is given);
+    tb itself when runpy is not as expected."""
+    try:
+        import runpy
+        outer, inner = runpy._run_module_as_main.__code__, runpy._run_code.__code__
+        tb = types.TracebackType(tb, _frame_named(inner), -1, _line_of_call(inner, "exec"))
+        return types.TracebackType(tb, _frame_named(outer), -1,
+                                   _line_of_call(outer, "_run_code"))
+    except Exception:       # noqa: BLE001 - the traceback goes on without them
+        return tb
+
+
+def _frame_named(code):
+    """A finished frame whose code has code's file and names."""
+    names = {"co_filename": code.co_filename, "co_name": code.co_name}
+    if hasattr(code, "co_qualname"):
+        names["co_qualname"] = code.co_qualname
+    probe = (lambda: sys._getframe()).__code__.replace(**names)
+    return types.FunctionType(probe, {"sys": sys})()
+
+
+def _line_of_call(code, name):
+    """The line of code where it loads the global name it calls."""
+    import dis
+    starts = sorted((offset, line) for offset, line in dis.findlinestarts(code)
+                    if line is not None)
+    for instruction in dis.get_instructions(code):
+        if instruction.argval == name and instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            return [line for offset, line in starts if offset <= instruction.offset][-1]
+    raise LookupError(name)
