@@ -46,6 +46,19 @@ static volatile sig_atomic_t pt_sigterm_held;
 static char pt_sigterm_words[1024];
 static volatile sig_atomic_t pt_sigterm_words_len;
 
+/* From the relay: sig's default action back, and sig sent again, delivered as
+ * the relay returns (async-signal-safe). */
+static void
+pt_resend_as_default(int sig)
+{
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    sigaction(sig, &action, NULL);
+    kill(getpid(), sig);
+}
+
 static void
 pt_sigterm_give_up(int sig)
 {
@@ -53,12 +66,7 @@ pt_sigterm_give_up(int sig)
         ssize_t put = write(STDERR_FILENO, pt_sigterm_words, (size_t)pt_sigterm_words_len);
         (void)put;
     }
-    struct sigaction action;
-    memset(&action, 0, sizeof action);
-    action.sa_handler = SIG_DFL;
-    sigemptyset(&action.sa_mask);
-    sigaction(sig, &action, NULL);
-    kill(getpid(), sig);        /* delivered as the relay returns */
+    pt_resend_as_default(sig);
 }
 
 static void
@@ -66,12 +74,7 @@ pt_sigterm_relay(int sig)
 {
     int saved = errno;
     if (getpid() != pt_sigterm_owner) {
-        struct sigaction action;
-        memset(&action, 0, sizeof action);
-        action.sa_handler = SIG_DFL;
-        sigemptyset(&action.sa_mask);
-        sigaction(sig, &action, NULL);
-        kill(getpid(), sig);        /* delivered as this handler returns */
+        pt_resend_as_default(sig);
         errno = saved;
         return;
     }
