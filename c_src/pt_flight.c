@@ -23,8 +23,8 @@
  * writes it, pt_flight_watch_requests: looked for at each wake, every 250 ms
  * at most, so that a request reaches this thread alone, never interrupting a
  * call of the program as a signal does) and a watchdog (no
- * pt_flight_step for watchdog_ns, once a first step came: start-up is no stall). It asks Python first, by a byte on wake_fd (a
- * Python thread of the recorder reads it and dumps with names and stacks), and
+ * pt_flight_step for watchdog_ns, once a first step came: start-up is no stall). It asks Python first, by a semaphore (a
+ * Python thread of the recorder waits on it and dumps with names and stacks), and
  * when Python has not claimed the request within grace_ns (a thread stuck in C
  * holding the GIL), dumps itself, without the GIL. A request is claimed once,
  * by Python or by this thread (pt_flight_claim).
@@ -325,7 +325,6 @@ pt_flight_wait(int64_t timeout_ns)
 typedef struct {
     pt_tracer *tracer;
     int signum;
-    int wake_fd;
     int64_t watchdog_ns;
     int64_t grace_ns;
     char dumps_dir[PT_FLIGHT_PATH];
@@ -336,6 +335,41 @@ typedef struct {
 
 static pt_flight_config pt_flight;
 static sem_t pt_flight_wake;
+/* The recorder's Python thread waits on this one (pt_flight_wait_python): made
+ * once, never destroyed (that thread may wait on it across a disarm). */
+static sem_t pt_flight_python;
+static pthread_once_t pt_flight_python_once = PTHREAD_ONCE_INIT;
+
+static void
+pt_flight_python_init(void)
+{
+    sem_init(&pt_flight_python, 0, 0);
+}
+
+void
+pt_flight_wake_python(void)
+{
+    pthread_once(&pt_flight_python_once, pt_flight_python_init);
+    sem_post(&pt_flight_python);
+}
+
+/* Called through cffi, which lets the GIL go meanwhile. */
+int
+pt_flight_wait_python(int64_t timeout_ns)
+{
+    pthread_once(&pt_flight_python_once, pt_flight_python_init);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    int64_t ns = until.tv_nsec + (timeout_ns > 0 ? timeout_ns : 0);
+    until.tv_sec += ns / 1000000000;
+    until.tv_nsec = ns % 1000000000;
+    while (sem_timedwait(&pt_flight_python, &until) != 0)
+        if (errno != EINTR)
+            return 0;
+    while (sem_trywait(&pt_flight_python) == 0)
+        ;                   /* (several wakes at once: one look serves them all) */
+    return 1;
+}
 static pthread_t pt_flight_thread;
 static int pt_flight_armed;
 static atomic_int pt_flight_quit;
@@ -625,11 +659,7 @@ pt_flight_serve(int reason, const char *name)
     snprintf(pt_flight_names[seq % 64], PT_FLIGHT_NAME, "%s", name ? name : "");
     atomic_store(&pt_flight_reasons[seq % 64], reason);
     atomic_store(&pt_flight_requested, seq);
-    if (pt_flight.wake_fd >= 0) {
-        char byte = 1;
-        ssize_t ignored = write(pt_flight.wake_fd, &byte, 1);
-        (void)ignored;
-    }
+    pt_flight_wake_python();
     /* SIGTERM kills at once untraced: Python's thread, when it can run at all,
      * claims it at once (then gives the main thread its 0.25 s). */
     int64_t grace = reason == PT_FLIGHT_SIGTERM && pt_flight.grace_ns > PT_SIGTERM_GRACE_NS
@@ -712,10 +742,10 @@ pt_flight_main(void *unused)
 
 /* Starts the C thread for tracer (one per process): signum (0: none) dumps, and
  * watchdog_ns (0: none) without pt_flight_step dumps once per stall; Python is
- * asked by a byte on wake_fd and has grace_ns to claim. dump_json: what a dump
+ * woken (pt_flight_wait_python) and has grace_ns to claim. dump_json: what a dump
  * of this thread's says in dump.json. */
 int
-pt_flight_arm(pt_tracer *tracer, int signum, int wake_fd, int64_t watchdog_ns,
+pt_flight_arm(pt_tracer *tracer, int signum, int64_t watchdog_ns,
               int64_t grace_ns, const char *dumps_dir, const char *journal_dir,
               const char *dump_json)
 {
@@ -726,7 +756,6 @@ pt_flight_arm(pt_tracer *tracer, int signum, int wake_fd, int64_t watchdog_ns,
         return PT_ERR_ARG;
     pt_flight.tracer = tracer;
     pt_flight.signum = signum;
-    pt_flight.wake_fd = wake_fd;
     pt_flight.watchdog_ns = watchdog_ns;
     pt_flight.grace_ns = grace_ns;
     pt_flight.pid = (int)getpid();

@@ -274,8 +274,11 @@ int pt_runtime_api(void *py_dict);
  * serves a signal (signum, 0: none) and a watchdog (no pt_flight_step for
  * watchdog_ns, 0: none) and a request file (pt_flight_watch_requests, before
  * arm: looked for every 250 ms at most, its content the dump directory's
- * name, removed when seen): it writes request numbers' bytes to wake_fd, and
- * dumps itself into dumps_dir when no pt_flight_claim came within grace_ns. */
+ * name, removed when seen): it wakes the recorder's Python thread, waiting in
+ * pt_flight_wait_python (no descriptor: a program that closes every one, as a
+ * daemon does, cannot take it), and dumps itself into dumps_dir when no
+ * pt_flight_claim came within grace_ns. pt_flight_wait_python: 1 once woken
+ * (by the C thread, or pt_flight_wake_python), 0 after timeout_ns. */
 #define PT_FLIGHT_SIGNAL 1
 #define PT_FLIGHT_WATCHDOG 2
 #define PT_FLIGHT_REQUEST 3
@@ -297,9 +300,11 @@ int pt_flight_frames(pt_tracer *tracer, void *py_frames, void *py_out, int64_t *
 int pt_flight_reap(void);
 int pt_flight_status(int pid);      /* -1 running, 0 whole, an errno, -2/-3 */
 int pt_flight_wait(int64_t timeout_ns);
-int pt_flight_arm(pt_tracer *tracer, int signum, int wake_fd, int64_t watchdog_ns,
+int pt_flight_arm(pt_tracer *tracer, int signum, int64_t watchdog_ns,
                   int64_t grace_ns, const char *dumps_dir, const char *journal_dir,
                   const char *dump_json);
+int pt_flight_wait_python(int64_t timeout_ns);
+void pt_flight_wake_python(void);
 void pt_flight_disarm(void);
 void pt_flight_step(void);
 void pt_flight_ask(void);

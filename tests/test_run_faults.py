@@ -62,13 +62,15 @@ CLOSES_EVERY_DESCRIPTOR = """
 """
 
 
-@pytest.mark.parametrize("flags", [(), ("--no-follow", "--spill", "--max-events", "50000")],
-                         ids=["follow", "no-follow-spill"])
+@pytest.mark.parametrize("flags", [(), ("--no-follow", "--spill", "--max-events", "50000"),
+                                   ("--flight-recorder",)],
+                         ids=["follow", "no-follow-spill", "flight-recorder"])
 def test_a_program_closing_every_descriptor_keeps_its_files_and_the_trace(tmp_path, flags):
     """The program closes every descriptor, ours too (the spill file, the live
-    encoder's reading of it), and opens a file of its own, which gets the spill
-    file's number: it holds only what the program wrote (the spill used to go
-    into it, 3 MB, and the trace was lost), and OUT every call."""
+    encoder's reading of it, the flight recorder's), and opens a file of its own,
+    which gets the number of one of ours: it holds only what the program wrote
+    (the spill used to go into it, 3 MB, and the trace was lost; the flight
+    recorder's thread stopped and the trace was lost), and OUT every call."""
     (tmp_path / "prog.py").write_text(textwrap.dedent(CLOSES_EVERY_DESCRIPTOR.format(n=300_000)))
     (tmp_path / "tmp").mkdir()
     out = tmp_path / "out.pftrace"

@@ -91,12 +91,12 @@ class FlightRecorder:
         self._torch_region_exit = None      # (class, its __exit__, ours) while wrapped
         self.dumps = []             # the directories this process dumped into
         self._lock = threading.RLock()
-        self._pipe = None
         self._thread = None
         self._closing = False
         self._previous_thread_hook = None
         self._registered = None
         self._registry_fd = None
+        self._registry_id = None
         self._torch_hook = None
         self._serving = threading.Event()   # set once its thread is left out of traces
         self._journaled = None
@@ -122,7 +122,6 @@ class FlightRecorder:
                  "program's: not used for dumps here (--dump-signal picks another; "
                  "`python -m pytrace_cffi dump` asks without a signal)")
             self.signum = 0
-        self._pipe = os.pipe()
         self._thread = threading.Thread(target=self._serve, name=THREAD_NAME, daemon=True)
         self._thread.start()
         self._serving.wait()
@@ -144,7 +143,7 @@ class FlightRecorder:
         self._request_file = os.path.join(self.dumps_dir, REQUESTS, str(os.getpid()))
         if lib.pt_flight_watch_requests(os.fsencode(self._request_file)) != lib.PT_OK:
             self._request_file = None
-        status = lib.pt_flight_arm(self.session.ptr, self.signum, self._pipe[1],
+        status = lib.pt_flight_arm(self.session.ptr, self.signum,
                                    int((self.watchdog_s or 0) * 1e9), GRACE_NS,
                                    os.fsencode(self.dumps_dir),
                                    os.fsencode(self.session.process_dir), c_dump.encode())
@@ -160,6 +159,7 @@ class FlightRecorder:
         # held open while recording: `dump PID` finds the dumps directory through
         # /proc/PID/fd (non-inheritable: not a child's)
         self._registry_fd = os.open(self._registered, os.O_RDONLY | os.O_CLOEXEC)
+        self._registry_id = _file_id(self._registry_fd)
         exits.install_uncaught_hook()
         if threading.excepthook is not self._thread_exception:
             self._previous_thread_hook = threading.excepthook
@@ -196,17 +196,16 @@ class FlightRecorder:
             except OSError:
                 pass
         if self._registry_fd is not None:       # (nor `dump PID` finds it)
-            os.close(self._registry_fd)
-            self._registry_fd = None
+            if _file_id(self._registry_fd) == self._registry_id:
+                os.close(self._registry_fd)     # (else the program closed it: its number
+            self._registry_fd = None            # may be a file of the program's now)
         self._closing = True
         lib.pt_flight_disarm()
-        if self._pipe is not None:
-            os.write(self._pipe[1], b"\0")
-            if self._thread is not None and self._thread is not threading.current_thread():
+        if self._thread is not None:
+            lib.pt_flight_wake_python()
+            if self._thread is not threading.current_thread():
                 self._thread.join(5)
-            for fd in self._pipe:
-                os.close(fd)
-            self._pipe = None
+            self._thread = None
         if threading.excepthook is self._thread_exception:
             threading.excepthook = self._previous_thread_hook
         if self._torch_hook is not None:
@@ -254,13 +253,11 @@ class FlightRecorder:
         own_thread_begin()
         self._serving.set()
         try:
-            import select
             while not self._closing:
-                ready, _, _ = select.select([self._pipe[0]], [], [], JOURNAL_S)
+                # (no descriptor: a program closing every one, a daemon, cannot take it)
+                lib.pt_flight_wait_python(int(JOURNAL_S * 1e9))
                 if self._closing:
                     return
-                if ready:
-                    os.read(self._pipe[0], 4096)
                 with self._lock:        # (a dump() of the program's journals too)
                     self._journal()
                 self._watch_torch_steps()
@@ -672,6 +669,15 @@ def _requested_name(dumps_dir):
 
 say_to = None       # a callable that takes each line instead of stderr (_attached.py:
                     # an attached process's stderr is the program's alone)
+
+
+def _file_id(fd):
+    """(device, inode) of the file open as fd, or None (closed)."""
+    try:
+        facts = os.fstat(fd)
+    except OSError:
+        return None
+    return facts.st_dev, facts.st_ino
 
 
 def _say(text):
