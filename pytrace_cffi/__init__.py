@@ -118,7 +118,7 @@ def _after_fork_in_child():
     session, _running.session = _running.session, None
     if session is not None:
         session.abandon_in_forked_child()
-        if session.job_dir:      # follow_children: trace the child too
+        if session.follows_children:     # trace the child too (not a job's without)
             from .follow.session import continue_in_forked_child, release_sigterm
             try:
                 continue_in_forked_child(session, _flight_recorder)

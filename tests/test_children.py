@@ -1458,3 +1458,41 @@ def test_run_of_a_program_whose_exec_fails_still_writes_out(tmp_path):
     assert [names for _, _, names in _calls_per_process(out).values()] == \
         [{"unique_launch": 1}]
     assert left == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.parametrize("options", ["output=sys.argv[1] + '/out.json'",
+                                     "output=sys.argv[1] + '/out.pftrace'",
+                                     "flight_recorder='1M', dumps_dir=sys.argv[1] + '/dumps'"])
+def test_a_session_that_does_not_follow_children_leaves_a_forked_child_untraced(tmp_path,
+                                                                             options):
+    """start(output=FILE) and a flight recorder record into a job of their own;
+    without follow_children a child forked meanwhile stops tracing, as any
+    session's (it may start its own), and FILE holds the parent alone. They went
+    on tracing the child (2 processes in FILE; `run --no-follow -o x.pftrace`
+    too; Pool workers' SIGTERM dumps)."""
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys
+        import pytrace_cffi
+        pytrace_cffi.start({options})
+        def unique_child(): pass
+        pid = os.fork()
+        if pid == 0:
+            print(pytrace_cffi.is_tracing())
+            pytrace_cffi.start()
+            unique_child()
+            print(len([c for c in pytrace_cffi.stop() if c.name.endswith("unique_child")]))
+            sys.stdout.flush()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        pytrace_cffi.stop()
+    """))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True,
+                          text=True, timeout=TIMEOUT, cwd=tmp_path, env=_env_own_tmp(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "False\n1\n"
+    if "output" in options:
+        out = tmp_path / ("out.json" if "json" in options else "out.pftrace")
+        assert "2 processes" not in proc.stderr
+        assert "unique_child" not in {c.name.rsplit(": ", 1)[-1] for c in pytrace_cffi.load(out)}
