@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -695,6 +696,7 @@ def test_a_process_killed_right_after_dumping_keeps_its_dump_whole(tmp_path):
 
 
 DDP_HANG = """
+import threading
 import time
 import torch
 import torch.distributed as dist
@@ -803,6 +805,7 @@ def test_a_stuck_torchrun_job_dumps_every_rank_by_watchdog_request_and_sigterm(t
 
 
 DATALOADER_HANG = """
+import threading
 import time
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -1298,3 +1301,17 @@ def test_closing_is_not_taken_for_the_program_taking_the_signal_over(tmp_path):
         """, tmp_path / "dumps")
     assert proc.returncode == 0, proc.stderr
     assert "its own handler" not in proc.stderr, proc.stderr
+
+
+def test_stop_gives_threading_excepthook_back(tmp_path):
+    """The recorder dumps on a thread's uncaught exception through
+    threading.excepthook; stop() puts the program's back. It never did (a bound
+    method is a new object each time: `is` never matched): each start/stop
+    chained one more recorder, kept alive, until a thread's exception hit
+    RecursionError."""
+    before = threading.excepthook
+    for _ in range(3):
+        pytrace_cffi.start(flight_recorder="1M", dumps_dir=str(tmp_path / "dumps"))
+        assert threading.excepthook != before
+        pytrace_cffi.stop()
+        assert threading.excepthook is before

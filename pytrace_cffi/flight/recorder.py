@@ -161,7 +161,8 @@ class FlightRecorder:
         self._registry_fd = os.open(self._registered, os.O_RDONLY | os.O_CLOEXEC)
         self._registry_id = _file_id(self._registry_fd)
         exits.install_uncaught_hook()
-        if threading.excepthook is not self._thread_exception:
+        # (== not is: each self._thread_exception is a new bound method object)
+        if threading.excepthook != self._thread_exception:
             self._previous_thread_hook = threading.excepthook
             threading.excepthook = self._thread_exception
         if not self.session.follows_children:
@@ -206,7 +207,7 @@ class FlightRecorder:
             if self._thread is not threading.current_thread():
                 self._thread.join(5)
             self._thread = None
-        if threading.excepthook is self._thread_exception:
+        if threading.excepthook == self._thread_exception:
             threading.excepthook = self._previous_thread_hook
         if self._torch_hook is not None:
             with contextlib.suppress(Exception):
