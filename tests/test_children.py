@@ -1496,3 +1496,26 @@ def test_a_session_that_does_not_follow_children_leaves_a_forked_child_untraced(
         out = tmp_path / ("out.json" if "json" in options else "out.pftrace")
         assert "2 processes" not in proc.stderr
         assert "unique_child" not in {c.name.rsplit(": ", 1)[-1] for c in pytrace_cffi.load(out)}
+
+
+@pytest.mark.parametrize("change", ["set", "appended", "untouched"])
+def test_stop_keeps_what_the_program_set_in_the_environment(tmp_path, monkeypatch, change):
+    """Following children puts our bootstrap on PYTHONPATH (and PYTRACE_CFFI_FOLLOW)
+    until stop(); a value the program set meanwhile stays, less our entry (stop()
+    put back the value from before start(), the program's own lost)."""
+    from pytrace_cffi.follow.identity import ENV
+    monkeypatch.setenv("PYTHONPATH", "/opt/before")
+    monkeypatch.delenv(ENV, raising=False)
+    pytrace_cffi.start(follow_children=True, output=str(tmp_path / "job"))
+    try:
+        assert os.environ["PYTHONPATH"].endswith(os.pathsep + "/opt/before")
+        if change == "set":
+            os.environ["PYTHONPATH"] = "/opt/plugins"
+        elif change == "appended":
+            os.environ["PYTHONPATH"] += os.pathsep + "/opt/plugins"
+    finally:
+        pytrace_cffi.stop()
+    assert os.environ["PYTHONPATH"] == {
+        "set": "/opt/plugins", "appended": os.pathsep.join(["/opt/before", "/opt/plugins"]),
+        "untouched": "/opt/before"}[change]
+    assert ENV not in os.environ

@@ -440,17 +440,26 @@ class FollowSession(Session):
                              "spill_beside": identity._spill_beside,
                              "spill_fallback": identity._spill_fallback,
                              "live": live.requested_compress()})
-        self._saved_env = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
+        before = (os.environ.get(ENV), os.environ.get("PYTHONPATH"))
         os.environ[ENV] = config
-        paths = (self._saved_env[1] or "").split(os.pathsep)
+        paths = (before[1] or "").split(os.pathsep)
         if BOOT_DIR not in paths:
             os.environ["PYTHONPATH"] = os.pathsep.join([BOOT_DIR] + [p for p in paths if p])
+        # (what was there, what we put there)
+        self._saved_env = (before, (os.environ.get(ENV), os.environ.get("PYTHONPATH")))
 
     def _restore_environment(self):
+        """The environment as before start(), unless the program set the variable
+        meanwhile: then its value stays (less our bootstrap's PYTHONPATH entry)."""
         if self._saved_env is None:
             return
-        for name, value in zip((ENV, "PYTHONPATH"), self._saved_env):
-            if value is None:
+        for name, value, ours in zip((ENV, "PYTHONPATH"), *self._saved_env):
+            now = os.environ.get(name)
+            if now != ours:          # the program's own setting
+                if name == "PYTHONPATH" and now and BOOT_DIR in now.split(os.pathsep):
+                    os.environ[name] = os.pathsep.join(
+                        p for p in now.split(os.pathsep) if p != BOOT_DIR)
+            elif value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
