@@ -118,6 +118,8 @@ pt_chunk_alloc(size_t bytes)
 
 static void pt_spill_give_up(pt_tracer *tracer);
 
+#define PT_SMALLEST_CHUNK 512       /* events: a bounded thread's first chunk */
+
 /* Whether the spill file is still ours (pt_internal.h: pt_file_id): a
  * descriptor the program closed is opened again by its path, at the end of its
  * whole blocks; the old FILE is left unclosed, its number being the program's
@@ -279,14 +281,16 @@ pt_evict_head(pt_tracer *tracer, pt_thread *owner)
 }
 
 /* Evicts the oldest chunk holding events of any thread. Returns 0 when no chunk
- * holds anything. */
+ * holds anything. freeing: only a chunk whose eviction frees its memory (not a
+ * thread's only one, which is emptied in place and stays held): making room by
+ * emptying those would wipe every thread's newest events and free nothing. */
 static int
-pt_evict_oldest(pt_tracer *tracer)
+pt_evict_oldest(pt_tracer *tracer, int freeing)
 {
     pt_thread *owner = NULL;
     for (pt_thread *t = tracer->threads; t; t = t->next) {
         pt_chunk *head = t->head;
-        if (head && (head != t->tail || t->cursor > head->events) &&
+        if (head && (head != t->tail ? 1 : !freeing && t->cursor > head->events) &&
             (!owner || head->seq < owner->head->seq))
             owner = t;
     }
@@ -475,7 +479,7 @@ int
 pt_spill_rest(pt_tracer *tracer)
 {
     tracer->spill_held = 0;     /* the held chunks go now, or are dropped and counted */
-    while (pt_evict_oldest(tracer))
+    while (pt_evict_oldest(tracer, 0))
         ;
     int rc = PT_OK;
     if (tracer->spill && pt_spill_close(tracer) != 0) {
@@ -526,7 +530,8 @@ pt_set_bounds(pt_tracer *tracer, uint64_t max_events, const char *spill_path)
     uint64_t per_chunk = max_events / 8;
     uint64_t largest = (PT_CHUNK_BYTES - sizeof(pt_chunk)) / sizeof(pt_event);
     tracer->bounded_chunk_events =
-        per_chunk < 512 ? 512 : per_chunk > largest ? largest : per_chunk;
+        per_chunk < PT_SMALLEST_CHUNK ? PT_SMALLEST_CHUNK : per_chunk > largest ? largest
+                                                                              : per_chunk;
     return PT_OK;
 }
 
@@ -552,6 +557,33 @@ pt_set_spill_hook(pt_tracer *tracer, void *py_hook)
     return PT_OK;
 }
 
+/* thread's next chunk's events under max_events: an eighth of the budget, less
+ * when many threads hold one. Each thread's last chunk stays held however empty
+ * (eviction cannot free it), so together they take at most about half the
+ * budget: the rest holds whole chunks, evicted oldest first. Without a spill
+ * hook a thread's chunks also start small and double as it fills them, so that
+ * idle threads hold little (with eighths, 8 threads' last chunks took the whole
+ * budget, and each new chunk emptied all the others: a ring of 16M kept 5% of
+ * its size). With one, each thread reuses its one chunk (spilled when full, the
+ * hook run each time): it keeps the size it started with. */
+static uint64_t
+pt_bounded_chunk_events(pt_tracer *tracer, const pt_thread *thread)
+{
+    uint64_t holders = 1;
+    for (pt_thread *t = tracer->threads; t; t = t->next)
+        holders += t->tail != NULL;
+    uint64_t events = tracer->bounded_chunk_events;
+    uint64_t share = tracer->max_events / (2 * holders);
+    if (!tracer->spill_hook) {
+        uint64_t doubled = thread->tail ? 2 * thread->tail->capacity : 0;
+        if (doubled < share)
+            share = doubled;
+    }
+    if (share < events)
+        events = share < PT_SMALLEST_CHUNK ? PT_SMALLEST_CHUNK : share;
+    return events;
+}
+
 /* Appends a fresh chunk; never copies recorded events. Under max_events, first
  * spills or drops the oldest chunks so that what is held stays within it. */
 int
@@ -561,7 +593,7 @@ pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
     if (tracer->max_events) {
         if (tracer->spill_held)     /* recording stopped: nothing evicted, nothing new */
             return PT_ERR_STATE;
-        uint64_t events = tracer->bounded_chunk_events;
+        uint64_t events = pt_bounded_chunk_events(tracer, thread);
         bytes = sizeof(pt_chunk) + events * sizeof(pt_event);
         if (thread->tail)
             thread->tail->used = (uint64_t)(thread->cursor - thread->tail->events);
@@ -570,9 +602,8 @@ pt_thread_grow(pt_tracer *tracer, pt_thread *thread)
             if (spilled)
                 return spilled > 0 ? PT_OK : PT_ERR_STATE;
         }
-        while (tracer->held_events + events > tracer->max_events && pt_evict_oldest(tracer))
-            if (thread->cursor < thread->limit)
-                return PT_OK;          /* this thread's own chunk was emptied in place */
+        while (tracer->held_events + events > tracer->max_events && pt_evict_oldest(tracer, 1))
+            ;
         if (tracer->max_age_ticks)
             pt_drop_older(tracer, thread->last_ticks - tracer->max_age_ticks);
     }

@@ -199,12 +199,13 @@ def test_the_ring_keeps_the_newest_events_only(tmp_path):
         """)
     assert proc.returncode == 0, proc.stderr
     calls, dropped = map(int, proc.stdout.split())
-    # 256 KiB of 8-byte events: 32768 events, in 8 chunks of 4096. The oldest
-    # chunk goes whole, and only when a new one is needed: 7 full chunks stay and
-    # the newest (here about 1100 events: the workload's events modulo 4096),
-    # 2 events a call. A ring of 7 chunks, or of chunks of 3584, keeps < 14336.
+    # 256 KiB of 8-byte events: 32768 events, in chunks of at most 4096 (the
+    # thread's first of 512, each next one twice the last). The oldest chunk
+    # goes whole, and only when a new one is needed: 7 full chunks of 4096 stay
+    # and the newest, 2 events a call. A ring of 7 chunks, or of chunks of 3584,
+    # keeps < 14336.
     assert 7 * 4096 // 2 < calls <= 32768 // 2 + 64 and dropped > 20 * FIB_CALLS[15]
-    assert dropped % 4096 == 0                  # whole chunks of 4096 events
+    assert dropped % 512 == 0                   # whole chunks (512 << k events)
     assert "pytrace_cffi-flight-" not in "".join(os.listdir(tmp_path / "tmp"))
 
 
