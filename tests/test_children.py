@@ -600,6 +600,10 @@ def test_unfollowed_children_are_reported(tmp_path):
         subprocess.run([sys.executable, "-I", "-c", "pass"], check=True, timeout=60)
         subprocess.run([sys.executable, "-c", "pass"], env={"PATH": os.environ["PATH"]},
                        check=True, timeout=60)
+        # (torch.compile's subprocesses set a PYTHONPATH of their own)
+        subprocess.run([sys.executable, "-E", "-c", "pass"], check=True, timeout=60)
+        subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": os.getcwd()})
         pytrace_cffi.stop()
     """, str(job))
     reasons = [(child["command"][0 if child["command"][0] == "true" else 1], child["reason"])
@@ -607,7 +611,11 @@ def test_unfollowed_children_are_reported(tmp_path):
     assert reasons == [("true", "not a Python interpreter"),
                        ("-I", "started with -I (no site / PYTHONPATH: the bootstrap cannot "
                               "load)"),
-                       ("-c", "its environment was replaced without PYTRACE_CFFI_FOLLOW")]
+                       ("-c", "its environment was replaced without PYTRACE_CFFI_FOLLOW"),
+                       ("-E", "started with -E (no site / PYTHONPATH: the bootstrap cannot "
+                              "load)"),
+                       ("-c", "its environment's PYTHONPATH lacks pytrace_cffi's bootstrap "
+                              "directory (the bootstrap cannot load)")]
     assert len(processes.status(job)) == 1
 
 

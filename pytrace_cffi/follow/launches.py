@@ -14,7 +14,7 @@ from importlib.machinery import PathFinder
 
 from .. import _running
 from .._hiding import hide_alone
-from .identity import ENV, LAUNCHED_FILE, NOT_PYTHON, UNFOLLOWED_FILE, following
+from .identity import BOOT_DIR, ENV, LAUNCHED_FILE, NOT_PYTHON, UNFOLLOWED_FILE, following
 
 _UNTRACED_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.semaphore_tracker",
                      "pytrace_cffi")
@@ -191,9 +191,15 @@ def _unfollowable(executable, argv, env):
             return f"started with {flag} (no site / PYTHONPATH: the bootstrap cannot load)"
     if env is not None:
         get = env.get if hasattr(env, "get") else dict(env).get
-        value = get(ENV) if isinstance(next(iter(env), ""), str) else get(ENV.encode())
+        text = isinstance(next(iter(env), ""), str)
+        value = get(ENV) if text else get(ENV.encode())
         if not value:
             return "its environment was replaced without PYTRACE_CFFI_FOLLOW"
+        paths = get("PYTHONPATH") if text else get(b"PYTHONPATH")
+        paths = os.fsdecode(paths or "").split(os.pathsep)
+        if BOOT_DIR not in paths:       # (torch.compile's subprocesses set their own)
+            return ("its environment's PYTHONPATH lacks pytrace_cffi's bootstrap directory "
+                    "(the bootstrap cannot load)")
     return None
 
 
