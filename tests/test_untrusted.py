@@ -354,6 +354,51 @@ def test_a_line_nested_beyond_the_parser_is_a_format_error(traces, tmp_path):
         read_trace(str(tmp_path / "deep.json"))
 
 
+def test_a_head_nested_beyond_the_parser_is_a_format_error(traces, tmp_path):
+    pytrace_cffi.load(str(traces / "saved")).export_chrome_trace(str(tmp_path / "t.json"))
+    lines = (tmp_path / "t.json").read_text().split("\n")
+    assert lines[0].startswith("{") and '"otherData":' in lines[0]
+    lines[0] = lines[0].replace('"otherData":', '"deep":' + "[" * 5000 + "]" * 5000
+                                + ',"otherData":', 1)
+    (tmp_path / "deep.json").write_text("\n".join(lines))
+    with pytest.raises(TraceFormatError, match="the head is not valid JSON .nested too deeply"):
+        read_trace(str(tmp_path / "deep.json"))
+
+
+@pytest.mark.parametrize("where", ["head", "call"])
+def test_a_line_beyond_the_bound_is_refused_not_gathered(traces, tmp_path, monkeypatch,
+                                                        where):
+    """A .json.gz of kilobytes can hold a line of gigabytes (a name of "AAA..."):
+    it was gathered whole (1 GB of memory for 261 kB of file). A line over
+    LINE_LIMIT (64 MiB; 1 MiB here) is refused as it is read."""
+    from pytrace_cffi.readers import chrome_lines
+    monkeypatch.setattr(chrome_lines, "LINE_LIMIT", 1 << 20)
+    pytrace_cffi.load(str(traces / "saved")).export_chrome_trace(str(tmp_path / "t.json"))
+    lines = (tmp_path / "t.json").read_text().split("\n")
+    at = 0 if where == "head" else next(i for i, line in enumerate(lines) if '"ph":"X"' in line)
+    lines[at] = lines[at].replace('"name":"', '"name":"' + "A" * (3 << 20), 1) \
+        if where == "call" else lines[at].replace("{", '{"pad":"' + "A" * (3 << 20) + '",', 1)
+    with gzip.open(tmp_path / "bomb.json.gz", "wt") as f:
+        f.write("\n".join(lines))
+    assert (tmp_path / "bomb.json.gz").stat().st_size < 100_000
+    with pytest.raises(TraceFormatError, match="a line longer than 1 MiB"):
+        read_trace(str(tmp_path / "bomb.json.gz"))
+
+
+def test_a_file_in_another_layout_beyond_the_bound_is_refused(traces, tmp_path, monkeypatch):
+    """Another layout is parsed whole: at most WHOLE_READ_LIMIT of text (1 GiB;
+    1 MiB here), decompressed, is read (a .json.gz could inflate without end)."""
+    from pytrace_cffi.readers import chrome
+    monkeypatch.setattr(chrome, "WHOLE_READ_LIMIT", 1 << 20)
+    pytrace_cffi.load(str(traces / "saved")).export_chrome_trace(str(tmp_path / "t.json"))
+    data = json.loads((tmp_path / "t.json").read_text())
+    data["otherData"]["pad"] = "A" * (2 << 20)
+    with gzip.open(tmp_path / "other.json.gz", "wt") as f:
+        json.dump(data, f, indent=1)              # (not one event per line)
+    with pytest.raises(TraceFormatError, match="over 1 MiB of JSON: too big to parse whole"):
+        read_trace(str(tmp_path / "other.json.gz"))
+
+
 def test_a_counter_whose_value_is_no_number_is_refused(tmp_path):
     with pytrace_cffi.trace() as t:
         pytrace_cffi.counter("c", 1)

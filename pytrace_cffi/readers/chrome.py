@@ -19,6 +19,7 @@ from .chrome_events import (Keys, check_other, chrome_trace, expect, other_int, 
 from .chrome_lines import OtherLayout, read_chrome_lines
 
 WHOLE_READ_NOTE_BYTES = 64 << 20             # warn before parsing a file this big whole
+WHOLE_READ_LIMIT = 1 << 30      # parsed whole: at most this much text (decompressed)
 
 
 def read_chrome_trace(path, compressed=False):
@@ -95,7 +96,12 @@ def _load_json(path, compressed):
     opener = gzip.open if compressed else open
     try:
         with opener(path, "rb") as f:
-            return json.loads(f.read())
+            text = f.read(WHOLE_READ_LIMIT + 1)
+        if len(text) > WHOLE_READ_LIMIT:
+            raise TraceFormatError(f"{path}: not in pytrace_cffi's one-event-per-line layout "
+                                   f"and over {WHOLE_READ_LIMIT >> 20} MiB of JSON: too big "
+                                   "to parse whole")
+        return json.loads(text)
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc})") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:

@@ -21,6 +21,10 @@ from .chrome_events import (STANDARD_ARGS, Changed, Keys, check_other, chrome_tr
                             take_open_at_start)
 
 BLOCK_BYTES = 1 << 20                        # read at a time (three blocks at most held)
+# The longest line read (a name or args of megabytes fit many times over): a
+# longer one is refused, not gathered (a .json.gz of kilobytes can hold a line
+# of gigabytes).
+LINE_LIMIT = 64 << 20
 STREAM_BATCH_SLICES = 1 << 16                # slices a thread's later reads hand out at once
 
 
@@ -246,14 +250,19 @@ class _LineReader:
 
     def read(self, stream, raw_file, progress):
         path = self.path
-        head = stream.readline().rstrip()
+        head = stream.readline(LINE_LIMIT + 1).rstrip()
+        if len(head) > LINE_LIMIT:
+            raise TraceFormatError(f"{path}: a line longer than {LINE_LIMIT >> 20} MiB")
         if not (head.startswith(b"{") and head.endswith(b",")
-                and stream.readline().rstrip() == _HEAD_END):
+                and stream.readline(len(_HEAD_END) + 2).rstrip() == _HEAD_END):
             raise OtherLayout("the head is not on its own lines")
         try:
             self.other = json.loads(head[:-1] + b"}").get("otherData")
         except (ValueError, AttributeError):
             raise OtherLayout("the head is not JSON on its own") from None
+        except RecursionError:
+            raise TraceFormatError(f"{path}: the head is not valid JSON (nested too "
+                                   "deeply)") from None
         check_other(path, self.other)
         self.start_ns = other_int(path, self.other, "start_monotonic_ns")
         done = [raw_file.tell()]
@@ -294,6 +303,9 @@ class _LineReader:
                         continue
             newline = text.text.find(b"\n", text.start)
             if newline < 0:
+                if len(text.text) - text.start > LINE_LIMIT:
+                    raise TraceFormatError(f"{self.path}: event {self.number + 1}: a line "
+                                           f"longer than {LINE_LIMIT >> 20} MiB")
                 if text.more():
                     continue
                 break
