@@ -57,6 +57,13 @@ if _free_threaded_build():
         version=_sys.version.split()[0], flags=getattr(_sys, "abiflags", "")),
         name=__name__)
 
+# cffi's module puts itself in sys.modules under the name it was built with,
+# "pytrace_cffi._core" (and its lib), whatever package holds it: a copy vendored
+# under another name (tool._vendor.pytrace_cffi) must leave those entries as they
+# were, or the other copy's next import gets this one's core (ffi types that do
+# not match, or the other build).
+_BUILT_NAMES = ("pytrace_cffi._core", "pytrace_cffi._core.lib")
+_before_core = {_name: _sys.modules.get(_name) for _name in _BUILT_NAMES}
 try:
     import importlib as _importlib
     _importlib.import_module(f"{__name__}._core")       # only: is the core there?
@@ -64,6 +71,13 @@ except ModuleNotFoundError as _exc:
     if _exc.name != f"{__name__}._core":
         raise
     raise ImportError(_core_missing(), name=__name__) from None  # runpy: one line
+finally:
+    if __name__ != "pytrace_cffi":
+        for _name, _module in _before_core.items():
+            if _module is None:
+                _sys.modules.pop(_name, None)
+            else:
+                _sys.modules[_name] = _module
 
 from ._core import lib as _lib
 from ._runtime import RECORDERS as _RECORDERS

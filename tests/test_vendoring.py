@@ -60,9 +60,34 @@ def test_vendored_under_another_package(tmp_path):
     code = (f"import sys; sys.path[:0] = [{str(host)!r}, {CFFI_DIR!r}]\n" + WORK +
             "from thirdparty import tracer\ncheck(tracer, 'out.json')\n")
     out = run(["-I"], tmp_path, code)
-    # No Python module is imported under the top-level name; cffi registers its C
-    # extension under the name it was compiled with, which needs no such package.
-    assert out.strip() == "ok ['pytrace_cffi._core', 'pytrace_cffi._core.lib']"
+    # Nothing is imported under the top-level name: not even the C extension,
+    # which cffi registers under the name it was built with (the copy takes that
+    # entry out again: see the next test).
+    assert out.strip() == "ok []"
+
+
+def test_a_vendored_copy_beside_the_package_leaves_each_its_own_core(tmp_path):
+    """A tool's vendored copy and the package itself in one process, imported in
+    either order: each traces with its own C core. The copy's import put its core
+    in sys.modules under the built name, pytrace_cffi._core: the package's next
+    import took the copy's (a TypeError, "types are different", at the first
+    trace), or, imported after it, ran on the copy's build."""
+    host = tmp_path / "host"
+    shutil.copytree(PACKAGE_DIR, host / "thirdparty" / "tracer",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (host / "thirdparty" / "__init__.py").write_text("")
+    for first, second in (("pytrace_cffi", "thirdparty.tracer"),
+                          ("thirdparty.tracer", "pytrace_cffi")):
+        code = (f"import sys; sys.path[:0] = [{str(host)!r}, {SITE_DIR!r}, {CFFI_DIR!r}]\n"
+                + WORK + textwrap.dedent(f"""
+                    import importlib
+                    one, two = (importlib.import_module(n) for n in ({first!r}, {second!r}))
+                    for tracer in (one, two, one):
+                        check(tracer, tracer.__name__ + ".json")
+                        core = sys.modules[tracer.__name__ + "._core"]
+                        assert core.__file__.startswith(tracer.__path__[0]), core.__file__
+                """))
+        assert run(["-I"], tmp_path, code).startswith("ok ")
 
 
 def test_isolated_mode(tmp_path):
