@@ -687,8 +687,10 @@ pt_flight_serve(int reason, const char *name)
      * (it dumps, then dies of it) keeps it alive. Its dump written (or failed:
      * said above), the process dies of SIGTERM now, as it would have; its own
      * trace is not saved (the dump holds its ring). */
-    if (reason == PT_FLIGHT_SIGTERM)
+    if (reason == PT_FLIGHT_SIGTERM) {
+        pt_sigterm_say_last_words();    /* what is not written, and where the rest is */
         pt_die_of_signal(SIGTERM);
+    }
 }
 
 static void *

@@ -191,6 +191,9 @@ int pt_sigterm_guard(int on);
 int pt_sigterm_last_words(const char *last_words, size_t n);
 void pt_sigterm_heard(void);
 void pt_sigterm_hold(int on);
+/* Writes last_words to stderr (async-signal-safe): also where the flight
+ * recorder ends the process by SIGTERM unsaved (pt_flight.c, exits.py). */
+void pt_sigterm_say_last_words(void);
 /* The process dies of sig as without a handler (SIG_DFL, unblocked in the calling
  * thread, sent to the process): from any thread. */
 int pt_die_of_signal(int sig);

@@ -59,13 +59,19 @@ pt_resend_as_default(int sig)
     kill(getpid(), sig);
 }
 
-static void
-pt_sigterm_give_up(int sig)
+void
+pt_sigterm_say_last_words(void)
 {
     if (pt_sigterm_words_len > 0) {
         ssize_t put = write(STDERR_FILENO, pt_sigterm_words, (size_t)pt_sigterm_words_len);
         (void)put;
     }
+}
+
+static void
+pt_sigterm_give_up(int sig)
+{
+    pt_sigterm_say_last_words();
     pt_resend_as_default(sig);
 }
 
@@ -130,6 +136,7 @@ void pt_sigterm_after_fork(void) {}
 int pt_sigterm_last_words(const char *last_words, size_t n) { (void)last_words; (void)n; return PT_OK; }
 void pt_sigterm_heard(void) {}
 void pt_sigterm_hold(int on) { (void)on; }
+void pt_sigterm_say_last_words(void) {}
 #endif
 
 int

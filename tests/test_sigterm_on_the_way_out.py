@@ -153,12 +153,14 @@ libc.pthread_mutex_lock(mutex)                  # for ever: signals do not end i
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the relay is Linux's")
-@pytest.mark.parametrize("flags", [(), ("--no-follow",)], ids=["follow", "no-follow"])
+@pytest.mark.parametrize("flags", [(), ("--no-follow",), ("--flight-recorder",)],
+                         ids=["follow", "no-follow", "flight-recorder"])
 def test_a_sigterm_ends_a_program_stuck_in_c_and_says_what_is_lost(tmp_path, flags):
     """The main thread never comes back from C, so no Python handler can run:
     untraced, SIGTERM ends the process at once; traced, 2 s later (the relay's
     patience), unsaved, with a line that says so and where the rest is. It
-    used to live on for ever."""
+    used to live on for ever; with a flight recorder (which dumps and ends it)
+    OUT was left unwritten without a word."""
     import subprocess
     import time
     (tmp_path / "prog.py").write_text(STUCK_IN_C)
@@ -177,9 +179,12 @@ def test_a_sigterm_ends_a_program_stuck_in_c_and_says_what_is_lost(tmp_path, fla
         proc.wait()
     assert proc.returncode == -signal.SIGTERM, stderr
     assert stdout == ""
-    assert "SIGTERM came while the main thread was in C code that did not return for 2 s" \
+    assert "SIGTERM came while the main thread was in C code that does not return" \
         in stderr
-    if flags:
+    if flags == ("--no-follow",):
         assert f"its window's trace is lost ({out} is not written)" in stderr
     else:
         assert f"{out} is not written: the job's per-process traces stay in " in stderr
+    # (the flight recorder serves it from its own thread, after its dump: 0.25 s)
+    assert ("its flight recorder's dump holds its ring" in stderr) == bool(
+        flags == ("--flight-recorder",)), stderr

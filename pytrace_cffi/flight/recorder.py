@@ -165,8 +165,7 @@ class FlightRecorder:
         if threading.excepthook != self._thread_exception:
             self._previous_thread_hook = threading.excepthook
             threading.excepthook = self._thread_exception
-        if not self.session.follows_children:
-            exits.handle_sigterm()      # (a followed one's exit paths have it)
+        exits.handle_sigterm()          # (again when following: its last words name the dump)
         # SIGTERM's relay (when ours) tells the C thread too: served off the main
         # thread when that waits in C (exits.sigterm_off_main)
         lib.pt_flight_watch_sigterm(1)

@@ -167,6 +167,7 @@ def sigterm_off_main(recorder):
         _state.terminate_after = True
         return
     lib.pt_flight_wait(2_000_000_000)   # its clone (a process of its own) finishes first
+    lib.pt_sigterm_say_last_words()     # what is not written, and where the rest is
     die_of_sigterm()
 
 
@@ -234,10 +235,12 @@ def _arm_sigterm_relay():
     run (the main thread stuck in C) ends the process unsaved 2 s later, and
     these words (what is lost, where the rest is) are its last."""
     words = (f"pytrace_cffi: pid {os.getpid()}: SIGTERM came while the main thread was in C "
-             "code that did not return for 2 s: the process ends as it would untraced, "
-             "its trace not saved")
+             "code that does not return: the process ends as it would untraced, its trace "
+             "not saved")
     session = _running.session
-    if following(session):
+    if session is not None and session.flight is not None:
+        words += " (its flight recorder's dump holds its ring)"
+    elif following(session):
         words += f" (only what it spilled stays, in {session.process_dir})"
     owed = _state.owed
     if owed is not None:
