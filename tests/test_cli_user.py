@@ -368,3 +368,15 @@ def test_an_uncaught_exceptions_traceback_is_pythons(tmp_path, how):
                      if not line.startswith("pytrace_cffi:"))
     assert theirs == plain.stderr
     assert ("runpy" in plain.stderr) == (how != "script")
+
+
+@pytest.mark.parametrize("out", ["out.json", "out.pftrace", "out.html", "saved"])
+def test_record_params_says_which_outputs_keep_them(tmp_path, out):
+    """Parameter metadata goes to a saved-trace directory's params.json only: for
+    any other OUT, run says so before the program starts (it was dropped without
+    a word)."""
+    (tmp_path / "prog.py").write_text("print('ran')\n")
+    proc = run_cli(tmp_path, "run", "--record-params", "-o", out, "prog.py")
+    assert proc.returncode == 0 and proc.stdout == "ran\n", proc.stderr
+    said = "keeps no parameter metadata; a saved-trace directory does" in proc.stderr
+    assert said == (out != "saved"), proc.stderr

@@ -70,6 +70,9 @@ class RunPlan:
         except (TypeError, ValueError) as exc:
             raise SystemExit(f"pytrace_cffi: {exc}") from None
         follow, notes = not args.no_follow, []
+        if options.get("record_params") and not fmt.directory:
+            notes.append(f"pytrace_cffi: --record-params: a {fmt.name} file keeps no parameter "
+                         "metadata; a saved-trace directory does (-o DIR, params.json)")
         if follow and args.max_events and not args.spill:
             notes.append("pytrace_cffi: --max-events without --spill drops events, so child "
                          "processes are not followed (add --spill to follow them)")
