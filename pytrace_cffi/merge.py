@@ -17,7 +17,7 @@ from ._jsontext import dumps_utf8
 from .errors import TraceFormatError
 from . import formats
 from .merge_regions import (SCRATCH_SLICES, TORCH_PYTHON_CATEGORY, TorchProfilerRegions,
-                            anchor_clocks, is_finite_number)
+                            anchor_clocks, is_finite_number, replaced_by_ours)
 
 OUR_CATEGORIES = ("python_function", "user_annotation")
 
@@ -44,6 +44,7 @@ class _Span:
     def __init__(self):
         self.traced = set()
         self.first = self.last = None
+        self.last_start = {}        # (pid, tid) -> its last call's start (torch's µs)
 
     def add(self, first, last):
         self.first = first if self.first is None else min(self.first, first)
@@ -133,6 +134,7 @@ def _write_our_trace(trace, out, span, anchor, base, regions):
                 ffi.memmove(scratch, slices + at, piece * slice_size)
                 lib.pt_slices_to_realtime(scratch, piece, *clocks, first, last)
                 span.add((first[0] - base) / 1000, (last[0] - base) / 1000)
+                span.last_start[(pid, tid)] = (scratch[piece - 1].start - base) / 1000
                 if edges is not None:
                     piece = edges.filter(scratch, piece, index_base + at, region_name_of_key)
                 next_index[0] = 0
@@ -168,10 +170,12 @@ def _write_torch_events(reader, out, span):
             raise TraceFormatError(f"torch trace {reader.path!r}: event {number}: {problem}")
         if reader.take_non_finite():
             text = dumps_utf8(event)
-        if isinstance(event, dict) and (event.get("pid"), event.get("tid")) in span.traced:
-            if event.get("cat") == TORCH_PYTHON_CATEGORY and is_finite_number(event.get("ts")) and \
-                    span.first is not None and event["ts"] < span.last and \
-                    event["ts"] + (event.get("dur") or 0) > span.first:
+        track = (event.get("pid"), event.get("tid")) if isinstance(event, dict) else None
+        if track in span.traced:
+            if event.get("cat") == TORCH_PYTHON_CATEGORY and is_finite_number(event.get("ts")) \
+                    and span.first is not None and replaced_by_ours(
+                        event["ts"], event["ts"] + (event.get("dur") or 0), span.first,
+                        span.last_start.get(track), ns_per_unit=1000):
                 dropped += 1
                 continue
             if event.get("ph") == "M" and event.get("name") == "thread_name":
@@ -259,7 +263,7 @@ def merge_torch_chrome(ours, torch_path, out_path, anchor):
                     .encode("utf-8"))
             out, span = _Out(f), _Span()
             _write_our_trace(ours, out, span, anchor, base, regions)
-            dropped = _write_torch_events(torch_json, out, span)
+            dropped = _write_torch_events(torch_json, out, span)   # (after ours: span known)
             out.flush()
             tail = {k: v for k, v in torch_json.tail.items() if k not in head}
             tail["pytrace_cffi"] = {

@@ -27,7 +27,7 @@ import warnings
 from .errors import TraceWarning
 from .formats import torch_compressed
 from .merge_regions import (TORCH_PYTHON_CATEGORY, TorchProfilerRegions, anchor_clocks,
-                            is_finite_number)
+                            is_finite_number, noting_last_start, replaced_by_ours)
 from .readers.torch_chrome import TorchChromeReader, check_torch
 from .render.perfetto import write_perfetto
 from .render.perfetto_packets import (CLOCK_MONOTONIC, SEQ_INCREMENTAL_STATE_CLEARED,
@@ -141,10 +141,11 @@ class _TorchEvents:
     """torch's events read once, kept per track until all are known (see the
     module's doc), then written as packets."""
 
-    def __init__(self, tracks, anchor, base, ours_span, traced):
+    def __init__(self, tracks, anchor, base, ours_span, traced, last_starts):
         self.tracks, self.anchor, self.base = tracks, anchor, base
         self.first, self.last = ours_span
         self.traced = traced                    # (pid, tid) of our threads
+        self.last_starts = last_starts          # (pid, tid) -> its last call's start (ns)
         self.slices = {}                        # track uuid -> [(start, -end, n, fields)]
         self.instants = []                      # (ts, track, fields)
         self.counters = []                      # (ts, track, value)
@@ -178,7 +179,8 @@ class _TorchEvents:
                 return
             end = max(start, self.ns(event["ts"] + dur))
             if event.get("cat") == TORCH_PYTHON_CATEGORY and (pid, tid) in self.traced \
-                    and start < self.last and end > self.first:
+                    and replaced_by_ours(start, end, self.first,
+                                         self.last_starts.get((pid, tid))):
                 self.replaced += 1
                 return
             track = self.tracks.thread(pid, tid)
@@ -282,19 +284,21 @@ def _bind_flows(slices, flows):
     return bound
 
 
-def _kept_around_regions(ours, regions, anchor):
-    """write_perfetto's own_batches: a thread's slices where torch has regions,
-    filtered as the JSON merge filters them (merge_regions.TorchProfilerRegions: each region
-    once, torch's; our calls crossing its edges left out, alone); None elsewhere."""
+def _kept_around_regions(ours, regions, anchor, last_starts):
+    """write_perfetto's own_batches: a thread's slices, filtered where torch has
+    regions as the JSON merge filters them (merge_regions.TorchProfilerRegions:
+    each region once, torch's; our calls crossing its edges left out, alone), the
+    start of its last call noted in last_starts as they go."""
     from .model.walk import batches as thread_batches
     name_ids = regions.name_ids(ours.names, ours.key_kinds)
     clocks = anchor_clocks(anchor)
 
     def own_batches(index):
         thread = ours.threads[index]
-        edges = regions.edges(ours.thread_pid(thread), thread.native_id or thread.ident,
-                              on_monotonic=clocks)
-        return None if edges is None else edges.kept(thread_batches(ours, index), name_ids)
+        track = (ours.thread_pid(thread), thread.native_id or thread.ident)
+        edges = regions.edges(*track, on_monotonic=clocks)
+        batches = noting_last_start(thread_batches(ours, index), track, last_starts)
+        return batches if edges is None else edges.kept(batches, name_ids)
     return own_batches
 
 
@@ -315,11 +319,13 @@ def merge_torch_pftrace(ours, torch_path, out_path, anchor):
                                  for m in ours.marks}
     counts = {}
     regions = TorchProfilerRegions.read(torch_path, base, set(our_threads))
-    kept_batches = _kept_around_regions(ours, regions, anchor)
+    last_starts = {}            # (written before more() reads them)
+    kept_batches = _kept_around_regions(ours, regions, anchor, last_starts)
 
     def more(uuids, sequence_id):
         tracks = _TorchTracks(uuids, uuids["next_uuid"] + (1 << 32), our_threads)
-        events = _TorchEvents(tracks, anchor, base, (ours.start_ns, ours.stop_ns), traced)
+        events = _TorchEvents(tracks, anchor, base, (ours.start_ns, ours.stop_ns), traced,
+                              last_starts)
         with TorchChromeReader(torch_path, "torch trace", compressed) as reader:
             reader.read_head()
             for number, (event, _) in enumerate(reader.events()):

@@ -15,8 +15,32 @@ from array import array
 
 from .formats import torch_compressed
 
-# torch.profiler(with_stack=True) records Python calls itself; ours replace them.
+# torch.profiler(with_stack=True) records Python calls itself; ours replace them,
+# on a thread of ours up to its last call of ours: on 3.9-3.11 torch.profiler
+# takes our hook, and recording of the thread ends there (torch's calls after it
+# stay). Their clocks differ by microseconds: a call of torch's up to this long
+# after our last one is the same call.
 TORCH_PYTHON_CATEGORY = "python_function"
+SAME_CALL_NS = 50_000
+
+
+def replaced_by_ours(start, end, first, last_start, ns_per_unit=1):
+    """Whether a python_function event of torch's (start, end) on a thread of ours
+    is one of ours: within our trace (from first on) and starting no later than
+    our last call on its thread (last_start; None: no call of ours there). Times
+    in one unit (ns_per_unit ns each)."""
+    return (last_start is not None and start <= last_start + SAME_CALL_NS / ns_per_unit
+            and end > first)
+
+
+def noting_last_start(batches, key, last_starts):
+    """A thread's batches of slices (in start order), as they come, noting in
+    last_starts[key] the start (ns) of its last call."""
+    for batch in batches:
+        slices, n, _ = batch
+        if n:
+            last_starts[key] = slices[n - 1].start
+        yield batch
 # Slices moved onto CLOCK_REALTIME (or filtered) at a time: the scratch copy stays
 # this small (40 bytes each) whatever the batch (a slice table's batch is a whole
 # thread).

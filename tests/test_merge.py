@@ -977,3 +977,36 @@ def test_every_conv2d_op_lies_inside_its_python_call_in_a_merged_pftrace(tmp_pat
         around = [c for c in calls if threads[c["track"]][:2] == threads[op["track"]][:2]
                   and c["start"] - slack <= op["start"] and op["end"] <= c["end"] + slack]
         assert len(around) == 1, op
+
+
+@pytest.mark.parametrize("suffix", [".json", ".pftrace"])
+def test_torchs_python_calls_after_our_last_on_a_thread_stay(tmp_path, suffix):
+    """Where our recording of a thread ends before stop (on 3.9-3.11 torch.profiler
+    with with_stack takes our hook), torch's own python_function events are what
+    remain: one that starts after our last call on its thread (here, during a
+    sleep: no Python call of ours runs there) stays, one that ours duplicate goes.
+    All of torch's within our trace's time went, so the profiled window of such a
+    merge held no Python call at all."""
+    tid = threading.get_native_id()
+    with pytrace_cffi.trace() as t:
+        len("x")
+        time.sleep(0.05)
+    trace = t.trace
+    sleep = max((c for c in trace if c.thread == tid), key=lambda c: c.start_ns)
+    assert sleep.name.endswith("sleep")
+    events = [
+        {"ph": "X", "cat": "python_function", "name": "duplicate", "pid": trace.pid,
+         "tid": tid, "ts": torch_us(trace, trace.start_ns + 10), "dur": 5.0, "args": {}},
+        {"ph": "X", "cat": "python_function", "name": "after_ours", "pid": trace.pid,
+         "tid": tid, "ts": torch_us(trace, sleep.start_ns + 20_000_000), "dur": 5.0,
+         "args": {}},
+    ]
+    (tmp_path / "torch.json").write_text(json.dumps(
+        {"schemaVersion": 1, "baseTimeNanoseconds": BASE_NS, "traceEvents": events}))
+    out = tmp_path / f"merged{suffix}"
+    pytrace_cffi.merge_torch(trace, tmp_path / "torch.json", out)
+    if suffix == ".json":
+        names = {e["name"] for e in merged_events(out)[1]}
+    else:
+        names = {s["name"] for s in _decode(out)["slices"]}
+    assert "after_ours" in names and "duplicate" not in names
