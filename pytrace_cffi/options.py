@@ -160,6 +160,11 @@ def check(given):
                                                         values)
     if checked["log_args_repr"] and not checked["log_args"]:
         raise ValueError("log_args_repr goes with log_args")
+    if checked["flight_recorder"]:
+        dumps = os.path.abspath(checked["dumps_dir"] or default_dumps_dir(checked["output"]))
+        problem = _directory_problem(dumps)
+        if problem is not None:
+            raise ValueError(f"the flight recorder cannot dump into {dumps!r}: {problem}")
     return checked
 
 
@@ -168,7 +173,7 @@ def _count(name, value, values):
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{name} must be an int, not {type(value).__name__}")
         if not 1 <= value <= _COUNT_LIMITS[name]:
-            raise ValueError(f"{name} must be at least 1, not {value}")
+            raise ValueError(f"{name} must be from 1 to {_COUNT_LIMITS[name]}, not {value}")
     return value
 
 
@@ -271,6 +276,21 @@ def file_format(output):
     """The Format of output_file(output), or None."""
     fmt = None if output is None else find(output)
     return fmt if fmt is not None and fmt is not DIRECTORY else None
+
+
+def _directory_problem(path):
+    """Why directory path (made when missing) cannot take new files, or None."""
+    existing = path
+    while not os.path.lexists(existing):
+        parent = os.path.dirname(existing)
+        if parent == existing:
+            break
+        existing = parent
+    if not os.path.isdir(existing):
+        return f"{existing!r} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing!r} is not writable"
+    return None
 
 
 def _writable_place(path):

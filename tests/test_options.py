@@ -70,8 +70,13 @@ def test_every_documented_option_is_declared_once():
 
 @pytest.mark.parametrize("given, error", [
     ({"noop": 1}, "noop must be a bool, not int"),
-    ({"max_depth": 0}, "max_depth must be at least 1, not 0"),
-    ({"max_depth": 2 ** 31}, "max_depth must be at least 1, not 2147483648"),
+    ({"max_depth": 0}, "max_depth must be from 1 to 2147483647, not 0"),
+    ({"max_depth": 2 ** 31}, "max_depth must be from 1 to 2147483647, not 2147483648"),
+    ({"max_events": 2 ** 70}, "max_events must be from 1 to 4611686018427387904, not "
+                              "1180591620717411303424"),
+    ({"flight_recorder": "1M", "dumps_dir": os.path.join(os.__file__, "dumps")},
+     f"the flight recorder cannot dump into {os.path.join(os.__file__, 'dumps')!r}: "
+     f"{os.__file__!r} is not a directory"),
     ({"include": 3, "min_duration_us": -1}, "min_duration_us must be >= 0, not -1"),
     ({"output": "x"}, "output is where max_events spills events (a directory: give "
                       "max_events too), or the file written at stop(), named by its "
