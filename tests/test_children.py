@@ -1527,3 +1527,19 @@ def test_stop_keeps_what_the_program_set_in_the_environment(tmp_path, monkeypatc
         "set": "/opt/plugins", "appended": os.pathsep.join(["/opt/before", "/opt/plugins"]),
         "untouched": "/opt/before"}[change]
     assert ENV not in os.environ
+
+
+def test_a_rank_without_rank_variables_is_labelled_by_its_process_group(monkeypatch):
+    """mp.spawn's ranks (torch.multiprocessing) set no RANK: a process whose program
+    made torch.distributed's default group is labelled by it, "rank N" (it was
+    SpawnProcess-N+1)."""
+    import types
+    from pytrace_cffi.follow import identity
+    group = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                                  get_rank=lambda: 3, get_world_size=lambda: 4)
+    monkeypatch.setitem(sys.modules, "torch.distributed", group)
+    monkeypatch.delenv("RANK", raising=False)
+    facts = identity.process_facts()
+    assert (facts["label"], facts["rank"], facts["world_size"]) == ("rank 3", 3, 4)
+    group.is_initialized = lambda: False
+    assert not identity.process_facts()["label"].startswith("rank")

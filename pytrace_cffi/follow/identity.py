@@ -63,6 +63,20 @@ def _int_env(name):
     return int(value) if value.isdigit() else None
 
 
+def _process_group():
+    """(rank, world size) of torch.distributed's default group when the program
+    made one (torch imported by it; never imported here), else None."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None
+    try:
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:        # noqa: BLE001 - a label is never worth a failure
+        pass
+    return None
+
+
 def process_facts(forked=False):
     """ppid, argv, host and a label for this process (see the module docstring);
     forked: made by a bare os.fork (its program name then says so)."""
@@ -71,6 +85,10 @@ def process_facts(forked=False):
     if rank is not None:
         facts.update(label=f"rank {rank}", rank=rank, local_rank=_int_env("LOCAL_RANK"),
                      world_size=_int_env("WORLD_SIZE"))
+        return facts
+    group = _process_group()        # a rank of mp.spawn's: no RANK, its group says
+    if group is not None:
+        facts.update(label=f"rank {group[0]}", rank=group[0], world_size=group[1])
         return facts
     data = sys.modules.get("torch.utils.data")
     info = None
