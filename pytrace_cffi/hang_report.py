@@ -209,17 +209,21 @@ ONE_MOMENT_NS = 5_000_000_000       # dumps of one request are this close at mos
 
 
 def _on_one_clock(processes):
-    """The processes of one host dumped within ONE_MOMENT_NS of each other (one
-    request: each process's recorder takes it within 250 ms) measured against the
-    latest of their dumps, so that "for N s" compares across them: a call begun
-    earlier has run longer, whichever process dumped first."""
+    """The processes of one host in one dump (one request: each process's
+    recorder takes it within 250 ms) dumped within ONE_MOMENT_NS of each other
+    measured against the latest of their dumps, so that "for N s" compares across
+    them: a call begun earlier has run longer, whichever process dumped first.
+    Each process's newest of a directory of dumps (another trigger, another
+    moment: a worker's SIGTERM after a request) keeps its own moment."""
+    def moment(process):
+        return process.host, os.path.dirname(os.path.abspath(process.directory))
     latest = {}
     for process in processes:
-        latest[process.host] = max(latest.get(process.host, process.monotonic_ns),
-                                   process.monotonic_ns)
-    return [process._replace(monotonic_ns=latest[process.host])
-            if 0 < latest[process.host] - process.monotonic_ns <= ONE_MOMENT_NS else process
-            for process in processes]
+        key = moment(process)
+        latest[key] = max(latest.get(key, process.monotonic_ns), process.monotonic_ns)
+    return [process._replace(monotonic_ns=latest[moment(process)])
+            if 0 < latest[moment(process)] - process.monotonic_ns <= ONE_MOMENT_NS
+            else process for process in processes]
 
 
 def _process_order(process):

@@ -313,3 +313,20 @@ def test_each_frame_shows_the_line_it_is_on(tmp_path):
     data = json.loads(report([str(tmp_path)], as_json=True))["dumps"][0]["groups"][1]
     assert (data["innermost"], data["innermost_line"]) == (STEP, 33)
     assert [(f["name"], f["line"]) for f in data["frames"]] == [(MAIN, 12), (STEP, 33)]
+
+
+def test_each_processs_newest_dump_of_another_moment_keeps_its_own_time(tmp_path):
+    """A directory of dumps: rank 0's newest is a request's, rank 1's a SIGTERM's
+    3 s later (its pool closing). Each call is timed against its own process's
+    dump: rank 0 slept 3.5 s when it dumped (it read 6.5 s, timed against rank 1's
+    later moment). Processes of one dump directory still share the latest moment."""
+    dumps = tmp_path / "dumps"
+    early = write_dump(dumps / "a-request", 100, [[(MAIN, 3.5)]], rank=0)
+    late = write_dump(dumps / "b-sigterm", 101, [[(MAIN, 6.0)]], rank=1, reason="SIGTERM")
+    facts = json.loads((late / "dump.json").read_text())
+    facts["monotonic_ns"] = NOW + 3 * S
+    facts["threads"][0]["stack"][0]["since_ns"] = NOW + 3 * S - 6 * S
+    (late / "dump.json").write_text(json.dumps(facts))
+    lines = report([str(dumps)]).splitlines()
+    assert "ranks 0-1 in main (train.py:10) for 3.5-6.0 s" in lines, lines   # (6.0-6.5)
+    assert str(early.parent) != str(late.parent)
