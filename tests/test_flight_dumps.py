@@ -466,3 +466,51 @@ def test_the_newest_dump_of_a_process_is_told_by_its_stamp_not_its_files_time(tm
                                                     "realtime_ns": stamp}))
         os.utime(proc / "dump.json", (mtime, mtime))
     assert process_dumps(str(dumps)) == [str(dumps / "x-later" / "proc-42")]
+
+
+def test_dump_pid_finds_the_dump_named_by_the_process_when_no_request_can_be_written(
+        tmp_path):
+    """`dump PID` names the dump by a request file in the dumps directory; when it
+    cannot write one there (here a directory stands in its place; a full disk),
+    it signals the process, which names its dump itself: `dump` finds that one
+    (it waited its whole --wait for a "-request" directory that never came, then
+    named it, and `report` of it)."""
+    (tmp_path / "sub").mkdir()
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys, time
+
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+        fib(12)
+        print(os.getpid(), flush=True)
+        while not os.path.exists(sys.argv[1]):
+            time.sleep(0.02)
+        """))
+    env = _env_own_tmp(tmp_path)
+    env["PYTHONPATH"] = ROOT
+    go = tmp_path / "go"
+    program = subprocess.Popen(
+        [sys.executable, "-m", "pytrace_cffi", "run", "--no-follow", "--flight-recorder", "1M",
+         "-o", "sub/out.json", str(script), str(go)], cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    dumps = tmp_path / "sub" / "out-dumps"
+    try:
+        pid = program.stdout.readline().strip()
+        (dumps / ".request.json").mkdir()
+        (dumps / ".requests" / pid).mkdir(parents=True)
+        started = time.monotonic()
+        asked = subprocess.run([sys.executable, "-m", "pytrace_cffi", "dump", pid],
+                               cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=TIMEOUT)
+        took = time.monotonic() - started
+    finally:
+        go.touch()
+        program.communicate(timeout=TIMEOUT)
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    (dump_dir,) = [d for d in os.listdir(dumps) if not d.startswith(".")]
+    assert not dump_dir.endswith("-request")
+    assert f"pid {pid}: written: {dumps / dump_dir / ('proc-' + pid)}" in asked.stdout
+    assert f"report {dumps / dump_dir}" in asked.stdout
+    assert took < 20, took

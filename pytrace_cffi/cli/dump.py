@@ -61,24 +61,33 @@ def cmd_dump(args):
         raise SystemExit("pytrace_cffi dump: no running flight recorder found in "
                          + ", ".join(args.targets))
     name = dump_dir_name("request")
-    for dumps_dir in {d for _, _, d in asked if d}:
-        _write_request(dumps_dir, name)
+    asked_at = time.time()
+    named = {d for d in {d for _, _, d in asked if d} if _write_request(d, name)}
+    expected = {}       # pid -> its dump's directory, or (dumps_dir,): it names its own
     for pid, signum, dumps_dir in asked:
-        if _ask_by_file(pid, dumps_dir, name) or not signum:
+        by_file = _ask_by_file(pid, dumps_dir, name)
+        if dumps_dir:
+            expected[pid] = (os.path.join(dumps_dir, name, f"proc-{pid}")
+                             if by_file or dumps_dir in named else (dumps_dir,))
+        if by_file or not signum:
             continue
         try:
             os.kill(pid, signum)
         except OSError as exc:
             print(f"pytrace_cffi: pid {pid}: {exc.strerror}", file=sys.stderr)
-    expected = {pid: os.path.join(d, name, f"proc-{pid}") for pid, _, d in asked if d}
-    done = _wait_for(expected, args.wait)
+    done = _wait_for(expected, args.wait, asked_at)
     for pid, path in sorted(expected.items()):
-        state = "written" if pid in done else "not finished (yet)"
-        print(f"pid {pid}: {state}: {path}")
+        if pid in done:
+            print(f"pid {pid}: written: {done[pid]}")
+        elif isinstance(path, tuple):
+            print(f"pid {pid}: not finished (yet): it names its own dump in {path[0]} (the "
+                  "request could not be written there; a full disk?)")
+        else:
+            print(f"pid {pid}: not finished (yet): {path}")
     for pid, _, d in asked:
         if not d:
             print(f"pid {pid}: asked (its dumps directory is not known here)")
-    places = sorted({os.path.join(d, name) for _, _, d in asked if d})
+    places = sorted({os.path.dirname(path) for path in done.values()})
     written = _write_formatted(places, args.format, args.output)
     if places:
         print("read them with: python -m pytrace_cffi report " + " ".join(places))
@@ -276,25 +285,50 @@ def _replace_with(path, text):
 
 
 def _write_request(dumps_dir, name):
+    """Whether the request naming the dumps name went into dumps_dir."""
     from ..flight.recorder import REQUEST_FILE
     path = os.path.join(dumps_dir, REQUEST_FILE)
     try:
         _replace_with(path, json.dumps({"name": name, "time": time.time()}))
+        return True
     except OSError as exc:
         print(f"pytrace_cffi: cannot write {path} ({exc.strerror}): each process names "
               "its own dump", file=sys.stderr)
+        return False
 
 
-def _wait_for(expected, seconds):
+def _wait_for(expected, seconds, asked_at):
+    """{pid: its dump's directory} of the dumps expected (a directory, or
+    (dumps_dir,): any of pid's finished there since asked_at) that are whole
+    within seconds."""
     from ..flight.dumps import DONE_FILE
     deadline = time.monotonic() + seconds
-    done = set()
     while True:
-        done = {pid for pid, path in expected.items()
-                if os.path.exists(os.path.join(path, DONE_FILE))}
+        done = {}
+        for pid, path in expected.items():
+            if isinstance(path, tuple):
+                path = _own_named_dump(path[0], pid, asked_at)
+            if path and os.path.exists(os.path.join(path, DONE_FILE)):
+                done[pid] = path
         if len(done) == len(expected) or time.monotonic() > deadline:
             return done
         time.sleep(0.05)
+
+
+def _own_named_dump(dumps_dir, pid, since):
+    """A dump of pid in dumps_dir begun since (a time.time()), or None."""
+    try:
+        names = os.listdir(dumps_dir)
+    except OSError:
+        return None
+    for name in names:
+        path = os.path.join(dumps_dir, name, f"proc-{pid}")
+        try:
+            if os.stat(path).st_mtime >= since - 1:
+                return path
+        except OSError:
+            continue
+    return None
 
 
 def _json(path):
