@@ -45,6 +45,7 @@ class _Span:
         self.traced = set()
         self.first = self.last = None
         self.last_start = {}        # (pid, tid) -> its last call's start (torch's µs)
+        self.named = set()          # pids whose process lanes ours name
 
     def add(self, first, last):
         self.first = first if self.first is None else min(self.first, first)
@@ -103,7 +104,7 @@ def _write_our_trace(trace, out, span, anchor, base, regions):
     TorchProfilerRegions) and is formatted by the Chrome exporter's C formatter relative
     to torch's base (a call before it at a negative ts), as chrome.py writes them."""
     from ._core import ffi, lib
-    from .render.chrome import KeyStrings, format_slices
+    from .render.chrome import KeyStrings, format_slices, process_lanes
     from .model.walk import warn_if_too_deep
     from .model.walk import thread_batches
     clocks = anchor_clocks(anchor)
@@ -116,6 +117,9 @@ def _write_our_trace(trace, out, span, anchor, base, regions):
     scratch, room = None, 0
     slice_size = ffi.sizeof("pt_slice")
     first_id = 0
+    for event in process_lanes(trace):      # (torch's names of these lanes left out)
+        span.named.add(event["pid"])
+        out.event(dumps_utf8(event).encode("utf-8"))
     for thread, batches in thread_batches(trace):
         tid = thread.native_id or thread.ident
         pid = trace.thread_pid(thread)      # a job's trace: the thread's own process
@@ -180,6 +184,10 @@ def _write_torch_events(reader, out, span):
                 continue
             if event.get("ph") == "M" and event.get("name") == "thread_name":
                 continue            # ours names the thread after its Python name
+        if isinstance(event, dict) and event.get("pid") in span.named and \
+                event.get("ph") == "M" and event.get("name") in ("process_name",
+                                                                  "process_sort_index"):
+            continue                # ours names the process (rank N, its program)
         out.event(text.replace("\n", "").encode("utf-8"))
     return dropped
 

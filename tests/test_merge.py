@@ -1010,3 +1010,28 @@ def test_torchs_python_calls_after_our_last_on_a_thread_stay(tmp_path, suffix):
     else:
         names = {s["name"] for s in _decode(out)["slices"]}
     assert "after_ours" in names and "duplicate" not in names
+
+
+def test_a_jobs_processes_keep_our_names_in_a_json_merge(tmp_path):
+    """A job's trace (each process a lane, named by its label) merged with one
+    rank's torch trace, which names that rank's process "python": the merged
+    JSON names every process of ours as our own JSON does (it named none of
+    them, and the rank after torch's "python")."""
+    job = tmp_path / "job"
+    pytrace_cffi.start(follow_children=True, output=str(job))
+    subprocess.run([sys.executable, "-c", "len('x')"], check=True, timeout=60)
+    pytrace_cffi.stop()
+    trace = pytrace_cffi.load(str(job))
+    labels = {pid: facts["label"] for pid, facts in trace.processes.items()}
+    assert len(labels) == 2
+    child = next(pid for pid in labels if pid != os.getpid())
+    events = [{"ph": "M", "name": "process_name", "pid": child, "tid": 0,
+               "args": {"name": "python"}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::fake", "pid": child, "tid": 1,
+               "ts": torch_us(trace, trace.start_ns + 10), "dur": 1.0, "args": {}}]
+    (tmp_path / "torch.json").write_text(json.dumps(
+        {"schemaVersion": 1, "baseTimeNanoseconds": BASE_NS, "traceEvents": events}))
+    pytrace_cffi.merge_torch(trace, tmp_path / "torch.json", tmp_path / "merged.json")
+    names = {e["pid"]: e["args"]["name"] for e in merged_events(tmp_path / "merged.json")[1]
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    assert names == labels

@@ -69,6 +69,15 @@ def format_slices(slices, n, next_index, keys, prefix, base, first_id, index_bas
         raise RuntimeError("pytrace_cffi: a call's JSON did not fit the formatter's buffer")
 
 
+def process_lanes(trace):
+    """A trace of several processes: a lane per process, named and ranked (as
+    processes.join writes them): its metadata events."""
+    for order, (process_pid, facts) in enumerate((trace.processes or {}).items()):
+        for name, args in (("process_name", {"name": facts.get("label", "")}),
+                           ("process_sort_index", {"sort_index": order})):
+            yield {"ph": "M", "name": name, "pid": process_pid, "tid": 0, "args": args}
+
+
 def _chunks(trace, progress):
     """The JSON text in pieces of about CHUNK_BYTES: metadata here, the slices
     formatted by the C core from names escaped once here. Times count from the
@@ -101,15 +110,10 @@ def _chunks(trace, progress):
         head["otherData"]["label"] = trace.label
     yield ('{' + dumps_utf8(head)[1:-1] + ',\n"traceEvents":[\n').encode("utf-8")
     first = True
-    # A trace of several processes: a lane per process, named and ranked (as
-    # processes.join writes them).
-    for order, (process_pid, facts) in enumerate((trace.processes or {}).items()):
-        for name, args in (("process_name", {"name": facts.get("label", "")}),
-                           ("process_sort_index", {"sort_index": order})):
-            meta = dumps_utf8({"ph": "M", "name": name, "pid": process_pid, "tid": 0,
-                               "args": args})
-            yield (meta if first else ",\n" + meta).encode("utf-8")
-            first = False
+    for event in process_lanes(trace):
+        meta = dumps_utf8(event)
+        yield (meta if first else ",\n" + meta).encode("utf-8")
+        first = False
     pid_of_tid = {}
     for thread, batches in thread_batches(trace):
         tid = thread.native_id or thread.ident
