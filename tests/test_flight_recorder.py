@@ -1316,3 +1316,26 @@ def test_stop_gives_threading_excepthook_back(tmp_path):
         assert threading.excepthook != before
         pytrace_cffi.stop()
         assert threading.excepthook is before
+
+
+def test_a_dump_of_a_ring_that_went_round_says_what_it_dropped(tmp_path):
+    """A dump's threads.json counts each thread's events its ring let go: the
+    dump read back says so (dropped_events was 0, and summary never told of it)."""
+    proc = _run(tmp_path, """
+        import pytrace_cffi
+
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+        pytrace_cffi.start(flight_recorder="256k", dumps_dir="dumps")
+        for _ in range(20):
+            fib(15)
+        print(pytrace_cffi.dump())
+        pytrace_cffi.stop()
+        """)
+    assert proc.returncode == 0, proc.stderr
+    dump = proc.stdout.strip()
+    with open(os.path.join(dump, "threads.json")) as f:
+        dropped = sum(thread["dropped"] for thread in json.load(f))
+    assert dropped > 20 * FIB_CALLS[15]
+    assert pytrace_cffi.load(dump).dropped_events == dropped

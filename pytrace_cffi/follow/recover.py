@@ -98,7 +98,7 @@ def _recover_events(directory, facts, records, damage, events_dir):
     meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "pid": facts["pid"],
             "python": facts.get("python", "?"), "backend": facts.get("backend", "?"),
             "clock": facts["clock_name"], "start_ns": start_ns, "stop_ns": stop_ns,
-            "dropped_events": 0, "keys": keys,
+            "dropped_events": sum(t["dropped"] for t in thread_list), "keys": keys,
             "marks": [], "threads": thread_list, "tags": tags,
             "annotation_args": annotation_args,
             "events": {"file": "events.bin", "tick0": tick0, "ns0": start_ns,
@@ -109,9 +109,10 @@ def _recover_events(directory, facts, records, damage, events_dir):
 
 def _name_dumped_threads(directory, thread_list):
     """A flight recorder's dump knows its threads: threads.json (written by C:
-    index, ident, OS id), their names in dump.json (when Python wrote it) or else
-    in journal.json (the recorder's). An asyncio task's lane (log_async) has no
-    ident: journal.json names it by its OS id's stand-in."""
+    index, ident, OS id, the events its ring dropped), their names in dump.json
+    (when Python wrote it) or else in journal.json (the recorder's). An asyncio
+    task's lane (log_async) has no ident: journal.json names it by its OS id's
+    stand-in."""
     known = _json_or_none(os.path.join(directory, "threads.json"))
     if not isinstance(known, list):
         return
@@ -134,6 +135,9 @@ def _name_dumped_threads(directory, thread_list):
         else:       # (a lane first seen since the journal was last written: unnamed)
             name = lanes.get(str(native_id)) or "task (not named yet at the dump)"
         thread_list[index].update(native_id=native_id, ident=ident, name=name)
+        dropped = entry.get("dropped")
+        if type(dropped) is int and 0 <= dropped < 2 ** 63:
+            thread_list[index]["dropped"] = dropped
 
 
 def _names_in(journal, field):
