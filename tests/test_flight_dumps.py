@@ -3,6 +3,7 @@ directory and of one process's dump, dump_format (start(), run --dump-format,
 `dump --format` / `-o`), where dumps go by default, and damaged dumps.
 Expected call counts are literals: fib(n) makes 2 * F(n + 1) - 1 calls."""
 import collections
+import contextlib
 import json
 import os
 import random
@@ -217,7 +218,10 @@ def test_start_with_an_output_file_dumps_beside_it(tmp_path):
     assert not os.path.exists(tmp_path / "pytrace_cffi-dumps")
 
 
-def test_run_dumps_beside_out_and_dump_pid_finds_them_and_formats(tmp_path):
+@contextlib.contextmanager
+def _run_waiting(tmp_path):
+    """`run --no-follow --flight-recorder 1M -o sub/out.json` of a program that
+    calls fib(12), then waits: yields (its pid, the environment), and lets it end."""
     (tmp_path / "sub").mkdir()
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent("""
@@ -239,13 +243,17 @@ def test_run_dumps_beside_out_and_dump_pid_finds_them_and_formats(tmp_path):
          "-o", "sub/out.json", str(script), str(go)], cwd=tmp_path, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        pid = program.stdout.readline().strip()
-        asked = subprocess.run([sys.executable, "-m", "pytrace_cffi", "dump", pid, "--format",
-                                "pftrace", "-o", str(tmp_path / "all.json")], cwd=tmp_path,
-                               env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        yield program.stdout.readline().strip(), env
     finally:
         go.touch()
         program.communicate(timeout=TIMEOUT)
+
+
+def test_run_dumps_beside_out_and_dump_pid_finds_them_and_formats(tmp_path):
+    with _run_waiting(tmp_path) as (pid, env):
+        asked = subprocess.run([sys.executable, "-m", "pytrace_cffi", "dump", pid, "--format",
+                                "pftrace", "-o", str(tmp_path / "all.json")], cwd=tmp_path,
+                               env=env, capture_output=True, text=True, timeout=TIMEOUT)
     assert asked.returncode == 0, asked.stdout + asked.stderr
     dumps = tmp_path / "sub" / "out-dumps"
     (dump_dir,) = [d for d in os.listdir(dumps) if not d.startswith(".")]
@@ -475,29 +483,8 @@ def test_dump_pid_finds_the_dump_named_by_the_process_when_no_request_can_be_wri
     it signals the process, which names its dump itself: `dump` finds that one
     (it waited its whole --wait for a "-request" directory that never came, then
     named it, and `report` of it)."""
-    (tmp_path / "sub").mkdir()
-    script = tmp_path / "prog.py"
-    script.write_text(textwrap.dedent("""
-        import os, sys, time
-
-        def fib(n):
-            return n if n < 2 else fib(n - 1) + fib(n - 2)
-
-        fib(12)
-        print(os.getpid(), flush=True)
-        while not os.path.exists(sys.argv[1]):
-            time.sleep(0.02)
-        """))
-    env = _env_own_tmp(tmp_path)
-    env["PYTHONPATH"] = ROOT
-    go = tmp_path / "go"
-    program = subprocess.Popen(
-        [sys.executable, "-m", "pytrace_cffi", "run", "--no-follow", "--flight-recorder", "1M",
-         "-o", "sub/out.json", str(script), str(go)], cwd=tmp_path, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     dumps = tmp_path / "sub" / "out-dumps"
-    try:
-        pid = program.stdout.readline().strip()
+    with _run_waiting(tmp_path) as (pid, env):
         (dumps / ".request.json").mkdir()
         (dumps / ".requests" / pid).mkdir(parents=True)
         started = time.monotonic()
@@ -505,9 +492,6 @@ def test_dump_pid_finds_the_dump_named_by_the_process_when_no_request_can_be_wri
                                cwd=tmp_path, env=env, capture_output=True, text=True,
                                timeout=TIMEOUT)
         took = time.monotonic() - started
-    finally:
-        go.touch()
-        program.communicate(timeout=TIMEOUT)
     assert asked.returncode == 0, asked.stdout + asked.stderr
     (dump_dir,) = [d for d in os.listdir(dumps) if not d.startswith(".")]
     assert not dump_dir.endswith("-request")
