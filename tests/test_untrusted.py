@@ -358,7 +358,7 @@ def test_a_head_nested_beyond_the_parser_is_a_format_error(traces, tmp_path):
     pytrace_cffi.load(str(traces / "saved")).export_chrome_trace(str(tmp_path / "t.json"))
     lines = (tmp_path / "t.json").read_text().split("\n")
     assert lines[0].startswith("{") and '"otherData":' in lines[0]
-    lines[0] = lines[0].replace('"otherData":', '"deep":' + "[" * 5000 + "]" * 5000
+    lines[0] = lines[0].replace('"otherData":', '"deep":' + "[" * 100_000 + "]" * 100_000
                                 + ',"otherData":', 1)
     (tmp_path / "deep.json").write_text("\n".join(lines))
     with pytest.raises(TraceFormatError, match="the head is not valid JSON .nested too deeply"):
