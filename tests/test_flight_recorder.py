@@ -697,7 +697,6 @@ def test_a_process_killed_right_after_dumping_keeps_its_dump_whole(tmp_path):
 
 
 DDP_HANG = """
-import threading
 import time
 import torch
 import torch.distributed as dist
@@ -806,7 +805,6 @@ def test_a_stuck_torchrun_job_dumps_every_rank_by_watchdog_request_and_sigterm(t
 
 
 DATALOADER_HANG = """
-import threading
 import time
 import torch
 from torch.utils.data import DataLoader, Dataset
