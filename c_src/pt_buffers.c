@@ -157,9 +157,8 @@ pt_spill_ours(pt_tracer *tracer)
     return 0;
 }
 
-/* Closes the spill file when it is still ours (else its descriptor is the
- * program's now). Returns fclose's result, or 0. */
-static int
+/* pt_record_internal.h; also at the tracer's release (pt_core.c) */
+int
 pt_spill_close(pt_tracer *tracer)
 {
     FILE *spill = tracer->spill;

@@ -184,8 +184,7 @@ pt_tracer_release(pt_tracer *tracer)
             Py_CLEAR(tracer->sources[i]);
         PyGILState_Release(gil);
     }
-    if (tracer->spill && pt_fd_names(fileno(tracer->spill), &tracer->spill_id))
-        fclose(tracer->spill);      /* (else the program's now: pt_buffers.c) */
+    pt_spill_close(tracer);
     free(tracer->spill_path);
     pt_thread *thread = tracer->threads;
     while (thread) {

@@ -250,6 +250,9 @@ int pt_attach_current_thread(pt_tracer *tracer, int skip_frames);
 void pt_buffers_init_once(void);     /* registers the pool's fork handler */
 int pt_thread_grow(pt_tracer *tracer, pt_thread *thread);
 void pt_chunk_free(pt_chunk *chunk);
+/* Closes the spill file when its descriptor is still ours (a program that
+ * closed it may have its own file under that number now); 0, or fclose's. */
+int pt_spill_close(pt_tracer *tracer);
 
 /* Events written to chunk: the tail chunk is filled up to the thread's cursor. */
 static inline uint64_t
